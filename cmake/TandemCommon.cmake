@@ -1,0 +1,53 @@
+# Shared build settings; included by the root and by kernels/ when kernels/
+# is configured on its own.
+include_guard(GLOBAL)
+
+find_program(CCACHE_PROGRAM ccache)
+if(CCACHE_PROGRAM)
+  set(CMAKE_C_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
+  set(CMAKE_CUDA_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
+endif()
+
+# The repository root is the include root: #include "kernels/ops.h".
+get_filename_component(TANDEM_ROOT "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
+
+# CUDA is optional: on when nvcc is found (e.g. /usr/local/cuda/bin/nvcc).
+set(TANDEM_HAVE_CUDA OFF)
+if(TANDEM_ENABLE_CUDA)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    # CMake 3.25 does not know the CUDA20 dialect flag (BUILD-NOTES trap).
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+    if(NOT CMAKE_CUDA_ARCHITECTURES)
+      # Hopper (H100/H200) first; PTX for newer chips.
+      set(CMAKE_CUDA_ARCHITECTURES 90)
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    set(TANDEM_HAVE_CUDA ON)
+  endif()
+endif()
+message(STATUS "Tandem: CUDA part ${TANDEM_HAVE_CUDA}")
+
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
+find_package(GTest CONFIG)
+find_package(benchmark CONFIG)
+include(GoogleTest)
+
+# Warnings for our own targets.
+function(tandem_warnings target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
+endfunction()
+
+# Fast math on hot CPU loops is opt-in per target; we want AVX2/FMA at least.
+set(TANDEM_CPU_FLAGS -march=x86-64-v3 -mtune=znver3)

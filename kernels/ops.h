@@ -1,0 +1,174 @@
+// Tandem compute ops: the one interface every backend implements.
+//
+// Contract shared by all backends (reference, fast CPU, CUDA):
+//  * All tensors are dense, row-major fp32 unless stated; pointers are
+//    device pointers of the backend (host memory for CPU backends).
+//  * "Packed" token batches: T tokens of several sequences laid end to end;
+//    `cu_seqlens[b]..cu_seqlens[b+1]` are the rows of sequence b
+//    (cu_seqlens has num_seqs + 1 entries, cu_seqlens[0] == 0). Host memory
+//    for CPU, device memory for CUDA.
+//  * Attention layouts: q [T, H, D], k and v [T, Hkv, D] (Hkv divides H;
+//    query head h reads kv head h / (H / Hkv)), out [T, H, D],
+//    lse [T, H] (natural log of the softmax denominator of each row).
+//  * Backward functions ACCUMULATE into parameter gradients (dw, dtable,
+//    dW) and OVERWRITE activation gradients (dx, dq, ...) unless a comment
+//    says otherwise. Gradient buffers may not alias inputs.
+//  * Ops never allocate in steady state; where scratch is needed the caller
+//    passes it (sizes are given by the *_scratch_floats helpers).
+//  * No op throws; shape errors are caller bugs (checked with asserts in
+//    the reference backend).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tandem::kernels {
+
+// Rotary position embedding scaling, the same choices as Hugging Face's
+// `rope_scaling` (rope_type): "default", "linear", "dynamic", "yarn".
+enum class RopeType { kDefault, kLinear, kDynamicNtk, kYarn };
+
+struct RopeConfig {
+  int head_dim = 64;            // D (rotary applied to all D dims, rotate_half layout)
+  double theta = 10000.0;       // rope_theta
+  RopeType type = RopeType::kDefault;
+  double factor = 1.0;          // scaling factor (linear, dynamic, yarn)
+  int original_max_position = 2048;  // original_max_position_embeddings (yarn,
+                                     // dynamic: max_position_embeddings)
+  double beta_fast = 32.0;      // yarn
+  double beta_slow = 1.0;       // yarn
+  double attention_factor = 0;  // yarn mscale; 0 = HF default 0.1*ln(factor)+1
+};
+
+// Fills inv_freq[D/2] and the attention scaling (multiplier of cos and sin)
+// exactly as Hugging Face's ROPE_INIT_FUNCTIONS do. `seq_len` only matters
+// for kDynamicNtk (HF recomputes the base when seq_len > original max).
+void rope_inv_freq(const RopeConfig& cfg, int seq_len, float* inv_freq,
+                   float* attention_scaling);
+
+// Builds cos/sin tables [max_pos, D/2] (already multiplied by the attention
+// scaling) for positions 0..max_pos-1. Host helper used by every backend.
+void rope_tables(const RopeConfig& cfg, int seq_len, int max_pos, float* cos,
+                 float* sin);
+
+// Attention options.
+struct AttentionParams {
+  int num_heads = 1;      // H
+  int num_kv_heads = 1;   // Hkv
+  int head_dim = 64;      // D
+  bool causal = true;
+  int window = -1;        // sliding window: key j visible from query i when
+                          // i - window < j <= i; -1 = unlimited
+  float scale = 0.f;      // 0 = 1/sqrt(D)
+};
+
+// The op interface. One instance per backend; stateless apart from
+// configuration (thread count, streams, library handles), so one instance
+// may be shared by the threads of one worker only if the backend says so.
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual const char* name() const = 0;
+
+  // C[M,N] = alpha * op(A) * op(B) + beta * C, row-major, op = transpose
+  // when the flag is set. lda/ldb/ldc are row strides of the stored arrays.
+  virtual void matmul(bool trans_a, bool trans_b, int m, int n, int k,
+                      float alpha, const float* a, int lda, const float* b,
+                      int ldb, float beta, float* c, int ldc) = 0;
+
+  // out[t, :] = table[ids[t], :], table [V, C]. ids host (CPU) / device (CUDA).
+  virtual void embedding_forward(const int32_t* ids, int t, const float* table,
+                                 int c, float* out) = 0;
+  // dtable[ids[t], :] += dout[t, :]
+  virtual void embedding_backward(const int32_t* ids, int t, const float* dout,
+                                  int c, float* dtable) = 0;
+
+  // y = x * rstd * w, rstd[t] = 1/sqrt(mean(x[t]^2) + eps). x, y [T, C].
+  virtual void rmsnorm_forward(const float* x, const float* w, int t, int c,
+                               float eps, float* y, float* rstd) = 0;
+  // dx overwritten, dw accumulated.
+  virtual void rmsnorm_backward(const float* dy, const float* x,
+                                const float* w, const float* rstd, int t,
+                                int c, float* dx, float* dw) = 0;
+
+  // h = silu(gate) * up, all [T, I] (n = T*I elements).
+  virtual void swiglu_forward(const float* gate, const float* up, size_t n,
+                              float* h) = 0;
+  virtual void swiglu_backward(const float* dh, const float* gate,
+                               const float* up, size_t n, float* dgate,
+                               float* dup) = 0;
+
+  // y += x (n elements).
+  virtual void add_inplace(float* y, const float* x, size_t n) = 0;
+  // y += bias broadcast over rows: y [rows, cols], bias [cols].
+  virtual void add_bias(float* y, const float* bias, int rows, int cols) = 0;
+  // dbias[c] += sum_r dy[r, c]
+  virtual void bias_backward(const float* dy, int rows, int cols,
+                             float* dbias) = 0;
+
+  // Rotary embedding applied in place to x [T, nh, D] (rotate_half layout,
+  // as HF's apply_rotary_pos_emb), position of row t = positions[t];
+  // cos/sin tables [*, D/2] from rope_tables(). `inverse` applies the
+  // transpose rotation (the backward pass).
+  virtual void rope_apply(float* x, const int32_t* positions, int t, int nh,
+                          int d, const float* cos, const float* sin,
+                          bool inverse) = 0;
+
+  // FlashAttention-2 style causal/varlen attention. Saves only lse [T, H].
+  virtual void attention_forward(const AttentionParams& p, const float* q,
+                                 const float* k, const float* v,
+                                 const int32_t* cu_seqlens, int num_seqs,
+                                 int t, float* out, float* lse) = 0;
+  // Recomputes probabilities from q, k, lse. dq, dk, dv overwritten.
+  virtual void attention_backward(const AttentionParams& p, const float* q,
+                                  const float* k, const float* v,
+                                  const float* out, const float* dout,
+                                  const float* lse, const int32_t* cu_seqlens,
+                                  int num_seqs, int t, float* dq, float* dk,
+                                  float* dv) = 0;
+
+  // Decode attention over a KV cache. For each of `batch` sequences:
+  // q [batch, n_new, H, D]; cache k/v [batch, cache_capacity, Hkv, D];
+  // cache_len[b] = tokens in the cache INCLUDING the n_new new ones, whose
+  // positions are cache_len[b]-n_new .. cache_len[b]-1 (causal among them).
+  // out [batch, n_new, H, D].
+  virtual void decode_attention(const AttentionParams& p, const float* q,
+                                int batch, int n_new, const float* k_cache,
+                                const float* v_cache, int cache_capacity,
+                                const int32_t* cache_len, float* out) = 0;
+
+  // Fused LM head + log-softmax, chunked over tokens so at most
+  // `chunk_tokens` x V logits exist at once. h [T, C], w [V, C] (logits =
+  // h w^T). Writes logp[t] = log softmax(logits[t])[targets[t]] and, when
+  // `entropy` != nullptr, the entropy of row t. Scratch: chunk_tokens * V.
+  virtual void lm_head_logprobs_forward(const float* h, const float* w,
+                                        const int32_t* targets, int t, int c,
+                                        int v, int chunk_tokens,
+                                        float* scratch, float* logp,
+                                        float* entropy) = 0;
+  // Given dlogp[t] (gradient of the loss w.r.t. logp[t]; 0 = token not
+  // trained), recomputes each chunk's softmax and writes dh [T, C]
+  // (overwritten) and accumulates dw [V, C]. Cross-entropy with a loss mask
+  // is dlogp[t] = -mask[t] / num_trained_tokens.
+  virtual void lm_head_logprobs_backward(const float* h, const float* w,
+                                         const int32_t* targets,
+                                         const float* dlogp, int t, int c,
+                                         int v, int chunk_tokens,
+                                         float* scratch, float* dh,
+                                         float* dw) = 0;
+  // Greedy/sampling helper for generation: logits [rows, V] = h w^T.
+  // (A plain matmul; kept separate so backends can fuse later.)
+
+  // Sum of squares of g (n elements), accumulated in double.
+  virtual double sum_squares(const float* g, size_t n) = 0;
+  // x *= s
+  virtual void scale(float* x, float s, size_t n) = 0;
+
+  // One AdamW step (decoupled weight decay, bias correction) for n
+  // elements. step is 1-based. p -= lr * (mhat/(sqrt(vhat)+eps) + wd * p).
+  virtual void adamw_step(float* p, const float* g, float* m, float* v,
+                          size_t n, float lr, float beta1, float beta2,
+                          float eps, float weight_decay, int64_t step) = 0;
+};
+
+}  // namespace tandem::kernels

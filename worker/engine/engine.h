@@ -1,0 +1,44 @@
+// JobEngine: what a worker runs for the job it is assigned. The worker
+// daemon (worker/daemon) receives PhaseCommands on its Attach stream and hands
+// each one to the engine on the worker's job thread; the engine executes the
+// phase with the compute core, collectives and ZeRO, and fills the report.
+//
+// Thread safety: RunPhase is called from one thread at a time. Abort() may be
+// called from any thread; it makes a RunPhase in progress (and every
+// collective it waits on) return an error promptly.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "tandem/v1/cluster.pb.h"
+
+namespace tandem::worker {
+
+struct EngineOptions {
+  std::string coordinator_address;   // for the rendezvous store
+  std::string auth_token;            // join token for Store RPCs
+  std::string data_address = "127.0.0.1";  // interface for gloo tcp
+  int num_threads = 0;               // compute threads (0 = all cores)
+  std::string device = "cpu";        // cpu | cuda
+  std::string worker_id;
+};
+
+class JobEngine {
+ public:
+  virtual ~JobEngine() = default;
+  // Executes cmd. On success fills `report` (ok=true, metrics, values,
+  // seconds, peak memory). A returned error means the phase failed; the
+  // caller reports it with the message.
+  virtual absl::Status RunPhase(const tandem::v1::PhaseCommand& cmd,
+                                tandem::v1::ReportPhaseRequest* report) = 0;
+  // Drops all state of the current job (communicators aborted first).
+  virtual void Abort() = 0;
+  // Job the engine currently holds state for ("" when none).
+  virtual std::string current_job() const = 0;
+};
+
+// The real engine: SFT and GRPO jobs on the CPU (or CUDA) backend.
+std::unique_ptr<JobEngine> MakeJobEngine(const EngineOptions& options);
+
+}  // namespace tandem::worker
