@@ -1,0 +1,130 @@
+// Device code of decode attention over a KV cache (see
+// decode_attention_cuda.cu). Kept in a header, apart from the host launch
+// code, so the CPU emulation test (kernels/cuda/emu/) can run it without a GPU.
+#pragma once
+
+#include "kernels/cuda/attention_cuda.cuh"
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace tandem::kernels::cuda {
+namespace {
+
+constexpr int kDecodeWarps = 8;
+
+struct DecodeArgs {
+  const float* q;
+  const float* k_cache;
+  const float* v_cache;
+  const int32_t* cache_len;
+  float* out;
+  int n_new;
+  int cache_capacity;
+  int num_heads;
+  int num_kv_heads;
+  int head_dim;
+  int window;
+  float scale;
+};
+
+template <int kMaxD>
+__global__ void __launch_bounds__(kDecodeWarps* kWarp)
+    DecodeKernel(const DecodeArgs a) {
+  constexpr int kE = kMaxD / kWarp;  // values per lane
+  __shared__ float part_m[kDecodeWarps];
+  __shared__ float part_l[kDecodeWarps];
+  __shared__ float part_acc[kDecodeWarps][kMaxD];
+
+  const int h = blockIdx.x;
+  const int i = blockIdx.y;
+  const int b = blockIdx.z;
+  const int hk = h / (a.num_heads / a.num_kv_heads);
+  const int d = a.head_dim;
+  const int lane = threadIdx.x % kWarp;
+  const int warp = threadIdx.x / kWarp;
+  const size_t qrow = (static_cast<size_t>(b) * a.n_new + i) * a.num_heads + h;
+  const float* qp = a.q + qrow * d;
+
+  float qv[kE], acc[kE];
+#pragma unroll
+  for (int e = 0; e < kE; ++e) {
+    const int col = lane + kWarp * e;
+    qv[e] = col < d ? qp[col] : 0.f;
+    acc[e] = 0.f;
+  }
+  const int len = a.cache_len[b];
+  const int pos = len - a.n_new + i;
+  const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+  const int hi = min(pos, a.cache_capacity - 1);  // inclusive
+  const size_t kv_stride = static_cast<size_t>(a.num_kv_heads) * d;
+  const size_t base = static_cast<size_t>(b) * a.cache_capacity * kv_stride +
+                      static_cast<size_t>(hk) * d;
+  float m = -INFINITY, l = 0.f;
+  for (int j = lo + warp; j <= hi; j += kDecodeWarps) {
+    const float* kp = a.k_cache + base + static_cast<size_t>(j) * kv_stride;
+    const float* vp = a.v_cache + base + static_cast<size_t>(j) * kv_stride;
+    float s = 0.f;
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      const int col = lane + kWarp * e;
+      if (col < d) s = fmaf(qv[e], kp[col], s);
+    }
+    s = WarpSum(s) * a.scale;
+    const float m_new = fmaxf(m, s);
+    const float alpha = expf(m - m_new);
+    const float p = expf(s - m_new);
+    l = l * alpha + p;
+    m = m_new;
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      const int col = lane + kWarp * e;
+      acc[e] = acc[e] * alpha + (col < d ? p * vp[col] : 0.f);
+    }
+  }
+  if (lane == 0) {
+    part_m[warp] = m;
+    part_l[warp] = l;
+  }
+#pragma unroll
+  for (int e = 0; e < kE; ++e) part_acc[warp][lane + kWarp * e] = acc[e];
+  __syncthreads();
+
+  float mx = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kDecodeWarps; ++w) mx = fmaxf(mx, part_m[w]);
+  float total = 0.f;
+  float wgt[kDecodeWarps];
+#pragma unroll
+  for (int w = 0; w < kDecodeWarps; ++w) {
+    wgt[w] = part_m[w] == -INFINITY ? 0.f : expf(part_m[w] - mx);
+    total += part_l[w] * wgt[w];
+  }
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  float* op = a.out + qrow * d;
+  for (int col = threadIdx.x; col < d; col += blockDim.x) {
+    float o = 0.f;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) o += part_acc[w][col] * wgt[w];
+    op[col] = o * inv;
+  }
+}
+
+// Head-dim bound per launch, shared by the launcher and the CPU emulation
+// test: calls f.template operator()<kMaxD>(); false when head_dim > 256.
+template <class F>
+bool DispatchDecode(int head_dim, F&& f) {
+  if (head_dim <= 32) {
+    f.template operator()<32>();
+  } else if (head_dim <= 64) {
+    f.template operator()<64>();
+  } else if (head_dim <= 128) {
+    f.template operator()<128>();
+  } else if (head_dim <= 256) {
+    f.template operator()<256>();
+  } else {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+}  // namespace tandem::kernels::cuda

@@ -1,0 +1,257 @@
+#!/usr/bin/python3
+"""Hugging Face compatibility reference for Tandem's model (issue 2).
+
+Writes a checkpoint the way Hugging Face tools do (config.json with HF's
+keys, model.safetensors with HF tensor names and shapes, __metadata__
+{"format": "pt"}, header padded to 8 bytes) and computes reference logits
+with a small pure-PyTorch Llama/Qwen2 forward that follows
+transformers' modeling_llama.py / modeling_qwen2.py (rotate_half RoPE with
+ROPE_INIT_FUNCTIONS, repeat_kv, eager attention, RMSNorm, SwiGLU), in
+float64. transformers itself is not needed.
+
+usage: hf_reference.py make OUT [VARIANT...]
+  VARIANT: llama_f32 | qwen2_bf16 | llama_yarn_f16 | llama_dynamic_f32
+           (default: all)
+For dynamic NTK the base comes from the longest sequence of the batch, as
+in HF for a padded batch (position_ids.max() + 1).
+Writes OUT/VARIANT/config.json, model.safetensors and reference.json
+({"sequences": [[ids...], ...], "logits": [[[V floats] per position] per sequence]}).
+"""
+import json
+import math
+import os
+import struct
+import sys
+
+try:
+    import torch
+except ImportError:
+    print("hf_reference.py: torch is not installed", file=sys.stderr)
+    sys.exit(77)
+
+
+def variant_config(name):
+    base = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "vocab_size": 53, "hidden_size": 48, "intermediate_size": 80,
+        "num_hidden_layers": 2, "num_attention_heads": 6,
+        "num_key_value_heads": 2, "head_dim": 8, "hidden_act": "silu",
+        "max_position_embeddings": 64, "initializer_range": 0.02,
+        "rms_norm_eps": 1e-6, "use_cache": True, "pretraining_tp": 1,
+        "rope_theta": 10000.0, "rope_scaling": None, "attention_bias": False,
+        "attention_dropout": 0.0, "mlp_bias": False, "bos_token_id": 1,
+        "eos_token_id": 2, "tie_word_embeddings": False,
+        "torch_dtype": "float32", "transformers_version": "4.46.0",
+    }
+    if name == "llama_f32":
+        return base, torch.float32
+    if name == "qwen2_bf16":
+        base.update({
+            "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+            "tie_word_embeddings": True, "rope_theta": 1000000.0,
+            "rope_scaling": {"type": "linear", "factor": 2.0},
+            "use_sliding_window": True, "sliding_window": 4,
+            "max_window_layers": 1, "torch_dtype": "bfloat16",
+            "num_key_value_heads": 3,
+        })
+        del base["head_dim"], base["attention_bias"], base["mlp_bias"]
+        return base, torch.bfloat16
+    if name == "llama_dynamic_f32":
+        base.update({
+            "rope_scaling": {"rope_type": "dynamic", "factor": 2.0},
+            "max_position_embeddings": 8, "num_key_value_heads": 3,
+        })
+        return base, torch.float32
+    if name == "llama_yarn_f16":
+        base.update({
+            "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                             "beta_fast": 32.0, "beta_slow": 1.0},
+            "max_position_embeddings": 32, "torch_dtype": "float16",
+            "num_key_value_heads": 1, "eos_token_id": [2, 3],
+        })
+        return base, torch.float16
+    raise SystemExit("unknown variant " + name)
+
+
+def make_weights(cfg, gen):
+    h, v, i = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
+    nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    d = cfg.get("head_dim", h // nh)
+    bias = cfg["model_type"] == "qwen2" or cfg.get("attention_bias", False)
+
+    def n(*shape, std=0.2):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64) * std
+
+    w = {"model.embed_tokens.weight": n(v, h, std=0.5)}
+    for l in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % l
+        w[p + "input_layernorm.weight"] = 1 + n(h, std=0.1)
+        w[p + "post_attention_layernorm.weight"] = 1 + n(h, std=0.1)
+        w[p + "self_attn.q_proj.weight"] = n(nh * d, h)
+        w[p + "self_attn.k_proj.weight"] = n(nkv * d, h)
+        w[p + "self_attn.v_proj.weight"] = n(nkv * d, h)
+        w[p + "self_attn.o_proj.weight"] = n(h, nh * d)
+        if bias:
+            w[p + "self_attn.q_proj.bias"] = n(nh * d, std=0.1)
+            w[p + "self_attn.k_proj.bias"] = n(nkv * d, std=0.1)
+            w[p + "self_attn.v_proj.bias"] = n(nkv * d, std=0.1)
+        w[p + "mlp.gate_proj.weight"] = n(i, h)
+        w[p + "mlp.up_proj.weight"] = n(i, h)
+        w[p + "mlp.down_proj.weight"] = n(h, i)
+    w["model.norm.weight"] = 1 + n(h, std=0.1)
+    if not cfg["tie_word_embeddings"]:
+        w["lm_head.weight"] = n(v, h)
+    return w
+
+
+def write_safetensors(path, tensors, dtype):
+    codes = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
+    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
+    for name in sorted(tensors):
+        t = tensors[name].to(dtype).contiguous()
+        if dtype == torch.bfloat16:
+            raw = t.view(torch.int16).numpy().tobytes()
+        else:
+            raw = t.numpy().tobytes()
+        header[name] = {"dtype": codes[dtype], "shape": list(t.shape),
+                        "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    hb = json.dumps(header, separators=(",", ":")).encode()
+    hb += b" " * ((8 - len(hb) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hb)))
+        f.write(hb)
+        for b in blobs:
+            f.write(b)
+
+
+def rope_inv_freq(cfg, seq_len):
+    """transformers ROPE_INIT_FUNCTIONS: default, linear, dynamic, yarn."""
+    base = cfg["rope_theta"]
+    d = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+    rs = cfg.get("rope_scaling") or {}
+    kind = rs.get("rope_type", rs.get("type", "default"))
+    ar = torch.arange(0, d, 2, dtype=torch.int64).float()
+    if kind == "default":
+        return 1.0 / (base ** (ar / d)), 1.0
+    if kind == "linear":
+        return 1.0 / (base ** (ar / d)) / rs["factor"], 1.0
+    if kind == "dynamic":
+        mp = cfg["max_position_embeddings"]
+        seq_len = max(seq_len, mp)
+        base = base * ((rs["factor"] * seq_len / mp) - (rs["factor"] - 1)) ** (d / (d - 2))
+        return 1.0 / (base ** (ar / d)), 1.0
+    if kind == "yarn":
+        factor = rs["factor"]
+        mp = rs.get("original_max_position_embeddings") or cfg["max_position_embeddings"]
+        att = rs.get("attention_factor")
+        if att is None:
+            att = 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
+        bf, bs = rs.get("beta_fast") or 32, rs.get("beta_slow") or 1
+
+        def corr_dim(rot):
+            return (d * math.log(mp / (rot * 2 * math.pi))) / (2 * math.log(base))
+        low = max(math.floor(corr_dim(bf)), 0)
+        high = min(math.ceil(corr_dim(bs)), d - 1)
+        if low == high:
+            high += 0.001
+        pos_freqs = base ** (ar / d)
+        extra, inter = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
+        ramp = torch.clamp((torch.arange(d // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+        extra_factor = 1 - ramp
+        return inter * (1 - extra_factor) + extra * extra_factor, att
+    raise SystemExit("rope type " + kind)
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def layer_window(cfg, l):
+    if cfg["model_type"] == "qwen2":
+        if cfg.get("use_sliding_window") and l >= cfg.get("max_window_layers", 0):
+            return cfg["sliding_window"]
+    return None
+
+
+def forward(cfg, w, ids, rope_seq_len):
+    h, nh, nkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    d = cfg.get("head_dim", h // nh)
+    eps = cfg["rms_norm_eps"]
+    bias = cfg["model_type"] == "qwen2" or cfg.get("attention_bias", False)
+    t = len(ids)
+    x = w["model.embed_tokens.weight"][torch.tensor(ids)]
+    inv_freq, scale = rope_inv_freq(cfg, rope_seq_len)
+    freqs = torch.arange(t, dtype=torch.float32)[:, None] * inv_freq[None, :].float()
+    emb = torch.cat((freqs, freqs), dim=-1).double()
+    cos, sin = emb.cos() * scale, emb.sin() * scale
+    for l in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % l
+        y = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+
+        def proj(name, n_heads):
+            out = y @ w[p + "self_attn.%s_proj.weight" % name].T
+            if bias:
+                out = out + w[p + "self_attn.%s_proj.bias" % name]
+            return out.view(t, n_heads, d).transpose(0, 1)  # [heads, T, D]
+        q, k, v = proj("q", nh), proj("k", nkv), proj("v", nkv)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(nh // nkv, dim=0)
+        v = v.repeat_interleave(nh // nkv, dim=0)
+        s = (q @ k.transpose(1, 2)) / math.sqrt(d)
+        i_idx = torch.arange(t)[:, None]
+        j_idx = torch.arange(t)[None, :]
+        allowed = j_idx <= i_idx
+        win = layer_window(cfg, l)
+        if win is not None:
+            allowed = allowed & (j_idx > i_idx - win)
+        s = s.masked_fill(~allowed, float("-inf"))
+        a = torch.softmax(s, dim=-1) @ v  # [H, T, D]
+        a = a.transpose(0, 1).reshape(t, nh * d)
+        x = x + a @ w[p + "self_attn.o_proj.weight"].T
+        y = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        g = y @ w[p + "mlp.gate_proj.weight"].T
+        u = y @ w[p + "mlp.up_proj.weight"].T
+        x = x + (torch.nn.functional.silu(g) * u) @ w[p + "mlp.down_proj.weight"].T
+    x = rms_norm(x, w["model.norm.weight"], eps)
+    head = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
+    return x @ head.T
+
+
+def main():
+    if len(sys.argv) < 3 or sys.argv[1] != "make":
+        print(__doc__)
+        return 2
+    variants = sys.argv[3:] or ["llama_f32", "qwen2_bf16", "llama_yarn_f16",
+                                 "llama_dynamic_f32"]
+    for variant in variants:
+        make(os.path.join(sys.argv[2], variant), variant)
+    return 0
+
+
+def make(out, variant):
+    os.makedirs(out, exist_ok=True)
+    cfg, dtype = variant_config(variant)
+    gen = torch.Generator().manual_seed(1234)
+    w = make_weights(cfg, gen)
+    write_safetensors(os.path.join(out, "model.safetensors"), w, dtype)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    # The logits are computed from the weights as stored (rounded to dtype).
+    wq = {k: t.to(dtype).double() for k, t in w.items()}
+    seqs = [[1, 7, 30, 4, 9, 9, 50, 12, 3, 44, 20, 5, 17], [1, 52, 0, 8, 8]]
+    longest = max(len(s) for s in seqs)
+    logits = [forward(cfg, wq, s, longest).tolist() for s in seqs]
+    with open(os.path.join(out, "reference.json"), "w") as f:
+        json.dump({"sequences": seqs, "logits": logits}, f)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

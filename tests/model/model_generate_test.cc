@@ -1,0 +1,227 @@
+// Generation: KV-cache decoding equals recomputing the full forward at every
+// step; sampling is independent of batching; stop ids; cache accounting.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kernels/backends.h"
+#include "nlohmann/json.hpp"
+#include "worker/model/config.h"
+#include "worker/model/generate.h"
+#include "worker/model/model.h"
+#include "worker/model/param_layout.h"
+
+namespace tandem::model {
+namespace {
+
+using nlohmann::json;
+
+ModelConfig Config(bool qwen) {
+  json j = {{"vocab_size", 29}, {"hidden_size", 32}, {"intermediate_size", 40},
+            {"num_hidden_layers", 3}, {"num_attention_heads", 4},
+            {"num_key_value_heads", 2}, {"max_position_embeddings", 64},
+            {"rms_norm_eps", 1e-5}, {"eos_token_id", 2}, {"bos_token_id", 1}};
+  if (qwen) {
+    j["model_type"] = "qwen2";
+    j["sliding_window"] = 5;
+    j["layer_types"] = {"full_attention", "sliding_attention", "full_attention"};
+    j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  } else {
+    j["tie_word_embeddings"] = true;
+  }
+  auto c = ParseConfigJson(j.dump());
+  EXPECT_TRUE(c.ok()) << c.status();
+  return *c;
+}
+
+std::vector<float> RandomParams(const Model& m, uint64_t seed) {
+  std::vector<float> p(m.layout().total_floats(), 0.f);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd;
+  for (const auto& t : m.layout().tensors()) {
+    for (size_t i = 0; i < t.numel; ++i) {
+      float v = nd(rng);
+      p[t.offset + i] = t.kind == TensorView::Kind::kNorm ? 1.f + 0.1f * v
+                        : t.kind == TensorView::Kind::kBias ? 0.1f * v
+                                                            : 0.3f * v;
+    }
+  }
+  return p;
+}
+
+void CheckAgainstFullForward(kernels::Ops* ops, bool qwen) {
+  const ModelConfig c = Config(qwen);
+  Model model(c, ops);
+  std::vector<float> p = RandomParams(model, qwen ? 3 : 4);
+  FlatParamProvider pp(model.layout(), p.data(), nullptr);
+  Generator gen(c, ops);
+  const std::vector<std::vector<int32_t>> prompts = {
+      {1, 5, 9, 13}, {1, 20}, {1, 3, 4, 7, 8, 11, 12, 17, 19}};
+  SamplingOptions so;
+  so.greedy = true;
+  so.max_new_tokens = 10;
+  so.stop_at_eos = false;
+  auto res = gen.Generate(prompts, so, pp);
+  ASSERT_TRUE(res.ok()) << res.status();
+  const int V = c.vocab_size;
+  double max_diff = 0;
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    const auto& g = res->sequences[s];
+    ASSERT_EQ(g.tokens.size(), 10u);
+    EXPECT_EQ(g.finish, FinishReason::kLength);
+    for (size_t j = 0; j < g.tokens.size(); ++j) {
+      // Full forward over prompt + generated[0..j-1].
+      std::vector<int32_t> seq = prompts[s];
+      seq.insert(seq.end(), g.tokens.begin(), g.tokens.begin() + j);
+      Batch b;
+      b.cu_seqlens = {0, static_cast<int32_t>(seq.size())};
+      for (size_t i = 0; i < seq.size(); ++i) {
+        b.tokens.push_back(seq[i]);
+        b.targets.push_back(0);
+        b.positions.push_back(static_cast<int32_t>(i));
+      }
+      std::vector<float> logits(seq.size() * V);
+      ASSERT_TRUE(model.ForwardLogits(b, pp, logits.data()).ok());
+      const float* row = logits.data() + (seq.size() - 1) * V;
+      int arg = 0;
+      double mx = row[0], z = 0;
+      for (int v = 1; v < V; ++v) if (row[v] > row[arg]) arg = v;
+      mx = row[arg];
+      for (int v = 0; v < V; ++v) z += std::exp(row[v] - mx);
+      const double lp = row[g.tokens[j]] - mx - std::log(z);
+      EXPECT_EQ(g.tokens[j], arg) << "sequence " << s << " step " << j;
+      EXPECT_NEAR(g.raw_logprobs[j], lp, 1e-4) << "sequence " << s << " step " << j;
+      EXPECT_EQ(g.logprobs[j], 0.f);
+      max_diff = std::max(max_diff, std::fabs(g.raw_logprobs[j] - lp));
+    }
+  }
+  std::printf("[generate %s %s] max |logprob(KV cache) - logprob(full forward)| = %.3g\n",
+              ops->name(), qwen ? "qwen2/yarn/sliding" : "llama/tied", max_diff);
+  const size_t expect_bytes = 2ull * c.num_hidden_layers * prompts.size() *
+                              (9 + 10) * c.KvHeads() * c.HeadDim() * sizeof(float);
+  EXPECT_EQ(res->kv_cache_bytes, expect_bytes);
+  gen.Release();
+  EXPECT_EQ(gen.kv_cache_bytes(), 0u);
+}
+
+TEST(GenerateTest, KvCacheMatchesFullForwardReference) {
+  auto ops = kernels::MakeReferenceOps();
+  CheckAgainstFullForward(ops.get(), true);
+  CheckAgainstFullForward(ops.get(), false);
+}
+
+TEST(GenerateTest, KvCacheMatchesFullForwardCpu) {
+  auto ops = kernels::MakeCpuOps(0);
+  CheckAgainstFullForward(ops.get(), true);
+  CheckAgainstFullForward(ops.get(), false);
+}
+
+TEST(GenerateTest, SamplingIndependentOfBatching) {
+  auto ops = kernels::MakeReferenceOps();
+  const ModelConfig c = Config(true);
+  Model model(c, ops.get());
+  std::vector<float> p = RandomParams(model, 9);
+  FlatParamProvider pp(model.layout(), p.data(), nullptr);
+  Generator gen(c, ops.get());
+  const std::vector<std::vector<int32_t>> prompts = {{1, 5}, {1, 6, 7}, {1, 8, 9, 10}};
+  SamplingOptions so;
+  so.temperature = 1.3f;
+  so.top_k = 12;
+  so.top_p = 0.9f;
+  so.seed = 77;
+  so.max_new_tokens = 12;
+  so.stop_at_eos = false;
+  auto all = gen.Generate(prompts, so, pp);
+  ASSERT_TRUE(all.ok()) << all.status();
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    const uint64_t id = s;
+    auto one = gen.Generate({prompts[s]}, so, pp, std::span<const uint64_t>(&id, 1));
+    ASSERT_TRUE(one.ok());
+    EXPECT_EQ(one->sequences[0].tokens, all->sequences[s].tokens) << s;
+    for (size_t j = 0; j < one->sequences[0].tokens.size(); ++j) {
+      EXPECT_NEAR(one->sequences[0].logprobs[j], all->sequences[s].logprobs[j], 1e-5);
+      EXPECT_NEAR(one->sequences[0].raw_logprobs[j], all->sequences[s].raw_logprobs[j], 1e-5);
+      EXPECT_LE(all->sequences[s].logprobs[j], 0.f);
+    }
+  }
+  auto again = gen.Generate(prompts, so, pp);
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    EXPECT_EQ(again->sequences[s].tokens, all->sequences[s].tokens);
+  }
+  so.seed = 78;
+  auto other = gen.Generate(prompts, so, pp);
+  bool differs = false;
+  for (size_t s = 0; s < prompts.size(); ++s) differs |= other->sequences[s].tokens != all->sequences[s].tokens;
+  EXPECT_TRUE(differs);
+
+  // Temperature 1, no filtering: the sampling distribution is the model's.
+  SamplingOptions plain;
+  plain.max_new_tokens = 6;
+  plain.seed = 5;
+  plain.stop_at_eos = false;
+  auto pl = gen.Generate(prompts, plain, pp);
+  for (const auto& g : pl->sequences)
+    for (size_t j = 0; j < g.tokens.size(); ++j) EXPECT_NEAR(g.logprobs[j], g.raw_logprobs[j], 1e-5);
+
+  // top_k = 1 and a tiny top_p are greedy.
+  SamplingOptions greedy;
+  greedy.greedy = true;
+  greedy.max_new_tokens = 6;
+  greedy.stop_at_eos = false;
+  auto gr = gen.Generate(prompts, greedy, pp);
+  SamplingOptions k1 = plain;
+  k1.top_k = 1;
+  auto r1 = gen.Generate(prompts, k1, pp);
+  SamplingOptions p0 = plain;
+  p0.top_p = 1e-6f;
+  auto r2 = gen.Generate(prompts, p0, pp);
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    EXPECT_EQ(r1->sequences[s].tokens, gr->sequences[s].tokens);
+    EXPECT_EQ(r2->sequences[s].tokens, gr->sequences[s].tokens);
+    for (float lp : r1->sequences[s].logprobs) EXPECT_NEAR(lp, 0.f, 1e-6);
+  }
+}
+
+TEST(GenerateTest, StopsAtStopIdsAndValidates) {
+  auto ops = kernels::MakeReferenceOps();
+  const ModelConfig c = Config(false);
+  Model model(c, ops.get());
+  std::vector<float> p = RandomParams(model, 10);
+  FlatParamProvider pp(model.layout(), p.data(), nullptr);
+  Generator gen(c, ops.get());
+  SamplingOptions so;
+  so.greedy = true;
+  so.max_new_tokens = 8;
+  so.stop_at_eos = false;
+  auto base = gen.Generate({{1, 4, 6}, {1, 7}}, so, pp);
+  ASSERT_TRUE(base.ok());
+  const auto& t0 = base->sequences[0].tokens;
+  // Stop at the third token of sequence 0.
+  so.stop_ids = {t0[2]};
+  auto stopped = gen.Generate({{1, 4, 6}, {1, 7}}, so, pp);
+  ASSERT_TRUE(stopped.ok());
+  const auto& s0 = stopped->sequences[0];
+  const size_t first = std::find(t0.begin(), t0.end(), t0[2]) - t0.begin();
+  EXPECT_EQ(s0.tokens.size(), first + 1);
+  EXPECT_EQ(s0.finish, FinishReason::kStop);
+  // Sequence 1 continues unaffected by sequence 0 leaving the batch (up to
+  // its own stop).
+  const auto& b1 = base->sequences[1].tokens;
+  const auto& s1 = stopped->sequences[1].tokens;
+  ASSERT_LE(s1.size(), b1.size());
+  EXPECT_TRUE(std::equal(s1.begin(), s1.end(), b1.begin()));
+
+  EXPECT_FALSE(gen.Generate({}, so, pp).ok());
+  EXPECT_FALSE(gen.Generate({{}}, so, pp).ok());
+  EXPECT_FALSE(gen.Generate({{1, 99}}, so, pp).ok());
+  SamplingOptions bad;
+  bad.temperature = 0.f;
+  EXPECT_FALSE(gen.Generate({{1}}, bad, pp).ok());
+  bad = SamplingOptions();
+  bad.top_p = 0.f;
+  EXPECT_FALSE(gen.Generate({{1}}, bad, pp).ok());
+}
+
+}  // namespace
+}  // namespace tandem::model

@@ -1,0 +1,98 @@
+// ModelConfig: the Hugging Face config.json of a LlamaForCausalLM /
+// Qwen2ForCausalLM model (the fields Tandem uses), parsed, validated and
+// written back.
+//
+// Parsing accepts the keys HF writes (unknown keys are ignored, as HF does;
+// a few that would change the math - hidden_act other than silu, mlp_bias,
+// unsupported rope types - are rejected). Validate() checks the values and
+// names the offending key in its message. No exceptions escape.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/ops.h"
+
+namespace tandem::model {
+
+// HF `rope_scaling` (null = none).
+struct RopeScaling {
+  std::string rope_type = "default";  // default | linear | dynamic | yarn
+  double factor = 1.0;
+  int original_max_position_embeddings = 0;  // 0 = max_position_embeddings
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double attention_factor = 0.0;  // 0 = HF default (yarn: 0.1 ln(factor) + 1)
+};
+
+struct ModelConfig {
+  std::string model_type = "llama";  // llama | qwen2 (others parsed as llama)
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_hidden_layers = 0;
+  int num_attention_heads = 0;
+  int num_key_value_heads = 0;  // 0 in JSON = absent = num_attention_heads
+  int head_dim = 0;             // 0 = hidden_size / num_attention_heads
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  bool has_rope_scaling = false;
+  RopeScaling rope_scaling;
+  int max_position_embeddings = 2048;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v biases (Qwen2 always has them)
+  int bos_token_id = -1;        // -1 = none
+  std::vector<int> eos_token_ids;  // HF allows an int or a list
+  int pad_token_id = -1;
+  // Sliding-window attention. Per layer: layer_types[i] is "full_attention"
+  // or "sliding_attention" (HF >= 4.53). When layer_types is empty, Qwen2's
+  // use_sliding_window/max_window_layers rule applies (model_type qwen2 or
+  // use_sliding_window given: layers >= max_window_layers slide when
+  // use_sliding_window), else a sliding_window alone applies to all layers
+  // (Mistral style); sliding_window <= 0 = none. Window semantics as HF's
+  // masking_utils: key j visible from query i when i - window < j <= i.
+  int sliding_window = 0;
+  std::vector<std::string> layer_types;
+  bool use_sliding_window = false;  // Qwen2
+  int max_window_layers = 0;        // Qwen2
+  bool sliding_window_set = false;  // key present (and non-null) in the input
+  bool use_sliding_window_set = false;  // key present in the input
+  std::string torch_dtype = "float32";
+  std::string tokenizer;  // "char" = built-in CharTokenizer; "" = none
+
+  // Derived.
+  int HeadDim() const {
+    return head_dim > 0 ? head_dim
+                        : (num_attention_heads > 0
+                               ? hidden_size / num_attention_heads
+                               : 0);
+  }
+  int KvHeads() const {
+    return num_key_value_heads > 0 ? num_key_value_heads
+                                   : num_attention_heads;
+  }
+  bool HasQkvBias() const { return attention_bias || model_type == "qwen2"; }
+  // Attention window of layer i for kernels::AttentionParams::window
+  // (-1 = full attention).
+  int LayerWindow(int layer) const;
+  // Rotary configuration for the kernels (assumes Validate() passed).
+  kernels::RopeConfig Rope() const;
+  // First EOS id or -1.
+  int Eos() const { return eos_token_ids.empty() ? -1 : eos_token_ids[0]; }
+};
+
+// Parses config.json text; then Validate()s. Errors name the key.
+absl::StatusOr<ModelConfig> ParseConfigJson(std::string_view text);
+// Writes an HF-compatible config.json (architectures, model_type, ...).
+std::string ToConfigJson(const ModelConfig& config);
+// Range and consistency checks (heads divide hidden, kv heads divide heads,
+// positive sizes, upper bounds, known rope type, layer_types length...).
+absl::Status Validate(const ModelConfig& config);
+// Total parameter count (floats) of the model, no padding.
+int64_t ParameterCount(const ModelConfig& config);
+
+}  // namespace tandem::model

@@ -1,0 +1,103 @@
+#include "worker/model/file_util.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::model {
+
+namespace {
+absl::Status Errno(absl::string_view what, const std::string& path) {
+  const int e = errno;
+  std::string msg = absl::StrCat(what, " ", path, ": ", std::strerror(e));
+  if (e == ENOENT) return absl::NotFoundError(msg);
+  return absl::InternalError(msg);
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { if (fd_ >= 0) ::close(fd_); }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  int release() { int f = fd_; fd_ = -1; return f; }
+ private:
+  int fd_;
+};
+}  // namespace
+
+absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return Errno("cannot open", path);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return Errno("cannot stat", path);
+  std::string out;
+  out.resize(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = ::read(fd.get(), out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno("cannot read", path);
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  out.resize(done);
+  return out;
+}
+
+absl::Status WriteFileAtomic(const std::string& path, std::string_view data) {
+  return WriteFileAtomicParts(path, {data});
+}
+
+absl::Status WriteFileAtomicParts(const std::string& path,
+                                  const std::vector<std::string_view>& parts) {
+  const std::filesystem::path p(path);
+  const std::filesystem::path dir =
+      p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  {
+    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (fd.get() < 0) return Errno("cannot create", tmp);
+    for (std::string_view part : parts) {
+      size_t done = 0;
+      while (done < part.size()) {
+        ssize_t n = ::write(fd.get(), part.data() + done, part.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+          absl::Status st = Errno("cannot write", tmp);
+          ::unlink(tmp.c_str());
+          return st;
+        }
+        done += static_cast<size_t>(n);
+      }
+    }
+    if (::fsync(fd.get()) != 0) {
+      absl::Status st = Errno("cannot fsync", tmp);
+      ::unlink(tmp.c_str());
+      return st;
+    }
+    if (::close(fd.release()) != 0) {
+      absl::Status st = Errno("cannot close", tmp);
+      ::unlink(tmp.c_str());
+      return st;
+    }
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    absl::Status st = Errno("cannot rename to", path);
+    ::unlink(tmp.c_str());
+    return st;
+  }
+  Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dfd.get() >= 0) ::fsync(dfd.get());
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::model

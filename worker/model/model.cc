@@ -1,0 +1,371 @@
+#include "worker/model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::model {
+
+void Batch::AddSequence(std::span<const int32_t> seq) {
+  if (cu_seqlens.empty()) cu_seqlens.push_back(0);
+  if (seq.size() < 2) return;
+  for (size_t i = 0; i + 1 < seq.size(); ++i) {
+    tokens.push_back(seq[i]);
+    targets.push_back(seq[i + 1]);
+    positions.push_back(static_cast<int32_t>(i));
+  }
+  cu_seqlens.push_back(static_cast<int32_t>(tokens.size()));
+}
+
+Model::Model(const ModelConfig& config, kernels::Ops* ops, int max_tokens)
+    : config_(config), layout_(config), ops_(ops) {
+  C_ = config.hidden_size;
+  H_ = config.num_attention_heads;
+  Hkv_ = config.KvHeads();
+  D_ = config.HeadDim();
+  I_ = config.intermediate_size;
+  V_ = config.vocab_size;
+  L_ = config.num_hidden_layers;
+  HD_ = H_ * D_;
+  KD_ = Hkv_ * D_;
+  lm_chunk_ = std::clamp(262144 / std::max(V_, 1), 8, 1024);
+  if (max_tokens > 0) EnsureCapacity(max_tokens);
+}
+
+kernels::AttentionParams Model::Attn(int layer) const {
+  kernels::AttentionParams p;
+  p.num_heads = H_;
+  p.num_kv_heads = Hkv_;
+  p.head_dim = D_;
+  p.causal = true;
+  p.window = config_.LayerWindow(layer);
+  return p;
+}
+
+void Model::EnsureCapacity(int t) {
+  if (t <= cap_) return;
+  const size_t T = static_cast<size_t>(t);
+  const size_t L = L_;
+  size_t n = 0;
+  auto take = [&](size_t count) { size_t o = n; n += (count + 15) / 16 * 16; return o; };
+  const size_t o_x = take((L + 1) * T * C_), o_xmid = take(L * T * C_),
+               o_q = take(L * T * HD_), o_k = take(L * T * KD_),
+               o_v = take(L * T * KD_), o_attn = take(L * T * HD_),
+               o_lse = take(L * T * H_), o_gate = take(L * T * I_),
+               o_up = take(L * T * I_), o_r1 = take(L * T), o_r2 = take(L * T),
+               o_rf = take(T), o_xnf = take(T * C_), o_xn = take(T * C_),
+               o_hact = take(T * I_), o_dres = take(T * C_),
+               o_dtmp = take(T * C_), o_dxn = take(T * C_),
+               o_dattn = take(T * HD_), o_dq = take(T * HD_),
+               o_dk = take(T * KD_), o_dv = take(T * KD_),
+               o_dh = take(T * I_), o_dgate = take(T * I_),
+               o_dup = take(T * I_), o_rt = take(T),
+               o_lm = take(static_cast<size_t>(lm_chunk_) * V_);
+  ws_.clear();
+  ws_.shrink_to_fit();
+  ws_.resize(n);
+  float* b = ws_.data();
+  x_ = b + o_x; xmid_ = b + o_xmid; q_ = b + o_q; k_ = b + o_k; v_ = b + o_v;
+  attn_ = b + o_attn; lse_ = b + o_lse; gate_ = b + o_gate; up_ = b + o_up;
+  rstd1_ = b + o_r1; rstd2_ = b + o_r2; rstdf_ = b + o_rf; xnf_ = b + o_xnf;
+  xn_ = b + o_xn; hact_ = b + o_hact; dres_ = b + o_dres; dtmp_ = b + o_dtmp;
+  dxn_ = b + o_dxn; dattn_ = b + o_dattn; dq_ = b + o_dq; dk_ = b + o_dk;
+  dv_ = b + o_dv; dh_ = b + o_dh; dgate_ = b + o_dgate; dup_ = b + o_dup;
+  rstd_tmp_ = b + o_rt; lm_scratch_ = b + o_lm;
+  cap_ = t;
+  have_forward_ = false;
+}
+
+void Model::EnsureRope(int max_position) {
+  const kernels::RopeConfig rc = config_.Rope();
+  const int need = max_position + 1;
+  // Dynamic NTK: HF recomputes the base from the longest sequence in the
+  // forward once it exceeds the original maximum.
+  const int key = rc.type == kernels::RopeType::kDynamicNtk
+                      ? std::max(need, rc.original_max_position)
+                      : 0;
+  if (key == rope_seq_key_ && need <= rope_rows_) return;
+  const int rows = std::max({need, config_.max_position_embeddings, rope_rows_});
+  cos_.assign(static_cast<size_t>(rows) * D_ / 2, 0.f);
+  sin_.assign(static_cast<size_t>(rows) * D_ / 2, 0.f);
+  kernels::rope_tables(rc, key > 0 ? key : rows, rows, cos_.data(), sin_.data());
+  rope_rows_ = rows;
+  rope_seq_key_ = key;
+}
+
+absl::Status Model::CheckBatch(const Batch& b) const {
+  const size_t T = b.tokens.size();
+  if (T == 0) return absl::InvalidArgumentError("batch has no tokens");
+  if (T > (1u << 24)) return absl::InvalidArgumentError("batch too large");
+  if (b.targets.size() != T || b.positions.size() != T) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch: tokens (", T, "), targets (", b.targets.size(),
+        ") and positions (", b.positions.size(), ") must have equal sizes"));
+  }
+  if (b.cu_seqlens.size() < 2 || b.cu_seqlens.front() != 0 ||
+      b.cu_seqlens.back() != static_cast<int32_t>(T)) {
+    return absl::InvalidArgumentError(
+        "batch: cu_seqlens must start at 0 and end at the number of tokens");
+  }
+  for (size_t i = 1; i < b.cu_seqlens.size(); ++i) {
+    if (b.cu_seqlens[i] < b.cu_seqlens[i - 1]) {
+      return absl::InvalidArgumentError("batch: cu_seqlens must not decrease");
+    }
+  }
+  for (size_t t = 0; t < T; ++t) {
+    if (b.tokens[t] < 0 || b.tokens[t] >= V_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch: token id ", b.tokens[t], " at row ", t, " outside [0, ", V_, ")"));
+    }
+    if (b.targets[t] < 0 || b.targets[t] >= V_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch: target id ", b.targets[t], " at row ", t, " outside [0, ", V_, ")"));
+    }
+    if (b.positions[t] < 0 || b.positions[t] >= (1 << 24)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch: position ", b.positions[t], " at row ", t, " out of range"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Model::ForwardHidden(ParamProvider& pp) {
+  const int T = T_;
+  const size_t TC = static_cast<size_t>(T) * C_;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const float* cosb = cos_.data();
+  const float* sinb = sin_.data();
+  {
+    const float* P = pp.AcquireParams(0);
+    pp.Prefetch(1);
+    ops_->embedding_forward(tokens_.data(), T, P + layout_.embed_offset(), C_, x_);
+    pp.ReleaseParams(0);
+  }
+  for (int l = 0; l < L_; ++l) {
+    const int unit = layout_.layer_unit(l);
+    const float* P = pp.AcquireParams(unit);
+    pp.Prefetch(unit + 1);
+    const LayerOffsets& o = layout_.layer(l);
+    const size_t lt = static_cast<size_t>(l) * T;
+    float* x = x_ + l * TC;
+    float* xo = x_ + (l + 1) * TC;
+    float* xmid = xmid_ + l * TC;
+    float* q = q_ + lt * HD_;
+    float* k = k_ + lt * KD_;
+    float* v = v_ + lt * KD_;
+    float* attn = attn_ + lt * HD_;
+    float* gate = gate_ + lt * I_;
+    float* up = up_ + lt * I_;
+    ops_->rmsnorm_forward(x, P + o.input_norm, T, C_, eps, xn_, rstd1_ + lt);
+    ops_->matmul(false, true, T, HD_, C_, 1.f, xn_, C_, P + o.q, C_, 0.f, q, HD_);
+    ops_->matmul(false, true, T, KD_, C_, 1.f, xn_, C_, P + o.k, C_, 0.f, k, KD_);
+    ops_->matmul(false, true, T, KD_, C_, 1.f, xn_, C_, P + o.v, C_, 0.f, v, KD_);
+    if (o.q_bias != SIZE_MAX) {
+      ops_->add_bias(q, P + o.q_bias, T, HD_);
+      ops_->add_bias(k, P + o.k_bias, T, KD_);
+      ops_->add_bias(v, P + o.v_bias, T, KD_);
+    }
+    ops_->rope_apply(q, positions_.data(), T, H_, D_, cosb, sinb, false);
+    ops_->rope_apply(k, positions_.data(), T, Hkv_, D_, cosb, sinb, false);
+    ops_->attention_forward(Attn(l), q, k, v, cu_.data(), nseq_, T, attn,
+                            lse_ + lt * H_);
+    std::memcpy(xmid, x, TC * sizeof(float));
+    ops_->matmul(false, true, T, C_, HD_, 1.f, attn, HD_, P + o.o, HD_, 1.f, xmid, C_);
+    ops_->rmsnorm_forward(xmid, P + o.post_norm, T, C_, eps, xn_, rstd2_ + lt);
+    ops_->matmul(false, true, T, I_, C_, 1.f, xn_, C_, P + o.gate, C_, 0.f, gate, I_);
+    ops_->matmul(false, true, T, I_, C_, 1.f, xn_, C_, P + o.up, C_, 0.f, up, I_);
+    ops_->swiglu_forward(gate, up, static_cast<size_t>(T) * I_, hact_);
+    std::memcpy(xo, xmid, TC * sizeof(float));
+    ops_->matmul(false, true, T, C_, I_, 1.f, hact_, I_, P + o.down, I_, 1.f, xo, C_);
+    pp.ReleaseParams(unit);
+  }
+  const int fu = layout_.final_unit();
+  const float* P = pp.AcquireParams(fu);
+  if (layout_.tied()) pp.Prefetch(0);  // the LM head comes next
+  ops_->rmsnorm_forward(x_ + L_ * TC, P + layout_.final_norm_offset(), T, C_,
+                        eps, xnf_, rstdf_);
+  pp.ReleaseParams(fu);
+}
+
+absl::Status Model::ForwardLogprobs(const Batch& batch, ParamProvider& pp,
+                                    float* logp, float* entropy) {
+  absl::Status s = CheckBatch(batch);
+  if (!s.ok()) return s;
+  T_ = batch.num_tokens();
+  nseq_ = batch.num_seqs();
+  EnsureCapacity(T_);
+  tokens_ = batch.tokens;
+  targets_ = batch.targets;
+  positions_ = batch.positions;
+  cu_ = batch.cu_seqlens;
+  EnsureRope(*std::max_element(positions_.begin(), positions_.end()));
+  ForwardHidden(pp);
+  const int hu = layout_.lm_head_unit();
+  const float* P = pp.AcquireParams(hu);
+  ops_->lm_head_logprobs_forward(xnf_, P + layout_.lm_head_offset(),
+                                 targets_.data(), T_, C_, V_, lm_chunk_,
+                                 lm_scratch_, logp, entropy);
+  pp.ReleaseParams(hu);
+  have_forward_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status Model::ForwardLogits(const Batch& batch, ParamProvider& pp,
+                                  float* logits) {
+  absl::Status s = CheckBatch(batch);
+  if (!s.ok()) return s;
+  T_ = batch.num_tokens();
+  nseq_ = batch.num_seqs();
+  EnsureCapacity(T_);
+  tokens_ = batch.tokens;
+  targets_ = batch.targets;
+  positions_ = batch.positions;
+  cu_ = batch.cu_seqlens;
+  EnsureRope(*std::max_element(positions_.begin(), positions_.end()));
+  ForwardHidden(pp);
+  const int hu = layout_.lm_head_unit();
+  const float* P = pp.AcquireParams(hu);
+  ops_->matmul(false, true, T_, V_, C_, 1.f, xnf_, C_,
+               P + layout_.lm_head_offset(), C_, 0.f, logits, V_);
+  pp.ReleaseParams(hu);
+  have_forward_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status Model::Backward(const float* dlogp, ParamProvider& pp) {
+  if (!have_forward_) {
+    return absl::FailedPreconditionError("Backward without a ForwardLogprobs");
+  }
+  have_forward_ = false;
+  const int T = T_;
+  const size_t TC = static_cast<size_t>(T) * C_;
+  const size_t TI = static_cast<size_t>(T) * I_;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const float* cosb = cos_.data();
+  const float* sinb = sin_.data();
+  const int fu = layout_.final_unit();
+  const bool tied = layout_.tied();
+
+  // LM head and final norm.
+  const float* Pf = pp.AcquireParams(fu);
+  float* Gf = pp.AcquireGrads(fu);
+  pp.Prefetch(layout_.layer_unit(L_ - 1));
+  const float* Ph = tied ? pp.AcquireParams(0) : Pf;
+  float* Gh = tied ? pp.AcquireGrads(0) : Gf;
+  ops_->lm_head_logprobs_backward(xnf_, Ph + layout_.lm_head_offset(),
+                                  targets_.data(), dlogp, T, C_, V_, lm_chunk_,
+                                  lm_scratch_, dxn_, Gh + layout_.lm_head_offset());
+  if (tied) pp.ReleaseParams(0);
+  ops_->rmsnorm_backward(dxn_, x_ + L_ * TC, Pf + layout_.final_norm_offset(),
+                         rstdf_, T, C_, dres_, Gf + layout_.final_norm_offset());
+  pp.ReleaseGrads(fu);
+  pp.ReleaseParams(fu);
+
+  for (int l = L_ - 1; l >= 0; --l) {
+    const int unit = layout_.layer_unit(l);
+    const float* P = pp.AcquireParams(unit);
+    float* G = pp.AcquireGrads(unit);
+    pp.Prefetch(unit - 1);
+    const LayerOffsets& o = layout_.layer(l);
+    const size_t lt = static_cast<size_t>(l) * T;
+    const float* x = x_ + l * TC;
+    const float* xmid = xmid_ + l * TC;
+    const float* q = q_ + lt * HD_;
+    const float* k = k_ + lt * KD_;
+    const float* v = v_ + lt * KD_;
+    const float* attn = attn_ + lt * HD_;
+    const float* gate = gate_ + lt * I_;
+    const float* up = up_ + lt * I_;
+
+    // MLP: recompute xn2 and the SwiGLU output.
+    ops_->rmsnorm_forward(xmid, P + o.post_norm, T, C_, eps, xn_, rstd_tmp_);
+    ops_->swiglu_forward(gate, up, TI, hact_);
+    ops_->matmul(false, false, T, I_, C_, 1.f, dres_, C_, P + o.down, I_, 0.f, dh_, I_);
+    ops_->matmul(true, false, C_, I_, T, 1.f, dres_, C_, hact_, I_, 1.f, G + o.down, I_);
+    ops_->swiglu_backward(dh_, gate, up, TI, dgate_, dup_);
+    ops_->matmul(false, false, T, C_, I_, 1.f, dgate_, I_, P + o.gate, C_, 0.f, dxn_, C_);
+    ops_->matmul(false, false, T, C_, I_, 1.f, dup_, I_, P + o.up, C_, 1.f, dxn_, C_);
+    ops_->matmul(true, false, I_, C_, T, 1.f, dgate_, I_, xn_, C_, 1.f, G + o.gate, C_);
+    ops_->matmul(true, false, I_, C_, T, 1.f, dup_, I_, xn_, C_, 1.f, G + o.up, C_);
+    ops_->rmsnorm_backward(dxn_, xmid, P + o.post_norm, rstd2_ + lt, T, C_,
+                           dtmp_, G + o.post_norm);
+    ops_->add_inplace(dres_, dtmp_, TC);
+
+    // Attention.
+    ops_->matmul(false, false, T, HD_, C_, 1.f, dres_, C_, P + o.o, HD_, 0.f, dattn_, HD_);
+    ops_->matmul(true, false, C_, HD_, T, 1.f, dres_, C_, attn, HD_, 1.f, G + o.o, HD_);
+    ops_->attention_backward(Attn(l), q, k, v, attn, dattn_, lse_ + lt * H_,
+                             cu_.data(), nseq_, T, dq_, dk_, dv_);
+    ops_->rope_apply(dq_, positions_.data(), T, H_, D_, cosb, sinb, true);
+    ops_->rope_apply(dk_, positions_.data(), T, Hkv_, D_, cosb, sinb, true);
+    if (o.q_bias != SIZE_MAX) {
+      ops_->bias_backward(dq_, T, HD_, G + o.q_bias);
+      ops_->bias_backward(dk_, T, KD_, G + o.k_bias);
+      ops_->bias_backward(dv_, T, KD_, G + o.v_bias);
+    }
+    ops_->rmsnorm_forward(x, P + o.input_norm, T, C_, eps, xn_, rstd_tmp_);
+    ops_->matmul(false, false, T, C_, HD_, 1.f, dq_, HD_, P + o.q, C_, 0.f, dxn_, C_);
+    ops_->matmul(false, false, T, C_, KD_, 1.f, dk_, KD_, P + o.k, C_, 1.f, dxn_, C_);
+    ops_->matmul(false, false, T, C_, KD_, 1.f, dv_, KD_, P + o.v, C_, 1.f, dxn_, C_);
+    ops_->matmul(true, false, HD_, C_, T, 1.f, dq_, HD_, xn_, C_, 1.f, G + o.q, C_);
+    ops_->matmul(true, false, KD_, C_, T, 1.f, dk_, KD_, xn_, C_, 1.f, G + o.k, C_);
+    ops_->matmul(true, false, KD_, C_, T, 1.f, dv_, KD_, xn_, C_, 1.f, G + o.v, C_);
+    ops_->rmsnorm_backward(dxn_, x, P + o.input_norm, rstd1_ + lt, T, C_,
+                           dtmp_, G + o.input_norm);
+    ops_->add_inplace(dres_, dtmp_, TC);
+    pp.ReleaseGrads(unit);
+    pp.ReleaseParams(unit);
+  }
+
+  float* G0 = pp.AcquireGrads(0);
+  ops_->embedding_backward(tokens_.data(), T, dres_, C_, G0 + layout_.embed_offset());
+  if (tied) pp.ReleaseGrads(0);  // the hold taken for the LM head
+  pp.ReleaseGrads(0);
+  return absl::OkStatus();
+}
+
+void Model::InitParams(uint64_t seed, float* params) const {
+  std::fill(params, params + layout_.total_floats(), 0.f);
+  std::mt19937_64 rng(seed);
+  constexpr double kTwoPi = 6.283185307179586476925286766559;
+  constexpr double kStd = 0.02;  // HF initializer_range
+  auto uniform = [&rng]() {  // (0, 1]
+    return (static_cast<double>(rng() >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+  };
+  for (const TensorView& t : layout_.tensors()) {
+    float* p = params + t.offset;
+    switch (t.kind) {
+      case TensorView::Kind::kNorm:
+        std::fill(p, p + t.numel, 1.f);
+        break;
+      case TensorView::Kind::kBias:
+        break;
+      case TensorView::Kind::kMatrix:
+        for (size_t i = 0; i < t.numel; i += 2) {
+          const double u1 = uniform(), u2 = uniform();
+          const double r = std::sqrt(-2.0 * std::log(u1));
+          p[i] = static_cast<float>(kStd * r * std::cos(kTwoPi * u2));
+          if (i + 1 < t.numel) p[i + 1] = static_cast<float>(kStd * r * std::sin(kTwoPi * u2));
+        }
+        break;
+    }
+  }
+}
+
+float SftLoss(std::span<const float> logp, std::span<const float> mask,
+              float* dlogp) {
+  double n = 0, sum = 0;
+  for (size_t t = 0; t < logp.size(); ++t) {
+    n += mask[t];
+    sum += static_cast<double>(mask[t]) * logp[t];
+  }
+  for (size_t t = 0; t < logp.size(); ++t) {
+    dlogp[t] = n > 0 ? static_cast<float>(-mask[t] / n) : 0.f;
+  }
+  return n > 0 ? static_cast<float>(-sum / n) : 0.f;
+}
+
+}  // namespace tandem::model

@@ -1,0 +1,331 @@
+#include "worker/model/model_commands.h"
+
+#include <charconv>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "kernels/backends.h"
+#include "nlohmann/json.hpp"
+#include "worker/model/file_util.h"
+#include "worker/model/generate.h"
+#include "worker/model/model.h"
+#include "worker/model/param_layout.h"
+#include "worker/model/safetensors.h"
+#include "worker/model/tokenizer.h"
+#include "yaml-cpp/yaml.h"
+
+namespace tandem::model {
+
+namespace {
+using nlohmann::json;
+
+constexpr int kUsage = 2;
+constexpr int kRuntime = 1;
+
+const char kInitHelp[] =
+    "usage: tandemctl model init --config MODEL.yaml|config.json --seed S --out DIR\n"
+    "  Writes a randomly initialised model to DIR: model.safetensors, config.json\n"
+    "  and tokenizer.json when the config says tokenizer: char.\n"
+    "  --config FILE   model config (YAML or JSON, Hugging Face config.json keys)\n"
+    "  --seed S        initialisation seed (default 0)\n"
+    "  --out DIR       output directory (created if missing)\n"
+    "  --dtype F32|BF16  tensor type written (default F32)\n";
+
+const char kGenerateHelp[] =
+    "usage: tandemctl generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3)\n"
+    "           [--max-new-tokens N] [--greedy | --temperature T --top-p P --top-k K]\n"
+    "           [--seed S] [--num-samples N] [--threads N] [--output text|json]\n"
+    "  --prompt TEXT       encoded with the model's char tokenizer (BOS prepended)\n"
+    "  --prompt-ids LIST   comma-separated token ids, used as given\n"
+    "  --max-new-tokens N  default 32\n"
+    "  --greedy            argmax decoding (default when no sampling flag is given)\n"
+    "  --temperature T     sampling temperature (> 0), default 1\n"
+    "  --top-p P           nucleus sampling mass in (0, 1], default 1 (off)\n"
+    "  --top-k K           keep the K most likely tokens, default 0 (off)\n"
+    "  --seed S            sampling seed, default 0\n"
+    "  --num-samples N     samples of the prompt, generated as one batch (default 1)\n"
+    "  --threads N         compute threads (default: all cores)\n"
+    "  --output FORMAT     text (default) or json\n";
+
+// --flag value / --flag=value parser against a set of known flags.
+struct Flags {
+  std::map<std::string, std::string> values;
+  std::set<std::string> bools;
+  std::string error;
+};
+
+Flags ParseFlags(const std::vector<std::string>& args,
+                 const std::set<std::string>& with_value,
+                 const std::set<std::string>& boolean) {
+  Flags f;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string a = args[i];
+    if (a.rfind("--", 0) != 0) {
+      f.error = absl::StrCat("unexpected argument '", a, "'");
+      return f;
+    }
+    std::string name = a, value;
+    bool has_eq = false;
+    if (auto eq = a.find('='); eq != std::string::npos) {
+      name = a.substr(0, eq);
+      value = a.substr(eq + 1);
+      has_eq = true;
+    }
+    if (boolean.count(name)) {
+      if (has_eq) { f.error = absl::StrCat(name, " takes no value"); return f; }
+      f.bools.insert(name);
+    } else if (with_value.count(name)) {
+      if (!has_eq) {
+        if (i + 1 >= args.size()) { f.error = absl::StrCat(name, " needs a value"); return f; }
+        value = args[++i];
+      }
+      f.values[name] = value;
+    } else {
+      f.error = absl::StrCat("unknown flag '", name, "'");
+      return f;
+    }
+  }
+  return f;
+}
+
+template <typename T>
+bool ParseNumber(const std::string& s, T* out) {
+  if constexpr (std::is_floating_point_v<T>) {
+    char* end = nullptr;
+    errno = 0;
+    const double v = std::strtod(s.c_str(), &end);
+    if (s.empty() || end != s.c_str() + s.size() || errno != 0) return false;
+    *out = static_cast<T>(v);
+    return true;
+  } else {
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+    return ec == std::errc() && p == s.data() + s.size();
+  }
+}
+
+json YamlToJson(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      return nullptr;
+    case YAML::NodeType::Sequence: {
+      json a = json::array();
+      for (const auto& e : n) a.push_back(YamlToJson(e));
+      return a;
+    }
+    case YAML::NodeType::Map: {
+      json o = json::object();
+      for (const auto& kv : n) o[kv.first.as<std::string>()] = YamlToJson(kv.second);
+      return o;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string s = n.Scalar();
+      if (n.Tag() == "!") return s;  // quoted: a string
+      if (s == "true" || s == "True") return true;
+      if (s == "false" || s == "False") return false;
+      if (s == "null" || s == "~" || s == "Null") return nullptr;
+      int64_t i;
+      if (ParseNumber(s, &i)) return i;
+      double d;
+      if (ParseNumber(s, &d)) return d;
+      return s;
+    }
+  }
+  return nullptr;
+}
+
+std::string JoinIds(const std::vector<int32_t>& ids, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) absl::StrAppend(&out, i ? sep : "", ids[i]);
+  return out;
+}
+}  // namespace
+
+absl::StatusOr<ModelConfig> LoadModelConfigFile(const std::string& path) {
+  auto text = ReadFileToString(path);
+  if (!text.ok()) return text.status();
+  std::string json_text = *text;
+  if (path.ends_with(".yaml") || path.ends_with(".yml")) {
+    try {
+      YAML::Node root = YAML::Load(*text);
+      if (!root.IsMap()) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": YAML must be a mapping"));
+      }
+      json_text = YamlToJson(root).dump();
+    } catch (const YAML::Exception& e) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": invalid YAML: ", e.what()));
+    }
+  }
+  auto cfg = ParseConfigJson(json_text);
+  if (!cfg.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", cfg.status().message()));
+  }
+  return cfg;
+}
+
+int ModelInitCommand(const std::vector<std::string>& args) {
+  for (const auto& a : args) {
+    if (a == "--help" || a == "-h") { std::cout << kInitHelp; return 0; }
+  }
+  Flags f = ParseFlags(args, {"--config", "--seed", "--out", "--dtype"}, {});
+  if (!f.error.empty()) { std::cerr << "model init: " << f.error << "\n" << kInitHelp; return kUsage; }
+  if (!f.values.count("--config") || !f.values.count("--out")) {
+    std::cerr << "model init: --config and --out are required\n" << kInitHelp;
+    return kUsage;
+  }
+  uint64_t seed = 0;
+  if (f.values.count("--seed") && !ParseNumber(f.values["--seed"], &seed)) {
+    std::cerr << "model init: --seed must be a non-negative integer\n";
+    return kUsage;
+  }
+  StDtype dtype = StDtype::kF32;
+  if (f.values.count("--dtype")) {
+    if (f.values["--dtype"] == "BF16" || f.values["--dtype"] == "bf16") dtype = StDtype::kBF16;
+    else if (f.values["--dtype"] != "F32" && f.values["--dtype"] != "f32") {
+      std::cerr << "model init: --dtype must be F32 or BF16\n";
+      return kUsage;
+    }
+  }
+  auto cfg = LoadModelConfigFile(f.values["--config"]);
+  if (!cfg.ok()) { std::cerr << "model init: " << cfg.status().message() << "\n"; return kRuntime; }
+  Model model(*cfg, nullptr);
+  std::vector<float> params(model.layout().total_floats());
+  model.InitParams(seed, params.data());
+  std::optional<CharTokenizer> tok;
+  if (cfg->tokenizer == "char") tok = CharTokenizer::Default();
+  absl::Status s = SaveModelDir(f.values["--out"], *cfg, params.data(),
+                                tok ? &*tok : nullptr, dtype);
+  if (!s.ok()) { std::cerr << "model init: " << s.message() << "\n"; return kRuntime; }
+  std::cout << "wrote " << f.values["--out"] << ": " << ParameterCount(*cfg)
+            << " parameters, " << cfg->num_hidden_layers << " layers, seed " << seed
+            << (tok ? ", char tokenizer" : "") << "\n";
+  return 0;
+}
+
+int GenerateCommand(const std::vector<std::string>& args) {
+  for (const auto& a : args) {
+    if (a == "--help" || a == "-h") { std::cout << kGenerateHelp; return 0; }
+  }
+  Flags f = ParseFlags(args,
+                       {"--model", "--prompt", "--prompt-ids", "--max-new-tokens",
+                        "--temperature", "--top-p", "--top-k", "--seed", "--output",
+                        "--num-samples", "--threads"},
+                       {"--greedy"});
+  auto usage = [](const std::string& msg) {
+    std::cerr << "generate: " << msg << "\n" << kGenerateHelp;
+    return kUsage;
+  };
+  if (!f.error.empty()) return usage(f.error);
+  if (!f.values.count("--model")) return usage("--model is required");
+  if (f.values.count("--prompt") == f.values.count("--prompt-ids")) {
+    return usage("give exactly one of --prompt and --prompt-ids");
+  }
+  SamplingOptions so;
+  const bool sampling_flags = f.values.count("--temperature") || f.values.count("--top-p") ||
+                              f.values.count("--top-k");
+  if (f.bools.count("--greedy") && sampling_flags) {
+    return usage("--greedy cannot be combined with --temperature/--top-p/--top-k");
+  }
+  so.greedy = !sampling_flags;
+  if (f.values.count("--max-new-tokens") &&
+      (!ParseNumber(f.values["--max-new-tokens"], &so.max_new_tokens) || so.max_new_tokens < 0)) {
+    return usage("--max-new-tokens must be a non-negative integer");
+  }
+  if (f.values.count("--temperature") &&
+      (!ParseNumber(f.values["--temperature"], &so.temperature) || !(so.temperature > 0))) {
+    return usage("--temperature must be a number > 0");
+  }
+  if (f.values.count("--top-p") &&
+      (!ParseNumber(f.values["--top-p"], &so.top_p) || !(so.top_p > 0 && so.top_p <= 1))) {
+    return usage("--top-p must be in (0, 1]");
+  }
+  if (f.values.count("--top-k") && (!ParseNumber(f.values["--top-k"], &so.top_k) || so.top_k < 0)) {
+    return usage("--top-k must be a non-negative integer");
+  }
+  if (f.values.count("--seed") && !ParseNumber(f.values["--seed"], &so.seed)) {
+    return usage("--seed must be a non-negative integer");
+  }
+  int samples = 1, threads = 0;
+  if (f.values.count("--num-samples") &&
+      (!ParseNumber(f.values["--num-samples"], &samples) || samples < 1 || samples > 4096)) {
+    return usage("--num-samples must be in [1, 4096]");
+  }
+  if (f.values.count("--threads") && (!ParseNumber(f.values["--threads"], &threads) || threads < 0)) {
+    return usage("--threads must be a non-negative integer");
+  }
+  const std::string output = f.values.count("--output") ? f.values["--output"] : "text";
+  if (output != "text" && output != "json") return usage("--output must be text or json");
+  std::vector<int32_t> prompt;
+  if (f.values.count("--prompt-ids")) {
+    for (absl::string_view part : absl::StrSplit(f.values["--prompt-ids"], ',')) {
+      int32_t id;
+      if (!ParseNumber(std::string(part), &id)) {
+        return usage(absl::StrCat("--prompt-ids: '", part, "' is not an integer"));
+      }
+      prompt.push_back(id);
+    }
+  }
+
+  auto loaded = LoadModelDir(f.values["--model"]);
+  if (!loaded.ok()) { std::cerr << "generate: " << loaded.status().message() << "\n"; return kRuntime; }
+  const ModelConfig& cfg = loaded->config;
+  if (f.values.count("--prompt")) {
+    if (!loaded->tokenizer) {
+      std::cerr << "generate: the model has no char tokenizer; use --prompt-ids\n";
+      return kRuntime;
+    }
+    auto ids = loaded->tokenizer->EncodeOrError(f.values["--prompt"]);
+    if (!ids.ok()) { std::cerr << "generate: --prompt: " << ids.status().message() << "\n"; return kUsage; }
+    if (cfg.bos_token_id >= 0) prompt.push_back(cfg.bos_token_id);
+    else prompt.push_back(loaded->tokenizer->bos());
+    prompt.insert(prompt.end(), ids->begin(), ids->end());
+  }
+  if (prompt.empty()) return usage("the prompt is empty");
+  auto ops = kernels::MakeCpuOps(threads);
+  ParamLayout layout(cfg);  // FlatParamProvider keeps a reference
+  FlatParamProvider provider(layout, loaded->params.data(), nullptr);
+  Generator gen(cfg, ops.get());
+  std::vector<std::vector<int32_t>> prompts(samples, prompt);
+  auto res = gen.Generate(prompts, so, provider);
+  if (!res.ok()) { std::cerr << "generate: " << res.status().message() << "\n"; return kRuntime; }
+  const double secs = res->prefill_seconds + res->decode_seconds;
+  const double tps = res->decode_seconds > 0 ? res->generated_tokens / res->decode_seconds : 0;
+  if (output == "json") {
+    json j;
+    j["prompt_ids"] = prompt;
+    json arr = json::array();
+    for (const auto& g : res->sequences) {
+      json s;
+      s["ids"] = g.tokens;
+      if (loaded->tokenizer) s["text"] = loaded->tokenizer->Decode(g.tokens);
+      s["logprobs"] = g.logprobs;
+      s["raw_logprobs"] = g.raw_logprobs;
+      s["finish_reason"] = g.finish == FinishReason::kStop ? "stop" : "length";
+      arr.push_back(s);
+    }
+    j["samples"] = arr;
+    j["prefill_seconds"] = res->prefill_seconds;
+    j["decode_seconds"] = res->decode_seconds;
+    j["decode_tokens_per_second"] = tps;
+    j["kv_cache_bytes"] = res->kv_cache_bytes;
+    std::cout << j.dump() << "\n";
+  } else {
+    for (size_t i = 0; i < res->sequences.size(); ++i) {
+      const auto& g = res->sequences[i];
+      if (samples > 1) std::cout << "sample " << i << "\n";
+      std::cout << "ids: " << JoinIds(g.tokens, " ") << "\n";
+      if (loaded->tokenizer) std::cout << "text: " << loaded->tokenizer->Decode(g.tokens) << "\n";
+      std::cout << "finish: " << (g.finish == FinishReason::kStop ? "stop" : "length") << "\n";
+    }
+    std::cerr << "generated " << res->generated_tokens << " tokens in " << secs << " s ("
+              << tps << " tokens/s decode), KV cache " << res->kv_cache_bytes << " bytes\n";
+  }
+  return 0;
+}
+
+}  // namespace tandem::model
