@@ -9,8 +9,13 @@
 #pragma once
 
 #include <memory>
+#include <string>
+
+#include <functional>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/comm/store.h"
 #include "tandem/v1/cluster.pb.h"
 
 namespace tandem::worker {
@@ -18,10 +23,18 @@ namespace tandem::worker {
 struct EngineOptions {
   std::string coordinator_address;   // for the rendezvous store
   std::string auth_token;            // join token for Store RPCs
+  std::string tls_ca;                // PEM CA for the coordinator channel ("" = insecure)
   std::string data_address = "127.0.0.1";  // interface for gloo tcp
   int num_threads = 0;               // compute threads (0 = all cores)
   std::string device = "cpu";        // cpu | cuda
   std::string worker_id;
+  // Seam for tests: makes the rendezvous store of (job, generation). Unset:
+  // the coordinator's store over gRPC (comm::MakeGrpcStore).
+  std::function<absl::StatusOr<std::unique_ptr<comm::Store>>(const std::string& job_id,
+                                                             int64_t generation)>
+      store_factory;
+  // Collective timeout (ms) for the job's communicator.
+  int64_t collective_timeout_ms = 60000;
 };
 
 class JobEngine {

@@ -1,0 +1,172 @@
+// bench_model: tokens/s of a full training step (forward + backward + AdamW)
+// for configs A and B, and of batched KV-cache decoding for config A, with
+// model FLOP/s as a fraction of the measured sgemm ceiling.
+//
+//   build/bin/bench_model [--threads 2] [--iters 5] [--only train|decode]
+//
+// Compare with bench/pytorch/llama_peer.py on the same machine (see
+// docs/benchmarks.md for the exact commands and figures).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cblas.h>
+
+#include "kernels/backends.h"
+#include "worker/model/generate.h"
+#include "worker/model/model.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using tandem::model::ModelConfig;
+
+struct Shape {
+  const char* name;
+  int vocab, hidden, layers, heads, kv_heads, inter, batch, seq;
+};
+constexpr Shape kA = {"A", 512, 256, 4, 8, 2, 688, 8, 256};
+constexpr Shape kB = {"B", 4096, 512, 8, 8, 4, 1376, 4, 512};
+
+ModelConfig ToConfig(const Shape& s) {
+  ModelConfig c;
+  c.vocab_size = s.vocab;
+  c.hidden_size = s.hidden;
+  c.intermediate_size = s.inter;
+  c.num_hidden_layers = s.layers;
+  c.num_attention_heads = s.heads;
+  c.num_key_value_heads = s.kv_heads;
+  c.max_position_embeddings = 4096;
+  c.bos_token_id = 1;
+  c.eos_token_ids = {2};
+  return c;
+}
+
+double Secs(Clock::time_point a) {
+  return std::chrono::duration<double>(Clock::now() - a).count();
+}
+
+// Measured sgemm ceiling (n = 1024), GFLOP/s.
+double SgemmCeiling() {
+  const int n = 1024;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a.data(), n,
+              b.data(), n, 0.f, c.data(), n);
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    auto t = Clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a.data(), n,
+                b.data(), n, 0.f, c.data(), n);
+    best = std::min(best, Secs(t));
+  }
+  return 2.0 * n * n * n / best / 1e9;
+}
+
+void Train(const Shape& s, tandem::kernels::Ops* ops, int iters, double ceiling) {
+  ModelConfig cfg = ToConfig(s);
+  tandem::model::Model model(cfg, ops);
+  const auto& layout = model.layout();
+  std::vector<float> params(layout.total_floats()), grads(layout.total_floats(), 0.f),
+      m(layout.total_floats(), 0.f), v(layout.total_floats(), 0.f);
+  model.InitParams(1, params.data());
+  tandem::model::FlatParamProvider pp(layout, params.data(), grads.data());
+  std::mt19937 rng(0);
+  tandem::model::Batch batch;
+  for (int b = 0; b < s.batch; ++b) {
+    std::vector<int32_t> seq(s.seq + 1);
+    for (auto& t : seq) t = static_cast<int32_t>(rng() % s.vocab);
+    batch.AddSequence(seq);
+  }
+  const int T = batch.num_tokens();
+  std::vector<float> logp(T), mask(T, 1.f), dlogp(T);
+  std::vector<double> times;
+  for (int it = 0; it < iters + 2; ++it) {
+    auto t0 = Clock::now();
+    std::fill(grads.begin(), grads.end(), 0.f);
+    (void)model.ForwardLogprobs(batch, pp, logp.data());
+    tandem::model::SftLoss(logp, mask, dlogp.data());
+    (void)model.Backward(dlogp.data(), pp);
+    ops->adamw_step(params.data(), grads.data(), m.data(), v.data(), params.size(), 1e-4f,
+                    0.9f, 0.999f, 1e-8f, 0.f, it + 1);
+    if (it >= 2) times.push_back(Secs(t0));
+  }
+  std::sort(times.begin(), times.end());
+  const double t = times[times.size() / 2];
+  const double n_params = static_cast<double>(tandem::model::ParameterCount(cfg));
+  // 6 N per token for the matmuls plus causal attention: fwd 2*2*T*D*H/2 per
+  // token per layer (QK^T and PV, half masked), x3 for fwd+bwd.
+  const double attn = 3.0 * 2.0 * s.seq * s.hidden * s.layers;
+  const double flops = (6.0 * n_params + attn) * T;
+  std::printf("train  %-2s  params %9.0f  tokens/step %6d  step %8.1f ms  %9.0f tokens/s  "
+              "%6.1f GFLOP/s  %4.0f%% of sgemm ceiling\n",
+              s.name, n_params, T, t * 1e3, T / t, flops / t / 1e9,
+              100.0 * flops / t / 1e9 / ceiling);
+}
+
+void Decode(const Shape& s, tandem::kernels::Ops* ops) {
+  ModelConfig cfg = ToConfig(s);
+  cfg.eos_token_ids = {};  // always generate the full 128 tokens
+  tandem::model::Generator gen(cfg, ops);
+  tandem::model::ParamLayout layout(cfg);
+  tandem::model::Model model(cfg, ops);
+  std::vector<float> params(layout.total_floats());
+  model.InitParams(1, params.data());
+  tandem::model::FlatParamProvider pp(layout, params.data(), nullptr);
+  std::mt19937 rng(0);
+  std::vector<std::vector<int32_t>> prompts(16, std::vector<int32_t>(128));
+  for (auto& p : prompts)
+    for (auto& t : p) t = static_cast<int32_t>(rng() % s.vocab);
+  tandem::model::SamplingOptions so;
+  so.greedy = true;
+  so.max_new_tokens = 128;
+  so.stop_at_eos = false;
+  (void)gen.Generate(prompts, so, pp);  // warm-up
+  auto t0 = Clock::now();
+  auto r = gen.Generate(prompts, so, pp);
+  const double t = Secs(t0);
+  if (!r.ok()) {
+    std::printf("decode failed: %s\n", r.status().ToString().c_str());
+    return;
+  }
+  std::printf("decode %-2s  batch 16, prompt 128, new 128: %9.0f tokens/s (prefill %.1f ms, "
+              "decode %.1f ms, KV cache %.1f MB)\n",
+              s.name, r->generated_tokens / t, r->prefill_seconds * 1e3,
+              r->decode_seconds * 1e3, r->kv_cache_bytes / 1e6);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2, iters = 5;
+  std::string only = "all";
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::printf("usage: bench_model [--threads N] [--iters N] [--only train|decode]\n");
+      return 0;
+    } else if (a == "--threads" && i + 1 < argc) {
+      threads = std::atoi(argv[++i]);
+    } else if (a == "--iters" && i + 1 < argc) {
+      iters = std::atoi(argv[++i]);
+    } else if (a == "--only" && i + 1 < argc) {
+      only = argv[++i];
+    } else {
+      std::fprintf(stderr, "bench_model: unknown argument %s (see --help)\n", a.c_str());
+      return 2;
+    }
+  }
+  auto ops = tandem::kernels::MakeCpuOps(threads);
+  const double ceiling = SgemmCeiling();
+  std::printf("bench_model: %d threads, sgemm ceiling %.0f GFLOP/s (n=1024)\n", threads, ceiling);
+  if (only == "all" || only == "train") {
+    Train(kA, ops.get(), iters, ceiling);
+    Train(kB, ops.get(), iters, ceiling);
+  }
+  if (only == "all" || only == "decode") Decode(kA, ops.get());
+  return 0;
+}

@@ -1,0 +1,178 @@
+// JobManager: the job registry and the job driver.
+//
+// Registry: submit (validated, defaults filled, persisted PENDING), get,
+// list, cancel, events (WatchJob) and logs. Scheduler thread: gang-schedules
+// PENDING jobs onto idle workers (scheduler.h). Driver: one thread per
+// running job issues the job's PhasePlan phase by phase through the
+// workers' command queues (membership.h), waits for every rank's
+// ReportPhase (per-phase timeout), records per-phase wall time and peak
+// memory, persists the cursor after every phase, and emits "step" events.
+//
+// Command ids are deterministic ("<job>/g<generation>/u<unit>/p<sub>"): a
+// phase re-issued after a coordinator restart or a re-attach carries the
+// same id, and a worker that already ran it answers from its cached report.
+// A failed phase fails the job with a reason naming the step, phase, worker
+// and rank. Shutdown() stops the drivers without changing job states: a
+// restarted coordinator continues from the cursor.
+//
+// Recovery (issue 6, policy in recovery.h): a lost worker (lease expired,
+// re-registered without the job's state), a communicator failure reported
+// by any rank (ReportPhaseRequest.retryable or a collective error text), or
+// a phase timeout puts the job RECOVERING: generation += 1, every old
+// member is told abort_job, the driver waits (replacement timeout) for the
+// survivors plus idle replacements - or continues with fewer ranks when
+// cluster.min_workers allows - then re-issues SETUP to every rank with the
+// restore source (peer memory when possible, else the newest recorded disk
+// checkpoint, else scratch) and continues the plan after the restored step
+// (SETUP's values["restored_step"]). A restore that fails marks that source
+// bad and recovers again with the next one. Preempting workers (heartbeat
+// `preempting`) are handed over at the next step boundary after a
+// checkpoint when it fits the budget. Events of kind "recovery" carry the
+// durations (detect, wait, rendezvous, restore) in metrics.extra.
+//
+// Locking: mu_ guards all job records; JobManager calls Membership, KvStore
+// and StateStore while holding mu_, never the reverse. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/clock.h"
+#include "server/kv_store.h"
+#include "server/membership.h"
+#include "server/phase_plan.h"
+#include "server/state_store.h"
+#include "tandem/v1/cluster.pb.h"
+#include "tandem/v1/config.pb.h"
+#include "tandem/v1/control.pb.h"
+#include "tandem/v1/job.pb.h"
+
+namespace tandem::server {
+
+bool IsTerminal(tandem::v1::JobState state);
+std::string JobStateName(tandem::v1::JobState state);  // "running"
+
+class JobManager {
+ public:
+  JobManager(const tandem::v1::CoordinatorConfig& config, StateStore* store, Membership* membership, KvStore* kv,
+             const Clock* clock);
+  ~JobManager();
+  JobManager(const JobManager&) = delete;
+  JobManager& operator=(const JobManager&) = delete;
+
+  // Reloads every job from the store (call before Start).
+  absl::Status Load();
+  // Starts the scheduler thread and the drivers of reloaded RUNNING jobs.
+  void Start();
+  // Stops every thread (bounded by the drivers' wait granularity); job
+  // states stay as persisted.
+  void Shutdown();
+
+  absl::StatusOr<tandem::v1::Job> Submit(tandem::v1::JobSpec spec);
+  absl::StatusOr<tandem::v1::Job> Get(const std::string& job_id) const;
+  std::vector<tandem::v1::Job> List(tandem::v1::JobState filter, int limit) const;
+  absl::StatusOr<tandem::v1::Job> Cancel(const std::string& job_id, const std::string& reason);
+
+  // Events after `after_seq`, waiting up to wait_ms for one to come.
+  // *finished: the job is terminal and every event was returned.
+  absl::Status NextEvents(const std::string& job_id, int64_t after_seq, int64_t wait_ms,
+                          std::vector<StoredEvent>* out, bool* finished);
+  absl::StatusOr<int64_t> LastEventSeq(const std::string& job_id) const;
+  absl::StatusOr<std::vector<tandem::v1::LogLine>> Logs(const std::string& job_id, int64_t after_seq,
+                                                        int limit) const;
+  absl::StatusOr<std::vector<tandem::v1::CheckpointRecord>> Checkpoints(const std::string& job_id) const;
+
+  // From the Cluster service.
+  absl::Status OnReport(const tandem::v1::ReportPhaseRequest& report);
+  void OnWorkerLost(const LostWorker& lost);
+  void OnWorkerAttached(const std::string& worker_id);
+  // A worker asked to leave (SIGTERM): handed over at the next step boundary.
+  void OnWorkerPreempting(const std::string& worker_id, const std::string& job_id);
+  // Generation of job_id when it is running with worker_id in it, else -1.
+  int64_t JobGenerationFor(const std::string& job_id, const std::string& worker_id) const;
+  // True when (job, generation) names a running job's current generation.
+  bool ScopeActive(const std::string& job_id, int64_t generation) const;
+  void NotifyScheduler();
+
+  std::vector<tandem::v1::Job> Snapshot() const;
+  bool loaded() const;
+
+ private:
+  struct JobRecord {
+    tandem::v1::Job job;
+    PhaseCursor cursor;
+    int64_t seq = 0;
+    std::unique_ptr<PhasePlan> plan;
+    std::optional<tandem::v1::PhaseCommand> inflight;
+    absl::Time inflight_started;
+    std::map<int, tandem::v1::ReportPhaseRequest> reports;  // by rank
+    std::string fail_reason;
+    bool cancel_requested = false;
+    std::string cancel_reason;
+    int64_t last_event_seq = 0;
+    int64_t log_lines = 0;
+    tandem::v1::StepMetrics step_acc;
+    int64_t acc_unit = -1;
+    std::thread runner;
+    bool runner_done = false;
+    // Recovery (issue 6).
+    std::string recover_reason;        // non-empty: the driver recovers next
+    double recover_requested_at = 0;   // wall seconds
+    std::set<std::string> suspects;    // members to replace
+    bool choosing_members = false;     // inside RecoverLocked's wait
+    std::set<std::string> preempting;  // members that asked to leave
+    int64_t preempt_checkpoint_step = -1;
+    std::optional<PlannedPhase> extra;  // an unplanned phase issued before the cursor's
+    double last_checkpoint_seconds = 0;
+  };
+
+  void SchedulerLoop();
+  void ScheduleOnce();
+  void StartRunnerLocked(JobRecord* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RunJob(JobRecord* r);
+  tandem::v1::WorkerCommand CommandForRank(const JobRecord& r, int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CompletePhaseLocked(JobRecord* r, const PlannedPhase& phase) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CompleteSetupLocked(JobRecord* r, double wall) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks the driver to recover; `suspect` (may be empty) is replaced.
+  void RequestRecoveryLocked(JobRecord* r, const std::string& reason, const std::string& suspect)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs one recovery on the driver thread (waits with mu_ released).
+  void RecoverLocked(JobRecord* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At a step boundary with a preempting member: checkpoint or hand over.
+  bool HandlePreemptionLocked(JobRecord* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordCheckpointLocked(JobRecord* r, const tandem::v1::ReportPhaseRequest& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishLocked(JobRecord* r, tandem::v1::JobState state, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PersistLocked(const JobRecord& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EventLocked(JobRecord* r, const std::string& kind, const std::string& message,
+                   const tandem::v1::StepMetrics* metrics = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LogLocked(JobRecord* r, const std::string& source, const std::vector<std::string>& lines)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  JobRecord* FindLocked(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const tandem::v1::CoordinatorConfig config_;
+  StateStore* const store_;
+  Membership* const membership_;
+  KvStore* const kv_;
+  const Clock* const clock_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar changed_;  // reports, cancels, failures, events, stop
+  std::map<std::string, std::unique_ptr<JobRecord>> jobs_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool loaded_ ABSL_GUARDED_BY(mu_) = false;
+  bool schedule_requested_ ABSL_GUARDED_BY(mu_) = true;
+  std::thread scheduler_;
+};
+
+}  // namespace tandem::server

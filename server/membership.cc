@@ -1,0 +1,374 @@
+#include "server/membership.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "spdlog/spdlog.h"
+
+namespace tandem::server {
+
+using tandem::v1::WorkerInfo;
+using tandem::v1::WorkerState;
+
+void CommandQueue::Push(tandem::v1::WorkerCommand command) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(command));
+}
+
+bool CommandQueue::Pop(int64_t timeout_ms, tandem::v1::WorkerCommand* out) {
+  absl::MutexLock lock(&mu_);
+  auto nonempty = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty(); };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&nonempty), absl::Milliseconds(timeout_ms))) return false;
+  *out = std::move(queue_.front());
+  queue_.pop_front();
+  return true;
+}
+
+bool CommandQueue::ContainsCommand(const std::string& command_id) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& c : queue_) {
+    if (c.has_phase() && c.phase().command_id() == command_id) return true;
+  }
+  return false;
+}
+
+void CommandQueue::Clear() {
+  absl::MutexLock lock(&mu_);
+  queue_.clear();
+}
+
+size_t CommandQueue::size() const {
+  absl::MutexLock lock(&mu_);
+  return queue_.size();
+}
+
+Membership::Membership(const tandem::v1::CoordinatorConfig& config, StateStore* store, const Clock* clock)
+    : config_(config), store_(store), clock_(clock) {}
+
+void Membership::Persist(const WorkerInfo& info) {
+  if (store_ == nullptr) return;
+  absl::Status s = store_->PutWorker(info);
+  if (!s.ok()) spdlog::error("persist worker {}: {}", info.id(), s.ToString());
+}
+
+absl::Status Membership::Load() {
+  if (store_ == nullptr) return absl::OkStatus();
+  auto workers = store_->LoadWorkers();
+  if (!workers.ok()) return workers.status();
+  absl::MutexLock lock(&mu_);
+  const int64_t grace = std::max(config_.lease_ms(), config_.reattach_grace_ms());
+  for (auto& w : *workers) {
+    Entry e;
+    e.info = w;
+    e.lease_deadline_ms = clock_->NowMs() + grace;
+    int64_t n = 0;
+    if (w.id().rfind("w-", 0) == 0 && absl::SimpleAtoi(w.id().substr(2), &n)) next_id_ = std::max(next_id_, n + 1);
+    workers_[w.id()] = std::move(e);
+  }
+  return absl::OkStatus();
+}
+
+Membership::Entry* Membership::FindLocked(const std::string& id_or_name) {
+  auto it = workers_.find(id_or_name);
+  if (it != workers_.end()) return &it->second;
+  for (auto& [id, e] : workers_) {
+    if (e.info.name() == id_or_name) return &e;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<RegisterResult> Membership::Register(const tandem::v1::RegisterWorkerRequest& req,
+                                                    int64_t job_generation) {
+  absl::MutexLock lock(&mu_);
+  Entry* e = nullptr;
+  if (!req.worker_id().empty()) {
+    auto it = workers_.find(req.worker_id());
+    if (it != workers_.end()) e = &it->second;
+  }
+  if (e == nullptr) {
+    for (auto& [id, entry] : workers_) {
+      if (entry.info.name() == req.name()) e = &entry;
+    }
+  }
+  if (e != nullptr && !req.worker_id().empty() && e->info.id() != req.worker_id() &&
+      e->info.state() != tandem::v1::WORKER_STATE_GONE && e->info.state() != tandem::v1::WORKER_STATE_LOST &&
+      clock_->NowMs() < e->lease_deadline_ms && e->attached) {
+    // Another live worker already holds this name.
+    return absl::AlreadyExistsError(
+        absl::StrCat("name: '", req.name(), "' is held by live worker ", e->info.id()));
+  }
+  RegisterResult result;
+  const double now = clock_->WallSeconds();
+  if (e == nullptr) {
+    std::string id = absl::StrCat("w-", next_id_++);
+    e = &workers_[id];
+    e->info.set_id(id);
+    e->info.set_registered_at(now);
+  }
+  WorkerInfo& info = e->info;
+  info.set_name(req.name());
+  info.set_host(req.host());
+  info.set_device(req.device());
+  info.set_device_count(req.device_count());
+  info.set_memory_bytes(req.memory_bytes());
+  info.set_version(req.version());
+  info.set_data_address(req.data_address());
+  info.set_last_heartbeat(now);
+  const bool in_job = !info.job_id().empty() && (info.state() == tandem::v1::WORKER_STATE_BUSY ||
+                                                  info.state() == tandem::v1::WORKER_STATE_DRAINING);
+  if (in_job && req.job_id() == info.job_id() && job_generation >= 0 && req.generation() == job_generation) {
+    result.keep_job = true;
+    result.rank = info.rank();
+  } else {
+    if (in_job) result.dropped_job = info.job_id();
+    // A preempted worker that comes back (restarted) is a fresh worker.
+    if (info.preempting() && req.job_id().empty()) {
+      info.set_preempting(false);
+      info.set_state(tandem::v1::WORKER_STATE_IDLE);
+    }
+    if (info.state() != tandem::v1::WORKER_STATE_DRAINING) info.set_state(tandem::v1::WORKER_STATE_IDLE);
+    info.clear_job_id();
+    info.set_rank(0);
+    e->queue->Clear();
+  }
+  // The previous Attach stream (if any) ends: its epoch is no longer current.
+  e->attach_epoch++;
+  e->attached = false;
+  e->lease_deadline_ms = clock_->NowMs() + config_.lease_ms();
+  result.worker_id = info.id();
+  Persist(info);
+  return result;
+}
+
+absl::Status Membership::Heartbeat(const tandem::v1::HeartbeatRequest& req) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(req.worker_id());
+  if (it == workers_.end() || it->second.info.state() == tandem::v1::WORKER_STATE_LOST ||
+      it->second.info.state() == tandem::v1::WORKER_STATE_GONE) {
+    return absl::NotFoundError(absl::StrCat("worker ", req.worker_id(), " is not registered: register again"));
+  }
+  it->second.lease_deadline_ms = clock_->NowMs() + config_.lease_ms();
+  it->second.info.set_last_heartbeat(clock_->WallSeconds());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::pair<std::shared_ptr<CommandQueue>, uint64_t>> Membership::Attach(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.info.state() == tandem::v1::WORKER_STATE_LOST ||
+      it->second.info.state() == tandem::v1::WORKER_STATE_GONE) {
+    return absl::NotFoundError(absl::StrCat("worker ", worker_id, " is not registered: register again"));
+  }
+  Entry& e = it->second;
+  e.attach_epoch++;
+  e.attached = true;
+  e.lease_deadline_ms = clock_->NowMs() + config_.lease_ms();
+  if (e.info.state() == tandem::v1::WORKER_STATE_DRAINING && e.info.job_id().empty()) {
+    tandem::v1::WorkerCommand drain;
+    drain.set_drain(true);
+    e.queue->Push(drain);
+  }
+  return std::make_pair(e.queue, e.attach_epoch);
+}
+
+void Membership::Detach(const std::string& worker_id, uint64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it != workers_.end() && it->second.attach_epoch == epoch) it->second.attached = false;
+}
+
+bool Membership::IsCurrentAttach(const std::string& worker_id, uint64_t epoch) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  return it != workers_.end() && it->second.attach_epoch == epoch && it->second.attached;
+}
+
+absl::Status Membership::Send(const std::string& worker_id, tandem::v1::WorkerCommand command) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return absl::NotFoundError(absl::StrCat("worker ", worker_id, " unknown"));
+  it->second.queue->Push(std::move(command));
+  return absl::OkStatus();
+}
+
+void Membership::Resend(const std::string& worker_id, const tandem::v1::WorkerCommand& command) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return;
+  if (command.has_phase() && it->second.queue->ContainsCommand(command.phase().command_id())) return;
+  it->second.queue->Push(command);
+}
+
+std::vector<WorkerInfo> Membership::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<WorkerInfo> out;
+  for (const auto& [id, e] : workers_) out.push_back(e.info);
+  return out;
+}
+
+absl::StatusOr<WorkerInfo> Membership::Get(const std::string& worker_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return absl::NotFoundError(absl::StrCat("worker ", worker_id, " unknown"));
+  return it->second.info;
+}
+
+absl::StatusOr<WorkerInfo> Membership::Drain(const std::string& id_or_name) {
+  absl::MutexLock lock(&mu_);
+  Entry* e = FindLocked(id_or_name);
+  if (e == nullptr) return absl::NotFoundError(absl::StrCat("worker: no worker with id or name '", id_or_name, "'"));
+  auto state = e->info.state();
+  if (state == tandem::v1::WORKER_STATE_LOST || state == tandem::v1::WORKER_STATE_GONE) {
+    return absl::FailedPreconditionError(absl::StrCat("worker ", e->info.id(), " is ",
+                                                      tandem::v1::WorkerState_Name(state)));
+  }
+  if (state == tandem::v1::WORKER_STATE_IDLE) {
+    e->info.set_state(tandem::v1::WORKER_STATE_DRAINING);
+    tandem::v1::WorkerCommand drain;
+    drain.set_drain(true);
+    e->queue->Push(drain);
+  } else if (state == tandem::v1::WORKER_STATE_BUSY) {
+    // Stays BUSY until its job ends; Release() then makes it DRAINING.
+    e->info.set_state(tandem::v1::WORKER_STATE_DRAINING);
+  }
+  Persist(e->info);
+  return e->info;
+}
+
+std::vector<WorkerInfo> Membership::Idle() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<WorkerInfo> out;
+  const int64_t now = clock_->NowMs();
+  for (const auto& [id, e] : workers_) {
+    if (e.info.state() == tandem::v1::WORKER_STATE_IDLE && e.attached && now < e.lease_deadline_ms) {
+      out.push_back(e.info);
+    }
+  }
+  return out;
+}
+
+absl::Status Membership::Assign(const std::string& job_id, const std::vector<std::string>& worker_ids) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& id : worker_ids) {
+    auto it = workers_.find(id);
+    if (it == workers_.end() || it->second.info.state() != tandem::v1::WORKER_STATE_IDLE) {
+      return absl::FailedPreconditionError(absl::StrCat("worker ", id, " is no longer idle"));
+    }
+  }
+  for (size_t i = 0; i < worker_ids.size(); ++i) {
+    WorkerInfo& info = workers_[worker_ids[i]].info;
+    info.set_state(tandem::v1::WORKER_STATE_BUSY);
+    info.set_job_id(job_id);
+    info.set_rank(static_cast<int>(i));
+    Persist(info);
+  }
+  return absl::OkStatus();
+}
+
+void Membership::Release(const std::string& job_id, const std::vector<std::string>& worker_ids) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& id : worker_ids) {
+    auto it = workers_.find(id);
+    if (it == workers_.end() || it->second.info.job_id() != job_id) continue;
+    WorkerInfo& info = it->second.info;
+    info.clear_job_id();
+    info.set_rank(0);
+    if (info.state() == tandem::v1::WORKER_STATE_BUSY) info.set_state(tandem::v1::WORKER_STATE_IDLE);
+    if (info.state() == tandem::v1::WORKER_STATE_DRAINING) {
+      tandem::v1::WorkerCommand drain;
+      drain.set_drain(true);
+      it->second.queue->Push(drain);
+    }
+    Persist(info);
+  }
+}
+
+std::vector<LostWorker> Membership::ExpireLeases() {
+  absl::MutexLock lock(&mu_);
+  std::vector<LostWorker> lost;
+  const int64_t now = clock_->NowMs();
+  for (auto& [id, e] : workers_) {
+    auto state = e.info.state();
+    if (state == tandem::v1::WORKER_STATE_LOST || state == tandem::v1::WORKER_STATE_GONE) continue;
+    if (now < e.lease_deadline_ms) continue;
+    LostWorker l{id, e.info.name(), e.info.job_id(), e.info.job_id().empty() ? -1 : e.info.rank(),
+                 absl::StrCat("lease expired (no heartbeat for ",
+                              absl::FormatDuration(absl::Milliseconds(config_.lease_ms())), ")")};
+    e.info.set_state(tandem::v1::WORKER_STATE_LOST);
+    e.info.clear_job_id();
+    e.attached = false;
+    e.attach_epoch++;
+    e.queue->Clear();
+    Persist(e.info);
+    lost.push_back(std::move(l));
+  }
+  return lost;
+}
+
+bool Membership::InJobAndAlive(const std::string& worker_id, const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return false;
+  const Entry& e = it->second;
+  const auto state = e.info.state();
+  return e.attached && clock_->NowMs() < e.lease_deadline_ms && e.info.job_id() == job_id &&
+         (state == tandem::v1::WORKER_STATE_BUSY || state == tandem::v1::WORKER_STATE_DRAINING);
+}
+
+absl::Status Membership::Reassign(const std::string& job_id, const std::vector<std::string>& worker_ids) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& id : worker_ids) {
+    auto it = workers_.find(id);
+    if (it == workers_.end()) return absl::NotFoundError(absl::StrCat("worker ", id, " unknown"));
+    const auto& info = it->second.info;
+    const bool idle = info.state() == tandem::v1::WORKER_STATE_IDLE && info.job_id().empty();
+    if (!idle && info.job_id() != job_id) {
+      return absl::FailedPreconditionError(absl::StrCat("worker ", id, " is neither idle nor in job ", job_id));
+    }
+  }
+  for (size_t i = 0; i < worker_ids.size(); ++i) {
+    WorkerInfo& info = workers_[worker_ids[i]].info;
+    if (info.state() != tandem::v1::WORKER_STATE_DRAINING) info.set_state(tandem::v1::WORKER_STATE_BUSY);
+    info.set_job_id(job_id);
+    info.set_rank(static_cast<int>(i));
+    Persist(info);
+  }
+  return absl::OkStatus();
+}
+
+std::string Membership::MarkPreempting(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return "";
+  Entry& e = it->second;
+  const bool first = !e.info.preempting();
+  e.info.set_preempting(true);
+  const auto state = e.info.state();
+  if (state == tandem::v1::WORKER_STATE_IDLE ||
+      (state == tandem::v1::WORKER_STATE_DRAINING && e.info.job_id().empty() && first)) {
+    e.info.set_state(tandem::v1::WORKER_STATE_DRAINING);
+    tandem::v1::WorkerCommand drain;
+    drain.set_drain(true);
+    e.queue->Push(drain);
+  } else if (state == tandem::v1::WORKER_STATE_BUSY) {
+    e.info.set_state(tandem::v1::WORKER_STATE_DRAINING);
+  }
+  if (first) Persist(e.info);
+  return e.info.job_id();
+}
+
+std::string Membership::JobOf(const std::string& worker_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  return it == workers_.end() ? std::string() : it->second.info.job_id();
+}
+
+std::map<WorkerState, int> Membership::CountByState() const {
+  absl::MutexLock lock(&mu_);
+  std::map<WorkerState, int> out;
+  for (const auto& [id, e] : workers_) out[e.info.state()]++;
+  return out;
+}
+
+}  // namespace tandem::server

@@ -1,0 +1,130 @@
+// Membership: registered workers, their leases, their command queues (what
+// the Attach stream delivers) and their assignment to jobs.
+//
+// - Register: the same worker_id, or else the same name, keeps its id; a
+//   re-register replaces the previous Attach stream (the old one ends).
+// - Heartbeat renews the lease; ExpireLeases() marks workers whose lease ran
+//   out LOST and returns them (the caller tells their jobs).
+// - Drain: the worker takes no new job; it is told to drain once idle.
+// Never calls out to other managers (no lock-order cycles): results are
+// returned to the caller. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/clock.h"
+#include "server/state_store.h"
+#include "tandem/v1/cluster.pb.h"
+#include "tandem/v1/config.pb.h"
+
+namespace tandem::server {
+
+// Commands for one worker, consumed by its Attach stream. Thread-safe.
+class CommandQueue {
+ public:
+  void Push(tandem::v1::WorkerCommand command);
+  // Waits up to timeout_ms; false when nothing came (or the queue closed).
+  bool Pop(int64_t timeout_ms, tandem::v1::WorkerCommand* out);
+  bool ContainsCommand(const std::string& command_id) const;
+  void Clear();
+  size_t size() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::deque<tandem::v1::WorkerCommand> queue_ ABSL_GUARDED_BY(mu_);
+};
+
+struct RegisterResult {
+  std::string worker_id;
+  bool keep_job = false;
+  // A job the coordinator had this worker in, which the worker no longer
+  // holds (it restarted): the caller must tell the job it lost the worker.
+  std::string dropped_job;
+  int rank = -1;
+};
+
+struct LostWorker {
+  std::string worker_id;
+  std::string name;
+  std::string job_id;
+  int rank = -1;
+  std::string reason;
+};
+
+class Membership {
+ public:
+  Membership(const tandem::v1::CoordinatorConfig& config, StateStore* store, const Clock* clock);
+
+  // Loads workers from the store: LOST/GONE stay so; others get a lease of
+  // reattach_grace_ms to come back.
+  absl::Status Load();
+
+  // `job_generation` returns the current generation of a job when the job
+  // still runs with this worker (-1 otherwise); used to decide keep_job.
+  absl::StatusOr<RegisterResult> Register(const tandem::v1::RegisterWorkerRequest& request,
+                                          int64_t job_generation);
+  // NOT_FOUND when the coordinator does not know the worker (re-register).
+  absl::Status Heartbeat(const tandem::v1::HeartbeatRequest& request);
+  // Marks the worker attached; returns its queue and an attach epoch. A
+  // later Attach (or Register) of the same worker bumps the epoch.
+  absl::StatusOr<std::pair<std::shared_ptr<CommandQueue>, uint64_t>> Attach(const std::string& worker_id);
+  void Detach(const std::string& worker_id, uint64_t epoch);
+  bool IsCurrentAttach(const std::string& worker_id, uint64_t epoch) const;
+
+  absl::Status Send(const std::string& worker_id, tandem::v1::WorkerCommand command);
+  // Re-sends `command` unless it is still queued (after a re-attach).
+  void Resend(const std::string& worker_id, const tandem::v1::WorkerCommand& command);
+
+  std::vector<tandem::v1::WorkerInfo> List() const;
+  absl::StatusOr<tandem::v1::WorkerInfo> Get(const std::string& worker_id) const;
+  absl::StatusOr<tandem::v1::WorkerInfo> Drain(const std::string& id_or_name);
+  // IDLE, attached workers with a valid lease.
+  std::vector<tandem::v1::WorkerInfo> Idle() const;
+  // Assigns all or none (each must be idle): BUSY, job, rank = index.
+  absl::Status Assign(const std::string& job_id, const std::vector<std::string>& worker_ids);
+  // BUSY -> IDLE for workers still in job_id (DRAINING/LOST stay).
+  void Release(const std::string& job_id, const std::vector<std::string>& worker_ids);
+  std::vector<LostWorker> ExpireLeases();
+
+  // Recovery (issue 6).
+  // True when the worker is attached with a valid lease and still in job_id.
+  bool InJobAndAlive(const std::string& worker_id, const std::string& job_id) const;
+  // Makes worker_ids (index = rank) the members of job_id: each must be IDLE
+  // or already in job_id (all or none); they become BUSY (DRAINING stays).
+  absl::Status Reassign(const std::string& job_id, const std::vector<std::string>& worker_ids);
+  // Graceful preemption: the worker leaves at its job's next step boundary
+  // (DRAINING, so no job takes it again). Returns its job ("" when idle:
+  // then it is told to drain at once).
+  std::string MarkPreempting(const std::string& worker_id);
+  // The job the worker is in ("" when none or unknown).
+  std::string JobOf(const std::string& worker_id) const;
+  std::map<tandem::v1::WorkerState, int> CountByState() const;
+
+ private:
+  struct Entry {
+    tandem::v1::WorkerInfo info;
+    int64_t lease_deadline_ms = 0;
+    std::shared_ptr<CommandQueue> queue = std::make_shared<CommandQueue>();
+    uint64_t attach_epoch = 0;
+    bool attached = false;
+  };
+  Entry* FindLocked(const std::string& id_or_name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Persist(const tandem::v1::WorkerInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const tandem::v1::CoordinatorConfig config_;
+  StateStore* const store_;
+  const Clock* const clock_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Entry> workers_ ABSL_GUARDED_BY(mu_);
+  int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace tandem::server

@@ -1,0 +1,331 @@
+#include "server/state_store.h"
+
+#include <sqlite3.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_util.h"
+
+namespace tandem::server {
+namespace {
+
+absl::Status SqlError(sqlite3* db, absl::string_view what, int rc) {
+  return absl::InternalError(absl::StrCat("state store: ", what, ": ", sqlite3_errstr(rc),
+                                          db ? absl::StrCat(" (", sqlite3_errmsg(db), ")") : ""));
+}
+
+// RAII prepared statement.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) { rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
+  ~Stmt() { sqlite3_finalize(stmt_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  absl::Status status(absl::string_view what) const {
+    return rc_ == SQLITE_OK ? absl::OkStatus() : SqlError(db_, what, rc_);
+  }
+  void Bind(int i, const std::string& s) { sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT); }
+  void BindBlob(int i, const std::string& s) { sqlite3_bind_blob(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT); }
+  void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void Bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
+  // SQLITE_ROW -> true; SQLITE_DONE -> false; else error.
+  absl::StatusOr<bool> Step(absl::string_view what) {
+    int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return SqlError(db_, what, rc);
+  }
+  absl::Status Run(absl::string_view what) {
+    auto r = Step(what);
+    return r.ok() ? absl::OkStatus() : r.status();
+  }
+  int64_t Int(int col) { return sqlite3_column_int64(stmt_, col); }
+  double Double(int col) { return sqlite3_column_double(stmt_, col); }
+  std::string Text(int col) {
+    const void* p = sqlite3_column_blob(stmt_, col);
+    int n = sqlite3_column_bytes(stmt_, col);
+    return p ? std::string(static_cast<const char*>(p), n) : std::string();
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& state_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  if (ec) return absl::FailedPreconditionError(absl::StrCat("state dir ", state_dir, ": ", ec.message()));
+  std::string path = (std::filesystem::path(state_dir) / "coordinator.db").string();
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    absl::Status s = SqlError(db, absl::StrCat("open ", path), rc);
+    sqlite3_close(db);
+    return s;
+  }
+  sqlite3_busy_timeout(db, 5000);
+  std::unique_ptr<StateStore> store(new StateStore(db, path));
+  absl::MutexLock lock(&store->mu_);
+  RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
+  RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=NORMAL"));
+  RETURN_IF_ERROR(store->Exec("PRAGMA foreign_keys=ON"));
+  RETURN_IF_ERROR(store->Migrate());
+  return store;
+}
+
+StateStore::~StateStore() {
+  absl::MutexLock lock(&mu_);
+  sqlite3_close(db_);
+}
+
+absl::Status StateStore::Exec(const char* sql) {
+  char* err = nullptr;
+  int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err);
+  if (rc != SQLITE_OK) {
+    std::string msg = err ? err : "";
+    sqlite3_free(err);
+    return absl::InternalError(absl::StrCat("state store: ", sql, ": ", msg));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StateStore::Migrate() {
+  RETURN_IF_ERROR(Exec("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)"));
+  int64_t version = 0;
+  {
+    Stmt s(db_, "SELECT value FROM meta WHERE key = 'schema_version'");
+    RETURN_IF_ERROR(s.status("read schema version"));
+    ASSIGN_OR_RETURN(bool row, s.Step("read schema version"));
+    if (row) version = s.Int(0);
+  }
+  if (version > kSchemaVersion) {
+    return absl::FailedPreconditionError(absl::StrCat("state store ", path_, " has schema version ", version,
+                                                      "; this coordinator knows up to ", kSchemaVersion,
+                                                      " (upgrade the coordinator)"));
+  }
+  if (version < 1) {
+    RETURN_IF_ERROR(Exec("BEGIN"));
+    absl::Status s = Exec(R"sql(
+      CREATE TABLE IF NOT EXISTS jobs (
+        id TEXT PRIMARY KEY, seq INTEGER NOT NULL, state INTEGER NOT NULL,
+        cursor_unit INTEGER NOT NULL, cursor_sub INTEGER NOT NULL,
+        job BLOB NOT NULL, updated_at REAL NOT NULL);
+      CREATE TABLE IF NOT EXISTS events (
+        job_id TEXT NOT NULL, seq INTEGER NOT NULL, time REAL NOT NULL, event BLOB NOT NULL,
+        PRIMARY KEY (job_id, seq));
+      CREATE TABLE IF NOT EXISTS logs (
+        job_id TEXT NOT NULL, seq INTEGER NOT NULL, time REAL NOT NULL, source TEXT NOT NULL,
+        text TEXT NOT NULL, PRIMARY KEY (job_id, seq));
+      CREATE TABLE IF NOT EXISTS workers (id TEXT PRIMARY KEY, name TEXT NOT NULL, info BLOB NOT NULL);
+      CREATE TABLE IF NOT EXISTS checkpoints (
+        job_id TEXT NOT NULL, step INTEGER NOT NULL, generation INTEGER NOT NULL, path TEXT NOT NULL,
+        record BLOB NOT NULL, PRIMARY KEY (job_id, step, generation));
+      INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', 1);
+      INSERT OR IGNORE INTO meta (key, value) VALUES ('job_seq', 0);
+    )sql");
+    if (!s.ok()) {
+      Exec("ROLLBACK").IgnoreError();
+      return s;
+    }
+    RETURN_IF_ERROR(Exec("COMMIT"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> StateStore::NextJobSeq() {
+  absl::MutexLock lock(&mu_);
+  Stmt s(db_, "UPDATE meta SET value = value + 1 WHERE key = 'job_seq' RETURNING value");
+  RETURN_IF_ERROR(s.status("next job seq"));
+  ASSIGN_OR_RETURN(bool row, s.Step("next job seq"));
+  if (!row) return absl::InternalError("state store: job_seq counter missing");
+  return s.Int(0);
+}
+
+absl::Status StateStore::PutJob(const tandem::v1::Job& job, const PhaseCursor& cursor, int64_t seq) {
+  absl::MutexLock lock(&mu_);
+  Stmt s(db_, "INSERT OR REPLACE INTO jobs (id, seq, state, cursor_unit, cursor_sub, job, updated_at) "
+              "VALUES (?, ?, ?, ?, ?, ?, julianday('now'))");
+  RETURN_IF_ERROR(s.status("put job"));
+  s.Bind(1, job.id());
+  s.Bind(2, seq);
+  s.Bind(3, static_cast<int64_t>(job.state()));
+  s.Bind(4, cursor.unit);
+  s.Bind(5, cursor.sub);
+  s.BindBlob(6, job.SerializeAsString());
+  return s.Run(absl::StrCat("put job ", job.id()));
+}
+
+absl::StatusOr<std::vector<StoredJob>> StateStore::LoadJobs() {
+  absl::MutexLock lock(&mu_);
+  Stmt s(db_, "SELECT seq, cursor_unit, cursor_sub, job FROM jobs ORDER BY seq");
+  RETURN_IF_ERROR(s.status("load jobs"));
+  std::vector<StoredJob> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step("load jobs"));
+    if (!row) break;
+    StoredJob j;
+    j.seq = s.Int(0);
+    j.cursor = {s.Int(1), s.Int(2)};
+    if (!j.job.ParseFromString(s.Text(3))) {
+      return absl::DataLossError(absl::StrCat("state store: job with seq ", j.seq, " is corrupt"));
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+absl::StatusOr<int64_t> StateStore::AppendEvent(const tandem::v1::JobEvent& event) {
+  absl::MutexLock lock(&mu_);
+  Stmt s(db_, "INSERT INTO events (job_id, seq, time, event) VALUES (?1, "
+              "(SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE job_id = ?1), ?2, ?3) RETURNING seq");
+  RETURN_IF_ERROR(s.status("append event"));
+  s.Bind(1, event.job_id());
+  s.Bind(2, event.time());
+  s.BindBlob(3, event.SerializeAsString());
+  ASSIGN_OR_RETURN(bool row, s.Step("append event"));
+  if (!row) return absl::InternalError("state store: append event returned no seq");
+  return s.Int(0);
+}
+
+absl::StatusOr<std::vector<StoredEvent>> StateStore::ListEvents(const std::string& job_id, int64_t after_seq,
+                                                                int limit) {
+  absl::MutexLock lock(&mu_);
+  Stmt s(db_, "SELECT seq, event FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?");
+  RETURN_IF_ERROR(s.status("list events"));
+  s.Bind(1, job_id);
+  s.Bind(2, after_seq);
+  s.Bind(3, static_cast<int64_t>(limit));
+  std::vector<StoredEvent> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step("list events"));
+    if (!row) break;
+    StoredEvent e;
+    e.seq = s.Int(0);
+    if (!e.event.ParseFromString(s.Text(1))) return absl::DataLossError("state store: corrupt event");
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+absl::StatusOr<int64_t> StateStore::LastEventSeq(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  Stmt s(db_, "SELECT COALESCE(MAX(seq), 0) FROM events WHERE job_id = ?");
+  RETURN_IF_ERROR(s.status("last event"));
+  s.Bind(1, job_id);
+  ASSIGN_OR_RETURN(bool row, s.Step("last event"));
+  return row ? s.Int(0) : 0;
+}
+
+absl::StatusOr<int64_t> StateStore::AppendLogs(const std::string& job_id, std::vector<tandem::v1::LogLine> lines) {
+  absl::MutexLock lock(&mu_);
+  int64_t seq = 0;
+  {
+    Stmt s(db_, "SELECT COALESCE(MAX(seq), 0) FROM logs WHERE job_id = ?");
+    RETURN_IF_ERROR(s.status("append logs"));
+    s.Bind(1, job_id);
+    ASSIGN_OR_RETURN(bool row, s.Step("append logs"));
+    if (row) seq = s.Int(0);
+  }
+  RETURN_IF_ERROR(Exec("BEGIN"));
+  for (auto& line : lines) {
+    Stmt s(db_, "INSERT INTO logs (job_id, seq, time, source, text) VALUES (?, ?, ?, ?, ?)");
+    absl::Status st = s.status("append logs");
+    if (st.ok()) {
+      s.Bind(1, job_id);
+      s.Bind(2, ++seq);
+      s.Bind(3, line.time());
+      s.Bind(4, line.source());
+      s.Bind(5, line.text());
+      st = s.Run("append logs");
+    }
+    if (!st.ok()) {
+      Exec("ROLLBACK").IgnoreError();
+      return st;
+    }
+  }
+  RETURN_IF_ERROR(Exec("COMMIT"));
+  return seq;
+}
+
+absl::StatusOr<std::vector<tandem::v1::LogLine>> StateStore::ListLogs(const std::string& job_id, int64_t after_seq,
+                                                                      int limit) {
+  absl::MutexLock lock(&mu_);
+  Stmt s(db_, "SELECT seq, time, source, text FROM logs WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?");
+  RETURN_IF_ERROR(s.status("list logs"));
+  s.Bind(1, job_id);
+  s.Bind(2, after_seq);
+  s.Bind(3, static_cast<int64_t>(limit));
+  std::vector<tandem::v1::LogLine> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step("list logs"));
+    if (!row) break;
+    tandem::v1::LogLine line;
+    line.set_seq(s.Int(0));
+    line.set_time(s.Double(1));
+    line.set_source(s.Text(2));
+    line.set_text(s.Text(3));
+    out.push_back(std::move(line));
+  }
+  return out;
+}
+
+absl::Status StateStore::PutWorker(const tandem::v1::WorkerInfo& worker) {
+  absl::MutexLock lock(&mu_);
+  Stmt s(db_, "INSERT OR REPLACE INTO workers (id, name, info) VALUES (?, ?, ?)");
+  RETURN_IF_ERROR(s.status("put worker"));
+  s.Bind(1, worker.id());
+  s.Bind(2, worker.name());
+  s.BindBlob(3, worker.SerializeAsString());
+  return s.Run(absl::StrCat("put worker ", worker.id()));
+}
+
+absl::StatusOr<std::vector<tandem::v1::WorkerInfo>> StateStore::LoadWorkers() {
+  absl::MutexLock lock(&mu_);
+  Stmt s(db_, "SELECT info FROM workers ORDER BY id");
+  RETURN_IF_ERROR(s.status("load workers"));
+  std::vector<tandem::v1::WorkerInfo> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step("load workers"));
+    if (!row) break;
+    tandem::v1::WorkerInfo w;
+    if (!w.ParseFromString(s.Text(0))) return absl::DataLossError("state store: corrupt worker record");
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+absl::Status StateStore::AddCheckpoint(const tandem::v1::CheckpointRecord& record) {
+  absl::MutexLock lock(&mu_);
+  Stmt s(db_, "INSERT OR REPLACE INTO checkpoints (job_id, step, generation, path, record) VALUES (?, ?, ?, ?, ?)");
+  RETURN_IF_ERROR(s.status("add checkpoint"));
+  s.Bind(1, record.job_id());
+  s.Bind(2, record.step());
+  s.Bind(3, record.generation());
+  s.Bind(4, record.path());
+  s.BindBlob(5, record.SerializeAsString());
+  return s.Run("add checkpoint");
+}
+
+absl::StatusOr<std::vector<tandem::v1::CheckpointRecord>> StateStore::ListCheckpoints(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  Stmt s(db_, "SELECT record FROM checkpoints WHERE job_id = ? ORDER BY step, generation");
+  RETURN_IF_ERROR(s.status("list checkpoints"));
+  s.Bind(1, job_id);
+  std::vector<tandem::v1::CheckpointRecord> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step("list checkpoints"));
+    if (!row) break;
+    tandem::v1::CheckpointRecord r;
+    if (!r.ParseFromString(s.Text(0))) return absl::DataLossError("state store: corrupt checkpoint record");
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace tandem::server

@@ -1,0 +1,81 @@
+// Durable coordinator state in SQLite (WAL mode), --state-dir/coordinator.db:
+// jobs (the Job proto with its spec, state and phase cursor), events, log
+// lines, workers and checkpoint records. Schema versioned (meta table);
+// every SQLite error becomes a Status naming the operation.
+// Thread-safe: one connection, calls serialized by a mutex.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/phase_plan.h"
+#include "tandem/v1/cluster.pb.h"
+#include "tandem/v1/control.pb.h"
+#include "tandem/v1/job.pb.h"
+
+struct sqlite3;
+
+namespace tandem::server {
+
+inline constexpr int kSchemaVersion = 1;
+
+struct StoredJob {
+  tandem::v1::Job job;
+  PhaseCursor cursor;
+  int64_t seq = 0;  // submission order
+};
+
+struct StoredEvent {
+  int64_t seq = 0;
+  tandem::v1::JobEvent event;
+};
+
+class StateStore {
+ public:
+  // Creates the directory and database when missing; refuses a database of
+  // a newer schema version.
+  static absl::StatusOr<std::unique_ptr<StateStore>> Open(const std::string& state_dir);
+  ~StateStore();
+  StateStore(const StateStore&) = delete;
+  StateStore& operator=(const StateStore&) = delete;
+
+  // Next submission sequence number (persisted counter).
+  absl::StatusOr<int64_t> NextJobSeq();
+  absl::Status PutJob(const tandem::v1::Job& job, const PhaseCursor& cursor, int64_t seq);
+  absl::StatusOr<std::vector<StoredJob>> LoadJobs();
+
+  // Returns the event's sequence number within its job (1, 2, ...).
+  absl::StatusOr<int64_t> AppendEvent(const tandem::v1::JobEvent& event);
+  absl::StatusOr<std::vector<StoredEvent>> ListEvents(const std::string& job_id, int64_t after_seq,
+                                                      int limit);
+  absl::StatusOr<int64_t> LastEventSeq(const std::string& job_id);
+
+  // Assigns seq to each line; returns the last one.
+  absl::StatusOr<int64_t> AppendLogs(const std::string& job_id, std::vector<tandem::v1::LogLine> lines);
+  absl::StatusOr<std::vector<tandem::v1::LogLine>> ListLogs(const std::string& job_id, int64_t after_seq,
+                                                            int limit);
+
+  absl::Status PutWorker(const tandem::v1::WorkerInfo& worker);
+  absl::StatusOr<std::vector<tandem::v1::WorkerInfo>> LoadWorkers();
+
+  absl::Status AddCheckpoint(const tandem::v1::CheckpointRecord& record);
+  absl::StatusOr<std::vector<tandem::v1::CheckpointRecord>> ListCheckpoints(const std::string& job_id);
+
+  const std::string& path() const { return path_; }
+
+ private:
+  StateStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  sqlite3* db_ ABSL_GUARDED_BY(mu_);
+  const std::string path_;
+};
+
+}  // namespace tandem::server

@@ -1,0 +1,284 @@
+// Checkpoint format (worker/ckpt/checkpoint.h) without the engine: shard and
+// manifest round trip, bad manifests, damaged shard files (header or arrays
+// past the end), range coverage errors, fallback to the newest valid
+// checkpoint, and retention.
+#include "worker/ckpt/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace tandem::ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TempDir() {
+  std::string t = ::testing::TempDir() + "/tandem-ckpt-XXXXXX";
+  EXPECT_NE(::mkdtemp(t.data()), nullptr);
+  return t;
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+// Two ranks splitting 10 floats as ZeRO does: each unit ([0,6), [6,10))
+// split into two pieces, rank r owning piece r of each.
+ShardState Shard(int rank) {
+  ShardState s;
+  s.rank = rank;
+  s.ranges = rank == 0 ? std::vector<Range>{{0, 3}, {6, 2}} : std::vector<Range>{{3, 3}, {8, 2}};
+  std::vector<float> p, m;
+  for (const Range& r : s.ranges) {
+    for (uint64_t i = r.offset; i < r.offset + r.count; ++i) {
+      p.push_back(static_cast<float>(i));
+      m.push_back(100.f + static_cast<float>(i));
+    }
+  }
+  s.arrays.emplace_back("params", p);
+  s.arrays.emplace_back("exp_avg", m);
+  return s;
+}
+
+Manifest MakeManifest(int64_t step, const std::vector<ShardFileInfo>& shards) {
+  Manifest m;
+  m.step = step;
+  m.world_size = static_cast<int>(shards.size());
+  m.zero_stage = 2;
+  m.total_floats = 10;
+  m.optimizer_steps = step;
+  m.shards = shards;
+  return m;
+}
+
+// Writes a complete checkpoint of `shards` at root/step-N.
+void WriteCheckpoint(const std::string& root, int64_t step, const std::vector<ShardState>& shards) {
+  const std::string dir = PartialDir(root, step);
+  std::vector<ShardFileInfo> infos;
+  for (const auto& s : shards) {
+    auto info = WriteShard(dir, static_cast<int>(shards.size()), s);
+    ASSERT_TRUE(info.ok()) << info.status();
+    infos.push_back(*info);
+  }
+  ASSERT_TRUE(WriteManifest(dir, MakeManifest(step, infos)).ok());
+  ASSERT_TRUE(Publish(root, step).ok());
+}
+
+TEST(CheckpointFormatTest, RoundTripReassemblesFullArrays) {
+  const std::string root = TempDir();
+  WriteCheckpoint(root, 7, {Shard(0), Shard(1)});
+  EXPECT_FALSE(fs::exists(PartialDir(root, 7)));
+  auto c = LoadCheckpoint(FinalDir(root, 7));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->manifest.step, 7);
+  EXPECT_EQ(c->manifest.world_size, 2);
+  ASSERT_EQ(c->arrays.at("params").size(), 10u);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(c->arrays.at("params")[i], i);
+    EXPECT_EQ(c->arrays.at("exp_avg")[i], 100 + i);
+  }
+  fs::remove_all(root);
+}
+
+TEST(CheckpointFormatTest, BadManifests) {
+  const std::string root = TempDir();
+  WriteCheckpoint(root, 1, {Shard(0), Shard(1)});
+  const std::string dir = FinalDir(root, 1);
+  const std::string good = *[&] {
+    std::ifstream in(dir + "/manifest.json");
+    return std::make_optional(std::string(std::istreambuf_iterator<char>(in), {}));
+  }();
+
+  WriteText(dir + "/manifest.json", "{\"format\": \"tandem-checkpoint\", \"step\": ");
+  auto m = ReadManifest(dir);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(m.status().message().find("not a Tandem checkpoint manifest"), std::string::npos);
+
+  WriteText(dir + "/manifest.json", "[1, 2, 3]");
+  EXPECT_EQ(ReadManifest(dir).status().code(), absl::StatusCode::kDataLoss);
+
+  // Missing required key.
+  std::string no_step = good;
+  no_step.replace(no_step.find("\"step\""), 6, "\"stop\"");
+  WriteText(dir + "/manifest.json", no_step);
+  EXPECT_EQ(ReadManifest(dir).status().code(), absl::StatusCode::kDataLoss);
+
+  // A shard count that does not match the world size.
+  std::string world = good;
+  world.replace(world.find("\"world_size\": 2"), 15, "\"world_size\": 3");
+  WriteText(dir + "/manifest.json", world);
+  m = ReadManifest(dir);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("lists 2 shards for world size 3"), std::string::npos)
+      << m.status();
+
+  // A shard file name that leaves the directory.
+  std::string escape = good;
+  escape.replace(escape.find("shard-00000-of-00002.bin"), 24, "../shard-00000-of-0.bin");
+  WriteText(dir + "/manifest.json", escape);
+  m = ReadManifest(dir);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("leaves the checkpoint directory"), std::string::npos);
+
+  // A bad checksum field.
+  std::string sum = good;
+  const size_t at = sum.find("\"xxh64\": \"") + 10;
+  sum.replace(at, 2, "zz");
+  WriteText(dir + "/manifest.json", sum);
+  EXPECT_EQ(ReadManifest(dir).status().code(), absl::StatusCode::kDataLoss);
+
+  fs::remove(dir + "/manifest.json");
+  EXPECT_EQ(ReadManifest(dir).status().code(), absl::StatusCode::kNotFound);
+  fs::remove_all(root);
+}
+
+// Builds a raw shard file and the ShardFileInfo that matches it (size and
+// checksum), so ReadShard gets past the checksum to the structural checks.
+ShardFileInfo RawShard(const std::string& dir, uint32_t header_len, const std::string& header,
+                       size_t payload_floats) {
+  std::string data("TNDMSHRD", 8);
+  const uint32_t version = 1;
+  data.append(reinterpret_cast<const char*>(&version), 4);
+  data.append(reinterpret_cast<const char*>(&header_len), 4);
+  data += header;
+  data.append(payload_floats * 4, '\0');
+  fs::create_directories(dir);
+  WriteText(dir + "/raw.bin", data);
+  return {"raw.bin", 0, data.size(), Xxh64(data.data(), data.size())};
+}
+
+TEST(CheckpointFormatTest, DamagedShardFiles) {
+  const std::string dir = TempDir();
+  const std::string header = R"({"ranges": [[0, 4]], "arrays": ["params"], "rank": 0})";
+
+  auto ok = ReadShard(dir, RawShard(dir, header.size(), header, 4));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->arrays.at(0).second.size(), 4u);
+
+  // Header length runs past the end of the file.
+  auto st = ReadShard(dir, RawShard(dir, 100000, header, 0)).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("header length past the end"), std::string::npos) << st;
+
+  // The array runs past the end.
+  st = ReadShard(dir, RawShard(dir, header.size(), header, 3)).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("runs past the end"), std::string::npos) << st;
+
+  // Trailing bytes.
+  st = ReadShard(dir, RawShard(dir, header.size(), header, 5)).status();
+  EXPECT_NE(st.message().find("trailing bytes"), std::string::npos) << st;
+
+  // Invalid header JSON and invalid ranges.
+  const std::string bad = "{\"ranges\": ";
+  st = ReadShard(dir, RawShard(dir, bad.size(), bad, 0)).status();
+  EXPECT_NE(st.message().find("invalid shard header"), std::string::npos) << st;
+  const std::string neg = R"({"ranges": [[0, -4]], "arrays": ["params"]})";
+  st = ReadShard(dir, RawShard(dir, neg.size(), neg, 0)).status();
+  EXPECT_NE(st.message().find("invalid range"), std::string::npos) << st;
+
+  // Size and checksum mismatches against the manifest.
+  ShardFileInfo info = RawShard(dir, header.size(), header, 4);
+  info.bytes += 1;
+  EXPECT_NE(ReadShard(dir, info).status().message().find("truncated"), std::string::npos);
+  info.bytes -= 1;
+  info.xxh64 ^= 1;
+  EXPECT_NE(ReadShard(dir, info).status().message().find("checksum"), std::string::npos);
+  info.file = "absent.bin";
+  EXPECT_EQ(ReadShard(dir, info).status().code(), absl::StatusCode::kNotFound);
+  fs::remove_all(dir);
+}
+
+TEST(CheckpointFormatTest, RangeCoverageErrors) {
+  struct Case {
+    const char* what;
+    std::vector<Range> r0, r1;
+    const char* error;
+  };
+  const std::vector<Case> cases = {
+      {"overlap", {{0, 6}}, {{5, 5}}, "stored by two shards"},
+      {"gap", {{0, 4}}, {{5, 5}}, "element 4 is in no shard"},
+      {"past the end", {{0, 5}}, {{5, 6}}, "range past total_floats"},
+  };
+  for (const Case& c : cases) {
+    const std::string root = TempDir();
+    std::vector<ShardState> shards(2);
+    for (int r = 0; r < 2; ++r) {
+      shards[r].rank = r;
+      shards[r].ranges = r == 0 ? c.r0 : c.r1;
+      shards[r].arrays.emplace_back("params", std::vector<float>(shards[r].num_floats(), 1.f));
+    }
+    WriteCheckpoint(root, 3, shards);
+    auto loaded = LoadCheckpoint(FinalDir(root, 3));
+    ASSERT_FALSE(loaded.ok()) << c.what;
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss) << c.what;
+    EXPECT_NE(loaded.status().message().find(c.error), std::string::npos)
+        << c.what << ": " << loaded.status();
+    fs::remove_all(root);
+  }
+}
+
+// Shards that disagree on which arrays they hold leave holes (zeros) in the
+// arrays some shards lack; LoadCheckpoint does not notice (worker/ckpt).
+// Enable when LoadCheckpoint checks every array's coverage.
+TEST(CheckpointFormatTest, ShardsWithDifferentArraysAreRejected) {
+  const std::string root = TempDir();
+  ShardState s1 = Shard(1);
+  s1.arrays.pop_back();  // rank 1 lacks exp_avg
+  WriteCheckpoint(root, 2, {Shard(0), s1});
+  auto loaded = LoadCheckpoint(FinalDir(root, 2));
+  EXPECT_FALSE(loaded.ok()) << "exp_avg is only half present";
+  fs::remove_all(root);
+}
+
+TEST(CheckpointFormatTest, LatestValidFallsBackAndRetentionKeepsNewest) {
+  const std::string root = TempDir();
+  for (int64_t step : {2, 4, 6, 8}) WriteCheckpoint(root, step, {Shard(0), Shard(1)});
+  // A partial (incomplete) newer checkpoint is invisible to readers.
+  fs::create_directories(PartialDir(root, 10));
+  // Corrupt the newest two: a missing shard and a flipped byte.
+  fs::remove(FinalDir(root, 8) + "/" + ShardFileName(1, 2));
+  const std::string f = FinalDir(root, 6) + "/" + ShardFileName(0, 2);
+  {
+    std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(20);
+    io.put('#');
+  }
+  auto list = ListCheckpoints(root);
+  ASSERT_EQ(list.size(), 4u);
+  EXPECT_EQ(list[0].first, 8);
+  std::vector<std::string> skipped;
+  auto c = LoadLatestValid(root, &skipped);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->manifest.step, 4);
+  ASSERT_EQ(skipped.size(), 2u);
+  EXPECT_NE(skipped[0].find("step-00000008"), std::string::npos);
+  EXPECT_NE(skipped[0].find("is missing"), std::string::npos) << skipped[0];
+  EXPECT_NE(skipped[1].find("step-00000006"), std::string::npos);
+
+  ASSERT_TRUE(ApplyRetention(root, 2).ok());
+  list = ListCheckpoints(root);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].first, 8);
+  EXPECT_EQ(list[1].first, 6);
+  // The partial directory newer than every complete checkpoint stays (it may
+  // be being written); an older one goes.
+  EXPECT_TRUE(fs::exists(PartialDir(root, 10)));
+  fs::create_directories(PartialDir(root, 1));
+  ASSERT_TRUE(ApplyRetention(root, 2).ok());
+  EXPECT_FALSE(fs::exists(PartialDir(root, 1)));
+
+  std::vector<std::string> none;
+  fs::remove_all(FinalDir(root, 6));
+  fs::remove_all(FinalDir(root, 8));
+  EXPECT_EQ(LoadLatestValid(root, &none).status().code(), absl::StatusCode::kNotFound);
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace tandem::ckpt

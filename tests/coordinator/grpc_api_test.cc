@@ -1,0 +1,579 @@
+// In-process coordinator on 127.0.0.1 (ephemeral ports): every RPC with bad
+// input or bad credentials, health after each; jobs driven end to end by
+// fake workers written here against the Cluster service (test code).
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/auth.h"
+#include "common/daemon_config.h"
+#include "server/coordinator.h"
+#include "server/job_manager.h"
+#include "tandem/v1/cluster.grpc.pb.h"
+#include "tandem/v1/control.grpc.pb.h"
+
+namespace tandem::server {
+namespace {
+
+using tandem::v1::Cluster;
+using tandem::v1::Control;
+
+constexpr char kAdmin[] = "admin-token-123";
+constexpr char kJoin[] = "join-token-456";
+
+std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token, int ms = 5000) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(ms));
+  common::AddBearerToken(ctx.get(), token);
+  return ctx;
+}
+
+bool Healthy(const std::shared_ptr<grpc::Channel>& channel) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::CompletionQueue cq;
+  grpc::ByteBuffer request;  // HealthCheckRequest{} encodes to nothing
+  grpc::Slice empty;
+  request = grpc::ByteBuffer(&empty, 1);
+  auto call = stub.PrepareUnaryCall(&ctx, "/grpc.health.v1.Health/Check", request, &cq);
+  call->StartCall();
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag;
+  bool ok;
+  cq.Next(&tag, &ok);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  std::vector<grpc::Slice> slices;
+  if (!status.ok() || !response.Dump(&slices).ok()) return false;
+  std::string bytes;
+  for (auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return bytes == std::string("\x08\x01", 2);  // status: SERVING
+}
+
+// A worker written against the Cluster service: registers, heartbeats,
+// holds Attach, answers each phase (optionally failing or stalling one),
+// reconnects with its identity when the stream ends.
+class FakeWorker {
+ public:
+  FakeWorker(std::string name, std::function<std::string()> address) : name_(std::move(name)), address_(address) {
+    thread_ = std::thread([this] { Run(); });
+    heartbeat_ = std::thread([this] { Heartbeats(); });
+  }
+  ~FakeWorker() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    if (heartbeat_.joinable()) heartbeat_.join();
+  }
+  std::function<bool(const tandem::v1::PhaseCommand&, std::string*)> fail;  // true -> report error
+  std::function<bool(const tandem::v1::PhaseCommand&)> stall;               // true -> never answer
+  std::atomic<bool> heartbeats_on{true};
+  std::vector<std::string> phases() {
+    absl::MutexLock l(&mu_);
+    return phases_;
+  }
+  std::string id() {
+    absl::MutexLock l(&mu_);
+    return id_;
+  }
+  int reports_replayed() { return replayed_; }
+
+ private:
+  std::unique_ptr<Cluster::Stub> Stub() {
+    return Cluster::NewStub(grpc::CreateChannel(address_(), grpc::InsecureChannelCredentials()));
+  }
+  void Run() {
+    while (!stop_) {
+      auto stub = Stub();
+      tandem::v1::RegisterWorkerRequest req;
+      req.set_name(name_);
+      req.set_host("localhost");
+      req.set_device(tandem::v1::DEVICE_KIND_CPU);
+      req.set_device_count(1);
+      {
+        absl::MutexLock l(&mu_);
+        req.set_worker_id(id_);
+        req.set_job_id(job_);
+        req.set_generation(generation_);
+      }
+      tandem::v1::RegisterWorkerResponse resp;
+      if (!stub->RegisterWorker(Ctx(kJoin).get(), req, &resp).ok()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
+      {
+        absl::MutexLock l(&mu_);
+        id_ = resp.worker_id();
+        if (!resp.keep_job()) {
+          job_.clear();
+          cache_.clear();
+        }
+      }
+      grpc::ClientContext ctx;
+      common::AddBearerToken(&ctx, kJoin);
+      tandem::v1::AttachRequest attach;
+      attach.set_worker_id(resp.worker_id());
+      auto reader = stub->Attach(&ctx, attach);
+      std::thread canceller([&] {
+        while (!stop_ && !stream_done_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        ctx.TryCancel();
+      });
+      tandem::v1::WorkerCommand cmd;
+      while (reader->Read(&cmd)) {
+        if (cmd.has_phase()) Handle(stub.get(), cmd.phase());
+        if (cmd.has_abort_job()) {
+          absl::MutexLock l(&mu_);
+          job_.clear();
+        }
+      }
+      stream_done_ = true;
+      canceller.join();
+      stream_done_ = false;
+      reader->Finish().ok();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  void Handle(Cluster::Stub* stub, const tandem::v1::PhaseCommand& cmd) {
+    tandem::v1::ReportPhaseRequest report;
+    {
+      absl::MutexLock l(&mu_);
+      auto cached = cache_.find(cmd.command_id());
+      if (cached != cache_.end()) {
+        report = cached->second;
+        replayed_++;
+      }
+    }
+    if (report.command_id().empty()) {
+      if (stall && stall(cmd)) return;
+      {
+        absl::MutexLock l(&mu_);
+        phases_.push_back(absl::StrCat(tandem::v1::Phase_Name(cmd.phase()), "(", cmd.step(), ")"));
+        if (cmd.phase() == tandem::v1::PHASE_SETUP) {
+          job_ = cmd.job_id();
+          generation_ = cmd.generation();
+        }
+      }
+      report.set_worker_id(id());
+      report.set_command_id(cmd.command_id());
+      report.set_job_id(cmd.job_id());
+      report.set_generation(cmd.generation());
+      report.set_phase(cmd.phase());
+      report.set_step(cmd.step());
+      std::string error;
+      report.set_ok(!(fail && fail(cmd, &error)));
+      report.set_error(error);
+      report.set_seconds(0.001);
+      report.set_peak_memory_bytes(1000 + cmd.step());
+      report.mutable_metrics()->set_loss(cmd.step() > 0 ? 1.0 / cmd.step() : 0);
+      report.add_log_lines(absl::StrCat(name_, " ran ", tandem::v1::Phase_Name(cmd.phase())));
+      absl::MutexLock l(&mu_);
+      cache_[cmd.command_id()] = report;
+    }
+    tandem::v1::ReportPhaseResponse resp;
+    for (int attempt = 0; attempt < 50 && !stop_; ++attempt) {
+      auto st = stub->ReportPhase(Ctx(kJoin).get(), report, &resp);
+      if (st.ok() || st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  void Heartbeats() {
+    while (!stop_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (!heartbeats_on || id().empty()) continue;
+      tandem::v1::HeartbeatRequest hb;
+      hb.set_worker_id(id());
+      tandem::v1::HeartbeatResponse resp;
+      Stub()->Heartbeat(Ctx(kJoin, 1000).get(), hb, &resp).ok();
+    }
+  }
+
+  const std::string name_;
+  std::function<std::string()> address_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> stream_done_{false};
+  std::atomic<int> replayed_{0};
+  absl::Mutex mu_;
+  std::string id_ ABSL_GUARDED_BY(mu_);
+  std::string job_ ABSL_GUARDED_BY(mu_);
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, tandem::v1::ReportPhaseRequest> cache_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> phases_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+  std::thread heartbeat_;
+};
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/tandem_grpc_" + std::to_string(getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    std::ofstream(dir_ + "/admin.tok") << kAdmin << "\n";
+    std::ofstream(dir_ + "/join.tok") << kJoin << "\n";
+    config_ = common::DefaultCoordinatorConfig();
+    config_.set_listen("127.0.0.1:0");
+    config_.set_metrics_listen("127.0.0.1:0");
+    config_.set_state_dir(dir_ + "/state");
+    config_.set_runs_dir(dir_ + "/runs");
+    config_.mutable_auth()->set_admin_token_file(dir_ + "/admin.tok");
+    config_.mutable_auth()->set_join_token_file(dir_ + "/join.tok");
+    config_.set_lease_ms(1500);
+    config_.set_replacement_timeout_ms(1000);  // a lost worker with no spare fails the job quickly
+    config_.set_heartbeat_ms(100);
+    config_.set_phase_timeout_ms(10000);
+    config_.set_max_message_bytes(1 << 20);
+    config_.set_reattach_grace_ms(5000);
+    StartCoordinator();
+  }
+  void TearDown() override {
+    workers_.clear();
+    coordinator_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  void StartCoordinator() {
+    coordinator_ = std::make_unique<Coordinator>(config_);
+    absl::Status s = coordinator_->Start();
+    ASSERT_TRUE(s.ok()) << s;
+    {
+      absl::MutexLock l(&address_mu_);
+      address_ = coordinator_->grpc_address();
+    }
+    channel_ = grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
+    control_ = Control::NewStub(channel_);
+    cluster_ = Cluster::NewStub(channel_);
+  }
+  std::string address() {
+    absl::MutexLock l(&address_mu_);
+    return address_;
+  }
+  FakeWorker* AddWorker(const std::string& name) {
+    workers_.push_back(std::make_unique<FakeWorker>(name, [this] { return address(); }));
+    return workers_.back().get();
+  }
+  tandem::v1::JobSpec SftSpec(int workers, int steps) {
+    tandem::v1::JobSpec spec;
+    spec.set_name("t");
+    spec.set_kind(tandem::v1::JOB_KIND_SFT);
+    spec.mutable_model()->set_from("/models/none");
+    spec.mutable_cluster()->set_workers(workers);
+    spec.mutable_train()->set_steps(steps);
+    spec.mutable_train()->set_global_batch(4 * workers);
+    spec.mutable_train()->set_micro_batch(4);
+    return spec;
+  }
+  std::string Submit(const tandem::v1::JobSpec& spec) {
+    tandem::v1::SubmitJobRequest req;
+    *req.mutable_spec() = spec;
+    tandem::v1::SubmitJobResponse resp;
+    auto st = control_->SubmitJob(Ctx(kAdmin).get(), req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp.job_id();
+  }
+  tandem::v1::Job GetJob(const std::string& id) {
+    tandem::v1::GetJobRequest req;
+    req.set_job_id(id);
+    tandem::v1::Job job;
+    control_->GetJob(Ctx(kAdmin).get(), req, &job).ok();
+    return job;
+  }
+  tandem::v1::Job WaitFor(const std::string& id, std::function<bool(const tandem::v1::Job&)> pred, int ms = 15000) {
+    tandem::v1::Job job;
+    for (int waited = 0; waited < ms; waited += 50) {
+      job = GetJob(id);
+      if (pred(job)) return job;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ADD_FAILURE() << "timed out; job: " << job.ShortDebugString();
+    return job;
+  }
+  static bool Done(const tandem::v1::Job& j) { return IsTerminal(j.state()); }
+
+  std::string dir_;
+  tandem::v1::CoordinatorConfig config_;
+  std::unique_ptr<Coordinator> coordinator_;
+  absl::Mutex address_mu_;
+  std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<Control::Stub> control_;
+  std::unique_ptr<Cluster::Stub> cluster_;
+  std::vector<std::unique_ptr<FakeWorker>> workers_;
+};
+
+#define EXPECT_CODE(call, code)                                                     \
+  do {                                                                              \
+    grpc::Status st_ = (call);                                                      \
+    EXPECT_EQ(st_.error_code(), grpc::StatusCode::code) << #call << ": " << st_.error_message(); \
+    EXPECT_TRUE(Healthy(channel_)) << "unhealthy after " << #call;                  \
+  } while (0)
+
+TEST_F(CoordinatorTest, BadInputAndCredentialsGetClearErrors) {
+  ASSERT_TRUE(Healthy(channel_));
+  tandem::v1::ListJobsRequest list;
+  tandem::v1::ListJobsResponse jobs;
+  EXPECT_CODE(control_->ListJobs(Ctx("").get(), list, &jobs), UNAUTHENTICATED);
+  EXPECT_CODE(control_->ListJobs(Ctx("wrong").get(), list, &jobs), UNAUTHENTICATED);
+  EXPECT_CODE(control_->ListJobs(Ctx(kJoin).get(), list, &jobs), PERMISSION_DENIED);
+  EXPECT_CODE(control_->ListJobs(Ctx(kAdmin).get(), list, &jobs), OK);
+  list.set_limit(-1);
+  EXPECT_CODE(control_->ListJobs(Ctx(kAdmin).get(), list, &jobs), INVALID_ARGUMENT);
+
+  tandem::v1::SubmitJobRequest submit;
+  tandem::v1::SubmitJobResponse submitted;
+  EXPECT_CODE(control_->SubmitJob(Ctx(kAdmin).get(), submit, &submitted), INVALID_ARGUMENT);
+  *submit.mutable_spec() = SftSpec(1, 3);
+  submit.mutable_spec()->mutable_train()->set_steps(-4);
+  grpc::Status st = control_->SubmitJob(Ctx(kAdmin).get(), submit, &submitted);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(st.error_message(), "spec.train.steps: must be >= 1, got -4");
+  submit.mutable_spec()->mutable_train()->set_steps(3);
+  submit.mutable_spec()->set_output_dir(std::string(5000, 'x'));
+  EXPECT_CODE(control_->SubmitJob(Ctx(kAdmin).get(), submit, &submitted), INVALID_ARGUMENT);
+  submit.mutable_spec()->set_output_dir(std::string(2 << 20, 'x'));  // over max message size
+  EXPECT_CODE(control_->SubmitJob(Ctx(kAdmin).get(), submit, &submitted), RESOURCE_EXHAUSTED);
+
+  tandem::v1::GetJobRequest get;
+  tandem::v1::Job job;
+  EXPECT_CODE(control_->GetJob(Ctx(kAdmin).get(), get, &job), INVALID_ARGUMENT);
+  get.set_job_id("bad id!");
+  EXPECT_CODE(control_->GetJob(Ctx(kAdmin).get(), get, &job), INVALID_ARGUMENT);
+  get.set_job_id("j-999999");
+  EXPECT_CODE(control_->GetJob(Ctx(kAdmin).get(), get, &job), NOT_FOUND);
+  tandem::v1::CancelJobRequest cancel;
+  tandem::v1::CancelJobResponse cancelled;
+  cancel.set_job_id("j-999999");
+  EXPECT_CODE(control_->CancelJob(Ctx(kAdmin).get(), cancel, &cancelled), NOT_FOUND);
+  tandem::v1::GetJobLogsRequest logs;
+  tandem::v1::GetJobLogsResponse lines;
+  logs.set_job_id("j-1");
+  logs.set_limit(1000000);
+  EXPECT_CODE(control_->GetJobLogs(Ctx(kAdmin).get(), logs, &lines), INVALID_ARGUMENT);
+  tandem::v1::DrainWorkerRequest drain;
+  tandem::v1::DrainWorkerResponse drained;
+  EXPECT_CODE(control_->DrainWorker(Ctx(kAdmin).get(), drain, &drained), INVALID_ARGUMENT);
+  drain.set_worker("nobody");
+  EXPECT_CODE(control_->DrainWorker(Ctx(kAdmin).get(), drain, &drained), NOT_FOUND);
+  tandem::v1::ListCheckpointsRequest ckpts;
+  tandem::v1::ListCheckpointsResponse records;
+  EXPECT_CODE(control_->ListCheckpoints(Ctx(kAdmin).get(), ckpts, &records), INVALID_ARGUMENT);
+  {
+    tandem::v1::WatchJobRequest watch;
+    watch.set_job_id("j-999999");
+    auto ctx = Ctx(kAdmin);
+    auto reader = control_->WatchJob(ctx.get(), watch);
+    tandem::v1::JobEvent e;
+    while (reader->Read(&e)) {
+    }
+    EXPECT_CODE(reader->Finish(), NOT_FOUND);
+  }
+
+  tandem::v1::RegisterWorkerRequest reg;
+  tandem::v1::RegisterWorkerResponse registered;
+  reg.set_device(tandem::v1::DEVICE_KIND_CPU);
+  EXPECT_CODE(cluster_->RegisterWorker(Ctx(kJoin).get(), reg, &registered), INVALID_ARGUMENT);  // no name
+  reg.set_name("w");
+  reg.set_device(tandem::v1::DEVICE_KIND_UNSPECIFIED);
+  EXPECT_CODE(cluster_->RegisterWorker(Ctx(kJoin).get(), reg, &registered), INVALID_ARGUMENT);
+  reg.set_device(tandem::v1::DEVICE_KIND_CPU);
+  reg.set_host(std::string(300, 'h'));
+  EXPECT_CODE(cluster_->RegisterWorker(Ctx(kJoin).get(), reg, &registered), INVALID_ARGUMENT);
+  reg.clear_host();
+  EXPECT_CODE(cluster_->RegisterWorker(Ctx("").get(), reg, &registered), UNAUTHENTICATED);
+  EXPECT_CODE(cluster_->RegisterWorker(Ctx(kJoin).get(), reg, &registered), OK);
+  EXPECT_CODE(cluster_->RegisterWorker(Ctx(kJoin).get(), reg, &registered), OK);  // twice: same id
+  EXPECT_EQ(registered.worker_id(), "w-1");
+
+  tandem::v1::HeartbeatRequest hb;
+  tandem::v1::HeartbeatResponse hb_resp;
+  EXPECT_CODE(cluster_->Heartbeat(Ctx(kJoin).get(), hb, &hb_resp), INVALID_ARGUMENT);
+  hb.set_worker_id("w-77");
+  EXPECT_CODE(cluster_->Heartbeat(Ctx(kJoin).get(), hb, &hb_resp), OK);
+  EXPECT_TRUE(hb_resp.reregister());
+  {
+    tandem::v1::AttachRequest attach;
+    attach.set_worker_id("w-77");
+    auto ctx = Ctx(kJoin);
+    auto reader = cluster_->Attach(ctx.get(), attach);
+    tandem::v1::WorkerCommand c;
+    while (reader->Read(&c)) {
+    }
+    EXPECT_CODE(reader->Finish(), NOT_FOUND);
+  }
+  {
+    // A client that goes away mid-stream: the server ends the stream.
+    tandem::v1::AttachRequest attach;
+    attach.set_worker_id("w-1");
+    auto ctx = Ctx(kJoin);
+    auto reader = cluster_->Attach(ctx.get(), attach);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ctx->TryCancel();
+    tandem::v1::WorkerCommand c;
+    while (reader->Read(&c)) {
+    }
+    EXPECT_CODE(reader->Finish(), CANCELLED);
+  }
+  tandem::v1::ReportPhaseRequest report;
+  tandem::v1::ReportPhaseResponse reported;
+  report.set_worker_id("w-1");
+  EXPECT_CODE(cluster_->ReportPhase(Ctx(kJoin).get(), report, &reported), INVALID_ARGUMENT);
+  report.set_command_id("c");
+  report.set_job_id("j-999999");
+  for (int i = 0; i < 1001; ++i) report.add_log_lines("x");
+  EXPECT_CODE(cluster_->ReportPhase(Ctx(kJoin).get(), report, &reported), INVALID_ARGUMENT);
+  report.clear_log_lines();
+  EXPECT_CODE(cluster_->ReportPhase(Ctx(kJoin).get(), report, &reported), NOT_FOUND);
+
+  tandem::v1::StoreSetRequest set;
+  tandem::v1::StoreSetResponse set_resp;
+  EXPECT_CODE(cluster_->StoreSet(Ctx(kJoin).get(), set, &set_resp), INVALID_ARGUMENT);
+  set.mutable_scope()->set_job_id("j-000001");
+  set.mutable_scope()->set_generation(1);
+  set.set_key("k");
+  EXPECT_CODE(cluster_->StoreSet(Ctx(kJoin).get(), set, &set_resp), FAILED_PRECONDITION);
+  tandem::v1::StoreGetRequest sget;
+  tandem::v1::StoreGetResponse sget_resp;
+  sget.mutable_scope()->set_job_id("j-000001");
+  EXPECT_CODE(cluster_->StoreGet(Ctx(kJoin).get(), sget, &sget_resp), INVALID_ARGUMENT);  // generation 0
+  tandem::v1::StoreWaitRequest swait;
+  tandem::v1::StoreWaitResponse swait_resp;
+  EXPECT_CODE(cluster_->StoreWait(Ctx("").get(), swait, &swait_resp), UNAUTHENTICATED);
+  tandem::v1::StoreAddRequest sadd;
+  tandem::v1::StoreAddResponse sadd_resp;
+  EXPECT_CODE(cluster_->StoreAdd(Ctx(kJoin).get(), sadd, &sadd_resp), INVALID_ARGUMENT);
+  tandem::v1::StoreDeleteRequest sdel;
+  tandem::v1::StoreDeleteResponse sdel_resp;
+  EXPECT_CODE(cluster_->StoreDelete(Ctx(kJoin).get(), sdel, &sdel_resp), INVALID_ARGUMENT);
+  tandem::v1::ListWorkersRequest lw;
+  tandem::v1::ListWorkersResponse workers;
+  EXPECT_CODE(control_->ListWorkers(Ctx(kAdmin).get(), lw, &workers), OK);
+  EXPECT_EQ(workers.workers_size(), 1);
+}
+
+TEST_F(CoordinatorTest, SftJobRunsOnTwoWorkersWithEventsLogsAndStore) {
+  auto* a = AddWorker("alpha");
+  auto* b = AddWorker("beta");
+  auto spec = SftSpec(2, 3);
+  spec.mutable_train()->set_eval_every(2);
+  std::string id = Submit(spec);
+  tandem::v1::WatchJobRequest watch;
+  watch.set_job_id(id);
+  watch.set_from_start(true);
+  auto ctx = Ctx(kAdmin, 20000);
+  auto reader = control_->WatchJob(ctx.get(), watch);
+  std::vector<tandem::v1::JobEvent> events;
+  tandem::v1::JobEvent e;
+  while (reader->Read(&e)) events.push_back(e);
+  EXPECT_TRUE(reader->Finish().ok());
+  auto job = GetJob(id);
+  ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_SUCCEEDED) << job.reason();
+  EXPECT_EQ(job.step(), 3);
+  EXPECT_EQ(job.generation(), 1);
+  const std::vector<std::string> expected = {"PHASE_SETUP(0)", "PHASE_SFT_STEP(1)", "PHASE_SFT_STEP(2)",
+                                             "PHASE_EVAL(2)", "PHASE_SFT_STEP(3)", "PHASE_EVAL(3)",
+                                             "PHASE_EXPORT(3)", "PHASE_TEARDOWN(3)"};
+  EXPECT_EQ(a->phases(), expected);
+  EXPECT_EQ(b->phases(), expected);
+  int steps = 0;
+  for (const auto& ev : events) {
+    if (ev.kind() != "step") continue;
+    ++steps;
+    EXPECT_EQ(ev.metrics().step(), steps);
+    EXPECT_NEAR(ev.metrics().loss(), 1.0 / steps, 1e-9);
+    EXPECT_GT(ev.metrics().phase_seconds().at("sft_step"), 0);
+    EXPECT_EQ(ev.metrics().peak_memory_bytes(), 1000 + steps);
+  }
+  EXPECT_EQ(steps, 3);
+  EXPECT_EQ(events.back().state(), tandem::v1::JOB_STATE_SUCCEEDED);
+  tandem::v1::GetJobLogsRequest logs;
+  logs.set_job_id(id);
+  tandem::v1::GetJobLogsResponse lines;
+  ASSERT_TRUE(control_->GetJobLogs(Ctx(kAdmin).get(), logs, &lines).ok());
+  EXPECT_GE(lines.lines_size(), 16);  // 8 phases x 2 ranks + coordinator lines
+  // Workers are idle again and can take the next job.
+  std::string second = Submit(SftSpec(1, 1));
+  EXPECT_EQ(WaitFor(second, Done).state(), tandem::v1::JOB_STATE_SUCCEEDED);
+  EXPECT_TRUE(Healthy(channel_));
+}
+
+TEST_F(CoordinatorTest, FailedPhaseFailsTheJobNamingStepPhaseWorkerRank) {
+  AddWorker("alpha");
+  auto* b = AddWorker("beta");
+  b->fail = [](const tandem::v1::PhaseCommand& c, std::string* error) {
+    *error = "boom";
+    return c.phase() == tandem::v1::PHASE_SFT_STEP && c.step() == 2;
+  };
+  std::string id = Submit(SftSpec(2, 4));
+  auto job = WaitFor(id, Done);
+  EXPECT_EQ(job.state(), tandem::v1::JOB_STATE_FAILED);
+  EXPECT_EQ(job.reason(), absl::StrCat("step 2 phase SFT_STEP failed on worker ", b->id(), " (rank 1): boom"));
+}
+
+TEST_F(CoordinatorTest, PendingReasonCancelAndLostWorker) {
+  std::string big = Submit(SftSpec(4, 2));
+  auto job = WaitFor(big, [](const auto& j) { return j.reason() == "needs 4 cpu workers, 0 idle"; });
+  EXPECT_EQ(job.state(), tandem::v1::JOB_STATE_PENDING);
+  tandem::v1::CancelJobRequest cancel;
+  cancel.set_job_id(big);
+  tandem::v1::CancelJobResponse cancelled;
+  ASSERT_TRUE(control_->CancelJob(Ctx(kAdmin).get(), cancel, &cancelled).ok());
+  EXPECT_EQ(cancelled.job().state(), tandem::v1::JOB_STATE_CANCELLED);
+
+  auto* a = AddWorker("alpha");
+  a->stall = [](const tandem::v1::PhaseCommand& c) { return c.phase() == tandem::v1::PHASE_SFT_STEP; };
+  std::string id = Submit(SftSpec(1, 2));
+  WaitFor(id, [](const auto& j) { return j.state() == tandem::v1::JOB_STATE_RUNNING; });
+  a->heartbeats_on = false;
+  // Issue 6: a lost worker makes the job recover (generation bumped) instead
+  // of failing; this worker keeps coming back and stalling, so cancel it.
+  job = WaitFor(id, [](const auto& j) { return j.recovery().recoveries() >= 1 && j.generation() >= 2; });
+  EXPECT_NE(job.recovery().reason().find("rank 0 lost: lease expired"), std::string::npos) << job.recovery().reason();
+  tandem::v1::CancelJobRequest stop;
+  stop.set_job_id(id);
+  ASSERT_TRUE(control_->CancelJob(Ctx(kAdmin).get(), stop, &cancelled).ok());
+  EXPECT_EQ(WaitFor(id, Done).state(), tandem::v1::JOB_STATE_CANCELLED);
+  a->Stop();
+}
+
+TEST_F(CoordinatorTest, RestartContinuesRunningJobFromCursor) {
+  std::atomic<bool> hold{true};
+  auto* a = AddWorker("alpha");
+  auto* b = AddWorker("beta");
+  auto stall = [&hold](const tandem::v1::PhaseCommand& c) {
+    return hold.load() && c.phase() == tandem::v1::PHASE_SFT_STEP && c.step() == 2;
+  };
+  a->stall = stall;
+  std::string id = Submit(SftSpec(2, 3));
+  WaitFor(id, [](const auto& j) { return j.step() == 1; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Restart on the same state dir and port while step 2 is in flight.
+  std::string port = address().substr(address().rfind(':') + 1);
+  coordinator_.reset();
+  config_.set_listen("127.0.0.1:" + port);
+  hold = false;
+  StartCoordinator();
+  auto job = WaitFor(id, Done, 20000);
+  EXPECT_EQ(job.state(), tandem::v1::JOB_STATE_SUCCEEDED) << job.reason();
+  EXPECT_EQ(job.generation(), 1);
+  // beta finished step 2 before the restart and answered the re-issued
+  // command from its cache; alpha ran it once.
+  EXPECT_GE(b->reports_replayed(), 1);
+  std::vector<std::string> pa = a->phases();
+  EXPECT_EQ(std::count(pa.begin(), pa.end(), "PHASE_SFT_STEP(2)"), 1);
+  EXPECT_EQ(pa.back(), "PHASE_TEARDOWN(3)");
+}
+
+}  // namespace
+}  // namespace tandem::server

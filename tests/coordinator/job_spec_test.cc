@@ -1,0 +1,165 @@
+#include "common/job_spec.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/daemon_config.h"
+
+namespace tandem::common {
+namespace {
+
+const char kIssueExample[] = R"(
+name: grpo-arith-tiny
+kind: grpo
+seed: 1
+model: {config: {vocab_size: 32, hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2,
+                 num_attention_heads: 4, num_key_value_heads: 2, rope_theta: 10000.0}}
+task: {name: arithmetic, op: add, digits: 2}
+train: {steps: 200, lr: 1.0e-4, global_batch: 32, micro_batch: 8, warmup_steps: 10}
+rl: {group_size: 8, prompts_per_step: 16, clip: 0.2, kl_coef: 0.01, max_new_tokens: 8, temperature: 1.0}
+init: {sft: {steps: 50, lr: 3e-4}}
+cluster: {workers: 2, device: cpu, zero_stage: 2}
+checkpoint: {every: 20, keep: 3}
+)";
+
+std::string ErrorOf(const std::string& text, std::vector<std::string> overrides = {}) {
+  auto spec = ParseJobSpecYaml(text, overrides);
+  if (spec.ok()) return "OK";
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << spec.status();
+  return std::string(spec.status().message());
+}
+
+TEST(JobSpecTest, IssueExampleParses) {
+  auto spec = ParseJobSpecYaml(kIssueExample);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->kind(), tandem::v1::JOB_KIND_GRPO);
+  EXPECT_EQ(spec->train().steps(), 200);
+  EXPECT_EQ(spec->cluster().workers(), 2);
+  EXPECT_EQ(spec->cluster().device(), tandem::v1::DEVICE_KIND_CPU);
+  EXPECT_EQ(spec->init().sft_steps(), 50);
+  EXPECT_DOUBLE_EQ(spec->init().sft_lr(), 3e-4);
+  EXPECT_EQ(spec->model().config().num_key_value_heads(), 2);
+  EXPECT_DOUBLE_EQ(spec->model().config().rms_norm_eps(), 1e-5);  // default
+  EXPECT_DOUBLE_EQ(spec->train().beta2(), 0.95);                  // default
+  EXPECT_DOUBLE_EQ(spec->rl().clip_high(), 0.2);                  // derived
+}
+
+TEST(JobSpecTest, OverridesAndRoundTrip) {
+  auto spec = ParseJobSpecYaml(kIssueExample, {"train.steps=10", "cluster.workers=4", "rl.kl_coef=0",
+                                               "task.name=sort"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->train().steps(), 10);
+  EXPECT_EQ(spec->cluster().workers(), 4);
+  EXPECT_EQ(spec->rl().kl_coef(), 0);  // explicit zero stays
+  EXPECT_EQ(spec->task().name(), "sort");
+  auto again = ParseJobSpecYaml(JobSpecToYaml(*spec));
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << JobSpecToYaml(*spec);
+  EXPECT_EQ(again->SerializeAsString(), spec->SerializeAsString());
+  EXPECT_EQ(ErrorOf(kIssueExample, {"train"}), "--set 'train': expected key.path=value");
+  EXPECT_EQ(ErrorOf(kIssueExample, {"train.steps.x=1"}), "--set train.steps.x: train.steps is not a map");
+}
+
+TEST(JobSpecTest, BadInputsNameTheField) {
+  const std::string base = kIssueExample;
+  EXPECT_NE(ErrorOf("kind: [sft").find("malformed YAML: line 1"), std::string::npos) << ErrorOf("kind: [sft");
+  EXPECT_EQ(ErrorOf(base, {"train.stepz=3"}).rfind("train.stepz: unknown key; allowed: steps, lr, global_batch", 0), 0u);
+  EXPECT_EQ(ErrorOf(base, {"train.steps=abc"}), "train.steps: expected an integer, got 'abc'");
+  EXPECT_EQ(ErrorOf(base, {"train.steps=1.5"}), "train.steps: expected an integer, got '1.5'");
+  EXPECT_EQ(ErrorOf(base, {"train.lr=fast"}), "train.lr: expected a number, got 'fast'");
+  EXPECT_EQ(ErrorOf(base, {"train={a: 1}"}).substr(0, 29), "train.a: unknown key; allowed");
+  EXPECT_EQ(ErrorOf(base, {"train=[1, 2]"}), "train: expected a map, got a list");
+  EXPECT_EQ(ErrorOf(base, {"train.steps=0"}), "train.steps: must be >= 1, got 0");
+  EXPECT_EQ(ErrorOf(base, {"train.steps=-5"}), "train.steps: must be >= 1, got -5");
+  EXPECT_EQ(ErrorOf(base, {"train.steps=99999999999"}), "train.steps: must be <= 2147483647, got 99999999999");
+  EXPECT_EQ(ErrorOf(base, {"train.steps=2000000000"}), "train.steps: must be <= 1000000000, got 2000000000");
+  EXPECT_EQ(ErrorOf(base, {"cluster.workers=100000"}), "cluster.workers: must be <= 4096, got 100000");
+  EXPECT_EQ(ErrorOf(base, {"train.lr=0"}), "train.lr: must be > 0, got 0");
+  EXPECT_EQ(ErrorOf(base, {"train.lr=.inf"}), "train.lr: must be a finite number, got '.inf'");
+  EXPECT_EQ(ErrorOf(base, {"cluster.device=tpu"}), "cluster.device: 'tpu' is not allowed; allowed: cpu, cuda");
+  EXPECT_EQ(ErrorOf(base, {"kind=ppo"}), "kind: 'ppo' is not supported yet; allowed: sft, grpo");
+  EXPECT_EQ(ErrorOf(base, {"init.sft.stepz=1"}), "init.sft.stepz: unknown key; allowed: lr, steps");
+  EXPECT_EQ(ErrorOf(base, {"init.sft.steps=-1"}), "init.sft.steps: must be >= 0, got -1");
+  EXPECT_EQ(ErrorOf(base, {"task.op=sub"}), "task.op: 'sub' is not allowed; allowed: \"\", add, mul");
+  std::string megabyte(1 << 20, 'x');
+  EXPECT_EQ(ErrorOf(base + "\noutput_dir: " + megabyte + "\n"),
+            "output_dir: too long (1048576 chars; at most 4096)");
+  EXPECT_EQ(ErrorOf(std::string(5 << 20, '#')), "job file: too large (5242880 bytes; at most 4194304)");
+  EXPECT_EQ(ErrorOf(base, {"name=bad name!"}), "name: 'bad name!' must be 1-128 characters of A-Z a-z 0-9 . _ -");
+  EXPECT_EQ(ErrorOf(base, {"train.global_batch=30"}),
+            "train.global_batch: 30 is not divisible by train.micro_batch * workers = 8 * 2 = 16");
+  EXPECT_EQ(ErrorOf(base, {"model.config.hidden_size=66"}),
+            "model.config.hidden_size: 66 is not divisible by num_attention_heads = 4");
+  EXPECT_EQ(ErrorOf(base, {"model.config.num_key_value_heads=3"}),
+            "model.config.num_key_value_heads: 3 must divide num_attention_heads = 4");
+  EXPECT_EQ(ErrorOf(base, {"model.from=/models/x"}), "model: set either config or from, not both");
+  EXPECT_EQ(ErrorOf("kind: sft\ntask: {name: sort}\n"),
+            "model: required: set model.config (inline) or model.from (HF model dir)");
+  EXPECT_EQ(ErrorOf("model: {from: /m}\ntask: {name: sort}\n"), "kind: required; allowed: sft, grpo, ppo");
+  EXPECT_EQ(ErrorOf(base, {"rl.prompts_per_step=3"}), "rl.prompts_per_step: 3 is not divisible by the workers = 2");
+  EXPECT_EQ(ErrorOf("- 1\n- 2\n"), "document: expected a map, got a list");
+}
+
+TEST(JobSpecTest, MissingFileAndHfConfigKeys) {
+  auto missing = LoadJobSpecFile("/nonexistent/job.yaml");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(missing.status().message(), "/nonexistent/job.yaml: cannot open file");
+  std::string path = ::testing::TempDir() + "/job_spec_test.yaml";
+  std::ofstream(path) << "kind: sft\ntask: {name: reverse}\nmodel:\n  config:\n    model_type: llama\n"
+                         "    architectures: [LlamaForCausalLM]\n    vocab_size: 64\n    hidden_size: 32\n"
+                         "    intermediate_size: 64\n    num_hidden_layers: 1\n    num_attention_heads: 2\n"
+                         "    rope_scaling: {type: linear, factor: 2.0}\n";
+  auto spec = LoadJobSpecFile(path, {"train.steps=3"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model().config().rope_scaling().rope_type(), "linear");
+  EXPECT_EQ(spec->name(), "sft-job");
+  std::remove(path.c_str());
+}
+
+TEST(JobSpecTest, ApiSpecsGetDefaults) {
+  tandem::v1::JobSpec spec;
+  spec.set_kind(tandem::v1::JOB_KIND_SFT);
+  spec.mutable_model()->set_from("/models/tiny");
+  ApplyJobDefaults(&spec);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  EXPECT_EQ(spec.train().steps(), DefaultJobSpec().train().steps());
+  EXPECT_EQ(spec.task().name(), "arithmetic");
+  EXPECT_EQ(spec.rl().kl_coef(), 0);  // zero is literal over the API
+  spec.mutable_train()->set_steps(-3);
+  EXPECT_EQ(ValidateJobSpec(spec).message(), "train.steps: must be >= 1, got -3");
+}
+
+TEST(DaemonConfigTest, FileFlagsAndErrors) {
+  std::string path = ::testing::TempDir() + "/coordinator_test.yaml";
+  std::ofstream(path) << "listen: 0.0.0.0:9000\nlease_ms: 3000\ntls: {cert: a.pem, key: b.pem}\n";
+  const char* argv[] = {"tandem-coordinator", "--config", path.c_str(), "--listen=127.0.0.1:0", "--lease-ms",
+                        "4000", "--set", "heartbeat_ms=500"};
+  auto args = ParseDaemonArgs(8, argv, CoordinatorFlags());
+  ASSERT_TRUE(args.ok()) << args.status();
+  auto config = LoadCoordinatorConfig(args->config_file, args->overrides);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->listen(), "127.0.0.1:0");
+  EXPECT_EQ(config->lease_ms(), 4000);
+  EXPECT_EQ(config->heartbeat_ms(), 500);
+  EXPECT_EQ(config->tls().cert(), "a.pem");
+  EXPECT_EQ(config->state_dir(), "tandem-state");
+  const char* bad[] = {"x", "--bogus=1"};
+  EXPECT_EQ(ParseDaemonArgs(2, bad, CoordinatorFlags()).status().message(), "unknown flag --bogus (see --help)");
+  std::ofstream(path) << "lease_msx: 3000\n";
+  EXPECT_EQ(std::string(LoadCoordinatorConfig(path).status().message()).rfind(path + ": lease_msx: unknown key; allowed: listen", 0), 0u)
+      << LoadCoordinatorConfig(path).status();
+  EXPECT_EQ(LoadCoordinatorConfig("", {"heartbeat_ms=6000"}).status().message(),
+            "heartbeat_ms: 6000 must be < lease_ms = 5000");
+  EXPECT_EQ(LoadCoordinatorConfig("", {"tls.cert=x.pem"}).status().message(), "tls: set both cert and key, or neither");
+  auto worker = LoadWorkerConfig("", {"device=cuda", "threads=4"});
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  EXPECT_EQ(worker->device(), "cuda");
+  EXPECT_EQ(LoadWorkerConfig("", {"device=tpu"}).status().message(),
+            "config: device: 'tpu' is not allowed; allowed: cpu, cuda");
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace tandem::common

@@ -1,0 +1,212 @@
+// State store, scheduler, membership and kv store unit tests.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "server/clock.h"
+#include "server/kv_store.h"
+#include "server/membership.h"
+#include "server/scheduler.h"
+#include "server/state_store.h"
+
+namespace tandem::server {
+namespace {
+
+std::string FreshDir(const std::string& name) {
+  std::string dir = ::testing::TempDir() + "/tandem_" + name + "_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+TEST(StateStoreTest, RoundTripAndReopen) {
+  const std::string dir = FreshDir("store");
+  {
+    auto store = StateStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto seq = (*store)->NextJobSeq();
+    ASSERT_TRUE(seq.ok());
+    EXPECT_EQ(*seq, 1);
+    tandem::v1::Job job;
+    job.set_id("j-000001");
+    job.set_state(tandem::v1::JOB_STATE_RUNNING);
+    job.mutable_spec()->set_name("x");
+    ASSERT_TRUE((*store)->PutJob(job, {7, 2}, *seq).ok());
+    tandem::v1::JobEvent e;
+    e.set_job_id("j-000001");
+    e.set_kind("state");
+    EXPECT_EQ(*(*store)->AppendEvent(e), 1);
+    EXPECT_EQ(*(*store)->AppendEvent(e), 2);
+    tandem::v1::LogLine l;
+    l.set_text("hello");
+    EXPECT_EQ(*(*store)->AppendLogs("j-000001", {l, l, l}), 3);
+    tandem::v1::WorkerInfo w;
+    w.set_id("w-1");
+    w.set_name("a");
+    ASSERT_TRUE((*store)->PutWorker(w).ok());
+    tandem::v1::CheckpointRecord c;
+    c.set_job_id("j-000001");
+    c.set_step(20);
+    c.set_path("/ck/20");
+    ASSERT_TRUE((*store)->AddCheckpoint(c).ok());
+  }
+  auto store = StateStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto jobs = (*store)->LoadJobs();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].job.spec().name(), "x");
+  EXPECT_EQ((*jobs)[0].cursor, (PhaseCursor{7, 2}));
+  EXPECT_EQ(*(*store)->NextJobSeq(), 2);
+  EXPECT_EQ((*(*store)->ListEvents("j-000001", 1, 10)).size(), 1u);
+  EXPECT_EQ((*(*store)->ListLogs("j-000001", 0, 2)).size(), 2u);
+  EXPECT_EQ((*(*store)->LoadWorkers())[0].name(), "a");
+  EXPECT_EQ((*(*store)->ListCheckpoints("j-000001"))[0].path(), "/ck/20");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(StateStoreTest, BadDirIsAStatus) {
+  auto store = StateStore::Open("/proc/forbidden/state");
+  EXPECT_FALSE(store.ok());
+}
+
+tandem::v1::WorkerInfo Idle(const std::string& id, const std::string& name,
+                            tandem::v1::DeviceKind d = tandem::v1::DEVICE_KIND_CPU) {
+  tandem::v1::WorkerInfo w;
+  w.set_id(id);
+  w.set_name(name);
+  w.set_device(d);
+  return w;
+}
+
+TEST(SchedulerTest, GangPriorityFifoAndReasons) {
+  std::vector<PendingJob> pending = {
+      {"a", 0, 1, tandem::v1::DEVICE_KIND_CPU, 4},
+      {"b", 0, 2, tandem::v1::DEVICE_KIND_CPU, 1},
+      {"c", 0, 3, tandem::v1::DEVICE_KIND_CUDA, 1},
+  };
+  auto r = Schedule(pending, {Idle("w-2", "n2"), Idle("w-1", "n1")});
+  EXPECT_TRUE(r.start.empty());
+  EXPECT_EQ(r.reasons["a"], "needs 4 cpu workers, 2 idle");
+  EXPECT_EQ(r.reasons["b"], "waiting behind job a (cpu workers are reserved for it)");
+  EXPECT_EQ(r.reasons["c"], "needs 1 cuda worker, 0 idle");
+  // Priority jumps the queue; workers in name order give ranks.
+  pending[1].priority = 5;
+  r = Schedule(pending, {Idle("w-2", "n2"), Idle("w-1", "n1")});
+  ASSERT_EQ(r.start.size(), 1u);
+  EXPECT_EQ(r.start[0].job_id, "b");
+  EXPECT_EQ(r.start[0].worker_ids, std::vector<std::string>{"w-1"});
+  // Enough for everyone.
+  r = Schedule(pending, {Idle("w-1", "n1"), Idle("w-2", "n2"), Idle("w-3", "n3"), Idle("w-4", "n4"),
+                         Idle("w-5", "n5"), Idle("g-1", "g1", tandem::v1::DEVICE_KIND_CUDA)});
+  ASSERT_EQ(r.start.size(), 3u);
+  EXPECT_TRUE(r.reasons.empty());
+}
+
+tandem::v1::RegisterWorkerRequest Reg(const std::string& name) {
+  tandem::v1::RegisterWorkerRequest r;
+  r.set_name(name);
+  r.set_device(tandem::v1::DEVICE_KIND_CPU);
+  return r;
+}
+
+TEST(MembershipTest, LeasesReRegisterAssignDrain) {
+  tandem::v1::CoordinatorConfig config;
+  config.set_lease_ms(3000);
+  ManualClock clock;
+  Membership m(config, nullptr, &clock);
+  auto a = m.Register(Reg("a"), -1);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->worker_id, "w-1");
+  auto b = m.Register(Reg("b"), -1);
+  EXPECT_EQ(b->worker_id, "w-2");
+  EXPECT_EQ(m.Register(Reg("a"), -1)->worker_id, "w-1");  // same name, same id
+  EXPECT_TRUE(m.Idle().empty());                           // not attached yet
+  auto att = m.Attach("w-1");
+  ASSERT_TRUE(att.ok());
+  uint64_t epoch = att->second;
+  ASSERT_TRUE(m.Attach("w-2").ok());
+  EXPECT_EQ(m.Idle().size(), 2u);
+  // A second attach supersedes the first stream.
+  auto att2 = m.Attach("w-1");
+  EXPECT_FALSE(m.IsCurrentAttach("w-1", epoch));
+  EXPECT_TRUE(m.IsCurrentAttach("w-1", att2->second));
+
+  ASSERT_TRUE(m.Assign("j-1", {"w-1", "w-2"}).ok());
+  EXPECT_FALSE(m.Assign("j-2", {"w-1"}).ok());
+  // A restarted worker (no job state) is dropped from its job.
+  tandem::v1::RegisterWorkerRequest again = Reg("b");
+  again.set_worker_id("w-2");
+  auto r = m.Register(again, 1);
+  EXPECT_FALSE(r->keep_job);
+  EXPECT_EQ(r->dropped_job, "j-1");
+  // A worker that still holds the job keeps it.
+  tandem::v1::RegisterWorkerRequest keep = Reg("a");
+  keep.set_worker_id("w-1");
+  keep.set_job_id("j-1");
+  keep.set_generation(1);
+  r = m.Register(keep, 1);
+  EXPECT_TRUE(r->keep_job);
+  EXPECT_EQ(r->rank, 0);
+
+  // Heartbeats renew; silence expires the lease and reports the job.
+  clock.AdvanceMs(2000);
+  tandem::v1::HeartbeatRequest hb;
+  hb.set_worker_id("w-2");
+  EXPECT_TRUE(m.Heartbeat(hb).ok());
+  clock.AdvanceMs(1500);
+  auto lost = m.ExpireLeases();
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].worker_id, "w-1");
+  EXPECT_EQ(lost[0].job_id, "j-1");
+  EXPECT_EQ(m.Get("w-1")->state(), tandem::v1::WORKER_STATE_LOST);
+  hb.set_worker_id("w-1");
+  EXPECT_TRUE(absl::IsNotFound(m.Heartbeat(hb)));  // must re-register
+
+  // Drain: an idle worker drains now and is told so.
+  ASSERT_TRUE(m.Attach("w-2").ok());
+  auto drained = m.Drain("b");
+  ASSERT_TRUE(drained.ok());
+  EXPECT_EQ(drained->state(), tandem::v1::WORKER_STATE_DRAINING);
+  EXPECT_TRUE(m.Idle().empty());
+  EXPECT_TRUE(absl::IsNotFound(m.Drain("nobody").status()));
+}
+
+TEST(KvStoreTest, Semantics) {
+  KvStore kv(KvLimits{.max_key_bytes = 16, .max_value_bytes = 8, .max_entries_per_scope = 3});
+  const std::string s = KvStore::ScopeName("j-1", 1);
+  EXPECT_TRUE(kv.Set(s, "a", "1").ok());
+  EXPECT_EQ(*kv.Get(s, "a", 0), "1");
+  EXPECT_EQ(*kv.Add(s, "n", 2), 2);
+  EXPECT_EQ(*kv.Add(s, "n", 3), 5);
+  EXPECT_EQ(*kv.Get(s, "n", 0), "5");
+  EXPECT_TRUE(absl::IsFailedPrecondition(kv.Add(s, "a", 1).status()) == false);  // "1" is a counter
+  EXPECT_TRUE(absl::IsInvalidArgument(kv.Set(s, std::string(17, 'k'), "v")));
+  EXPECT_TRUE(absl::IsInvalidArgument(kv.Set(s, "b", "123456789")));
+  EXPECT_TRUE(kv.Set(s, "c", "x").ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(kv.Set(s, "d", "x")));
+  // Waits: timeout names the missing key; a writer wakes a waiter.
+  auto t0 = std::chrono::steady_clock::now();
+  auto miss = kv.Get(s, "zz", 100);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(miss.status()));
+  EXPECT_NE(miss.status().message().find("zz"), std::string::npos);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(100));
+  EXPECT_TRUE(*kv.Delete(s, "c"));
+  EXPECT_FALSE(*kv.Delete(s, "c"));
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    kv.Set(s, "late", "v").IgnoreError();
+  });
+  EXPECT_TRUE(kv.Wait(s, {"a", "late"}, 5000).ok());
+  writer.join();
+  EXPECT_TRUE(absl::IsInvalidArgument(kv.Wait(s, {"a"}, -1)));
+  // Cancellation ends a wait early; dropping the job empties its scopes.
+  EXPECT_TRUE(absl::IsCancelled(kv.Get(s, "never", 10000, [] { return true; }).status()));
+  kv.DropJob("j-1");
+  EXPECT_EQ(kv.scope_count(), 0u);
+  kv.Shutdown();
+  EXPECT_TRUE(absl::IsUnavailable(kv.Get(s, "x", 10000).status()));
+}
+
+}  // namespace
+}  // namespace tandem::server

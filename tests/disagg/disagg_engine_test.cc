@@ -1,0 +1,177 @@
+// Disaggregated GRPO through the engine: R rollout + T trainer ranks as
+// threads of one process over real Gloo (two communicators each).
+// - sync coupling: staleness is 0 at every step, nothing is dropped, and the
+//   rewards, rollout tokens and losses equal a co-located run with the same
+//   seed (prompts and sampling draws are keyed by prompt/sample index, and
+//   the rollout rank samples with a bit-exact copy of the trainer's weights);
+// - async coupling: staleness never exceeds K, every trajectory of a step is
+//   either kept or counted as dropped, and the run still trains (ZeRO-2 over
+//   two trainers);
+// - a ROLLOUT without its SYNC_WEIGHTS fails naming the phase.
+#include <cstdio>
+
+#include "tests/engine/engine_test_util.h"
+
+namespace tandem::enginetest {
+namespace {
+
+using tandem::v1::PHASE_EVAL;
+using tandem::v1::PHASE_EXPORT;
+using tandem::v1::PHASE_LOGPROBS;
+using tandem::v1::PHASE_ROLLOUT;
+using tandem::v1::PHASE_SCORE;
+using tandem::v1::PHASE_SFT_STEP;
+using tandem::v1::PHASE_SYNC_WEIGHTS;
+using tandem::v1::PHASE_UPDATE;
+
+std::string GrpoYaml() {
+  return R"(
+name: disagg-test
+kind: grpo
+seed: 5
+model:
+  config:
+    vocab_size: 99
+    hidden_size: 32
+    intermediate_size: 64
+    num_hidden_layers: 2
+    num_attention_heads: 4
+    num_key_value_heads: 2
+    max_position_embeddings: 32
+    tokenizer: char
+    bos_token_id: 1
+    eos_token_id: 2
+    pad_token_id: 0
+task: {name: arithmetic, op: add, digits: 1, eval_size: 16, format_reward: 0.5}
+train: {steps: 6, lr: 1.0e-2, global_batch: 16, micro_batch: 4, warmup_steps: 0, seq_len: 16}
+rl: {group_size: 4, prompts_per_step: 4, max_new_tokens: 4, kl_coef: 0.01, temperature: 1.0}
+init: {sft: {steps: 8, lr: 1.0e-2}}
+cluster: {workers: 1, zero_stage: 0, threads_per_worker: 1}
+)";
+}
+
+std::vector<std::string> Disagg(int r, int t, const std::string& coupling, int k) {
+  return {"cluster.workers=" + std::to_string(r + t), "placement.mode=disaggregated",
+          "placement.rollout_workers=" + std::to_string(r), "placement.train_workers=" + std::to_string(t),
+          "placement.coupling=" + coupling, "placement.max_staleness=" + std::to_string(k)};
+}
+
+double Extra(const ReportPhaseRequest& r, const std::string& key) {
+  auto it = r.metrics().extra().find(key);
+  return it == r.metrics().extra().end() ? -1 : it->second;
+}
+
+struct StepFigures {
+  double reward = 0, rollout_tokens = 0, loss = 0;
+  double staleness_max = -1, staleness_mean = -1, kept = -1, dropped = -1, uneven = -1, received = -1;
+};
+
+StepFigures RlStep(EngineCluster& c, int64_t step, bool disagg) {
+  StepFigures f;
+  if (disagg) c.RunOk(PHASE_SYNC_WEIGHTS, step);
+  auto r = c.RunOk(PHASE_ROLLOUT, step);
+  f.rollout_tokens = Extra(r, "rollout_tokens");
+  f.staleness_max = Extra(r, "staleness_max");
+  f.staleness_mean = Extra(r, "staleness_mean");
+  f.kept = Extra(r, "trajectories_kept");
+  f.dropped = Extra(r, "trajectories_dropped");
+  f.uneven = Extra(r, "trajectories_dropped_uneven");
+  f.received = Extra(r, "trajectories_received");
+  f.reward = c.RunOk(PHASE_SCORE, step).metrics().reward_mean();
+  c.RunOk(PHASE_LOGPROBS, step);
+  f.loss = c.RunOk(PHASE_UPDATE, step).metrics().loss();
+  return f;
+}
+
+constexpr int kWarm = 8;
+
+void SyncMatchesColocated(const char* kl) {
+  constexpr int kSteps = 4;
+  std::vector<StepFigures> colo, dis;
+  double acc_colo = -1, acc_dis = -1;
+  for (bool disagg : {false, true}) {
+    EngineCluster c(disagg ? 2 : 1, disagg ? "job-disagg" : "job-colo");
+    auto ov = disagg ? Disagg(1, 1, "sync", 0) : std::vector<std::string>{};
+    ov.push_back("rl.kl_coef=" + std::string(kl));
+    c.SetupOk(ParseSpec(GrpoYaml(), ov));
+    for (int w = 1; w <= kWarm; ++w) c.RunOk(PHASE_SFT_STEP, -w);
+    auto& out = disagg ? dis : colo;
+    for (int s = 1; s <= kSteps; ++s) out.push_back(RlStep(c, s, disagg));
+    (disagg ? acc_dis : acc_colo) = c.RunOk(PHASE_EVAL, kSteps).metrics().accuracy();
+  }
+  for (int i = 0; i < kSteps; ++i) {
+    std::printf("[disagg-sync kl %s] step %d: reward %.4f / %.4f, tokens %.0f / %.0f, loss %.6g / %.6g "
+                "(co-located / disaggregated), staleness max %.0f, dropped %.0f\n",
+                kl, i + 1, colo[i].reward, dis[i].reward, colo[i].rollout_tokens, dis[i].rollout_tokens, colo[i].loss,
+                dis[i].loss, dis[i].staleness_max, dis[i].dropped);
+    EXPECT_EQ(dis[i].staleness_max, 0) << "step " << i + 1;
+    EXPECT_EQ(dis[i].staleness_mean, 0) << "step " << i + 1;
+    EXPECT_EQ(dis[i].dropped, 0) << "step " << i + 1;
+    EXPECT_EQ(dis[i].kept, 16) << "step " << i + 1;
+    EXPECT_EQ(dis[i].rollout_tokens, colo[i].rollout_tokens) << "step " << i + 1;
+    EXPECT_DOUBLE_EQ(dis[i].reward, colo[i].reward) << "step " << i + 1;
+    EXPECT_LE(RelDiff(dis[i].loss, colo[i].loss), 1e-6) << "step " << i + 1;
+  }
+  EXPECT_DOUBLE_EQ(acc_dis, acc_colo);
+}
+
+TEST(DisaggEngineTest, SyncHasZeroStalenessAndMatchesColocated) { SyncMatchesColocated("0"); }
+TEST(DisaggEngineTest, SyncWithKlMatchesColocated) { SyncMatchesColocated("0.01"); }
+
+TEST(DisaggEngineTest, AsyncStalenessNeverExceedsBoundAndDropsAreCounted) {
+  constexpr int kSteps = 6, kBound = 1;
+  // One rollout rank, two trainers with ZeRO-2 over their own communicator.
+  EngineCluster c(3, "job-async");
+  const std::string dir = MakeTempDir("disagg-async");
+  auto ov = Disagg(1, 2, "async", kBound);
+  ov.push_back("cluster.zero_stage=2");
+  ov.push_back("output_dir=" + dir + "/final");
+  c.SetupOk(ParseSpec(GrpoYaml(), ov));
+  for (int w = 1; w <= kWarm; ++w) c.RunOk(PHASE_SFT_STEP, -w);
+  double stale_steps = 0;
+  for (int s = 1; s <= kSteps; ++s) {
+    StepFigures f = RlStep(c, s, true);
+    std::printf("[disagg-async] step %d: staleness max %.0f mean %.2f, kept %.0f dropped %.0f (uneven %.0f) "
+                "of %.0f, reward %.4f\n",
+                s, f.staleness_max, f.staleness_mean, f.kept, f.dropped, f.uneven, f.received, f.reward);
+    ASSERT_GE(f.staleness_max, 0) << "ROLLOUT reports no staleness at step " << s;
+    EXPECT_LE(f.staleness_max, kBound) << "step " << s;
+    EXPECT_LE(f.staleness_mean, f.staleness_max) << "step " << s;
+    EXPECT_EQ(f.received, 16) << "step " << s;
+    EXPECT_EQ(f.kept + f.dropped + f.uneven, f.received) << "step " << s;
+    if (f.staleness_max > 0) ++stale_steps;
+  }
+  std::printf("[disagg-async] %.0f of %d steps trained on trajectories of an older policy (overlap)\n",
+              stale_steps, kSteps);
+  EXPECT_GE(c.RunOk(PHASE_EVAL, kSteps).metrics().accuracy(), 0);
+  c.RunOk(PHASE_EXPORT, kSteps);
+  EXPECT_FALSE(LoadExported(dir + "/final").empty());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(DisaggEngineTest, RolloutWithoutSyncFailsNamingThePhase) {
+  EngineCluster c(2, "job-nosync");
+  c.SetupOk(ParseSpec(GrpoYaml(), Disagg(1, 1, "sync", 0)));
+  c.RunOk(PHASE_SYNC_WEIGHTS, 1);
+  auto res = c.Run(PHASE_ROLLOUT, 2);
+  ASSERT_FALSE(res[1].status.ok());
+  EXPECT_NE(res[1].status.message().find("ROLLOUT for step 2 without its SYNC_WEIGHTS"), std::string::npos)
+      << res[1].status;
+  ASSERT_FALSE(res[0].status.ok());  // the trainer learns at once, not by a timeout
+  EXPECT_NE(res[0].status.message().find("rollout rank 1 sent no trajectories"), std::string::npos)
+      << res[0].status;
+}
+
+TEST(DisaggEngineTest, PlacementMustSplitPromptsOverTrainers) {
+  EngineCluster c(3, "job-badsplit");
+  auto spec = ParseSpec(GrpoYaml(), Disagg(1, 2, "sync", 0));
+  spec.mutable_rl()->set_prompts_per_step(3);
+  auto res = c.Setup(spec);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_FALSE(res[r].status.ok()) << "rank " << r;
+    EXPECT_NE(res[r].status.message().find("rl.prompts_per_step"), std::string::npos) << res[r].status;
+  }
+}
+
+}  // namespace
+}  // namespace tandem::enginetest

@@ -1,0 +1,241 @@
+// Checkpoints through the engine (issue 6): PHASE_CHECKPOINT at step k,
+// restore in PHASE_SETUP and continue to 2k.
+//  - same world size and stage: bit-identical final weights and losses;
+//  - different N / stage (resharding): losses continue within fp32 tolerance;
+//  - corruption of the newest checkpoint (flipped byte, truncated shard,
+//    missing shard): restoring from the root falls back to the previous one
+//    and the SETUP report's log lines say so;
+//  - retention keeps the newest K.
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "tests/engine/engine_test_util.h"
+#include "worker/ckpt/checkpoint.h"
+
+namespace tandem::enginetest {
+namespace {
+
+namespace fs = std::filesystem;
+using tandem::v1::PHASE_CHECKPOINT;
+using tandem::v1::PHASE_EXPORT;
+using tandem::v1::PHASE_SFT_STEP;
+
+constexpr int kK = 4;  // checkpoint step; runs end at 2k
+
+struct Trace {
+  std::vector<double> losses;  // index s-1 for step s (only steps run)
+  std::vector<float> weights;
+};
+
+JobSpec Spec(int world, int stage, const std::string& dir, int keep = 3) {
+  return ParseSpec(TinySftYaml(), {"cluster.workers=" + std::to_string(world),
+                                   "cluster.zero_stage=" + std::to_string(stage),
+                                   "train.steps=" + std::to_string(2 * kK),
+                                   "checkpoint.keep=" + std::to_string(keep),
+                                   "checkpoint.dir=" + dir + "/ckpt",
+                                   "output_dir=" + dir + "/final"});
+}
+
+// Runs steps first..last (checkpointing after each step in `ckpt_steps`),
+// then exports.
+Trace RunSteps(EngineCluster& cluster, const std::string& dir, int first, int last,
+               const std::vector<int>& ckpt_steps, std::vector<std::string>* published = nullptr) {
+  Trace t;
+  t.losses.assign(last, 0.0);
+  for (int s = first; s <= last; ++s) {
+    // Checkpoints publish in the background; rank 0's next report (any
+    // phase) carries the path and its step.
+    auto note = [&](const ReportPhaseRequest& rep) {
+      if (rep.checkpoint_path().empty()) return;
+      EXPECT_EQ(rep.checkpoint_path(),
+                ckpt::FinalDir(std::filesystem::path(rep.checkpoint_path()).parent_path(),
+                               static_cast<int64_t>(rep.values().at("checkpoint_step"))));
+      if (published) published->push_back(rep.checkpoint_path());
+    };
+    auto step = cluster.RunOk(PHASE_SFT_STEP, s);
+    note(step);
+    t.losses[s - 1] = step.metrics().loss();
+    if (std::find(ckpt_steps.begin(), ckpt_steps.end(), s) != ckpt_steps.end()) {
+      auto rep = cluster.RunOk(PHASE_CHECKPOINT, s);
+      EXPECT_TRUE(rep.values().contains("checkpoint_blocked_s"));
+      note(rep);
+    }
+  }
+  auto rep = cluster.RunOk(PHASE_EXPORT, last);
+  if (published && !rep.checkpoint_path().empty()) published->push_back(rep.checkpoint_path());
+  t.weights = LoadExported(dir + "/final");
+  return t;
+}
+
+TEST(CheckpointResumeTest, SameWorldResumeIsBitIdentical) {
+  for (auto [world, stage] : {std::pair{1, 0}, std::pair{2, 3}}) {
+    const std::string dir = MakeTempDir("resume");
+    Trace full;
+    std::vector<std::string> published;
+    {
+      EngineCluster cluster(world);
+      cluster.SetupOk(Spec(world, stage, dir));
+      full = RunSteps(cluster, dir, 1, 2 * kK, {kK}, &published);
+    }
+    const std::string ck = ckpt::FinalDir(dir + "/ckpt", kK);
+    ASSERT_TRUE(fs::exists(ck + "/manifest.json"));
+    ASSERT_EQ(published.size(), 1u);
+    EXPECT_EQ(published[0], ck);
+    fs::remove_all(dir + "/final");
+
+    EngineCluster again(world, "job-resume");
+    auto rep = again.SetupOk(Spec(world, stage, dir), ck);
+    EXPECT_EQ(rep.values().at("restored_step"), kK);
+    EXPECT_TRUE(HasLine(rep, "restored step 4"));
+    Trace resumed = RunSteps(again, dir, kK + 1, 2 * kK, {});
+    for (int s = kK + 1; s <= 2 * kK; ++s) {
+      EXPECT_EQ(resumed.losses[s - 1], full.losses[s - 1]) << "N=" << world << " step " << s;
+    }
+    ASSERT_EQ(resumed.weights.size(), full.weights.size());
+    EXPECT_EQ(std::memcmp(resumed.weights.data(), full.weights.data(),
+                          full.weights.size() * sizeof(float)),
+              0)
+        << "N=" << world << " stage " << stage << ": final weights differ, max "
+        << MaxAbsDiff(resumed.weights, full.weights);
+    std::printf("[resume] N=%d stage=%d: final weights bit-identical after restore at step %d\n",
+                world, stage, kK);
+    fs::remove_all(dir);
+  }
+}
+
+struct ReshardCase {
+  int from_world, from_stage, to_world, to_stage;
+};
+
+void CheckReshard(const std::vector<ReshardCase>& cases) {
+  for (const ReshardCase& c : cases) {
+    const std::string dir = MakeTempDir("reshard");
+    Trace full;
+    {
+      EngineCluster cluster(c.from_world);
+      cluster.SetupOk(Spec(c.from_world, c.from_stage, dir));
+      full = RunSteps(cluster, dir, 1, 2 * kK, {kK});
+    }
+    fs::remove_all(dir + "/final");
+    EngineCluster again(c.to_world, "job-reshard");
+    auto rep = again.SetupOk(Spec(c.to_world, c.to_stage, dir), dir + "/ckpt");
+    EXPECT_EQ(rep.values().at("restored_step"), kK);
+    Trace resumed = RunSteps(again, dir, kK + 1, 2 * kK, {});
+    double worst = 0;
+    for (int s = kK + 1; s <= 2 * kK; ++s) {
+      const double d = RelDiff(resumed.losses[s - 1], full.losses[s - 1]);
+      worst = std::max(worst, d);
+      EXPECT_LE(d, 1e-5) << "step " << s << ": " << resumed.losses[s - 1] << " vs "
+                         << full.losses[s - 1];
+    }
+    const double wdiff = MaxAbsDiff(resumed.weights, full.weights);
+    EXPECT_LE(wdiff, 1e-5);
+    std::printf("[reshard] N=%d stage %d -> N=%d stage %d: loss rel diff %.3g, weights %.3g\n",
+                c.from_world, c.from_stage, c.to_world, c.to_stage, worst, wdiff);
+    fs::remove_all(dir);
+  }
+}
+
+TEST(CheckpointResumeTest, ReshardAcrossWorldsAndStages) {
+  CheckReshard({{2, 1, 1, 3}, {2, 2, 3, 2}, {3, 3, 2, 1}, {2, 3, 1, 0}});
+}
+
+// Restoring into ZeRO stage 0 with more than one rank loses most of the Adam
+// moments: ZeroOptimizer::LoadOptimizerShard (worker/zero) loads only this
+// rank's pieces into the full stage-0 moments and leaves the rest at zero,
+// and its API offers no way to load the other ranks' pieces. The same-N
+// resume of a stage-0 job with N > 1 is hit too. Needs a worker/zero change
+// (e.g. stage 0 loading full moments); enable when fixed.
+TEST(CheckpointResumeTest, RestoreIntoStageZeroWithSeveralRanks) {
+  CheckReshard({{2, 2, 3, 0}, {2, 0, 2, 0}});
+}
+
+// Writes checkpoints at steps 2 and 4 with N=2, then corrupts step 4 in each
+// way and restores from the root.
+TEST(CheckpointResumeTest, CorruptNewestFallsBackToPrevious) {
+  const std::string dir = MakeTempDir("corrupt");
+  Trace full;
+  {
+    EngineCluster cluster(2);
+    cluster.SetupOk(Spec(2, 2, dir));
+    full = RunSteps(cluster, dir, 1, kK, {2, kK});
+  }
+  const std::string root = dir + "/ckpt";
+  const std::string shard = ckpt::FinalDir(root, kK) + "/" + ckpt::ShardFileName(1, 2);
+  ASSERT_TRUE(fs::exists(shard));
+  const std::string good = dir + "/good";
+  fs::copy(root, good, fs::copy_options::recursive);
+
+  const std::vector<std::pair<std::string, std::function<void(const std::string&)>>> damages = {
+      {"flipped byte",
+       [](const std::string& f) {
+         std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+         io.seekg(static_cast<std::streamoff>(fs::file_size(f) / 2));
+         char ch = 0;
+         io.read(&ch, 1);
+         ch = static_cast<char>(ch ^ 0x40);
+         io.seekp(static_cast<std::streamoff>(fs::file_size(f) / 2));
+         io.write(&ch, 1);
+       }},
+      {"truncated", [](const std::string& f) { fs::resize_file(f, fs::file_size(f) - 100); }},
+      {"missing", [](const std::string& f) { fs::remove(f); }},
+  };
+  for (const auto& [what, damage] : damages) {
+    fs::remove_all(root);
+    fs::copy(good, root, fs::copy_options::recursive);
+    damage(shard);
+    EngineCluster again(2, "job-corrupt");
+    auto rep = again.SetupOk(Spec(2, 2, dir), root);
+    ASSERT_TRUE(rep.values().contains("restored_step")) << what;
+    EXPECT_EQ(rep.values().at("restored_step"), 2) << what;
+    EXPECT_EQ(rep.values().at("checkpoints_skipped"), 1) << what;
+    EXPECT_TRUE(HasLine(rep, "checkpoint skipped (falling back to an older one): " +
+                                 ckpt::FinalDir(root, kK)))
+        << what;
+    EXPECT_TRUE(HasLine(rep, "restored step 2")) << what;
+    std::string lines;
+    for (const auto& l : rep.log_lines()) lines += "  " + l + "\n";
+    std::printf("[corrupt] %s shard -> SETUP log:\n%s", what.c_str(), lines.c_str());
+    // Training continues from step 2 exactly as before.
+    EXPECT_EQ(again.RunOk(PHASE_SFT_STEP, 3).metrics().loss(), full.losses[2]) << what;
+
+    // Naming the corrupt step directory itself is an error, not a fallback.
+    if (what != "missing") {
+      EngineCluster direct(2, "job-direct");
+      auto res = direct.Setup(Spec(2, 2, dir), ckpt::FinalDir(root, kK));
+      ASSERT_FALSE(res[0].status.ok()) << what;
+      EXPECT_NE(res[0].status.message().find(ckpt::ShardFileName(1, 2)), std::string::npos)
+          << res[0].status;
+    }
+  }
+  fs::remove_all(dir);
+}
+
+TEST(CheckpointResumeTest, RetentionKeepsNewestK) {
+  const std::string dir = MakeTempDir("retention");
+  std::vector<std::string> published;
+  {
+    EngineCluster cluster(2);
+    cluster.SetupOk(Spec(2, 1, dir, /*keep=*/2));
+    RunSteps(cluster, dir, 1, 5, {1, 2, 3, 4, 5}, &published);
+  }
+  const std::string root = dir + "/ckpt";
+  EXPECT_EQ(published.size(), 5u);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(root)) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{ckpt::StepDirName(4), ckpt::StepDirName(5)}));
+  auto list = ckpt::ListCheckpoints(root);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].first, 5);
+  auto m = ckpt::ReadManifest(list[0].second);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->world_size, 2);
+  EXPECT_EQ(m->zero_stage, 1);
+  EXPECT_EQ(m->optimizer_steps, 5);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tandem::enginetest

@@ -1,0 +1,211 @@
+// Test harness for the job engine: N ranks of one job as N JobEngines on N
+// threads of this process, rendezvousing through one shared InMemoryStore
+// (EngineOptions.store_factory) and talking over real Gloo TCP on 127.0.0.1.
+//
+// EngineCluster::Run sends the same PhaseCommand to every rank at once (one
+// thread per rank, joined before returning) and returns every rank's status
+// and report. Each Setup() uses a fresh generation, so a cluster can be set
+// up again (e.g. to restore from a checkpoint) without stale store keys.
+//
+// Specs come from YAML through common::ParseJobSpecYaml (defaults and
+// validation as for a submitted job file). Use threads_per_worker: 1
+// (kernels::MakeCpuOps sets a process-wide thread count).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "tandem/v1/cluster.pb.h"
+#include "worker/comm/store.h"
+#include "worker/engine/engine.h"
+#include "worker/model/safetensors.h"
+
+namespace tandem::enginetest {
+
+using tandem::v1::JobSpec;
+using tandem::v1::Phase;
+using tandem::v1::ReportPhaseRequest;
+
+struct RankResult {
+  absl::Status status;
+  ReportPhaseRequest report;
+};
+
+// A tiny char-level model (about 27k parameters) on 2-digit addition.
+inline std::string TinySftYaml() {
+  return R"(
+name: engine-test
+kind: sft
+seed: 11
+model:
+  config:
+    vocab_size: 99
+    hidden_size: 32
+    intermediate_size: 64
+    num_hidden_layers: 2
+    num_attention_heads: 4
+    num_key_value_heads: 2
+    max_position_embeddings: 32
+    tokenizer: char
+    bos_token_id: 1
+    eos_token_id: 2
+    pad_token_id: 0
+task: {name: arithmetic, op: add, digits: 2, eval_size: 24}
+train: {steps: 20, lr: 3.0e-3, global_batch: 12, micro_batch: 2, warmup_steps: 2, seq_len: 16}
+cluster: {workers: 1, zero_stage: 0, threads_per_worker: 1}
+checkpoint: {every: 0, keep: 3}
+)";
+}
+
+inline JobSpec ParseSpec(const std::string& yaml, const std::vector<std::string>& overrides) {
+  auto spec = common::ParseJobSpecYaml(yaml, overrides);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *spec : JobSpec();
+}
+
+// A fresh directory under the test temp dir (removed by the caller or left
+// for ctest's temp cleanup).
+inline std::string MakeTempDir(const std::string& tag) {
+  std::string tmpl = ::testing::TempDir() + "/tandem-engine-" + tag + "-XXXXXX";
+  char* made = ::mkdtemp(tmpl.data());
+  EXPECT_NE(made, nullptr);
+  return tmpl;
+}
+
+class EngineCluster {
+ public:
+  explicit EngineCluster(int world, std::string job_id = "job-1")
+      : world_(world), job_id_(std::move(job_id)) {
+    for (int r = 0; r < world_; ++r) {
+      worker::EngineOptions o;
+      o.worker_id = "w" + std::to_string(r);
+      o.num_threads = 1;
+      o.collective_timeout_ms = 30000;
+      o.store_factory = [this](const std::string& job, int64_t gen)
+          -> absl::StatusOr<std::unique_ptr<comm::Store>> {
+        return std::unique_ptr<comm::Store>(
+            new comm::PrefixStore(job + "/" + std::to_string(gen), &store_));
+      };
+      engines_.push_back(worker::MakeJobEngine(o));
+    }
+  }
+  ~EngineCluster() { Run(tandem::v1::PHASE_TEARDOWN, 0); }
+
+  int world() const { return world_; }
+  int64_t generation() const { return generation_; }
+  worker::JobEngine& engine(int r) { return *engines_[r]; }
+
+  // PHASE_SETUP on every rank with a new generation.
+  std::vector<RankResult> Setup(const JobSpec& spec, const std::string& restore_from = "",
+                                const std::string& run_dir = "") {
+    ++generation_;
+    std::vector<tandem::v1::PhaseCommand> cmds(world_);
+    for (int r = 0; r < world_; ++r) {
+      auto& c = cmds[r];
+      Fill(c, tandem::v1::PHASE_SETUP, 0);
+      auto* a = c.mutable_assignment();
+      a->set_job_id(job_id_);
+      *a->mutable_spec() = spec;
+      a->mutable_spec()->mutable_cluster()->set_workers(world_);
+      a->set_rank(r);
+      a->set_world_size(world_);
+      a->set_generation(generation_);
+      a->set_restore_from(restore_from);
+      a->set_run_dir(run_dir);
+    }
+    return RunCommands(cmds);
+  }
+
+  std::vector<RankResult> Run(Phase phase, int64_t step) {
+    std::vector<tandem::v1::PhaseCommand> cmds(world_);
+    for (auto& c : cmds) Fill(c, phase, step);
+    return RunCommands(cmds);
+  }
+
+  // Runs `phase` and expects success on every rank; returns rank 0's report.
+  ReportPhaseRequest RunOk(Phase phase, int64_t step) {
+    auto res = Run(phase, step);
+    for (int r = 0; r < world_; ++r) {
+      EXPECT_TRUE(res[r].status.ok()) << tandem::v1::Phase_Name(phase) << " step " << step
+                                      << " rank " << r << ": " << res[r].status;
+    }
+    return res[0].report;
+  }
+
+  ReportPhaseRequest SetupOk(const JobSpec& spec, const std::string& restore_from = "",
+                             const std::string& run_dir = "") {
+    auto res = Setup(spec, restore_from, run_dir);
+    for (int r = 0; r < world_; ++r) {
+      EXPECT_TRUE(res[r].status.ok()) << "SETUP rank " << r << ": " << res[r].status;
+    }
+    return res[0].report;
+  }
+
+ private:
+  void Fill(tandem::v1::PhaseCommand& c, Phase phase, int64_t step) {
+    c.set_command_id("cmd-" + std::to_string(++command_));
+    c.set_job_id(job_id_);
+    c.set_generation(generation_);
+    c.set_phase(phase);
+    c.set_step(step);
+  }
+
+  std::vector<RankResult> RunCommands(const std::vector<tandem::v1::PhaseCommand>& cmds) {
+    std::vector<RankResult> out(world_);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world_; ++r) {
+      threads.emplace_back([&, r] {
+        out[r].status = engines_[r]->RunPhase(cmds[r], &out[r].report);
+      });
+    }
+    for (auto& t : threads) t.join();
+    return out;
+  }
+
+  const int world_;
+  const std::string job_id_;
+  comm::InMemoryStore store_;
+  std::vector<std::unique_ptr<worker::JobEngine>> engines_;
+  int64_t generation_ = 0;
+  int64_t command_ = 0;
+};
+
+// Loads the exported model's flat fp32 parameters.
+inline std::vector<float> LoadExported(const std::string& dir) {
+  auto m = model::LoadModelDir(dir);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? m->params : std::vector<float>();
+}
+
+inline double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
+  }
+  return d;
+}
+
+inline double RelDiff(double a, double b) {
+  const double scale = std::max(std::fabs(a), std::fabs(b));
+  return scale == 0 ? 0 : std::fabs(a - b) / scale;
+}
+
+inline bool HasLine(const ReportPhaseRequest& r, const std::string& needle) {
+  for (const auto& l : r.log_lines()) {
+    if (l.find(needle) != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace tandem::enginetest

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Bad input through tandemctl and raw clients: malformed YAML, unknown keys,
+# wrong types, negative/zero sizes, absurd values, megabyte strings, missing
+# files, missing/wrong tokens, a worker token on Control, a worker
+# registering twice under one name, and clients dropping streams mid-way.
+# Each gets a clear error (exit code + message naming the field) and the
+# coordinator stays healthy (checked after each).
+source "$(dirname "$0")/lib.sh"
+JOB="$TI_DIR/jobs/sft-tiny.yaml"
+start_coordinator
+healthy
+
+bad() {  # bad NAME EXPECTED_TEXT < yaml on stdin: validate and submit both reject it
+  local name=$1 text=$2
+  cat >"$WORK/$name.yaml"
+  expect_exit 2 "$TANDEMCTL" validate "$WORK/$name.yaml"
+  expect_output "$text"
+  expect_exit 2 ctl submit "$WORK/$name.yaml"
+  expect_output "$text"
+  healthy
+}
+printf 'name: x\nkind: sft\ntrain: {steps: 3\n' | bad malformed "line"
+{ cat "$JOB"; echo "bogus_key: 1"; } | bad unknown-top "bogus_key"
+sed 's/steps: 4/stepz: 4/' "$JOB" | bad unknown-nested "train.stepz"
+sed 's/steps: 4/steps: abc/' "$JOB" | bad wrong-type "train.steps"
+sed 's/steps: 4/steps: -3/' "$JOB" | bad negative "train.steps"
+sed 's/global_batch: 8/global_batch: 0/' "$JOB" | bad zero "train.global_batch"
+sed 's/steps: 4/steps: 99999999999999/' "$JOB" | bad absurd "train.steps"
+sed 's/workers: 1,/workers: 100000000,/' "$JOB" | bad absurd-workers "cluster.workers"
+{ sed '/^name:/d' "$JOB"; printf 'name: %s\n' "$(head -c 2000000 /dev/zero | tr '\0' a)"; } | bad megabyte "name"
+expect_exit 2 "$TANDEMCTL" validate "$WORK/no-such-file.yaml"
+expect_output "no-such-file"
+expect_exit 2 ctl submit "$JOB" --set train.nope=1
+expect_output "train.nope"
+expect_exit 2 ctl submit "$JOB" --workers abc
+expect_output "workers"
+expect_exit 2 ctl submit
+expect_exit 2 ctl frobnicate
+expect_exit 2 ctl jobs --bogus-flag
+expect_output "bogus-flag"
+healthy
+
+# Authentication: none, wrong, the join token on Control, a missing token file.
+expect_exit 5 "$TANDEMCTL" --coordinator "$GRPC_ADDR" jobs
+expect_output "UNAUTHENTICATED\|token"
+echo wrong-token >"$WORK/wrong.token"
+expect_exit 5 "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/wrong.token" workers
+expect_exit 5 "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/join.token" jobs
+expect_exit 2 "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/missing.token" jobs
+healthy
+# Unreachable coordinator: exit 4.
+expect_exit 4 "$TANDEMCTL" --coordinator 127.0.0.1:1 --token-file "$WORK/admin.token" jobs
+# A worker with a wrong join token is refused and exits (5), the daemon lives.
+echo nope >"$WORK/bad-join.token"
+expect_exit 5 timeout 30 "$TANDEM_WORKER_BIN" --coordinator "$GRPC_ADDR" --name badtok \
+  --token-file "$WORK/bad-join.token"
+healthy
+
+# The same worker name registering twice keeps one identity.
+start_worker twin
+wait_until 30 workers_idle_at_least 1 || fail "worker did not register"
+FIRST=$LAST_WORKER_PID
+start_worker twin
+sleep 2
+n=$(ctl workers --output json | grep -c '"name":"twin"' || true)
+((n == 1)) || { ctl workers; fail "name 'twin' listed $n times"; }
+kill -TERM -- "-$FIRST" 2>/dev/null || true
+healthy
+
+# Clients that drop streams mid-way: watch and logs -f killed while streaming.
+ID=$(ctl submit "$JOB" --workers 4 --set name=stream-drop)   # stays PENDING (1 worker)
+for sig in INT KILL; do
+  "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/admin.token" watch "$ID" >/dev/null 2>&1 &
+  W=$!
+  "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/admin.token" logs -f "$ID" >/dev/null 2>&1 &
+  L=$!
+  sleep 1
+  signal_and_wait "$sig" $W $L
+  healthy
+done
+expect_exit 0 ctl cancel "$ID"
+healthy
+log "PASS"

@@ -1,0 +1,159 @@
+// Unit tests of the pure parts of the worker daemon and tandemctl: backoff,
+// argument parsing, exit codes, formatting, and child-process handling.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "gtest/gtest.h"
+#include "server/cli/child_process.h"
+#include "server/cli/cli_args.h"
+#include "server/cli/exit_codes.h"
+#include "server/cli/format.h"
+#include "worker/daemon/backoff.h"
+#include "worker/daemon/host_info.h"
+
+namespace tandem {
+namespace {
+
+using std::chrono::milliseconds;
+
+TEST(BackoffTest, GrowsToTheCapWithBoundedJitter) {
+  worker::BackoffPolicy p{milliseconds(100), milliseconds(2000), 2.0, 0.2};
+  worker::Backoff b(p, 42);
+  double expected = 100;
+  for (int i = 0; i < 20; ++i) {
+    const auto d = b.Next().count();
+    const double base = std::min(expected, 2000.0);
+    EXPECT_GE(d, static_cast<int64_t>(base * 0.8) - 1) << i;
+    EXPECT_LE(d, std::min<int64_t>(2000, static_cast<int64_t>(base * 1.2) + 1)) << i;
+    expected *= 2;
+  }
+  b.Reset();
+  EXPECT_LE(b.Next().count(), 121);
+}
+
+TEST(BackoffTest, NoOverflowAfterManyAttempts) {
+  worker::Backoff b(worker::BackoffPolicy{milliseconds(1), milliseconds(500), 10.0, 0.0}, 1);
+  for (int i = 0; i < 1000; ++i) EXPECT_LE(b.Next().count(), 500);
+  EXPECT_EQ(b.Next().count(), 500);
+}
+
+TEST(HostInfoTest, Basics) {
+  EXPECT_FALSE(worker::HostName().empty());
+  EXPECT_GT(worker::PhysicalMemoryBytes(), 0);
+  EXPECT_GT(worker::ResidentMemoryBytes(), 0);
+  EXPECT_EQ(worker::LocalAddressTowards("127.0.0.1:7070"), "127.0.0.1");
+  EXPECT_EQ(worker::LocalAddressTowards("no-such-host.invalid:1"), "127.0.0.1");
+}
+
+TEST(CliArgsTest, FlagsValuesAndPositionals) {
+  cli::FlagSpec spec{{"set", "workers"}, {"local", "follow"}, {{"f", "follow"}}};
+  auto p = cli::ParseArgs({"job.yaml", "--set", "a.b=1", "--set=c=2", "--workers", "3", "-f", "--local",
+                           "--coordinator=h:1", "--", "--not-a-flag"},
+                          spec);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->positional, (std::vector<std::string>{"job.yaml", "--not-a-flag"}));
+  EXPECT_EQ(p->GetAll("set"), (std::vector<std::string>{"a.b=1", "c=2"}));
+  EXPECT_EQ(p->Get("workers"), "3");
+  EXPECT_TRUE(p->Has("follow"));
+  EXPECT_TRUE(p->Has("local"));
+  EXPECT_EQ(p->Get("coordinator"), "h:1");
+}
+
+TEST(CliArgsTest, ErrorsNameTheFlag) {
+  auto p = cli::ParseArgs({"--bogus"}, {});
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("--bogus"), std::string::npos);
+  p = cli::ParseArgs({"--workers"}, {{"workers"}, {}, {}});
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("needs a value"), std::string::npos);
+  EXPECT_FALSE(cli::ParseInt("--workers", "12x", 1, 10).ok());
+  EXPECT_FALSE(cli::ParseInt("--workers", "0", 1, 10).ok());
+  EXPECT_FALSE(cli::ParseInt("--workers", "99999999999999999999999", 1, 10).ok());
+  EXPECT_EQ(*cli::ParseInt("--workers", "7", 1, 10), 7);
+}
+
+TEST(ExitCodeTest, Mapping) {
+  EXPECT_EQ(cli::ExitCodeFor(grpc::Status::OK), 0);
+  EXPECT_EQ(cli::ExitCodeFor(grpc::Status(grpc::StatusCode::UNAVAILABLE, "")), 4);
+  EXPECT_EQ(cli::ExitCodeFor(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "")), 5);
+  EXPECT_EQ(cli::ExitCodeFor(grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "")), 5);
+  EXPECT_EQ(cli::ExitCodeFor(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "")), 2);
+  EXPECT_EQ(cli::ExitCodeFor(grpc::Status(grpc::StatusCode::NOT_FOUND, "")), 1);
+}
+
+TEST(FormatTest, DurationsAndProgress) {
+  EXPECT_EQ(cli::FormatDuration(7), "0:07");
+  EXPECT_EQ(cli::FormatDuration(205), "3:25");
+  EXPECT_EQ(cli::FormatDuration(3723), "1:02:03");
+  EXPECT_EQ(cli::FormatDuration(-1), "-");
+  tandem::v1::Job job;
+  job.set_total_steps(200);
+  job.set_started_at(1000);
+  job.mutable_spec()->set_kind(tandem::v1::JOB_KIND_GRPO);
+  tandem::v1::StepMetrics m;
+  m.set_step(50);
+  m.set_reward_mean(0.5);
+  m.set_accuracy(0.75);
+  m.set_kl(0.0012);
+  m.set_tokens_per_s(1234);
+  const std::string line = cli::ProgressLine(job, m, 1100);
+  EXPECT_NE(line.find("step 50/200"), std::string::npos) << line;
+  EXPECT_NE(line.find("reward 0.500"), std::string::npos) << line;
+  EXPECT_NE(line.find("acc 0.750"), std::string::npos) << line;
+  EXPECT_NE(line.find("kl 0.0012"), std::string::npos) << line;
+  EXPECT_NE(line.find("1234 tok/s"), std::string::npos) << line;
+  EXPECT_NE(line.find("elapsed 1:40"), std::string::npos) << line;
+  EXPECT_NE(line.find("eta 5:00"), std::string::npos) << line;
+}
+
+TEST(ChildProcessTest, StopsWithSigtermAndEscalatesToSigkill) {
+  const std::string log = ::testing::TempDir() + "/child.log";
+  auto polite = cli::ChildProcess::Start({"/bin/sleep", {"30"}, log, false});
+  ASSERT_TRUE(polite.ok()) << polite.status();
+  // Ignores SIGTERM: needs the SIGKILL after the grace period.
+  auto stubborn = cli::ChildProcess::Start({"/bin/bash", {"-c", "trap '' TERM; sleep 30 & wait"}, log, false});
+  ASSERT_TRUE(stubborn.ok()) << stubborn.status();
+  EXPECT_TRUE((*polite)->Running());
+  EXPECT_EQ(getpgid((*polite)->pid()), (*polite)->pid()) << "own process group";
+  usleep(200 * 1000);
+  const auto t0 = std::chrono::steady_clock::now();
+  cli::StopAll({polite->get(), stubborn->get()}, milliseconds(500));
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(took, std::chrono::seconds(5));
+  EXPECT_FALSE((*polite)->Running());
+  EXPECT_FALSE((*stubborn)->Running());
+  EXPECT_EQ((*polite)->ExitText(), "signal 15");
+  EXPECT_EQ((*stubborn)->ExitText(), "signal 9");
+}
+
+TEST(ChildProcessTest, PipesStdout) {
+  auto c = cli::ChildProcess::Start({"/bin/echo", {"hello ready"}, ::testing::TempDir() + "/echo.log", true});
+  ASSERT_TRUE(c.ok());
+  char buf[64] = {0};
+  ssize_t n = read((*c)->stdout_fd(), buf, sizeof(buf) - 1);
+  EXPECT_GT(n, 0);
+  EXPECT_EQ(std::string(buf), "hello ready\n");
+  for (int i = 0; i < 200 && (*c)->Running(); ++i) usleep(10 * 1000);
+  (*c)->Stop(milliseconds(1000));
+  EXPECT_EQ((*c)->ExitText(), "exit 0");
+}
+
+TEST(FindProgramTest, EnvOverrideAndPath) {
+  setenv("TANDEM_TEST_BIN", "/bin/sh", 1);
+  EXPECT_EQ(*cli::FindProgram("whatever", "TANDEM_TEST_BIN"), "/bin/sh");
+  setenv("TANDEM_TEST_BIN", "/no/such/bin", 1);
+  EXPECT_FALSE(cli::FindProgram("whatever", "TANDEM_TEST_BIN").ok());
+  unsetenv("TANDEM_TEST_BIN");
+  auto sh = cli::FindProgram("sh", "TANDEM_TEST_BIN");
+  ASSERT_TRUE(sh.ok());
+  EXPECT_EQ(std::filesystem::path(*sh).filename(), "sh");
+  EXPECT_FALSE(cli::FindProgram("tandem-no-such-program", "TANDEM_TEST_BIN").ok());
+}
+
+}  // namespace
+}  // namespace tandem

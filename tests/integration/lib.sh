@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Shared helpers for the integration tests: real tandem-coordinator,
+# tandem-worker and tandemctl processes on 127.0.0.1 with ephemeral ports.
+# Every process started here is in its own process group and is stopped by
+# the EXIT trap; every wait is bounded. Binaries come from the environment
+# (set by tests/integration/CMakeLists.txt): TANDEMCTL,
+# TANDEM_COORDINATOR_BIN, TANDEM_WORKER_BIN; optional TANDEM_PY_GEN for the
+# gRPC health check.
+set -euo pipefail
+
+: "${TANDEMCTL:?}" "${TANDEM_COORDINATOR_BIN:?}" "${TANDEM_WORKER_BIN:?}"
+TI_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/tandem-it.XXXXXX")"
+STARTED_PIDS=()
+GRPC_ADDR=""
+METRICS_ADDR=""
+COORD_PID=""
+
+log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
+fail() {
+  log "FAIL: $*"
+  for f in "$WORK"/*.log; do [[ -f "$f" ]] && { echo "--- $f (tail)" >&2; tail -n 25 "$f" >&2; }; done
+  exit 1
+}
+
+cleanup() {
+  local rc=$?
+  set +e
+  for pid in "${STARTED_PIDS[@]}"; do kill -TERM -- "-$pid" 2>/dev/null; done
+  for _ in $(seq 1 100); do
+    local alive=0
+    for pid in "${STARTED_PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    ((alive == 0)) && break
+    sleep 0.1
+  done
+  for pid in "${STARTED_PIDS[@]}"; do kill -KILL -- "-$pid" 2>/dev/null; done
+  wait 2>/dev/null
+  if [[ $rc -eq 0 || -z "${KEEP_WORK:-}" ]]; then rm -rf "$WORK"; else log "kept $WORK"; fi
+  exit $rc
+}
+trap cleanup EXIT
+# `timeout` and ctest stop a test with SIGTERM: exit through the cleanup.
+trap 'exit 143' TERM
+trap 'exit 130' INT
+
+# make_tokens: admin.token and join.token (0600) in $WORK.
+make_tokens() {
+  umask 077
+  head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$WORK/admin.token"
+  head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$WORK/join.token"
+}
+
+# start_coordinator [extra flags]: starts it on $WORK/state, waits for the ready line.
+start_coordinator() {
+  [[ -f "$WORK/admin.token" ]] || make_tokens
+  : > "$WORK/coordinator.out"
+  setsid "$TANDEM_COORDINATOR_BIN" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
+    --state-dir "$WORK/state" --admin-token-file "$WORK/admin.token" \
+    --join-token-file "$WORK/join.token" "$@" \
+    >>"$WORK/coordinator.out" 2>>"$WORK/coordinator.log" &
+  COORD_PID=$!
+  STARTED_PIDS+=("$COORD_PID")
+  local line=""
+  for _ in $(seq 1 300); do
+    line=$(grep -m1 '^tandem-coordinator listening' "$WORK/coordinator.out" || true)
+    [[ -n "$line" ]] && break
+    kill -0 "$COORD_PID" 2>/dev/null || fail "coordinator exited during start-up"
+    sleep 0.1
+  done
+  [[ -n "$line" ]] || fail "coordinator printed no ready line in 30 s"
+  GRPC_ADDR=$(sed -n 's/.*grpc=\([^ ]*\).*/\1/p' <<<"$line")
+  METRICS_ADDR=$(sed -n 's/.*metrics=\([^ ]*\).*/\1/p' <<<"$line")
+  : > "$WORK/coordinator.out"  # the next start appends a fresh ready line
+  log "coordinator pid $COORD_PID grpc=$GRPC_ADDR metrics=$METRICS_ADDR"
+}
+
+# start_worker NAME [extra flags]: prints nothing; sets LAST_WORKER_PID.
+start_worker() {
+  local name=$1
+  shift
+  setsid "$TANDEM_WORKER_BIN" --coordinator "$GRPC_ADDR" --name "$name" --device cpu \
+    --data-address 127.0.0.1 --threads 1 --token-file "$WORK/join.token" "$@" \
+    >>"$WORK/worker-$name.log" 2>&1 &
+  LAST_WORKER_PID=$!
+  STARTED_PIDS+=("$LAST_WORKER_PID")
+}
+
+# ctl ARGS: tandemctl against the test coordinator with the admin token.
+ctl() { "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/admin.token" "$@"; }
+
+# wait_until SECONDS CMD...: polls CMD every 0.2 s until it succeeds.
+wait_until() {
+  local secs=$1
+  shift
+  local n=$((secs * 5))
+  for _ in $(seq 1 "$n"); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.2
+  done
+  return 1
+}
+
+# Number of workers in STATE (IDLE, BUSY, LOST, ...).
+workers_in_state() { ctl workers --output json | grep -c "\"state\":\"WORKER_STATE_$1\"" || true; }
+workers_idle_at_least() { (($(workers_in_state IDLE) >= $1)); }
+job_state() { ctl status "$1" --output json | sed -n 's/.*"state":"JOB_STATE_\([A-Z]*\)".*/\1/p' | head -1; }
+job_in_state() { [[ "$(job_state "$1")" == "$2" ]]; }
+
+# healthy: the coordinator process is alive, /healthz answers, and gRPC
+# health (Python client when its stubs exist, else a Control call) is SERVING.
+healthy() {
+  kill -0 "$COORD_PID" 2>/dev/null || fail "coordinator died"
+  curl -sf --max-time 5 "http://$METRICS_ADDR/healthz" >/dev/null || fail "/healthz failed"
+  if [[ -n "${TANDEM_PY_GEN:-}" && -d "${TANDEM_PY_GEN}" ]]; then
+    TANDEM_PY_GEN="$TANDEM_PY_GEN" timeout 20 /usr/bin/python3 "$TI_DIR/../python/health_check.py" "$GRPC_ADDR" \
+      || fail "grpc health check failed"
+  else
+    ctl jobs >/dev/null || fail "coordinator does not answer Control calls"
+  fi
+}
+
+# expect_exit CODE CMD...: runs CMD (output to $WORK/out.txt), checks its exit code.
+expect_exit() {
+  local want=$1
+  shift
+  local got=0
+  "$@" >"$WORK/out.txt" 2>&1 || got=$?
+  if [[ "$got" != "$want" ]]; then
+    cat "$WORK/out.txt" >&2
+    fail "expected exit $want, got $got: $*"
+  fi
+}
+# signal_and_wait SIG PID...: sends SIG, waits up to 15 s for each PID to exit
+# (then SIGKILL and fail). Returns nothing; sets LAST_RCS to their exit codes.
+signal_and_wait() {
+  local sig=$1
+  shift
+  kill "-$sig" "$@" 2>/dev/null || true
+  LAST_RCS=()
+  for pid in "$@"; do
+    local n=0
+    while kill -0 "$pid" 2>/dev/null && ((n < 150)); do sleep 0.1; n=$((n + 1)); done
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -KILL "$pid" 2>/dev/null || true
+      fail "pid $pid still running 15 s after SIG$sig"
+    fi
+    local rc=0
+    wait "$pid" 2>/dev/null || rc=$?
+    LAST_RCS+=("$rc")
+  done
+}
+expect_output() { grep -q -- "$1" "$WORK/out.txt" || { cat "$WORK/out.txt" >&2; fail "output lacks '$1'"; }; }

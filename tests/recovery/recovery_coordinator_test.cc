@@ -1,0 +1,526 @@
+// Coordinator recovery paths end to end in-process (issue 6): an in-process
+// coordinator on 127.0.0.1 and workers written here against the Cluster
+// service that behave like the engine at the protocol level (SETUP reports
+// restored_step for the restore source it is given, CHECKPOINT reports a
+// published path and peer_copy). Lost worker -> RECOVERING -> RUNNING with a
+// spare or the restarted worker -> SUCCEEDED; corrupt newest checkpoint;
+// transient communicator failure; elastic shrink; no replacement; graceful
+// preemption. Every wait is bounded.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "common/auth.h"
+#include "common/daemon_config.h"
+#include "server/coordinator.h"
+#include "server/job_manager.h"
+#include "server/recovery.h"
+#include "tandem/v1/cluster.grpc.pb.h"
+#include "tandem/v1/control.grpc.pb.h"
+
+namespace tandem::server {
+namespace {
+
+using tandem::v1::Cluster;
+using tandem::v1::Control;
+
+constexpr char kToken[] = "recovery-token";
+
+std::unique_ptr<grpc::ClientContext> Ctx(int ms = 5000) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(ms));
+  common::AddBearerToken(ctx.get(), kToken);
+  return ctx;
+}
+
+std::string CkptPath(const std::string& job, int64_t step) {
+  return absl::StrFormat("/nonexistent-ckpt/%s/step-%08d", job, step);
+}
+
+struct Shared {
+  absl::Mutex mu;
+  std::set<std::string> corrupt ABSL_GUARDED_BY(mu);  // restore from these fails
+};
+
+class Worker {
+ public:
+  Worker(std::string name, std::function<std::string()> address, Shared* shared)
+      : name_(std::move(name)), address_(std::move(address)), shared_(shared) {
+    thread_ = std::thread([this] { Run(); });
+    heartbeat_ = std::thread([this] { Heartbeats(); });
+  }
+  ~Worker() { Kill(); }
+  // Like kill -9: the stream ends, heartbeats stop, nothing is reported.
+  void Kill() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    if (heartbeat_.joinable()) heartbeat_.join();
+  }
+  std::function<bool(const tandem::v1::PhaseCommand&, std::string*)> fail;  // true -> report error
+  std::function<bool(const tandem::v1::PhaseCommand&)> stall;               // true -> never answer
+  std::atomic<bool> preempting{false};
+  std::atomic<bool> released{false};
+  std::vector<std::string> phases() {
+    absl::MutexLock l(&mu_);
+    return phases_;
+  }
+  tandem::v1::Assignment last_assignment() {
+    absl::MutexLock l(&mu_);
+    return assignment_;
+  }
+  std::string id() {
+    absl::MutexLock l(&mu_);
+    return id_;
+  }
+
+ private:
+  std::unique_ptr<Cluster::Stub> Stub() {
+    return Cluster::NewStub(grpc::CreateChannel(address_(), grpc::InsecureChannelCredentials()));
+  }
+  void Run() {
+    while (!stop_) {
+      auto stub = Stub();
+      tandem::v1::RegisterWorkerRequest req;
+      req.set_name(name_);
+      req.set_host("localhost");
+      req.set_device(tandem::v1::DEVICE_KIND_CPU);
+      req.set_device_count(1);
+      {
+        absl::MutexLock l(&mu_);
+        req.set_worker_id(id_);
+        req.set_job_id(job_);
+        req.set_generation(generation_);
+      }
+      tandem::v1::RegisterWorkerResponse resp;
+      if (!stub->RegisterWorker(Ctx().get(), req, &resp).ok()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
+      {
+        absl::MutexLock l(&mu_);
+        id_ = resp.worker_id();
+        if (!resp.keep_job()) job_.clear();
+      }
+      grpc::ClientContext ctx;
+      common::AddBearerToken(&ctx, kToken);
+      tandem::v1::AttachRequest attach;
+      attach.set_worker_id(resp.worker_id());
+      auto reader = stub->Attach(&ctx, attach);
+      std::atomic<bool> stream_done{false};
+      std::thread canceller([&] {
+        while (!stop_ && !stream_done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        ctx.TryCancel();
+      });
+      tandem::v1::WorkerCommand cmd;
+      while (!stop_ && reader->Read(&cmd)) {
+        if (cmd.has_phase()) Handle(stub.get(), cmd.phase());
+        if (cmd.has_abort_job()) {
+          absl::MutexLock l(&mu_);
+          job_.clear();
+        }
+      }
+      stream_done = true;
+      canceller.join();
+      reader->Finish().ok();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  void Handle(Cluster::Stub* stub, const tandem::v1::PhaseCommand& cmd) {
+    if (stall && stall(cmd)) return;
+    tandem::v1::ReportPhaseRequest report;
+    report.set_worker_id(id());
+    report.set_command_id(cmd.command_id());
+    report.set_job_id(cmd.job_id());
+    report.set_generation(cmd.generation());
+    report.set_phase(cmd.phase());
+    report.set_step(cmd.step());
+    report.set_seconds(0.001);
+    std::string error;
+    bool ok = !(fail && fail(cmd, &error));
+    auto& values = *report.mutable_values();
+    {
+      absl::MutexLock l(&mu_);
+      phases_.push_back(absl::StrCat(tandem::v1::Phase_Name(cmd.phase()), "(", cmd.step(), ")"));
+      if (cmd.phase() == tandem::v1::PHASE_SETUP) {
+        job_ = cmd.job_id();
+        generation_ = cmd.generation();
+        assignment_ = cmd.assignment();
+      }
+    }
+    if (ok && cmd.phase() == tandem::v1::PHASE_SETUP) {
+      const auto& a = cmd.assignment();
+      if (a.peer_restore_step() > 0) {
+        values["restored_step"] = static_cast<double>(a.peer_restore_step());
+        values["restore_source"] = 1;
+        values["restore_seconds"] = 0.01;
+      } else if (!a.restore_from().empty()) {
+        bool corrupt;
+        {
+          absl::MutexLock l(&shared_->mu);
+          corrupt = shared_->corrupt.count(a.restore_from()) > 0;
+        }
+        if (corrupt) {
+          ok = false;
+          error = absl::StrCat("restore from ", a.restore_from(), ": shard-00000-of-00002.bin: checksum mismatch");
+        } else {
+          values["restored_step"] = static_cast<double>(StepFromCheckpointPath(a.restore_from()));
+          values["restore_source"] = 2;
+          values["restore_seconds"] = 0.02;
+        }
+      }
+    }
+    if (ok && cmd.phase() == tandem::v1::PHASE_CHECKPOINT) {
+      values["peer_copy"] = 1;
+      if (last_assignment().rank() == 0) report.set_checkpoint_path(CkptPath(cmd.job_id(), cmd.step()));
+    }
+    report.set_ok(ok);
+    report.set_error(error);
+    report.mutable_metrics()->set_loss(cmd.step() > 0 ? 1.0 / cmd.step() : 0);
+    tandem::v1::ReportPhaseResponse resp;
+    for (int attempt = 0; attempt < 50 && !stop_; ++attempt) {
+      auto st = stub->ReportPhase(Ctx().get(), report, &resp);
+      if (st.ok() || st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  void Heartbeats() {
+    while (!stop_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (id().empty()) continue;
+      tandem::v1::HeartbeatRequest hb;
+      hb.set_worker_id(id());
+      hb.set_preempting(preempting.load());
+      tandem::v1::HeartbeatResponse resp;
+      if (Stub()->Heartbeat(Ctx(1000).get(), hb, &resp).ok() && resp.release()) released = true;
+    }
+  }
+
+  const std::string name_;
+  std::function<std::string()> address_;
+  Shared* shared_;
+  std::atomic<bool> stop_{false};
+  absl::Mutex mu_;
+  std::string id_ ABSL_GUARDED_BY(mu_);
+  std::string job_ ABSL_GUARDED_BY(mu_);
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  tandem::v1::Assignment assignment_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> phases_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+  std::thread heartbeat_;
+};
+
+class RecoveryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/tandem_recovery_" + std::to_string(getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    std::ofstream(dir_ + "/token") << kToken << "\n";
+    config_ = common::DefaultCoordinatorConfig();
+    config_.set_listen("127.0.0.1:0");
+    config_.set_metrics_listen("");
+    config_.set_state_dir(dir_ + "/state");
+    config_.set_runs_dir(dir_ + "/runs");
+    config_.mutable_auth()->set_admin_token_file(dir_ + "/token");
+    config_.mutable_auth()->set_join_token_file(dir_ + "/token");
+    config_.set_lease_ms(800);
+    config_.set_heartbeat_ms(100);
+    config_.set_phase_timeout_ms(10000);
+    config_.set_setup_timeout_ms(10000);
+    config_.set_replacement_timeout_ms(5000);
+    coordinator_ = std::make_unique<Coordinator>(config_);
+    absl::Status s = coordinator_->Start();
+    ASSERT_TRUE(s.ok()) << s;
+    address_ = coordinator_->grpc_address();
+    control_ = Control::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    workers_.clear();
+    coordinator_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  Worker* AddWorker(const std::string& name) {
+    workers_.push_back(std::make_unique<Worker>(name, [this] { return address_; }, &shared_));
+    return workers_.back().get();
+  }
+  tandem::v1::JobSpec Spec(int workers, int steps, int checkpoint_every) {
+    tandem::v1::JobSpec spec;
+    spec.set_name("r");
+    spec.set_kind(tandem::v1::JOB_KIND_SFT);
+    spec.mutable_model()->set_from("/models/none");
+    spec.mutable_cluster()->set_workers(workers);
+    spec.mutable_train()->set_steps(steps);
+    spec.mutable_train()->set_global_batch(12);
+    spec.mutable_train()->set_micro_batch(2);
+    spec.mutable_checkpoint()->set_every(checkpoint_every);
+    spec.mutable_checkpoint()->set_keep(3);
+    return spec;
+  }
+  std::string Submit(const tandem::v1::JobSpec& spec) {
+    tandem::v1::SubmitJobRequest req;
+    *req.mutable_spec() = spec;
+    tandem::v1::SubmitJobResponse resp;
+    auto st = control_->SubmitJob(Ctx().get(), req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp.job_id();
+  }
+  tandem::v1::Job GetJob(const std::string& id) {
+    tandem::v1::GetJobRequest req;
+    req.set_job_id(id);
+    tandem::v1::Job job;
+    control_->GetJob(Ctx().get(), req, &job).ok();
+    return job;
+  }
+  tandem::v1::Job WaitFor(const std::string& id, std::function<bool(const tandem::v1::Job&)> pred,
+                          int ms = 20000) {
+    tandem::v1::Job job;
+    for (int waited = 0; waited < ms; waited += 25) {
+      job = GetJob(id);
+      if (pred(job)) return job;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    ADD_FAILURE() << "timed out; job: " << job.ShortDebugString();
+    return job;
+  }
+  static bool Done(const tandem::v1::Job& j) { return IsTerminal(j.state()); }
+  std::vector<tandem::v1::JobEvent> Events(const std::string& id) {
+    tandem::v1::WatchJobRequest watch;
+    watch.set_job_id(id);
+    watch.set_from_start(true);
+    auto ctx = Ctx(5000);
+    auto reader = control_->WatchJob(ctx.get(), watch);
+    std::vector<tandem::v1::JobEvent> events;
+    tandem::v1::JobEvent e;
+    while (reader->Read(&e)) events.push_back(e);
+    reader->Finish().ok();
+    return events;
+  }
+  // The "recovered in ..." event (the last one).
+  static std::optional<tandem::v1::JobEvent> Recovered(const std::vector<tandem::v1::JobEvent>& events) {
+    std::optional<tandem::v1::JobEvent> out;
+    for (const auto& e : events) {
+      if (e.kind() == "recovery" && absl::StartsWith(e.message(), "recovered in")) out = e;
+    }
+    return out;
+  }
+  static bool HasEvent(const std::vector<tandem::v1::JobEvent>& events, const std::string& part) {
+    for (const auto& e : events) {
+      if (absl::StrContains(e.message(), part)) return true;
+    }
+    return false;
+  }
+  static std::string Dump(const std::vector<tandem::v1::JobEvent>& events) {
+    std::string s;
+    for (const auto& e : events) {
+      if (e.kind() != "step") absl::StrAppend(&s, "\n  [", e.kind(), "] ", e.message());
+    }
+    return s;
+  }
+  static std::function<bool(const tandem::v1::PhaseCommand&)> StallAt(tandem::v1::Phase phase, int64_t step) {
+    return [phase, step](const tandem::v1::PhaseCommand& c) {
+      return c.generation() == 1 && c.phase() == phase && c.step() == step;
+    };
+  }
+
+  std::string dir_;
+  tandem::v1::CoordinatorConfig config_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::string address_;
+  std::unique_ptr<Control::Stub> control_;
+  Shared shared_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+};
+
+TEST_F(RecoveryTest, SpareReplacesLostWorkerFromPeerMemory) {
+  auto* a = AddWorker("alpha");
+  auto* b = AddWorker("beta");
+  a->stall = StallAt(tandem::v1::PHASE_SFT_STEP, 4);
+  std::string id = Submit(Spec(2, 6, 2));
+  WaitFor(id, [](const auto& j) { return j.step() == 3; });
+  auto* spare = AddWorker("gamma");
+  a->Kill();  // its lease expires
+  auto job = WaitFor(id, Done);
+  auto events = Events(id);
+  ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_SUCCEEDED) << job.reason() << Dump(events);
+  EXPECT_EQ(job.generation(), 2);
+  EXPECT_EQ(job.step(), 6);
+  EXPECT_EQ(job.worker_ids(0), spare->id());
+  EXPECT_EQ(job.worker_ids(1), b->id());
+  EXPECT_EQ(job.recovery().recoveries(), 1);
+  EXPECT_EQ(job.recovery().steps_redone_total(), 1);
+  auto recovered = Recovered(events);
+  ASSERT_TRUE(recovered) << Dump(events);
+  EXPECT_TRUE(absl::StrContains(recovered->message(), "from peer memory; resuming at step 3 (1 step redone)"))
+      << recovered->message();
+  EXPECT_EQ(recovered->metrics().extra().at("restore_source"), 1);
+  EXPECT_GT(recovered->metrics().extra().at("detect_seconds"), 0.5);  // the lease (0.8 s)
+  EXPECT_TRUE(HasEvent(events, "lost: lease expired")) << Dump(events);
+  // The spare received its shard from rank 1 and redid steps 3 and 4.
+  const auto assignment = spare->last_assignment();
+  EXPECT_EQ(assignment.peer_restore_step(), 2);
+  ASSERT_EQ(assignment.peer_restore_ranks_size(), 1);
+  EXPECT_EQ(assignment.peer_restore_ranks(0), 0);
+  auto phases = spare->phases();
+  ASSERT_GE(phases.size(), 3u);
+  EXPECT_EQ(phases[0], "PHASE_SETUP(0)");
+  EXPECT_EQ(phases[1], "PHASE_SFT_STEP(3)");
+  EXPECT_EQ(phases.back(), "PHASE_TEARDOWN(6)");
+  // Checkpoint records: ListCheckpoints.
+  tandem::v1::ListCheckpointsRequest lc;
+  lc.set_job_id(id);
+  tandem::v1::ListCheckpointsResponse records;
+  ASSERT_TRUE(control_->ListCheckpoints(Ctx().get(), lc, &records).ok());
+  std::set<int64_t> steps;
+  for (const auto& r : records.checkpoints()) steps.insert(r.step());
+  EXPECT_EQ(steps, (std::set<int64_t>{2, 4, 6}));
+}
+
+TEST_F(RecoveryTest, RestartedWorkerTakesItsRankBackFromDisk) {
+  AddWorker("alpha");
+  auto* b = AddWorker("beta");
+  b->stall = StallAt(tandem::v1::PHASE_SFT_STEP, 4);
+  auto spec = Spec(2, 5, 2);
+  spec.mutable_recovery()->set_no_peer_copies(true);
+  std::string id = Submit(spec);
+  WaitFor(id, [](const auto& j) { return j.step() == 3; });
+  const std::string old_id = b->id();
+  b->Kill();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto* b2 = AddWorker("beta");  // restarted by its supervisor: same name, fresh state
+  auto job = WaitFor(id, Done);
+  auto events = Events(id);
+  ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_SUCCEEDED) << job.reason() << Dump(events);
+  EXPECT_EQ(b2->id(), old_id);
+  EXPECT_EQ(job.worker_ids(1), old_id);
+  auto recovered = Recovered(events);
+  ASSERT_TRUE(recovered) << Dump(events);
+  EXPECT_TRUE(absl::StrContains(recovered->message(), "from disk; resuming at step 3")) << recovered->message();
+  EXPECT_EQ(b2->last_assignment().restore_from(), CkptPath(id, 2));
+  EXPECT_EQ(b2->last_assignment().peer_restore_step(), 0);
+}
+
+TEST_F(RecoveryTest, CorruptNewestCheckpointFallsBackToThePreviousOne) {
+  AddWorker("alpha");
+  auto* b = AddWorker("beta");
+  b->fail = [](const tandem::v1::PhaseCommand& c, std::string* error) {
+    *error = "gloo: allreduce failed: Connection reset by peer";
+    return c.generation() == 1 && c.phase() == tandem::v1::PHASE_SFT_STEP && c.step() == 5;
+  };
+  auto spec = Spec(2, 6, 2);
+  spec.mutable_recovery()->set_no_peer_copies(true);
+  std::string id = Submit(spec);
+  {
+    absl::MutexLock l(&shared_.mu);
+    shared_.corrupt.insert(CkptPath(id, 4));
+  }
+  auto job = WaitFor(id, Done);
+  auto events = Events(id);
+  ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_SUCCEEDED) << job.reason() << Dump(events);
+  EXPECT_TRUE(HasEvent(events, absl::StrCat("checkpoint ", CkptPath(id, 4), " is unusable"))) << Dump(events);
+  auto recovered = Recovered(events);
+  ASSERT_TRUE(recovered) << Dump(events);
+  EXPECT_TRUE(absl::StrContains(recovered->message(), "from disk; resuming at step 3 (2 steps redone)"))
+      << recovered->message();
+  EXPECT_EQ(job.generation(), 3);  // one attempt with step 4, one with step 2
+}
+
+TEST_F(RecoveryTest, TransientCommunicatorFailureRecoversInPlaceFromOwnCopies) {
+  auto* a = AddWorker("alpha");
+  auto* b = AddWorker("beta");
+  a->fail = [](const tandem::v1::PhaseCommand& c, std::string* error) {
+    *error = "gloo: allreduce timed out";
+    return c.generation() == 1 && c.phase() == tandem::v1::PHASE_SFT_STEP && c.step() == 3;
+  };
+  std::string id = Submit(Spec(2, 4, 2));
+  auto job = WaitFor(id, Done);
+  auto events = Events(id);
+  ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_SUCCEEDED) << job.reason() << Dump(events);
+  EXPECT_EQ(job.worker_ids(0), a->id());
+  EXPECT_EQ(job.worker_ids(1), b->id());
+  auto recovered = Recovered(events);
+  ASSERT_TRUE(recovered) << Dump(events);
+  EXPECT_TRUE(absl::StrContains(recovered->message(), "from peer memory; resuming at step 3 (0 steps redone)"))
+      << recovered->message();
+  EXPECT_EQ(a->last_assignment().peer_restore_ranks_size(), 0);
+}
+
+TEST_F(RecoveryTest, ElasticJobContinuesWithFewerRanks) {
+  AddWorker("alpha");
+  auto* b = AddWorker("beta");
+  AddWorker("gamma");
+  b->stall = StallAt(tandem::v1::PHASE_SFT_STEP, 3);
+  auto spec = Spec(3, 4, 1);
+  spec.mutable_cluster()->set_min_workers(2);
+  spec.mutable_recovery()->set_replacement_timeout_ms(500);
+  std::string id = Submit(spec);
+  WaitFor(id, [](const auto& j) { return j.step() == 2; });
+  b->Kill();
+  auto job = WaitFor(id, Done);
+  auto events = Events(id);
+  ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_SUCCEEDED) << job.reason() << Dump(events);
+  EXPECT_EQ(job.worker_ids_size(), 2);
+  EXPECT_TRUE(HasEvent(events, "elastic: 2 of 3 ranks")) << Dump(events);
+  auto recovered = Recovered(events);
+  ASSERT_TRUE(recovered) << Dump(events);
+  // The world changed: the copies in memory do not fit, the disk one reshards.
+  EXPECT_TRUE(absl::StrContains(recovered->message(), "from disk; resuming at step 3")) << recovered->message();
+  EXPECT_EQ(recovered->metrics().extra().at("world_size"), 2);
+}
+
+TEST_F(RecoveryTest, NoReplacementFailsWithAClearReason) {
+  auto* a = AddWorker("alpha");
+  AddWorker("beta");
+  a->stall = StallAt(tandem::v1::PHASE_SFT_STEP, 2);
+  auto spec = Spec(2, 3, 0);
+  spec.mutable_recovery()->set_replacement_timeout_ms(300);
+  std::string id = Submit(spec);
+  WaitFor(id, [](const auto& j) { return j.step() == 1; });
+  a->Kill();
+  auto job = WaitFor(id, Done);
+  EXPECT_EQ(job.state(), tandem::v1::JOB_STATE_FAILED);
+  EXPECT_TRUE(absl::StrContains(job.reason(), "rank 0 lost: lease expired")) << job.reason();
+  EXPECT_TRUE(absl::StrContains(job.reason(), "no replacement worker within 300ms (1 of 2 workers left")) << job.reason();
+}
+
+TEST_F(RecoveryTest, PreemptedWorkerIsHandedOverAfterACheckpoint) {
+  auto* a = AddWorker("alpha");
+  auto* b = AddWorker("beta");
+  // Slow steps so that the preemption lands mid-job.
+  auto slow = [](const tandem::v1::PhaseCommand& c) {
+    if (c.phase() == tandem::v1::PHASE_SFT_STEP) std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    return false;
+  };
+  a->stall = slow;
+  b->stall = slow;
+  std::string id = Submit(Spec(2, 10, 0));
+  WaitFor(id, [](const auto& j) { return j.step() >= 2; });
+  auto* spare = AddWorker("gamma");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  b->preempting = true;  // SIGTERM on beta
+  auto job = WaitFor(id, Done);
+  auto events = Events(id);
+  ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_SUCCEEDED) << job.reason() << Dump(events);
+  EXPECT_EQ(job.worker_ids(1), spare->id());
+  EXPECT_TRUE(HasEvent(events, "being preempted")) << Dump(events);
+  EXPECT_TRUE(HasEvent(events, "before handing over preempted worker")) << Dump(events);
+  auto recovered = Recovered(events);
+  ASSERT_TRUE(recovered) << Dump(events);
+  EXPECT_TRUE(absl::StrContains(recovered->message(), "from peer memory")) << recovered->message();
+  EXPECT_TRUE(absl::StrContains(recovered->message(), "(0 steps redone)")) << recovered->message();
+  for (int i = 0; i < 40 && !b->released; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(b->released);
+}
+
+}  // namespace
+}  // namespace tandem::server

@@ -1,0 +1,354 @@
+#include "worker/ckpt/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "nlohmann/json.hpp"
+#include "worker/model/file_util.h"
+
+namespace tandem::ckpt {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+constexpr char kMagic[8] = {'T', 'N', 'D', 'M', 'S', 'H', 'R', 'D'};
+constexpr uint32_t kVersion = 1;
+constexpr uint32_t kMaxHeader = 64u << 20;
+
+absl::Status FsyncPath(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return absl::InternalError("open " + path + ": " + std::strerror(errno));
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return absl::InternalError("fsync " + path + ": " + std::strerror(errno));
+  return absl::OkStatus();
+}
+
+std::string ToHex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+absl::StatusOr<uint64_t> FromHex(const std::string& s) {
+  if (s.size() != 16) return absl::DataLossError("bad checksum field '" + s + "'");
+  uint64_t v = 0;
+  for (char c : s) {
+    int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
+    if (d < 0) return absl::DataLossError("bad checksum field '" + s + "'");
+    v = v * 16 + static_cast<uint64_t>(d);
+  }
+  return v;
+}
+}  // namespace
+
+uint64_t ShardState::num_floats() const {
+  uint64_t n = 0;
+  for (const Range& r : ranges) n += r.count;
+  return n;
+}
+
+uint64_t Xxh64(const void* data, size_t bytes) { return XXH64(data, bytes, 0); }
+
+std::string StepDirName(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::string ShardFileName(int rank, int world_size) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "shard-%05d-of-%05d.bin", rank, world_size);
+  return buf;
+}
+
+std::string PartialDir(const std::string& root, int64_t step) {
+  return root + "/" + StepDirName(step) + ".partial";
+}
+std::string FinalDir(const std::string& root, int64_t step) {
+  return root + "/" + StepDirName(step);
+}
+
+absl::StatusOr<ShardFileInfo> WriteShard(const std::string& dir, int world_size,
+                                         const ShardState& state) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError("create " + dir + ": " + ec.message());
+  const uint64_t n = state.num_floats();
+  json header;
+  header["ranges"] = json::array();
+  for (const Range& r : state.ranges) header["ranges"].push_back({r.offset, r.count});
+  header["arrays"] = json::array();
+  for (const auto& [name, values] : state.arrays) {
+    if (values.size() != n) {
+      return absl::InvalidArgumentError("shard array " + name + " has " +
+                                        std::to_string(values.size()) + " floats, ranges cover " +
+                                        std::to_string(n));
+    }
+    header["arrays"].push_back(name);
+  }
+  header["rank"] = state.rank;
+  const std::string h = header.dump();
+  std::string prefix(kMagic, sizeof kMagic);
+  const uint32_t version = kVersion, hlen = static_cast<uint32_t>(h.size());
+  prefix.append(reinterpret_cast<const char*>(&version), 4);
+  prefix.append(reinterpret_cast<const char*>(&hlen), 4);
+  prefix += h;
+  std::vector<std::string_view> parts = {prefix};
+  XXH64_state_t* xs = XXH64_createState();
+  XXH64_reset(xs, 0);
+  XXH64_update(xs, prefix.data(), prefix.size());
+  uint64_t bytes = prefix.size();
+  for (const auto& [name, values] : state.arrays) {
+    std::string_view sv(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+    parts.push_back(sv);
+    XXH64_update(xs, sv.data(), sv.size());
+    bytes += sv.size();
+  }
+  const uint64_t sum = XXH64_digest(xs);
+  XXH64_freeState(xs);
+  const std::string file = ShardFileName(state.rank, world_size);
+  if (absl::Status st = model::WriteFileAtomicParts(dir + "/" + file, parts); !st.ok()) return st;
+  return ShardFileInfo{file, state.rank, bytes, sum};
+}
+
+absl::StatusOr<ShardState> ReadShard(const std::string& dir, const ShardFileInfo& info) {
+  const std::string path = dir + "/" + info.file;
+  auto data = model::ReadFileToString(path);
+  if (!data.ok()) {
+    return absl::NotFoundError("checkpoint shard " + path + " is missing: " +
+                               std::string(data.status().message()));
+  }
+  if (data->size() != info.bytes) {
+    return absl::DataLossError("checkpoint shard " + path + " has " +
+                               std::to_string(data->size()) + " bytes, manifest says " +
+                               std::to_string(info.bytes) + " (truncated?)");
+  }
+  if (Xxh64(data->data(), data->size()) != info.xxh64) {
+    return absl::DataLossError("checkpoint shard " + path + " fails its xxh64 checksum");
+  }
+  if (data->size() < 16 || std::memcmp(data->data(), kMagic, 8) != 0) {
+    return absl::DataLossError(path + ": not a Tandem shard file (bad magic)");
+  }
+  uint32_t version, hlen;
+  std::memcpy(&version, data->data() + 8, 4);
+  std::memcpy(&hlen, data->data() + 12, 4);
+  if (version != kVersion) {
+    return absl::DataLossError(path + ": unsupported shard version " + std::to_string(version));
+  }
+  if (hlen > kMaxHeader || 16 + static_cast<uint64_t>(hlen) > data->size()) {
+    return absl::DataLossError(path + ": header length past the end of the file");
+  }
+  json header = json::parse(data->begin() + 16, data->begin() + 16 + hlen, nullptr, false);
+  if (header.is_discarded() || !header.is_object() || !header.contains("ranges") ||
+      !header.contains("arrays") || !header["ranges"].is_array() ||
+      !header["arrays"].is_array()) {
+    return absl::DataLossError(path + ": invalid shard header");
+  }
+  ShardState st;
+  st.rank = header.value("rank", info.rank);
+  for (const auto& r : header["ranges"]) {
+    if (!r.is_array() || r.size() != 2 || !r[0].is_number_unsigned() ||
+        !r[1].is_number_unsigned()) {
+      return absl::DataLossError(path + ": invalid range in shard header");
+    }
+    st.ranges.push_back({r[0].get<uint64_t>(), r[1].get<uint64_t>()});
+  }
+  const uint64_t n = st.num_floats();
+  uint64_t pos = 16 + hlen;
+  for (const auto& name : header["arrays"]) {
+    if (!name.is_string()) return absl::DataLossError(path + ": invalid array name");
+    if (pos + n * 4 > data->size()) {
+      return absl::DataLossError(path + ": array " + name.get<std::string>() +
+                                 " runs past the end of the file");
+    }
+    std::vector<float> values(n);
+    std::memcpy(values.data(), data->data() + pos, n * 4);
+    pos += n * 4;
+    st.arrays.emplace_back(name.get<std::string>(), std::move(values));
+  }
+  if (pos != data->size()) return absl::DataLossError(path + ": trailing bytes after arrays");
+  return st;
+}
+
+absl::Status WriteManifest(const std::string& dir, const Manifest& m) {
+  json j;
+  j["format"] = "tandem-checkpoint";
+  j["version"] = 1;
+  j["step"] = m.step;
+  j["world_size"] = m.world_size;
+  j["zero_stage"] = m.zero_stage;
+  j["generation"] = m.generation;
+  j["policy_version"] = m.policy_version;
+  j["optimizer_steps"] = m.optimizer_steps;
+  j["total_floats"] = m.total_floats;
+  j["config_hash"] = m.config_hash;
+  j["rng_state"] = m.rng_state;
+  j["data_cursor"] = m.data_cursor;
+  j["extra"] = m.extra;
+  j["shards"] = json::array();
+  for (const auto& s : m.shards) {
+    j["shards"].push_back({{"file", s.file}, {"rank", s.rank}, {"bytes", s.bytes},
+                           {"xxh64", ToHex(s.xxh64)}});
+  }
+  return model::WriteFileAtomic(dir + "/manifest.json", j.dump(2));
+}
+
+absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {
+  auto text = model::ReadFileToString(dir + "/manifest.json");
+  if (!text.ok()) return absl::NotFoundError(dir + "/manifest.json is missing");
+  json j = json::parse(*text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || j.value("format", "") != "tandem-checkpoint") {
+    return absl::DataLossError(dir + "/manifest.json is not a Tandem checkpoint manifest");
+  }
+  Manifest m;
+  try {
+    m.step = j.at("step").get<int64_t>();
+    m.world_size = j.at("world_size").get<int>();
+    m.zero_stage = j.at("zero_stage").get<int>();
+    m.generation = j.value("generation", int64_t{0});
+    m.policy_version = j.value("policy_version", int64_t{0});
+    m.optimizer_steps = j.value("optimizer_steps", int64_t{0});
+    m.total_floats = j.at("total_floats").get<uint64_t>();
+    m.config_hash = j.value("config_hash", "");
+    m.rng_state = j.value("rng_state", "");
+    m.data_cursor = j.value("data_cursor", "");
+    if (j.contains("extra")) m.extra = j["extra"].get<std::map<std::string, double>>();
+    for (const auto& s : j.at("shards")) {
+      ShardFileInfo info;
+      info.file = s.at("file").get<std::string>();
+      info.rank = s.at("rank").get<int>();
+      info.bytes = s.at("bytes").get<uint64_t>();
+      auto h = FromHex(s.at("xxh64").get<std::string>());
+      if (!h.ok()) return h.status();
+      info.xxh64 = *h;
+      if (info.file.find('/') != std::string::npos || info.file.find("..") != std::string::npos) {
+        return absl::DataLossError(dir + "/manifest.json: shard file name '" + info.file +
+                                   "' leaves the checkpoint directory");
+      }
+      m.shards.push_back(info);
+    }
+  } catch (const json::exception& e) {
+    return absl::DataLossError(dir + "/manifest.json: " + e.what());
+  }
+  if (m.world_size < 1 || static_cast<int>(m.shards.size()) != m.world_size) {
+    return absl::DataLossError(dir + "/manifest.json lists " + std::to_string(m.shards.size()) +
+                               " shards for world size " + std::to_string(m.world_size));
+  }
+  return m;
+}
+
+absl::Status Publish(const std::string& root, int64_t step) {
+  const std::string from = PartialDir(root, step), to = FinalDir(root, step);
+  if (absl::Status st = FsyncPath(from); !st.ok()) return st;
+  std::error_code ec;
+  if (fs::exists(to, ec)) fs::remove_all(to, ec);  // a redone step replaces its old copy
+  fs::rename(from, to, ec);
+  if (ec) return absl::InternalError("rename " + from + " -> " + to + ": " + ec.message());
+  return FsyncPath(root);
+}
+
+absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir) {
+  auto m = ReadManifest(dir);
+  if (!m.ok()) return m.status();
+  LoadedCheckpoint out;
+  out.manifest = *m;
+  out.dir = dir;
+  std::vector<uint8_t> covered(m->total_floats, 0);
+  std::vector<std::string> array_names;  // every shard must hold the same arrays
+  for (const auto& info : m->shards) {
+    auto shard = ReadShard(dir, info);
+    if (!shard.ok()) return shard.status();
+    std::vector<std::string> names;
+    for (const auto& a : shard->arrays) names.push_back(a.first);
+    if (&info == &m->shards.front()) {
+      array_names = names;
+    } else if (names != array_names) {
+      return absl::DataLossError(dir + "/" + info.file +
+                                 ": holds different arrays than the first shard");
+    }
+    for (const auto& [name, values] : shard->arrays) {
+      auto& full = out.arrays[name];
+      if (full.empty()) full.assign(m->total_floats, 0.f);
+      uint64_t pos = 0;
+      for (const Range& r : shard->ranges) {
+        if (r.offset + r.count > m->total_floats) {
+          return absl::DataLossError(dir + "/" + info.file + ": range past total_floats");
+        }
+        std::memcpy(full.data() + r.offset, values.data() + pos, r.count * 4);
+        pos += r.count;
+      }
+    }
+    for (const Range& r : shard->ranges) {
+      for (uint64_t i = r.offset; i < r.offset + r.count && i < covered.size(); ++i) {
+        if (covered[i]++) {
+          return absl::DataLossError(dir + ": element " + std::to_string(i) +
+                                     " is stored by two shards");
+        }
+      }
+    }
+  }
+  for (uint64_t i = 0; i < covered.size(); ++i) {
+    if (!covered[i]) {
+      return absl::DataLossError(dir + ": element " + std::to_string(i) + " is in no shard");
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& root) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || name.rfind("step-", 0) != 0 ||
+        name.find('.') != std::string::npos) {
+      continue;
+    }
+    char* end = nullptr;
+    const long long step = std::strtoll(name.c_str() + 5, &end, 10);
+    if (end == nullptr || *end != '\0') continue;
+    out.emplace_back(step, e.path().string());
+  }
+  std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  return out;
+}
+
+absl::StatusOr<LoadedCheckpoint> LoadLatestValid(const std::string& root,
+                                                 std::vector<std::string>* skipped) {
+  for (const auto& [step, dir] : ListCheckpoints(root)) {
+    auto c = LoadCheckpoint(dir);
+    if (c.ok()) return c;
+    if (skipped) skipped->push_back(dir + ": " + std::string(c.status().message()));
+  }
+  return absl::NotFoundError("no complete, valid checkpoint under " + root);
+}
+
+absl::Status ApplyRetention(const std::string& root, int keep) {
+  if (keep <= 0) return absl::OkStatus();
+  auto all = ListCheckpoints(root);
+  std::error_code ec;
+  for (size_t i = static_cast<size_t>(keep); i < all.size(); ++i) {
+    fs::remove_all(all[i].second, ec);
+    if (ec) return absl::InternalError("remove " + all[i].second + ": " + ec.message());
+  }
+  if (!all.empty()) {
+    for (const auto& e : fs::directory_iterator(root, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.size() > 8 && name.ends_with(".partial")) {
+        const long long step = std::strtoll(name.c_str() + 5, nullptr, 10);
+        if (step < all.front().first) fs::remove_all(e.path(), ec);
+      }
+    }
+  }
+  return FsyncPath(root);
+}
+
+}  // namespace tandem::ckpt

@@ -1,0 +1,397 @@
+// NCCL backend of Collective (built only with CUDA). Pointers passed to it
+// are device pointers. The unique id travels through the Store (rank 0 sets
+// "<prefix>/nccl/id", others get it). Operations are enqueued on a stream
+// owned by the communicator; completion is awaited by polling an event in
+// short slices while checking the deadline, Abort() and the communicator's
+// async error - on any of these the communicator is aborted
+// (ncclCommAbort) and the call fails.
+//
+// Uneven reduce_scatter / allgather counts use grouped ncclReduce /
+// ncclBroadcast; send/recv ignore `tag` (NCCL matches in issue order).
+// all_scan is not provided by this backend.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "worker/comm/backends_internal.h"
+
+namespace tandem::comm {
+namespace {
+
+absl::Status CudaError(std::string_view what, cudaError_t e) {
+  return absl::InternalError(
+      absl::StrCat("nccl: ", std::string(what), ": cuda error ", cudaGetErrorString(e)));
+}
+
+absl::Status NcclError(std::string_view what, ncclResult_t r) {
+  return absl::UnavailableError(
+      absl::StrCat("nccl: ", std::string(what), " failed: ", ncclGetErrorString(r)));
+}
+
+#define TANDEM_CUDA_RETURN(what, expr)          \
+  do {                                          \
+    cudaError_t cuda_err_ = (expr);                    \
+    if (cuda_err_ != cudaSuccess) return CudaError(what, cuda_err_); \
+  } while (0)
+#define TANDEM_NCCL_RETURN(what, expr)          \
+  do {                                          \
+    ncclResult_t r_ = (expr);                   \
+    if (r_ != ncclSuccess) return NcclError(what, r_); \
+  } while (0)
+
+// RAII owners (move-only).
+class Stream {
+ public:
+  Stream() = default;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream() { if (s_) cudaStreamDestroy(s_); }
+  absl::Status Create() {
+    TANDEM_CUDA_RETURN("stream create",
+                       cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
+    return absl::OkStatus();
+  }
+  cudaStream_t get() const { return s_; }
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+class Event {
+ public:
+  Event() = default;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event() { if (e_) cudaEventDestroy(e_); }
+  absl::Status Create() {
+    TANDEM_CUDA_RETURN("event create",
+                       cudaEventCreateWithFlags(&e_, cudaEventDisableTiming));
+    return absl::OkStatus();
+  }
+  cudaEvent_t get() const { return e_; }
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { if (p_) cudaFree(p_); }
+  absl::Status Allocate(size_t bytes) {
+    TANDEM_CUDA_RETURN("cudaMalloc", cudaMalloc(&p_, bytes));
+    TANDEM_CUDA_RETURN("cudaMemset", cudaMemset(p_, 0, bytes));
+    return absl::OkStatus();
+  }
+  float* get() const { return static_cast<float*>(p_); }
+ private:
+  void* p_ = nullptr;
+};
+
+class Communicator {
+ public:
+  Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  ~Communicator() {
+    if (comm_ == nullptr) return;
+    if (aborted_) return;
+    ncclCommDestroy(comm_);
+  }
+  ncclComm_t* out() { return &comm_; }
+  ncclComm_t get() const { return comm_; }
+  void Abort() {
+    if (comm_ != nullptr && !aborted_) {
+      aborted_ = true;
+      ncclCommAbort(comm_);
+    }
+  }
+ private:
+  ncclComm_t comm_ = nullptr;
+  bool aborted_ = false;
+};
+
+ncclRedOp_t ToNccl(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kMin: return ncclMin;
+  }
+  return ncclSum;
+}
+
+class NcclCollective final : public Collective {
+ public:
+  NcclCollective(int rank, int size, int device)
+      : Collective(rank, size), device_(device) {}
+
+  absl::Status Init(Store& store, const CollectiveOptions& options) {
+    TANDEM_CUDA_RETURN("cudaSetDevice", cudaSetDevice(device_));
+    PrefixStore scoped(options.prefix + "/nccl", &store);
+    ncclUniqueId id;
+    if (rank() == 0) {
+      TANDEM_NCCL_RETURN("ncclGetUniqueId", ncclGetUniqueId(&id));
+      absl::Status s = scoped.Set(
+          "id", std::string_view(reinterpret_cast<const char*>(&id), sizeof(id)));
+      if (!s.ok()) return s;
+    } else {
+      auto v = scoped.Get("id", options.timeout);
+      if (!v.ok()) {
+        return absl::Status(v.status().code(),
+                            absl::StrCat("nccl: rendezvous failed: ",
+                                         v.status().message()));
+      }
+      if (v->size() != sizeof(id)) {
+        return absl::DataLossError("nccl: rendezvous failed: bad unique id");
+      }
+      std::memcpy(&id, v->data(), sizeof(id));
+    }
+    TANDEM_NCCL_RETURN("ncclCommInitRank",
+                       ncclCommInitRank(comm_.out(), size(), id, rank()));
+    if (auto s = stream_.Create(); !s.ok()) return s;
+    if (auto s = done_.Create(); !s.ok()) return s;
+    return scratch_.Allocate(sizeof(float));
+  }
+
+  std::string_view backend() const override { return "nccl"; }
+
+  absl::Status allreduce(float* data, size_t n, ReduceOp op,
+                         Timeout timeout) override {
+    if (auto s = Check("allreduce"); !s.ok()) return s;
+    if (n == 0) return absl::OkStatus();
+    TANDEM_NCCL_RETURN("allreduce",
+                       ncclAllReduce(data, data, n, ncclFloat, ToNccl(op),
+                                     comm_.get(), stream_.get()));
+    const uint64_t moved = 2 * (size() - 1) * n * 4 / size();
+    return Finish("allreduce", CollectiveKind::kAllreduce, moved, moved,
+                  timeout);
+  }
+
+  absl::Status reduce_scatter(const float* in, float* out,
+                              const std::vector<size_t>& counts,
+                              Timeout timeout) override {
+    if (auto s = Check("reduce_scatter"); !s.ok()) return s;
+    if (counts.size() != static_cast<size_t>(size())) {
+      return absl::InvalidArgumentError("nccl: reduce_scatter failed: counts");
+    }
+    const size_t total = std::accumulate(counts.begin(), counts.end(),
+                                         size_t{0});
+    if (total == 0) return absl::OkStatus();
+    const bool even = std::all_of(counts.begin(), counts.end(),
+                                  [&](size_t c) { return c == counts[0]; });
+    if (even) {
+      TANDEM_NCCL_RETURN("reduce_scatter",
+                         ncclReduceScatter(in, out, counts[0], ncclFloat,
+                                           ncclSum, comm_.get(),
+                                           stream_.get()));
+    } else {
+      TANDEM_NCCL_RETURN("reduce_scatter", ncclGroupStart());
+      size_t off = 0;
+      for (int r = 0; r < size(); ++r) {
+        if (counts[r] > 0) {
+          ncclResult_t res = ncclReduce(in + off, out, counts[r], ncclFloat,
+                                        ncclSum, r, comm_.get(), stream_.get());
+          if (res != ncclSuccess) {
+            ncclGroupEnd();
+            return NcclError("reduce_scatter", res);
+          }
+        }
+        off += counts[r];
+      }
+      TANDEM_NCCL_RETURN("reduce_scatter", ncclGroupEnd());
+    }
+    const uint64_t moved = (size() - 1) * total * 4 / size();
+    return Finish("reduce_scatter", CollectiveKind::kReduceScatter, moved,
+                  moved, timeout);
+  }
+
+  absl::Status allgather(const float* in, float* out,
+                         const std::vector<size_t>& counts,
+                         Timeout timeout) override {
+    if (auto s = Check("allgather"); !s.ok()) return s;
+    if (counts.size() != static_cast<size_t>(size())) {
+      return absl::InvalidArgumentError("nccl: allgather failed: counts");
+    }
+    const size_t total = std::accumulate(counts.begin(), counts.end(),
+                                         size_t{0});
+    if (total == 0) return absl::OkStatus();
+    const bool even = std::all_of(counts.begin(), counts.end(),
+                                  [&](size_t c) { return c == counts[0]; });
+    if (even) {
+      TANDEM_NCCL_RETURN("allgather",
+                         ncclAllGather(in, out, counts[0], ncclFloat,
+                                       comm_.get(), stream_.get()));
+    } else {
+      TANDEM_NCCL_RETURN("allgather", ncclGroupStart());
+      size_t off = 0;
+      for (int r = 0; r < size(); ++r) {
+        if (counts[r] > 0) {
+          const float* src = r == rank() ? in : out + off;
+          ncclResult_t res = ncclBroadcast(src, out + off, counts[r], ncclFloat,
+                                           r, comm_.get(), stream_.get());
+          if (res != ncclSuccess) {
+            ncclGroupEnd();
+            return NcclError("allgather", res);
+          }
+        }
+        off += counts[r];
+      }
+      TANDEM_NCCL_RETURN("allgather", ncclGroupEnd());
+    }
+    const uint64_t sent = (size() - 1) * total * 4 / size();
+    return Finish("allgather", CollectiveKind::kAllgather, sent,
+                  (total - counts[rank()]) * 4, timeout);
+  }
+
+  absl::Status broadcast(float* data, size_t n, int root,
+                         Timeout timeout) override {
+    if (auto s = Check("broadcast"); !s.ok()) return s;
+    if (root < 0 || root >= size()) {
+      return absl::InvalidArgumentError("nccl: broadcast failed: bad root");
+    }
+    if (n == 0) return absl::OkStatus();
+    TANDEM_NCCL_RETURN("broadcast",
+                       ncclBroadcast(data, data, n, ncclFloat, root,
+                                     comm_.get(), stream_.get()));
+    // Ring broadcast: every rank but the last in the ring forwards once.
+    const int vrank = (rank() - root + size()) % size();
+    return Finish("broadcast", CollectiveKind::kBroadcast,
+                  vrank + 1 < size() ? n * 4 : 0, vrank > 0 ? n * 4 : 0,
+                  timeout);
+  }
+
+  absl::Status barrier(Timeout timeout) override {
+    if (auto s = Check("barrier"); !s.ok()) return s;
+    TANDEM_NCCL_RETURN("barrier",
+                       ncclAllReduce(scratch_.get(), scratch_.get(), 1,
+                                     ncclFloat, ncclSum, comm_.get(),
+                                     stream_.get()));
+    return Finish("barrier", CollectiveKind::kBarrier, 0, 0, timeout);
+  }
+
+  absl::Status send(const void* data, size_t bytes, int peer, uint32_t tag,
+                    Timeout timeout) override {
+    if (auto s = Check("send"); !s.ok()) return s;
+    if (peer < 0 || peer >= size() || peer == rank()) {
+      return absl::InvalidArgumentError("nccl: send failed: bad peer");
+    }
+    if (bytes == 0) return absl::OkStatus();
+    TANDEM_NCCL_RETURN("send", ncclSend(data, bytes, ncclChar, peer,
+                                        comm_.get(), stream_.get()));
+    return Finish("send", CollectiveKind::kSendRecv, bytes, 0, timeout);
+  }
+
+  absl::Status recv(void* data, size_t bytes, int peer, uint32_t tag,
+                    Timeout timeout) override {
+    if (auto s = Check("recv"); !s.ok()) return s;
+    if (peer < 0 || peer >= size() || peer == rank()) {
+      return absl::InvalidArgumentError("nccl: recv failed: bad peer");
+    }
+    if (bytes == 0) return absl::OkStatus();
+    TANDEM_NCCL_RETURN("recv", ncclRecv(data, bytes, ncclChar, peer,
+                                        comm_.get(), stream_.get()));
+    return Finish("recv", CollectiveKind::kSendRecv, 0, bytes, timeout);
+  }
+
+  absl::Status all_scan(float*, size_t, const ScanOp&, Timeout) override {
+    return absl::UnimplementedError(
+        "nccl: all_scan is not supported by this backend (use gloo on host "
+        "memory)");
+  }
+
+  void Abort() override {
+    aborted_ = true;  // the polling loop aborts the communicator
+    if (!busy_) AbortComm();
+  }
+
+ private:
+  absl::Status Check(std::string_view op) {
+    if (aborted_) {
+      return absl::AbortedError(
+          absl::StrCat("nccl: ", std::string(op), " failed: communicator aborted"));
+    }
+    if (broken_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "nccl: ", std::string(op), " failed: communicator broken by an earlier error"));
+    }
+    busy_ = true;
+    return absl::OkStatus();
+  }
+
+  void AbortComm() {
+    std::call_once(abort_once_, [&] { comm_.Abort(); });
+  }
+
+  // Waits for the enqueued work in slices; counts bytes on success.
+  absl::Status Finish(std::string_view op, CollectiveKind kind, uint64_t sent,
+                      uint64_t received, Timeout timeout) {
+    struct Done { std::atomic<bool>& b; ~Done() { b = false; } } done{busy_};
+    cudaError_t e = cudaEventRecord(done_.get(), stream_.get());
+    if (e != cudaSuccess) {
+      broken_ = true;
+      return CudaError(op, e);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      e = cudaEventQuery(done_.get());
+      if (e == cudaSuccess) break;
+      if (e != cudaErrorNotReady) {
+        broken_ = true;
+        AbortComm();
+        return CudaError(op, e);
+      }
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_.get(), &async);
+      if (async != ncclSuccess && async != ncclInProgress) {
+        broken_ = true;
+        AbortComm();
+        return NcclError(op, async);
+      }
+      if (aborted_) {
+        broken_ = true;
+        AbortComm();
+        return absl::AbortedError(
+            absl::StrCat("nccl: ", std::string(op), " failed: communicator aborted"));
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        broken_ = true;
+        AbortComm();
+        return absl::DeadlineExceededError(absl::StrCat(
+            "nccl: ", std::string(op), " failed: timed out after ", timeout.count(), " ms"));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    CountBytes(kind, sent, received);
+    return absl::OkStatus();
+  }
+
+  const int device_;
+  // Declaration order = reverse destruction order: buffers and events go
+  // before the communicator.
+  Communicator comm_;
+  Stream stream_;
+  Event done_;
+  DeviceBuffer scratch_;
+  std::atomic<bool> aborted_{false};
+  std::atomic<bool> broken_{false};
+  std::atomic<bool> busy_{false};
+  std::once_flag abort_once_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Collective>> MakeNcclCollective(
+    Store& store, int rank, int size, const CollectiveOptions& options) {
+  auto c = std::make_unique<NcclCollective>(rank, size, options.device);
+  absl::Status s = c->Init(store, options);
+  if (!s.ok()) return s;
+  return std::unique_ptr<Collective>(std::move(c));
+}
+
+}  // namespace tandem::comm

@@ -1,0 +1,117 @@
+// WorkerDaemon: the worker side of the Cluster service. It registers with the
+// coordinator (host, device, memory, version, data address), holds the Attach
+// stream, hands each PhaseCommand to ONE job thread that runs it through
+// JobEngine::RunPhase and reports it with ReportPhase (retried on transient
+// errors), heartbeats from a timer thread, and reconnects with capped,
+// jittered exponential backoff, re-registering with the same identity
+// (worker_id + name) whenever the stream ends or the coordinator says
+// `reregister`.
+//
+// Threads (all owned and joined by Run()): the caller's thread runs the
+// connection loop and reads the stream (it only hands commands over), one
+// heartbeat thread, one job thread. RequestStop() may be called from any
+// thread: the current phase gets `shutdown_grace` to finish, then the engine
+// is aborted; the phase is reported either way and Run() returns within
+// about shutdown_grace + 2 * rpc_timeout.
+//
+// A repeated command id (the coordinator re-issues the phase in flight after
+// a restart) is not run twice: the cached report is sent again, or, when the
+// command is still running, the duplicate is ignored.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include <grpcpp/security/credentials.h>
+
+#include "tandem/v1/cluster.grpc.pb.h"
+#include "worker/daemon/backoff.h"
+#include "worker/engine/engine.h"
+
+namespace tandem::worker {
+
+struct WorkerDaemonOptions {
+  std::string coordinator;             // host:port of the Cluster service
+  std::string name;                    // stable worker name (default: host name)
+  std::string device = "cpu";          // cpu | cuda
+  int device_count = 1;                // devices this worker drives
+  std::string data_address;            // for collectives; empty = route to coordinator
+  int threads = 0;                     // compute threads (0 = all cores)
+  std::string token;                   // join token ("" = none)
+  // Channel credentials (TLS / mutual TLS); nullptr = plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  std::string version;                 // reported to the coordinator
+  BackoffPolicy reconnect;             // reconnect and report-retry backoff
+  std::chrono::milliseconds rpc_timeout{10000};
+  std::chrono::milliseconds shutdown_grace{20000};
+  std::chrono::milliseconds report_retry_limit{600000};
+  int max_message_bytes = 64 << 20;
+};
+
+// Makes the engine once the coordinator has assigned the worker id (before
+// the first command can arrive).
+using EngineFactory = std::function<std::unique_ptr<JobEngine>(const std::string& worker_id)>;
+
+class WorkerDaemon {
+ public:
+  WorkerDaemon(WorkerDaemonOptions options, EngineFactory engine_factory);
+  ~WorkerDaemon();
+  WorkerDaemon(const WorkerDaemon&) = delete;
+  WorkerDaemon& operator=(const WorkerDaemon&) = delete;
+
+  // Blocks until RequestStop() (then OK) or a fatal error (the coordinator
+  // rejected our credentials or our registration as invalid).
+  absl::Status Run();
+  // Thread safe, idempotent; not async-signal safe (call it from a thread
+  // that waited for the signal).
+  void RequestStop();
+
+  std::string worker_id() const;
+
+ private:
+  absl::Status Register();
+  // Holds the Attach stream until it ends; returns its final status.
+  grpc::Status AttachOnce();
+  void Dispatch(const tandem::v1::WorkerCommand& cmd);
+  void HeartbeatLoop();
+  void JobLoop();
+  void RunCommand(const tandem::v1::PhaseCommand& cmd);
+  void SendReport(const tandem::v1::ReportPhaseRequest& report);
+  void CancelAttach(const std::string& why);
+  // Sleeps up to d; returns early (false) when a stop is requested.
+  bool SleepUnlessStopping(std::chrono::milliseconds d);
+  void PrepareContext(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) const;
+
+  const WorkerDaemonOptions options_;
+  EngineFactory engine_factory_;
+  std::unique_ptr<JobEngine> engine_;  // set once, before the job thread starts
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<tandem::v1::Cluster::Stub> stub_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> job_thread_exit_{false};
+
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;  // signalled on stop, new commands, phase end
+  std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  bool registered_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* attach_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+  int64_t heartbeat_ms_ ABSL_GUARDED_BY(mu_) = 1000;
+  std::deque<tandem::v1::PhaseCommand> queue_ ABSL_GUARDED_BY(mu_);
+  std::string running_command_id_ ABSL_GUARDED_BY(mu_);
+  std::string job_id_ ABSL_GUARDED_BY(mu_);
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // Last finished command and its report (resent on a repeated command id).
+  std::string last_command_id_ ABSL_GUARDED_BY(mu_);
+  tandem::v1::ReportPhaseRequest last_report_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tandem::worker

@@ -1,0 +1,222 @@
+// PHASE_CHECKPOINT and restore.
+//
+// The phase copies this rank's shard (parameters, Adam moments) to host
+// memory - the only time the step is blocked - and hands the write to the
+// job's AsyncWriter. Each rank writes its shard into step-N.partial/, then
+// announces {file, bytes, xxh64} through the rendezvous store; rank 0 waits
+// for every announcement, writes the manifest and publishes the directory
+// (rename + fsync), then applies retention. The coordinator learns of the
+// published checkpoint from rank 0's next ReportPhaseRequest.checkpoint_path
+// (values["checkpoint_step"] says which step it is).
+#include <chrono>
+#include <filesystem>
+
+#include "nlohmann/json.hpp"
+#include "worker/ckpt/checkpoint.h"
+#include "worker/engine/peer_snapshot.h"
+#include "worker/engine/phases.h"
+
+namespace tandem::worker {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+std::vector<ckpt::Range> OwnedRanges(const zero::ZeroOptimizer& z) {
+  std::vector<ckpt::Range> out;
+  for (const auto& p : z.shard_map()) {
+    if (p.size == 0) continue;
+    out.push_back({z.units()[p.unit].offset + p.unit_offset, p.size});
+  }
+  return out;
+}
+
+std::string ConfigHash(const JobContext& ctx) {
+  std::string bytes;
+  ctx.spec().model().SerializeToString(&bytes);
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx",
+                static_cast<unsigned long long>(ckpt::Xxh64(bytes.data(), bytes.size())));
+  return buf;
+}
+}  // namespace
+
+absl::Status FinishCheckpoints(JobContext& ctx, ReportPhaseRequest* report, bool wait) {
+  absl::Status st;
+  if (wait && ctx.writer) st = ctx.writer->WaitIdle();
+  std::lock_guard<std::mutex> lock(ctx.published_mu);
+  for (const auto& [step, path] : ctx.published) {
+    report->set_checkpoint_path(path);
+    (*report->mutable_values())["checkpoint_step"] = static_cast<double>(step);
+    report->add_log_lines("checkpoint published: " + path);
+  }
+  ctx.published.clear();
+  return st;
+}
+
+absl::Status Checkpoint(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
+  if (ctx.checkpoint_root.empty()) {
+    return absl::FailedPreconditionError(
+        "checkpoint.every is set but there is no checkpoint directory: set checkpoint.dir");
+  }
+  // A previous write must be done before its memory is reused and so that
+  // checkpoints publish in order.
+  if (absl::Status st = FinishCheckpoints(ctx, report, /*wait=*/true); !st.ok()) return st;
+  if (absl::Status st = ctx.zero->Drain(); !st.ok()) return st;
+
+  const auto t0 = Clock::now();
+  ckpt::ShardState state;
+  state.rank = ctx.rank;
+  state.ranges = OwnedRanges(*ctx.zero);
+  const size_t n = ctx.zero->shard_size();
+  std::vector<float> params(n), m(n), v(n);
+  ctx.zero->CopyParamShard(params.data());
+  ctx.zero->CopyOptimizerShard(m.data(), v.data());
+  state.arrays.emplace_back("params", std::move(params));
+  state.arrays.emplace_back("exp_avg", std::move(m));
+  state.arrays.emplace_back("exp_avg_sq", std::move(v));
+  if (!ctx.ref_params.empty()) {
+    // The KL reference policy (GRPO): this rank's pieces of it.
+    std::vector<float> ref(n);
+    size_t pos = 0;
+    for (const auto& r : state.ranges) {
+      std::copy_n(ctx.ref_params.data() + r.offset, r.count, ref.data() + pos);
+      pos += r.count;
+    }
+    state.arrays.emplace_back("ref_params", std::move(ref));
+  }
+  const double blocked = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (ctx.peer != nullptr && ctx.world > 1 && !ctx.spec().recovery().no_peer_copies()) {
+    // Gemini-style copy to the neighbour's host memory (peer_snapshot.h).
+    SnapshotShard own;
+    own.step = step;
+    own.world = ctx.world;
+    own.zero_stage = ctx.zero->stage();
+    own.rank = ctx.rank;
+    own.optimizer_steps = ctx.optimizer_steps;
+    own.policy_version = ctx.policy_version;
+    own.ranges = state.ranges;
+    own.params = state.arrays[0].second;
+    own.exp_avg = state.arrays[1].second;
+    own.exp_avg_sq = state.arrays[2].second;
+    if (absl::Status st = ExchangePeerCopies(ctx, std::move(own), report); !st.ok()) return st;
+  }
+
+  ckpt::Manifest manifest;
+  manifest.step = step;
+  manifest.world_size = ctx.world;
+  manifest.zero_stage = ctx.zero->stage();
+  manifest.generation = ctx.assignment.generation();
+  manifest.policy_version = ctx.policy_version;
+  manifest.optimizer_steps = ctx.optimizer_steps;
+  manifest.total_floats = ctx.zero->num_params();
+  manifest.config_hash = ConfigHash(ctx);
+  // Every random draw is a pure function of (seed, stream, step, index):
+  // the seed and the step are the whole RNG state and data cursor.
+  manifest.rng_state = "counter:seed=" + std::to_string(ctx.spec().seed());
+  manifest.data_cursor = "step=" + std::to_string(step);
+
+  if (!ctx.writer) ctx.writer = std::make_unique<ckpt::AsyncWriter>();
+  const std::string root = ctx.checkpoint_root;
+  const int keep = ctx.spec().checkpoint().keep();
+  const int world = ctx.world;
+  comm::Store* store = ctx.store.get();
+  JobContext* c = &ctx;
+  ctx.writer->Submit([state = std::move(state), manifest, root, keep, world, store, c,
+                      step]() mutable -> absl::Status {
+    const auto w0 = Clock::now();
+    const std::string dir = ckpt::PartialDir(root, step);
+    auto info = ckpt::WriteShard(dir, world, state);
+    if (!info.ok()) return info.status();
+    nlohmann::json j = {{"file", info->file}, {"rank", info->rank},
+                        {"bytes", info->bytes}, {"xxh64", info->xxh64}};
+    const std::string prefix = "ckpt/" + std::to_string(step);
+    if (absl::Status st = store->Set(prefix + "/shard/" + std::to_string(state.rank), j.dump());
+        !st.ok())
+      return st;
+    // Rank 0 writes the manifest and publishes, so that its reports (the
+    // ones the coordinator keeps) carry the checkpoint path.
+    if (state.rank != 0) return absl::OkStatus();
+    for (int r = 0; r < world; ++r) {
+      auto v = store->Get(prefix + "/shard/" + std::to_string(r), std::chrono::seconds(60));
+      if (!v.ok()) return v.status();
+      auto s = nlohmann::json::parse(*v, nullptr, false);
+      if (s.is_discarded()) return absl::InternalError("bad shard announcement in the store");
+      manifest.shards.push_back({s["file"].get<std::string>(), s["rank"].get<int>(),
+                                 s["bytes"].get<uint64_t>(), s["xxh64"].get<uint64_t>()});
+    }
+    manifest.extra["write_seconds"] =
+        std::chrono::duration<double>(Clock::now() - w0).count();
+    if (absl::Status st = ckpt::WriteManifest(dir, manifest); !st.ok()) return st;
+    if (absl::Status st = ckpt::Publish(root, step); !st.ok()) return st;
+    if (absl::Status st = ckpt::ApplyRetention(root, keep); !st.ok()) return st;
+    std::lock_guard<std::mutex> lock(c->published_mu);
+    c->published.emplace_back(step, ckpt::FinalDir(root, step));
+    return absl::OkStatus();
+  });
+  (*report->mutable_values())["checkpoint_blocked_s"] = blocked;
+  (*report->mutable_values())["checkpoint_bytes"] = static_cast<double>(n) * 3 * 4;
+  report->mutable_metrics()->set_step(step);
+  return absl::OkStatus();
+}
+
+absl::Status RestoreCheckpoint(JobContext& ctx, const std::string& path,
+                               ReportPhaseRequest* report) {
+  absl::StatusOr<ckpt::LoadedCheckpoint> loaded;
+  if (std::filesystem::exists(path + "/manifest.json")) {
+    loaded = ckpt::LoadCheckpoint(path);
+  } else {
+    std::vector<std::string> skipped;
+    loaded = ckpt::LoadLatestValid(path, &skipped);
+    for (const auto& s : skipped) {
+      report->add_log_lines("checkpoint skipped (falling back to an older one): " + s);
+    }
+    (*report->mutable_values())["checkpoints_skipped"] = static_cast<double>(skipped.size());
+  }
+  if (!loaded.ok()) {
+    return absl::Status(loaded.status().code(),
+                        "restore from " + path + ": " + std::string(loaded.status().message()));
+  }
+  const auto& m = loaded->manifest;
+  if (m.total_floats != ctx.zero->num_params()) {
+    return absl::FailedPreconditionError(
+        "restore from " + loaded->dir + ": checkpoint has " + std::to_string(m.total_floats) +
+        " parameters, the job's model has " + std::to_string(ctx.zero->num_params()));
+  }
+  auto find = [&](const char* name) -> const std::vector<float>* {
+    auto it = loaded->arrays.find(name);
+    return it == loaded->arrays.end() ? nullptr : &it->second;
+  };
+  const auto* params = find("params");
+  const auto* mom1 = find("exp_avg");
+  const auto* mom2 = find("exp_avg_sq");
+  if (params == nullptr || mom1 == nullptr || mom2 == nullptr) {
+    return absl::DataLossError("restore from " + loaded->dir +
+                               ": checkpoint lacks params/exp_avg/exp_avg_sq");
+  }
+  // Reshard: take this rank's pieces of the full arrays.
+  const auto ranges = OwnedRanges(*ctx.zero);
+  const size_t n = ctx.zero->shard_size();
+  std::vector<float> p(n), a(n), b(n);
+  size_t pos = 0;
+  for (const auto& r : ranges) {
+    std::copy_n(params->data() + r.offset, r.count, p.data() + pos);
+    std::copy_n(mom1->data() + r.offset, r.count, a.data() + pos);
+    std::copy_n(mom2->data() + r.offset, r.count, b.data() + pos);
+    pos += r.count;
+  }
+  ctx.zero->LoadParamShard(p.data());
+  if (absl::Status st = ctx.zero->AllgatherParams(); !st.ok()) return st;
+  ctx.zero->LoadOptimizerShard(a.data(), b.data());
+  if (absl::Status st = ctx.zero->AllgatherOptimizerState(); !st.ok()) return st;
+  if (const auto* ref = find("ref_params"); ref != nullptr) ctx.ref_params = *ref;
+  ctx.zero->set_step_count(m.optimizer_steps);
+  ctx.optimizer_steps = m.optimizer_steps;
+  ctx.policy_version = m.policy_version;
+  (*report->mutable_values())["restored_step"] = static_cast<double>(m.step);
+  report->add_log_lines("restored step " + std::to_string(m.step) + " from " + loaded->dir +
+                        " (written by " + std::to_string(m.world_size) + " ranks, ZeRO stage " +
+                        std::to_string(m.zero_stage) + ")");
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::worker

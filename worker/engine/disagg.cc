@@ -1,0 +1,427 @@
+// Disaggregated mode: communicators, weight sync, rollout ranks (sync and
+// async generation) and the trainers' side of the trajectory hand-off.
+#include "worker/engine/disagg.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "worker/engine/phases.h"
+#include "worker/engine/spec_convert.h"
+
+namespace tandem::worker {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+void PutI64(float* at, int64_t v) { std::memcpy(at, &v, sizeof v); }  // two float slots
+int64_t GetI64(const float* at) {
+  int64_t v;
+  std::memcpy(&v, at, sizeof v);
+  return v;
+}
+
+// Step s's prompts of this rollout rank, generated with `weights`.
+absl::StatusOr<disagg::RolloutBatch> GenerateBatch(JobContext& ctx, const DisaggState& d, int64_t step,
+                                                   std::vector<float>& weights, int64_t version) {
+  const auto& spec = ctx.spec();
+  const int G = std::max(1, spec.rl().group_size());
+  const int64_t P = std::max(1, spec.rl().prompts_per_step());
+  const rl::IndexRange mine = rl::RankSlice(P, d.global_rank - d.train_world, d.rollout_world);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<uint64_t> seq_ids;
+  std::vector<int64_t> groups;
+  const int32_t bos = ctx.dataset->tokens().bos;
+  // The same keys as the co-located ROLLOUT (grpo_phases.cc), so both modes
+  // draw the same prompts and samples.
+  for (int64_t p = mine.begin; p < mine.end; ++p) {
+    rl::Example ex = ctx.task->Sample(DeriveSeed(spec.seed(), kSeedRlPrompts), static_cast<uint64_t>((step - 1) * P + p));
+    std::vector<int32_t> ids = {bos};
+    auto enc = ctx.tokenizer->Encode(ex.prompt);
+    ids.insert(ids.end(), enc.begin(), enc.end());
+    for (int g = 0; g < G; ++g) {
+      prompts.push_back(ids);
+      seq_ids.push_back(static_cast<uint64_t>(p * G + g));
+      groups.push_back(p);
+    }
+  }
+  model::SamplingOptions so;
+  so.max_new_tokens = spec.rl().max_new_tokens() > 0 ? spec.rl().max_new_tokens() : 16;
+  so.temperature = spec.rl().temperature() > 0 ? spec.rl().temperature() : 1.f;
+  so.top_p = spec.rl().top_p() > 0 ? spec.rl().top_p() : 1.f;
+  so.top_k = spec.rl().top_k();
+  so.seed = DeriveSeed(spec.seed(), kSeedSampling, static_cast<uint64_t>(step));
+  so.stop_ids.assign(spec.rl().stop_token_ids().begin(), spec.rl().stop_token_ids().end());
+  disagg::RolloutBatch batch;
+  batch.step = step;
+  if (prompts.empty()) return batch;
+  model::FlatParamProvider params(ctx.model->layout(), weights.data(), nullptr);
+  const auto t0 = Clock::now();
+  auto gen = ctx.generator->Generate(prompts, so, params, seq_ids);
+  if (!gen.ok()) return gen.status();
+  batch.generate_seconds = Seconds(t0);
+  batch.generated_tokens = gen->generated_tokens;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    rl::Trajectory t;
+    t.prompt_ids = std::move(prompts[i]);
+    t.completion_ids = std::move(gen->sequences[i].tokens);
+    t.logp_sampled = std::move(gen->sequences[i].raw_logprobs);
+    t.group = groups[i];
+    t.policy_version = version;
+    batch.trajectories.push_back(std::move(t));
+  }
+  return batch;
+}
+
+// Every rank contributes `payload` (rollout ranks: a packed batch; trainers:
+// nothing); every rank receives every rank's payload.
+absl::StatusOr<std::vector<std::vector<float>>> Exchange(JobContext& ctx, DisaggState& d,
+                                                         const std::vector<float>& payload) {
+  const int world = d.global_world;
+  const uint32_t n = static_cast<uint32_t>(payload.size());
+  float mine;
+  std::memcpy(&mine, &n, sizeof n);
+  std::vector<float> counts_f(world);
+  if (absl::Status st = d.all->allgather(&mine, counts_f.data(), std::vector<size_t>(world, 1), ctx.timeout);
+      !st.ok()) {
+    return st;
+  }
+  std::vector<size_t> counts(world);
+  size_t total = 0;
+  for (int r = 0; r < world; ++r) {
+    uint32_t c;
+    std::memcpy(&c, &counts_f[r], sizeof c);
+    counts[r] = c;
+    total += c;
+  }
+  std::vector<float> all(total);
+  if (absl::Status st = d.all->allgather(payload.data(), all.data(), counts, ctx.timeout); !st.ok()) return st;
+  std::vector<std::vector<float>> out(world);
+  size_t offset = 0;
+  for (int r = 0; r < world; ++r) {
+    out[r].assign(all.begin() + offset, all.begin() + offset + counts[r]);
+    offset += counts[r];
+  }
+  return out;
+}
+
+absl::Status SyncWeights(JobContext& ctx, DisaggState& d, int64_t step, ReportPhaseRequest* report) {
+  const auto t0 = Clock::now();
+  const size_t psi = ctx.model->layout().total_floats();
+  std::vector<float> buf(psi + 4);
+  if (d.role == DisaggRole::kTrain) {
+    if (absl::Status st = ctx.zero->GatherFull(buf.data()); !st.ok()) return st;
+    // The frozen KL reference is the policy RL starts from (after any warm
+    // start), as in the co-located ROLLOUT; checkpoints keep it.
+    if (ctx.spec().rl().kl_coef() > 0 && ctx.ref_params.empty()) ctx.ref_params.assign(buf.begin(), buf.begin() + psi);
+    PutI64(&buf[psi], ctx.policy_version);
+    PutI64(&buf[psi + 2], step);
+  }
+  if (absl::Status st = d.all->broadcast(buf.data(), buf.size(), 0, ctx.timeout); !st.ok()) return st;
+  const int64_t version = GetI64(&buf[psi]);
+  if (GetI64(&buf[psi + 2]) != step) {
+    return absl::InternalError(absl::StrCat("SYNC_WEIGHTS for step ", step, " received the weights of step ",
+                                            GetI64(&buf[psi + 2])));
+  }
+  if (d.role == DisaggRole::kRollout) {
+    buf.resize(psi);
+    {
+      std::lock_guard<std::mutex> lock(d.mu);
+      d.weights = std::make_shared<std::vector<float>>(std::move(buf));
+      d.weights_version = version;
+      d.synced_step = step;
+    }
+    if (d.threaded()) d.StartOrWake(ctx);
+  }
+  auto* m = report->mutable_metrics();
+  m->set_step(step);
+  (*m->mutable_extra())["sync_weights_bytes"] = static_cast<double>(psi * sizeof(float));
+  (*m->mutable_extra())["sync_weights_seconds"] = Seconds(t0);
+  (*report->mutable_values())["policy_version"] = static_cast<double>(version);
+  return absl::OkStatus();
+}
+
+absl::Status RolloutRankRollout(JobContext& ctx, DisaggState& d, int64_t step, ReportPhaseRequest* report) {
+  absl::StatusOr<disagg::RolloutBatch> batch;
+  if (d.threaded()) {
+    batch = d.TakeBatch(step, ctx.timeout);
+  } else {
+    std::shared_ptr<std::vector<float>> w;
+    int64_t version, synced;
+    {
+      std::lock_guard<std::mutex> lock(d.mu);
+      w = d.weights;
+      version = d.weights_version;
+      synced = d.synced_step;
+    }
+    if (synced != step) {
+      batch = absl::FailedPreconditionError(
+          absl::StrCat("ROLLOUT for step ", step, " without its SYNC_WEIGHTS (newest: step ", synced, ")"));
+    } else {
+      batch = GenerateBatch(ctx, d, step, *w, version);
+    }
+  }
+  if (!batch.ok()) {
+    // Take part in the exchange with nothing, so the trainers fail at once
+    // instead of waiting for the collective timeout.
+    Exchange(ctx, d, {}).status().IgnoreError();
+    return batch.status();
+  }
+  auto got = Exchange(ctx, d, disagg::Pack(*batch));
+  if (!got.ok()) return got.status();
+  auto* m = report->mutable_metrics();
+  m->set_step(step);
+  (*m->mutable_extra())["rollout_tokens"] = static_cast<double>(batch->generated_tokens);
+  (*report->mutable_values())["generate_seconds"] = batch->generate_seconds;
+  return absl::OkStatus();
+}
+
+absl::Status TrainerRollout(JobContext& ctx, DisaggState& d, int64_t step, ReportPhaseRequest* report) {
+  if (!ctx.task || !ctx.tokenizer || !ctx.dataset) {
+    return absl::FailedPreconditionError("ROLLOUT needs a built-in task and the char tokenizer");
+  }
+  const auto& spec = ctx.spec();
+  const int G = std::max(1, spec.rl().group_size());
+  const int64_t P = std::max(1, spec.rl().prompts_per_step());
+  ctx.rl = RlStepState{};
+  ctx.rl.step = step;
+  const auto t0 = Clock::now();
+  auto got = Exchange(ctx, d, {});
+  if (!got.ok()) return got.status();
+  const double wait_s = Seconds(t0);
+  std::vector<rl::Trajectory> all;
+  double tokens = 0, gen_seconds = 0;
+  for (int r = d.train_world; r < d.global_world; ++r) {
+    if ((*got)[r].empty()) {
+      return absl::FailedPreconditionError(absl::StrCat("ROLLOUT for step ", step, ": rollout rank ", r,
+                                                        " sent no trajectories (it failed; see its report)"));
+    }
+    auto batch = disagg::Unpack((*got)[r]);
+    if (!batch.ok()) return batch.status();
+    if (batch->step != step) {
+      return absl::InternalError(absl::StrCat("ROLLOUT for step ", step, ": rollout rank ", r,
+                                              " sent the batch of step ", batch->step));
+    }
+    tokens += static_cast<double>(batch->generated_tokens);
+    gen_seconds += batch->generate_seconds;
+    for (auto& t : batch->trajectories) all.push_back(std::move(t));
+  }
+  const int64_t bound = d.async ? d.max_staleness : 0;
+  auto sel = disagg::SelectForTrainer(std::move(all), ctx.policy_version, bound, G, ctx.rank, ctx.world);
+  if (!sel.ok()) return sel.status();
+  if (!d.async && (sel->dropped_stale > 0 || sel->max_staleness != 0)) {
+    return absl::InternalError(absl::StrCat("sync coupling: ", sel->dropped_stale,
+                                            " trajectories were not generated by the current policy version ",
+                                            ctx.policy_version));
+  }
+  ctx.rl.trajectories = std::move(sel->mine);
+  for (size_t i = 0; i < ctx.rl.trajectories.size(); i += G) {
+    const int64_t p = ctx.rl.trajectories[i].group;
+    ctx.rl.examples.push_back(
+        ctx.task->Sample(DeriveSeed(spec.seed(), kSeedRlPrompts), static_cast<uint64_t>((step - 1) * P + p)));
+    ctx.rl.prompt_index.push_back(p);
+  }
+  auto* m = report->mutable_metrics();
+  m->set_step(step);
+  m->set_switch_seconds(0);  // nothing switches: rollout runs elsewhere
+  auto& x = *m->mutable_extra();
+  x["rollout_tokens"] = tokens;
+  const double mean_gen = gen_seconds / std::max(1, d.rollout_world);
+  x["rollout_tokens_per_s"] = mean_gen > 0 ? tokens / mean_gen : 0;
+  x["rollout_wait_seconds"] = wait_s;  // trainers idle for trajectories
+  x["staleness_max"] = static_cast<double>(sel->max_staleness);
+  x["staleness_mean"] = sel->mean_staleness;
+  x["trajectories_received"] = static_cast<double>(sel->received);
+  x["trajectories_kept"] = static_cast<double>(sel->kept);
+  x["trajectories_dropped"] = static_cast<double>(sel->dropped_stale);
+  x["trajectories_dropped_uneven"] = static_cast<double>(sel->dropped_uneven);
+  x["policy_version"] = static_cast<double>(ctx.policy_version);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+DisaggState::~DisaggState() {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void DisaggState::Abort() {
+  if (all) all->Abort();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stop_ = true;
+  }
+  cv_.notify_all();
+}
+
+void DisaggState::StartOrWake(JobContext& ctx) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!thread_.joinable()) {
+      next_step_ = synced_step;
+      thread_ = std::thread([this, &ctx] { GenerateLoop(&ctx); });
+    }
+  }
+  cv_.notify_all();
+}
+
+void DisaggState::GenerateLoop(JobContext* ctx) {
+  const int64_t last = ctx->spec().train().steps();
+  while (true) {
+    std::shared_ptr<std::vector<float>> w;
+    int64_t version = 0, step = 0;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      // At most max_staleness steps ahead of the newest weights: a batch of
+      // step n starts with weights of step >= n - K, and is trained at step n
+      // by a trainer at most K versions further.
+      cv_.wait(lock, [&] { return stop_ || (next_step_ <= last && next_step_ <= synced_step + max_staleness); });
+      if (stop_) return;
+      w = weights;
+      version = weights_version;
+      step = next_step_;
+    }
+    auto batch = GenerateBatch(*ctx, *this, step, *w, version);
+    std::lock_guard<std::mutex> lock(mu);
+    if (!batch.ok()) {
+      error_ = batch.status();
+      cv_.notify_all();
+      return;
+    }
+    ready_.push_back(std::move(*batch));
+    ++next_step_;
+    cv_.notify_all();
+  }
+}
+
+absl::StatusOr<disagg::RolloutBatch> DisaggState::TakeBatch(int64_t step, comm::Timeout timeout) {
+  std::unique_lock<std::mutex> lock(mu);
+  const auto deadline = Clock::now() + timeout;
+  while (true) {
+    while (!ready_.empty() && ready_.front().step < step) ready_.pop_front();
+    if (!ready_.empty()) {
+      if (ready_.front().step != step) {
+        return absl::InternalError(
+            absl::StrCat("async rollout: wanted the batch of step ", step, ", have step ", ready_.front().step));
+      }
+      disagg::RolloutBatch b = std::move(ready_.front());
+      ready_.pop_front();
+      return b;
+    }
+    if (!error_.ok()) return absl::Status(error_.code(), "async rollout: " + std::string(error_.message()));
+    if (stop_) return absl::AbortedError("async rollout aborted");
+    if (!thread_.joinable()) {
+      return absl::FailedPreconditionError(absl::StrCat("ROLLOUT for step ", step, " before any SYNC_WEIGHTS"));
+    }
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      return absl::DeadlineExceededError(absl::StrCat("async rollout: no batch of step ", step, " within ",
+                                                      timeout.count(), " ms"));
+    }
+  }
+}
+
+absl::StatusOr<DisaggRole> SetupDisaggregated(JobContext& ctx, const comm::CollectiveOptions& base) {
+  const auto& spec = ctx.spec();
+  const auto& pl = spec.placement();
+  auto d = std::make_shared<DisaggState>();
+  d->global_rank = ctx.rank;
+  d->global_world = ctx.world;
+  d->train_world = pl.train_workers();
+  d->rollout_world = pl.rollout_workers();
+  d->async = pl.coupling() == "async";
+  d->max_staleness = d->async ? pl.max_staleness() : 0;
+  if (d->train_world < 1 || d->rollout_world < 1 || d->train_world + d->rollout_world != ctx.world) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "placement: rollout_workers (", d->rollout_world, ") + train_workers (", d->train_world,
+        ") must be >= 1 each and equal the job's world of ", ctx.world));
+  }
+  const int64_t P = spec.rl().prompts_per_step();
+  if (P % d->train_world != 0 || P % d->rollout_world != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("rl.prompts_per_step: ", P,
+                                                   " must be divisible by placement.train_workers (",
+                                                   d->train_world, ") and placement.rollout_workers (",
+                                                   d->rollout_world, ") in disaggregated mode"));
+  }
+  d->role = ctx.rank < d->train_world ? DisaggRole::kTrain : DisaggRole::kRollout;
+  const std::string role_name = d->role == DisaggRole::kTrain ? "train" : "rollout";
+  if (!ctx.assignment.role().empty() && ctx.assignment.role() != role_name) {
+    return absl::InvalidArgumentError(absl::StrCat("assignment: rank ", ctx.rank, " has role '",
+                                                   ctx.assignment.role(), "' but the placement makes it '",
+                                                   role_name, "'"));
+  }
+  comm::CollectiveOptions co = base;
+  co.prefix = base.prefix + "-all";
+  auto all = comm::MakeCollective("gloo", *ctx.store, ctx.rank, ctx.world, co);
+  if (!all.ok()) return all.status();
+  d->all = std::move(*all);
+  if (d->role == DisaggRole::kTrain) {
+    co.prefix = base.prefix + "-train";
+    auto train = comm::MakeCollective("gloo", *ctx.store, ctx.rank, d->train_world, co);
+    if (!train.ok()) return train.status();
+    ctx.collective = std::move(*train);
+    ctx.world = d->train_world;
+  } else {
+    ctx.rank = ctx.rank - d->train_world;
+    ctx.world = d->rollout_world;
+  }
+  const DisaggRole role = d->role;
+  ctx.disagg = std::move(d);
+  return role;
+}
+
+absl::Status FinishRolloutSetup(JobContext& ctx, std::vector<float> initial, ReportPhaseRequest* report) {
+  DisaggState& d = *ctx.disagg;
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    d.weights = std::make_shared<std::vector<float>>(std::move(initial));
+    d.weights_version = 0;
+  }
+  (*report->mutable_values())["param_bytes"] = static_cast<double>(d.weights->size() * sizeof(float));
+  (*report->mutable_values())["num_params"] = static_cast<double>(model::ParameterCount(ctx.config));
+  report->add_log_lines(absl::StrCat("rank ", d.global_rank, "/", d.global_world, ": rollout worker ", ctx.rank,
+                                     "/", d.rollout_world, " (", d.async ? "async" : "sync", " coupling",
+                                     d.async ? absl::StrCat(", max staleness ", d.max_staleness) : "",
+                                     "), model with ", model::ParameterCount(ctx.config), " parameters"));
+  return absl::OkStatus();
+}
+
+std::optional<absl::Status> RunDisaggPhase(JobContext& ctx, const tandem::v1::PhaseCommand& cmd,
+                                           ReportPhaseRequest* report) {
+  DisaggState& d = *ctx.disagg;
+  const int64_t step = cmd.step();
+  switch (cmd.phase()) {
+    case tandem::v1::PHASE_SYNC_WEIGHTS: return SyncWeights(ctx, d, step, report);
+    case tandem::v1::PHASE_ROLLOUT:
+      return d.role == DisaggRole::kTrain ? TrainerRollout(ctx, d, step, report)
+                                          : RolloutRankRollout(ctx, d, step, report);
+    default: break;
+  }
+  if (d.role == DisaggRole::kRollout) {
+    // SFT warm start, SCORE, LOGPROBS, UPDATE, EVAL, CHECKPOINT, EXPORT: the
+    // trainers' work.
+    report->mutable_metrics()->set_step(step);
+    return absl::OkStatus();
+  }
+  if (cmd.phase() == tandem::v1::PHASE_UPDATE && ctx.rl.step == step && ctx.rl.have_logprobs &&
+      ctx.rl.trajectories.empty()) {
+    // Every trainer holds the same number of groups, so all skip together;
+    // the policy version stays.
+    report->mutable_metrics()->set_step(step);
+    (*report->mutable_metrics()->mutable_extra())["update_skipped"] = 1;
+    (*report->mutable_metrics()->mutable_extra())["policy_version"] = static_cast<double>(ctx.policy_version);
+    report->add_log_lines(absl::StrCat("step ", step, ": every trajectory was dropped as stale; no update"));
+    return absl::OkStatus();
+  }
+  return std::nullopt;
+}
+
+}  // namespace tandem::worker

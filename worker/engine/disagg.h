@@ -1,0 +1,121 @@
+// Disaggregated mode (Echo; placement.mode: disaggregated): separate rollout
+// and trainer ranks in one job of world R + T.
+//
+// Ranks 0..T-1 train: ZeRO over the T trainers on their own communicator
+// ("train"; JobContext.collective, with ctx.rank/world = trainer rank/T, so
+// SFT, EVAL, UPDATE, CHECKPOINT and EXPORT run unchanged on trainers only).
+// Ranks T..T+R-1 generate: a full fp32 copy of the weights, no optimizer;
+// every phase but SYNC_WEIGHTS and ROLLOUT is a no-op there. A second
+// communicator over all R + T ranks ("all") carries the bulk data:
+//   SYNC_WEIGHTS(s): trainers gather the full parameters (ZeRO), trainer 0
+//     broadcasts them with the policy version on "all"; rollout ranks load
+//     them. It opens every RL step (before ROLLOUT), so warm start, restore
+//     and recovery need no other path.
+//   ROLLOUT(s): rollout ranks produce step s's prompts (prompts split over
+//     the R rollout ranks, same prompt/sampling keys as the co-located mode)
+//     and every rank allgathers the packed batches (disagg_transfer.h);
+//     trainers drop groups older than the staleness bound, take whole groups
+//     (trainer t: its contiguous share) and continue with SCORE, LOGPROBS,
+//     UPDATE as in the co-located mode.
+// Coupling sync: rollout of step s runs inside ROLLOUT(s) with the weights of
+// SYNC_WEIGHTS(s) - staleness is always 0 (checked; a stale trajectory fails
+// the step). Coupling async (max_staleness K >= 1): a generation thread on
+// each rollout rank keeps producing the next steps' batches with the newest
+// weights it has, at most K steps ahead of the newest SYNC_WEIGHTS, so the
+// generation of step s+1.. overlaps the trainers' SCORE/LOGPROBS/UPDATE of
+// step s; ROLLOUT(s) takes the buffered batch of step s. Trajectories older
+// than K versions are dropped (never by construction; the filter guards)
+// and counted in the ROLLOUT metrics (trajectories_dropped, staleness_max,
+// staleness_mean). K = 0 with async behaves as sync.
+//
+// Threads: the job thread runs the phases and every collective; the async
+// generation thread only computes (it never touches a communicator) and is
+// joined by ~DisaggState, which JobContext destroys before the model and
+// generator it uses. Abort() may be called from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "worker/comm/collective.h"
+#include "worker/engine/disagg_transfer.h"
+#include "worker/engine/engine.h"
+#include "worker/engine/job_context.h"
+
+namespace tandem::worker {
+
+using tandem::v1::ReportPhaseRequest;
+
+enum class DisaggRole { kTrain, kRollout };
+
+class DisaggState {
+ public:
+  DisaggState() = default;
+  ~DisaggState();
+  DisaggState(const DisaggState&) = delete;
+  DisaggState& operator=(const DisaggState&) = delete;
+
+  // Makes every wait (and every call on the "all" communicator) fail.
+  void Abort();
+
+  DisaggRole role = DisaggRole::kTrain;
+  int global_rank = 0;
+  int global_world = 1;
+  int train_world = 1;
+  int rollout_world = 1;
+  bool async = false;
+  int64_t max_staleness = 0;
+  std::unique_ptr<comm::Collective> all;  // R + T ranks; job thread only
+  // Rollout ranks generate on their own thread (async with K >= 1).
+  bool threaded() const { return async && max_staleness > 0; }
+
+  // Rollout ranks: the newest weights and their version (job thread writes;
+  // the generation thread reads under mu_ and keeps its own reference).
+  std::shared_ptr<std::vector<float>> weights;
+  int64_t weights_version = 0;
+  int64_t synced_step = 0;  // step of the newest SYNC_WEIGHTS (0 = none)
+
+  // Async rollout ranks.
+  void StartOrWake(JobContext& ctx);  // after each SYNC_WEIGHTS
+  // Waits (up to `timeout`) for the batch of `step`; drops older batches.
+  absl::StatusOr<disagg::RolloutBatch> TakeBatch(int64_t step, comm::Timeout timeout);
+
+  std::mutex mu;  // guards weights, weights_version, synced_step and below
+
+ private:
+  void GenerateLoop(JobContext* ctx);
+
+  std::condition_variable cv_;
+  std::deque<disagg::RolloutBatch> ready_;
+  int64_t next_step_ = 0;  // the batch the thread generates next
+  bool stop_ = false;
+  absl::Status error_;     // the generation thread's failure (sticky)
+  std::thread thread_;
+};
+
+// From SETUP, after the store exists: builds the communicators ("all", then
+// "train" among trainers), sets ctx.disagg, ctx.collective (trainers),
+// ctx.rank/ctx.world to the rank within the role. Fails on an inconsistent
+// placement (assignment role, world, prompts not divisible by trainers).
+absl::StatusOr<DisaggRole> SetupDisaggregated(JobContext& ctx,
+                                              const comm::CollectiveOptions& base);
+// Rollout ranks finish SETUP here: `initial` are the weights (version 0).
+absl::Status FinishRolloutSetup(JobContext& ctx, std::vector<float> initial,
+                                ReportPhaseRequest* report);
+
+// The engine's hook: handles `cmd` when its meaning differs in the
+// disaggregated mode (SYNC_WEIGHTS, ROLLOUT; everything on rollout ranks;
+// UPDATE of a step whose trajectories were all dropped); nullopt: run the
+// co-located phase.
+std::optional<absl::Status> RunDisaggPhase(JobContext& ctx,
+                                           const tandem::v1::PhaseCommand& cmd,
+                                           ReportPhaseRequest* report);
+
+}  // namespace tandem::worker

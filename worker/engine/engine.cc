@@ -1,0 +1,155 @@
+// The job engine: one JobContext at a time, phases dispatched by kind, the
+// last report cached by command id so a command re-sent after a coordinator
+// restart is answered without running twice.
+#include <chrono>
+#include <mutex>
+
+#include "worker/engine/disagg.h"
+#include "worker/engine/engine.h"
+#include "worker/engine/memory_probe.h"
+#include "worker/engine/peer_snapshot.h"
+#include "worker/engine/phases.h"
+
+namespace tandem::worker {
+
+namespace {
+
+using tandem::v1::Phase;
+
+class JobEngineImpl final : public JobEngine {
+ public:
+  explicit JobEngineImpl(EngineOptions options) : options_(std::move(options)) {}
+
+  absl::Status RunPhase(const tandem::v1::PhaseCommand& cmd,
+                        ReportPhaseRequest* report) override {
+    if (!cmd.command_id().empty() && cmd.command_id() == last_command_id_) {
+      *report = last_report_;  // already ran: same answer
+      return last_status_;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    ResetPeakRss();
+    report->set_command_id(cmd.command_id());
+    report->set_job_id(cmd.job_id());
+    report->set_generation(cmd.generation());
+    report->set_phase(cmd.phase());
+    report->set_step(cmd.step());
+    absl::Status st = Dispatch(cmd, report);
+    {
+      // Checkpoints published in the background since the last report.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (ctx_) {
+        absl::Status ck = FinishCheckpoints(*ctx_, report, /*wait=*/false);
+        if (st.ok() && !ck.ok()) st = ck;
+      }
+    }
+    report->set_seconds(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    report->set_peak_memory_bytes(PeakRssBytes());
+    report->mutable_metrics()->set_peak_memory_bytes(PeakRssBytes());
+    report->set_ok(st.ok());
+    if (!st.ok()) {
+      report->set_error(std::string(st.message()));
+      // The communicator's failures (a peer died, a timeout, an abort) make
+      // the coordinator recover instead of failing the job.
+      report->set_retryable(absl::IsAborted(st) || absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st) ||
+                            absl::IsCancelled(st));
+    }
+    last_command_id_ = cmd.command_id();
+    last_report_ = *report;
+    last_status_ = st;
+    return st;
+  }
+
+  void Abort() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ctx_ && ctx_->collective) ctx_->collective->Abort();
+    if (ctx_ && ctx_->disagg) ctx_->disagg->Abort();
+    aborted_ = true;
+  }
+
+  std::string current_job() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ctx_ ? ctx_->assignment.job_id() : std::string();
+  }
+
+ private:
+  absl::Status Dispatch(const tandem::v1::PhaseCommand& cmd, ReportPhaseRequest* report) {
+    if (cmd.phase() == tandem::v1::PHASE_SETUP) {
+      Drop();
+      auto ctx = std::make_unique<JobContext>();
+      peer_.KeepOnly(cmd.assignment().job_id());
+      ctx->peer = &peer_;
+      absl::Status st = SetupJob(options_, cmd.assignment(), *ctx, report);
+      if (!st.ok()) return st;
+      std::lock_guard<std::mutex> lock(mu_);
+      ctx_ = std::move(ctx);
+      aborted_ = false;
+      return absl::OkStatus();
+    }
+    if (cmd.phase() == tandem::v1::PHASE_TEARDOWN) {
+      Drop();
+      peer_.Clear();
+      return absl::OkStatus();
+    }
+    JobContext* ctx = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ctx = ctx_.get();
+      if (aborted_) return absl::AbortedError("job aborted on this worker");
+    }
+    if (ctx == nullptr || ctx->assignment.job_id() != cmd.job_id() ||
+        ctx->assignment.generation() != cmd.generation()) {
+      return absl::FailedPreconditionError(
+          "worker holds no state for job " + cmd.job_id() + " generation " +
+          std::to_string(cmd.generation()) + " (SETUP missing or superseded)");
+    }
+    if (ctx->disagg) {  // disaggregated mode: role-specific phases (disagg.h)
+      if (auto st = RunDisaggPhase(*ctx, cmd, report)) return *st;
+    }
+    switch (cmd.phase()) {
+      case tandem::v1::PHASE_SFT_STEP: return SftStep(*ctx, cmd.step(), report);
+      case tandem::v1::PHASE_EVAL: return Evaluate(*ctx, cmd.step(), report);
+      case tandem::v1::PHASE_ROLLOUT: return Rollout(*ctx, cmd.step(), report);
+      case tandem::v1::PHASE_SCORE: return Score(*ctx, cmd.step(), report);
+      case tandem::v1::PHASE_LOGPROBS: return Logprobs(*ctx, cmd.step(), report);
+      case tandem::v1::PHASE_UPDATE: return Update(*ctx, cmd.step(), report);
+      case tandem::v1::PHASE_CHECKPOINT: return Checkpoint(*ctx, cmd.step(), report);
+      case tandem::v1::PHASE_EXPORT: {
+        // Checkpoints in flight finish before the job can end.
+        if (absl::Status st = FinishCheckpoints(*ctx, report, /*wait=*/true); !st.ok()) return st;
+        return ExportModel(*ctx, report);
+      }
+      default:
+        return absl::InvalidArgumentError("phase " + tandem::v1::Phase_Name(cmd.phase()) +
+                                          " is not supported by this worker");
+    }
+  }
+
+  void Drop() {
+    std::unique_ptr<JobContext> old;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      old = std::move(ctx_);
+    }
+    if (old && old->collective) old->collective->Abort();
+    if (old && old->disagg) old->disagg->Abort();
+    // `old` is destroyed here, outside the lock.
+  }
+
+  const EngineOptions options_;
+  PeerSnapshots peer_;  // job thread only; survives Abort and re-SETUP
+  mutable std::mutex mu_;
+  std::unique_ptr<JobContext> ctx_;  // guarded by mu_ for swaps; used by the job thread
+  bool aborted_ = false;
+  std::string last_command_id_;
+  ReportPhaseRequest last_report_;
+  absl::Status last_status_;
+};
+
+}  // namespace
+
+std::unique_ptr<JobEngine> MakeJobEngine(const EngineOptions& options) {
+  return std::make_unique<JobEngineImpl>(options);
+}
+
+}  // namespace tandem::worker

@@ -1,0 +1,33 @@
+// PHASE_EXPORT: the final model as Hugging Face safetensors + config.json
+// (+ tokenizer.json), written by rank 0 after every rank took part in
+// gathering the full parameters.
+#include <filesystem>
+
+#include "worker/engine/phases.h"
+#include "worker/model/safetensors.h"
+
+namespace tandem::worker {
+
+absl::Status ExportModel(JobContext& ctx, ReportPhaseRequest* report) {
+  std::vector<float> full(ctx.model->layout().total_floats());
+  if (absl::Status st = ctx.zero->GatherFull(full.data()); !st.ok()) return st;
+  std::string dir = ctx.spec().output_dir();
+  if (dir.empty() && !ctx.assignment.run_dir().empty()) {
+    dir = ctx.assignment.run_dir() + "/final";
+  }
+  if (dir.empty()) {
+    report->add_log_lines("export skipped: no output_dir in the job spec");
+    return absl::OkStatus();
+  }
+  if (ctx.rank == 0) {
+    const model::CharTokenizer* tok = ctx.tokenizer ? &*ctx.tokenizer : nullptr;
+    if (absl::Status st = model::SaveModelDir(dir, ctx.config, full.data(), tok); !st.ok()) {
+      return absl::Status(st.code(), "export to " + dir + ": " + std::string(st.message()));
+    }
+    report->add_log_lines("exported the model to " + dir);
+    (*report->mutable_values())["exported"] = 1;
+  }
+  return ctx.collective->barrier(ctx.timeout);
+}
+
+}  // namespace tandem::worker

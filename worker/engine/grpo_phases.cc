@@ -1,0 +1,380 @@
+// GRPO / PPO-clip phases: ROLLOUT, SCORE, LOGPROBS, UPDATE.
+//
+// Determinism: prompt p of step s is task->Sample(seed', (s-1)*P + p); the
+// sampling draws are keyed by (seed'', p*G + g), so the same job produces the
+// same trajectories for any number of ranks. Ranks own whole groups
+// (RankSlice over prompts), so advantages need no communication; loss
+// normalisers are global counts (one scalar allreduce per mini-batch).
+#include <chrono>
+
+#include "worker/engine/phases.h"
+#include "worker/engine/spec_convert.h"
+#include "worker/rl/grpo.h"
+#include "worker/rl/lr_schedule.h"
+
+namespace tandem::worker {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+int GroupSize(const JobContext& ctx) { return std::max(1, ctx.spec().rl().group_size()); }
+int64_t PromptsPerStep(const JobContext& ctx) {
+  return std::max(1, ctx.spec().rl().prompts_per_step());
+}
+
+model::Batch ToModelBatch(const rl::PackedBatch& p) {
+  model::Batch b;
+  b.tokens = p.tokens;
+  b.targets = p.targets;
+  b.positions = p.positions;
+  b.cu_seqlens = p.cu_seqlens;
+  return b;
+}
+
+// Scatters per-trajectory completion-token values into the packed batch's
+// target-aligned layout (positions where loss_mask is 1, in order).
+void Scatter(const rl::PackedBatch& packed, const std::vector<const std::vector<float>*>& per_traj,
+             std::vector<float>& out) {
+  out.assign(packed.tokens.size(), 0.f);
+  for (int s = 0; s < packed.num_sequences; ++s) {
+    size_t c = 0;
+    for (int j = packed.cu_seqlens[s]; j < packed.cu_seqlens[s + 1]; ++j) {
+      if (packed.loss_mask[j] != 0.f && c < per_traj[s]->size()) out[j] = (*per_traj[s])[c++];
+    }
+  }
+}
+
+// Gathers the target-aligned values of sequence s back into a vector.
+void GatherSeq(const rl::PackedBatch& packed, const float* values, int s, std::vector<float>& out) {
+  out.clear();
+  for (int j = packed.cu_seqlens[s]; j < packed.cu_seqlens[s + 1]; ++j) {
+    if (packed.loss_mask[j] != 0.f) out.push_back(values[j]);
+  }
+}
+
+absl::Status ComputeLogprobs(JobContext& ctx, model::ParamProvider& params,
+                             std::vector<std::vector<float>>& out) {
+  auto& trajs = ctx.rl.trajectories;
+  out.assign(trajs.size(), {});
+  const int micro = std::max(1, ctx.spec().train().micro_batch());
+  std::vector<float> logp;
+  for (size_t b = 0; b < trajs.size(); b += micro) {
+    const size_t e = std::min(trajs.size(), b + micro);
+    std::vector<double> zeros(e - b, 0.0);
+    auto rb = rl::BuildRlBatch(std::span(trajs).subspan(b, e - b), zeros);
+    if (!rb.ok()) return rb.status();
+    model::Batch batch = ToModelBatch(rb->packed);
+    logp.assign(batch.num_tokens(), 0.f);
+    if (absl::Status st = ctx.model->ForwardLogprobs(batch, params, logp.data()); !st.ok())
+      return st;
+    if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
+    for (size_t s = 0; s < e - b; ++s) GatherSeq(rb->packed, logp.data(), s, out[b + s]);
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
+absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
+  if (!ctx.task && !ctx.dataset) {
+    return absl::FailedPreconditionError("ROLLOUT needs prompts: set task.name or task.data");
+  }
+  if (!ctx.tokenizer) {
+    return absl::FailedPreconditionError("ROLLOUT needs the char tokenizer for built-in tasks");
+  }
+  const auto& spec = ctx.spec();
+  const int G = GroupSize(ctx);
+  const int64_t P = PromptsPerStep(ctx);
+  const rl::IndexRange mine = rl::RankSlice(P, ctx.rank, ctx.world);
+  ctx.rl = RlStepState{};
+  ctx.rl.step = step;
+  // The frozen reference policy of the KL term is the model RL starts from
+  // (after any SFT warm start); host memory, full copy. Checkpoints keep it.
+  if (spec.rl().kl_coef() > 0 && ctx.ref_params.empty()) {
+    ctx.ref_params.assign(ctx.model->layout().total_floats(), 0.f);
+    if (absl::Status st = ctx.zero->GatherFull(ctx.ref_params.data()); !st.ok()) return st;
+  }
+
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<uint64_t> seq_ids;
+  const int32_t bos = ctx.dataset->tokens().bos;
+  for (int64_t p = mine.begin; p < mine.end; ++p) {
+    rl::Example ex = ctx.task->Sample(DeriveSeed(spec.seed(), kSeedRlPrompts),
+                                      static_cast<uint64_t>((step - 1) * P + p));
+    std::vector<int32_t> ids = {bos};
+    auto enc = ctx.tokenizer->Encode(ex.prompt);
+    ids.insert(ids.end(), enc.begin(), enc.end());
+    for (int g = 0; g < G; ++g) {
+      prompts.push_back(ids);
+      seq_ids.push_back(static_cast<uint64_t>(p * G + g));
+    }
+    ctx.rl.examples.push_back(std::move(ex));
+    ctx.rl.prompt_index.push_back(p);
+  }
+
+  // Enter inference: gather weights once (ZeRO-3), optionally offload the
+  // optimizer state; leave: free both. Timed as the switch cost.
+  const auto t_enter = Clock::now();
+  if (spec.rl().offload_optimizer()) {
+    if (absl::Status st = ctx.zero->OffloadOptimizerState(); !st.ok()) return st;
+  }
+  if (absl::Status st = ctx.zero->BeginInference(); !st.ok()) return st;
+  const double enter_s = Seconds(t_enter);
+
+  model::SamplingOptions so;
+  so.max_new_tokens = spec.rl().max_new_tokens() > 0 ? spec.rl().max_new_tokens() : 16;
+  so.temperature = spec.rl().temperature() > 0 ? spec.rl().temperature() : 1.f;
+  so.top_p = spec.rl().top_p() > 0 ? spec.rl().top_p() : 1.f;
+  so.top_k = spec.rl().top_k();
+  so.seed = DeriveSeed(spec.seed(), kSeedSampling, static_cast<uint64_t>(step));
+  so.stop_ids.assign(spec.rl().stop_token_ids().begin(), spec.rl().stop_token_ids().end());
+  const auto t_gen = Clock::now();
+  absl::StatusOr<model::GenerationResult> gen = model::GenerationResult{};
+  if (!prompts.empty()) {
+    gen = ctx.generator->Generate(prompts, so, ctx.zero->inference_view(), seq_ids);
+  }
+  const double gen_s = Seconds(t_gen);
+  const size_t kv_bytes = gen.ok() ? gen->kv_cache_bytes : 0;
+
+  const auto t_leave = Clock::now();
+  ctx.generator->Release();
+  ctx.zero->EndInference();
+  if (spec.rl().offload_optimizer()) {
+    if (absl::Status st = ctx.zero->RestoreOptimizerState(); !st.ok()) return st;
+  }
+  const double leave_s = Seconds(t_leave);
+  if (!gen.ok()) return gen.status();
+
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    rl::Trajectory t;
+    t.prompt_ids = prompts[i];
+    t.completion_ids = gen->sequences[i].tokens;
+    t.logp_sampled = gen->sequences[i].raw_logprobs;
+    t.group = ctx.rl.prompt_index[i / G];
+    t.policy_version = ctx.policy_version;
+    ctx.rl.trajectories.push_back(std::move(t));
+  }
+  std::vector<double> sums = {static_cast<double>(gen->generated_tokens), gen_s};
+  if (absl::Status st = AllreduceSum(ctx, sums); !st.ok()) return st;
+  auto* m = report->mutable_metrics();
+  m->set_step(step);
+  m->set_switch_seconds(enter_s + leave_s);
+  (*m->mutable_extra())["rollout_tokens"] = sums[0];
+  (*m->mutable_extra())["rollout_tokens_per_s"] =
+      sums[1] > 0 ? sums[0] / (sums[1] / ctx.world) : 0;
+  (*m->mutable_extra())["kv_cache_bytes"] = static_cast<double>(kv_bytes);
+  (*report->mutable_values())["switch_enter_s"] = enter_s;
+  (*report->mutable_values())["switch_leave_s"] = leave_s;
+  return absl::OkStatus();
+}
+
+absl::Status Score(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
+  if (ctx.rl.step != step || ctx.rl.trajectories.size() !=
+                                 ctx.rl.examples.size() * static_cast<size_t>(GroupSize(ctx))) {
+    return absl::FailedPreconditionError("SCORE for step " + std::to_string(step) +
+                                         " without its ROLLOUT");
+  }
+  const int G = GroupSize(ctx);
+  auto& trajs = ctx.rl.trajectories;
+  double reward_sum = 0, correct = 0;
+  if (ctx.reward_client) {
+    std::vector<rl::RewardRequestItem> items(trajs.size());
+    for (size_t i = 0; i < trajs.size(); ++i) {
+      const rl::Example& ex = ctx.rl.examples[i / G];
+      items[i].prompt = ex.prompt;
+      items[i].reference = ex.answer;
+      items[i].completion = rl::DecodeCompletion(trajs[i].completion_ids, *ctx.tokenizer).text;
+      items[i].completion_ids = trajs[i].completion_ids;
+    }
+    auto rewards = ctx.reward_client->Score(items, step);
+    if (!rewards.ok()) return rewards.status();
+    for (size_t i = 0; i < trajs.size(); ++i) trajs[i].reward = (*rewards)[i];
+  }
+  for (size_t i = 0; i < trajs.size(); ++i) {
+    const rl::Example& ex = ctx.rl.examples[i / G];
+    auto text = rl::DecodeCompletion(trajs[i].completion_ids, *ctx.tokenizer);
+    auto r = ctx.task->Reward(ex, text.text, text.terminated);
+    if (!ctx.reward_client) trajs[i].reward = r.reward;
+    correct += r.correct ? 1 : 0;
+    reward_sum += trajs[i].reward;
+  }
+  ctx.rl.scored = true;
+  // A sample of what the policy writes, for `tandemctl logs`.
+  for (size_t i = 0; i < trajs.size() && i < 2 && ctx.rank == 0; ++i) {
+    const rl::Example& ex = ctx.rl.examples[i / G];
+    auto text = rl::DecodeCompletion(trajs[i].completion_ids, *ctx.tokenizer);
+    report->add_log_lines("step " + std::to_string(step) + " sample: " + ex.prompt + text.text +
+                          (text.terminated ? "" : "...") + " (answer " + ex.answer +
+                          ", reward " + std::to_string(trajs[i].reward) + ")");
+  }
+  std::vector<double> sums = {reward_sum, correct, static_cast<double>(trajs.size())};
+  if (absl::Status st = AllreduceSum(ctx, sums); !st.ok()) return st;
+  auto* m = report->mutable_metrics();
+  m->set_step(step);
+  m->set_reward_mean(sums[2] > 0 ? sums[0] / sums[2] : 0);
+  (*m->mutable_extra())["rollout_accuracy"] = sums[2] > 0 ? sums[1] / sums[2] : 0;
+  return absl::OkStatus();
+}
+
+absl::Status Logprobs(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
+  if (ctx.rl.step != step || !ctx.rl.scored) {
+    return absl::FailedPreconditionError("LOGPROBS for step " + std::to_string(step) +
+                                         " without ROLLOUT and SCORE");
+  }
+  // Old policy = the weights that generated the rollout (no update since).
+  if (absl::Status st = ComputeLogprobs(ctx, *ctx.zero, ctx.rl.logp_old); !st.ok()) return st;
+  if (!ctx.ref_params.empty()) {
+    model::FlatParamProvider ref(ctx.model->layout(), ctx.ref_params.data(), nullptr);
+    if (absl::Status st = ComputeLogprobs(ctx, ref, ctx.rl.logp_ref); !st.ok()) return st;
+  }
+  ctx.rl.have_logprobs = true;
+  report->mutable_metrics()->set_step(step);
+  return absl::OkStatus();
+}
+
+absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
+  if (ctx.rl.step != step || !ctx.rl.have_logprobs) {
+    return absl::FailedPreconditionError("UPDATE for step " + std::to_string(step) +
+                                         " without LOGPROBS");
+  }
+  const auto start = Clock::now();
+  const auto& spec = ctx.spec();
+  const auto& rlspec = spec.rl();
+  const int G = GroupSize(ctx);
+  const int64_t P = PromptsPerStep(ctx);
+  auto& trajs = ctx.rl.trajectories;
+
+  std::vector<double> rewards(trajs.size());
+  for (size_t i = 0; i < trajs.size(); ++i) rewards[i] = trajs[i].reward;
+  rl::AdvantageOptions ao;
+  ao.group_size = G;
+  ao.scale_by_std = rlspec.scale_rewards();
+  auto adv = rl::GroupAdvantages(rewards, ao);
+  if (!adv.ok()) return adv.status();
+
+  rl::PolicyLossOptions lo;
+  lo.clip_low = rlspec.clip() > 0 ? rlspec.clip() : 0.2;
+  lo.clip_high = rlspec.clip_high() > 0 ? rlspec.clip_high() : lo.clip_low;
+  lo.kl_coef = rlspec.kl_coef();
+  lo.aggregation = rlspec.loss_agg() == "sequence" ? rl::LossAggregation::kSequence
+                                                   : rl::LossAggregation::kToken;
+  const int epochs = std::max(1, rlspec.epochs());
+  const int minis = std::max(1, rlspec.mini_batches());
+  const int micro = std::max(1, spec.train().micro_batch());
+  const auto prompt_parts = rl::SplitEven(P, minis);
+
+  rl::LrSchedule sched;
+  sched.lr = spec.train().lr();
+  sched.warmup_steps = spec.train().warmup_steps();
+  sched.total_steps = std::max<int64_t>(1, spec.train().steps()) * epochs * minis;
+  sched.min_lr_ratio = spec.train().min_lr_ratio();
+
+  double loss_sum = 0, kl_sum = 0, clip_sum = 0, ratio_sum = 0, tok_sum = 0, grad_norm = 0;
+  double lr = 0;
+  int updates = 0;
+  std::vector<float> logp_new, old_tok, ref_tok, adv_tok;
+  for (int e = 0; e < epochs; ++e) {
+    for (int k = 0; k < minis; ++k) {
+      // This rank's trajectories whose prompt falls in global part k.
+      std::vector<size_t> idx;
+      for (size_t i = 0; i < trajs.size(); ++i) {
+        const int64_t p = trajs[i].group;
+        if (p >= prompt_parts[k].begin && p < prompt_parts[k].end) idx.push_back(i);
+      }
+      double tokens = 0, seqs = 0;
+      for (size_t i : idx) {
+        tokens += static_cast<double>(trajs[i].completion_ids.size());
+        seqs += trajs[i].completion_ids.empty() ? 0 : 1;
+      }
+      std::vector<double> norm = {tokens, seqs};
+      if (absl::Status st = AllreduceSum(ctx, norm); !st.ok()) return st;
+      const double normaliser = lo.aggregation == rl::LossAggregation::kToken ? norm[0] : norm[1];
+      if (normaliser <= 0) continue;
+      // Gradients accumulate over this mini-batch's micro-batches only.
+      ctx.zero->ZeroGrads();
+      if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
+      // ZeRO-2/3 pair every forward/backward with collectives, so every rank
+      // runs the same number of passes: ranks with fewer trajectories in this
+      // mini-batch run zero-weight passes (dlogp = 0) on their first one.
+      const int64_t local_passes = static_cast<int64_t>((idx.size() + micro - 1) / micro);
+      auto max_passes = MaxOverRanks(ctx, local_passes);
+      if (!max_passes.ok()) return max_passes.status();
+      for (int64_t pass = 0; pass < *max_passes; ++pass) {
+        const bool padding = pass >= local_passes;
+        const size_t b = padding ? 0 : static_cast<size_t>(pass) * micro;
+        const size_t e2 = padding ? std::min<size_t>(1, trajs.size())
+                                  : std::min(idx.size(), b + micro);
+        if (padding && trajs.empty()) {
+          return absl::InternalError("rank has no trajectory to pad its passes with");
+        }
+        std::vector<rl::Trajectory> sub;
+        std::vector<double> sub_adv;
+        std::vector<const std::vector<float>*> old_ptr, ref_ptr;
+        for (size_t j = b; j < e2; ++j) {
+          const size_t t = padding ? j : idx[j];
+          sub.push_back(trajs[t]);
+          sub_adv.push_back((*adv)[t]);
+          old_ptr.push_back(&ctx.rl.logp_old[t]);
+          if (!ctx.rl.logp_ref.empty()) ref_ptr.push_back(&ctx.rl.logp_ref[t]);
+        }
+        auto rb = rl::BuildRlBatch(sub, sub_adv);
+        if (!rb.ok()) return rb.status();
+        model::Batch batch = ToModelBatch(rb->packed);
+        logp_new.assign(batch.num_tokens(), 0.f);
+        if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp_new.data());
+            !st.ok())
+          return st;
+        Scatter(rb->packed, old_ptr, old_tok);
+        if (!ref_ptr.empty()) Scatter(rb->packed, ref_ptr, ref_tok);
+        rl::PolicyLossInput<float> in;
+        in.logp_new = logp_new;
+        in.logp_old = old_tok;
+        if (!ref_ptr.empty()) in.logp_ref = ref_tok;
+        in.advantages = rb->advantages;
+        in.mask = rb->packed.loss_mask;
+        in.cu_seqlens = rb->packed.cu_seqlens;
+        auto loss = rl::PolicyLoss(in, lo, normaliser);
+        if (!loss.ok()) return loss.status();
+        if (padding) {
+          std::fill(loss->dlogp.begin(), loss->dlogp.end(), 0.f);
+          loss->loss = loss->kl_sum = loss->clipped_sum = loss->ratio_sum = 0;
+          loss->masked_tokens = 0;
+        }
+        if (absl::Status st = ctx.model->Backward(loss->dlogp.data(), *ctx.zero); !st.ok())
+          return st;
+        if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
+        loss_sum += loss->loss;
+        kl_sum += loss->kl_sum;
+        clip_sum += loss->clipped_sum;
+        ratio_sum += loss->ratio_sum;
+        tok_sum += loss->masked_tokens;
+      }
+      // RL steps have their own schedule (the warm start's steps do not count).
+      lr = sched.At((step - 1) * epochs * minis + updates);
+      auto stats = ctx.zero->Step(static_cast<float>(lr),
+                                  static_cast<float>(spec.train().grad_clip()));
+      if (!stats.ok()) return stats.status();
+      grad_norm = stats->grad_norm;
+      ctx.optimizer_steps++;
+      updates++;
+    }
+  }
+  ctx.policy_version++;
+  std::vector<double> sums = {loss_sum, kl_sum, clip_sum, ratio_sum, tok_sum, tok_sum};
+  if (absl::Status st = AllreduceSum(ctx, sums); !st.ok()) return st;
+  const double seconds = Seconds(start);
+  auto* m = report->mutable_metrics();
+  m->set_step(step);
+  m->set_loss(updates > 0 ? sums[0] / updates : 0);
+  m->set_kl(sums[4] > 0 ? sums[1] / sums[4] : 0);
+  m->set_lr(lr);
+  m->set_grad_norm(grad_norm);
+  m->set_tokens_per_s(seconds > 0 ? sums[4] / seconds : 0);
+  (*m->mutable_extra())["clip_fraction"] = sums[4] > 0 ? sums[2] / sums[4] : 0;
+  (*m->mutable_extra())["ratio_mean"] = sums[4] > 0 ? sums[3] / sums[4] : 0;
+  (*m->mutable_extra())["policy_version"] = static_cast<double>(ctx.policy_version);
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::worker

@@ -1,0 +1,96 @@
+// JobContext: everything a worker holds for the job it runs — the model and
+// its workspace, the communicator and ZeRO state, data, the RL step's
+// trajectories — created by PHASE_SETUP and destroyed by PHASE_TEARDOWN (or
+// an abort). Owned by the engine; used from the engine's job thread only,
+// except `collective` whose Abort() the engine may call from any thread.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "tandem/v1/cluster.pb.h"
+#include "worker/ckpt/async_writer.h"
+#include "worker/comm/collective.h"
+#include "worker/comm/store.h"
+#include "worker/model/config.h"
+#include "worker/model/generate.h"
+#include "worker/model/model.h"
+#include "worker/model/tokenizer.h"
+#include "worker/rl/reward_client.h"
+#include "worker/rl/rollout.h"
+#include "worker/rl/sft_data.h"
+#include "worker/rl/tasks.h"
+#include "worker/zero/zero_optimizer.h"
+
+namespace tandem::worker {
+
+class PeerSnapshots;  // worker/engine/peer_snapshot.h
+class DisaggState;    // worker/engine/disagg.h
+
+struct RlStepState {
+  int64_t step = 0;
+  std::vector<rl::Example> examples;           // this rank's prompts
+  std::vector<int64_t> prompt_index;           // global index of each prompt
+  std::vector<rl::Trajectory> trajectories;    // group-major, G per prompt
+  std::vector<std::vector<float>> logp_old;    // per trajectory, per completion token
+  std::vector<std::vector<float>> logp_ref;
+  bool scored = false;
+  bool have_logprobs = false;
+};
+
+struct JobContext {
+  tandem::v1::Assignment assignment;
+  const tandem::v1::JobSpec& spec() const { return assignment.spec(); }
+  int rank = 0;
+  int world = 1;
+
+  model::ModelConfig config;
+  std::unique_ptr<kernels::Ops> ops;
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<model::Generator> generator;
+  std::optional<model::CharTokenizer> tokenizer;
+
+  std::shared_ptr<const rl::Task> task;
+  std::optional<rl::SftDataset> dataset;
+  std::unique_ptr<rl::RewardClient> reward_client;
+
+  std::unique_ptr<comm::Store> store;
+  std::unique_ptr<comm::Collective> collective;
+  std::unique_ptr<zero::ZeroOptimizer> zero;
+
+  // Frozen reference policy for the KL term (GRPO): full fp32 copy in host
+  // memory, only when kl_coef > 0.
+  std::vector<float> ref_params;
+
+  RlStepState rl;
+  int64_t optimizer_steps = 0;  // completed optimizer steps (lr schedule)
+  int64_t policy_version = 0;   // weights version (RL updates)
+
+  // Checkpoints: root directory and the background writer (declared after
+  // the store/collective it uses, so it is destroyed - and drained - first).
+  std::string checkpoint_root;
+  std::unique_ptr<ckpt::AsyncWriter> writer;
+  // Set by the writer thread when this rank (rank 0) published a checkpoint:
+  // (step, directory); read and cleared by the job thread when it fills the
+  // next report.
+  std::mutex published_mu;
+  std::vector<std::pair<int64_t, std::string>> published;
+
+  comm::Timeout timeout{60000};
+
+  // In-memory peer copies (owned by the engine: they outlive this context).
+  PeerSnapshots* peer = nullptr;
+
+  // Disaggregated mode (worker/engine/disagg.h); null when co-located.
+  // Declared last: destroyed first, so its generation thread is joined
+  // before the model and generator it uses go away.
+  std::shared_ptr<DisaggState> disagg;
+};
+
+}  // namespace tandem::worker

@@ -1,0 +1,40 @@
+// The phases a worker executes for its job. Each fills `report` (metrics on
+// rank 0 carry the job-global figures: every rank computes them through
+// collectives, rank 0's report is the one the coordinator keeps).
+#pragma once
+
+#include "absl/status/status.h"
+#include "tandem/v1/cluster.pb.h"
+#include "worker/engine/engine.h"
+#include "worker/engine/job_context.h"
+
+namespace tandem::worker {
+
+using tandem::v1::ReportPhaseRequest;
+
+absl::Status SetupJob(const EngineOptions& options,
+                      const tandem::v1::Assignment& assignment,
+                      JobContext& ctx, ReportPhaseRequest* report);
+absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report);
+absl::Status Evaluate(JobContext& ctx, int64_t step, ReportPhaseRequest* report);
+absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report);
+absl::Status Score(JobContext& ctx, int64_t step, ReportPhaseRequest* report);
+absl::Status Logprobs(JobContext& ctx, int64_t step, ReportPhaseRequest* report);
+absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report);
+absl::Status ExportModel(JobContext& ctx, ReportPhaseRequest* report);
+absl::Status Checkpoint(JobContext& ctx, int64_t step, ReportPhaseRequest* report);
+
+// Loads a checkpoint (a step directory, or a root whose newest valid
+// checkpoint is used) into the ZeRO state; says in the report what it did.
+absl::Status RestoreCheckpoint(JobContext& ctx, const std::string& path,
+                               ReportPhaseRequest* report);
+// Waits for background checkpoint writes; moves published paths into report.
+absl::Status FinishCheckpoints(JobContext& ctx, ReportPhaseRequest* report, bool wait);
+
+// Largest `value` over all ranks (small integers).
+absl::StatusOr<int64_t> MaxOverRanks(JobContext& ctx, int64_t value);
+
+// Sums `values` over all ranks in place (no-op for one rank).
+absl::Status AllreduceSum(JobContext& ctx, std::vector<double>& values);
+
+}  // namespace tandem::worker

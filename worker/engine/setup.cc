@@ -1,0 +1,192 @@
+// PHASE_SETUP: model, data, communicator, ZeRO state; identical on every
+// rank except for the shard each keeps.
+#include <chrono>
+#include <filesystem>
+
+#include "kernels/backends.h"
+#include "worker/comm/grpc_store.h"
+#include "worker/engine/disagg.h"
+#include "worker/engine/peer_snapshot.h"
+#include "worker/engine/phases.h"
+#include "worker/engine/spec_convert.h"
+#include "worker/model/safetensors.h"
+
+namespace tandem::worker {
+
+namespace {
+
+absl::Status BuildData(JobContext& ctx) {
+  const auto& spec = ctx.spec();
+  const auto& task = spec.task();
+  rl::SftTokens tokens;
+  tokens.vocab_size = ctx.config.vocab_size;
+  tokens.bos = ctx.config.bos_token_id >= 0 ? ctx.config.bos_token_id : 1;
+  tokens.eos = ctx.config.Eos() >= 0 ? ctx.config.Eos() : 2;
+  tokens.seq_len = spec.train().seq_len() > 0 ? spec.train().seq_len()
+                                              : ctx.config.max_position_embeddings;
+  const model::CharTokenizer* tok = ctx.tokenizer ? &*ctx.tokenizer : nullptr;
+  if (!task.name().empty()) {
+    if (tok == nullptr) {
+      return absl::InvalidArgumentError(
+          "task." + task.name() +
+          ": built-in tasks need the char tokenizer (model.config.tokenizer: char)");
+    }
+    auto t = rl::MakeTask(ToTaskOptions(task));
+    if (!t.ok()) return t.status();
+    ctx.task = std::shared_ptr<const rl::Task>(std::move(*t));
+    auto ds = rl::SftDataset::FromTask(ctx.task, *tok, tokens,
+                                       DeriveSeed(spec.seed(), kSeedSftData));
+    if (!ds.ok()) return ds.status();
+    ctx.dataset.emplace(std::move(*ds));
+  } else if (!task.data().empty()) {
+    auto ds = rl::SftDataset::FromJsonlFile(task.data(), tok, tokens,
+                                            DeriveSeed(spec.seed(), kSeedSftData));
+    if (!ds.ok()) return ds.status();
+    ctx.dataset.emplace(std::move(*ds));
+  }
+  if (!task.reward_service().empty()) {
+    rl::RewardClientOptions ro;
+    ro.address = task.reward_service();
+    ro.timeout_ms = task.reward_timeout_ms() > 0 ? task.reward_timeout_ms() : 30000;
+    ro.job_id = ctx.assignment.job_id();
+    auto rc = rl::RewardClient::Create(ro);
+    if (!rc.ok()) return rc.status();
+    ctx.reward_client = std::move(*rc);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status SetupJob(const EngineOptions& options,
+                      const tandem::v1::Assignment& assignment,
+                      JobContext& ctx, ReportPhaseRequest* report) {
+  ctx.assignment = assignment;
+  ctx.rank = assignment.rank();
+  ctx.world = assignment.world_size();
+  const auto& spec = ctx.spec();
+  if (ctx.world < 1 || ctx.rank < 0 || ctx.rank >= ctx.world) {
+    return absl::InvalidArgumentError("assignment: rank " + std::to_string(ctx.rank) +
+                                      " outside world of " + std::to_string(ctx.world));
+  }
+
+  // Model config and initial weights.
+  std::vector<float> full;
+  if (!spec.model().from().empty()) {
+    auto loaded = model::LoadModelDir(spec.model().from());
+    if (!loaded.ok()) {
+      return absl::Status(loaded.status().code(),
+                          "model.from: " + std::string(loaded.status().message()));
+    }
+    ctx.config = loaded->config;
+    full = std::move(loaded->params);
+    if (loaded->tokenizer) ctx.tokenizer = *loaded->tokenizer;
+  } else {
+    auto cfg = ToModelConfig(spec.model().config());
+    if (!cfg.ok()) return cfg.status();
+    ctx.config = *cfg;
+    if (ctx.config.tokenizer == "char") ctx.tokenizer = model::CharTokenizer::Default();
+  }
+  if (ctx.tokenizer && ctx.config.vocab_size < ctx.tokenizer->vocab_size()) {
+    return absl::InvalidArgumentError(
+        "model.config.vocab_size: " + std::to_string(ctx.config.vocab_size) +
+        " is smaller than the char tokenizer's " +
+        std::to_string(ctx.tokenizer->vocab_size()));
+  }
+
+  const int threads = spec.cluster().threads_per_worker() > 0
+                          ? spec.cluster().threads_per_worker()
+                          : options.num_threads;
+  ctx.ops = kernels::MakeCpuOps(threads);
+  ctx.model = std::make_unique<model::Model>(ctx.config, ctx.ops.get());
+  ctx.generator = std::make_unique<model::Generator>(ctx.config, ctx.ops.get());
+  const auto& layout = ctx.model->layout();
+  if (full.empty()) {
+    full.assign(layout.total_floats(), 0.f);
+    ctx.model->InitParams(DeriveSeed(spec.seed(), kSeedInit), full.data());
+  }
+
+  if (absl::Status st = BuildData(ctx); !st.ok()) return st;
+
+  // Communicator: rendezvous through the coordinator's store, scoped by
+  // (job, generation).
+  ctx.timeout = comm::Timeout(options.collective_timeout_ms);
+  absl::StatusOr<std::unique_ptr<comm::Store>> store;
+  if (options.store_factory) {
+    store = options.store_factory(assignment.job_id(), assignment.generation());
+  } else {
+    comm::GrpcStoreOptions so;
+    so.target = options.coordinator_address;
+    so.job_id = assignment.job_id();
+    so.generation = assignment.generation();
+    so.token = options.auth_token;
+    so.ca_path = options.tls_ca;
+    store = comm::MakeGrpcStore(so);
+  }
+  if (!store.ok()) return store.status();
+  ctx.store = std::move(*store);
+  comm::CollectiveOptions co;
+  co.address = options.data_address;
+  co.timeout = ctx.timeout;
+  co.prefix = "gloo";
+  if (spec.placement().mode() == "disaggregated") {
+    // Trainers continue below over their own communicator; rollout ranks
+    // keep full weights and no optimizer (disagg.h).
+    auto role = SetupDisaggregated(ctx, co);
+    if (!role.ok()) return role.status();
+    if (*role == DisaggRole::kRollout) return FinishRolloutSetup(ctx, std::move(full), report);
+  } else {
+    auto coll = comm::MakeCollective("gloo", *ctx.store, ctx.rank, ctx.world, co);
+    if (!coll.ok()) return coll.status();
+    ctx.collective = std::move(*coll);
+  }
+
+  // ZeRO state over the model's units.
+  zero::ZeroOptions zo;
+  zo.stage = spec.cluster().zero_stage();
+  const auto& train = spec.train();
+  if (train.beta1() > 0) zo.adamw.beta1 = static_cast<float>(train.beta1());
+  if (train.beta2() > 0) zo.adamw.beta2 = static_cast<float>(train.beta2());
+  if (train.eps() > 0) zo.adamw.eps = static_cast<float>(train.eps());
+  zo.adamw.weight_decay = static_cast<float>(train.weight_decay());
+  zo.timeout = ctx.timeout;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    zo.units.push_back({layout.unit_offset(u), layout.unit_size(u)});
+  }
+  zo.comm = ctx.collective.get();
+  zo.ops = ctx.ops.get();
+  auto z = zero::ZeroOptimizer::Create(zo);
+  if (!z.ok()) return z.status();
+  ctx.zero = std::move(*z);
+  if (absl::Status st = ctx.zero->InitFromFull(full.data()); !st.ok()) return st;
+
+  ctx.checkpoint_root = spec.checkpoint().dir();
+  if (ctx.checkpoint_root.empty() && !assignment.run_dir().empty()) {
+    ctx.checkpoint_root = assignment.run_dir() + "/checkpoints";
+  }
+  const std::string restore =
+      !assignment.restore_from().empty() ? assignment.restore_from() : spec.resume_from();
+  const auto restore_start = std::chrono::steady_clock::now();
+  if (assignment.peer_restore_step() > 0) {
+    std::vector<int> ranks(assignment.peer_restore_ranks().begin(), assignment.peer_restore_ranks().end());
+    if (absl::Status st = RestoreFromPeers(ctx, assignment.peer_restore_step(), ranks, report); !st.ok()) return st;
+  } else if (!restore.empty()) {
+    if (absl::Status st = RestoreCheckpoint(ctx, restore, report); !st.ok()) return st;
+    (*report->mutable_values())["restore_source"] = 2;  // disk
+    (*report->mutable_values())["restore_seconds"] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - restore_start).count();
+  }
+  auto mem = ctx.zero->memory();
+  (*report->mutable_values())["param_bytes"] = static_cast<double>(mem.param_bytes);
+  (*report->mutable_values())["grad_bytes"] = static_cast<double>(mem.grad_bytes);
+  (*report->mutable_values())["optimizer_bytes"] = static_cast<double>(mem.optimizer_bytes);
+  (*report->mutable_values())["num_params"] =
+      static_cast<double>(model::ParameterCount(ctx.config));
+  report->add_log_lines("rank " + std::to_string(ctx.rank) + "/" +
+                        std::to_string(ctx.world) + ": model with " +
+                        std::to_string(model::ParameterCount(ctx.config)) +
+                        " parameters, ZeRO stage " + std::to_string(zo.stage));
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::worker

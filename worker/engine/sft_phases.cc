@@ -1,0 +1,182 @@
+// PHASE_SFT_STEP and PHASE_EVAL.
+#include <chrono>
+
+#include "worker/engine/phases.h"
+#include "worker/engine/spec_convert.h"
+#include "worker/rl/lr_schedule.h"
+
+namespace tandem::worker {
+
+namespace {
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+model::Batch ToModelBatch(const rl::PackedBatch& p) {
+  model::Batch b;
+  b.tokens = p.tokens;
+  b.targets = p.targets;
+  b.positions = p.positions;
+  b.cu_seqlens = p.cu_seqlens;
+  return b;
+}
+}  // namespace
+
+absl::Status AllreduceSum(JobContext& ctx, std::vector<double>& values) {
+  if (ctx.world == 1 || values.empty()) return absl::OkStatus();
+  // The optimizer's communication thread must be idle before we use the
+  // communicator directly (zero_optimizer.h).
+  if (absl::Status st = ctx.zero->Drain(); !st.ok()) return st;
+  // Exact for integer counts and adequate for metrics: sums in float after
+  // splitting each double into a high and a low float part.
+  std::vector<float> buf(values.size() * 2);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const float hi = static_cast<float>(values[i]);
+    buf[2 * i] = hi;
+    buf[2 * i + 1] = static_cast<float>(values[i] - hi);
+  }
+  absl::Status st = ctx.collective->allreduce(buf.data(), buf.size(),
+                                              comm::ReduceOp::kSum, ctx.timeout);
+  if (!st.ok()) return st;
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = static_cast<double>(buf[2 * i]) + buf[2 * i + 1];
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> MaxOverRanks(JobContext& ctx, int64_t value) {
+  if (ctx.world == 1) return value;
+  if (absl::Status st = ctx.zero->Drain(); !st.ok()) return st;
+  float v = static_cast<float>(value);
+  absl::Status st = ctx.collective->allreduce(&v, 1, comm::ReduceOp::kMax, ctx.timeout);
+  if (!st.ok()) return st;
+  return static_cast<int64_t>(v);
+}
+
+absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
+  const auto start = std::chrono::steady_clock::now();
+  if (!ctx.dataset) {
+    return absl::FailedPreconditionError(
+        "SFT needs data: set task.name (a built-in task) or task.data (a JSONL file)");
+  }
+  const auto& spec = ctx.spec();
+  const bool warm_start = step < 0;  // GRPO warm start steps are negative
+  const int64_t data_step = warm_start ? -step - 1 : step - 1;
+  const int64_t global_batch = spec.train().global_batch();
+  const int64_t micro = spec.train().micro_batch();
+  const rl::IndexRange mine = rl::RankSlice(global_batch, ctx.rank, ctx.world);
+
+  // The global loss normaliser: every rank counts the whole step's loss
+  // tokens, so the gradient is the same for any world size.
+  const auto global = ctx.dataset->GlobalBatch(data_step, global_batch);
+  const int64_t loss_tokens = rl::CountLossTokens(global);
+  if (loss_tokens == 0) {
+    return absl::InvalidArgumentError("step has no completion tokens to train on");
+  }
+  const float inv = 1.f / static_cast<float>(loss_tokens);
+
+  double loss_sum = 0, tokens = 0;
+  std::vector<float> logp, dlogp;
+  // Gradients accumulate over this step's micro-batches only.
+  ctx.zero->ZeroGrads();
+  if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
+  for (const rl::IndexRange& mb : rl::MicroBatches(mine, micro)) {
+    std::vector<rl::SftExample> ex(global.begin() + mb.begin, global.begin() + mb.end);
+    rl::PackedBatch packed = rl::PackSft(ex, ctx.dataset->tokens().bos,
+                                         ctx.dataset->tokens().eos);
+    model::Batch batch = ToModelBatch(packed);
+    const int t = batch.num_tokens();
+    logp.assign(t, 0.f);
+    dlogp.assign(t, 0.f);
+    if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp.data()); !st.ok())
+      return st;
+    for (int i = 0; i < t; ++i) {
+      if (packed.loss_mask[i] != 0.f) {
+        loss_sum -= static_cast<double>(logp[i]) * packed.loss_mask[i];
+        dlogp[i] = -packed.loss_mask[i] * inv;
+      }
+    }
+    if (absl::Status st = ctx.model->Backward(dlogp.data(), *ctx.zero); !st.ok()) return st;
+    if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
+    tokens += t;
+  }
+
+  const double lr_base = warm_start && spec.init().sft_lr() > 0 ? spec.init().sft_lr()
+                                                                 : spec.train().lr();
+  rl::LrSchedule sched;
+  sched.lr = lr_base;
+  sched.warmup_steps = spec.train().warmup_steps();
+  sched.total_steps = warm_start ? spec.init().sft_steps() : spec.train().steps();
+  sched.min_lr_ratio = spec.train().min_lr_ratio();
+  const double lr = sched.At(data_step);
+  auto stats = ctx.zero->Step(static_cast<float>(lr),
+                              static_cast<float>(spec.train().grad_clip()));
+  if (!stats.ok()) return stats.status();
+  ctx.optimizer_steps++;
+  ctx.policy_version++;
+
+  std::vector<double> sums = {loss_sum, tokens};
+  if (absl::Status st = AllreduceSum(ctx, sums); !st.ok()) return st;
+  const double seconds = Seconds(start);
+  auto* m = report->mutable_metrics();
+  m->set_step(step);
+  m->set_loss(sums[0] / static_cast<double>(loss_tokens));
+  m->set_lr(lr);
+  m->set_grad_norm(stats->grad_norm);
+  m->set_tokens_per_s(sums[1] / seconds);
+  if (warm_start) (*m->mutable_extra())["warmup"] = 1;
+  for (int k = 0; k < comm::kNumCollectiveKinds; ++k) {
+    auto kind = static_cast<comm::CollectiveKind>(k);
+    auto b = ctx.collective->bytes(kind);
+    if (b.calls == 0) continue;
+    (*m->mutable_extra())[std::string("bytes_sent_") +
+                          std::string(comm::CollectiveKindName(kind))] =
+        static_cast<double>(b.sent);
+  }
+  ctx.collective->ResetBytes();
+  return absl::OkStatus();
+}
+
+absl::Status Evaluate(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
+  if (!ctx.task) {
+    report->add_log_lines("eval skipped: no built-in task to score against");
+    return absl::OkStatus();
+  }
+  const auto& spec = ctx.spec();
+  const int n = spec.task().eval_size() > 0 ? spec.task().eval_size() : 200;
+  const auto examples = ctx.task->EvalExamples(DeriveSeed(spec.seed(), kSeedEval), n);
+  const rl::IndexRange mine = rl::RankSlice(n, ctx.rank, ctx.world);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t i = mine.begin; i < mine.end; ++i) {
+    std::vector<int32_t> p = {ctx.dataset->tokens().bos};
+    auto enc = ctx.tokenizer->Encode(examples[i].prompt);
+    p.insert(p.end(), enc.begin(), enc.end());
+    prompts.push_back(std::move(p));
+  }
+  model::SamplingOptions so;
+  so.greedy = true;
+  so.max_new_tokens = ctx.task->max_answer_chars() + 1;
+  double correct = 0;
+  if (!prompts.empty()) {
+    if (absl::Status st = ctx.zero->BeginInference(); !st.ok()) return st;
+    auto gen = ctx.generator->Generate(prompts, so, ctx.zero->inference_view());
+    ctx.zero->EndInference();
+    ctx.generator->Release();
+    if (!gen.ok()) return gen.status();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      auto text = rl::DecodeCompletion(gen->sequences[i].tokens, *ctx.tokenizer);
+      auto r = ctx.task->Reward(examples[mine.begin + i], text.text, text.terminated);
+      correct += r.correct ? 1 : 0;
+    }
+  }
+  std::vector<double> sums = {correct, static_cast<double>(prompts.size())};
+  if (absl::Status st = AllreduceSum(ctx, sums); !st.ok()) return st;
+  const double acc = sums[1] > 0 ? sums[0] / sums[1] : 0;
+  report->mutable_metrics()->set_step(step);
+  report->mutable_metrics()->set_accuracy(acc);
+  (*report->mutable_values())["accuracy"] = acc;
+  (*report->mutable_values())["eval_examples"] = sums[1];
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::worker

@@ -1,0 +1,618 @@
+#include "worker/zero/zero_optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+
+namespace tandem::zero {
+
+namespace {
+constexpr size_t kMaxGatherBuffers = 4;  // stage 3: current, prefetched, unit 0
+constexpr size_t kMaxGradBuffers = 3;    // stage 2/3: unit 0, current, in flight
+}  // namespace
+
+// Runs submitted collectives on one owned thread, in submission order.
+class CommWorker {
+ public:
+  struct Task {
+    std::function<absl::Status()> fn;
+    absl::Status status;
+    bool done = false;
+  };
+
+  CommWorker() : thread_([this] { Loop(); }) {}
+  ~CommWorker() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+
+  std::shared_ptr<Task> Submit(std::function<absl::Status()> fn) {
+    auto task = std::make_shared<Task>();
+    task->fn = std::move(fn);
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(task);
+    return task;
+  }
+
+  absl::Status Wait(const std::shared_ptr<Task>& task) {
+    absl::MutexLock lock(&mu_);
+    auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return task->done; };
+    mu_.Await(absl::Condition(&done));
+    return task->status;
+  }
+
+  bool Done(const std::shared_ptr<Task>& task) {
+    absl::MutexLock lock(&mu_);
+    return task->done;
+  }
+
+  absl::Status Run(std::function<absl::Status()> fn) {
+    return Wait(Submit(std::move(fn)));
+  }
+
+  // Waits until the queue is empty; returns the first error of any task.
+  absl::Status Drain() {
+    absl::MutexLock lock(&mu_);
+    auto idle = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return queue_.empty() && !running_;
+    };
+    mu_.Await(absl::Condition(&idle));
+    return first_error_;
+  }
+
+ private:
+  void Loop() {
+    for (;;) {
+      std::shared_ptr<Task> task;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+          return stop_ || !queue_.empty();
+        };
+        mu_.Await(absl::Condition(&ready));
+        if (queue_.empty()) return;  // stop_ and nothing left
+        task = queue_.front();
+        queue_.pop_front();
+        running_ = true;
+      }
+      absl::Status s = task->fn();
+      absl::MutexLock lock(&mu_);
+      task->status = s;
+      task->done = true;
+      running_ = false;
+      if (!s.ok() && first_error_.ok()) first_error_ = s;
+    }
+  }
+
+  absl::Mutex mu_;
+  std::deque<std::shared_ptr<Task>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status first_error_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;  // last: starts after the members above exist
+};
+
+struct ZeroOptimizer::Gather {
+  int unit = 0;
+  float* buf = nullptr;
+  std::shared_ptr<CommWorker::Task> task;
+  int refs = 0;
+};
+
+struct ZeroOptimizer::GradBuf {
+  std::unique_ptr<float[]> mem;
+  int refs = 0;      // open AcquireGrads on it
+  bool open = false;
+  std::shared_ptr<CommWorker::Task> task;  // reduce-scatter in flight
+};
+
+class ZeroOptimizer::InferenceView final : public model::ParamProvider {
+ public:
+  explicit InferenceView(ZeroOptimizer* owner) : owner_(owner) {}
+  const float* AcquireParams(int unit) override {
+    return owner_->FullParams() + owner_->options_.units[unit].offset;
+  }
+  void ReleaseParams(int) override {}
+  float* AcquireGrads(int) override { return nullptr; }  // read-only view
+  void ReleaseGrads(int) override {}
+
+ private:
+  ZeroOptimizer* owner_;
+};
+
+std::vector<ShardPiece> ComputeShardMap(const std::vector<Unit>& units,
+                                        int rank, int world) {
+  std::vector<ShardPiece> map;
+  size_t shard_offset = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const size_t base = units[u].size / world, extra = units[u].size % world;
+    const size_t size = base + (static_cast<size_t>(rank) < extra ? 1 : 0);
+    const size_t offset =
+        base * rank + std::min<size_t>(static_cast<size_t>(rank), extra);
+    map.push_back(ShardPiece{static_cast<int>(u), offset, size, shard_offset});
+    shard_offset += size;
+  }
+  return map;
+}
+
+absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(
+    ZeroOptions options) {
+  if (options.stage < 0 || options.stage > 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("zero: stage ", options.stage, " (expected 0-3)"));
+  }
+  if (options.comm == nullptr || options.ops == nullptr) {
+    return absl::InvalidArgumentError("zero: comm and ops are required");
+  }
+  if (options.units.empty()) {
+    return absl::InvalidArgumentError("zero: empty unit table");
+  }
+  size_t expect = 0;
+  for (size_t u = 0; u < options.units.size(); ++u) {
+    if (options.units[u].offset != expect) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "zero: unit ", u, " starts at ", options.units[u].offset,
+          ", expected ", expect, " (units must be contiguous, in order)"));
+    }
+    expect += options.units[u].size;
+  }
+  return std::unique_ptr<ZeroOptimizer>(new ZeroOptimizer(std::move(options)));
+}
+
+ZeroOptimizer::ZeroOptimizer(ZeroOptions options)
+    : options_(std::move(options)) {
+  rank_ = options_.comm->rank();
+  world_ = options_.comm->size();
+  for (const auto& u : options_.units) {
+    psi_ += u.size;
+    max_unit_ = std::max(max_unit_, u.size);
+  }
+  shard_map_ = ComputeShardMap(options_.units, rank_, world_);
+  for (const auto& p : shard_map_) shard_size_ += p.size;
+  const int stage = options_.stage;
+  if (stage <= 2) params_full_.assign(psi_, 0.f);
+  if (stage == 3) param_shard_.assign(shard_size_, 0.f);
+  if (stage <= 1) grads_full_.assign(psi_, 0.f);
+  if (stage >= 2) {
+    grad_shard_.assign(shard_size_, 0.f);
+    rs_piece_.assign((max_unit_ + world_ - 1) / world_, 0.f);
+  }
+  const size_t opt = stage == 0 ? psi_ : shard_size_;
+  m_.assign(opt, 0.f);
+  v_.assign(opt, 0.f);
+  worker_ = std::make_unique<CommWorker>();
+  view_ = std::make_unique<InferenceView>(this);
+}
+
+ZeroOptimizer::~ZeroOptimizer() {
+  if (worker_) worker_->Drain().IgnoreError();
+  worker_.reset();  // joins before the buffers go
+}
+
+void ZeroOptimizer::Fail(const absl::Status& s) {
+  if (status_.ok() && !s.ok()) status_ = s;
+}
+
+const float* ZeroOptimizer::FullParams() const {
+  if (options_.stage == 3) return in_inference_ ? infer_full_.data() : nullptr;
+  return params_full_.data();
+}
+
+std::vector<size_t> ZeroOptimizer::UnitCounts(int unit) const {
+  return comm::SplitEven(options_.units[unit].size, world_);
+}
+
+// ---- stage 3 parameter gathering -------------------------------------------
+
+float* ZeroOptimizer::TakeBuffer() {
+  if (!free_gather_.empty()) {
+    float* b = free_gather_.back();
+    free_gather_.pop_back();
+    return b;
+  }
+  gather_bufs_.push_back(std::make_unique<float[]>(std::max<size_t>(max_unit_, 1)));
+  return gather_bufs_.back().get();
+}
+
+void ZeroOptimizer::ReturnBuffer(float* buf) { free_gather_.push_back(buf); }
+
+std::shared_ptr<ZeroOptimizer::Gather> ZeroOptimizer::StartGather(int unit) {
+  auto g = std::make_shared<Gather>();
+  g->unit = unit;
+  g->buf = TakeBuffer();
+  const ShardPiece piece = MyPiece(unit);
+  const std::vector<size_t> counts = UnitCounts(unit);
+  const float* src = param_shard_.data() + piece.shard_offset;
+  float* dst = g->buf;
+  comm::Collective* comm = options_.comm;
+  const comm::Timeout timeout = options_.timeout;
+  g->task = worker_->Submit([=] {
+    return comm->allgather(src, dst, counts, timeout);
+  });
+  gathered_[unit] = g;
+  return g;
+}
+
+const float* ZeroOptimizer::AcquireParams(int unit) {
+  const Unit& u = options_.units[unit];
+  if (options_.stage < 3) return params_full_.data() + u.offset;
+  if (in_inference_) return infer_full_.data() + u.offset;
+  auto it = gathered_.find(unit);
+  std::shared_ptr<Gather> g =
+      it != gathered_.end() ? it->second : StartGather(unit);
+  if (g->refs == 0) Fail(worker_->Wait(g->task));
+  ++g->refs;
+  return g->buf;
+}
+
+void ZeroOptimizer::ReleaseParams(int unit) {
+  if (options_.stage < 3 || in_inference_) return;
+  auto it = gathered_.find(unit);
+  if (it == gathered_.end()) return;
+  if (--it->second->refs > 0) return;
+  ReturnBuffer(it->second->buf);
+  gathered_.erase(it);
+}
+
+void ZeroOptimizer::Prefetch(int unit) {
+  if (options_.stage < 3 || in_inference_) return;
+  if (unit < 0 || unit >= static_cast<int>(options_.units.size())) return;
+  if (gathered_.count(unit)) return;
+  if (free_gather_.empty() && gather_bufs_.size() >= kMaxGatherBuffers) return;
+  StartGather(unit);
+}
+
+// ---- gradients ---------------------------------------------------------------
+
+float* ZeroOptimizer::AcquireGrads(int unit) {
+  const Unit& u = options_.units[unit];
+  if (options_.stage < 2) return grads_full_.data() + u.offset;
+  auto it = grads_open_.find(unit);
+  if (it != grads_open_.end()) {
+    ++it->second->refs;
+    return it->second->mem.get();
+  }
+  // A free buffer: not open and its reduce-scatter (if any) finished.
+  std::shared_ptr<GradBuf> buf;
+  for (auto& b : grad_bufs_) {
+    if (!b->open && (!b->task || worker_->Done(b->task))) {
+      buf = b;
+      break;
+    }
+  }
+  if (!buf && grad_bufs_.size() >= kMaxGradBuffers) {
+    for (auto& b : grad_bufs_) {
+      if (!b->open) {
+        Fail(worker_->Wait(b->task));
+        buf = b;
+        break;
+      }
+    }
+  }
+  if (!buf) {
+    buf = std::make_shared<GradBuf>();
+    buf->mem = std::make_unique<float[]>(std::max<size_t>(max_unit_, 1));
+    grad_bufs_.push_back(buf);
+  }
+  buf->task.reset();
+  buf->open = true;
+  buf->refs = 1;
+  std::memset(buf->mem.get(), 0, u.size * sizeof(float));
+  grads_open_[unit] = buf;
+  return buf->mem.get();
+}
+
+void ZeroOptimizer::ReleaseGrads(int unit) {
+  if (options_.stage < 2) return;
+  auto it = grads_open_.find(unit);
+  if (it == grads_open_.end()) return;
+  std::shared_ptr<GradBuf> buf = it->second;
+  if (--buf->refs > 0) return;
+  grads_open_.erase(it);
+  buf->open = false;
+  const ShardPiece piece = MyPiece(unit);
+  const std::vector<size_t> counts = UnitCounts(unit);
+  const float* in = buf->mem.get();
+  float* piece_out = rs_piece_.data();
+  float* acc = grad_shard_.data() + piece.shard_offset;
+  comm::Collective* comm = options_.comm;
+  const comm::Timeout timeout = options_.timeout;
+  buf->task = worker_->Submit([=]() -> absl::Status {
+    absl::Status s = comm->reduce_scatter(in, piece_out, counts, timeout);
+    if (!s.ok()) return s;
+    for (size_t i = 0; i < piece.size; ++i) acc[i] += piece_out[i];
+    return absl::OkStatus();
+  });
+}
+
+void ZeroOptimizer::ZeroGrads() {
+  Fail(Drain());
+  std::fill(grads_full_.begin(), grads_full_.end(), 0.f);
+  std::fill(grad_shard_.begin(), grad_shard_.end(), 0.f);
+}
+
+absl::Status ZeroOptimizer::Drain() {
+  absl::Status s = worker_->Drain();
+  // Prefetched but never acquired units are dropped.
+  for (auto it = gathered_.begin(); it != gathered_.end();) {
+    if (it->second->refs == 0) {
+      ReturnBuffer(it->second->buf);
+      it = gathered_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return s;
+}
+
+// ---- step ----------------------------------------------------------------------
+
+absl::Status ZeroOptimizer::AllreduceNormSquared(double* sum_sq) {
+  // A double as two floats (hi + lo) so the sum keeps ~double precision.
+  const float hi = static_cast<float>(*sum_sq);
+  float pair[2] = {hi, static_cast<float>(*sum_sq - hi)};
+  comm::Collective* comm = options_.comm;
+  const comm::Timeout timeout = options_.timeout;
+  absl::Status s = worker_->Run(
+      [&] { return comm->allreduce(pair, 2, comm::ReduceOp::kSum, timeout); });
+  if (!s.ok()) return s;
+  *sum_sq = static_cast<double>(pair[0]) + static_cast<double>(pair[1]);
+  return absl::OkStatus();
+}
+
+absl::Status ZeroOptimizer::AllgatherParams() {
+  if (options_.stage == 3 || world_ == 1) return absl::OkStatus();
+  comm::Collective* comm = options_.comm;
+  const comm::Timeout timeout = options_.timeout;
+  for (size_t u = 0; u < options_.units.size(); ++u) {
+    const Unit& unit = options_.units[u];
+    float* full = params_full_.data() + unit.offset;
+    const float* mine = full + shard_map_[u].unit_offset;
+    const std::vector<size_t> counts = UnitCounts(static_cast<int>(u));
+    absl::Status s = worker_->Run(
+        [&] { return comm->allgather(mine, full, counts, timeout); });
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ZeroOptimizer::AllgatherOptimizerState() {
+  if (options_.stage != 0 || world_ == 1) return absl::OkStatus();
+  if (absl::Status s = Drain(); !s.ok()) return s;
+  comm::Collective* comm = options_.comm;
+  const comm::Timeout timeout = options_.timeout;
+  for (std::vector<float>* state : {&m_, &v_}) {
+    for (size_t u = 0; u < options_.units.size(); ++u) {
+      float* full = state->data() + options_.units[u].offset;
+      const float* mine = full + shard_map_[u].unit_offset;
+      const std::vector<size_t> counts = UnitCounts(static_cast<int>(u));
+      absl::Status s = worker_->Run(
+          [&] { return comm->allgather(mine, full, counts, timeout); });
+      if (!s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepResult> ZeroOptimizer::Step(float lr, float max_grad_norm) {
+  if (!status_.ok()) return status_;
+  if (absl::Status s = Drain(); !s.ok()) {
+    Fail(s);
+    return s;
+  }
+  kernels::Ops* ops = options_.ops;
+  comm::Collective* comm = options_.comm;
+  const comm::Timeout timeout = options_.timeout;
+  const int stage = options_.stage;
+  const AdamWConfig& a = options_.adamw;
+
+  if (stage <= 1 && world_ > 1) {
+    absl::Status s = worker_->Run([&] {
+      return comm->allreduce(grads_full_.data(), psi_, comm::ReduceOp::kSum,
+                             timeout);
+    });
+    if (!s.ok()) {
+      Fail(s);
+      return s;
+    }
+  }
+  double sum_sq = 0;
+  if (stage == 0) {
+    sum_sq = ops->sum_squares(grads_full_.data(), psi_);
+  } else {
+    if (stage == 1) {
+      for (const auto& p : shard_map_) {
+        sum_sq += ops->sum_squares(
+            grads_full_.data() + options_.units[p.unit].offset + p.unit_offset,
+            p.size);
+      }
+    } else {
+      sum_sq = ops->sum_squares(grad_shard_.data(), shard_size_);
+    }
+    if (world_ > 1) {
+      absl::Status s = AllreduceNormSquared(&sum_sq);
+      if (!s.ok()) {
+        Fail(s);
+        return s;
+      }
+    }
+  }
+  StepResult result;
+  result.grad_norm = std::sqrt(std::max(sum_sq, 0.0));
+  if (max_grad_norm > 0) {
+    const double coef = max_grad_norm / (result.grad_norm + 1e-6);
+    if (coef < 1.0) result.clip_scale = coef;
+  }
+  const float scale = static_cast<float>(result.clip_scale);
+  ++step_;
+  if (stage == 0) {
+    if (scale != 1.f) ops->scale(grads_full_.data(), scale, psi_);
+    ops->adamw_step(params_full_.data(), grads_full_.data(), m_.data(),
+                    v_.data(), psi_, lr, a.beta1, a.beta2, a.eps,
+                    a.weight_decay, step_);
+  } else if (stage == 1 || stage == 2) {
+    for (const auto& p : shard_map_) {
+      if (p.size == 0) continue;
+      const size_t full_off = options_.units[p.unit].offset + p.unit_offset;
+      float* g = stage == 1 ? grads_full_.data() + full_off
+                            : grad_shard_.data() + p.shard_offset;
+      if (scale != 1.f) ops->scale(g, scale, p.size);
+      ops->adamw_step(params_full_.data() + full_off, g,
+                      m_.data() + p.shard_offset, v_.data() + p.shard_offset,
+                      p.size, lr, a.beta1, a.beta2, a.eps, a.weight_decay,
+                      step_);
+    }
+    if (absl::Status s = AllgatherParams(); !s.ok()) {
+      Fail(s);
+      return s;
+    }
+  } else {
+    if (scale != 1.f) ops->scale(grad_shard_.data(), scale, shard_size_);
+    ops->adamw_step(param_shard_.data(), grad_shard_.data(), m_.data(),
+                    v_.data(), shard_size_, lr, a.beta1, a.beta2, a.eps,
+                    a.weight_decay, step_);
+  }
+  return result;
+}
+
+// ---- init / export / inference ----------------------------------------------
+
+absl::Status ZeroOptimizer::InitFromFull(const float* full) {
+  if (absl::Status s = Drain(); !s.ok()) return s;
+  if (options_.stage <= 2) {
+    std::copy(full, full + psi_, params_full_.begin());
+  } else {
+    for (const auto& p : shard_map_) {
+      const float* src = full + options_.units[p.unit].offset + p.unit_offset;
+      std::copy(src, src + p.size, param_shard_.begin() + p.shard_offset);
+    }
+  }
+  std::fill(grads_full_.begin(), grads_full_.end(), 0.f);
+  std::fill(grad_shard_.begin(), grad_shard_.end(), 0.f);
+  std::fill(m_.begin(), m_.end(), 0.f);
+  std::fill(v_.begin(), v_.end(), 0.f);
+  step_ = 0;
+  return absl::OkStatus();
+}
+
+absl::Status ZeroOptimizer::GatherFull(float* out) {
+  if (absl::Status s = Drain(); !s.ok()) return s;
+  if (options_.stage <= 2) {
+    std::copy(params_full_.begin(), params_full_.end(), out);
+    return absl::OkStatus();
+  }
+  if (in_inference_) {
+    std::copy(infer_full_.begin(), infer_full_.end(), out);
+    return absl::OkStatus();
+  }
+  comm::Collective* comm = options_.comm;
+  const comm::Timeout timeout = options_.timeout;
+  for (size_t u = 0; u < options_.units.size(); ++u) {
+    const float* mine = param_shard_.data() + shard_map_[u].shard_offset;
+    float* dst = out + options_.units[u].offset;
+    const std::vector<size_t> counts = UnitCounts(static_cast<int>(u));
+    absl::Status s = worker_->Run(
+        [&] { return comm->allgather(mine, dst, counts, timeout); });
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ZeroOptimizer::BeginInference() {
+  if (options_.stage < 3 || in_inference_) return absl::OkStatus();
+  infer_full_.assign(psi_, 0.f);
+  absl::Status s = GatherFull(infer_full_.data());
+  if (!s.ok()) {
+    infer_full_ = std::vector<float>();
+    return s;
+  }
+  in_inference_ = true;
+  return absl::OkStatus();
+}
+
+void ZeroOptimizer::EndInference() {
+  if (!in_inference_) return;
+  in_inference_ = false;
+  infer_full_ = std::vector<float>();  // frees the memory
+}
+
+model::ParamProvider& ZeroOptimizer::inference_view() { return *view_; }
+
+// ---- checkpoint access ---------------------------------------------------------
+
+void ZeroOptimizer::CopyParamShard(float* out) const {
+  for (const auto& p : shard_map_) {
+    const float* src =
+        options_.stage == 3
+            ? param_shard_.data() + p.shard_offset
+            : params_full_.data() + options_.units[p.unit].offset + p.unit_offset;
+    std::copy(src, src + p.size, out + p.shard_offset);
+  }
+}
+
+void ZeroOptimizer::LoadParamShard(const float* in) {
+  for (const auto& p : shard_map_) {
+    float* dst =
+        options_.stage == 3
+            ? param_shard_.data() + p.shard_offset
+            : params_full_.data() + options_.units[p.unit].offset + p.unit_offset;
+    std::copy(in + p.shard_offset, in + p.shard_offset + p.size, dst);
+  }
+}
+
+void ZeroOptimizer::CopyOptimizerShard(float* m_out, float* v_out) const {
+  for (const auto& p : shard_map_) {
+    const size_t src = options_.stage == 0
+                           ? options_.units[p.unit].offset + p.unit_offset
+                           : p.shard_offset;
+    std::copy(m_.begin() + src, m_.begin() + src + p.size, m_out + p.shard_offset);
+    std::copy(v_.begin() + src, v_.begin() + src + p.size, v_out + p.shard_offset);
+  }
+}
+
+void ZeroOptimizer::LoadOptimizerShard(const float* m_in, const float* v_in) {
+  // Stage 0 keeps full moments: each rank loads its pieces; the others stay
+  // as they were (callers load every rank's shard, see docs/parallelism.md).
+  for (const auto& p : shard_map_) {
+    const size_t dst = options_.stage == 0
+                           ? options_.units[p.unit].offset + p.unit_offset
+                           : p.shard_offset;
+    std::copy(m_in + p.shard_offset, m_in + p.shard_offset + p.size,
+              m_.begin() + dst);
+    std::copy(v_in + p.shard_offset, v_in + p.shard_offset + p.size,
+              v_.begin() + dst);
+  }
+}
+
+absl::Status ZeroOptimizer::OffloadOptimizerState() {
+  offloaded_ = true;  // CPU backend: the state already lives in host memory
+  return absl::OkStatus();
+}
+
+absl::Status ZeroOptimizer::RestoreOptimizerState() {
+  offloaded_ = false;
+  return absl::OkStatus();
+}
+
+MemoryReport ZeroOptimizer::memory() const {
+  MemoryReport r;
+  r.param_bytes = (params_full_.size() + param_shard_.size()) * sizeof(float);
+  r.grad_bytes = (grads_full_.size() + grad_shard_.size()) * sizeof(float);
+  r.optimizer_bytes = (m_.size() + v_.size()) * sizeof(float);
+  const size_t unit_buf = std::max<size_t>(max_unit_, 1) * sizeof(float);
+  r.temp_bytes = (gather_bufs_.size() + grad_bufs_.size()) * unit_buf +
+                 (rs_piece_.size() + infer_full_.size()) * sizeof(float);
+  return r;
+}
+
+}  // namespace tandem::zero

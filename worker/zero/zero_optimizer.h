@@ -1,0 +1,212 @@
+// ZeroOptimizer: ZeRO stages 0-3 over a flat fp32 parameter vector of Psi
+// elements, and the model's ParamProvider (worker/model/param_provider.h).
+//
+// Partition (all stages, so checkpoints reshard between stages and N): each
+// unit is split into N near-equal contiguous pieces (the first size % N
+// pieces one longer); rank r owns piece r of every unit; its shard is the
+// concatenation of its pieces in unit order (shard_map()).
+//
+// Storage per rank (fp32, CPU):
+//   stage 0: full params, full grads, full m/v                 16 Psi
+//   stage 1: full params, full grads, m/v shard                 8 Psi + 8 Psi/N
+//   stage 2: full params, grad shard, m/v shard                 4 Psi + 12 Psi/N
+//   stage 3: param shard, grad shard, m/v shard                 16 Psi/N
+// plus temporaries: stage 2/3 unit-sized gradient buffers (ReleaseGrads
+// reduce-scatters a unit's gradient into the shard accumulator), stage 3
+// unit-sized gather buffers (AcquireParams allgathers a unit; Prefetch starts
+// the next one) and, during BeginInference..EndInference, one full copy.
+//
+// Reductions are sums (the engine normalises the loss globally). Gradients
+// accumulate over micro-batches until Step; ZeroGrads() clears them.
+//
+// Threads: all methods are called from one thread (the job thread). The
+// optimizer owns one communication thread that runs every collective it
+// issues, in submission order (so all ranks issue the same sequence);
+// stage 3 prefetches and stage 2/3 gradient reduce-scatters overlap compute
+// there. Do not use the Collective yourself while work is in flight: call
+// Drain() first (Step, GatherFull, BeginInference drain themselves).
+//
+// Errors: ParamProvider methods cannot return a Status; a failed collective
+// inside them is kept in status() (sticky) and later Step/Gather calls return
+// it. Check status() after each forward/backward.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/ops.h"
+#include "worker/comm/collective.h"
+#include "worker/model/param_provider.h"
+
+namespace tandem::zero {
+
+struct Unit {
+  size_t offset = 0;
+  size_t size = 0;
+};
+
+struct AdamWConfig {
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+};
+
+struct ZeroOptions {
+  int stage = 0;                      // 0..3
+  std::vector<Unit> units;            // contiguous, covering [0, Psi)
+  comm::Collective* comm = nullptr;   // not owned; outlives the optimizer
+  kernels::Ops* ops = nullptr;        // not owned (adamw_step, sum_squares, scale)
+  AdamWConfig adamw;
+  comm::Timeout timeout{120000};      // per collective
+};
+
+struct StepResult {
+  double grad_norm = 0;    // global L2 norm of the summed gradient, pre-clip
+  double clip_scale = 1;   // factor applied to the gradient (1 = no clipping)
+};
+
+struct MemoryReport {
+  size_t param_bytes = 0;
+  size_t grad_bytes = 0;
+  size_t optimizer_bytes = 0;
+  size_t temp_bytes = 0;
+  size_t total() const {
+    return param_bytes + grad_bytes + optimizer_bytes + temp_bytes;
+  }
+};
+
+// One piece of the shard: elements [unit_offset, unit_offset + size) of
+// `unit`, stored at shard_offset in this rank's shard.
+struct ShardPiece {
+  int unit = 0;
+  size_t unit_offset = 0;
+  size_t size = 0;
+  size_t shard_offset = 0;
+};
+
+// Pieces rank `rank` of `world` owns (the partition rule above).
+std::vector<ShardPiece> ComputeShardMap(const std::vector<Unit>& units,
+                                        int rank, int world);
+
+class CommWorker;
+
+class ZeroOptimizer final : public model::ParamProvider {
+ public:
+  static absl::StatusOr<std::unique_ptr<ZeroOptimizer>> Create(
+      ZeroOptions options);
+  ~ZeroOptimizer() override;
+  ZeroOptimizer(const ZeroOptimizer&) = delete;
+  ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
+
+  // ParamProvider (see param_provider.h for the call pattern).
+  const float* AcquireParams(int unit) override;
+  void ReleaseParams(int unit) override;
+  float* AcquireGrads(int unit) override;
+  void ReleaseGrads(int unit) override;
+  void Prefetch(int unit) override;
+
+  // Every rank passes the same full vector; each keeps what its stage keeps.
+  // Resets gradients, optimizer moments and the step count.
+  absl::Status InitFromFull(const float* full);
+  // Collective (all ranks call): the full parameter vector into out[Psi].
+  absl::Status GatherFull(float* out);
+  void ZeroGrads();
+  // Collective: sum gradients across ranks (stage 0/1), clip by the global
+  // norm when max_grad_norm > 0, AdamW on the owned range, re-gather params
+  // (stage 1/2).
+  absl::StatusOr<StepResult> Step(float lr, float max_grad_norm);
+  // Waits for all collectives the optimizer has in flight.
+  absl::Status Drain();
+
+  // Stage 3: gather all parameters once into a full buffer for a rollout;
+  // AcquireParams and inference_view() serve it until EndInference.
+  // Other stages: no-ops (the full parameters are resident).
+  absl::Status BeginInference();
+  void EndInference();
+  // A read-only provider over the full parameters (valid for stages 0-2
+  // always, for stage 3 between BeginInference and EndInference).
+  model::ParamProvider& inference_view();
+
+  // Checkpoint access: this rank's shard of params / m / v / grads, in
+  // shard_map() order (shard_size() elements each).
+  const std::vector<ShardPiece>& shard_map() const { return shard_map_; }
+  size_t shard_size() const { return shard_size_; }
+  void CopyParamShard(float* out) const;
+  // Stage 3 fills its shard; stages 0-2 write their pieces into the full
+  // parameters - then every rank calls AllgatherParams() to rebuild them.
+  void LoadParamShard(const float* in);
+  absl::Status AllgatherParams();  // collective; no-op for stage 3
+  void CopyOptimizerShard(float* m_out, float* v_out) const;
+  void LoadOptimizerShard(const float* m_in, const float* v_in);
+  // Stage 0 keeps full moments on every rank: after every rank loaded its
+  // shard, this collective rebuilds them everywhere. No-op for stages 1-3.
+  absl::Status AllgatherOptimizerState();
+  int64_t step_count() const { return step_; }
+  void set_step_count(int64_t step) { step_ = step; }
+  // Host offload of optimizer state: the CPU backend keeps it on the host
+  // already, so these only record the state (kept for the GPU backend API).
+  absl::Status OffloadOptimizerState();
+  absl::Status RestoreOptimizerState();
+  bool optimizer_offloaded() const { return offloaded_; }
+
+  MemoryReport memory() const;
+  absl::Status status() const { return status_; }
+  int stage() const { return options_.stage; }
+  size_t num_params() const { return psi_; }
+  const std::vector<Unit>& units() const { return options_.units; }
+
+ private:
+  class InferenceView;
+  struct Gather;  // stage 3 gathered unit
+  struct GradBuf; // stage 2/3 unit gradient buffer
+
+  explicit ZeroOptimizer(ZeroOptions options);
+  void Fail(const absl::Status& s);
+  const float* FullParams() const;
+  std::vector<size_t> UnitCounts(int unit) const;
+  // Piece of `unit` owned by this rank.
+  const ShardPiece& MyPiece(int unit) const { return shard_map_[unit]; }
+  float* TakeBuffer();                   // stage 3 gather buffer
+  void ReturnBuffer(float* buf);
+  std::shared_ptr<Gather> StartGather(int unit);
+  absl::Status AllreduceNormSquared(double* sum_sq);
+
+  ZeroOptions options_;
+  size_t psi_ = 0;
+  size_t max_unit_ = 0;
+  int rank_ = 0;
+  int world_ = 1;
+  std::vector<ShardPiece> shard_map_;
+  size_t shard_size_ = 0;
+
+  std::vector<float> params_full_;   // stage 0-2
+  std::vector<float> param_shard_;   // stage 3
+  std::vector<float> grads_full_;    // stage 0-1
+  std::vector<float> grad_shard_;    // stage 2-3
+  std::vector<float> m_, v_;         // full (stage 0) or shard
+  std::vector<float> infer_full_;    // stage 3 during inference
+  bool in_inference_ = false;
+  int64_t step_ = 0;
+  bool offloaded_ = false;
+
+  std::unique_ptr<CommWorker> worker_;
+  // Stage 3 gather buffers (owned) and the free list; job thread only.
+  std::vector<std::unique_ptr<float[]>> gather_bufs_;
+  std::vector<float*> free_gather_;
+  std::map<int, std::shared_ptr<Gather>> gathered_;
+  // Stage 2/3 gradient buffers; the comm thread returns them.
+  std::vector<std::shared_ptr<GradBuf>> grad_bufs_;
+  std::map<int, std::shared_ptr<GradBuf>> grads_open_;
+  std::vector<float> rs_piece_;      // comm thread: reduce-scatter output
+
+  absl::Status status_;
+  std::unique_ptr<InferenceView> view_;
+};
+
+}  // namespace tandem::zero
