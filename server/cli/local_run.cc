@@ -274,7 +274,9 @@ void PrintSummary(const v1::Job& job, const std::map<int64_t, v1::StepMetrics>& 
   int tok_n = 0;
   std::map<std::string, double> phases;
   bool has_reward = false;
+  std::vector<double> rewards;  // RL steps in order, for the reward curve
   for (const auto& [step, m] : steps) {
+    if (step > 0 && job.spec().kind() != v1::JOB_KIND_SFT) rewards.push_back(m.reward_mean());
     if (m.loss() != 0) final_loss = m.loss();
     if (step > 0 && job.spec().kind() != v1::JOB_KIND_SFT) {
       final_reward = m.reward_mean();
@@ -296,6 +298,16 @@ void PrintSummary(const v1::Job& job, const std::map<int64_t, v1::StepMetrics>& 
       phase_total += v;
     }
   }
+  // Reward curve: the mean reward of (up to) 10 equal spans of RL steps.
+  std::vector<double> curve;
+  const size_t spans = std::min<size_t>(10, rewards.size());
+  for (size_t i = 0; i < spans; ++i) {
+    const size_t b = i * rewards.size() / spans, e = (i + 1) * rewards.size() / spans;
+    double sum = 0;
+    for (size_t j = b; j < e; ++j) sum += rewards[j];
+    curve.push_back(e > b ? sum / static_cast<double>(e - b) : 0);
+  }
+  if (!curve.empty()) s["reward_curve"] = curve;
   s["final_loss"] = final_loss;
   if (has_reward) s["final_reward"] = final_reward;
   if (acc_before >= 0) s["accuracy_before"] = acc_before;
@@ -319,6 +331,12 @@ void PrintSummary(const v1::Job& job, const std::map<int64_t, v1::StepMetrics>& 
   if (final_loss != 0) std::cout << absl::StrFormat("final loss   %.4f\n", final_loss);
   if (has_reward) std::cout << absl::StrFormat("final reward %.4f\n", final_reward);
   if (acc_before >= 0) std::cout << absl::StrFormat("accuracy     %.3f -> %.3f\n", acc_before, acc_after);
+  if (!curve.empty()) {
+    std::cout << absl::StrFormat("reward curve (mean of %zu spans of ~%zu steps):", curve.size(),
+                                 rewards.size() / curve.size());
+    for (double r : curve) std::cout << absl::StrFormat(" %.2f", r);
+    std::cout << "\n";
+  }
   if (tok_n > 0) std::cout << absl::StrFormat("tokens/s     %.0f (mean over steps)\n", tokens / tok_n);
   if (!phases.empty()) {
     std::cout << "time/phase  ";
