@@ -123,6 +123,7 @@ int main(int argc, char** argv) {
   worker::EngineOptions engine_options;
   engine_options.coordinator_address = config->coordinator();
   engine_options.auth_token = *token;
+  engine_options.tls_ca = config->tls_ca();  // the store channel verifies the coordinator too
   engine_options.data_address = data_address;
   engine_options.num_threads = config->threads();
   engine_options.device = config->device();
