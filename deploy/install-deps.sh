@@ -10,7 +10,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto
   libspdlog-dev libyaml-cpp-dev libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libgloo-dev libsqlite3-dev libcpp-httplib-dev nlohmann-json3-dev
-  libxxhash-dev python3-grpcio python3-protobuf curl procps
+  libxxhash-dev python3-grpcio python3-protobuf curl procps openssl
 )
 # Optional extras: --with-torch installs Debian's CPU PyTorch (about 1 GB),
 # used only by bench/pytorch_peer.py as the comparison peer.

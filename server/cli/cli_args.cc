@@ -20,7 +20,7 @@ std::vector<std::string> ParsedArgs::GetAll(const std::string& name) const {
 }
 
 absl::StatusOr<ParsedArgs> ParseArgs(const std::vector<std::string>& args, FlagSpec spec) {
-  spec.with_value.insert({"coordinator", "token-file", "tls-ca", "output"});
+  spec.with_value.insert({"coordinator", "token-file", "tls-ca", "tls-cert", "tls-key", "output"});
   spec.booleans.insert("help");
   spec.short_names.emplace("h", "help");
   ParsedArgs out;

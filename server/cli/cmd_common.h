@@ -18,6 +18,8 @@ inline constexpr char kGlobalFlagsHelp[] =
     "  --coordinator HOST:PORT  coordinator address (env TANDEM_COORDINATOR; default 127.0.0.1:7070)\n"
     "  --token-file PATH        admin token file (env TANDEM_ADMIN_TOKEN holds the token itself)\n"
     "  --tls-ca PATH            CA bundle: use TLS (env TANDEM_TLS_CA)\n"
+    "  --tls-cert PATH          client certificate for mutual TLS (env TANDEM_TLS_CERT)\n"
+    "  --tls-key PATH           its private key (env TANDEM_TLS_KEY)\n"
     "  --output text|json       output format (json: one object per line, for scripts)\n"
     "  --help                   this help\n"
     "Exit codes: 0 ok, 1 job failed / error, 2 usage or invalid input, 3 cancelled,\n"

@@ -1,3 +1,4 @@
+#include <tuple>
 #include "server/cli/control_client.h"
 
 #include <grpcpp/grpcpp.h>
@@ -55,6 +56,23 @@ absl::StatusOr<ClientOptions> ClientOptionsFromArgs(const ParsedArgs& args) {
     if (!pem.ok()) return pem.status();
     o.tls_ca_pem = *pem;
   }
+  for (auto [flag, env, out] : {std::tuple{"tls-cert", "TANDEM_TLS_CERT", &o.tls_cert_pem},
+                                std::tuple{"tls-key", "TANDEM_TLS_KEY", &o.tls_key_pem}}) {
+    std::string path = args.Get(flag);
+    if (path.empty()) {
+      if (const char* e = std::getenv(env); e != nullptr) path = e;
+    }
+    if (path.empty()) continue;
+    auto pem = ReadSmallFile(path, flag);
+    if (!pem.ok()) return pem.status();
+    *out = *pem;
+  }
+  if (o.tls_cert_pem.empty() != o.tls_key_pem.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together (mutual TLS)");
+  }
+  if (!o.tls_cert_pem.empty() && o.tls_ca_pem.empty()) {
+    return absl::InvalidArgumentError("--tls-cert needs --tls-ca (the CA that signed the coordinator)");
+  }
   const std::string output = args.Get("output", "text");
   if (output != "text" && output != "json") {
     return absl::InvalidArgumentError(absl::StrCat("--output: expected text or json, got '", output, "'"));
@@ -74,6 +92,8 @@ ControlClient::ControlClient(ClientOptions options) : options_(std::move(options
   } else {
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = options_.tls_ca_pem;
+    ssl.pem_cert_chain = options_.tls_cert_pem;
+    ssl.pem_private_key = options_.tls_key_pem;
     creds = grpc::SslCredentials(ssl);
   }
   channel_ = grpc::CreateCustomChannel(options_.coordinator, creds, args);

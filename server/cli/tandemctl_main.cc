@@ -13,7 +13,7 @@
 namespace {
 
 constexpr char kUsage[] =
-    "Usage: tandemctl COMMAND [ARGS] [--coordinator HOST:PORT] [--token-file PATH] [--tls-ca PATH]\n"
+    "Usage: tandemctl COMMAND [ARGS] [--coordinator HOST:PORT] [--token-file PATH] [--tls-ca PATH] [--tls-cert PATH --tls-key PATH]\n"
     "                 [--output text|json]\n"
     "\n"
     "Jobs:\n"
@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
   size_t i = 0;
   while (i < args.size() && args[i].rfind("--", 0) == 0 && args[i] != "--") {
     const std::string& a = args[i];
-    const bool takes_value = a == "--coordinator" || a == "--token-file" || a == "--tls-ca" || a == "--output";
+    const bool takes_value = a == "--coordinator" || a == "--token-file" || a == "--tls-ca" || a == "--tls-cert" ||
+                             a == "--tls-key" || a == "--output";
     globals.push_back(a);
     if (takes_value && i + 1 < args.size()) globals.push_back(args[++i]);
     ++i;

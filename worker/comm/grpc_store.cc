@@ -120,6 +120,19 @@ absl::StatusOr<std::unique_ptr<Store>> MakeGrpcStore(
     pem << in.rdbuf();
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = pem.str();
+    // Mutual TLS: the worker's client certificate and key, when given.
+    for (auto [path, field] : {std::pair{&options.cert_path, &ssl.pem_cert_chain},
+                               std::pair{&options.key_path, &ssl.pem_private_key}}) {
+      if (path->empty()) continue;
+      std::ifstream f(*path);
+      if (!f) {
+        return absl::NotFoundError(
+            absl::StrCat("store: cannot read TLS file '", *path, "'"));
+      }
+      std::stringstream buf;
+      buf << f.rdbuf();
+      *field = buf.str();
+    }
     creds = grpc::SslCredentials(ssl);
   }
   auto channel = grpc::CreateChannel(options.target, creds);

@@ -22,6 +22,8 @@ struct GrpcStoreOptions {
   int64_t generation = 0;    // scope
   std::string token;         // bearer token ("" = no metadata)
   std::string ca_path;       // "" = insecure channel
+  std::string cert_path;     // client certificate for mutual TLS ("" = none)
+  std::string key_path;      // its private key
   // Deadline of non-blocking calls, and extra time on top of blocking ones.
   std::chrono::milliseconds rpc_slack{10000};
 };

@@ -123,7 +123,10 @@ int main(int argc, char** argv) {
   worker::EngineOptions engine_options;
   engine_options.coordinator_address = config->coordinator();
   engine_options.auth_token = *token;
-  engine_options.tls_ca = config->tls_ca();  // the store channel verifies the coordinator too
+  // The engine's rendezvous-store channel uses the same TLS settings.
+  engine_options.tls_ca = config->tls_ca();
+  engine_options.tls_cert = config->tls_cert();
+  engine_options.tls_key = config->tls_key();
   engine_options.data_address = data_address;
   engine_options.num_threads = config->threads();
   engine_options.device = config->device();

@@ -24,6 +24,7 @@ struct EngineOptions {
   std::string coordinator_address;   // for the rendezvous store
   std::string auth_token;            // join token for Store RPCs
   std::string tls_ca;                // PEM CA for the coordinator channel ("" = insecure)
+  std::string tls_cert, tls_key;     // client certificate and key (mutual TLS)
   std::string data_address = "127.0.0.1";  // interface for gloo tcp
   int num_threads = 0;               // compute threads (0 = all cores)
   std::string device = "cpu";        // cpu | cuda

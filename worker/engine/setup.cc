@@ -121,6 +121,8 @@ absl::Status SetupJob(const EngineOptions& options,
     so.generation = assignment.generation();
     so.token = options.auth_token;
     so.ca_path = options.tls_ca;
+    so.cert_path = options.tls_cert;
+    so.key_path = options.tls_key;
     store = comm::MakeGrpcStore(so);
   }
   if (!store.ok()) return store.status();
