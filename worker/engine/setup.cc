@@ -70,6 +70,13 @@ absl::Status SetupJob(const EngineOptions& options,
                                       " outside world of " + std::to_string(ctx.world));
   }
 
+  if (spec.cluster().device() == tandem::v1::DEVICE_KIND_CUDA) {
+    // Say so rather than silently computing on the host.
+    return absl::UnimplementedError(
+        "cluster.device: cuda: the CUDA kernels are built (kernels/cuda) but the model, ZeRO and "
+        "generation run on host memory in this version; use device: cpu");
+  }
+
   // Model config and initial weights.
   std::vector<float> full;
   if (!spec.model().from().empty()) {
