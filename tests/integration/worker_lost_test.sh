@@ -30,10 +30,12 @@ expect_exit 0 ctl workers
 expect_output "LOST"
 healthy
 
-# SIGTERM to the remaining worker while idle or busy: it exits within its bound.
+# SIGTERM to the remaining worker while idle or busy: it exits within its
+# bound (20 s grace for the phase, then abort; a 45 s exit watchdog ends the
+# process whatever hangs - see the known issue in docs/operations.md).
 SURVIVOR=${STARTED_PIDS[1]}
 kill -TERM -- "-$SURVIVOR"
-for _ in $(seq 1 300); do kill -0 "$SURVIVOR" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$SURVIVOR" 2>/dev/null && fail "worker still running 30 s after SIGTERM"
+for _ in $(seq 1 600); do kill -0 "$SURVIVOR" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$SURVIVOR" 2>/dev/null && fail "worker still running 60 s after SIGTERM"
 healthy
 log "PASS"
