@@ -1,6 +1,6 @@
 // In-process coordinator on 127.0.0.1 (ephemeral ports): every RPC with bad
 // input or bad credentials, health after each; jobs driven end to end by
-// fake workers written here against the Cluster service (test code).
+// fake workers against the Cluster service (tests/support/fake_worker.h).
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -20,6 +20,8 @@
 #include "server/job_manager.h"
 #include "tandem/v1/cluster.grpc.pb.h"
 #include "tandem/v1/control.grpc.pb.h"
+#include "tests/support/coordinator_harness.h"
+#include "tests/support/fake_worker.h"
 
 namespace tandem::server {
 namespace {
@@ -31,10 +33,7 @@ constexpr char kAdmin[] = "admin-token-123";
 constexpr char kJoin[] = "join-token-456";
 
 std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token, int ms = 5000) {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(ms));
-  common::AddBearerToken(ctx.get(), token);
-  return ctx;
+  return test_support::AuthContext(token, ms);
 }
 
 bool Healthy(const std::shared_ptr<grpc::Channel>& channel) {
@@ -63,174 +62,14 @@ bool Healthy(const std::shared_ptr<grpc::Channel>& channel) {
   return bytes == std::string("\x08\x01", 2);  // status: SERVING
 }
 
-// A worker written against the Cluster service: registers, heartbeats,
-// holds Attach, answers each phase (optionally failing or stalling one),
-// reconnects with its identity when the stream ends.
-class FakeWorker {
- public:
-  FakeWorker(std::string name, std::function<std::string()> address) : name_(std::move(name)), address_(address) {
-    thread_ = std::thread([this] { Run(); });
-    heartbeat_ = std::thread([this] { Heartbeats(); });
-  }
-  ~FakeWorker() { Stop(); }
-  void Stop() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-    if (heartbeat_.joinable()) heartbeat_.join();
-  }
-  std::function<bool(const tandem::v1::PhaseCommand&, std::string*)> fail;  // true -> report error
-  std::function<bool(const tandem::v1::PhaseCommand&)> stall;               // true -> never answer
-  std::atomic<bool> heartbeats_on{true};
-  std::vector<std::string> phases() {
-    absl::MutexLock l(&mu_);
-    return phases_;
-  }
-  std::string id() {
-    absl::MutexLock l(&mu_);
-    return id_;
-  }
-  int reports_replayed() { return replayed_; }
-
- private:
-  std::unique_ptr<Cluster::Stub> Stub() {
-    return Cluster::NewStub(grpc::CreateChannel(address_(), grpc::InsecureChannelCredentials()));
-  }
-  void Run() {
-    while (!stop_) {
-      auto stub = Stub();
-      tandem::v1::RegisterWorkerRequest req;
-      req.set_name(name_);
-      req.set_host("localhost");
-      req.set_device(tandem::v1::DEVICE_KIND_CPU);
-      req.set_device_count(1);
-      {
-        absl::MutexLock l(&mu_);
-        req.set_worker_id(id_);
-        req.set_job_id(job_);
-        req.set_generation(generation_);
-      }
-      tandem::v1::RegisterWorkerResponse resp;
-      if (!stub->RegisterWorker(Ctx(kJoin).get(), req, &resp).ok()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        continue;
-      }
-      {
-        absl::MutexLock l(&mu_);
-        id_ = resp.worker_id();
-        if (!resp.keep_job()) {
-          job_.clear();
-          cache_.clear();
-        }
-      }
-      grpc::ClientContext ctx;
-      common::AddBearerToken(&ctx, kJoin);
-      tandem::v1::AttachRequest attach;
-      attach.set_worker_id(resp.worker_id());
-      auto reader = stub->Attach(&ctx, attach);
-      std::thread canceller([&] {
-        while (!stop_ && !stream_done_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        ctx.TryCancel();
-      });
-      tandem::v1::WorkerCommand cmd;
-      while (reader->Read(&cmd)) {
-        if (cmd.has_phase()) Handle(stub.get(), cmd.phase());
-        if (cmd.has_abort_job()) {
-          absl::MutexLock l(&mu_);
-          job_.clear();
-        }
-      }
-      stream_done_ = true;
-      canceller.join();
-      stream_done_ = false;
-      reader->Finish().ok();
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  void Handle(Cluster::Stub* stub, const tandem::v1::PhaseCommand& cmd) {
-    tandem::v1::ReportPhaseRequest report;
-    {
-      absl::MutexLock l(&mu_);
-      auto cached = cache_.find(cmd.command_id());
-      if (cached != cache_.end()) {
-        report = cached->second;
-        replayed_++;
-      }
-    }
-    if (report.command_id().empty()) {
-      if (stall && stall(cmd)) return;
-      {
-        absl::MutexLock l(&mu_);
-        phases_.push_back(absl::StrCat(tandem::v1::Phase_Name(cmd.phase()), "(", cmd.step(), ")"));
-        if (cmd.phase() == tandem::v1::PHASE_SETUP) {
-          job_ = cmd.job_id();
-          generation_ = cmd.generation();
-        }
-      }
-      report.set_worker_id(id());
-      report.set_command_id(cmd.command_id());
-      report.set_job_id(cmd.job_id());
-      report.set_generation(cmd.generation());
-      report.set_phase(cmd.phase());
-      report.set_step(cmd.step());
-      std::string error;
-      report.set_ok(!(fail && fail(cmd, &error)));
-      report.set_error(error);
-      report.set_seconds(0.001);
-      report.set_peak_memory_bytes(1000 + cmd.step());
-      report.mutable_metrics()->set_loss(cmd.step() > 0 ? 1.0 / cmd.step() : 0);
-      report.add_log_lines(absl::StrCat(name_, " ran ", tandem::v1::Phase_Name(cmd.phase())));
-      absl::MutexLock l(&mu_);
-      cache_[cmd.command_id()] = report;
-    }
-    tandem::v1::ReportPhaseResponse resp;
-    for (int attempt = 0; attempt < 50 && !stop_; ++attempt) {
-      auto st = stub->ReportPhase(Ctx(kJoin).get(), report, &resp);
-      if (st.ok() || st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  }
-  void Heartbeats() {
-    while (!stop_) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      if (!heartbeats_on || id().empty()) continue;
-      tandem::v1::HeartbeatRequest hb;
-      hb.set_worker_id(id());
-      tandem::v1::HeartbeatResponse resp;
-      Stub()->Heartbeat(Ctx(kJoin, 1000).get(), hb, &resp).ok();
-    }
-  }
-
-  const std::string name_;
-  std::function<std::string()> address_;
-  std::atomic<bool> stop_{false};
-  std::atomic<bool> stream_done_{false};
-  std::atomic<int> replayed_{0};
-  absl::Mutex mu_;
-  std::string id_ ABSL_GUARDED_BY(mu_);
-  std::string job_ ABSL_GUARDED_BY(mu_);
-  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
-  std::map<std::string, tandem::v1::ReportPhaseRequest> cache_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> phases_ ABSL_GUARDED_BY(mu_);
-  std::thread thread_;
-  std::thread heartbeat_;
-};
+using test_support::FakeWorker;
 
 class CoordinatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/tandem_grpc_" + std::to_string(getpid()) + "_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    std::ofstream(dir_ + "/admin.tok") << kAdmin << "\n";
-    std::ofstream(dir_ + "/join.tok") << kJoin << "\n";
-    config_ = common::DefaultCoordinatorConfig();
-    config_.set_listen("127.0.0.1:0");
+    dir_ = test_support::FreshTestDir("tandem_grpc");
+    config_ = test_support::TestCoordinatorConfig(dir_, kAdmin, kJoin);
     config_.set_metrics_listen("127.0.0.1:0");
-    config_.set_state_dir(dir_ + "/state");
-    config_.set_runs_dir(dir_ + "/runs");
-    config_.mutable_auth()->set_admin_token_file(dir_ + "/admin.tok");
-    config_.mutable_auth()->set_join_token_file(dir_ + "/join.tok");
     config_.set_lease_ms(1500);
     config_.set_replacement_timeout_ms(1000);  // a lost worker with no spare fails the job quickly
     config_.set_heartbeat_ms(100);
@@ -261,7 +100,8 @@ class CoordinatorTest : public ::testing::Test {
     return address_;
   }
   FakeWorker* AddWorker(const std::string& name) {
-    workers_.push_back(std::make_unique<FakeWorker>(name, [this] { return address(); }));
+    workers_.push_back(std::make_unique<FakeWorker>(FakeWorker::Options{
+        .name = name, .address = [this] { return address(); }, .token = kJoin, .cache_reports = true}));
     return workers_.back().get();
   }
   tandem::v1::JobSpec SftSpec(int workers, int steps) {
@@ -275,30 +115,10 @@ class CoordinatorTest : public ::testing::Test {
     spec.mutable_train()->set_micro_batch(4);
     return spec;
   }
-  std::string Submit(const tandem::v1::JobSpec& spec) {
-    tandem::v1::SubmitJobRequest req;
-    *req.mutable_spec() = spec;
-    tandem::v1::SubmitJobResponse resp;
-    auto st = control_->SubmitJob(Ctx(kAdmin).get(), req, &resp);
-    EXPECT_TRUE(st.ok()) << st.error_message();
-    return resp.job_id();
-  }
-  tandem::v1::Job GetJob(const std::string& id) {
-    tandem::v1::GetJobRequest req;
-    req.set_job_id(id);
-    tandem::v1::Job job;
-    control_->GetJob(Ctx(kAdmin).get(), req, &job).ok();
-    return job;
-  }
+  std::string Submit(const tandem::v1::JobSpec& spec) { return test_support::SubmitJob(control_.get(), kAdmin, spec); }
+  tandem::v1::Job GetJob(const std::string& id) { return test_support::GetJob(control_.get(), kAdmin, id); }
   tandem::v1::Job WaitFor(const std::string& id, std::function<bool(const tandem::v1::Job&)> pred, int ms = 15000) {
-    tandem::v1::Job job;
-    for (int waited = 0; waited < ms; waited += 50) {
-      job = GetJob(id);
-      if (pred(job)) return job;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    ADD_FAILURE() << "timed out; job: " << job.ShortDebugString();
-    return job;
+    return test_support::WaitForJob(control_.get(), kAdmin, id, pred, ms, 50);
   }
   static bool Done(const tandem::v1::Job& j) { return IsTerminal(j.state()); }
 

@@ -1,6 +1,6 @@
 // Coordinator recovery paths end to end in-process (issue 6): an in-process
-// coordinator on 127.0.0.1 and workers written here against the Cluster
-// service that behave like the engine at the protocol level (SETUP reports
+// coordinator on 127.0.0.1 and fake workers (tests/support) against the
+// Cluster service that behave like the engine at the protocol level (SETUP reports
 // restored_step for the restore source it is given, CHECKPOINT reports a
 // published path and peer_copy). Lost worker -> RECOVERING -> RUNNING with a
 // spare or the restarted worker -> SUCCEEDED; corrupt newest checkpoint;
@@ -27,6 +27,8 @@
 #include "server/recovery.h"
 #include "tandem/v1/cluster.grpc.pb.h"
 #include "tandem/v1/control.grpc.pb.h"
+#include "tests/support/coordinator_harness.h"
+#include "tests/support/fake_worker.h"
 
 namespace tandem::server {
 namespace {
@@ -36,12 +38,7 @@ using tandem::v1::Control;
 
 constexpr char kToken[] = "recovery-token";
 
-std::unique_ptr<grpc::ClientContext> Ctx(int ms = 5000) {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(ms));
-  common::AddBearerToken(ctx.get(), kToken);
-  return ctx;
-}
+std::unique_ptr<grpc::ClientContext> Ctx(int ms = 5000) { return test_support::AuthContext(kToken, ms); }
 
 std::string CkptPath(const std::string& job, int64_t step) {
   return absl::StrFormat("/nonexistent-ckpt/%s/step-%08d", job, step);
@@ -52,188 +49,50 @@ struct Shared {
   std::set<std::string> corrupt ABSL_GUARDED_BY(mu);  // restore from these fails
 };
 
-class Worker {
- public:
-  Worker(std::string name, std::function<std::string()> address, Shared* shared)
-      : name_(std::move(name)), address_(std::move(address)), shared_(shared) {
-    thread_ = std::thread([this] { Run(); });
-    heartbeat_ = std::thread([this] { Heartbeats(); });
-  }
-  ~Worker() { Kill(); }
-  // Like kill -9: the stream ends, heartbeats stop, nothing is reported.
-  void Kill() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-    if (heartbeat_.joinable()) heartbeat_.join();
-  }
-  std::function<bool(const tandem::v1::PhaseCommand&, std::string*)> fail;  // true -> report error
-  std::function<bool(const tandem::v1::PhaseCommand&)> stall;               // true -> never answer
-  std::atomic<bool> preempting{false};
-  std::atomic<bool> released{false};
-  std::vector<std::string> phases() {
-    absl::MutexLock l(&mu_);
-    return phases_;
-  }
-  tandem::v1::Assignment last_assignment() {
-    absl::MutexLock l(&mu_);
-    return assignment_;
-  }
-  std::string id() {
-    absl::MutexLock l(&mu_);
-    return id_;
-  }
+using Worker = test_support::FakeWorker;
 
- private:
-  std::unique_ptr<Cluster::Stub> Stub() {
-    return Cluster::NewStub(grpc::CreateChannel(address_(), grpc::InsecureChannelCredentials()));
-  }
-  void Run() {
-    while (!stop_) {
-      auto stub = Stub();
-      tandem::v1::RegisterWorkerRequest req;
-      req.set_name(name_);
-      req.set_host("localhost");
-      req.set_device(tandem::v1::DEVICE_KIND_CPU);
-      req.set_device_count(1);
+// Answers like the engine at the protocol level: SETUP reports restored_step
+// for the restore source it is given (a checkpoint in shared->corrupt fails
+// its checksum), CHECKPOINT reports peer_copy and, on rank 0, the published
+// path.
+void EngineLikeReport(Shared* shared, Worker& w, const tandem::v1::PhaseCommand& cmd,
+                      tandem::v1::ReportPhaseRequest* report) {
+  if (!report->ok()) return;
+  auto& values = *report->mutable_values();
+  if (cmd.phase() == tandem::v1::PHASE_SETUP) {
+    const auto& a = cmd.assignment();
+    if (a.peer_restore_step() > 0) {
+      values["restored_step"] = static_cast<double>(a.peer_restore_step());
+      values["restore_source"] = 1;
+      values["restore_seconds"] = 0.01;
+    } else if (!a.restore_from().empty()) {
+      bool corrupt;
       {
-        absl::MutexLock l(&mu_);
-        req.set_worker_id(id_);
-        req.set_job_id(job_);
-        req.set_generation(generation_);
+        absl::MutexLock l(&shared->mu);
+        corrupt = shared->corrupt.count(a.restore_from()) > 0;
       }
-      tandem::v1::RegisterWorkerResponse resp;
-      if (!stub->RegisterWorker(Ctx().get(), req, &resp).ok()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        continue;
+      if (corrupt) {
+        report->set_ok(false);
+        report->set_error(
+            absl::StrCat("restore from ", a.restore_from(), ": shard-00000-of-00002.bin: checksum mismatch"));
+      } else {
+        values["restored_step"] = static_cast<double>(StepFromCheckpointPath(a.restore_from()));
+        values["restore_source"] = 2;
+        values["restore_seconds"] = 0.02;
       }
-      {
-        absl::MutexLock l(&mu_);
-        id_ = resp.worker_id();
-        if (!resp.keep_job()) job_.clear();
-      }
-      grpc::ClientContext ctx;
-      common::AddBearerToken(&ctx, kToken);
-      tandem::v1::AttachRequest attach;
-      attach.set_worker_id(resp.worker_id());
-      auto reader = stub->Attach(&ctx, attach);
-      std::atomic<bool> stream_done{false};
-      std::thread canceller([&] {
-        while (!stop_ && !stream_done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        ctx.TryCancel();
-      });
-      tandem::v1::WorkerCommand cmd;
-      while (!stop_ && reader->Read(&cmd)) {
-        if (cmd.has_phase()) Handle(stub.get(), cmd.phase());
-        if (cmd.has_abort_job()) {
-          absl::MutexLock l(&mu_);
-          job_.clear();
-        }
-      }
-      stream_done = true;
-      canceller.join();
-      reader->Finish().ok();
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
-  void Handle(Cluster::Stub* stub, const tandem::v1::PhaseCommand& cmd) {
-    if (stall && stall(cmd)) return;
-    tandem::v1::ReportPhaseRequest report;
-    report.set_worker_id(id());
-    report.set_command_id(cmd.command_id());
-    report.set_job_id(cmd.job_id());
-    report.set_generation(cmd.generation());
-    report.set_phase(cmd.phase());
-    report.set_step(cmd.step());
-    report.set_seconds(0.001);
-    std::string error;
-    bool ok = !(fail && fail(cmd, &error));
-    auto& values = *report.mutable_values();
-    {
-      absl::MutexLock l(&mu_);
-      phases_.push_back(absl::StrCat(tandem::v1::Phase_Name(cmd.phase()), "(", cmd.step(), ")"));
-      if (cmd.phase() == tandem::v1::PHASE_SETUP) {
-        job_ = cmd.job_id();
-        generation_ = cmd.generation();
-        assignment_ = cmd.assignment();
-      }
-    }
-    if (ok && cmd.phase() == tandem::v1::PHASE_SETUP) {
-      const auto& a = cmd.assignment();
-      if (a.peer_restore_step() > 0) {
-        values["restored_step"] = static_cast<double>(a.peer_restore_step());
-        values["restore_source"] = 1;
-        values["restore_seconds"] = 0.01;
-      } else if (!a.restore_from().empty()) {
-        bool corrupt;
-        {
-          absl::MutexLock l(&shared_->mu);
-          corrupt = shared_->corrupt.count(a.restore_from()) > 0;
-        }
-        if (corrupt) {
-          ok = false;
-          error = absl::StrCat("restore from ", a.restore_from(), ": shard-00000-of-00002.bin: checksum mismatch");
-        } else {
-          values["restored_step"] = static_cast<double>(StepFromCheckpointPath(a.restore_from()));
-          values["restore_source"] = 2;
-          values["restore_seconds"] = 0.02;
-        }
-      }
-    }
-    if (ok && cmd.phase() == tandem::v1::PHASE_CHECKPOINT) {
-      values["peer_copy"] = 1;
-      if (last_assignment().rank() == 0) report.set_checkpoint_path(CkptPath(cmd.job_id(), cmd.step()));
-    }
-    report.set_ok(ok);
-    report.set_error(error);
-    report.mutable_metrics()->set_loss(cmd.step() > 0 ? 1.0 / cmd.step() : 0);
-    tandem::v1::ReportPhaseResponse resp;
-    for (int attempt = 0; attempt < 50 && !stop_; ++attempt) {
-      auto st = stub->ReportPhase(Ctx().get(), report, &resp);
-      if (st.ok() || st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+  if (cmd.phase() == tandem::v1::PHASE_CHECKPOINT) {
+    values["peer_copy"] = 1;
+    if (w.last_assignment().rank() == 0) report->set_checkpoint_path(CkptPath(cmd.job_id(), cmd.step()));
   }
-  void Heartbeats() {
-    while (!stop_) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      if (id().empty()) continue;
-      tandem::v1::HeartbeatRequest hb;
-      hb.set_worker_id(id());
-      hb.set_preempting(preempting.load());
-      tandem::v1::HeartbeatResponse resp;
-      if (Stub()->Heartbeat(Ctx(1000).get(), hb, &resp).ok() && resp.release()) released = true;
-    }
-  }
-
-  const std::string name_;
-  std::function<std::string()> address_;
-  Shared* shared_;
-  std::atomic<bool> stop_{false};
-  absl::Mutex mu_;
-  std::string id_ ABSL_GUARDED_BY(mu_);
-  std::string job_ ABSL_GUARDED_BY(mu_);
-  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
-  tandem::v1::Assignment assignment_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> phases_ ABSL_GUARDED_BY(mu_);
-  std::thread thread_;
-  std::thread heartbeat_;
-};
+}
 
 class RecoveryTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/tandem_recovery_" + std::to_string(getpid()) + "_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    std::ofstream(dir_ + "/token") << kToken << "\n";
-    config_ = common::DefaultCoordinatorConfig();
-    config_.set_listen("127.0.0.1:0");
-    config_.set_metrics_listen("");
-    config_.set_state_dir(dir_ + "/state");
-    config_.set_runs_dir(dir_ + "/runs");
-    config_.mutable_auth()->set_admin_token_file(dir_ + "/token");
-    config_.mutable_auth()->set_join_token_file(dir_ + "/token");
+    dir_ = test_support::FreshTestDir("tandem_recovery");
+    config_ = test_support::TestCoordinatorConfig(dir_, kToken, kToken);
     config_.set_lease_ms(800);
     config_.set_heartbeat_ms(100);
     config_.set_phase_timeout_ms(10000);
@@ -251,7 +110,14 @@ class RecoveryTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
   Worker* AddWorker(const std::string& name) {
-    workers_.push_back(std::make_unique<Worker>(name, [this] { return address_; }, &shared_));
+    Shared* shared = &shared_;
+    workers_.push_back(std::make_unique<Worker>(Worker::Options{
+        .name = name,
+        .address = [this] { return address_; },
+        .token = kToken,
+        .fill = [shared](Worker& w, const tandem::v1::PhaseCommand& cmd, tandem::v1::ReportPhaseRequest* report) {
+          EngineLikeReport(shared, w, cmd, report);
+        }}));
     return workers_.back().get();
   }
   tandem::v1::JobSpec Spec(int workers, int steps, int checkpoint_every) {
@@ -267,31 +133,11 @@ class RecoveryTest : public ::testing::Test {
     spec.mutable_checkpoint()->set_keep(3);
     return spec;
   }
-  std::string Submit(const tandem::v1::JobSpec& spec) {
-    tandem::v1::SubmitJobRequest req;
-    *req.mutable_spec() = spec;
-    tandem::v1::SubmitJobResponse resp;
-    auto st = control_->SubmitJob(Ctx().get(), req, &resp);
-    EXPECT_TRUE(st.ok()) << st.error_message();
-    return resp.job_id();
-  }
-  tandem::v1::Job GetJob(const std::string& id) {
-    tandem::v1::GetJobRequest req;
-    req.set_job_id(id);
-    tandem::v1::Job job;
-    control_->GetJob(Ctx().get(), req, &job).ok();
-    return job;
-  }
+  std::string Submit(const tandem::v1::JobSpec& spec) { return test_support::SubmitJob(control_.get(), kToken, spec); }
+  tandem::v1::Job GetJob(const std::string& id) { return test_support::GetJob(control_.get(), kToken, id); }
   tandem::v1::Job WaitFor(const std::string& id, std::function<bool(const tandem::v1::Job&)> pred,
                           int ms = 20000) {
-    tandem::v1::Job job;
-    for (int waited = 0; waited < ms; waited += 25) {
-      job = GetJob(id);
-      if (pred(job)) return job;
-      std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    }
-    ADD_FAILURE() << "timed out; job: " << job.ShortDebugString();
-    return job;
+    return test_support::WaitForJob(control_.get(), kToken, id, pred, ms, 25);
   }
   static bool Done(const tandem::v1::Job& j) { return IsTerminal(j.state()); }
   std::vector<tandem::v1::JobEvent> Events(const std::string& id) {
@@ -349,7 +195,7 @@ TEST_F(RecoveryTest, SpareReplacesLostWorkerFromPeerMemory) {
   std::string id = Submit(Spec(2, 6, 2));
   WaitFor(id, [](const auto& j) { return j.step() == 3; });
   auto* spare = AddWorker("gamma");
-  a->Kill();  // its lease expires
+  a->Stop();  // its lease expires
   auto job = WaitFor(id, Done);
   auto events = Events(id);
   ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_SUCCEEDED) << job.reason() << Dump(events);
@@ -395,7 +241,7 @@ TEST_F(RecoveryTest, RestartedWorkerTakesItsRankBackFromDisk) {
   std::string id = Submit(spec);
   WaitFor(id, [](const auto& j) { return j.step() == 3; });
   const std::string old_id = b->id();
-  b->Kill();
+  b->Stop();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   auto* b2 = AddWorker("beta");  // restarted by its supervisor: same name, fresh state
   auto job = WaitFor(id, Done);
@@ -465,7 +311,7 @@ TEST_F(RecoveryTest, ElasticJobContinuesWithFewerRanks) {
   spec.mutable_recovery()->set_replacement_timeout_ms(500);
   std::string id = Submit(spec);
   WaitFor(id, [](const auto& j) { return j.step() == 2; });
-  b->Kill();
+  b->Stop();
   auto job = WaitFor(id, Done);
   auto events = Events(id);
   ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_SUCCEEDED) << job.reason() << Dump(events);
@@ -486,7 +332,7 @@ TEST_F(RecoveryTest, NoReplacementFailsWithAClearReason) {
   spec.mutable_recovery()->set_replacement_timeout_ms(300);
   std::string id = Submit(spec);
   WaitFor(id, [](const auto& j) { return j.step() == 1; });
-  a->Kill();
+  a->Stop();
   auto job = WaitFor(id, Done);
   EXPECT_EQ(job.state(), tandem::v1::JOB_STATE_FAILED);
   EXPECT_TRUE(absl::StrContains(job.reason(), "rank 0 lost: lease expired")) << job.reason();
