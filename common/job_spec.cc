@@ -365,6 +365,20 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   }
   const auto& pl = spec.placement();
   const bool disaggregated = pl.mode() == "disaggregated";
+  if (spec.recovery().degraded()) {
+    // A neighbour can take over a lost rank's work only when it holds the
+    // whole state (MeCeFO's data-parallel replicas).
+    if (cl.zero_stage() != 0) {
+      return Invalid("recovery.degraded",
+                     absl::StrCat("needs cluster.zero_stage: 0 (stage ", cl.zero_stage(),
+                                  " shards the state, so a lost rank's shard cannot be taken over); use "
+                                  "cluster.min_workers for elastic continuation instead"));
+    }
+    if (disaggregated) return Invalid("recovery.degraded", "is only for placement.mode: colocated");
+    if (cl.workers() < 2) return Invalid("recovery.degraded", "needs cluster.workers >= 2");
+  } else if (spec.recovery().degraded_cheap_backward()) {
+    return Invalid("recovery.degraded_cheap_backward", "only with recovery.degraded: true");
+  }
   int train_world = cl.workers();
   int rollout_world = cl.workers();
   if (disaggregated) {

@@ -1,10 +1,12 @@
 #include "server/job_manager.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -433,6 +435,7 @@ void JobManager::OnWorkerPreempting(const std::string& worker_id, const std::str
 
 void JobManager::RequestRecoveryLocked(JobRecord* r, const std::string& reason, const std::string& suspect) {
   if (IsTerminal(r->job.state()) || !r->fail_reason.empty()) return;
+  r->grow_back = false;  // a loss overrides a planned grow back
   if (!suspect.empty()) r->suspects.insert(suspect);
   // While the driver is choosing the new members it sees every loss itself.
   if (r->choosing_members) return;
@@ -480,6 +483,22 @@ tandem::v1::WorkerCommand JobManager::CommandForRank(const JobRecord& r, int ran
     if (rec.peer_restore_step() > 0) {
       a->set_peer_restore_step(rec.peer_restore_step());
       for (int pr : rec.peer_restore_ranks()) a->add_peer_restore_ranks(pr);
+    }
+    if (rec.live_restore() && rec.has_last_trained()) {
+      a->set_live_restore(true);
+      a->set_live_restore_step(rec.last_trained_step());
+      if (rec.has_inflight_trained()) {
+        a->set_live_restore_allow_inflight(true);
+        a->set_live_restore_inflight_step(rec.inflight_trained_step());
+      }
+    }
+    const int logical_world = rec.degraded_logical_world();
+    if (logical_world > 0 && rec.logical_begin_size() == r.job.worker_ids_size() &&
+        rec.logical_own_size() == r.job.worker_ids_size()) {
+      a->set_logical_world_size(logical_world);
+      a->set_logical_rank_begin(rec.logical_begin(rank));
+      a->set_logical_rank_end(rank + 1 < rec.logical_begin_size() ? rec.logical_begin(rank + 1) : logical_world);
+      a->set_own_logical_rank(rec.logical_own(rank));
     }
     std::error_code ec;
     a->set_run_dir((std::filesystem::absolute(config_.runs_dir(), ec) / r.job.id()).string());
@@ -542,6 +561,7 @@ void JobManager::RunJob(JobRecord* r) {
         continue;
       }
       if (HandlePreemptionLocked(r)) continue;
+      if (HandleGrowBackLocked(r)) continue;
       auto at = r->extra ? r->extra : r->plan->At(r->cursor);
       if (!at) {
         FinishLocked(r, tandem::v1::JOB_STATE_SUCCEEDED, "");
@@ -551,7 +571,7 @@ void JobManager::RunJob(JobRecord* r) {
       timeout_ms = phase.phase == tandem::v1::PHASE_SETUP ? config_.setup_timeout_ms() : config_.phase_timeout_ms();
       tandem::v1::PhaseCommand cmd;
       cmd.set_command_id(r->extra ? absl::StrCat(r->job.id(), "/g", r->job.generation(), "/u", r->cursor.unit, "/x",
-                                                 phase.step)
+                                                 PhaseName(phase.phase), phase.step)
                                   : absl::StrCat(r->job.id(), "/g", r->job.generation(), "/u", r->cursor.unit, "/p",
                                                  r->cursor.sub));
       cmd.set_job_id(r->job.id());
@@ -605,7 +625,11 @@ void JobManager::RunJob(JobRecord* r) {
       const std::string what = absl::StrCat(where, " failed on worker ", workers[rank], " (rank ", rank, "): ",
                                             rep.error().empty() ? "no message" : rep.error());
       const bool in_recovery = rec->started_at() > 0;
-      if (phase.phase == tandem::v1::PHASE_SETUP && in_recovery && rec->peer_restore_step() > 0 &&
+      if (phase.phase == tandem::v1::PHASE_SETUP && in_recovery && rec->live_restore() && !rec->live_failed()) {
+        rec->set_live_failed(true);
+        EventLocked(r, "recovery", absl::StrCat("live-state restore failed (", what, "): restoring from disk"));
+        RequestRecoveryLocked(r, what, "");
+      } else if (phase.phase == tandem::v1::PHASE_SETUP && in_recovery && rec->peer_restore_step() > 0 &&
           !rec->peer_failed()) {
         rec->set_peer_failed(true);
         EventLocked(r, "recovery", absl::StrCat("peer-memory restore failed (", what, "): falling back to disk"));
@@ -670,11 +694,155 @@ bool JobManager::HandlePreemptionLocked(JobRecord* r) {
   return true;
 }
 
+bool JobManager::HandleGrowBackLocked(JobRecord* r) {
+  if (r->extra || r->job.state() != tandem::v1::JOB_STATE_RUNNING || !r->recover_reason.empty()) return false;
+  // A step boundary right after a training step, with a training step next.
+  if (r->cursor.sub != 0 || r->cursor.unit < 1 || r->plan->KindOf(r->cursor.unit - 1) != UnitKind::kStep ||
+      r->plan->KindOf(r->cursor.unit) != UnitKind::kStep) {
+    return false;
+  }
+  const auto& spec = r->job.spec();
+  const int full = std::max(1, spec.cluster().workers());
+  const int current = r->job.worker_ids_size();
+  if (current >= full || spec.placement().mode() == "disaggregated") return false;
+  int idle = 0;
+  for (const auto& w : membership_->Idle()) idle += w.device() == spec.cluster().device() ? 1 : 0;
+  const bool degraded = r->job.recovery().degraded_logical_world() > 0;
+  // A degraded job's shares are re-split only to the full size.
+  if (idle == 0 || (degraded && current + idle < full)) return false;
+  const int64_t step = r->job.step();
+  int64_t newest = -1;
+  auto records = store_->ListCheckpoints(r->job.id());
+  if (records.ok()) {
+    const auto& bad_list = r->job.recovery().bad_checkpoints();
+    auto usable = ChooseCheckpoint(*records, std::set<std::string>(bad_list.begin(), bad_list.end()));
+    if (usable) newest = usable->step();
+  }
+  if (newest < step) {
+    // The state must be on disk first: the new world restores (reshards) it.
+    const int every = spec.checkpoint().every();
+    const bool planned_checkpoint = every > 0 && step % every == 0;
+    if (!planned_checkpoint && r->grow_checkpoint_step != step) {
+      r->grow_checkpoint_step = step;
+      r->extra = PlannedPhase{tandem::v1::PHASE_CHECKPOINT, step};
+      EventLocked(r, "checkpoint", absl::StrCat("checkpoint of step ", step, " before growing back to ",
+                                                std::min(full, current + idle), " of ", full, " ranks"));
+      return false;  // the driver issues it now
+    }
+    if (r->grow_flush_step != step) {
+      r->grow_flush_step = step;
+      r->extra = PlannedPhase{tandem::v1::PHASE_FLUSH_CHECKPOINTS, step};
+      return false;
+    }
+    return false;  // flushed and still not recorded: the write failed; try after the next step
+  }
+  r->grow_target = std::min(full, current + idle);
+  r->recover_reason = absl::StrCat("growing back from ", current, " to ", r->grow_target, " of ", full,
+                                   " ranks (idle workers available)");
+  r->recover_requested_at = clock_->WallSeconds();
+  r->grow_back = true;
+  spdlog::info("job {}: {}", r->job.id(), r->recover_reason);
+  return true;
+}
+
+bool JobManager::RecoverDegradedLocked(JobRecord* r, const std::vector<std::string>& old_ids,
+                                       const std::set<std::string>& survivors) {
+  if (survivors.empty()) return false;
+  auto* rec = r->job.mutable_recovery();
+  const int logical_world =
+      rec->degraded_logical_world() > 0 ? rec->degraded_logical_world() : static_cast<int>(old_ids.size());
+  std::vector<int> surviving_ranks;
+  std::vector<std::string> ids;
+  for (size_t i = 0; i < old_ids.size(); ++i) {
+    if (!survivors.count(old_ids[i])) continue;
+    surviving_ranks.push_back(static_cast<int>(i));
+    ids.push_back(old_ids[i]);
+  }
+  const std::vector<int> old_begin(rec->logical_begin().begin(), rec->logical_begin().end());
+  const std::vector<int> old_own(rec->logical_own().begin(), rec->logical_own().end());
+  const LogicalShares shares =
+      DegradedShares(rec->degraded_logical_world() > 0 ? old_begin : std::vector<int>{},
+                     rec->degraded_logical_world() > 0 ? old_own : std::vector<int>{}, surviving_ranks,
+                     static_cast<int>(old_ids.size()));
+  if (absl::Status s = membership_->Reassign(r->job.id(), ids); !s.ok()) {
+    spdlog::info("job {}: degraded reassign: {} (normal recovery instead)", r->job.id(), s.ToString());
+    return false;
+  }
+  std::vector<std::string> leaving;
+  for (const auto& id : old_ids) {
+    if (!survivors.count(id)) leaving.push_back(id);
+  }
+  membership_->Release(r->job.id(), leaving);
+  if (rec->detect_seconds() == 0) {
+    double detect = 0;
+    for (const auto& id : leaving) {
+      auto info = membership_->Get(id);
+      if (info.ok() && info->last_heartbeat() > 0) detect = std::max(detect, rec->started_at() - info->last_heartbeat());
+    }
+    rec->set_detect_seconds(std::max(0.0, detect));
+  }
+  const bool was_degraded = rec->degraded_logical_world() > 0;
+  rec->set_degraded_logical_world(logical_world);
+  rec->clear_logical_begin();
+  rec->clear_logical_own();
+  for (size_t i = 0; i < shares.begin.size(); ++i) {
+    rec->add_logical_begin(shares.begin[i]);
+    rec->add_logical_own(shares.own[i]);
+  }
+  if (!was_degraded) rec->set_degraded_since_step(r->job.step() + 1);
+  // Restore source: the live state (no rollback), else disk, else scratch.
+  std::string source;
+  rec->set_peer_restore_step(0);
+  rec->clear_peer_restore_ranks();
+  rec->set_restore_from("");
+  if (!rec->live_failed() && rec->has_last_trained()) {
+    rec->set_live_restore(true);
+    source = absl::StrCat("the survivors' live state of step ", rec->last_trained_step(), " (no rollback)");
+  } else {
+    rec->set_live_restore(false);
+    std::set<std::string> bad(rec->bad_checkpoints().begin(), rec->bad_checkpoints().end());
+    std::optional<tandem::v1::CheckpointRecord> disk;
+    auto records = store_->ListCheckpoints(r->job.id());
+    if (records.ok()) disk = ChooseCheckpoint(*records, bad);
+    if (disk) {
+      rec->set_restore_from(disk->path());
+      source = absl::StrCat("step ", disk->step(), " from disk ", disk->path());
+    } else if (!r->job.spec().resume_from().empty() && !bad.count(r->job.spec().resume_from())) {
+      rec->set_restore_from(r->job.spec().resume_from());
+      source = absl::StrCat("disk ", r->job.spec().resume_from());
+    } else {
+      source = "from scratch (no training step completed yet)";
+    }
+  }
+  rec->set_peer_copy_step(0);
+  rec->set_peer_copy_world(0);
+  r->job.clear_worker_ids();
+  for (const auto& id : ids) r->job.add_worker_ids(id);
+  r->cursor = {};
+  r->suspects.clear();
+  for (const auto& id : leaving) r->preempting.erase(id);
+  PersistLocked(*r);
+  std::vector<std::string> blocks;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int end = i + 1 < shares.begin.size() ? shares.begin[i + 1] : logical_world;
+    blocks.push_back(absl::StrCat("rank ", i, " (", ids[i], ") shares ", shares.begin[i], "-", end - 1));
+  }
+  EventLocked(r, "recovery",
+              absl::StrCat("degraded: generation ", r->job.generation(), " continues on ", ids.size(), " of ",
+                           logical_world, " ranks without waiting (", absl::StrJoin(blocks, ", "),
+                           r->job.spec().recovery().degraded_cheap_backward() ? "; cheap backward for taken-over shares"
+                                                                              : "",
+                           "); restoring ", source));
+  return true;
+}
+
 void JobManager::RecoverLocked(JobRecord* r) {
   const RecoveryPolicy policy = EffectiveRecoveryPolicy(config_, r->job.spec());
   auto* rec = r->job.mutable_recovery();
   const std::string reason = r->recover_reason;
   r->recover_reason.clear();
+  const bool grow = r->grow_back;
+  r->grow_back = false;
   if (rec->recoveries() >= policy.max_recoveries) {
     r->fail_reason = absl::StrCat(reason, " (giving up after ", rec->recoveries(), " recoveries)");
     return;
@@ -684,6 +852,7 @@ void JobManager::RecoverLocked(JobRecord* r) {
     rec->set_started_at(r->recover_requested_at > 0 ? r->recover_requested_at : clock_->WallSeconds());
     rec->set_steps_before(r->job.step());
     rec->set_peer_failed(false);
+    rec->set_live_failed(false);
     rec->set_wait_seconds(0);
   }
   rec->set_recoveries(rec->recoveries() + 1);
@@ -701,6 +870,18 @@ void JobManager::RecoverLocked(JobRecord* r) {
     membership_->Send(id, abort).IgnoreError();
   }
   kv_->DropJob(r->job.id());
+  // Ranks that finished the training phase in flight before the failure hold
+  // the state after it: a degraded recovery keeps that when every survivor did.
+  std::set<std::string> finished_inflight;
+  std::optional<PlannedPhase> inflight_training;
+  if (r->inflight && !r->extra &&
+      (r->inflight->phase() == tandem::v1::PHASE_SFT_STEP || r->inflight->phase() == tandem::v1::PHASE_UPDATE)) {
+    inflight_training = PlannedPhase{r->inflight->phase(), r->inflight->step()};
+    for (const auto& [rank, rep] : r->reports) {
+      if (rep.ok() && rank < static_cast<int>(old_ids.size())) finished_inflight.insert(old_ids[rank]);
+    }
+  }
+  const PhaseCursor inflight_cursor = r->cursor;
   r->inflight.reset();
   r->reports.clear();
   r->extra.reset();
@@ -722,20 +903,70 @@ void JobManager::RecoverLocked(JobRecord* r) {
   mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(std::min<int64_t>(300, config_.lease_ms())));
   std::optional<RankPlan> plan;
   std::set<std::string> survivors;
-  bool reported_wait = false;
-  while (true) {
-    if (stop()) {
-      r->choosing_members = false;
-      return;
-    }
-    survivors.clear();
+  auto alive_members = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::set<std::string> alive;
     for (const auto& id : old_ids) {
-      if (!r->suspects.count(id) && membership_->InJobAndAlive(id, r->job.id())) survivors.insert(id);
+      if (!r->suspects.count(id) && membership_->InJobAndAlive(id, r->job.id())) alive.insert(id);
     }
+    return alive;
+  };
+  auto idle_candidates = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     std::vector<Candidate> idle;
     for (const auto& w : membership_->Idle()) {
       if (w.device() == r->job.spec().cluster().device()) idle.push_back({w.id(), w.name()});
     }
+    return idle;
+  };
+  bool planned = false;
+  if (grow) {
+    // A planned grow back: the idle workers are there now, or it is off.
+    survivors = alive_members();
+    plan = PlanRanks(old_ids, old_names, survivors, idle_candidates(), r->grow_target);
+    if (plan && membership_->Reassign(r->job.id(), plan->worker_ids).ok()) {
+      planned = true;
+    } else {
+      plan.reset();
+      EventLocked(r, "recovery", "grow back called off: the idle workers are gone");
+    }
+  }
+  if (!planned && policy.degraded) {
+    if (stop()) {
+      r->choosing_members = false;
+      return;
+    }
+    survivors = alive_members();
+    rec->set_has_inflight_trained(false);
+    if (inflight_training && !survivors.empty()) {
+      const PhaseCursor next = r->plan->Next(inflight_cursor);
+      if (absl::c_all_of(survivors, [&](const std::string& id) { return finished_inflight.count(id) > 0; })) {
+        rec->set_has_last_trained(true);
+        rec->set_last_trained_step(inflight_training->step);
+        rec->set_last_trained_next_unit(next.unit);
+        rec->set_last_trained_next_sub(next.sub);
+      } else {
+        // A rank may have finished the step although its report says it
+        // failed (a collective after the optimizer step broke): SETUP
+        // accepts the in-flight step when every survivor holds it.
+        rec->set_has_inflight_trained(true);
+        rec->set_inflight_trained_step(inflight_training->step);
+        rec->set_inflight_next_unit(next.unit);
+        rec->set_inflight_next_sub(next.sub);
+      }
+    }
+    if (RecoverDegradedLocked(r, old_ids, survivors)) {
+      r->choosing_members = false;
+      rec->set_wait_seconds(rec->wait_seconds() + absl::ToDoubleSeconds(absl::Now() - wait_start));
+      return;
+    }
+  }
+  bool reported_wait = false;
+  while (!planned) {
+    if (stop()) {
+      r->choosing_members = false;
+      return;
+    }
+    survivors = alive_members();
+    const std::vector<Candidate> idle = idle_candidates();
     plan = PlanRanks(old_ids, old_names, survivors, idle, full);
     if (!plan && absl::Now() >= deadline) {
       const int have = static_cast<int>(survivors.size() + idle.size());
@@ -810,6 +1041,13 @@ void JobManager::RecoverLocked(JobRecord* r) {
   if (peer) {
     for (int pr : plan->replaced_ranks) rec->add_peer_restore_ranks(pr);
   }
+  // A normal recovery ends degraded mode: every rank computes its own share.
+  const bool was_degraded = rec->degraded_logical_world() > 0;
+  rec->set_degraded_logical_world(0);
+  rec->clear_logical_begin();
+  rec->clear_logical_own();
+  rec->set_live_restore(false);
+  if (grow) rec->set_grow_backs(rec->grow_backs() + 1);
   // The new generation holds no complete set of copies until its next
   // checkpoint (a replacement holds none).
   const int64_t peer_step = rec->peer_copy_step();
@@ -831,9 +1069,13 @@ void JobManager::RecoverLocked(JobRecord* r) {
     replaced.push_back(absl::StrCat("rank ", pr, " -> ", plan->worker_ids[pr]));
   }
   EventLocked(r, "recovery",
-              absl::StrCat("generation ", r->job.generation(), " on ", absl::StrJoin(plan->worker_ids, ", "),
-                           plan->same_world ? "" : absl::StrCat(" (elastic: ", plan->worker_ids.size(), " of ", full,
-                                                                " ranks)"),
+              absl::StrCat(grow ? absl::StrCat("growing back to ", plan->worker_ids.size(), " of ", full, " ranks",
+                                               was_degraded ? " (degraded mode ends)" : "", ": ")
+                                : "",
+                           "generation ", r->job.generation(), " on ", absl::StrJoin(plan->worker_ids, ", "),
+                           plan->same_world || static_cast<int>(plan->worker_ids.size()) >= full
+                               ? ""
+                               : absl::StrCat(" (elastic: ", plan->worker_ids.size(), " of ", full, " ranks)"),
                            replaced.empty() ? "" : absl::StrCat(" (", absl::StrJoin(replaced, ", "), ")"),
                            "; restoring ", source));
 }
@@ -887,6 +1129,14 @@ void JobManager::CompletePhaseLocked(JobRecord* r, const PlannedPhase& phase) {
   r->reports.clear();
   const PhaseCursor next = r->plan->Next(r->cursor);
   r->cursor = next;
+  if (phase.phase == tandem::v1::PHASE_SFT_STEP || phase.phase == tandem::v1::PHASE_UPDATE) {
+    // What a degraded recovery keeps: every rank has finished this step.
+    auto* rec = r->job.mutable_recovery();
+    rec->set_has_last_trained(true);
+    rec->set_last_trained_step(phase.step);
+    rec->set_last_trained_next_unit(next.unit);
+    rec->set_last_trained_next_sub(next.sub);
+  }
   const bool unit_done = next.unit != unit;
   const UnitKind kind = r->plan->KindOf(unit);
   if (unit_done && (kind == UnitKind::kStep || kind == UnitKind::kWarmup || kind == UnitKind::kBaseline)) {
@@ -924,12 +1174,34 @@ void JobManager::CompleteSetupLocked(JobRecord* r, double wall) {
   r->reports.clear();
   auto* rec = r->job.mutable_recovery();
   r->cursor = r->plan->Next(r->cursor);
-  const int64_t restored_step = restored >= 0 ? static_cast<int64_t>(restored) : -1;
-  if (restored_step >= 0) {
+  const bool live = rec->live_restore() && rec->has_last_trained();
+  const bool live_inflight = live && rec->has_inflight_trained() &&
+                             static_cast<int64_t>(std::llround(restored)) == rec->inflight_trained_step();
+  const int64_t restored_step = live_inflight ? rec->inflight_trained_step()
+                                : live        ? rec->last_trained_step()
+                                : restored >= 0 ? static_cast<int64_t>(restored)
+                                                : -1;
+  if (live) {
+    // The survivors kept the state after this training phase: continue
+    // right after it (a warm-start step's number is negative).
+    r->cursor = live_inflight ? PhaseCursor{rec->inflight_next_unit(), rec->inflight_next_sub()}
+                              : PhaseCursor{rec->last_trained_next_unit(), rec->last_trained_next_sub()};
+    rec->set_has_last_trained(true);
+    rec->set_last_trained_step(restored_step);
+    rec->set_last_trained_next_unit(r->cursor.unit);
+    rec->set_last_trained_next_sub(r->cursor.sub);
+    if (restored_step >= 1) r->job.set_step(std::max(r->job.step(), restored_step));
+  } else if (restored_step >= 0) {
     r->cursor = {r->plan->UnitOfStep(restored_step + 1), 0};
     r->job.set_step(restored_step);
+    rec->set_has_last_trained(restored_step >= 1);
+    rec->set_last_trained_step(restored_step);
+    rec->set_last_trained_next_unit(r->cursor.unit);
+    rec->set_last_trained_next_sub(0);
+  } else {
+    rec->set_has_last_trained(false);
   }
-  const char* from = source == 1 ? "peer memory" : restored_step >= 0 ? "disk" : "scratch";
+  const char* from = live ? "live memory" : source == 1 ? "peer memory" : restored_step >= 0 ? "disk" : "scratch";
   if (skipped > 0) {
     EventLocked(r, "recovery", absl::StrCat(skipped, " newer checkpoint(s) failed verification; used step ",
                                             restored_step));
@@ -937,7 +1209,8 @@ void JobManager::CompleteSetupLocked(JobRecord* r, double wall) {
   if (rec->started_at() > 0) {
     const double total = clock_->WallSeconds() - rec->started_at();
     const double rendezvous = std::max(0.0, wall - restore_s);
-    const int64_t redone = std::max<int64_t>(0, rec->steps_before() - std::max<int64_t>(0, restored_step));
+    const int64_t redone =
+        live ? 0 : std::max<int64_t>(0, rec->steps_before() - std::max<int64_t>(0, restored_step));
     StepMetrics m;
     m.set_step(std::max<int64_t>(0, restored_step));
     m.set_wall_time(clock_->WallSeconds());
@@ -947,7 +1220,8 @@ void JobManager::CompleteSetupLocked(JobRecord* r, double wall) {
     x["wait_seconds"] = rec->wait_seconds();
     x["rendezvous_seconds"] = rendezvous;
     x["restore_seconds"] = restore_s;
-    x["restore_source"] = source == 1 ? 1 : restored_step >= 0 ? 2 : 0;  // 1 peer, 2 disk, 0 scratch
+    x["restore_source"] = live ? 3 : source == 1 ? 1 : restored_step >= 0 ? 2 : 0;  // 1 peer, 2 disk, 3 live, 0 scratch
+    x["degraded"] = rec->degraded_logical_world() > 0 ? 1 : 0;
     x["steps_redone"] = static_cast<double>(redone);
     x["world_size"] = r->job.worker_ids_size();
     x["generation"] = static_cast<double>(r->job.generation());
@@ -957,6 +1231,9 @@ void JobManager::CompleteSetupLocked(JobRecord* r, double wall) {
     rec->set_peer_restore_step(0);
     rec->clear_peer_restore_ranks();
     rec->set_peer_failed(false);
+    rec->set_live_restore(false);
+    rec->set_live_failed(false);
+    rec->set_has_inflight_trained(false);
     r->job.set_state(tandem::v1::JOB_STATE_RUNNING);
     r->job.set_reason("");
     PersistLocked(*r);

@@ -29,6 +29,10 @@
 // `preempting`) are handed over at the next step boundary after a
 // checkpoint when it fits the budget. Events of kind "recovery" carry the
 // durations (detect, wait, rendezvous, restore) in metrics.extra.
+// Degraded jobs (recovery.degraded, MeCeFO) do not wait or roll back: the
+// survivors keep their live state and compute the lost ranks' data shares.
+// A job below cluster.workers (degraded or elastic) grows back at a step
+// boundary when idle workers exist: checkpoint, flush, recovery from it.
 //
 // Locking: mu_ guards all job records; JobManager calls Membership, KvStore
 // and StateStore while holding mu_, never the reverse. Thread-safe.
@@ -133,6 +137,12 @@ class JobManager {
     int64_t preempt_checkpoint_step = -1;
     std::optional<PlannedPhase> extra;  // an unplanned phase issued before the cursor's
     double last_checkpoint_seconds = 0;
+    // Growing back (an elastic or degraded job below cluster.workers with
+    // idle workers around): checkpoint, flush, then a planned recovery.
+    bool grow_back = false;            // the pending recovery is a grow back
+    int grow_target = 0;               // ranks to grow to
+    int64_t grow_checkpoint_step = -1;
+    int64_t grow_flush_step = -1;
   };
 
   void SchedulerLoop();
@@ -149,6 +159,13 @@ class JobManager {
   void RecoverLocked(JobRecord* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // At a step boundary with a preempting member: checkpoint or hand over.
   bool HandlePreemptionLocked(JobRecord* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At a step boundary of a job below full size with idle workers around:
+  // checkpoint + flush, then a recovery onto more ranks (true: requested).
+  bool HandleGrowBackLocked(JobRecord* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Degraded continuation (RecoverySpec.degraded): the survivors continue
+  // at once with the lost ranks' shares; false when not possible.
+  bool RecoverDegradedLocked(JobRecord* r, const std::vector<std::string>& old_ids,
+                             const std::set<std::string>& survivors) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecordCheckpointLocked(JobRecord* r, const tandem::v1::ReportPhaseRequest& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishLocked(JobRecord* r, tandem::v1::JobState state, const std::string& reason)

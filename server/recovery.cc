@@ -21,6 +21,7 @@ RecoveryPolicy EffectiveRecoveryPolicy(const tandem::v1::CoordinatorConfig& conf
   if (r.replacement_timeout_ms() > 0) p.replacement_timeout_ms = r.replacement_timeout_ms();
   if (r.max_recoveries() > 0) p.max_recoveries = r.max_recoveries();
   p.peer_copies = !r.no_peer_copies();
+  p.degraded = r.degraded();
   const int workers = std::max(1, spec.cluster().workers());
   p.min_workers = spec.cluster().min_workers() > 0 ? std::min(spec.cluster().min_workers(), workers) : workers;
   return p;
@@ -126,6 +127,18 @@ std::optional<tandem::v1::CheckpointRecord> ChooseCheckpoint(
   for (const auto& r : records) any_visible = any_visible || CheckpointVisible(r.path());
   if (any_visible) return std::nullopt;  // the visible ones are all bad; the rest were deleted
   return *usable.front();
+}
+
+LogicalShares DegradedShares(const std::vector<int>& old_begin, const std::vector<int>& old_own,
+                             const std::vector<int>& surviving_ranks, int old_world) {
+  const bool normal = old_begin.size() != static_cast<size_t>(old_world) || old_own.size() != old_begin.size();
+  LogicalShares out;
+  for (size_t i = 0; i < surviving_ranks.size(); ++i) {
+    const int r = surviving_ranks[i];
+    out.begin.push_back(i == 0 ? 0 : normal ? r : old_begin[r]);
+    out.own.push_back(normal ? r : old_own[r]);
+  }
+  return out;
 }
 
 int64_t StepFromCheckpointPath(const std::string& path) {

@@ -30,6 +30,7 @@ struct RecoveryPolicy {
   int64_t preempt_checkpoint_budget_ms = kDefaultPreemptCheckpointBudgetMs;
   bool peer_copies = true;
   int min_workers = 0;  // elastic floor (== workers: not elastic)
+  bool degraded = false;  // MeCeFO: survivors take over lost shares at once
 };
 // The job spec's recovery keys override the coordinator's; zero = default.
 RecoveryPolicy EffectiveRecoveryPolicy(const tandem::v1::CoordinatorConfig& config,
@@ -72,6 +73,20 @@ bool PeerRestorePossible(const RankPlan& plan, int old_world, int64_t peer_step,
 std::optional<tandem::v1::CheckpointRecord> ChooseCheckpoint(
     const std::vector<tandem::v1::CheckpointRecord>& records, const std::set<std::string>& bad);
 bool CheckpointVisible(const std::string& path);
+
+// Degraded continuation: the logical data shares of the survivors. The old
+// generation's rank r computed shares [begin[r], begin[r+1]) (the last up to
+// `logical_world`) and owns share own[r]; empty vectors mean the normal
+// layout (rank r computes share r). `surviving_ranks` are old ranks in
+// ascending order; they become new ranks 0.. in that order. A lost rank's
+// shares go to the survivor before it (a lost prefix to the first
+// survivor), so each survivor still computes one contiguous block.
+struct LogicalShares {
+  std::vector<int> begin;  // by new rank
+  std::vector<int> own;
+};
+LogicalShares DegradedShares(const std::vector<int>& old_begin, const std::vector<int>& old_own,
+                             const std::vector<int>& surviving_ranks, int old_world);
 
 // "…/step-00000020" -> 20; -1 when the name does not say.
 int64_t StepFromCheckpointPath(const std::string& path);

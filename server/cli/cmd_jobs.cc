@@ -158,6 +158,16 @@ int CmdStatus(const Args& args) {
   for (const auto& w : job.worker_ids()) std::cout << " " << w;
   std::cout << "\n";
   if (job.generation() > 0) std::cout << "generation: " << job.generation() << "\n";
+  const auto& rec = job.recovery();
+  if (rec.degraded_logical_world() > 0) {
+    std::cout << "degraded:   " << job.worker_ids_size() << " rank(s) compute " << rec.degraded_logical_world()
+              << " data shares since step " << rec.degraded_since_step()
+              << "; grows back when a worker is idle\n";
+  }
+  if (rec.recoveries() > 0) {
+    std::cout << "recoveries: " << rec.recoveries() << " (" << rec.steps_redone_total() << " steps redone"
+              << (rec.grow_backs() > 0 ? absl::StrCat(", ", rec.grow_backs(), " grow-back(s)") : "") << ")\n";
+  }
   if (job.started_at() > 0) {
     const double end = job.finished_at() > 0 ? job.finished_at() : NowUnix();
     std::cout << "elapsed:    " << FormatDuration(end - job.started_at()) << "\n";

@@ -100,6 +100,16 @@ TEST(JobSpecTest, BadInputsNameTheField) {
   EXPECT_EQ(ErrorOf("model: {from: /m}\ntask: {name: sort}\n"), "kind: required; allowed: sft, grpo, ppo");
   EXPECT_EQ(ErrorOf(base, {"rl.prompts_per_step=3"}), "rl.prompts_per_step: 3 is not divisible by the workers = 2");
   EXPECT_EQ(ErrorOf("- 1\n- 2\n"), "document: expected a map, got a list");
+  // Degraded continuation needs replicas (stage 0), co-location and a peer.
+  EXPECT_EQ(ErrorOf(base, {"recovery.degraded=true"}).rfind("recovery.degraded: needs cluster.zero_stage: 0", 0), 0u);
+  EXPECT_EQ(ErrorOf(base, {"recovery.degraded=true", "cluster.zero_stage=0"}), "OK");
+  EXPECT_EQ(ErrorOf(base, {"recovery.degraded=true", "cluster.zero_stage=0", "cluster.workers=1",
+                           "rl.prompts_per_step=16"}),
+            "recovery.degraded: needs cluster.workers >= 2");
+  EXPECT_EQ(ErrorOf(base, {"recovery.degraded_cheap_backward=true"}),
+            "recovery.degraded_cheap_backward: only with recovery.degraded: true");
+  EXPECT_EQ(ErrorOf(base, {"recovery.degraded=maybe"}).rfind("recovery.degraded: expected", 0), 0u)
+      << ErrorOf(base, {"recovery.degraded=maybe"});
 }
 
 TEST(JobSpecTest, MissingFileAndHfConfigKeys) {

@@ -6,6 +6,8 @@
 // thread per rank, joined before returning) and returns every rank's status
 // and report. Each Setup() uses a fresh generation, so a cluster can be set
 // up again (e.g. to restore from a checkpoint) without stale store keys.
+// SetupMembers sets up a subset of the engines (the survivors of a lost
+// worker) as a smaller world; later commands go to those members only.
 //
 // Specs come from YAML through common::ParseJobSpecYaml (defaults and
 // validation as for a submitted job file). Use threads_per_worker: 1
@@ -19,6 +21,7 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -67,6 +70,33 @@ checkpoint: {every: 0, keep: 3}
 )";
 }
 
+// A tiny GRPO job (1-digit addition, KL term on) on the same model.
+inline std::string TinyGrpoYaml() {
+  return R"(
+name: engine-grpo-test
+kind: grpo
+seed: 5
+model:
+  config:
+    vocab_size: 99
+    hidden_size: 32
+    intermediate_size: 64
+    num_hidden_layers: 2
+    num_attention_heads: 4
+    num_key_value_heads: 2
+    max_position_embeddings: 32
+    tokenizer: char
+    bos_token_id: 1
+    eos_token_id: 2
+    pad_token_id: 0
+task: {name: arithmetic, op: add, digits: 1, eval_size: 16, format_reward: 0.5}
+train: {steps: 20, lr: 3.0e-3, global_batch: 16, micro_batch: 4, warmup_steps: 0, seq_len: 16}
+rl: {group_size: 4, prompts_per_step: 4, max_new_tokens: 4, kl_coef: 0.01, temperature: 1.0}
+init: {sft: {steps: 0}}
+cluster: {workers: 1, zero_stage: 0, threads_per_worker: 1}
+)";
+}
+
 inline JobSpec ParseSpec(const std::string& yaml, const std::vector<std::string>& overrides) {
   auto spec = common::ParseJobSpecYaml(yaml, overrides);
   EXPECT_TRUE(spec.ok()) << spec.status();
@@ -97,9 +127,14 @@ class EngineCluster {
             new comm::PrefixStore(job + "/" + std::to_string(gen), &store_));
       };
       engines_.push_back(worker::MakeJobEngine(o));
+      active_.push_back(r);
     }
   }
-  ~EngineCluster() { Run(tandem::v1::PHASE_TEARDOWN, 0); }
+  ~EngineCluster() {
+    active_.clear();
+    for (int r = 0; r < world_; ++r) active_.push_back(r);
+    Run(tandem::v1::PHASE_TEARDOWN, 0);
+  }
 
   int world() const { return world_; }
   int64_t generation() const { return generation_; }
@@ -109,6 +144,8 @@ class EngineCluster {
   std::vector<RankResult> Setup(const JobSpec& spec, const std::string& restore_from = "",
                                 const std::string& run_dir = "") {
     ++generation_;
+    active_.clear();
+    for (int r = 0; r < world_; ++r) active_.push_back(r);
     std::vector<tandem::v1::PhaseCommand> cmds(world_);
     for (int r = 0; r < world_; ++r) {
       auto& c = cmds[r];
@@ -126,8 +163,36 @@ class EngineCluster {
     return RunCommands(cmds);
   }
 
+  // PHASE_SETUP with a new generation on the engines `members` (indices),
+  // as ranks 0..members.size()-1 of that world; cluster.workers stays as in
+  // `spec`. `edit(rank, assignment)` adds what the test needs (e.g. a live
+  // restore). Later commands go to these members only.
+  std::vector<RankResult> SetupMembers(
+      const JobSpec& spec, const std::vector<int>& members,
+      const std::function<void(int, tandem::v1::Assignment&)>& edit = nullptr) {
+    ++generation_;
+    active_ = members;
+    const int n = static_cast<int>(members.size());
+    std::vector<tandem::v1::PhaseCommand> cmds(n);
+    for (int r = 0; r < n; ++r) {
+      auto& c = cmds[r];
+      Fill(c, tandem::v1::PHASE_SETUP, 0);
+      auto* a = c.mutable_assignment();
+      a->set_job_id(job_id_);
+      *a->mutable_spec() = spec;
+      a->set_rank(r);
+      a->set_world_size(n);
+      a->set_generation(generation_);
+      if (edit) edit(r, *a);
+    }
+    return RunCommands(cmds);
+  }
+
+  // The engines the next commands go to.
+  const std::vector<int>& members() const { return active_; }
+
   std::vector<RankResult> Run(Phase phase, int64_t step) {
-    std::vector<tandem::v1::PhaseCommand> cmds(world_);
+    std::vector<tandem::v1::PhaseCommand> cmds(active_.size());
     for (auto& c : cmds) Fill(c, phase, step);
     return RunCommands(cmds);
   }
@@ -135,7 +200,7 @@ class EngineCluster {
   // Runs `phase` and expects success on every rank; returns rank 0's report.
   ReportPhaseRequest RunOk(Phase phase, int64_t step) {
     auto res = Run(phase, step);
-    for (int r = 0; r < world_; ++r) {
+    for (size_t r = 0; r < res.size(); ++r) {
       EXPECT_TRUE(res[r].status.ok()) << tandem::v1::Phase_Name(phase) << " step " << step
                                       << " rank " << r << ": " << res[r].status;
     }
@@ -160,12 +225,13 @@ class EngineCluster {
     c.set_step(step);
   }
 
+  // cmds[i] goes to engine active_[i].
   std::vector<RankResult> RunCommands(const std::vector<tandem::v1::PhaseCommand>& cmds) {
-    std::vector<RankResult> out(world_);
+    std::vector<RankResult> out(cmds.size());
     std::vector<std::thread> threads;
-    for (int r = 0; r < world_; ++r) {
+    for (size_t r = 0; r < cmds.size(); ++r) {
       threads.emplace_back([&, r] {
-        out[r].status = engines_[r]->RunPhase(cmds[r], &out[r].report);
+        out[r].status = engines_[active_[r]]->RunPhase(cmds[r], &out[r].report);
       });
     }
     for (auto& t : threads) t.join();
@@ -176,6 +242,7 @@ class EngineCluster {
   const std::string job_id_;
   comm::InMemoryStore store_;
   std::vector<std::unique_ptr<worker::JobEngine>> engines_;
+  std::vector<int> active_;  // engines the commands go to (rank i = active_[i])
   int64_t generation_ = 0;
   int64_t command_ = 0;
 };

@@ -95,5 +95,24 @@ TEST(RecoveryPolicyTest, PlanResumesAfterTheRestoredStep) {
   EXPECT_TRUE(p.peer_copies);
 }
 
+TEST(RecoveryPolicyTest, DegradedSharesGoToTheSurvivorBefore) {
+  // Normal layout, 4 ranks: rank 2 lost -> rank 1 computes shares 1-2.
+  auto s = DegradedShares({}, {}, {0, 1, 3}, 4);
+  EXPECT_EQ(s.begin, (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(s.own, (std::vector<int>{0, 1, 3}));
+  // Rank 0 lost: the first survivor takes the prefix.
+  s = DegradedShares({}, {}, {1, 2}, 3);
+  EXPECT_EQ(s.begin, (std::vector<int>{0, 2}));
+  EXPECT_EQ(s.own, (std::vector<int>{1, 2}));
+  // Already degraded (shares 0-1 | 2 | 3 on 3 ranks): the middle one dies.
+  s = DegradedShares({0, 2, 3}, {1, 2, 3}, {0, 2}, 3);
+  EXPECT_EQ(s.begin, (std::vector<int>{0, 3}));
+  EXPECT_EQ(s.own, (std::vector<int>{1, 3}));
+  // Only one survivor: it computes everything.
+  s = DegradedShares({}, {}, {1}, 2);
+  EXPECT_EQ(s.begin, (std::vector<int>{0}));
+  EXPECT_EQ(s.own, (std::vector<int>{1}));
+}
+
 }  // namespace
 }  // namespace tandem::server

@@ -3,9 +3,11 @@
 // restart is answered without running twice.
 #include <chrono>
 #include <mutex>
+#include <optional>
 
 #include "worker/engine/disagg.h"
 #include "worker/engine/engine.h"
+#include "worker/engine/live_restore.h"
 #include "worker/engine/memory_probe.h"
 #include "worker/engine/peer_snapshot.h"
 #include "worker/engine/phases.h"
@@ -75,11 +77,19 @@ class JobEngineImpl final : public JobEngine {
  private:
   absl::Status Dispatch(const tandem::v1::PhaseCommand& cmd, ReportPhaseRequest* report) {
     if (cmd.phase() == tandem::v1::PHASE_SETUP) {
+      std::optional<LiveState> live;
+      if (cmd.assignment().live_restore()) {
+        // Degraded continuation: the previous generation's state is kept
+        // (live_restore.h); its context goes away once the state is out.
+        std::unique_ptr<JobContext> old = Take();
+        live = old ? TakeLiveState(*old, cmd.assignment().job_id())
+                   : LiveState::Missing("holds no state of this job");
+      }
       Drop();
       auto ctx = std::make_unique<JobContext>();
       peer_.KeepOnly(cmd.assignment().job_id());
       ctx->peer = &peer_;
-      absl::Status st = SetupJob(options_, cmd.assignment(), *ctx, report);
+      absl::Status st = SetupJob(options_, cmd.assignment(), *ctx, report, live ? &*live : nullptr);
       if (!st.ok()) return st;
       std::lock_guard<std::mutex> lock(mu_);
       ctx_ = std::move(ctx);
@@ -114,6 +124,7 @@ class JobEngineImpl final : public JobEngine {
       case tandem::v1::PHASE_LOGPROBS: return Logprobs(*ctx, cmd.step(), report);
       case tandem::v1::PHASE_UPDATE: return Update(*ctx, cmd.step(), report);
       case tandem::v1::PHASE_CHECKPOINT: return Checkpoint(*ctx, cmd.step(), report);
+      case tandem::v1::PHASE_FLUSH_CHECKPOINTS: return FinishCheckpoints(*ctx, report, /*wait=*/true);
       case tandem::v1::PHASE_EXPORT: {
         // Checkpoints in flight finish before the job can end.
         if (absl::Status st = FinishCheckpoints(*ctx, report, /*wait=*/true); !st.ok()) return st;
@@ -125,7 +136,8 @@ class JobEngineImpl final : public JobEngine {
     }
   }
 
-  void Drop() {
+  // Detaches the current context with its communicators aborted.
+  std::unique_ptr<JobContext> Take() {
     std::unique_ptr<JobContext> old;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -133,6 +145,11 @@ class JobEngineImpl final : public JobEngine {
     }
     if (old && old->collective) old->collective->Abort();
     if (old && old->disagg) old->disagg->Abort();
+    return old;
+  }
+
+  void Drop() {
+    std::unique_ptr<JobContext> old = Take();
     // `old` is destroyed here, outside the lock.
   }
 

@@ -3,10 +3,12 @@
 // Determinism: prompt p of step s is task->Sample(seed', (s-1)*P + p); the
 // sampling draws are keyed by (seed'', p*G + g), so the same job produces the
 // same trajectories for any number of ranks. Ranks own whole groups
-// (RankSlice over prompts), so advantages need no communication; loss
+// (RankSlice over prompts; in degraded continuation a block of the full
+// job's shares, data_shares.h), so advantages need no communication; loss
 // normalisers are global counts (one scalar allreduce per mini-batch).
 #include <chrono>
 
+#include "worker/engine/data_shares.h"
 #include "worker/engine/phases.h"
 #include "worker/engine/spec_convert.h"
 #include "worker/rl/grpo.h"
@@ -54,14 +56,37 @@ void GatherSeq(const rl::PackedBatch& packed, const float* values, int s, std::v
   }
 }
 
+// This rank's trajectories (group-major, prompts in order) split by data
+// share (data_shares.h): share k's trajectories are [begin, end).
+struct ShareTrajectories {
+  DataShare share;
+  size_t begin = 0, end = 0;
+};
+std::vector<ShareTrajectories> TrajectoriesByShare(const JobContext& ctx) {
+  const size_t G = static_cast<size_t>(GroupSize(ctx));
+  const auto shares = MyShares(ctx, PromptsPerStep(ctx));
+  const int64_t first = shares.front().range.begin;
+  std::vector<ShareTrajectories> out;
+  for (const DataShare& s : shares) {
+    const size_t b = std::min(ctx.rl.trajectories.size(), static_cast<size_t>(s.range.begin - first) * G);
+    const size_t e = std::min(ctx.rl.trajectories.size(), static_cast<size_t>(s.range.end - first) * G);
+    out.push_back({s, b, e});
+  }
+  return out;
+}
+
 absl::Status ComputeLogprobs(JobContext& ctx, model::ParamProvider& params,
                              std::vector<std::vector<float>>& out) {
   auto& trajs = ctx.rl.trajectories;
   out.assign(trajs.size(), {});
   const int micro = std::max(1, ctx.spec().train().micro_batch());
   std::vector<float> logp;
-  for (size_t b = 0; b < trajs.size(); b += micro) {
-    const size_t e = std::min(trajs.size(), b + micro);
+  // Micro-batches within each share: the batches of the full-size job.
+  std::vector<std::pair<size_t, size_t>> batches;
+  for (const auto& st : TrajectoriesByShare(ctx)) {
+    for (size_t b = st.begin; b < st.end; b += micro) batches.emplace_back(b, std::min(st.end, b + micro));
+  }
+  for (const auto& [b, e] : batches) {
     std::vector<double> zeros(e - b, 0.0);
     auto rb = rl::BuildRlBatch(std::span(trajs).subspan(b, e - b), zeros);
     if (!rb.ok()) return rb.status();
@@ -86,7 +111,7 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   const auto& spec = ctx.spec();
   const int G = GroupSize(ctx);
   const int64_t P = PromptsPerStep(ctx);
-  const rl::IndexRange mine = rl::RankSlice(P, ctx.rank, ctx.world);
+  const rl::IndexRange mine = MyRange(ctx, P);
   ctx.rl = RlStepState{};
   ctx.rl.step = step;
   // The frozen reference policy of the KL term is the model RL starts from
@@ -276,11 +301,23 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
   std::vector<float> logp_new, old_tok, ref_tok, adv_tok;
   for (int e = 0; e < epochs; ++e) {
     for (int k = 0; k < minis; ++k) {
-      // This rank's trajectories whose prompt falls in global part k.
+      // This rank's trajectories whose prompt falls in global part k, by
+      // data share; passes (micro-batches) never mix shares.
       std::vector<size_t> idx;
-      for (size_t i = 0; i < trajs.size(); ++i) {
-        const int64_t p = trajs[i].group;
-        if (p >= prompt_parts[k].begin && p < prompt_parts[k].end) idx.push_back(i);
+      struct Pass {
+        size_t begin, end;  // into idx
+        bool cheap;         // skip the attention backward (a taken-over share)
+      };
+      std::vector<Pass> passes;
+      for (const auto& st : TrajectoriesByShare(ctx)) {
+        const size_t first = idx.size();
+        for (size_t i = st.begin; i < st.end; ++i) {
+          const int64_t p = trajs[i].group;
+          if (p >= prompt_parts[k].begin && p < prompt_parts[k].end) idx.push_back(i);
+        }
+        for (size_t b = first; b < idx.size(); b += micro) {
+          passes.push_back({b, std::min(idx.size(), b + micro), CheapBackward(ctx, st.share)});
+        }
       }
       double tokens = 0, seqs = 0;
       for (size_t i : idx) {
@@ -297,14 +334,15 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
       // ZeRO-2/3 pair every forward/backward with collectives, so every rank
       // runs the same number of passes: ranks with fewer trajectories in this
       // mini-batch run zero-weight passes (dlogp = 0) on their first one.
-      const int64_t local_passes = static_cast<int64_t>((idx.size() + micro - 1) / micro);
+      const int64_t local_passes = static_cast<int64_t>(passes.size());
       auto max_passes = MaxOverRanks(ctx, local_passes);
       if (!max_passes.ok()) return max_passes.status();
       for (int64_t pass = 0; pass < *max_passes; ++pass) {
         const bool padding = pass >= local_passes;
-        const size_t b = padding ? 0 : static_cast<size_t>(pass) * micro;
-        const size_t e2 = padding ? std::min<size_t>(1, trajs.size())
-                                  : std::min(idx.size(), b + micro);
+        const size_t b = padding ? 0 : passes[pass].begin;
+        const size_t e2 = padding ? std::min<size_t>(1, trajs.size()) : passes[pass].end;
+        model::BackwardOptions bo;
+        bo.skip_attention = !padding && passes[pass].cheap;
         if (padding && trajs.empty()) {
           return absl::InternalError("rank has no trajectory to pad its passes with");
         }
@@ -341,7 +379,7 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
           loss->loss = loss->kl_sum = loss->clipped_sum = loss->ratio_sum = 0;
           loss->masked_tokens = 0;
         }
-        if (absl::Status st = ctx.model->Backward(loss->dlogp.data(), *ctx.zero); !st.ok())
+        if (absl::Status st = ctx.model->Backward(loss->dlogp.data(), *ctx.zero, bo); !st.ok())
           return st;
         if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
         loss_sum += loss->loss;
@@ -358,9 +396,11 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
       grad_norm = stats->grad_norm;
       ctx.optimizer_steps++;
       updates++;
+      ctx.last_trained_step.reset();  // between this step's optimizer steps
     }
   }
   ctx.policy_version++;
+  ctx.last_trained_step = step;
   std::vector<double> sums = {loss_sum, kl_sum, clip_sum, ratio_sum, tok_sum, tok_sum};
   if (absl::Status st = AllreduceSum(ctx, sums); !st.ok()) return st;
   const double seconds = Seconds(start);

@@ -71,6 +71,14 @@ struct JobContext {
   RlStepState rl;
   int64_t optimizer_steps = 0;  // completed optimizer steps (lr schedule)
   int64_t policy_version = 0;   // weights version (RL updates)
+  // The training step (SFT_STEP or UPDATE; warm-start steps are negative)
+  // whose result the live parameters and optimizer state are: set when a
+  // training phase has applied all its optimizer steps (or by a restore),
+  // cleared while an UPDATE is between its optimizer steps. At ZeRO stage 0
+  // an optimizer step changes nothing unless it succeeds, so a phase that
+  // fails before its step leaves the previous value valid. Degraded
+  // continuation hands this state to the next generation (live_restore.h).
+  std::optional<int64_t> last_trained_step;
 
   // Checkpoints: root directory and the background writer (declared after
   // the store/collective it uses, so it is destroyed - and drained - first).

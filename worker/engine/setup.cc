@@ -5,7 +5,9 @@
 
 #include "kernels/backends.h"
 #include "worker/comm/grpc_store.h"
+#include "worker/engine/data_shares.h"
 #include "worker/engine/disagg.h"
+#include "worker/engine/live_restore.h"
 #include "worker/engine/peer_snapshot.h"
 #include "worker/engine/phases.h"
 #include "worker/engine/spec_convert.h"
@@ -60,7 +62,8 @@ absl::Status BuildData(JobContext& ctx) {
 
 absl::Status SetupJob(const EngineOptions& options,
                       const tandem::v1::Assignment& assignment,
-                      JobContext& ctx, ReportPhaseRequest* report) {
+                      JobContext& ctx, ReportPhaseRequest* report,
+                      LiveState* live) {
   ctx.assignment = assignment;
   ctx.rank = assignment.rank();
   ctx.world = assignment.world_size();
@@ -69,6 +72,7 @@ absl::Status SetupJob(const EngineOptions& options,
     return absl::InvalidArgumentError("assignment: rank " + std::to_string(ctx.rank) +
                                       " outside world of " + std::to_string(ctx.world));
   }
+  if (absl::Status st = ValidateShares(assignment); !st.ok()) return st;
 
   if (spec.cluster().device() == tandem::v1::DEVICE_KIND_CUDA) {
     // Say so rather than silently computing on the host.
@@ -169,6 +173,21 @@ absl::Status SetupJob(const EngineOptions& options,
   ctx.zero = std::move(*z);
   if (absl::Status st = ctx.zero->InitFromFull(full.data()); !st.ok()) return st;
 
+  if (assignment.logical_world_size() > 0) {
+    // Every logical share must be computed by exactly one rank (a gap would
+    // silently drop data); all ranks see the same counts, so all agree.
+    std::vector<double> owners(assignment.logical_world_size(), 0.0);
+    for (int l = assignment.logical_rank_begin(); l < assignment.logical_rank_end(); ++l) owners[l] = 1;
+    if (absl::Status st = AllreduceSum(ctx, owners); !st.ok()) return st;
+    for (size_t l = 0; l < owners.size(); ++l) {
+      if (owners[l] != 1) {
+        return absl::InvalidArgumentError(
+            "assignment: logical share " + std::to_string(l) + " of " + std::to_string(owners.size()) +
+            " is assigned to " + std::to_string(static_cast<int>(owners[l])) + " ranks (must be exactly 1)");
+      }
+    }
+  }
+
   ctx.checkpoint_root = spec.checkpoint().dir();
   if (ctx.checkpoint_root.empty() && !assignment.run_dir().empty()) {
     ctx.checkpoint_root = assignment.run_dir() + "/checkpoints";
@@ -176,14 +195,26 @@ absl::Status SetupJob(const EngineOptions& options,
   const std::string restore =
       !assignment.restore_from().empty() ? assignment.restore_from() : spec.resume_from();
   const auto restore_start = std::chrono::steady_clock::now();
-  if (assignment.peer_restore_step() > 0) {
+  if (assignment.live_restore()) {
+    // Degraded continuation: the survivors keep their live state.
+    if (absl::Status st = LiveRestore(ctx, assignment.live_restore_step(),
+                                               assignment.live_restore_allow_inflight()
+                                                   ? std::optional<int64_t>(assignment.live_restore_inflight_step())
+                                                   : std::nullopt,
+                                               live, report); !st.ok()) return st;
+  } else if (assignment.peer_restore_step() > 0) {
     std::vector<int> ranks(assignment.peer_restore_ranks().begin(), assignment.peer_restore_ranks().end());
     if (absl::Status st = RestoreFromPeers(ctx, assignment.peer_restore_step(), ranks, report); !st.ok()) return st;
+    ctx.last_trained_step = assignment.peer_restore_step();
   } else if (!restore.empty()) {
     if (absl::Status st = RestoreCheckpoint(ctx, restore, report); !st.ok()) return st;
     (*report->mutable_values())["restore_source"] = 2;  // disk
     (*report->mutable_values())["restore_seconds"] =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - restore_start).count();
+    // A checkpoint of step s holds the state after training phase s.
+    if (auto it = report->values().find("restored_step"); it != report->values().end()) {
+      ctx.last_trained_step = static_cast<int64_t>(it->second);
+    }
   }
   auto mem = ctx.zero->memory();
   (*report->mutable_values())["param_bytes"] = static_cast<double>(mem.param_bytes);

@@ -1,6 +1,7 @@
 // PHASE_SFT_STEP and PHASE_EVAL.
 #include <chrono>
 
+#include "worker/engine/data_shares.h"
 #include "worker/engine/phases.h"
 #include "worker/engine/spec_convert.h"
 #include "worker/rl/lr_schedule.h"
@@ -64,7 +65,6 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   const int64_t data_step = warm_start ? -step - 1 : step - 1;
   const int64_t global_batch = spec.train().global_batch();
   const int64_t micro = spec.train().micro_batch();
-  const rl::IndexRange mine = rl::RankSlice(global_batch, ctx.rank, ctx.world);
 
   // The global loss normaliser: every rank counts the whole step's loss
   // tokens, so the gradient is the same for any world size.
@@ -80,25 +80,31 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   // Gradients accumulate over this step's micro-batches only.
   ctx.zero->ZeroGrads();
   if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
-  for (const rl::IndexRange& mb : rl::MicroBatches(mine, micro)) {
-    std::vector<rl::SftExample> ex(global.begin() + mb.begin, global.begin() + mb.end);
-    rl::PackedBatch packed = rl::PackSft(ex, ctx.dataset->tokens().bos,
-                                         ctx.dataset->tokens().eos);
-    model::Batch batch = ToModelBatch(packed);
-    const int t = batch.num_tokens();
-    logp.assign(t, 0.f);
-    dlogp.assign(t, 0.f);
-    if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp.data()); !st.ok())
-      return st;
-    for (int i = 0; i < t; ++i) {
-      if (packed.loss_mask[i] != 0.f) {
-        loss_sum -= static_cast<double>(logp[i]) * packed.loss_mask[i];
-        dlogp[i] = -packed.loss_mask[i] * inv;
+  // One share at a time (data_shares.h), so a micro-batch never mixes this
+  // rank's own examples with a taken-over share's.
+  for (const DataShare& share : MyShares(ctx, global_batch)) {
+    model::BackwardOptions bo;
+    bo.skip_attention = CheapBackward(ctx, share);
+    for (const rl::IndexRange& mb : rl::MicroBatches(share.range, micro)) {
+      std::vector<rl::SftExample> ex(global.begin() + mb.begin, global.begin() + mb.end);
+      rl::PackedBatch packed = rl::PackSft(ex, ctx.dataset->tokens().bos,
+                                           ctx.dataset->tokens().eos);
+      model::Batch batch = ToModelBatch(packed);
+      const int t = batch.num_tokens();
+      logp.assign(t, 0.f);
+      dlogp.assign(t, 0.f);
+      if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp.data()); !st.ok())
+        return st;
+      for (int i = 0; i < t; ++i) {
+        if (packed.loss_mask[i] != 0.f) {
+          loss_sum -= static_cast<double>(logp[i]) * packed.loss_mask[i];
+          dlogp[i] = -packed.loss_mask[i] * inv;
+        }
       }
+      if (absl::Status st = ctx.model->Backward(dlogp.data(), *ctx.zero, bo); !st.ok()) return st;
+      if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
+      tokens += t;
     }
-    if (absl::Status st = ctx.model->Backward(dlogp.data(), *ctx.zero); !st.ok()) return st;
-    if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
-    tokens += t;
   }
 
   const double lr_base = warm_start && spec.init().sft_lr() > 0 ? spec.init().sft_lr()
@@ -114,6 +120,7 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   if (!stats.ok()) return stats.status();
   ctx.optimizer_steps++;
   ctx.policy_version++;
+  ctx.last_trained_step = step;  // the state is step's now, whatever follows
 
   std::vector<double> sums = {loss_sum, tokens};
   if (absl::Status st = AllreduceSum(ctx, sums); !st.ok()) return st;
@@ -145,7 +152,7 @@ absl::Status Evaluate(JobContext& ctx, int64_t step, ReportPhaseRequest* report)
   const auto& spec = ctx.spec();
   const int n = spec.task().eval_size() > 0 ? spec.task().eval_size() : 200;
   const auto examples = ctx.task->EvalExamples(DeriveSeed(spec.seed(), kSeedEval), n);
-  const rl::IndexRange mine = rl::RankSlice(n, ctx.rank, ctx.world);
+  const rl::IndexRange mine = MyRange(ctx, n);
   std::vector<std::vector<int32_t>> prompts;
   for (int64_t i = mine.begin; i < mine.end; ++i) {
     std::vector<int32_t> p = {ctx.dataset->tokens().bos};

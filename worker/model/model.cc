@@ -235,7 +235,8 @@ absl::Status Model::ForwardLogits(const Batch& batch, ParamProvider& pp,
   return absl::OkStatus();
 }
 
-absl::Status Model::Backward(const float* dlogp, ParamProvider& pp) {
+absl::Status Model::Backward(const float* dlogp, ParamProvider& pp,
+                             const BackwardOptions& options) {
   if (!have_forward_) {
     return absl::FailedPreconditionError("Backward without a ForwardLogprobs");
   }
@@ -293,6 +294,11 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp) {
     ops_->rmsnorm_backward(dxn_, xmid, P + o.post_norm, rstd2_ + lt, T, C_,
                            dtmp_, G + o.post_norm);
     ops_->add_inplace(dres_, dtmp_, TC);
+    if (options.skip_attention) {  // the residual carries dres_ through
+      pp.ReleaseGrads(unit);
+      pp.ReleaseParams(unit);
+      continue;
+    }
 
     // Attention.
     ops_->matmul(false, false, T, HD_, C_, 1.f, dres_, C_, P + o.o, HD_, 0.f, dattn_, HD_);

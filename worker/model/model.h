@@ -38,6 +38,17 @@ struct Batch {
   void AddSequence(std::span<const int32_t> seq);
 };
 
+// Options of Model::Backward.
+struct BackwardOptions {
+  // MeCeFO's cheap mode: every layer's attention sub-block (input RMSNorm,
+  // q/k/v and their biases, RoPE, attention, o-proj) is skipped in the
+  // backward pass: the residual gradient passes through it unchanged and its
+  // parameters get no gradient from this batch. The MLP sub-blocks, the
+  // final norm, the LM head and the embedding are differentiated as usual
+  // (through that approximate residual gradient).
+  bool skip_attention = false;
+};
+
 class Model {
  public:
   Model(const ModelConfig& config, kernels::Ops* ops, int max_tokens = 0);
@@ -51,8 +62,10 @@ class Model {
   absl::Status ForwardLogprobs(const Batch& batch, ParamProvider& params,
                                float* logp, float* entropy = nullptr);
   // Gradient of the last ForwardLogprobs: dlogp[T] = dLoss/dlogp. ADDS
-  // parameter gradients through AcquireGrads/ReleaseGrads (units L+1..0).
-  absl::Status Backward(const float* dlogp, ParamProvider& params);
+  // parameter gradients through AcquireGrads/ReleaseGrads (units L+1..0;
+  // the same calls with skip_attention, so ZeRO's collectives match).
+  absl::Status Backward(const float* dlogp, ParamProvider& params,
+                        const BackwardOptions& options = {});
   // Full logits [T, V] (materialised: for tests and evaluation of short
   // batches). Leaves no state for Backward.
   absl::Status ForwardLogits(const Batch& batch, ParamProvider& params,

@@ -594,6 +594,16 @@ void ZeroOptimizer::LoadOptimizerShard(const float* m_in, const float* v_in) {
   }
 }
 
+absl::Status ZeroOptimizer::CopyFullState(float* params, float* m, float* v) const {
+  if (options_.stage != 0) {
+    return absl::FailedPreconditionError("the full state is only held at ZeRO stage 0");
+  }
+  std::copy(params_full_.begin(), params_full_.end(), params);
+  std::copy(m_.begin(), m_.end(), m);
+  std::copy(v_.begin(), v_.end(), v);
+  return absl::OkStatus();
+}
+
 absl::Status ZeroOptimizer::OffloadOptimizerState() {
   offloaded_ = true;  // CPU backend: the state already lives in host memory
   return absl::OkStatus();

@@ -147,6 +147,11 @@ class ZeroOptimizer final : public model::ParamProvider {
   // Stage 0 keeps full moments on every rank: after every rank loaded its
   // shard, this collective rebuilds them everywhere. No-op for stages 1-3.
   absl::Status AllgatherOptimizerState();
+  // Stage 0 only (every rank holds the whole state): copies the full
+  // parameters and moments into params[Psi], m[Psi], v[Psi] without any
+  // collective (degraded continuation hands them to the next generation).
+  // FailedPrecondition for stages 1-3.
+  absl::Status CopyFullState(float* params, float* m, float* v) const;
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t step) { step_ = step; }
   // Host offload of optimizer state: the CPU backend keeps it on the host

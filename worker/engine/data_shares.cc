@@ -1,0 +1,50 @@
+#include "worker/engine/data_shares.h"
+
+#include <string>
+
+#include "worker/engine/job_context.h"
+
+namespace tandem::worker {
+
+absl::Status ValidateShares(const tandem::v1::Assignment& a) {
+  const int w = a.logical_world_size();
+  if (w == 0) {
+    if (a.logical_rank_begin() != 0 || a.logical_rank_end() != 0 || a.own_logical_rank() != 0) {
+      return absl::InvalidArgumentError(
+          "assignment: logical ranks given without logical_world_size");
+    }
+    return absl::OkStatus();
+  }
+  const int b = a.logical_rank_begin(), e = a.logical_rank_end(), own = a.own_logical_rank();
+  if (w < a.world_size() || b < 0 || b >= e || e > w || own < b || own >= e) {
+    return absl::InvalidArgumentError(
+        "assignment: logical shares [" + std::to_string(b) + ", " + std::to_string(e) +
+        ") with own " + std::to_string(own) + " are not a block of " + std::to_string(w) +
+        " shares for a world of " + std::to_string(a.world_size()));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<DataShare> MyShares(const JobContext& ctx, int64_t total) {
+  const auto& a = ctx.assignment;
+  std::vector<DataShare> out;
+  if (a.logical_world_size() <= 0) {
+    out.push_back({ctx.rank, rl::RankSlice(total, ctx.rank, ctx.world), false});
+    return out;
+  }
+  for (int l = a.logical_rank_begin(); l < a.logical_rank_end(); ++l) {
+    out.push_back({l, rl::RankSlice(total, l, a.logical_world_size()), l != a.own_logical_rank()});
+  }
+  return out;
+}
+
+rl::IndexRange MyRange(const JobContext& ctx, int64_t total) {
+  const auto shares = MyShares(ctx, total);
+  return rl::IndexRange{shares.front().range.begin, shares.back().range.end};
+}
+
+bool CheapBackward(const JobContext& ctx, const DataShare& share) {
+  return share.taken_over && ctx.spec().recovery().degraded_cheap_backward();
+}
+
+}  // namespace tandem::worker
