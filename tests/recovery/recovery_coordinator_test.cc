@@ -47,6 +47,8 @@ std::string CkptPath(const std::string& job, int64_t step) {
 struct Shared {
   absl::Mutex mu;
   std::set<std::string> corrupt ABSL_GUARDED_BY(mu);  // restore from these fails
+  std::atomic<bool> live_restore_fails{false};         // SETUP with live_restore fails
+  std::atomic<int> phase_sleep_ms{0};                  // every answer takes this long
 };
 
 using Worker = test_support::FakeWorker;
@@ -57,11 +59,21 @@ using Worker = test_support::FakeWorker;
 // path.
 void EngineLikeReport(Shared* shared, Worker& w, const tandem::v1::PhaseCommand& cmd,
                       tandem::v1::ReportPhaseRequest* report) {
+  if (shared->phase_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(shared->phase_sleep_ms));
   if (!report->ok()) return;
   auto& values = *report->mutable_values();
   if (cmd.phase() == tandem::v1::PHASE_SETUP) {
     const auto& a = cmd.assignment();
-    if (a.peer_restore_step() > 0) {
+    if (a.live_restore()) {
+      if (shared->live_restore_fails) {
+        report->set_ok(false);
+        report->set_error(absl::StrCat("live restore: rank ", a.rank(), " holds step 99, not ", a.live_restore_step()));
+      } else {
+        values["restored_step"] = static_cast<double>(a.live_restore_step());
+        values["restore_source"] = 3;
+        values["restore_seconds"] = 0.001;
+      }
+    } else if (a.peer_restore_step() > 0) {
       values["restored_step"] = static_cast<double>(a.peer_restore_step());
       values["restore_source"] = 1;
       values["restore_seconds"] = 0.01;
@@ -366,6 +378,86 @@ TEST_F(RecoveryTest, PreemptedWorkerIsHandedOverAfterACheckpoint) {
   EXPECT_TRUE(absl::StrContains(recovered->message(), "(0 steps redone)")) << recovered->message();
   for (int i = 0; i < 40 && !b->released; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_TRUE(b->released);
+}
+
+// Degraded continuation (recovery.degraded, ZeRO-0): no wait for a
+// replacement, no rollback; the survivor before the lost rank computes its
+// data share. A spare that registers later makes the job grow back to full
+// size from a checkpoint of the current step.
+TEST_F(RecoveryTest, DegradedJobContinuesAtOnceAndGrowsBack) {
+  auto* a = AddWorker("alpha");
+  auto* b = AddWorker("beta");
+  auto* c = AddWorker("gamma");
+  b->stall = StallAt(tandem::v1::PHASE_SFT_STEP, 5);
+  shared_.phase_sleep_ms = 20;
+  auto spec = Spec(3, 14, 4);
+  spec.mutable_cluster()->set_zero_stage(0);
+  spec.mutable_recovery()->set_degraded(true);
+  spec.mutable_recovery()->set_replacement_timeout_ms(60000);  // never waited for
+  std::string id = Submit(spec);
+  WaitFor(id, [](const auto& j) { return j.step() == 4; });
+  b->Stop();
+  auto degraded = WaitFor(id, [](const auto& j) {
+    return j.recovery().degraded_logical_world() == 3 && j.state() == tandem::v1::JOB_STATE_RUNNING;
+  });
+  ASSERT_EQ(degraded.worker_ids_size(), 2) << degraded.DebugString();
+  EXPECT_EQ(degraded.worker_ids(0), a->id());
+  EXPECT_EQ(degraded.worker_ids(1), c->id());
+  // alpha computes shares 0-1 (its own and beta's), gamma share 2.
+  // alpha and gamma finished step 5 (only beta stalled in it): they keep it.
+  const auto aa = a->last_assignment();
+  EXPECT_TRUE(aa.live_restore());
+  EXPECT_EQ(aa.live_restore_step(), 5);
+  EXPECT_EQ(aa.world_size(), 2);
+  EXPECT_EQ(aa.logical_world_size(), 3);
+  EXPECT_EQ(aa.logical_rank_begin(), 0);
+  EXPECT_EQ(aa.logical_rank_end(), 2);
+  EXPECT_EQ(aa.own_logical_rank(), 0);
+  const auto ca = c->last_assignment();
+  EXPECT_EQ(ca.logical_rank_begin(), 2);
+  EXPECT_EQ(ca.logical_rank_end(), 3);
+  EXPECT_EQ(ca.own_logical_rank(), 2);
+  auto* spare = AddWorker("delta");
+  auto job = WaitFor(id, Done);
+  auto events = Events(id);
+  ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_SUCCEEDED) << job.reason() << Dump(events);
+  EXPECT_TRUE(HasEvent(events, "degraded: generation 2 continues on 2 of 3 ranks without waiting")) << Dump(events);
+  EXPECT_TRUE(HasEvent(events, "from live memory; resuming at step 6 (0 steps redone)")) << Dump(events);
+  EXPECT_TRUE(HasEvent(events, "growing back to 3 of 3 ranks (degraded mode ends)")) << Dump(events);
+  EXPECT_EQ(job.worker_ids_size(), 3);
+  EXPECT_EQ(job.worker_ids(2), spare->id());
+  EXPECT_EQ(job.recovery().grow_backs(), 1);
+  EXPECT_EQ(job.recovery().degraded_logical_world(), 0);
+  EXPECT_EQ(job.recovery().steps_redone_total(), 0);
+  // The grown-back generation restored a checkpoint of the step it stopped at.
+  const auto sa = spare->last_assignment();
+  EXPECT_EQ(sa.world_size(), 3);
+  EXPECT_EQ(sa.logical_world_size(), 0);
+  EXPECT_FALSE(sa.live_restore());
+  EXPECT_FALSE(sa.restore_from().empty());
+  EXPECT_EQ(job.step(), 14);
+}
+
+TEST_F(RecoveryTest, DegradedLiveRestoreFailureFallsBackToDisk) {
+  AddWorker("alpha");
+  auto* b = AddWorker("beta");
+  b->stall = StallAt(tandem::v1::PHASE_SFT_STEP, 4);
+  shared_.live_restore_fails = true;
+  auto spec = Spec(2, 6, 2);
+  spec.mutable_cluster()->set_zero_stage(0);
+  spec.mutable_recovery()->set_degraded(true);
+  std::string id = Submit(spec);
+  WaitFor(id, [](const auto& j) { return j.step() == 3; });
+  b->Stop();
+  auto job = WaitFor(id, Done);
+  auto events = Events(id);
+  ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_SUCCEEDED) << job.reason() << Dump(events);
+  EXPECT_TRUE(HasEvent(events, "live-state restore failed")) << Dump(events);
+  auto recovered = Recovered(events);
+  ASSERT_TRUE(recovered) << Dump(events);
+  EXPECT_TRUE(absl::StrContains(recovered->message(), "from disk; resuming at step 3")) << recovered->message();
+  EXPECT_EQ(job.worker_ids_size(), 1);  // still degraded: no spare came
+  EXPECT_EQ(job.recovery().degraded_logical_world(), 2);
 }
 
 }  // namespace
