@@ -77,6 +77,7 @@ const YamlProtoOptions& JobOptions() {
         {.path = "train.grad_clip", .min = 0, .max = 1e6},
         {.path = "train.eval_every", .min = 0, .max = kMaxSteps},
         {.path = "train.seq_len", .min = 0, .max = 1 << 24},
+        {.path = "train.precision", .one_of = {"fp32", "bf16"}},
         {.path = "rl.group_size", .min = 2, .max = 4096},
         {.path = "rl.prompts_per_step", .min = 1, .max = 1 << 20},
         {.path = "rl.clip", .min = 0, .max = 10, .min_exclusive = true},
@@ -292,6 +293,7 @@ JobSpec DefaultJobSpec() {
   t->set_beta2(0.95);
   t->set_eps(1e-8);
   t->set_grad_clip(1.0);
+  t->set_precision("fp32");
   auto* rl = s.mutable_rl();
   rl->set_group_size(8);
   rl->set_prompts_per_step(8);

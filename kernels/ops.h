@@ -169,6 +169,15 @@ class Ops {
   virtual void adamw_step(float* p, const float* g, float* m, float* v,
                           size_t n, float lr, float beta1, float beta2,
                           float eps, float weight_decay, int64_t step) = 0;
+
+  // bf16 storage (mixed precision: bf16 compute copies of fp32 masters).
+  // bf16 values are uint16_t bit patterns (kernels/bf16.h states the rules:
+  // round to nearest even, NaN kept as NaN, Inf kept, denormals kept);
+  // every backend produces the same bits. x and y must not overlap.
+  // y[i] = bf16(x[i])
+  virtual void float_to_bf16(const float* x, uint16_t* y, size_t n) = 0;
+  // y[i] = float(x[i]) (exact)
+  virtual void bf16_to_float(const uint16_t* x, float* y, size_t n) = 0;
 };
 
 }  // namespace tandem::kernels

@@ -3,6 +3,7 @@
 // 127.0.0.1, and the share of the step spent communicating.
 //
 //   bench_sft --config B --workers 2 --stage 2 --steps 5 [--warmup 1]
+//             [--precision fp32|bf16]
 //
 // Config B (issue 2): vocab 4096, hidden 512, 8 layers, 8 heads, 4 KV heads,
 // intermediate 1376; a global batch of 4 sequences of 512 tokens split
@@ -103,6 +104,7 @@ struct Args {
   int warmup = 1;
   int batch = 4;
   int seq = 512;
+  std::string precision = "fp32";  // ZeroOptions.precision
 };
 
 model::ModelConfig ConfigFor(const std::string& name) {
@@ -170,6 +172,9 @@ int RunRank(const Args& a, const std::string& store_dir, int rank) {
 
   zero::ZeroOptions zo;
   zo.stage = a.stage;
+  auto precision = zero::ParsePrecision(a.precision);
+  if (!precision.ok()) return fail("precision", precision.status());
+  zo.precision = *precision;
   for (int u = 0; u < layout.num_units(); ++u) {
     zo.units.push_back({layout.unit_offset(u), layout.unit_size(u)});
   }
@@ -243,10 +248,10 @@ int RunRank(const Args& a, const std::string& store_dir, int rank) {
     const double exposed = std::max(0.0, in_step - adam_s);
     const auto mem = (*z)->memory();
     std::printf(
-        "bench_sft config=%s workers=%d stage=%d steps=%d (warmup %d) params=%zu "
+        "bench_sft config=%s workers=%d stage=%d precision=%s steps=%d (warmup %d) params=%zu "
         "global_batch=%dx%d\n",
-        a.config.c_str(), a.workers, a.stage, a.steps, a.warmup, layout.total_floats(), a.batch,
-        a.seq);
+        a.config.c_str(), a.workers, a.stage, a.precision.c_str(), a.steps, a.warmup,
+        layout.total_floats(), a.batch, a.seq);
     std::printf("  step time        %.3f s  (%.0f tokens/s)\n", step, a.batch * a.seq / step);
     std::printf("  forward+backward %.3f s\n", compute);
     std::printf("  in Step (drain+comm+AdamW) %.3f s, AdamW alone %.3f s\n", in_step, adam_s);
@@ -256,10 +261,10 @@ int RunRank(const Args& a, const std::string& store_dir, int rank) {
     std::printf("  exposed comm     %.3f s (%.1f%% of the step)\n", exposed,
                 100 * exposed / step);
     std::printf("  bytes sent/step  %.1f MB (rank 0)\n", sum.bytes_sent / k / 1e6);
-    std::printf("  memory rank 0    params %.1f MB, grads %.1f MB, optimizer %.1f MB, "
-                "temporaries %.1f MB\n",
-                mem.param_bytes / 1e6, mem.grad_bytes / 1e6, mem.optimizer_bytes / 1e6,
-                mem.temp_bytes / 1e6);
+    std::printf("  memory rank 0    params %.1f MB, bf16 compute copy %.1f MB, grads %.1f MB, "
+                "optimizer %.1f MB, temporaries %.1f MB\n",
+                mem.param_bytes / 1e6, mem.compute_bytes / 1e6, mem.grad_bytes / 1e6,
+                mem.optimizer_bytes / 1e6, mem.temp_bytes / 1e6);
     std::printf("  last loss (sum of -logp on rank 0) %.4g\n", loss);
   }
   return 0;
@@ -282,10 +287,11 @@ int Main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--warmup")) a.warmup = std::atoi(next("--warmup"));
     else if (!std::strcmp(argv[i], "--batch")) a.batch = std::atoi(next("--batch"));
     else if (!std::strcmp(argv[i], "--seq")) a.seq = std::atoi(next("--seq"));
+    else if (!std::strcmp(argv[i], "--precision")) a.precision = next("--precision");
     else {
       std::fprintf(stderr,
                    "usage: bench_sft [--config B|tiny] [--workers N] [--stage 0-3] "
-                   "[--steps K] [--warmup W] [--batch 4] [--seq 512]\n");
+                   "[--steps K] [--warmup W] [--batch 4] [--seq 512] [--precision fp32|bf16]\n");
       return 2;
     }
   }

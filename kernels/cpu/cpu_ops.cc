@@ -15,6 +15,7 @@
 
 #include "kernels/backends.h"
 #include "kernels/cpu/attention_cpu.h"
+#include "kernels/cpu/convert_cpu.h"
 #include "kernels/cpu/elementwise_cpu.h"
 #include "kernels/cpu/embedding_cpu.h"
 #include "kernels/cpu/lm_head_cpu.h"
@@ -134,6 +135,12 @@ class CpuOps final : public Ops {
                   float lr, float beta1, float beta2, float eps,
                   float weight_decay, int64_t step) override {
     cpu::adamw_step(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, step);
+  }
+  void float_to_bf16(const float* x, uint16_t* y, size_t n) override {
+    cpu::float_to_bf16(x, y, n);
+  }
+  void bf16_to_float(const uint16_t* x, float* y, size_t n) override {
+    cpu::bf16_to_float(x, y, n);
   }
 
  private:

@@ -94,6 +94,8 @@ class CudaOps final : public Ops {
   void adamw_step(float* p, const float* g, float* m, float* v, size_t n,
                   float lr, float beta1, float beta2, float eps,
                   float weight_decay, int64_t step) override;
+  void float_to_bf16(const float* x, uint16_t* y, size_t n) override;
+  void bf16_to_float(const uint16_t* x, float* y, size_t n) override;
 
   // Records `err` (with `what`) if it is the first error. Returns true when
   // err == cudaSuccess.

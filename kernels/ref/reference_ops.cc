@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "kernels/backends.h"
+#include "kernels/bf16.h"
 #include "kernels/ops.h"
 #include "kernels/ref/attention_ref.h"
 #include "kernels/ref/ref_math.h"
@@ -125,6 +126,12 @@ class ReferenceOps final : public Ops {
     assert(step >= 1);
     ref::adamw_step<float>(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay,
                            step);
+  }
+  void float_to_bf16(const float* x, uint16_t* y, size_t n) override {
+    for (size_t i = 0; i < n; ++i) y[i] = Bf16FromFloat(x[i]);
+  }
+  void bf16_to_float(const uint16_t* x, float* y, size_t n) override {
+    for (size_t i = 0; i < n; ++i) y[i] = FloatFromBf16(x[i]);
   }
 };
 

@@ -104,7 +104,8 @@ class CommWorker {
 
 struct ZeroOptimizer::Gather {
   int unit = 0;
-  float* buf = nullptr;
+  float* buf = nullptr;     // what the model reads (fp32)
+  float* packed = nullptr;  // bf16 stage 3: the packed bf16 allgather target
   std::shared_ptr<CommWorker::Task> task;
   int refs = 0;
 };
@@ -120,15 +121,30 @@ class ZeroOptimizer::InferenceView final : public model::ParamProvider {
  public:
   explicit InferenceView(ZeroOptimizer* owner) : owner_(owner) {}
   const float* AcquireParams(int unit) override {
+    // bf16 stages 0-2 outside BeginInference: widen per unit like training.
+    if (Delegates()) return owner_->AcquireParams(unit);
     return owner_->FullParams() + owner_->options_.units[unit].offset;
   }
-  void ReleaseParams(int) override {}
+  void ReleaseParams(int unit) override {
+    if (Delegates()) owner_->ReleaseParams(unit);
+  }
   float* AcquireGrads(int) override { return nullptr; }  // read-only view
   void ReleaseGrads(int) override {}
 
  private:
+  bool Delegates() const {
+    return owner_->bf16() && owner_->options_.stage < 3 &&
+           !owner_->in_inference_;
+  }
   ZeroOptimizer* owner_;
 };
+
+absl::StatusOr<Precision> ParsePrecision(std::string_view name) {
+  if (name.empty() || name == "fp32") return Precision::kFp32;
+  if (name == "bf16") return Precision::kBf16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("precision \"", std::string(name), "\" (expected fp32 or bf16)"));
+}
 
 std::vector<ShardPiece> ComputeShardMap(const std::vector<Unit>& units,
                                         int rank, int world) {
@@ -180,8 +196,18 @@ ZeroOptimizer::ZeroOptimizer(ZeroOptions options)
   shard_map_ = ComputeShardMap(options_.units, rank_, world_);
   for (const auto& p : shard_map_) shard_size_ += p.size;
   const int stage = options_.stage;
-  if (stage <= 2) params_full_.assign(psi_, 0.f);
-  if (stage == 3) param_shard_.assign(shard_size_, 0.f);
+  if (master_sharded()) {
+    param_shard_.assign(shard_size_, 0.f);
+  } else {
+    params_full_.assign(psi_, 0.f);
+  }
+  if (bf16()) {
+    if (stage <= 2) compute_full_.assign(psi_, 0);
+    if (stage == 3) compute_shard_.assign(shard_size_, 0);
+    if ((stage == 1 || stage == 2) && world_ > 1) {
+      pack_buf_.assign(packed_floats(), 0.f);
+    }
+  }
   if (stage <= 1) grads_full_.assign(psi_, 0.f);
   if (stage >= 2) {
     grad_shard_.assign(shard_size_, 0.f);
@@ -204,8 +230,93 @@ void ZeroOptimizer::Fail(const absl::Status& s) {
 }
 
 const float* ZeroOptimizer::FullParams() const {
-  if (options_.stage == 3) return in_inference_ ? infer_full_.data() : nullptr;
+  if (in_inference_) return infer_full_.data();
+  if (options_.stage == 3 || bf16()) return nullptr;
   return params_full_.data();
+}
+
+float* ZeroOptimizer::MasterPiece(const ShardPiece& p) {
+  return master_sharded()
+             ? param_shard_.data() + p.shard_offset
+             : params_full_.data() + options_.units[p.unit].offset + p.unit_offset;
+}
+
+const float* ZeroOptimizer::MasterPiece(const ShardPiece& p) const {
+  return const_cast<ZeroOptimizer*>(this)->MasterPiece(p);
+}
+
+std::vector<size_t> ZeroOptimizer::PackedCounts(int unit) const {
+  std::vector<size_t> counts = UnitCounts(unit);
+  for (size_t& c : counts) c = (c + 1) / 2;
+  return counts;
+}
+
+float* ZeroOptimizer::TakePacked() {
+  if (!free_packed_.empty()) {
+    float* b = free_packed_.back();
+    free_packed_.pop_back();
+    return b;
+  }
+  packed_bufs_.push_back(std::make_unique<float[]>(packed_floats()));
+  return packed_bufs_.back().get();
+}
+
+void ZeroOptimizer::UnpackWiden(int unit, const float* packed, float* dst) {
+  const std::vector<size_t> counts = UnitCounts(unit);
+  size_t in = 0, out = 0;  // packed floats, unit elements
+  for (size_t c : counts) {
+    options_.ops->bf16_to_float(reinterpret_cast<const uint16_t*>(packed + in),
+                                dst + out, c);
+    in += (c + 1) / 2;
+    out += c;
+  }
+}
+
+void ZeroOptimizer::UnpackBf16(int unit, const float* packed,
+                               uint16_t* dst) const {
+  const std::vector<size_t> counts = UnitCounts(unit);
+  size_t in = 0, out = 0;
+  for (size_t c : counts) {
+    std::memcpy(dst + out, packed + in, c * sizeof(uint16_t));
+    in += (c + 1) / 2;
+    out += c;
+  }
+}
+
+void ZeroOptimizer::RefreshComputeShard() {
+  options_.ops->float_to_bf16(param_shard_.data(), compute_shard_.data(),
+                              shard_size_);
+}
+
+absl::Status ZeroOptimizer::RefreshComputeFull() {
+  kernels::Ops* ops = options_.ops;
+  if (options_.stage == 0 || world_ == 1) {
+    // The masters are full (stage 0) or the shard is everything (N = 1).
+    const float* master =
+        options_.stage == 0 ? params_full_.data() : param_shard_.data();
+    ops->float_to_bf16(master, compute_full_.data(), psi_);
+    return absl::OkStatus();
+  }
+  comm::Collective* comm = options_.comm;
+  const comm::Timeout timeout = options_.timeout;
+  for (size_t u = 0; u < options_.units.size(); ++u) {
+    const int unit = static_cast<int>(u);
+    const std::vector<size_t> counts = PackedCounts(unit);
+    size_t mine = 0;
+    for (int r = 0; r < rank_; ++r) mine += counts[r];
+    const ShardPiece& piece = shard_map_[u];
+    float* packed = pack_buf_.data();
+    uint16_t* slot = reinterpret_cast<uint16_t*>(packed + mine);
+    ops->float_to_bf16(param_shard_.data() + piece.shard_offset, slot,
+                       piece.size);
+    if (piece.size % 2) slot[piece.size] = 0;  // padding travels as zeros
+    absl::Status s = worker_->Run([&] {
+      return comm->allgather(packed + mine, packed, counts, timeout);
+    });
+    if (!s.ok()) return s;
+    UnpackBf16(unit, packed, compute_full_.data() + options_.units[u].offset);
+  }
+  return absl::OkStatus();
 }
 
 std::vector<size_t> ZeroOptimizer::UnitCounts(int unit) const {
@@ -230,38 +341,70 @@ std::shared_ptr<ZeroOptimizer::Gather> ZeroOptimizer::StartGather(int unit) {
   auto g = std::make_shared<Gather>();
   g->unit = unit;
   g->buf = TakeBuffer();
+  gathered_[unit] = g;
+  // bf16 stages 0-2: the compute copy is resident; AcquireParams widens it.
+  if (options_.stage < 3) return g;
   const ShardPiece piece = MyPiece(unit);
+  comm::Collective* comm = options_.comm;
+  const comm::Timeout timeout = options_.timeout;
+  if (bf16()) {
+    // The unit's bf16 pieces travel packed (half the bytes of fp32); my
+    // piece is copied into its slot and gathered in place.
+    g->packed = TakePacked();
+    const std::vector<size_t> counts = PackedCounts(unit);
+    size_t mine = 0;
+    for (int r = 0; r < rank_; ++r) mine += counts[r];
+    uint16_t* slot = reinterpret_cast<uint16_t*>(g->packed + mine);
+    std::memcpy(slot, compute_shard_.data() + piece.shard_offset,
+                piece.size * sizeof(uint16_t));
+    if (piece.size % 2) slot[piece.size] = 0;  // padding travels as zeros
+    float* packed = g->packed;
+    g->task = worker_->Submit([=] {
+      return comm->allgather(packed + mine, packed, counts, timeout);
+    });
+    return g;
+  }
   const std::vector<size_t> counts = UnitCounts(unit);
   const float* src = param_shard_.data() + piece.shard_offset;
   float* dst = g->buf;
-  comm::Collective* comm = options_.comm;
-  const comm::Timeout timeout = options_.timeout;
   g->task = worker_->Submit([=] {
     return comm->allgather(src, dst, counts, timeout);
   });
-  gathered_[unit] = g;
   return g;
+}
+
+void ZeroOptimizer::ReleaseGather(std::map<int, std::shared_ptr<Gather>>::iterator it) {
+  ReturnBuffer(it->second->buf);
+  if (it->second->packed != nullptr) free_packed_.push_back(it->second->packed);
+  gathered_.erase(it);
 }
 
 const float* ZeroOptimizer::AcquireParams(int unit) {
   const Unit& u = options_.units[unit];
-  if (options_.stage < 3) return params_full_.data() + u.offset;
   if (in_inference_) return infer_full_.data() + u.offset;
+  if (options_.stage < 3 && !bf16()) return params_full_.data() + u.offset;
   auto it = gathered_.find(unit);
   std::shared_ptr<Gather> g =
       it != gathered_.end() ? it->second : StartGather(unit);
-  if (g->refs == 0) Fail(worker_->Wait(g->task));
+  if (g->refs == 0) {
+    if (g->task) Fail(worker_->Wait(g->task));
+    if (bf16() && options_.stage < 3) {
+      options_.ops->bf16_to_float(compute_full_.data() + u.offset, g->buf,
+                                  u.size);
+    } else if (bf16()) {
+      UnpackWiden(unit, g->packed, g->buf);
+    }
+  }
   ++g->refs;
   return g->buf;
 }
 
 void ZeroOptimizer::ReleaseParams(int unit) {
-  if (options_.stage < 3 || in_inference_) return;
+  if (in_inference_ || (options_.stage < 3 && !bf16())) return;
   auto it = gathered_.find(unit);
   if (it == gathered_.end()) return;
   if (--it->second->refs > 0) return;
-  ReturnBuffer(it->second->buf);
-  gathered_.erase(it);
+  ReleaseGather(it);
 }
 
 void ZeroOptimizer::Prefetch(int unit) {
@@ -347,6 +490,7 @@ absl::Status ZeroOptimizer::Drain() {
   for (auto it = gathered_.begin(); it != gathered_.end();) {
     if (it->second->refs == 0) {
       ReturnBuffer(it->second->buf);
+      if (it->second->packed != nullptr) free_packed_.push_back(it->second->packed);
       it = gathered_.erase(it);
     } else {
       ++it;
@@ -371,7 +515,25 @@ absl::Status ZeroOptimizer::AllreduceNormSquared(double* sum_sq) {
 }
 
 absl::Status ZeroOptimizer::AllgatherParams() {
-  if (options_.stage == 3 || world_ == 1) return absl::OkStatus();
+  if (options_.stage == 3) return absl::OkStatus();
+  if (bf16()) {
+    if (absl::Status s = Drain(); !s.ok()) return s;
+    // Stage 0: rebuild the full masters first, then the compute copy.
+    if (options_.stage == 0 && world_ > 1) {
+      comm::Collective* comm = options_.comm;
+      const comm::Timeout timeout = options_.timeout;
+      for (size_t u = 0; u < options_.units.size(); ++u) {
+        float* full = params_full_.data() + options_.units[u].offset;
+        const float* mine = full + shard_map_[u].unit_offset;
+        const std::vector<size_t> counts = UnitCounts(static_cast<int>(u));
+        absl::Status s = worker_->Run(
+            [&] { return comm->allgather(mine, full, counts, timeout); });
+        if (!s.ok()) return s;
+      }
+    }
+    return RefreshComputeFull();
+  }
+  if (world_ == 1) return absl::OkStatus();
   comm::Collective* comm = options_.comm;
   const comm::Timeout timeout = options_.timeout;
   for (size_t u = 0; u < options_.units.size(); ++u) {
@@ -467,12 +629,13 @@ absl::StatusOr<StepResult> ZeroOptimizer::Step(float lr, float max_grad_norm) {
       float* g = stage == 1 ? grads_full_.data() + full_off
                             : grad_shard_.data() + p.shard_offset;
       if (scale != 1.f) ops->scale(g, scale, p.size);
-      ops->adamw_step(params_full_.data() + full_off, g,
-                      m_.data() + p.shard_offset, v_.data() + p.shard_offset,
-                      p.size, lr, a.beta1, a.beta2, a.eps, a.weight_decay,
-                      step_);
+      ops->adamw_step(MasterPiece(p), g, m_.data() + p.shard_offset,
+                      v_.data() + p.shard_offset, p.size, lr, a.beta1,
+                      a.beta2, a.eps, a.weight_decay, step_);
     }
-    if (absl::Status s = AllgatherParams(); !s.ok()) {
+    // fp32: allgather the updated pieces; bf16: allgather their bf16 copy.
+    if (absl::Status s = bf16() ? RefreshComputeFull() : AllgatherParams();
+        !s.ok()) {
       Fail(s);
       return s;
     }
@@ -481,6 +644,13 @@ absl::StatusOr<StepResult> ZeroOptimizer::Step(float lr, float max_grad_norm) {
     ops->adamw_step(param_shard_.data(), grad_shard_.data(), m_.data(),
                     v_.data(), shard_size_, lr, a.beta1, a.beta2, a.eps,
                     a.weight_decay, step_);
+    if (bf16()) RefreshComputeShard();
+  }
+  if (bf16() && stage == 0) {
+    if (absl::Status s = RefreshComputeFull(); !s.ok()) {
+      Fail(s);
+      return s;
+    }
   }
   return result;
 }
@@ -489,7 +659,7 @@ absl::StatusOr<StepResult> ZeroOptimizer::Step(float lr, float max_grad_norm) {
 
 absl::Status ZeroOptimizer::InitFromFull(const float* full) {
   if (absl::Status s = Drain(); !s.ok()) return s;
-  if (options_.stage <= 2) {
+  if (!master_sharded()) {
     std::copy(full, full + psi_, params_full_.begin());
   } else {
     for (const auto& p : shard_map_) {
@@ -497,6 +667,11 @@ absl::Status ZeroOptimizer::InitFromFull(const float* full) {
       std::copy(src, src + p.size, param_shard_.begin() + p.shard_offset);
     }
   }
+  // Every rank converts the same full vector: the same bits everywhere.
+  if (bf16() && options_.stage <= 2) {
+    options_.ops->float_to_bf16(full, compute_full_.data(), psi_);
+  }
+  if (bf16() && options_.stage == 3) RefreshComputeShard();
   std::fill(grads_full_.begin(), grads_full_.end(), 0.f);
   std::fill(grad_shard_.begin(), grad_shard_.end(), 0.f);
   std::fill(m_.begin(), m_.end(), 0.f);
@@ -507,11 +682,11 @@ absl::Status ZeroOptimizer::InitFromFull(const float* full) {
 
 absl::Status ZeroOptimizer::GatherFull(float* out) {
   if (absl::Status s = Drain(); !s.ok()) return s;
-  if (options_.stage <= 2) {
+  if (!master_sharded()) {
     std::copy(params_full_.begin(), params_full_.end(), out);
     return absl::OkStatus();
   }
-  if (in_inference_) {
+  if (in_inference_ && !bf16()) {  // bf16: infer_full_ is the compute copy
     std::copy(infer_full_.begin(), infer_full_.end(), out);
     return absl::OkStatus();
   }
@@ -529,9 +704,25 @@ absl::Status ZeroOptimizer::GatherFull(float* out) {
 }
 
 absl::Status ZeroOptimizer::BeginInference() {
-  if (options_.stage < 3 || in_inference_) return absl::OkStatus();
+  if (in_inference_ || (options_.stage < 3 && !bf16())) return absl::OkStatus();
   infer_full_.assign(psi_, 0.f);
-  absl::Status s = GatherFull(infer_full_.data());
+  absl::Status s;
+  if (!bf16()) {
+    s = GatherFull(infer_full_.data());
+  } else if (options_.stage < 3) {
+    // The resident bf16 compute copy, widened once for the whole rollout.
+    options_.ops->bf16_to_float(compute_full_.data(), infer_full_.data(), psi_);
+  } else {
+    // Gather the bf16 compute shards unit by unit and widen them.
+    s = Drain();
+    for (size_t u = 0; s.ok() && u < options_.units.size(); ++u) {
+      const int unit = static_cast<int>(u);
+      auto g = StartGather(unit);
+      s = worker_->Wait(g->task);
+      if (s.ok()) UnpackWiden(unit, g->packed, infer_full_.data() + options_.units[u].offset);
+      ReleaseGather(gathered_.find(unit));
+    }
+  }
   if (!s.ok()) {
     infer_full_ = std::vector<float>();
     return s;
@@ -552,22 +743,18 @@ model::ParamProvider& ZeroOptimizer::inference_view() { return *view_; }
 
 void ZeroOptimizer::CopyParamShard(float* out) const {
   for (const auto& p : shard_map_) {
-    const float* src =
-        options_.stage == 3
-            ? param_shard_.data() + p.shard_offset
-            : params_full_.data() + options_.units[p.unit].offset + p.unit_offset;
+    const float* src = MasterPiece(p);
     std::copy(src, src + p.size, out + p.shard_offset);
   }
 }
 
 void ZeroOptimizer::LoadParamShard(const float* in) {
   for (const auto& p : shard_map_) {
-    float* dst =
-        options_.stage == 3
-            ? param_shard_.data() + p.shard_offset
-            : params_full_.data() + options_.units[p.unit].offset + p.unit_offset;
-    std::copy(in + p.shard_offset, in + p.shard_offset + p.size, dst);
+    std::copy(in + p.shard_offset, in + p.shard_offset + p.size, MasterPiece(p));
   }
+  // Stage 3 refreshes its compute shard here; stages 0-2 in
+  // AllgatherParams(), which every rank calls next.
+  if (bf16() && options_.stage == 3) RefreshComputeShard();
 }
 
 void ZeroOptimizer::CopyOptimizerShard(float* m_out, float* v_out) const {
@@ -617,11 +804,15 @@ absl::Status ZeroOptimizer::RestoreOptimizerState() {
 MemoryReport ZeroOptimizer::memory() const {
   MemoryReport r;
   r.param_bytes = (params_full_.size() + param_shard_.size()) * sizeof(float);
+  r.compute_bytes =
+      (compute_full_.size() + compute_shard_.size()) * sizeof(uint16_t);
   r.grad_bytes = (grads_full_.size() + grad_shard_.size()) * sizeof(float);
   r.optimizer_bytes = (m_.size() + v_.size()) * sizeof(float);
   const size_t unit_buf = std::max<size_t>(max_unit_, 1) * sizeof(float);
   r.temp_bytes = (gather_bufs_.size() + grad_bufs_.size()) * unit_buf +
-                 (rs_piece_.size() + infer_full_.size()) * sizeof(float);
+                 packed_bufs_.size() * packed_floats() * sizeof(float) +
+                 (rs_piece_.size() + infer_full_.size() + pack_buf_.size()) *
+                     sizeof(float);
   return r;
 }
 

@@ -16,6 +16,22 @@
 // unit-sized gather buffers (AcquireParams allgathers a unit; Prefetch starts
 // the next one) and, during BeginInference..EndInference, one full copy.
 //
+// Mixed precision (ZeroOptions.precision = kBf16): the fp32 master weights
+// are partitioned by rank (stage 0: full; stages 1-3: the shard), the model
+// reads a bf16 compute copy (full at stages 0-2, the shard at stage 3, whose
+// per-unit allgather moves bf16), widened to fp32 per unit on AcquireParams
+// into a unit-sized scratch returned on ReleaseParams, so the compute sees
+// bf16-rounded weights. Gradients, their reductions and the Adam moments stay
+// fp32. Step updates the masters and refreshes the compute copy from them
+// (each owner rounds its piece to nearest even and the pieces are
+// allgathered, so every rank holds the same bits). Per rank:
+//   stage 0: 4 Psi master + 2 Psi bf16 + 4 Psi grads + 8 Psi m/v   18 Psi
+//   stage 1: 4 Psi/N + 2 Psi + 4 Psi + 8 Psi/N                       6 Psi + 12 Psi/N
+//   stage 2: 4 Psi/N + 2 Psi + 4 Psi/N + 8 Psi/N                     2 Psi + 16 Psi/N
+//   stage 3: (4 + 2 + 4 + 8) Psi/N                                  18 Psi/N
+// Checkpoints, GatherFull and CopyFullState serve the fp32 masters;
+// BeginInference / inference_view serve the (widened) bf16 compute copy.
+//
 // Reductions are sums (the engine normalises the loss globally). Gradients
 // accumulate over micro-batches until Step; ZeroGrads() clears them.
 //
@@ -35,6 +51,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -57,11 +74,20 @@ struct AdamWConfig {
   float weight_decay = 0.0f;
 };
 
+// Weights the model computes with: the fp32 master itself, or a bf16
+// compute copy of it (see the header comment).
+enum class Precision { kFp32, kBf16 };
+
+// "fp32" | "bf16" (the job key train.precision; "" = fp32).
+absl::StatusOr<Precision> ParsePrecision(std::string_view name);
+
 struct ZeroOptions {
   int stage = 0;                      // 0..3
+  Precision precision = Precision::kFp32;
   std::vector<Unit> units;            // contiguous, covering [0, Psi)
   comm::Collective* comm = nullptr;   // not owned; outlives the optimizer
-  kernels::Ops* ops = nullptr;        // not owned (adamw_step, sum_squares, scale)
+  kernels::Ops* ops = nullptr;        // not owned (adamw_step, sum_squares,
+                                      // scale, float_to_bf16, bf16_to_float)
   AdamWConfig adamw;
   comm::Timeout timeout{120000};      // per collective
 };
@@ -72,12 +98,14 @@ struct StepResult {
 };
 
 struct MemoryReport {
-  size_t param_bytes = 0;
+  size_t param_bytes = 0;    // fp32 parameters (the masters)
+  size_t compute_bytes = 0;  // bf16 compute copy (0 in fp32 mode)
   size_t grad_bytes = 0;
   size_t optimizer_bytes = 0;
-  size_t temp_bytes = 0;
+  size_t temp_bytes = 0;     // unit buffers, scratch, inference copy
   size_t total() const {
-    return param_bytes + grad_bytes + optimizer_bytes + temp_bytes;
+    return param_bytes + compute_bytes + grad_bytes + optimizer_bytes +
+           temp_bytes;
   }
 };
 
@@ -114,7 +142,8 @@ class ZeroOptimizer final : public model::ParamProvider {
   // Every rank passes the same full vector; each keeps what its stage keeps.
   // Resets gradients, optimizer moments and the step count.
   absl::Status InitFromFull(const float* full);
-  // Collective (all ranks call): the full parameter vector into out[Psi].
+  // Collective (all ranks call): the full (fp32 master) parameter vector
+  // into out[Psi].
   absl::Status GatherFull(float* out);
   void ZeroGrads();
   // Collective: sum gradients across ranks (stage 0/1), clip by the global
@@ -126,20 +155,27 @@ class ZeroOptimizer final : public model::ParamProvider {
 
   // Stage 3: gather all parameters once into a full buffer for a rollout;
   // AcquireParams and inference_view() serve it until EndInference.
-  // Other stages: no-ops (the full parameters are resident).
+  // Other stages: no-ops (the full parameters are resident). bf16: every
+  // stage widens the full compute copy into that buffer (stage 3 gathers
+  // it in bf16 first), so rollouts see the weights training computes with.
   absl::Status BeginInference();
   void EndInference();
   // A read-only provider over the full parameters (valid for stages 0-2
-  // always, for stage 3 between BeginInference and EndInference).
+  // always - bf16 outside BeginInference: widened per unit -, for stage 3
+  // between BeginInference and EndInference).
   model::ParamProvider& inference_view();
 
-  // Checkpoint access: this rank's shard of params / m / v / grads, in
-  // shard_map() order (shard_size() elements each).
+  // Checkpoint access: this rank's shard of params (the fp32 masters in
+  // both precisions) / m / v / grads, in shard_map() order (shard_size()
+  // elements each).
   const std::vector<ShardPiece>& shard_map() const { return shard_map_; }
   size_t shard_size() const { return shard_size_; }
   void CopyParamShard(float* out) const;
   // Stage 3 fills its shard; stages 0-2 write their pieces into the full
   // parameters - then every rank calls AllgatherParams() to rebuild them.
+  // bf16: the masters' pieces are loaded; AllgatherParams() rebuilds the
+  // full masters (stage 0) and the compute copy (stages 0-2; stage 3
+  // converts its shard here).
   void LoadParamShard(const float* in);
   absl::Status AllgatherParams();  // collective; no-op for stage 3
   void CopyOptimizerShard(float* m_out, float* v_out) const;
@@ -163,6 +199,7 @@ class ZeroOptimizer final : public model::ParamProvider {
   MemoryReport memory() const;
   absl::Status status() const { return status_; }
   int stage() const { return options_.stage; }
+  Precision precision() const { return options_.precision; }
   size_t num_params() const { return psi_; }
   const std::vector<Unit>& units() const { return options_.units; }
 
@@ -174,12 +211,37 @@ class ZeroOptimizer final : public model::ParamProvider {
   explicit ZeroOptimizer(ZeroOptions options);
   void Fail(const absl::Status& s);
   const float* FullParams() const;
+  bool bf16() const { return options_.precision == Precision::kBf16; }
+  // Where the fp32 masters live: the shard (stage 3; bf16 stages 1-3) or
+  // the full vector.
+  bool master_sharded() const {
+    return options_.stage == 3 || (bf16() && options_.stage >= 1);
+  }
+  float* MasterPiece(const ShardPiece& p);
+  const float* MasterPiece(const ShardPiece& p) const;
+  // bf16 packed allgather of one unit: rank r's counts[r] bf16 values travel
+  // as ceil(counts[r] / 2) floats. Packed layout offsets, in floats.
+  std::vector<size_t> PackedCounts(int unit) const;
+  size_t packed_floats() const { return max_unit_ / 2 + world_ + 1; }
+  float* TakePacked();
+  // Widens a packed gathered unit into dst (unit order, fp32).
+  void UnpackWiden(int unit, const float* packed, float* dst);
+  // Unpacks a packed gathered unit into the bf16 vector dst (unit order).
+  void UnpackBf16(int unit, const float* packed, uint16_t* dst) const;
+  // Stages 0-2, bf16: rebuilds the full compute copy from the masters
+  // (stage 0 locally; stages 1-2 by converting the owned pieces and
+  // allgathering them in bf16). Collective for stages 1-2 with N > 1.
+  absl::Status RefreshComputeFull();
+  // Stage 3 bf16: compute shard = bf16(master shard).
+  void RefreshComputeShard();
   std::vector<size_t> UnitCounts(int unit) const;
   // Piece of `unit` owned by this rank.
   const ShardPiece& MyPiece(int unit) const { return shard_map_[unit]; }
   float* TakeBuffer();                   // stage 3 gather buffer
   void ReturnBuffer(float* buf);
   std::shared_ptr<Gather> StartGather(int unit);
+  // Returns a unit's buffers to the free lists and forgets it.
+  void ReleaseGather(std::map<int, std::shared_ptr<Gather>>::iterator it);
   absl::Status AllreduceNormSquared(double* sum_sq);
 
   ZeroOptions options_;
@@ -195,7 +257,9 @@ class ZeroOptimizer final : public model::ParamProvider {
   std::vector<float> grads_full_;    // stage 0-1
   std::vector<float> grad_shard_;    // stage 2-3
   std::vector<float> m_, v_;         // full (stage 0) or shard
-  std::vector<float> infer_full_;    // stage 3 during inference
+  std::vector<float> infer_full_;    // stage 3 (bf16: any) during inference
+  std::vector<uint16_t> compute_full_;   // bf16 stages 0-2
+  std::vector<uint16_t> compute_shard_;  // bf16 stage 3
   bool in_inference_ = false;
   int64_t step_ = 0;
   bool offloaded_ = false;
@@ -204,6 +268,11 @@ class ZeroOptimizer final : public model::ParamProvider {
   // Stage 3 gather buffers (owned) and the free list; job thread only.
   std::vector<std::unique_ptr<float[]>> gather_bufs_;
   std::vector<float*> free_gather_;
+  // bf16 stage 3: packed gather buffers and their free list; one more for
+  // the compute-copy allgather of stages 1-2 (pack_buf_).
+  std::vector<std::unique_ptr<float[]>> packed_bufs_;
+  std::vector<float*> free_packed_;
+  std::vector<float> pack_buf_;
   std::map<int, std::shared_ptr<Gather>> gathered_;
   // Stage 2/3 gradient buffers; the comm thread returns them.
   std::vector<std::shared_ptr<GradBuf>> grad_bufs_;

@@ -635,6 +635,45 @@ void TestOptimizer(CudaOps& cuda, Ops& ref) {
   }
 }
 
+// fp32 <-> bf16: bit-identical to the reference (err = mismatching elements).
+void TestConvert(CudaOps& cuda, Ops& ref) {
+  if (!Selected("bf16")) return;
+  Rng rng(13);
+  GpuTimer timer;
+  const size_t n = 1000003;
+  std::vector<float> x = rng.Uniform(n, -1e3f, 1e3f);
+  const uint32_t specials[] = {0x00000000u, 0x80000000u, 0x7f800000u,
+                               0xff800000u, 0x7fc00000u, 0xffc00001u,
+                               0x7f800001u, 0x00000001u, 0x807fffffu,
+                               0x3f808000u, 0x3f818000u, 0x7f7fffffu,
+                               0x7f7f8000u, 0x00008000u, 0x00018000u};
+  for (size_t i = 0; i < sizeof(specials) / sizeof(specials[0]); ++i) {
+    std::memcpy(&x[i * 7], &specials[i], 4);
+  }
+  std::vector<uint16_t> want(n);
+  ref.float_to_bf16(x.data(), want.data(), n);
+  Dev<float> dx(x);
+  Dev<uint16_t> dy(n);
+  timer.Start();
+  cuda.float_to_bf16(dx.get(), dy.get(), n);
+  double ms = timer.StopMs();
+  std::vector<uint16_t> got = dy.Download();
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i) bad += got[i] != want[i];
+  Report(cuda, "float_to_bf16", Fmt("n%zu (bit mismatches)", n), double(bad),
+         0, ms);
+  std::vector<float> back(n);
+  ref.bf16_to_float(want.data(), back.data(), n);
+  Dev<float> dback(n);
+  timer.Start();
+  cuda.bf16_to_float(dy.get(), dback.get(), n);
+  ms = timer.StopMs();
+  std::vector<float> gback = dback.Download();
+  bad = std::memcmp(gback.data(), back.data(), n * sizeof(float)) != 0;
+  Report(cuda, "bf16_to_float", Fmt("n%zu (bitwise equal)", n), double(bad), 0,
+         ms);
+}
+
 // Unsupported shapes must become a recorded error, not a crash.
 void TestErrors(CudaOps& cuda) {
   if (!Selected("errors")) return;
@@ -772,6 +811,7 @@ int main(int argc, char** argv) {
   TestDecode(*cuda, *ref);
   TestLmHead(*cuda, *ref);
   TestOptimizer(*cuda, *ref);
+  TestConvert(*cuda, *ref);
   TestErrors(*cuda);
   int failed = 0;
   for (const Row& r : g_rows) failed += r.pass ? 0 : 1;
