@@ -4,14 +4,17 @@
 // aborted, and the new generation restores
 //  - from peer memory (the replacement receives its shard from rank+1), and
 //  - from the disk checkpoint,
-// both ending with weights bit-identical to the run that never failed.
-// A peer restore whose copies are missing fails on every rank (no hang).
+// both ending with weights bit-identical to the run that never failed -
+// also for a GRPO job with a KL term, whose frozen reference policy travels
+// in the peer copies. A peer restore whose copies are missing fails on every
+// rank (no hang).
 #include <gtest/gtest.h>
 
 #include <thread>
 
 #include "absl/strings/str_format.h"
 #include "tests/engine/engine_test_util.h"
+#include "worker/engine/peer_snapshot.h"
 
 namespace tandem::enginetest {
 namespace {
@@ -21,6 +24,7 @@ using tandem::v1::PhaseCommand;
 
 constexpr int kSteps = 6;
 constexpr int kCheckpoint = 3;
+constexpr int kWarm = 8;  // GRPO: SFT warm-start steps (-1 .. -kWarm)
 
 class Ranks {
  public:
@@ -96,21 +100,49 @@ class Ranks {
   int64_t command_ = 0;
 };
 
-JobSpec Spec(int world, int stage, const std::string& dir) {
-  return ParseSpec(TinySftYaml(), {"cluster.workers=" + std::to_string(world),
-                                   "cluster.zero_stage=" + std::to_string(stage),
-                                   "train.steps=" + std::to_string(kSteps), "checkpoint.keep=3",
-                                   "checkpoint.dir=" + dir + "/ckpt", "output_dir=" + dir + "/final"});
+JobSpec Spec(int world, int stage, const std::string& dir, bool grpo = false, double kl = 0.05) {
+  std::vector<std::string> o = {"cluster.workers=" + std::to_string(world),
+                                "cluster.zero_stage=" + std::to_string(stage),
+                                "train.steps=" + std::to_string(kSteps), "checkpoint.keep=3",
+                                "checkpoint.dir=" + dir + "/ckpt", "output_dir=" + dir + "/final"};
+  if (grpo) {
+    // A short SFT warm start makes rewards vary, so GRPO moves the policy
+    // away from its reference (the weights after the warm start) and the
+    // KL term - hence the reference - shapes every later update.
+    for (std::string x : {"init.sft.lr=1e-2", "train.lr=1e-2"}) o.push_back(x);
+    o.push_back("rl.kl_coef=" + std::to_string(kl));
+    o.push_back("init.sft.steps=" + std::to_string(kWarm));
+  }
+  return ParseSpec(grpo ? TinyGrpoYaml() : TinySftYaml(), o);
 }
 
-std::vector<float> Reference(int world, int stage) {
+// GRPO's SFT warm start (steps -1 .. -kWarm); nothing for SFT jobs.
+void WarmStart(Ranks& ranks, bool grpo) {
+  if (!grpo) return;
+  for (int w = 1; w <= kWarm; ++w) ranks.RunOk(tandem::v1::PHASE_SFT_STEP, -w);
+}
+
+// One training step: SFT_STEP, or GRPO's rollout, score, logprobs, update.
+void TrainStep(Ranks& ranks, int64_t s, bool grpo) {
+  if (!grpo) {
+    ranks.RunOk(tandem::v1::PHASE_SFT_STEP, s);
+    return;
+  }
+  for (auto phase : {tandem::v1::PHASE_ROLLOUT, tandem::v1::PHASE_SCORE, tandem::v1::PHASE_LOGPROBS,
+                     tandem::v1::PHASE_UPDATE}) {
+    ranks.RunOk(phase, s);
+  }
+}
+
+std::vector<float> Reference(int world, int stage, bool grpo = false, double kl = 0.05) {
   const std::string dir = MakeTempDir("peer-ref");
   std::vector<float> w;
   {
     Ranks ranks(world, dir);
-    auto setup = ranks.Setup(Spec(world, stage, dir), "", 0, {});
+    auto setup = ranks.Setup(Spec(world, stage, dir, grpo, kl), "", 0, {});
     for (auto& s : setup) EXPECT_TRUE(s.status.ok()) << s.status;
-    for (int s = 1; s <= kSteps; ++s) ranks.RunOk(tandem::v1::PHASE_SFT_STEP, s);
+    WarmStart(ranks, grpo);
+    for (int s = 1; s <= kSteps; ++s) TrainStep(ranks, s, grpo);
     ranks.RunOk(tandem::v1::PHASE_EXPORT, kSteps);
     w = LoadExported(dir + "/final");
   }
@@ -119,20 +151,21 @@ std::vector<float> Reference(int world, int stage) {
 }
 
 // Runs to kCheckpoint + 1, loses `lost`, restores (peer or disk), finishes.
-std::vector<float> WithFailure(int world, int stage, int lost, bool peer, double* source) {
+std::vector<float> WithFailure(int world, int stage, int lost, bool peer, double* source, bool grpo = false) {
   const std::string dir = MakeTempDir("peer-fail");
   std::vector<float> w;
   {
     Ranks ranks(world, dir);
-    const JobSpec spec = Spec(world, stage, dir);
+    const JobSpec spec = Spec(world, stage, dir, grpo);
     for (auto& s : ranks.Setup(spec, "", 0, {})) EXPECT_TRUE(s.status.ok()) << s.status;
-    for (int s = 1; s <= kCheckpoint; ++s) ranks.RunOk(tandem::v1::PHASE_SFT_STEP, s);
+    WarmStart(ranks, grpo);
+    for (int s = 1; s <= kCheckpoint; ++s) TrainStep(ranks, s, grpo);
     auto ck = ranks.Run(tandem::v1::PHASE_CHECKPOINT, kCheckpoint, nullptr);
     for (auto& r : ck) {
       EXPECT_TRUE(r.status.ok()) << r.status;
       EXPECT_EQ(r.report.values().at("peer_copy"), 1);
     }
-    ranks.RunOk(tandem::v1::PHASE_SFT_STEP, kCheckpoint + 1);  // redone after the failure
+    TrainStep(ranks, kCheckpoint + 1, grpo);  // redone after the failure
     ranks.RunOk(tandem::v1::PHASE_EXPORT, kCheckpoint + 1);     // drains the background write
     ranks.AbortAll();
     ranks.Replace(lost);
@@ -143,7 +176,7 @@ std::vector<float> WithFailure(int world, int stage, int lost, bool peer, double
       EXPECT_EQ(s.report.values().at("restored_step"), kCheckpoint);
     }
     *source = setup[0].report.values().at("restore_source");
-    for (int s = kCheckpoint + 1; s <= kSteps; ++s) ranks.RunOk(tandem::v1::PHASE_SFT_STEP, s);
+    for (int s = kCheckpoint + 1; s <= kSteps; ++s) TrainStep(ranks, s, grpo);
     ranks.RunOk(tandem::v1::PHASE_EXPORT, kSteps);
     w = LoadExported(dir + "/final");
   }
@@ -172,6 +205,45 @@ TEST(PeerSnapshotTest, ThreeRanksReplacementReceivesFromItsNeighbour) {
   auto peer = WithFailure(3, 1, /*lost=*/2, /*peer=*/true, &source);
   EXPECT_EQ(source, 1);
   EXPECT_EQ(MaxAbsDiff(ref, peer), 0.0);
+}
+
+TEST(PeerSnapshotTest, GrpoWithKlTermRestoresItsReferenceFromPeers) {
+  for (int stage : {1, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    const auto ref = Reference(2, stage, /*grpo=*/true);
+    ASSERT_FALSE(ref.empty());
+    // The test means something only if the KL term changes the result.
+    EXPECT_GT(MaxAbsDiff(ref, Reference(2, stage, /*grpo=*/true, /*kl=*/0.0)), 0.0);
+    double source = 0;
+    auto peer = WithFailure(2, stage, /*lost=*/0, /*peer=*/true, &source, /*grpo=*/true);
+    EXPECT_EQ(source, 1);  // peer memory, not the disk fallback
+    EXPECT_EQ(MaxAbsDiff(ref, peer), 0.0);
+  }
+}
+
+TEST(PeerSnapshotTest, SnapshotShardRoundTripsWithTheKlReference) {
+  worker::SnapshotShard a;
+  a.step = 7;
+  a.world = 3;
+  a.zero_stage = 2;
+  a.rank = 1;
+  a.optimizer_steps = 9;
+  a.policy_version = 4;
+  a.ranges = {{10, 2}, {40, 1}};
+  a.params = {1, 2, 3};
+  a.exp_avg = {4, 5, 6};
+  a.exp_avg_sq = {7, 8, 9};
+  a.ref_params = {0.5f, -1.5f, 2.5f};
+  worker::SnapshotShard b;
+  ASSERT_TRUE(worker::SnapshotShard::Parse(a.Serialize(), &b).ok());
+  EXPECT_EQ(b.step, 7);
+  EXPECT_EQ(b.rank, 1);
+  EXPECT_EQ(b.ref_params, a.ref_params);
+  EXPECT_EQ(b.exp_avg_sq, a.exp_avg_sq);
+  EXPECT_EQ(b.bytes(), 12 * sizeof(float));
+  std::string cut = a.Serialize();
+  cut.resize(cut.size() - 4);
+  EXPECT_FALSE(worker::SnapshotShard::Parse(cut, &b).ok());
 }
 
 TEST(PeerSnapshotTest, MissingCopiesFailEveryRankWithoutHanging) {

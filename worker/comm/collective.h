@@ -35,6 +35,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "worker/comm/abort_signal.h"
 #include "worker/comm/store.h"
 
 namespace tandem::comm {
@@ -154,10 +155,20 @@ struct CollectiveOptions {
   std::string prefix = "comm";
   // CUDA device for the NCCL backend.
   int device = 0;
+  // Optional: aborting it makes a rendezvous in progress return Aborted
+  // promptly (within about 200 ms; Gloo), and aborts the communicator made
+  // from these options for its whole life (as Abort() does). Shared so the
+  // caller can keep it where another thread can reach it.
+  std::shared_ptr<AbortSignal> abort;
+  // Gloo: once every rank has arrived in the store, the pairwise TCP
+  // connects and the barrier after them must each finish within
+  // min(timeout, connect_timeout); a peer that died after arriving costs
+  // about this much, not `timeout` (previously up to 5x `timeout`).
+  Timeout connect_timeout{10000};
 };
 
 // backend: "gloo" or "nccl". Rendezvous happens here (blocks until every rank
-// has joined or options.timeout passes). `store` need only live through this
+// has joined, options.timeout passes, or options.abort is aborted). `store` need only live through this
 // call.
 absl::StatusOr<std::unique_ptr<Collective>> MakeCollective(
     std::string_view backend, Store& store, int rank, int size,

@@ -11,6 +11,19 @@
 // (The Debian gloo headers lack gloo/common/memory.h, so tcp::Pair cannot be
 // named; the socket is found by matching its local address with the pair's
 // public address(), which Gloo sets from getsockname() once connected.)
+//
+// Rendezvous (Connect) is abortable through CollectiveOptions::abort:
+//  1. an arrival barrier in the store (every rank sets "arrived/<rank>" and
+//     waits for all), polled in short slices (AbortableStore);
+//  2. Gloo's connectFullMesh bounded by connect_timeout (every peer is known
+//     to be alive by now; Gloo waits 5x the context timeout for a pair, so
+//     the context gets connect_timeout / 5), its store waits sliced as well.
+//     While it runs, Abort() shuts down the listening sockets this rank
+//     published (Gloo's device loop then fails the accept and wakes
+//     Pair::connect);
+//  3. a Gloo barrier, also bounded by connect_timeout (abortable as any
+//     collective). The context then gets the full timeout for later calls.
+// An abort during any step returns Aborted within about one slice (200 ms).
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -35,6 +48,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "worker/comm/abort_signal.h"
 #include "worker/comm/backends_internal.h"
 #include "worker/comm/gloo_store.h"
 
@@ -42,8 +56,10 @@ namespace tandem::comm {
 namespace {
 
 // Shuts down every connected TCP socket of this process whose local address
-// (as Gloo prints it) is in `addresses`.
-void ShutdownSockets(const std::vector<std::string>& addresses) {
+// (as Gloo prints it) is in `addresses`; with `listening`, listening sockets
+// bound to those addresses too.
+void ShutdownSockets(const std::vector<std::string>& addresses,
+                     bool listening = false) {
   DIR* dir = opendir("/proc/self/fd");
   if (dir == nullptr) return;
   std::vector<int> fds;
@@ -57,7 +73,15 @@ void ShutdownSockets(const std::vector<std::string>& addresses) {
     socklen_t len = sizeof(local), plen = sizeof(peer);
     if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0) continue;
     if (local.ss_family != AF_INET && local.ss_family != AF_INET6) continue;
-    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) != 0) continue;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) != 0) {
+      int accepting = 0;
+      socklen_t alen = sizeof(accepting);
+      if (!listening ||
+          getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &alen) != 0 ||
+          accepting == 0) {
+        continue;
+      }
+    }
     std::string name;
     try {
       name = gloo::transport::tcp::Address(reinterpret_cast<sockaddr*>(&local),
@@ -97,34 +121,71 @@ class GlooCollective final : public Collective {
       : Collective(rank, size), default_timeout_(timeout) {}
 
   ~GlooCollective() override {
+    // No abort callback runs once this returns.
+    abort_registration_.Reset();
     // Destroy the context (pairs) before the device that runs their loop.
     context_.reset();
     device_.reset();
   }
 
   absl::Status Connect(Store& store, const CollectiveOptions& options) {
-    PrefixStore scoped(options.prefix + "/gloo", &store);
-    GlooStore gloo_store(&scoped, options.timeout);
+    // Aborting the signal aborts this communicator, during the rendezvous
+    // and for its whole life.
+    abort_registration_ =
+        AbortSignal::Register(options.abort, [this] { Abort(); });
+    AbortableStore abortable(&store, options.abort);
+    PrefixStore scoped(options.prefix + "/gloo", &abortable);
+    const std::string where =
+        absl::StrCat("rank ", rank(), " of ", size(), ", address ", options.address);
+    if (size() > 1) {
+      // Every rank arrives before anyone connects, so the connect below
+      // only waits for peers that are known to be alive.
+      absl::Status st = scoped.Set(absl::StrCat("arrived/", rank()), "1");
+      if (st.ok()) {
+        std::vector<std::string> keys;
+        for (int r = 0; r < size(); ++r) keys.push_back(absl::StrCat("arrived/", r));
+        st = scoped.Wait(keys, options.timeout);
+      }
+      if (!st.ok()) {
+        if (aborted_ || absl::IsAborted(st)) return AbortedRendezvous(where);
+        return absl::Status(
+            st.code(), absl::StrCat("gloo: rendezvous failed (", where,
+                                    "): not every rank arrived: ", st.message()));
+      }
+    }
+    const Timeout connect_timeout = std::min(options.timeout, options.connect_timeout);
+    // Gloo's tcp::Pair waits up to 5x the context timeout for a connect; the
+    // store waits inside connectFullMesh use connect_timeout itself.
+    const Timeout pair_timeout = std::max(Timeout(100), connect_timeout / 5);
+    ListenRecordingStore gloo_store(this, &scoped, connect_timeout);
     try {
       gloo::transport::tcp::attr attr;
       attr.hostname = options.address;
       device_ = gloo::transport::tcp::CreateDevice(attr);
       auto context =
           std::make_shared<gloo::rendezvous::Context>(rank(), size());
-      context->setTimeout(options.timeout);
+      context->setTimeout(pair_timeout);
       context->connectFullMesh(gloo_store, device_);
-      // Nobody leaves (and maybe closes its pairs) before all have connected.
+      context->setTimeout(options.timeout);
+      {
+        absl::MutexLock lock(&abort_mu_);
+        context_ = context;
+        listen_addresses_.clear();
+      }
+      if (aborted_) return AbortedRendezvous(where);
+      // Nobody leaves (and maybe closes its pairs) before all have connected
+      // (every rank is connecting by now, so connect_timeout bounds it too).
       if (size() > 1) {
         gloo::BarrierOptions barrier(context);
-        barrier.setTimeout(options.timeout);
+        barrier.setTimeout(connect_timeout);
         gloo::barrier(barrier);
       }
-      context_ = std::move(context);
     } catch (const std::exception& e) {
+      if (aborted_) return AbortedRendezvous(where);
       return absl::UnavailableError(
-          absl::StrCat("gloo: rendezvous failed (rank ", rank(), " of ",
-                       size(), ", address ", options.address, "): ", e.what()));
+          absl::StrCat("gloo: rendezvous failed (", where, "): ", e.what()));
     }
+    if (aborted_) return AbortedRendezvous(where);
     return absl::OkStatus();
   }
 
@@ -396,7 +457,11 @@ class GlooCollective final : public Collective {
   void Abort() override {
     aborted_ = true;
     absl::MutexLock lock(&abort_mu_);
-    if (!context_) return;
+    if (!context_) {
+      // Still connecting: wake the pairs waiting for their peer to connect.
+      ShutdownSockets(listen_addresses_, /*listening=*/true);
+      return;
+    }
     std::vector<std::string> addresses;
     for (int i = 0; i < size(); ++i) {
       if (i == rank()) continue;
@@ -407,6 +472,50 @@ class GlooCollective final : public Collective {
   }
 
  private:
+  // The store Gloo's connectFullMesh uses: forwards to a GlooStore and
+  // records the listening addresses this rank publishes (its own key holds
+  // one address per peer, equal sizes), so Abort() can shut them down.
+  class ListenRecordingStore final : public gloo::rendezvous::Store {
+   public:
+    ListenRecordingStore(GlooCollective* owner, comm::Store* store, Timeout timeout)
+        : owner_(owner), store_(store, timeout) {}
+    void set(const std::string& key, const std::vector<char>& data) override {
+      if (key == std::to_string(owner_->rank()) && owner_->size() > 1) {
+        const size_t each = data.size() / (owner_->size() - 1);
+        std::vector<std::string> addresses;
+        for (size_t off = 0; each > 0 && off + each <= data.size(); off += each) {
+          try {
+            std::vector<char> one(data.begin() + off, data.begin() + off + each);
+            addresses.push_back(gloo::transport::tcp::Address(one).str());
+          } catch (const std::exception&) {
+            // Not a tcp address we can parse: nothing to shut down.
+          }
+        }
+        absl::MutexLock lock(&owner_->abort_mu_);
+        owner_->listen_addresses_ = std::move(addresses);
+        if (owner_->aborted_) throw ::gloo::IoException("rendezvous aborted");
+      }
+      store_.set(key, data);
+    }
+    // Waits use this store's timeout (connect_timeout), not the context's
+    // (shorter, see Connect).
+    std::vector<char> get(const std::string& key) override { return store_.get(key); }
+    void wait(const std::vector<std::string>& keys) override { store_.wait(keys); }
+    void wait(const std::vector<std::string>& keys,
+              const std::chrono::milliseconds& /*timeout*/) override {
+      store_.wait(keys);
+    }
+
+   private:
+    GlooCollective* const owner_;
+    GlooStore store_;
+  };
+
+  static absl::Status AbortedRendezvous(const std::string& where) {
+    return absl::AbortedError(
+        absl::StrCat("gloo: rendezvous aborted (", where, ")"));
+  }
+
   template <typename F>
   absl::Status Run(std::string_view op, F&& fn) {
     if (aborted_) {
@@ -444,6 +553,9 @@ class GlooCollective final : public Collective {
   std::vector<float> work_;     // reduce_scatter partial sums
   std::vector<float> scratch_;  // reduce_scatter receive buffer
   absl::Mutex abort_mu_;
+  // Listening addresses published while connecting (guarded by abort_mu_).
+  std::vector<std::string> listen_addresses_;
+  AbortSignal::Registration abort_registration_;
 };
 
 }  // namespace

@@ -133,7 +133,9 @@ class NcclCollective final : public Collective {
 
   absl::Status Init(Store& store, const CollectiveOptions& options) {
     TANDEM_CUDA_RETURN("cudaSetDevice", cudaSetDevice(device_));
-    PrefixStore scoped(options.prefix + "/nccl", &store);
+    // The unique-id wait is abortable (options.abort); ncclCommInitRank is not.
+    AbortableStore abortable(&store, options.abort);
+    PrefixStore scoped(options.prefix + "/nccl", &abortable);
     ncclUniqueId id;
     if (rank() == 0) {
       TANDEM_NCCL_RETURN("ncclGetUniqueId", ncclGetUniqueId(&id));

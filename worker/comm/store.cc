@@ -1,5 +1,7 @@
 #include "worker/comm/store.h"
 
+#include <algorithm>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -92,6 +94,65 @@ absl::Status PrefixStore::Wait(const std::vector<std::string>& keys,
 
 absl::StatusOr<bool> PrefixStore::Delete(std::string_view key) {
   return base_->Delete(Key(key));
+}
+
+absl::Status AbortableStore::CheckAborted() const {
+  if (signal_ != nullptr && signal_->aborted()) {
+    return absl::AbortedError("store: rendezvous aborted");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AbortableStore::Set(std::string_view key, std::string_view value) {
+  if (absl::Status st = CheckAborted(); !st.ok()) return st;
+  return base_->Set(key, value);
+}
+
+absl::StatusOr<std::string> AbortableStore::Get(
+    std::string_view key, std::chrono::milliseconds timeout) {
+  if (signal_ == nullptr) return base_->Get(key, timeout);
+  // Wait in slices, then read (the key exists once Wait succeeded).
+  if (absl::Status st = Wait({std::string(key)}, timeout); !st.ok()) {
+    if (absl::IsDeadlineExceeded(st)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "store: key '", std::string(key), "' not set within ", timeout.count(), " ms"));
+    }
+    return st;
+  }
+  if (absl::Status st = CheckAborted(); !st.ok()) return st;
+  return base_->Get(key, slice_);
+}
+
+absl::StatusOr<int64_t> AbortableStore::Add(std::string_view key, int64_t delta) {
+  if (absl::Status st = CheckAborted(); !st.ok()) return st;
+  return base_->Add(key, delta);
+}
+
+absl::Status AbortableStore::Wait(const std::vector<std::string>& keys,
+                                  std::chrono::milliseconds timeout) {
+  if (signal_ == nullptr) return base_->Wait(keys, timeout);
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + timeout;
+  while (true) {
+    if (absl::Status st = CheckAborted(); !st.ok()) return st;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - Clock::now());
+    const auto slice = std::clamp(left, std::chrono::milliseconds(1), slice_);
+    absl::Status st = base_->Wait(keys, slice);
+    if (!absl::IsDeadlineExceeded(st)) {
+      if (absl::Status ab = CheckAborted(); !ab.ok()) return ab;
+      return st;
+    }
+    if (Clock::now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "store: keys not all set within ", timeout.count(), " ms"));
+    }
+  }
+}
+
+absl::StatusOr<bool> AbortableStore::Delete(std::string_view key) {
+  if (absl::Status st = CheckAborted(); !st.ok()) return st;
+  return base_->Delete(key);
 }
 
 }  // namespace tandem::comm

@@ -65,9 +65,17 @@ WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options, EngineFactory engine_fac
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
-              static_cast<int>(std::max<int64_t>(1000, options_.reconnect.max.count())));
+  // Long reconnect backoffs left workers failing with "Connection refused"
+  // for ~14 s after a coordinator restart although it listened again within
+  // a second: start connection attempts every <= 1 s (100 ms first).
+  // GRPC_ARG_MIN_RECONNECT_BACKOFF_MS is gRPC's MIN_CONNECT_TIMEOUT (how long
+  // one attempt may take, doc/connection-backoff.md), not a retry floor: at
+  // 100 ms, attempts to a coordinator that had just started were cut off
+  // ("tcp handshaker shutdown") for seconds. A refused connect still fails
+  // at once, so a generous value does not delay reconnecting.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   std::shared_ptr<grpc::ChannelCredentials> creds =
       options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials();
   channel_ = grpc::CreateCustomChannel(options_.coordinator, creds, args);
@@ -89,9 +97,18 @@ void WorkerDaemon::PrepareContext(grpc::ClientContext* ctx, milliseconds timeout
 void WorkerDaemon::RequestStop() {
   if (stopping_.exchange(true)) return;
   spdlog::info("worker: stop requested");
-  absl::MutexLock lock(&mu_);
-  if (attach_ctx_ != nullptr) attach_ctx_->TryCancel();
-  cv_.SignalAll();
+  bool abort_setup = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (attach_ctx_ != nullptr) attach_ctx_->TryCancel();
+    cv_.SignalAll();
+    abort_setup = running_setup_;
+  }
+  // The engine was made before the job thread that set running_setup_.
+  if (abort_setup && engine_ != nullptr) {
+    spdlog::warn("worker: aborting the SETUP in progress (stopping)");
+    engine_->Abort();
+  }
 }
 
 bool WorkerDaemon::SleepUnlessStopping(milliseconds d) {
@@ -99,6 +116,29 @@ bool WorkerDaemon::SleepUnlessStopping(milliseconds d) {
   absl::MutexLock lock(&mu_);
   while (!stopping_.load() && absl::Now() < until) cv_.WaitWithDeadline(&mu_, until);
   return !stopping_.load();
+}
+
+bool WorkerDaemon::WaitForCoordinator(milliseconds d, bool stop_early) {
+  if (channel_->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY) {
+    // Connected: the call failed for another reason; just back off.
+    if (stop_early) {
+      SleepUnlessStopping(d);
+    } else {
+      std::this_thread::sleep_for(d);
+    }
+    return false;
+  }
+  // Wait on the channel itself: a failing RPC does not poll it, and gRPC's
+  // backup poller notices a completed connect only every 5 s, which made
+  // every reconnect after a coordinator restart ~5 s late.
+  const auto until = Clock::now() + d;
+  while (!(stop_early && stopping_.load())) {
+    const auto now = Clock::now();
+    if (now >= until) return false;
+    const auto slice = std::min<Clock::duration>(until - now, milliseconds(200));
+    if (channel_->WaitForConnected(std::chrono::system_clock::now() + slice)) return true;
+  }
+  return false;
 }
 
 void WorkerDaemon::CancelAttach(const std::string& why) {
@@ -267,7 +307,10 @@ void WorkerDaemon::JobLoop() {
       cmd = std::move(queue_.front());
       queue_.pop_front();
       run = !stopping_.load();
-      if (run) running_command_id_ = cmd.command_id();
+      if (run) {
+        running_command_id_ = cmd.command_id();
+        running_setup_ = cmd.phase() == v1::PHASE_SETUP;
+      }
     }
     if (!run) {
       // Not started before the stop: report it failed without running it.
@@ -286,6 +329,7 @@ void WorkerDaemon::JobLoop() {
     RunCommand(cmd);
     absl::MutexLock lock(&mu_);
     running_command_id_.clear();
+    running_setup_ = false;
     cv_.SignalAll();
   }
 }
@@ -383,7 +427,7 @@ void WorkerDaemon::SendReport(const v1::ReportPhaseRequest& report) {
       spdlog::warn("worker: report of command {} failed ({}); retrying", report.command_id(),
                    s.error_message());
     }
-    std::this_thread::sleep_for(delay);
+    WaitForCoordinator(delay, /*stop_early=*/false);  // retries at once when the channel reconnects
   }
 }
 
@@ -407,7 +451,7 @@ absl::Status WorkerDaemon::Run() {
       const auto delay = backoff.Next();
       spdlog::warn("worker: cannot register with {} ({}); retrying in {} ms", options_.coordinator,
                    std::string(st.message()), delay.count());
-      SleepUnlessStopping(delay);
+      WaitForCoordinator(delay, /*stop_early=*/true);  // returns early once the coordinator is reachable
       continue;
     }
     if (engine_ == nullptr) {

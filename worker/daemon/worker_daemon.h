@@ -12,7 +12,14 @@
 // heartbeat thread, one job thread. RequestStop() may be called from any
 // thread: the current phase gets `shutdown_grace` to finish, then the engine
 // is aborted; the phase is reported either way and Run() returns within
-// about shutdown_grace + 2 * rpc_timeout.
+// about shutdown_grace + 2 * rpc_timeout. A SETUP in progress is aborted at
+// once instead (a leaving worker must not join a new rendezvous; its peers
+// recover without it either way).
+//
+// The channel reconnects with short backoffs (100 ms initial, 1 s maximum;
+// 5 s minimum connect timeout), and retries wait on the channel itself
+// (WaitForConnected) rather than sleeping, so a restarted coordinator is
+// reached right after it listens.
 //
 // A repeated command id (the coordinator re-issues the phase in flight after
 // a restart) is not run twice: the cached report is sent again, or, when the
@@ -50,7 +57,9 @@ struct WorkerDaemonOptions {
   // Channel credentials (TLS / mutual TLS); nullptr = plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   std::string version;                 // reported to the coordinator
-  BackoffPolicy reconnect;             // reconnect and report-retry backoff
+  // Reconnect and report-retry backoff. Capped at 1 s: after a coordinator
+  // restart the workers are back within about a second of it listening.
+  BackoffPolicy reconnect{std::chrono::milliseconds(100), std::chrono::milliseconds(1000)};
   std::chrono::milliseconds rpc_timeout{10000};
   std::chrono::milliseconds shutdown_grace{20000};
   std::chrono::milliseconds report_retry_limit{600000};
@@ -89,6 +98,11 @@ class WorkerDaemon {
   void CancelAttach(const std::string& why);
   // Sleeps up to d; returns early (false) when a stop is requested.
   bool SleepUnlessStopping(std::chrono::milliseconds d);
+  // Backoff before retrying a failed call: when the channel is down, waits up
+  // to d for it to connect, polling it, and returns true as soon as it is
+  // (retry at once); when it is up, sleeps d. With stop_early, returns when a
+  // stop is requested.
+  bool WaitForCoordinator(std::chrono::milliseconds d, bool stop_early);
   void PrepareContext(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) const;
 
   const WorkerDaemonOptions options_;
@@ -107,6 +121,7 @@ class WorkerDaemon {
   int64_t heartbeat_ms_ ABSL_GUARDED_BY(mu_) = 1000;
   std::deque<tandem::v1::PhaseCommand> queue_ ABSL_GUARDED_BY(mu_);
   std::string running_command_id_ ABSL_GUARDED_BY(mu_);
+  bool running_setup_ ABSL_GUARDED_BY(mu_) = false;  // the running command is a SETUP
   std::string job_id_ ABSL_GUARDED_BY(mu_);
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   // Last finished command and its report (resent on a repeated command id).

@@ -64,6 +64,8 @@ class JobEngineImpl final : public JobEngine {
 
   void Abort() override {
     std::lock_guard<std::mutex> lock(mu_);
+    if (setup_abort_) setup_abort_->Abort();  // a SETUP in progress
+    if (ctx_ && ctx_->abort) ctx_->abort->Abort();
     if (ctx_ && ctx_->collective) ctx_->collective->Abort();
     if (ctx_ && ctx_->disagg) ctx_->disagg->Abort();
     aborted_ = true;
@@ -89,12 +91,32 @@ class JobEngineImpl final : public JobEngine {
       auto ctx = std::make_unique<JobContext>();
       peer_.KeepOnly(cmd.assignment().job_id());
       ctx->peer = &peer_;
+      // Abort() reaches this SETUP through the signal: its store waits, the
+      // rendezvous and the communicator it makes (comm/abort_signal.h).
+      ctx->abort = std::make_shared<comm::AbortSignal>();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        setup_abort_ = ctx->abort;
+      }
       absl::Status st = SetupJob(options_, cmd.assignment(), *ctx, report, live ? &*live : nullptr);
-      if (!st.ok()) return st;
-      std::lock_guard<std::mutex> lock(mu_);
-      ctx_ = std::move(ctx);
-      aborted_ = false;
-      return absl::OkStatus();
+      bool aborted = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        setup_abort_.reset();
+        aborted = ctx->abort->aborted();
+        if (st.ok() && !aborted) {
+          ctx_ = std::move(ctx);
+          aborted_ = false;
+          return absl::OkStatus();
+        }
+      }
+      if (ctx) ctx->abort->Abort();  // nothing of this SETUP keeps waiting
+      ctx.reset();                   // outside the lock
+      if (aborted) {
+        return absl::AbortedError("SETUP aborted on this worker" +
+                                  (st.ok() ? std::string() : " (" + std::string(st.message()) + ")"));
+      }
+      return st;
     }
     if (cmd.phase() == tandem::v1::PHASE_TEARDOWN) {
       Drop();
@@ -143,6 +165,7 @@ class JobEngineImpl final : public JobEngine {
       std::lock_guard<std::mutex> lock(mu_);
       old = std::move(ctx_);
     }
+    if (old && old->abort) old->abort->Abort();
     if (old && old->collective) old->collective->Abort();
     if (old && old->disagg) old->disagg->Abort();
     return old;
@@ -157,6 +180,8 @@ class JobEngineImpl final : public JobEngine {
   PeerSnapshots peer_;  // job thread only; survives Abort and re-SETUP
   mutable std::mutex mu_;
   std::unique_ptr<JobContext> ctx_;  // guarded by mu_ for swaps; used by the job thread
+  // The abort signal of the SETUP in progress (null otherwise); guarded by mu_.
+  std::shared_ptr<comm::AbortSignal> setup_abort_;
   bool aborted_ = false;
   std::string last_command_id_;
   ReportPhaseRequest last_report_;

@@ -2,7 +2,8 @@
 // its workspace, the communicator and ZeRO state, data, the RL step's
 // trajectories — created by PHASE_SETUP and destroyed by PHASE_TEARDOWN (or
 // an abort). Owned by the engine; used from the engine's job thread only,
-// except `collective` whose Abort() the engine may call from any thread.
+// except `abort` and `collective`, whose Abort() the engine may call from any
+// thread.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +62,9 @@ struct JobContext {
   std::unique_ptr<rl::RewardClient> reward_client;
 
   std::unique_ptr<comm::Store> store;
+  // Aborts this context's rendezvous and communicators (SETUP in progress
+  // included); made by the engine, which may fire it from any thread.
+  std::shared_ptr<comm::AbortSignal> abort;
   std::unique_ptr<comm::Collective> collective;
   std::unique_ptr<zero::ZeroOptimizer> zero;
 

@@ -14,7 +14,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr uint32_t kTagSize = 0x7e5100;
 constexpr uint32_t kTagData = 0x7e5101;
-constexpr int64_t kMagic = 0x54504545524e4150;  // "TPEERNAP"
+constexpr int64_t kMagic = 0x3250454552534e50;  // "PNSREEP2": version 2 (with the KL reference)
 
 template <typename T>
 void Put(std::string* out, const T& v) {
@@ -111,6 +111,7 @@ std::string SnapshotShard::Serialize() const {
   PutFloats(&out, params);
   PutFloats(&out, exp_avg);
   PutFloats(&out, exp_avg_sq);
+  PutFloats(&out, ref_params);
   return out;
 }
 
@@ -125,7 +126,8 @@ absl::Status SnapshotShard::Parse(const std::string& bytes, SnapshotShard* out) 
     out->ranges.resize(nranges);
     for (auto& rg : out->ranges) ok = ok && r.Get(&rg.offset) && r.Get(&rg.count);
   }
-  ok = ok && r.GetFloats(&out->params) && r.GetFloats(&out->exp_avg) && r.GetFloats(&out->exp_avg_sq) && r.done();
+  ok = ok && r.GetFloats(&out->params) && r.GetFloats(&out->exp_avg) && r.GetFloats(&out->exp_avg_sq) &&
+       r.GetFloats(&out->ref_params) && r.done();
   if (!ok) return absl::DataLossError("peer copy: malformed snapshot");
   out->world = static_cast<int>(world);
   out->zero_stage = static_cast<int>(stage);
@@ -148,6 +150,16 @@ absl::Status ExchangePeerCopies(JobContext& ctx, SnapshotShard own, tandem::v1::
   if (ctx.peer == nullptr || ctx.world < 2) return absl::OkStatus();
   if (absl::Status st = ctx.zero->Drain(); !st.ok()) return st;
   const auto t0 = Clock::now();
+  if (own.ref_params.empty() && !ctx.ref_params.empty()) {
+    // The KL reference policy (GRPO): this rank's pieces of it, as on disk.
+    for (const auto& r : own.ranges) {
+      if (r.offset + r.count > ctx.ref_params.size()) {
+        return absl::InternalError("peer copy: KL reference smaller than the parameter layout");
+      }
+      own.ref_params.insert(own.ref_params.end(), ctx.ref_params.begin() + r.offset,
+                            ctx.ref_params.begin() + r.offset + r.count);
+    }
+  }
   const int next = (ctx.rank + 1) % ctx.world;
   const int prev = (ctx.rank + ctx.world - 1) % ctx.world;
   std::optional<SnapshotShard> received;
@@ -175,12 +187,6 @@ absl::Status ExchangePeerCopies(JobContext& ctx, SnapshotShard own, tandem::v1::
 
 absl::Status RestoreFromPeers(JobContext& ctx, int64_t step, const std::vector<int>& receive_ranks,
                               tandem::v1::ReportPhaseRequest* report) {
-  if (ctx.spec().kind() == tandem::v1::JOB_KIND_GRPO && ctx.spec().rl().kl_coef() > 0) {
-    // Peer copies carry parameters and optimizer state only; the KL
-    // reference policy lives in disk checkpoints.
-    return absl::FailedPreconditionError(
-        "peer copies do not hold the KL reference policy (rl.kl_coef > 0): restore from disk");
-  }
   const auto t0 = Clock::now();
   auto listed = [&](int r) {
     return std::find(receive_ranks.begin(), receive_ranks.end(), r) != receive_ranks.end();
@@ -215,17 +221,36 @@ absl::Status RestoreFromPeers(JobContext& ctx, int64_t step, const std::vector<i
   if (problem.empty() && shard &&
       (shard->step != step || shard->world != ctx.world || !SameRanges(shard->ranges, OwnedRanges(*ctx.zero)) ||
        shard->params.size() != ctx.zero->shard_size() || shard->exp_avg.size() != ctx.zero->shard_size() ||
-       shard->exp_avg_sq.size() != ctx.zero->shard_size())) {
+       shard->exp_avg_sq.size() != ctx.zero->shard_size() ||
+       (!shard->ref_params.empty() && shard->ref_params.size() != ctx.zero->shard_size()))) {
     problem = "the copy of rank " + std::to_string(ctx.rank) + " does not match this world/ZeRO layout";
   }
   // Everyone agrees before anyone loads (a rank that cannot restore must not
-  // leave the others waiting in AllgatherParams).
-  std::vector<double> failures = {problem.empty() ? 0.0 : 1.0};
+  // leave the others waiting in AllgatherParams): [ranks that cannot restore,
+  // ranks whose copy holds the KL reference].
+  const bool has_ref = problem.empty() && shard && !shard->ref_params.empty();
+  std::vector<double> failures = {problem.empty() ? 0.0 : 1.0, has_ref ? 1.0 : 0.0};
   if (absl::Status st = AllreduceSum(ctx, failures); !st.ok()) return st;
   if (!problem.empty()) return absl::FailedPreconditionError("peer restore: " + problem);
   if (failures[0] > 0) {
     return absl::FailedPreconditionError("peer restore: " + std::to_string(static_cast<int>(failures[0])) +
                                          " rank(s) hold no usable copy of step " + std::to_string(step));
+  }
+  const int ref_ranks = static_cast<int>(failures[1]);
+  if (ref_ranks != 0 && ref_ranks != ctx.world) {
+    return absl::FailedPreconditionError("peer restore: only " + std::to_string(ref_ranks) + " of " +
+                                         std::to_string(ctx.world) + " copies of step " + std::to_string(step) +
+                                         " hold the KL reference policy");
+  }
+  if (ref_ranks == ctx.world) {
+    // Rebuild the full KL reference from every rank's pieces: load them as
+    // the parameter shard, gather, then load the real parameters below.
+    ctx.zero->LoadParamShard(shard->ref_params.data());
+    if (absl::Status st = ctx.zero->AllgatherParams(); !st.ok()) return st;
+    ctx.ref_params.assign(ctx.model->layout().total_floats(), 0.f);
+    if (absl::Status st = ctx.zero->GatherFull(ctx.ref_params.data()); !st.ok()) return st;
+  } else {
+    ctx.ref_params.clear();  // set at the first ROLLOUT, as in a fresh run
   }
   ctx.zero->LoadParamShard(shard->params.data());
   if (absl::Status st = ctx.zero->AllgatherParams(); !st.ok()) return st;

@@ -1,7 +1,8 @@
 // In-memory peer copies of the training state (Gemini-style, issue 6).
 //
-// After each PHASE_CHECKPOINT every rank keeps its own shard (parameters and
-// Adam moments of the ranges it owns) in host memory and sends a copy to its
+// After each PHASE_CHECKPOINT every rank keeps its own shard (parameters,
+// Adam moments and, for a GRPO job with a KL term, the KL reference policy,
+// each over the ranges it owns) in host memory and sends a copy to its
 // neighbour rank+1 mod N over the job's communicator (send/recv), keeping
 // the copy it receives from rank-1. The copies live in the engine, not in
 // the JobContext, so they survive an abort and the next generation's SETUP.
@@ -9,6 +10,8 @@
 // Restore (SETUP with Assignment.peer_restore_step = S): ranks listed in
 // peer_restore_ranks (replacements) receive their shard of step S from
 // rank+1, which sends the copy it holds; every other rank reloads its own.
+// The KL reference is rebuilt in full on every rank from the restored pieces
+// (a gather), so a peer restore of a KL job is bit-identical to a disk one.
 // All ranks agree (an allreduce of failures) before loading, so a missing or
 // mismatching copy fails every rank's SETUP with "peer restore: ..." and the
 // coordinator falls back to the disk checkpoint; nobody hangs.
@@ -38,10 +41,15 @@ struct SnapshotShard {
   int64_t policy_version = 0;
   std::vector<ckpt::Range> ranges;
   std::vector<float> params, exp_avg, exp_avg_sq;
+  // GRPO with rl.kl_coef > 0: this rank's pieces (`ranges`) of the frozen
+  // KL reference policy; empty when the job has none (yet).
+  std::vector<float> ref_params;
 
   std::string Serialize() const;
   static absl::Status Parse(const std::string& bytes, SnapshotShard* out);
-  size_t bytes() const { return (params.size() + exp_avg.size() + exp_avg_sq.size()) * sizeof(float); }
+  size_t bytes() const {
+    return (params.size() + exp_avg.size() + exp_avg_sq.size() + ref_params.size()) * sizeof(float);
+  }
 };
 
 class PeerSnapshots {

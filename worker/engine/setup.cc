@@ -142,6 +142,7 @@ absl::Status SetupJob(const EngineOptions& options,
   co.address = options.data_address;
   co.timeout = ctx.timeout;
   co.prefix = "gloo";
+  co.abort = ctx.abort;  // the engine's Abort() ends a rendezvous in progress
   if (spec.placement().mode() == "disaggregated") {
     // Trainers continue below over their own communicator; rollout ranks
     // keep full weights and no optimizer (disagg.h).
@@ -162,6 +163,9 @@ absl::Status SetupJob(const EngineOptions& options,
   if (train.beta2() > 0) zo.adamw.beta2 = static_cast<float>(train.beta2());
   if (train.eps() > 0) zo.adamw.eps = static_cast<float>(train.eps());
   zo.adamw.weight_decay = static_cast<float>(train.weight_decay());
+  auto precision = zero::ParsePrecision(train.precision());
+  if (!precision.ok()) return precision.status();
+  zo.precision = *precision;
   zo.timeout = ctx.timeout;
   for (int u = 0; u < layout.num_units(); ++u) {
     zo.units.push_back({layout.unit_offset(u), layout.unit_size(u)});
@@ -220,6 +224,7 @@ absl::Status SetupJob(const EngineOptions& options,
   (*report->mutable_values())["param_bytes"] = static_cast<double>(mem.param_bytes);
   (*report->mutable_values())["grad_bytes"] = static_cast<double>(mem.grad_bytes);
   (*report->mutable_values())["optimizer_bytes"] = static_cast<double>(mem.optimizer_bytes);
+  (*report->mutable_values())["compute_bytes"] = static_cast<double>(mem.compute_bytes);
   (*report->mutable_values())["num_params"] =
       static_cast<double>(model::ParameterCount(ctx.config));
   report->add_log_lines("rank " + std::to_string(ctx.rank) + "/" +
