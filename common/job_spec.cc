@@ -57,7 +57,7 @@ const YamlProtoOptions& JobOptions() {
         {.path = "model.config.pad_token_id", .min = 0, .max = kMaxVocab},
         {.path = "task.name", .one_of = {"", "arithmetic", "sort", "reverse", "count"}},
         {.path = "task.op", .one_of = {"", "add", "mul"}},
-        {.path = "task.digits", .min = 1, .max = 9},
+        {.path = "task.digits", .min = 0, .max = 9},  // 0: unset (arithmetic: 2)
         {.path = "task.min_len", .min = 1, .max = 256},
         {.path = "task.max_len", .min = 1, .max = 256},
         {.path = "task.eval_size", .min = 0, .max = 1e6},
@@ -277,8 +277,7 @@ JobSpec DefaultJobSpec() {
   JobSpec s;
   s.set_seed(1);
   auto* task = s.mutable_task();
-  task->set_op("add");
-  task->set_digits(2);
+  // op and digits (arithmetic only) are defaulted in ApplyJobDefaults.
   task->set_min_len(3);
   task->set_max_len(8);
   task->set_eval_size(100);
@@ -332,6 +331,10 @@ void ApplyJobDefaults(JobSpec* spec) {
   }
   auto* task = spec->mutable_task();
   if (task->name().empty() && task->data().empty()) task->set_name("arithmetic");
+  if (task->name() == "arithmetic") {
+    if (task->op().empty()) task->set_op("add");
+    if (task->digits() == 0) task->set_digits(2);
+  }
   if (spec->rl().clip_high() == 0) spec->mutable_rl()->set_clip_high(spec->rl().clip());
   if (spec->init().sft_lr() == 0) spec->mutable_init()->set_sft_lr(spec->train().lr());
   if (spec->cluster().min_workers() == 0) spec->mutable_cluster()->set_min_workers(spec->cluster().workers());
@@ -354,6 +357,16 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   const auto& task = spec.task();
   if (!task.name().empty() && !task.data().empty()) return Invalid("task", "set either name or data, not both");
   if (task.name().empty() && task.data().empty()) return Invalid("task", "required: set task.name or task.data");
+  if (!task.name().empty() && task.name() != "arithmetic") {
+    // The worker's task factory refuses these too; say so at submit time.
+    if (!task.op().empty()) {
+      return Invalid("task.op", absl::StrCat("applies only to the arithmetic task; remove it for ", task.name()));
+    }
+    if (task.digits() != 0) {
+      return Invalid("task.digits", absl::StrCat("applies only to the arithmetic task; use task.min_len/task.max_len for ",
+                                                 task.name()));
+    }
+  }
   if (task.min_len() > task.max_len()) {
     return Invalid("task.min_len", absl::StrCat(task.min_len(), " must be <= task.max_len = ", task.max_len()));
   }

@@ -49,12 +49,12 @@ TEST(JobSpecTest, IssueExampleParses) {
 
 TEST(JobSpecTest, OverridesAndRoundTrip) {
   auto spec = ParseJobSpecYaml(kIssueExample, {"train.steps=10", "cluster.workers=4", "rl.kl_coef=0",
-                                               "task.name=sort"});
+                                               "task.op=mul"});
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->train().steps(), 10);
   EXPECT_EQ(spec->cluster().workers(), 4);
   EXPECT_EQ(spec->rl().kl_coef(), 0);  // explicit zero stays
-  EXPECT_EQ(spec->task().name(), "sort");
+  EXPECT_EQ(spec->task().op(), "mul");
   auto again = ParseJobSpecYaml(JobSpecToYaml(*spec));
   ASSERT_TRUE(again.ok()) << again.status() << "\n" << JobSpecToYaml(*spec);
   EXPECT_EQ(again->SerializeAsString(), spec->SerializeAsString());
@@ -100,6 +100,10 @@ TEST(JobSpecTest, BadInputsNameTheField) {
   EXPECT_EQ(ErrorOf("model: {from: /m}\ntask: {name: sort}\n"), "kind: required; allowed: sft, grpo, ppo");
   EXPECT_EQ(ErrorOf(base, {"rl.prompts_per_step=3"}), "rl.prompts_per_step: 3 is not divisible by the workers = 2");
   EXPECT_EQ(ErrorOf("- 1\n- 2\n"), "document: expected a map, got a list");
+  EXPECT_EQ(ErrorOf(base, {"task.name=reverse"}), "task.op: applies only to the arithmetic task; remove it for reverse");
+  EXPECT_EQ(ErrorOf("kind: sft\nmodel: {from: /m}\ntask: {name: sort, digits: 3}\n"),
+            "task.digits: applies only to the arithmetic task; use task.min_len/task.max_len for sort");
+  EXPECT_EQ(ErrorOf("kind: sft\nmodel: {from: /m}\ntask: {name: sort}\n"), "OK");
   // Degraded continuation needs replicas (stage 0), co-location and a peer.
   EXPECT_EQ(ErrorOf(base, {"recovery.degraded=true"}).rfind("recovery.degraded: needs cluster.zero_stage: 0", 0), 0u);
   EXPECT_EQ(ErrorOf(base, {"recovery.degraded=true", "cluster.zero_stage=0"}), "OK");
