@@ -24,30 +24,11 @@ using tandem::v1::PHASE_SFT_STEP;
 using tandem::v1::PHASE_SYNC_WEIGHTS;
 using tandem::v1::PHASE_UPDATE;
 
-std::string GrpoYaml() {
-  return R"(
-name: disagg-test
-kind: grpo
-seed: 5
-model:
-  config:
-    vocab_size: 99
-    hidden_size: 32
-    intermediate_size: 64
-    num_hidden_layers: 2
-    num_attention_heads: 4
-    num_key_value_heads: 2
-    max_position_embeddings: 32
-    tokenizer: char
-    bos_token_id: 1
-    eos_token_id: 2
-    pad_token_id: 0
-task: {name: arithmetic, op: add, digits: 1, eval_size: 16, format_reward: 0.5}
-train: {steps: 6, lr: 1.0e-2, global_batch: 16, micro_batch: 4, warmup_steps: 0, seq_len: 16}
-rl: {group_size: 4, prompts_per_step: 4, max_new_tokens: 4, kl_coef: 0.01, temperature: 1.0}
-init: {sft: {steps: 8, lr: 1.0e-2}}
-cluster: {workers: 1, zero_stage: 0, threads_per_worker: 1}
-)";
+// The engine tests' tiny GRPO job with a short run and a warm start.
+JobSpec DisaggSpec(std::vector<std::string> overrides) {
+  overrides.insert(overrides.begin(),
+                   {"name=disagg-test", "train.steps=6", "train.lr=1e-2", "init.sft.steps=8", "init.sft.lr=1e-2"});
+  return ParseSpec(TinyGrpoYaml(), overrides);
 }
 
 std::vector<std::string> Disagg(int r, int t, const std::string& coupling, int k) {
@@ -93,7 +74,7 @@ void SyncMatchesColocated(const char* kl) {
     EngineCluster c(disagg ? 2 : 1, disagg ? "job-disagg" : "job-colo");
     auto ov = disagg ? Disagg(1, 1, "sync", 0) : std::vector<std::string>{};
     ov.push_back("rl.kl_coef=" + std::string(kl));
-    c.SetupOk(ParseSpec(GrpoYaml(), ov));
+    c.SetupOk(DisaggSpec(ov));
     for (int w = 1; w <= kWarm; ++w) c.RunOk(PHASE_SFT_STEP, -w);
     auto& out = disagg ? dis : colo;
     for (int s = 1; s <= kSteps; ++s) out.push_back(RlStep(c, s, disagg));
@@ -126,7 +107,7 @@ TEST(DisaggEngineTest, AsyncStalenessNeverExceedsBoundAndDropsAreCounted) {
   auto ov = Disagg(1, 2, "async", kBound);
   ov.push_back("cluster.zero_stage=2");
   ov.push_back("output_dir=" + dir + "/final");
-  c.SetupOk(ParseSpec(GrpoYaml(), ov));
+  c.SetupOk(DisaggSpec(ov));
   for (int w = 1; w <= kWarm; ++w) c.RunOk(PHASE_SFT_STEP, -w);
   double stale_steps = 0;
   for (int s = 1; s <= kSteps; ++s) {
@@ -151,7 +132,7 @@ TEST(DisaggEngineTest, AsyncStalenessNeverExceedsBoundAndDropsAreCounted) {
 
 TEST(DisaggEngineTest, RolloutWithoutSyncFailsNamingThePhase) {
   EngineCluster c(2, "job-nosync");
-  c.SetupOk(ParseSpec(GrpoYaml(), Disagg(1, 1, "sync", 0)));
+  c.SetupOk(DisaggSpec(Disagg(1, 1, "sync", 0)));
   c.RunOk(PHASE_SYNC_WEIGHTS, 1);
   auto res = c.Run(PHASE_ROLLOUT, 2);
   ASSERT_FALSE(res[1].status.ok());
@@ -164,7 +145,7 @@ TEST(DisaggEngineTest, RolloutWithoutSyncFailsNamingThePhase) {
 
 TEST(DisaggEngineTest, PlacementMustSplitPromptsOverTrainers) {
   EngineCluster c(3, "job-badsplit");
-  auto spec = ParseSpec(GrpoYaml(), Disagg(1, 2, "sync", 0));
+  auto spec = DisaggSpec(Disagg(1, 2, "sync", 0));
   spec.mutable_rl()->set_prompts_per_step(3);
   auto res = c.Setup(spec);
   for (int r = 0; r < 3; ++r) {

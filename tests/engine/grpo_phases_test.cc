@@ -22,32 +22,6 @@ using tandem::v1::PHASE_SCORE;
 using tandem::v1::PHASE_SFT_STEP;
 using tandem::v1::PHASE_UPDATE;
 
-std::string GrpoYaml() {
-  return R"(
-name: grpo-test
-kind: grpo
-seed: 5
-model:
-  config:
-    vocab_size: 99
-    hidden_size: 32
-    intermediate_size: 64
-    num_hidden_layers: 2
-    num_attention_heads: 4
-    num_key_value_heads: 2
-    max_position_embeddings: 32
-    tokenizer: char
-    bos_token_id: 1
-    eos_token_id: 2
-    pad_token_id: 0
-task: {name: arithmetic, op: add, digits: 1, eval_size: 16, format_reward: 0.5}
-train: {steps: 20, lr: 3.0e-3, global_batch: 16, micro_batch: 4, warmup_steps: 0, seq_len: 16}
-rl: {group_size: 4, prompts_per_step: 4, max_new_tokens: 4, kl_coef: 0.01, temperature: 1.0}
-init: {sft: {steps: 0}}
-cluster: {workers: 1, zero_stage: 0, threads_per_worker: 1}
-)";
-}
-
 struct StepFigures {
   double reward = 0, accuracy = 0, rollout_tokens = 0, loss = 0;
 };
@@ -68,7 +42,7 @@ StepFigures RlStep(EngineCluster& c, int64_t step) {
 
 TEST(GrpoPhasesTest, PhasesInOrderAndOutOfOrderFailsNamingPhase) {
   EngineCluster c(1);
-  c.SetupOk(ParseSpec(GrpoYaml(), {}));
+  c.SetupOk(ParseSpec(TinyGrpoYaml(), {}));
   // UPDATE before anything of step 1.
   auto res = c.Run(PHASE_UPDATE, 1);
   ASSERT_FALSE(res[0].status.ok());
@@ -108,7 +82,7 @@ TEST(GrpoPhasesTest, PhasesInOrderAndOutOfOrderFailsNamingPhase) {
 TEST(GrpoPhasesTest, MemoryDoesNotGrowOver50Cycles) {
   EngineCluster c(1);
   // Offloading the optimizer state exercises the switch path too.
-  c.SetupOk(ParseSpec(GrpoYaml(), {"rl.offload_optimizer=true", "train.steps=60"}));
+  c.SetupOk(ParseSpec(TinyGrpoYaml(), {"rl.offload_optimizer=true", "train.steps=60"}));
   constexpr int kWarmup = 5, kCycles = 50;
   int64_t after_warmup = 0, peak = 0;
   for (int s = 1; s <= kWarmup + kCycles; ++s) {
@@ -131,7 +105,7 @@ TEST(GrpoPhasesTest, SeededRunImprovesReward) {
   // A short SFT warm start teaches part of the answer format; GRPO then
   // raises the reward (format + correctness) within 40 steps.
   constexpr int kWarm = 15, kSteps = 40;
-  c.SetupOk(ParseSpec(GrpoYaml(), {"init.sft.steps=" + std::to_string(kWarm), "init.sft.lr=1e-2",
+  c.SetupOk(ParseSpec(TinyGrpoYaml(), {"init.sft.steps=" + std::to_string(kWarm), "init.sft.lr=1e-2",
                                    "train.lr=1e-2", "rl.prompts_per_step=8",
                                    "train.steps=" + std::to_string(kSteps)}));
   for (int w = 1; w <= kWarm; ++w) c.RunOk(PHASE_SFT_STEP, -w);
@@ -153,7 +127,7 @@ TEST(GrpoPhasesTest, SameTrajectoriesForOneAndTwoRanks) {
   for (int world : {1, 2}) {
     EngineCluster c(world);
     // N=2 runs ZeRO-3 (weights gathered for the rollout) against N=1 stage 0.
-    c.SetupOk(ParseSpec(GrpoYaml(), {"init.sft.steps=15", "init.sft.lr=1e-2",
+    c.SetupOk(ParseSpec(TinyGrpoYaml(), {"init.sft.steps=15", "init.sft.lr=1e-2",
                                      "cluster.zero_stage=" + std::to_string(world == 2 ? 3 : 0)}));
     for (int w = 1; w <= 15; ++w) c.RunOk(PHASE_SFT_STEP, -w);
     auto& out = world == 1 ? one : two;
@@ -176,7 +150,7 @@ TEST(GrpoPhasesTest, SameTrajectoriesForOneAndTwoRanks) {
 // same rollouts, rewards and final weights, bit for bit.
 TEST(GrpoPhasesTest, RestoredRunIsBitIdentical) {
   const std::string dir = MakeTempDir("grpo-ckpt");
-  const JobSpec spec = ParseSpec(GrpoYaml(), {"init.sft.steps=3", "init.sft.lr=1e-2",
+  const JobSpec spec = ParseSpec(TinyGrpoYaml(), {"init.sft.steps=3", "init.sft.lr=1e-2",
                                               "cluster.zero_stage=2", "train.steps=4",
                                               "checkpoint.dir=" + dir + "/ckpt",
                                               "output_dir=" + dir + "/final"});
