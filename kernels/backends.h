@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "kernels/memory.h"
 #include "kernels/ops.h"
 
 namespace tandem::kernels {
@@ -25,6 +26,10 @@ int CpuThreads();
 // Returns nullptr when no CUDA device is present.
 std::unique_ptr<Ops> MakeCudaOps();
 bool CudaDeviceAvailable();
+// DeviceMemory over cudaMalloc of the current CUDA device (kernels/memory.h;
+// copies on the legacy default stream, where CudaOps runs). Returns nullptr
+// when no CUDA device is present.
+std::unique_ptr<DeviceMemory> MakeCudaMemory();
 #endif
 
 }  // namespace tandem::kernels

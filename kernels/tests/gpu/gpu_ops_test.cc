@@ -27,10 +27,12 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/backends.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/memory.h"
 #include "kernels/ops.h"
 
 namespace tandem::kernels {
@@ -674,6 +676,61 @@ void TestConvert(CudaOps& cuda, Ops& ref) {
          ms);
 }
 
+// ------------------------------------------------------------ memory --
+// MakeCudaMemory: upload, device copy, zero, an op in between (same legacy
+// stream), download from another thread, all bitwise; allocated_bytes; an
+// impossible allocation returns nullptr with a recorded error.
+void TestMemory(CudaOps& cuda) {
+  if (!Selected("memory")) return;
+  GpuTimer timer;
+  Rng rng(11);
+  const size_t n = (size_t(1) << 20) + 7;
+  const std::vector<float> host = rng.Uniform(n);
+  std::unique_ptr<DeviceMemory> mem = MakeCudaMemory();
+  if (mem == nullptr) {
+    Report(cuda, "memory", "MakeCudaMemory returned nullptr", 1, 0, 0);
+    return;
+  }
+  timer.Start();
+  DeviceArray<float> a, b;
+  bool bad = !a.Allocate(mem.get(), n) || !b.AllocateZeroed(mem.get(), n);
+  bad = bad || mem->allocated_bytes() != 2 * n * sizeof(float);
+  if (!bad) {
+    a.Upload(host.data(), n);
+    mem->CopyOnDevice(b.data() + 3, a.data(), (n - 3) * sizeof(float));
+    cuda.scale(b.data(), 2.f, n);  // ordered after the copy (legacy stream)
+    mem->SetZero(a.data() + n / 2, (n - n / 2) * sizeof(float));
+    std::vector<float> ga(n), gb(n);
+    std::thread reader([&] {  // a new thread: the memory selects the device
+      a.Download(ga.data(), n);
+      b.Download(gb.data(), n);
+    });
+    reader.join();
+    for (size_t i = 0; i < n && !bad; ++i) {
+      const float ea = i < n / 2 ? host[i] : 0.f;
+      const float eb = i < 3 ? 0.f : host[i - 3] * 2.f;
+      bad = std::memcmp(&ga[i], &ea, 4) != 0 || std::memcmp(&gb[i], &eb, 4) != 0;
+    }
+    bad = bad || !mem->Synchronize() || !mem->ok();
+  }
+  const double ms = timer.StopMs();
+  a.reset();
+  b.reset();
+  bad = bad || mem->allocated_bytes() != 0;
+  Report(cuda, "memory round trip",
+         Fmt("n%zu copy/zero/op/thread (bitwise) %s", n,
+             mem->ok() ? "" : mem->last_error().c_str()),
+         double(bad), 0, ms);
+
+  std::unique_ptr<DeviceMemory> oom = MakeCudaMemory();
+  void* huge = oom->Allocate(size_t(1) << 50);
+  const bool caught = huge == nullptr && !oom->ok() &&
+                      oom->last_error().find("out of memory") != std::string::npos;
+  if (huge != nullptr) oom->Free(huge);
+  Report(cuda, "memory oom", "1 PiB -> nullptr + error", caught ? 0.0 : 1.0, 0,
+         0);
+}
+
 // Unsupported shapes must become a recorded error, not a crash.
 void TestErrors(CudaOps& cuda) {
   if (!Selected("errors")) return;
@@ -813,6 +870,7 @@ int main(int argc, char** argv) {
   TestOptimizer(*cuda, *ref);
   TestConvert(*cuda, *ref);
   TestErrors(*cuda);
+  TestMemory(*cuda);
   int failed = 0;
   for (const Row& r : g_rows) failed += r.pass ? 0 : 1;
   Bench(*cuda);

@@ -1,0 +1,253 @@
+// MakeGuardedOps: see guarded_memory.h. Every pointer argument is translated
+// with the extent the op reads or writes (shape-derived), so an op handed a
+// host pointer, a freed buffer or a too-small buffer aborts with the
+// argument's name instead of touching memory it should not.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/guarded/guarded_memory.h"
+
+namespace tandem::kernels {
+namespace {
+
+class GuardedOps final : public Ops {
+ public:
+  GuardedOps(std::unique_ptr<Ops> inner, GuardedMemory* memory)
+      : inner_(std::move(inner)),
+        mem_(memory),
+        name_(std::string("guarded(") + inner_->name() + ")") {}
+
+  const char* name() const override { return name_.c_str(); }
+
+  void matmul(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+              const float* a, int lda, const float* b, int ldb, float beta,
+              float* c, int ldc) override {
+    const size_t a_n = Strided(trans_a ? k : m, trans_a ? m : k, lda);
+    const size_t b_n = Strided(trans_b ? n : k, trans_b ? k : n, ldb);
+    inner_->matmul(trans_a, trans_b, m, n, k, alpha, F(a, a_n, "matmul a"), lda,
+                   F(b, b_n, "matmul b"), ldb, beta,
+                   F(c, Strided(m, n, ldc), "matmul c"), ldc);
+  }
+
+  void embedding_forward(const int32_t* ids, int t, const float* table, int c,
+                         float* out) override {
+    const int32_t* r_ids = I(ids, t, "embedding_forward ids");
+    inner_->embedding_forward(
+        r_ids, t, F(table, Rows(r_ids, t) * c, "embedding_forward table"), c,
+        F(out, N(t) * c, "embedding_forward out"));
+  }
+
+  void embedding_backward(const int32_t* ids, int t, const float* dout, int c,
+                          float* dtable) override {
+    const int32_t* r_ids = I(ids, t, "embedding_backward ids");
+    inner_->embedding_backward(
+        r_ids, t, F(dout, N(t) * c, "embedding_backward dout"), c,
+        F(dtable, Rows(r_ids, t) * c, "embedding_backward dtable"));
+  }
+
+  void rmsnorm_forward(const float* x, const float* w, int t, int c, float eps,
+                       float* y, float* rstd) override {
+    const size_t tc = N(t) * N(c);
+    inner_->rmsnorm_forward(F(x, tc, "rmsnorm_forward x"),
+                            F(w, N(c), "rmsnorm_forward w"), t, c, eps,
+                            F(y, tc, "rmsnorm_forward y"),
+                            F(rstd, N(t), "rmsnorm_forward rstd"));
+  }
+
+  void rmsnorm_backward(const float* dy, const float* x, const float* w,
+                        const float* rstd, int t, int c, float* dx,
+                        float* dw) override {
+    const size_t tc = N(t) * N(c);
+    inner_->rmsnorm_backward(
+        F(dy, tc, "rmsnorm_backward dy"), F(x, tc, "rmsnorm_backward x"),
+        F(w, N(c), "rmsnorm_backward w"),
+        F(rstd, N(t), "rmsnorm_backward rstd"), t, c,
+        F(dx, tc, "rmsnorm_backward dx"), F(dw, N(c), "rmsnorm_backward dw"));
+  }
+
+  void swiglu_forward(const float* gate, const float* up, size_t n,
+                      float* h) override {
+    inner_->swiglu_forward(F(gate, n, "swiglu_forward gate"),
+                           F(up, n, "swiglu_forward up"), n,
+                           F(h, n, "swiglu_forward h"));
+  }
+
+  void swiglu_backward(const float* dh, const float* gate, const float* up,
+                       size_t n, float* dgate, float* dup) override {
+    inner_->swiglu_backward(
+        F(dh, n, "swiglu_backward dh"), F(gate, n, "swiglu_backward gate"),
+        F(up, n, "swiglu_backward up"), n, F(dgate, n, "swiglu_backward dgate"),
+        F(dup, n, "swiglu_backward dup"));
+  }
+
+  void add_inplace(float* y, const float* x, size_t n) override {
+    inner_->add_inplace(F(y, n, "add_inplace y"), F(x, n, "add_inplace x"), n);
+  }
+
+  void add_bias(float* y, const float* bias, int rows, int cols) override {
+    inner_->add_bias(F(y, N(rows) * N(cols), "add_bias y"),
+                     F(bias, N(cols), "add_bias bias"), rows, cols);
+  }
+
+  void bias_backward(const float* dy, int rows, int cols,
+                     float* dbias) override {
+    inner_->bias_backward(F(dy, N(rows) * N(cols), "bias_backward dy"), rows,
+                          cols, F(dbias, N(cols), "bias_backward dbias"));
+  }
+
+  void rope_apply(float* x, const int32_t* positions, int t, int nh, int d,
+                  const float* cos, const float* sin, bool inverse) override {
+    const int32_t* r_pos = I(positions, t, "rope_apply positions");
+    const size_t table = Rows(r_pos, t) * N(d / 2);
+    inner_->rope_apply(F(x, N(t) * N(nh) * N(d), "rope_apply x"), r_pos, t, nh,
+                       d, F(cos, table, "rope_apply cos"),
+                       F(sin, table, "rope_apply sin"), inverse);
+  }
+
+  void attention_forward(const AttentionParams& p, const float* q,
+                         const float* k, const float* v,
+                         const int32_t* cu_seqlens, int num_seqs, int t,
+                         float* out, float* lse) override {
+    const size_t qn = N(t) * N(p.num_heads) * N(p.head_dim);
+    const size_t kn = N(t) * N(p.num_kv_heads) * N(p.head_dim);
+    inner_->attention_forward(
+        p, F(q, qn, "attention_forward q"), F(k, kn, "attention_forward k"),
+        F(v, kn, "attention_forward v"),
+        I(cu_seqlens, N(num_seqs) + 1, "attention_forward cu_seqlens"),
+        num_seqs, t, F(out, qn, "attention_forward out"),
+        F(lse, N(t) * N(p.num_heads), "attention_forward lse"));
+  }
+
+  void attention_backward(const AttentionParams& p, const float* q,
+                          const float* k, const float* v, const float* out,
+                          const float* dout, const float* lse,
+                          const int32_t* cu_seqlens, int num_seqs, int t,
+                          float* dq, float* dk, float* dv) override {
+    const size_t qn = N(t) * N(p.num_heads) * N(p.head_dim);
+    const size_t kn = N(t) * N(p.num_kv_heads) * N(p.head_dim);
+    inner_->attention_backward(
+        p, F(q, qn, "attention_backward q"), F(k, kn, "attention_backward k"),
+        F(v, kn, "attention_backward v"), F(out, qn, "attention_backward out"),
+        F(dout, qn, "attention_backward dout"),
+        F(lse, N(t) * N(p.num_heads), "attention_backward lse"),
+        I(cu_seqlens, N(num_seqs) + 1, "attention_backward cu_seqlens"),
+        num_seqs, t, F(dq, qn, "attention_backward dq"),
+        F(dk, kn, "attention_backward dk"), F(dv, kn, "attention_backward dv"));
+  }
+
+  void decode_attention(const AttentionParams& p, const float* q, int batch,
+                        int n_new, const float* k_cache, const float* v_cache,
+                        int cache_capacity, const int32_t* cache_len,
+                        float* out) override {
+    const size_t qn = N(batch) * N(n_new) * N(p.num_heads) * N(p.head_dim);
+    const size_t kn =
+        N(batch) * N(cache_capacity) * N(p.num_kv_heads) * N(p.head_dim);
+    inner_->decode_attention(
+        p, F(q, qn, "decode_attention q"), batch, n_new,
+        F(k_cache, kn, "decode_attention k_cache"),
+        F(v_cache, kn, "decode_attention v_cache"), cache_capacity,
+        I(cache_len, N(batch), "decode_attention cache_len"),
+        F(out, qn, "decode_attention out"));
+  }
+
+  void lm_head_logprobs_forward(const float* h, const float* w,
+                                const int32_t* targets, int t, int c, int v,
+                                int chunk_tokens, float* scratch, float* logp,
+                                float* entropy) override {
+    inner_->lm_head_logprobs_forward(
+        F(h, N(t) * N(c), "lm_head_forward h"),
+        F(w, N(v) * N(c), "lm_head_forward w"),
+        I(targets, N(t), "lm_head_forward targets"), t, c, v, chunk_tokens,
+        F(scratch, Chunk(chunk_tokens, t) * N(v), "lm_head_forward scratch"),
+        F(logp, N(t), "lm_head_forward logp"),
+        F(entropy, N(t), "lm_head_forward entropy"));
+  }
+
+  void lm_head_logprobs_backward(const float* h, const float* w,
+                                 const int32_t* targets, const float* dlogp,
+                                 int t, int c, int v, int chunk_tokens,
+                                 float* scratch, float* dh,
+                                 float* dw) override {
+    inner_->lm_head_logprobs_backward(
+        F(h, N(t) * N(c), "lm_head_backward h"),
+        F(w, N(v) * N(c), "lm_head_backward w"),
+        I(targets, N(t), "lm_head_backward targets"),
+        F(dlogp, N(t), "lm_head_backward dlogp"), t, c, v, chunk_tokens,
+        F(scratch, Chunk(chunk_tokens, t) * N(v), "lm_head_backward scratch"),
+        F(dh, N(t) * N(c), "lm_head_backward dh"),
+        F(dw, N(v) * N(c), "lm_head_backward dw"));
+  }
+
+  double sum_squares(const float* g, size_t n) override {
+    return inner_->sum_squares(F(g, n, "sum_squares g"), n);
+  }
+
+  void scale(float* x, float s, size_t n) override {
+    inner_->scale(F(x, n, "scale x"), s, n);
+  }
+
+  void adamw_step(float* p, const float* g, float* m, float* v, size_t n,
+                  float lr, float beta1, float beta2, float eps,
+                  float weight_decay, int64_t step) override {
+    inner_->adamw_step(F(p, n, "adamw p"), F(g, n, "adamw g"),
+                       F(m, n, "adamw m"), F(v, n, "adamw v"), n, lr, beta1,
+                       beta2, eps, weight_decay, step);
+  }
+
+  void float_to_bf16(const float* x, uint16_t* y, size_t n) override {
+    inner_->float_to_bf16(F(x, n, "float_to_bf16 x"),
+                          static_cast<uint16_t*>(mem_->Real(
+                              y, n * sizeof(uint16_t), "float_to_bf16 y")),
+                          n);
+  }
+
+  void bf16_to_float(const uint16_t* x, float* y, size_t n) override {
+    inner_->bf16_to_float(static_cast<const uint16_t*>(mem_->Real(
+                              x, n * sizeof(uint16_t), "bf16_to_float x")),
+                          F(y, n, "bf16_to_float y"), n);
+  }
+
+ private:
+  static size_t N(int x) { return x > 0 ? static_cast<size_t>(x) : 0; }
+  // Elements of a row-major [rows, cols] array with row stride ld.
+  static size_t Strided(int rows, int cols, int ld) {
+    if (rows <= 0 || cols <= 0) return 0;
+    return (N(rows) - 1) * N(ld) + N(cols);
+  }
+  // Rows of a table indexed by ids[0..t) (ids already real): max id + 1.
+  static size_t Rows(const int32_t* ids, int t) {
+    int32_t hi = -1;
+    for (int i = 0; i < t; ++i) hi = std::max(hi, ids[i]);
+    return static_cast<size_t>(hi + 1);
+  }
+  static size_t Chunk(int chunk_tokens, int t) {
+    return N(std::min(std::max(1, chunk_tokens), t));
+  }
+
+  float* F(float* p, size_t n, const char* what) const {
+    return static_cast<float*>(mem_->Real(p, n * sizeof(float), what));
+  }
+  const float* F(const float* p, size_t n, const char* what) const {
+    return static_cast<const float*>(mem_->Real(p, n * sizeof(float), what));
+  }
+  const int32_t* I(const int32_t* p, size_t n, const char* what) const {
+    return static_cast<const int32_t*>(
+        mem_->Real(p, n * sizeof(int32_t), what));
+  }
+
+  std::unique_ptr<Ops> inner_;
+  GuardedMemory* mem_;
+  std::string name_;
+};
+
+}  // namespace
+
+std::unique_ptr<Ops> MakeGuardedOps(std::unique_ptr<Ops> inner,
+                                    GuardedMemory* memory) {
+  return std::make_unique<GuardedOps>(std::move(inner), memory);
+}
+
+}  // namespace tandem::kernels
