@@ -9,11 +9,25 @@
 // Uneven reduce_scatter / allgather counts use grouped ncclReduce /
 // ncclBroadcast; send/recv ignore `tag` (NCCL matches in issue order).
 // all_scan is not provided by this backend.
+//
+// Ordering: every call first selects the communicator's device (the calling
+// thread may be new, e.g. ZeRO's communication thread), records an event on
+// the legacy default stream (where CudaOps and MakeCudaMemory issue their
+// work, from any thread) and makes the communicator's stream wait for it, so
+// NCCL reads the data the compute issued before the call produced. When the
+// call returns the data is final.
+//
+// Host pointers (pageable or pinned host memory, detected with
+// cudaPointerGetAttributes) are staged through a device scratch buffer that
+// grows to the largest call: copied in before the operation and back after
+// it completed, so small host-side reductions (loss sums, counts) work too.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <initializer_list>
 #include <numeric>
 #include <mutex>
 #include <thread>
@@ -76,6 +90,56 @@ class Event {
   cudaEvent_t get() const { return e_; }
  private:
   cudaEvent_t e_ = nullptr;
+};
+
+// Device scratch for staging host buffers; grows, never shrinks. Growing
+// frees the old buffer (cudaFree waits for the device to be idle).
+class StagingBuffer {
+ public:
+  StagingBuffer() = default;
+  StagingBuffer(const StagingBuffer&) = delete;
+  StagingBuffer& operator=(const StagingBuffer&) = delete;
+  ~StagingBuffer() { if (p_) cudaFree(p_); }
+  absl::Status Reserve(size_t bytes) {
+    if (bytes <= capacity_) return absl::OkStatus();
+    const size_t want = std::max(bytes, capacity_ + capacity_ / 2);
+    if (p_ != nullptr) {
+      cudaFree(p_);
+      p_ = nullptr;
+      capacity_ = 0;
+    }
+    TANDEM_CUDA_RETURN(absl::StrCat("cudaMalloc of ", want,
+                                    " bytes for host staging"),
+                       cudaMalloc(&p_, want));
+    capacity_ = want;
+    return absl::OkStatus();
+  }
+  char* get() const { return static_cast<char*>(p_); }
+ private:
+  void* p_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+// True for memory NCCL cannot use directly: host memory, registered (pinned)
+// or not. Device and managed memory are used in place.
+bool IsHostPointer(const void* p) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    cudaGetLastError();  // older runtimes: invalid value for plain host memory
+    return true;
+  }
+  return attr.type == cudaMemoryTypeUnregistered ||
+         attr.type == cudaMemoryTypeHost;
+}
+
+// One buffer argument of a call: where NCCL should read/write it.
+struct Region {
+  const void* host = nullptr;  // the caller's pointer
+  size_t bytes = 0;
+  bool copy_in = false;   // the operation reads it
+  bool copy_out = false;  // the operation writes it
+  void* dev = nullptr;    // set by Stage: the caller's pointer or a staging slot
+  bool staged = false;
 };
 
 class DeviceBuffer {
@@ -158,6 +222,7 @@ class NcclCollective final : public Collective {
                        ncclCommInitRank(comm_.out(), size(), id, rank()));
     if (auto s = stream_.Create(); !s.ok()) return s;
     if (auto s = done_.Create(); !s.ok()) return s;
+    if (auto s = ready_.Create(); !s.ok()) return s;
     return scratch_.Allocate(sizeof(float));
   }
 
@@ -165,19 +230,23 @@ class NcclCollective final : public Collective {
 
   absl::Status allreduce(float* data, size_t n, ReduceOp op,
                          Timeout timeout) override {
+    BusyScope busy(this);
     if (auto s = Check("allreduce"); !s.ok()) return s;
     if (n == 0) return absl::OkStatus();
+    Region d{data, n * 4, true, true};
+    if (auto s = Begin("allreduce", {&d}); !s.ok()) return s;
     TANDEM_NCCL_RETURN("allreduce",
-                       ncclAllReduce(data, data, n, ncclFloat, ToNccl(op),
+                       ncclAllReduce(d.dev, d.dev, n, ncclFloat, ToNccl(op),
                                      comm_.get(), stream_.get()));
     const uint64_t moved = 2 * (size() - 1) * n * 4 / size();
     return Finish("allreduce", CollectiveKind::kAllreduce, moved, moved,
-                  timeout);
+                  timeout, {&d});
   }
 
   absl::Status reduce_scatter(const float* in, float* out,
                               const std::vector<size_t>& counts,
                               Timeout timeout) override {
+    BusyScope busy(this);
     if (auto s = Check("reduce_scatter"); !s.ok()) return s;
     if (counts.size() != static_cast<size_t>(size())) {
       return absl::InvalidArgumentError("nccl: reduce_scatter failed: counts");
@@ -185,6 +254,11 @@ class NcclCollective final : public Collective {
     const size_t total = std::accumulate(counts.begin(), counts.end(),
                                          size_t{0});
     if (total == 0) return absl::OkStatus();
+    Region ri{in, total * 4, true, false};
+    Region ro{out, counts[rank()] * 4, false, true};
+    if (auto s = Begin("reduce_scatter", {&ri, &ro}); !s.ok()) return s;
+    in = static_cast<const float*>(ri.dev);
+    out = static_cast<float*>(ro.dev);
     const bool even = std::all_of(counts.begin(), counts.end(),
                                   [&](size_t c) { return c == counts[0]; });
     if (even) {
@@ -210,12 +284,13 @@ class NcclCollective final : public Collective {
     }
     const uint64_t moved = (size() - 1) * total * 4 / size();
     return Finish("reduce_scatter", CollectiveKind::kReduceScatter, moved,
-                  moved, timeout);
+                  moved, timeout, {&ri, &ro});
   }
 
   absl::Status allgather(const float* in, float* out,
                          const std::vector<size_t>& counts,
                          Timeout timeout) override {
+    BusyScope busy(this);
     if (auto s = Check("allgather"); !s.ok()) return s;
     if (counts.size() != static_cast<size_t>(size())) {
       return absl::InvalidArgumentError("nccl: allgather failed: counts");
@@ -223,6 +298,22 @@ class NcclCollective final : public Collective {
     const size_t total = std::accumulate(counts.begin(), counts.end(),
                                          size_t{0});
     if (total == 0) return absl::OkStatus();
+    // `in` may alias out + offset: a host `in` inside a host `out` is staged
+    // as part of `out` (copied in whole), keeping the aliasing.
+    const char* in_c = reinterpret_cast<const char*>(in);
+    const char* out_c = reinterpret_cast<const char*>(out);
+    const bool alias = in_c >= out_c && in_c < out_c + total * 4;
+    Region ri{in, counts[rank()] * 4, true, false};
+    Region ro{out, total * 4, false, true};
+    if (alias && IsHostPointer(out)) {
+      ro.copy_in = true;
+      if (auto s = Begin("allgather", {&ro}); !s.ok()) return s;
+      ri.dev = static_cast<char*>(ro.dev) + (in_c - out_c);
+    } else if (auto s = Begin("allgather", {&ri, &ro}); !s.ok()) {
+      return s;
+    }
+    in = static_cast<const float*>(ri.dev);
+    out = static_cast<float*>(ro.dev);
     const bool even = std::all_of(counts.begin(), counts.end(),
                                   [&](size_t c) { return c == counts[0]; });
     if (even) {
@@ -248,57 +339,68 @@ class NcclCollective final : public Collective {
     }
     const uint64_t sent = (size() - 1) * total * 4 / size();
     return Finish("allgather", CollectiveKind::kAllgather, sent,
-                  (total - counts[rank()]) * 4, timeout);
+                  (total - counts[rank()]) * 4, timeout, {&ro});
   }
 
   absl::Status broadcast(float* data, size_t n, int root,
                          Timeout timeout) override {
+    BusyScope busy(this);
     if (auto s = Check("broadcast"); !s.ok()) return s;
     if (root < 0 || root >= size()) {
       return absl::InvalidArgumentError("nccl: broadcast failed: bad root");
     }
     if (n == 0) return absl::OkStatus();
+    Region d{data, n * 4, true, true};
+    if (auto s = Begin("broadcast", {&d}); !s.ok()) return s;
     TANDEM_NCCL_RETURN("broadcast",
-                       ncclBroadcast(data, data, n, ncclFloat, root,
+                       ncclBroadcast(d.dev, d.dev, n, ncclFloat, root,
                                      comm_.get(), stream_.get()));
     // Ring broadcast: every rank but the last in the ring forwards once.
     const int vrank = (rank() - root + size()) % size();
     return Finish("broadcast", CollectiveKind::kBroadcast,
                   vrank + 1 < size() ? n * 4 : 0, vrank > 0 ? n * 4 : 0,
-                  timeout);
+                  timeout, {&d});
   }
 
   absl::Status barrier(Timeout timeout) override {
+    BusyScope busy(this);
     if (auto s = Check("barrier"); !s.ok()) return s;
+    if (auto s = Begin("barrier", {}); !s.ok()) return s;
     TANDEM_NCCL_RETURN("barrier",
                        ncclAllReduce(scratch_.get(), scratch_.get(), 1,
                                      ncclFloat, ncclSum, comm_.get(),
                                      stream_.get()));
-    return Finish("barrier", CollectiveKind::kBarrier, 0, 0, timeout);
+    return Finish("barrier", CollectiveKind::kBarrier, 0, 0, timeout, {});
   }
 
   absl::Status send(const void* data, size_t bytes, int peer, uint32_t tag,
                     Timeout timeout) override {
+    BusyScope busy(this);
     if (auto s = Check("send"); !s.ok()) return s;
     if (peer < 0 || peer >= size() || peer == rank()) {
       return absl::InvalidArgumentError("nccl: send failed: bad peer");
     }
     if (bytes == 0) return absl::OkStatus();
-    TANDEM_NCCL_RETURN("send", ncclSend(data, bytes, ncclChar, peer,
+    Region d{data, bytes, true, false};
+    if (auto s = Begin("send", {&d}); !s.ok()) return s;
+    TANDEM_NCCL_RETURN("send", ncclSend(d.dev, bytes, ncclChar, peer,
                                         comm_.get(), stream_.get()));
-    return Finish("send", CollectiveKind::kSendRecv, bytes, 0, timeout);
+    return Finish("send", CollectiveKind::kSendRecv, bytes, 0, timeout, {});
   }
 
   absl::Status recv(void* data, size_t bytes, int peer, uint32_t tag,
                     Timeout timeout) override {
+    BusyScope busy(this);
     if (auto s = Check("recv"); !s.ok()) return s;
     if (peer < 0 || peer >= size() || peer == rank()) {
       return absl::InvalidArgumentError("nccl: recv failed: bad peer");
     }
     if (bytes == 0) return absl::OkStatus();
-    TANDEM_NCCL_RETURN("recv", ncclRecv(data, bytes, ncclChar, peer,
+    Region d{data, bytes, false, true};
+    if (auto s = Begin("recv", {&d}); !s.ok()) return s;
+    TANDEM_NCCL_RETURN("recv", ncclRecv(d.dev, bytes, ncclChar, peer,
                                         comm_.get(), stream_.get()));
-    return Finish("recv", CollectiveKind::kSendRecv, 0, bytes, timeout);
+    return Finish("recv", CollectiveKind::kSendRecv, 0, bytes, timeout, {&d});
   }
 
   absl::Status all_scan(float*, size_t, const ScanOp&, Timeout) override {
@@ -322,7 +424,66 @@ class NcclCollective final : public Collective {
       return absl::FailedPreconditionError(absl::StrCat(
           "nccl: ", std::string(op), " failed: communicator broken by an earlier error"));
     }
-    busy_ = true;
+    return absl::OkStatus();
+  }
+
+  // Marks a call in progress (Abort() then leaves the communicator to the
+  // call); on exit, aborts the communicator if Abort() came meanwhile.
+  class BusyScope {
+   public:
+    explicit BusyScope(NcclCollective* c) : c_(c) { c_->busy_ = true; }
+    ~BusyScope() {
+      c_->busy_ = false;
+      if (c_->aborted_) c_->AbortComm();
+    }
+    BusyScope(const BusyScope&) = delete;
+    BusyScope& operator=(const BusyScope&) = delete;
+   private:
+    NcclCollective* c_;
+  };
+
+  // A failure before or around the enqueue: the ranks may now disagree on
+  // the call sequence, so the communicator is broken (and aborted, so peers
+  // waiting on this rank fail instead of hanging).
+  absl::Status Broken(absl::Status s) {
+    broken_ = true;
+    AbortComm();
+    return s;
+  }
+
+  // Selects the device, orders the communicator's stream after the work
+  // issued on the legacy default stream, and stages host regions (assigns
+  // each region's `dev`; copies the copy_in ones to the device).
+  absl::Status Begin(std::string_view op, std::initializer_list<Region*> regions) {
+    cudaError_t e = cudaSetDevice(device_);
+    if (e == cudaSuccess) e = cudaEventRecord(ready_.get(), cudaStreamLegacy);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(stream_.get(), ready_.get(), 0);
+    if (e != cudaSuccess) return Broken(CudaError(op, e));
+    size_t need = 0;
+    for (Region* r : regions) {
+      r->staged = r->host != nullptr && r->bytes > 0 && IsHostPointer(r->host);
+      if (r->staged) need += (r->bytes + 255) / 256 * 256;
+    }
+    if (need > 0) {
+      if (auto s = staging_.Reserve(need); !s.ok()) return Broken(s);
+    }
+    size_t offset = 0;
+    for (Region* r : regions) {
+      if (!r->staged) {
+        r->dev = const_cast<void*>(r->host);
+        continue;
+      }
+      r->dev = staging_.get() + offset;
+      offset += (r->bytes + 255) / 256 * 256;
+      if (r->copy_in) {
+        // Pageable memory is copied out of the caller's buffer before the
+        // call returns; pinned memory is read in stream order (before the
+        // operation completes, which Finish waits for).
+        e = cudaMemcpyAsync(r->dev, r->host, r->bytes, cudaMemcpyHostToDevice,
+                            stream_.get());
+        if (e != cudaSuccess) return Broken(CudaError(op, e));
+      }
+    }
     return absl::OkStatus();
   }
 
@@ -331,9 +492,10 @@ class NcclCollective final : public Collective {
   }
 
   // Waits for the enqueued work in slices; counts bytes on success.
+  // Then copies the staged copy_out regions back to the host.
   absl::Status Finish(std::string_view op, CollectiveKind kind, uint64_t sent,
-                      uint64_t received, Timeout timeout) {
-    struct Done { std::atomic<bool>& b; ~Done() { b = false; } } done{busy_};
+                      uint64_t received, Timeout timeout,
+                      std::initializer_list<const Region*> regions) {
     cudaError_t e = cudaEventRecord(done_.get(), stream_.get());
     if (e != cudaSuccess) {
       broken_ = true;
@@ -369,6 +531,19 @@ class NcclCollective final : public Collective {
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+    // The operation is complete: copying back does not block on NCCL.
+    bool copied = false;
+    for (const Region* r : regions) {
+      if (!r->staged || !r->copy_out) continue;
+      e = cudaMemcpyAsync(const_cast<void*>(r->host), r->dev, r->bytes,
+                          cudaMemcpyDeviceToHost, stream_.get());
+      if (e != cudaSuccess) return Broken(CudaError(op, e));
+      copied = true;
+    }
+    if (copied) {
+      e = cudaStreamSynchronize(stream_.get());
+      if (e != cudaSuccess) return Broken(CudaError(op, e));
+    }
     CountBytes(kind, sent, received);
     return absl::OkStatus();
   }
@@ -379,7 +554,9 @@ class NcclCollective final : public Collective {
   Communicator comm_;
   Stream stream_;
   Event done_;
+  Event ready_;  // recorded on the legacy stream at the start of each call
   DeviceBuffer scratch_;
+  StagingBuffer staging_;
   std::atomic<bool> aborted_{false};
   std::atomic<bool> broken_{false};
   std::atomic<bool> busy_{false};
