@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <numeric>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -102,8 +102,13 @@ double SampleUniform(uint64_t seed, uint64_t sequence_id, uint64_t token_index) 
   return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
 }
 
-Generator::Generator(const ModelConfig& config, kernels::Ops* ops)
-    : config_(config), layout_(config), ops_(ops) {
+Generator::Generator(const ModelConfig& config, kernels::Ops* ops,
+                     kernels::DeviceMemory* memory)
+    : config_(config),
+      layout_(config),
+      ops_(ops),
+      owned_memory_(memory == nullptr ? kernels::MakeHostMemory() : nullptr),
+      mem_(memory == nullptr ? owned_memory_.get() : memory) {
   C_ = config.hidden_size;
   H_ = config.num_attention_heads;
   Hkv_ = config.KvHeads();
@@ -117,47 +122,87 @@ Generator::Generator(const ModelConfig& config, kernels::Ops* ops)
 
 size_t Generator::kv_cache_bytes() const {
   size_t n = 0;
-  for (const auto& c : kc_) n += c.size();
-  for (const auto& c : vc_) n += c.size();
-  return n * sizeof(float);
+  for (const auto& c : kc_) n += c.bytes();
+  for (const auto& c : vc_) n += c.bytes();
+  return n;
 }
 
 void Generator::Release() {
-  kc_.clear(); vc_.clear();
-  for (auto* vec : {&x_, &xn_, &q_, &k_, &v_, &attn_, &lse_, &gate_, &up_,
-                    &h_, &hn_, &logits_, &cos_, &sin_}) {
+  kc_.clear();
+  vc_.clear();
+  for (auto* a : {&x_, &xn_, &q_, &k_, &v_, &attn_, &lse_, &gate_, &up_, &h_,
+                  &hn_, &logits_d_, &cos_d_, &sin_d_}) {
+    a->reset();
+  }
+  idx_d_.reset();
+  for (auto* vec : {&logits_, &cos_, &sin_}) {
     vec->clear();
     vec->shrink_to_fit();
   }
+  idx_host_.clear();
+  idx_host_.shrink_to_fit();
   cache_len_.clear();
-  batch_cap_ = seq_cap_ = rows_cap_ = 0;
+  batch_cap_ = seq_cap_ = rows_cap_ = out_cap_ = 0;
   rope_rows_ = 0;
   rope_key_ = -1;
 }
 
-void Generator::Ensure(int batch, int capacity, int rows) {
+absl::Status Generator::Ensure(int batch, int capacity, int rows) {
+  auto exhausted = [this](const char* what, size_t bytes) {
+    Release();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "generate: cannot allocate ", bytes, " bytes of ", what, " in ",
+        mem_->name(), " memory"));
+  };
   if (batch > batch_cap_ || capacity > seq_cap_) {
     batch_cap_ = std::max(batch, batch_cap_);
     seq_cap_ = std::max(capacity, seq_cap_);
-    kc_.assign(L_, {});
-    vc_.assign(L_, {});
+    kc_.clear();  // free the old caches first
+    vc_.clear();
+    kc_.resize(L_);
+    vc_.resize(L_);
     const size_t n = static_cast<size_t>(batch_cap_) * seq_cap_ * KD_;
     for (int l = 0; l < L_; ++l) {
-      kc_[l].assign(n, 0.f);
-      vc_[l].assign(n, 0.f);
+      if (!kc_[l].Allocate(mem_, n) || !vc_[l].Allocate(mem_, n)) {
+        return exhausted("KV cache", 2 * L_ * n * sizeof(float));
+      }
     }
     cache_len_.assign(batch_cap_, 0);
   }
   if (rows > rows_cap_) {
-    rows_cap_ = rows;
     const size_t r = rows;
-    x_.resize(r * C_); xn_.resize(r * C_); q_.resize(r * HD_);
-    k_.resize(r * KD_); v_.resize(r * KD_); attn_.resize(r * HD_);
-    lse_.resize(r * H_); gate_.resize(r * I_); up_.resize(r * I_);
-    h_.resize(r * I_);
+    bool ok = true;
+    using Buffer = std::pair<kernels::DeviceArray<float>*, int>;
+    const Buffer buffers[] = {{&x_, C_},    {&xn_, C_},   {&q_, HD_},
+                              {&k_, KD_},   {&v_, KD_},   {&attn_, HD_},
+                              {&lse_, H_},  {&gate_, I_}, {&up_, I_},
+                              {&h_, I_}};
+    for (const auto& [a, width] : buffers) {
+      ok = ok && a->Allocate(mem_, r * static_cast<size_t>(width));
+    }
+    if (!ok) {
+      return exhausted("activations",
+                       r * (3 * C_ + 2 * HD_ + 2 * KD_ + H_ + 3 * I_) * sizeof(float));
+    }
+    rows_cap_ = rows;
   }
-  if (static_cast<int>(hn_.size()) < batch * C_) hn_.resize(static_cast<size_t>(batch) * C_);
-  if (logits_.size() < static_cast<size_t>(batch) * V_) logits_.resize(static_cast<size_t>(batch) * V_);
+  if (batch > out_cap_) {
+    const size_t b = batch;
+    if (!hn_.Allocate(mem_, b * C_) || !logits_d_.Allocate(mem_, b * V_)) {
+      return exhausted("logits", b * (C_ + V_) * sizeof(float));
+    }
+    out_cap_ = batch;
+  }
+  if (logits_.size() < static_cast<size_t>(batch) * V_) {
+    logits_.resize(static_cast<size_t>(batch) * V_);
+  }
+  // Indices (Generate): prefill 3 x [rows] + [batch] + [batch + 1], decode
+  // 4 x [live <= batch].
+  const size_t idx_n = 3 * static_cast<size_t>(rows_cap_) + 2 * static_cast<size_t>(out_cap_) + 1;
+  if (idx_d_.size() < idx_n) {
+    if (!idx_d_.Allocate(mem_, idx_n)) return exhausted("indices", idx_n * sizeof(int32_t));
+  }
+  if (idx_host_.capacity() < idx_n) idx_host_.reserve(idx_n);
   // Rotary tables for positions 0..capacity-1.
   const kernels::RopeConfig rc = config_.Rope();
   const int key = rc.type == kernels::RopeType::kDynamicNtk
@@ -165,24 +210,51 @@ void Generator::Ensure(int batch, int capacity, int rows) {
                       : 0;
   if (key != rope_key_ || capacity > rope_rows_) {
     const int rowsr = std::max({capacity, config_.max_position_embeddings, rope_rows_});
-    cos_.assign(static_cast<size_t>(rowsr) * D_ / 2, 0.f);
-    sin_.assign(static_cast<size_t>(rowsr) * D_ / 2, 0.f);
+    const size_t n = static_cast<size_t>(rowsr) * D_ / 2;
+    cos_.assign(n, 0.f);
+    sin_.assign(n, 0.f);
     kernels::rope_tables(rc, key > 0 ? key : rowsr, rowsr, cos_.data(), sin_.data());
+    if (cos_d_.size() < n || sin_d_.size() < n) {
+      cos_d_.reset();
+      sin_d_.reset();
+      if (!cos_d_.Allocate(mem_, n) || !sin_d_.Allocate(mem_, n)) {
+        return exhausted("rope tables", 2 * n * sizeof(float));
+      }
+    }
+    cos_d_.Upload(cos_.data(), n);
+    sin_d_.Upload(sin_.data(), n);
     rope_rows_ = rowsr;
     rope_key_ = key;
   }
+  if (!mem_->ok()) {
+    return absl::InternalError(absl::StrCat("generate: device memory (", mem_->name(),
+                                            "): ", mem_->last_error()));
+  }
+  return absl::OkStatus();
 }
 
-void Generator::Forward(ParamProvider& pp, int rows, const int32_t* tokens,
-                        const int32_t* positions, bool prefill,
-                        const int32_t* cu, int num_seqs,
-                        const std::vector<int>& out_rows) {
+void Generator::UploadIndices(size_t n) { idx_d_.Upload(idx_host_.data(), n); }
+
+void Generator::Forward(ParamProvider& pp, int rows, const StepIndices& ix,
+                        int num_seqs, int n_out) {
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  const size_t cap_stride = static_cast<size_t>(seq_cap_) * KD_;
+  const bool prefill = ix.cu != nullptr;
+  float* x = x_.data();
+  float* xn = xn_.data();
+  float* q = q_.data();
+  float* k = k_.data();
+  float* v = v_.data();
+  float* attn = attn_.data();
+  float* lse = lse_.data();
+  float* gate = gate_.data();
+  float* up = up_.data();
+  float* h = h_.data();
+  const float* cosb = cos_d_.data();
+  const float* sinb = sin_d_.data();
   {
     const float* P = pp.AcquireParams(0);
     pp.Prefetch(1);
-    ops_->embedding_forward(tokens, rows, P + layout_.embed_offset(), C_, x_.data());
+    ops_->embedding_forward(ix.tokens, rows, P + layout_.embed_offset(), C_, x);
     pp.ReleaseParams(0);
   }
   for (int l = 0; l < L_; ++l) {
@@ -195,57 +267,51 @@ void Generator::Forward(ParamProvider& pp, int rows, const int32_t* tokens,
     ap.num_kv_heads = Hkv_;
     ap.head_dim = D_;
     ap.window = config_.LayerWindow(l);
-    ops_->rmsnorm_forward(x_.data(), P + o.input_norm, rows, C_, eps, xn_.data(), lse_.data());
-    ops_->matmul(false, true, rows, HD_, C_, 1.f, xn_.data(), C_, P + o.q, C_, 0.f, q_.data(), HD_);
-    ops_->matmul(false, true, rows, KD_, C_, 1.f, xn_.data(), C_, P + o.k, C_, 0.f, k_.data(), KD_);
-    ops_->matmul(false, true, rows, KD_, C_, 1.f, xn_.data(), C_, P + o.v, C_, 0.f, v_.data(), KD_);
+    ops_->rmsnorm_forward(x, P + o.input_norm, rows, C_, eps, xn, lse);
+    ops_->matmul(false, true, rows, HD_, C_, 1.f, xn, C_, P + o.q, C_, 0.f, q, HD_);
+    ops_->matmul(false, true, rows, KD_, C_, 1.f, xn, C_, P + o.k, C_, 0.f, k, KD_);
+    ops_->matmul(false, true, rows, KD_, C_, 1.f, xn, C_, P + o.v, C_, 0.f, v, KD_);
     if (o.q_bias != SIZE_MAX) {
-      ops_->add_bias(q_.data(), P + o.q_bias, rows, HD_);
-      ops_->add_bias(k_.data(), P + o.k_bias, rows, KD_);
-      ops_->add_bias(v_.data(), P + o.v_bias, rows, KD_);
+      ops_->add_bias(q, P + o.q_bias, rows, HD_);
+      ops_->add_bias(k, P + o.k_bias, rows, KD_);
+      ops_->add_bias(v, P + o.v_bias, rows, KD_);
     }
-    ops_->rope_apply(q_.data(), positions, rows, H_, D_, cos_.data(), sin_.data(), false);
-    ops_->rope_apply(k_.data(), positions, rows, Hkv_, D_, cos_.data(), sin_.data(), false);
+    ops_->rope_apply(q, ix.positions, rows, H_, D_, cosb, sinb, false);
+    ops_->rope_apply(k, ix.positions, rows, Hkv_, D_, cosb, sinb, false);
+    // Write the new k/v rows into the caches: a scatter over cache rows
+    // [batch * seq_cap, KD], whose target rows are zero (see Generate), so
+    // the scatter-add is a copy.
     float* kc = kc_[l].data();
     float* vc = vc_[l].data();
+    ops_->embedding_backward(ix.kv_rows, rows, k, KD_, kc);
+    ops_->embedding_backward(ix.kv_rows, rows, v, KD_, vc);
     if (prefill) {
-      for (int s = 0; s < num_seqs; ++s) {
-        const size_t n = static_cast<size_t>(cu[s + 1] - cu[s]) * KD_;
-        std::memcpy(kc + s * cap_stride, k_.data() + static_cast<size_t>(cu[s]) * KD_, n * 4);
-        std::memcpy(vc + s * cap_stride, v_.data() + static_cast<size_t>(cu[s]) * KD_, n * 4);
-      }
-      ops_->attention_forward(ap, q_.data(), k_.data(), v_.data(), cu, num_seqs, rows,
-                              attn_.data(), lse_.data());
+      ops_->attention_forward(ap, q, k, v, ix.cu, num_seqs, rows, attn, lse);
     } else {
-      for (int r = 0; r < rows; ++r) {
-        const size_t at = r * cap_stride + static_cast<size_t>(positions[r]) * KD_;
-        std::memcpy(kc + at, k_.data() + static_cast<size_t>(r) * KD_, KD_ * 4);
-        std::memcpy(vc + at, v_.data() + static_cast<size_t>(r) * KD_, KD_ * 4);
-      }
-      ops_->decode_attention(ap, q_.data(), rows, 1, kc, vc, seq_cap_,
-                             cache_len_.data(), attn_.data());
+      ops_->decode_attention(ap, q, rows, 1, kc, vc, seq_cap_, ix.cache_len, attn);
     }
-    ops_->matmul(false, true, rows, C_, HD_, 1.f, attn_.data(), HD_, P + o.o, HD_, 1.f, x_.data(), C_);
-    ops_->rmsnorm_forward(x_.data(), P + o.post_norm, rows, C_, eps, xn_.data(), lse_.data());
-    ops_->matmul(false, true, rows, I_, C_, 1.f, xn_.data(), C_, P + o.gate, C_, 0.f, gate_.data(), I_);
-    ops_->matmul(false, true, rows, I_, C_, 1.f, xn_.data(), C_, P + o.up, C_, 0.f, up_.data(), I_);
-    ops_->swiglu_forward(gate_.data(), up_.data(), static_cast<size_t>(rows) * I_, h_.data());
-    ops_->matmul(false, true, rows, C_, I_, 1.f, h_.data(), I_, P + o.down, I_, 1.f, x_.data(), C_);
+    ops_->matmul(false, true, rows, C_, HD_, 1.f, attn, HD_, P + o.o, HD_, 1.f, x, C_);
+    ops_->rmsnorm_forward(x, P + o.post_norm, rows, C_, eps, xn, lse);
+    ops_->matmul(false, true, rows, I_, C_, 1.f, xn, C_, P + o.gate, C_, 0.f, gate, I_);
+    ops_->matmul(false, true, rows, I_, C_, 1.f, xn, C_, P + o.up, C_, 0.f, up, I_);
+    ops_->swiglu_forward(gate, up, static_cast<size_t>(rows) * I_, h);
+    ops_->matmul(false, true, rows, C_, I_, 1.f, h, I_, P + o.down, I_, 1.f, x, C_);
     pp.ReleaseParams(unit);
   }
-  const int n_out = static_cast<int>(out_rows.size());
-  for (int i = 0; i < n_out; ++i) {
-    std::memcpy(xn_.data() + static_cast<size_t>(i) * C_,
-                x_.data() + static_cast<size_t>(out_rows[i]) * C_, C_ * 4);
+  // The output rows: a gather into xn, or rows 0..n_out-1 of x in place.
+  const float* xo = x;
+  if (ix.out_rows != nullptr) {
+    ops_->embedding_forward(ix.out_rows, n_out, x, C_, xn);
+    xo = xn;
   }
   const int fu = layout_.final_unit();
   const float* P = pp.AcquireParams(fu);
-  ops_->rmsnorm_forward(xn_.data(), P + layout_.final_norm_offset(), n_out, C_, eps,
-                        hn_.data(), lse_.data());
+  ops_->rmsnorm_forward(xo, P + layout_.final_norm_offset(), n_out, C_, eps,
+                        hn_.data(), lse);
   const int hu = layout_.lm_head_unit();
   const float* W = hu == fu ? P : pp.AcquireParams(hu);
   ops_->matmul(false, true, n_out, V_, C_, 1.f, hn_.data(), C_, W + layout_.lm_head_offset(),
-               C_, 0.f, logits_.data(), V_);
+               C_, 0.f, logits_d_.data(), V_);
   if (hu != fu) pp.ReleaseParams(hu);
   pp.ReleaseParams(fu);
 }
@@ -283,10 +349,19 @@ absl::StatusOr<GenerationResult> Generator::Generate(
     total += prompts[b].size();
   }
   const int capacity = max_len + std::max(o.max_new_tokens, 1);
-  if (capacity > (1 << 22) || total > (1 << 24)) {
+  if (capacity > (1 << 22) || total > (1 << 24) ||
+      static_cast<int64_t>(std::max(B, batch_cap_)) * std::max(capacity, seq_cap_) >=
+          (int64_t{1} << 31)) {
     return absl::InvalidArgumentError("generate: prompts too long");
   }
-  Ensure(B, capacity, static_cast<int>(std::max<int64_t>(total, B)));
+  absl::Status st = Ensure(B, capacity, static_cast<int>(std::max<int64_t>(total, B)));
+  if (!st.ok()) return st;
+  auto memory_status = [this]() {
+    return mem_->ok() ? absl::OkStatus()
+                      : absl::InternalError(absl::StrCat("generate: device memory (",
+                                                         mem_->name(), "): ",
+                                                         mem_->last_error()));
+  };
 
   GenerationResult res;
   res.sequences.resize(B);
@@ -295,26 +370,48 @@ absl::StatusOr<GenerationResult> Generator::Generate(
   if (o.stop_at_eos) stop.insert(stop.end(), config_.eos_token_ids.begin(), config_.eos_token_ids.end());
   auto is_stop = [&](int32_t t) { return std::find(stop.begin(), stop.end(), t) != stop.end(); };
 
-  // Prefill.
+  // Prefill. The caches of slots 0..B-1 start zeroed: rows at and past a
+  // slot's cache length stay zero (see Forward), here and when compacting.
   double t0 = Now();
-  std::vector<int32_t> tokens, positions, cu = {0};
-  tokens.reserve(total);
-  positions.reserve(total);
-  std::vector<int> out_rows;
-  for (int b = 0; b < B; ++b) {
-    for (size_t i = 0; i < prompts[b].size(); ++i) {
-      tokens.push_back(prompts[b][i]);
-      positions.push_back(static_cast<int32_t>(i));
+  const size_t cap_stride = static_cast<size_t>(seq_cap_) * KD_;
+  // idx_host_ = [tokens | positions | kv rows (total each) | out rows B | cu B+1].
+  idx_host_.resize(3 * total + 2 * B + 1);
+  int32_t* h_tokens = idx_host_.data();
+  int32_t* h_positions = h_tokens + total;
+  int32_t* h_kv_rows = h_positions + total;
+  int32_t* h_out_rows = h_kv_rows + total;
+  int32_t* h_cu = h_out_rows + B;
+  h_cu[0] = 0;
+  for (int b = 0, t = 0; b < B; ++b) {
+    for (size_t i = 0; i < prompts[b].size(); ++i, ++t) {
+      h_tokens[t] = prompts[b][i];
+      h_positions[t] = static_cast<int32_t>(i);
+      h_kv_rows[t] = b * seq_cap_ + static_cast<int32_t>(i);
     }
-    cu.push_back(static_cast<int32_t>(tokens.size()));
-    out_rows.push_back(cu.back() - 1);
+    h_cu[b + 1] = t;
+    h_out_rows[b] = t - 1;
     cache_len_[b] = static_cast<int32_t>(prompts[b].size());
   }
   if (o.max_new_tokens == 0) {
     res.kv_cache_bytes = kv_cache_bytes();
     return res;
   }
-  Forward(pp, static_cast<int>(total), tokens.data(), positions.data(), true, cu.data(), B, out_rows);
+  for (int l = 0; l < L_; ++l) {
+    mem_->SetZero(kc_[l].data(), B * cap_stride * sizeof(float));
+    mem_->SetZero(vc_[l].data(), B * cap_stride * sizeof(float));
+  }
+  UploadIndices(idx_host_.size());
+  {
+    const int32_t* d = idx_d_.data();
+    StepIndices ix;
+    ix.tokens = d;
+    ix.positions = d + total;
+    ix.kv_rows = d + 2 * total;
+    ix.out_rows = d + 3 * total;
+    ix.cu = d + 3 * total + B;
+    Forward(pp, static_cast<int>(total), ix, B, B);
+  }
+  logits_d_.Download(logits_.data(), static_cast<size_t>(B) * V_);
   res.prefill_seconds = Now() - t0;
   t0 = Now();
 
@@ -324,8 +421,7 @@ absl::StatusOr<GenerationResult> Generator::Generate(
   int live = B;
   std::vector<int32_t> idx;
   std::vector<double> prob;
-  std::vector<int32_t> next(B), pos(B);
-  const size_t cap_stride = static_cast<size_t>(seq_cap_) * KD_;
+  std::vector<int32_t> next(B);
   for (int step = 0; live > 0; ++step) {
     // Sample one token per live slot from logits_ rows 0..live-1.
     for (int s = 0; s < live; ++s) {
@@ -347,15 +443,20 @@ absl::StatusOr<GenerationResult> Generator::Generate(
       }
       next[s] = -1;  // finished
     }
-    // Compact: move live slots down over finished ones (copying caches).
+    // Compact: move live slots down over finished ones (copying caches, and
+    // zeroing what is left of the destination's old rows).
     int w = 0;
     for (int s = 0; s < live; ++s) {
       if (next[s] < 0) continue;
       if (w != s) {
+        // Slots are cap_stride apart and w < s: the ranges do not overlap.
         const size_t n = static_cast<size_t>(cache_len_[s]) * KD_;
+        const size_t old = static_cast<size_t>(cache_len_[w]) * KD_;
         for (int l = 0; l < L_; ++l) {
-          std::memmove(kc_[l].data() + w * cap_stride, kc_[l].data() + s * cap_stride, n * 4);
-          std::memmove(vc_[l].data() + w * cap_stride, vc_[l].data() + s * cap_stride, n * 4);
+          for (float* c : {kc_[l].data(), vc_[l].data()}) {
+            mem_->CopyOnDevice(c + w * cap_stride, c + s * cap_stride, n * sizeof(float));
+            if (old > n) mem_->SetZero(c + w * cap_stride + n, (old - n) * sizeof(float));
+          }
         }
         cache_len_[w] = cache_len_[s];
         seq_of[w] = seq_of[s];
@@ -365,14 +466,28 @@ absl::StatusOr<GenerationResult> Generator::Generate(
     }
     live = w;
     if (live == 0) break;
+    // idx_host_ = [tokens | positions | kv rows | cache lengths] (live each).
+    idx_host_.resize(4 * static_cast<size_t>(live));
+    int32_t* h = idx_host_.data();
     for (int s = 0; s < live; ++s) {
-      pos[s] = cache_len_[s];
+      h[s] = next[s];
+      h[live + s] = cache_len_[s];
+      h[2 * live + s] = s * seq_cap_ + cache_len_[s];
       cache_len_[s] += 1;
+      h[3 * live + s] = cache_len_[s];
     }
-    out_rows.resize(live);
-    std::iota(out_rows.begin(), out_rows.end(), 0);
-    Forward(pp, live, next.data(), pos.data(), false, nullptr, live, out_rows);
+    UploadIndices(idx_host_.size());
+    const int32_t* d = idx_d_.data();
+    StepIndices ix;
+    ix.tokens = d;
+    ix.positions = d + live;
+    ix.kv_rows = d + 2 * live;
+    ix.cache_len = d + 3 * live;
+    Forward(pp, live, ix, live, live);
+    logits_d_.Download(logits_.data(), static_cast<size_t>(live) * V_);
   }
+  st = memory_status();
+  if (!st.ok()) return st;
   res.decode_seconds = Now() - t0;
   for (const auto& g : res.sequences) res.generated_tokens += g.tokens.size();
   res.kv_cache_bytes = kv_cache_bytes();

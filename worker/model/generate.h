@@ -11,17 +11,26 @@
 // distribution at temperature 1 (what RL needs).
 //
 // The Generator owns its KV cache and scratch: they grow to the largest call
-// and stay until Release() or destruction. Host memory, CPU backends only.
-// One thread at a time. Dynamic-NTK RoPE uses one base for the whole call,
+// and stay until Release() or destruction. They live in `memory`, the
+// backend's device memory (nullptr: a host memory owned by the generator);
+// the ParamProvider's pointers are device pointers of it. Sampling runs on
+// the host over each step's logits, downloaded [live, V]; each step uploads
+// its token ids, positions and cache lengths (one copy). New k/v rows go
+// into the caches with one scatter op per layer (Ops::embedding_backward
+// into rows kept zero past each sequence's length), so a decode step issues
+// no per-sequence copies. A failed allocation is ResourceExhausted. One
+// thread at a time. Dynamic-NTK RoPE uses one base for the whole call,
 // computed from the call's capacity (longest prompt + max_new_tokens),
 // whereas HF recomputes it as the sequence grows.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/memory.h"
 #include "kernels/ops.h"
 #include "worker/model/config.h"
 #include "worker/model/param_layout.h"
@@ -60,7 +69,9 @@ struct GenerationResult {
 
 class Generator {
  public:
-  Generator(const ModelConfig& config, kernels::Ops* ops);
+  // `ops` and `memory` must outlive the generator.
+  Generator(const ModelConfig& config, kernels::Ops* ops,
+            kernels::DeviceMemory* memory = nullptr);
 
   // `sequence_ids` (optional, one per prompt) key the random draws; by
   // default prompt i uses id i.
@@ -74,26 +85,47 @@ class Generator {
   size_t kv_cache_bytes() const;
 
  private:
-  // Runs `rows` tokens through all layers. Prefill: rows = packed prompt
-  // tokens, sequences given by cu (slot s = sequence s). Decode: one row per
-  // live slot, at position positions[row]. Leaves the final-normed hidden
-  // states of `out_rows` (indices into rows) in hn_ [out_rows, C].
-  void Forward(ParamProvider& pp, int rows, const int32_t* tokens,
-               const int32_t* positions, bool prefill, const int32_t* cu,
-               int num_seqs, const std::vector<int>& out_rows);
-  void Ensure(int batch, int capacity, int rows);
+  // Device index arrays of one Forward.
+  struct StepIndices {
+    const int32_t* tokens = nullptr;     // [rows]
+    const int32_t* positions = nullptr;  // [rows]
+    // [rows]: cache row (slot * seq_cap_ + position) of each row's k/v.
+    const int32_t* kv_rows = nullptr;
+    const int32_t* cu = nullptr;         // prefill: [num_seqs + 1]; nullptr: decode
+    const int32_t* cache_len = nullptr;  // decode: [rows], including the new token
+    const int32_t* out_rows = nullptr;   // [n_out] rows whose logits are wanted;
+                                         // nullptr: rows 0..n_out-1
+  };
+  // Runs `rows` tokens through all layers, writes their k/v into the caches
+  // and the logits of the output rows to logits_d_ [n_out, V]. Prefill: rows
+  // = packed prompt tokens, slot s = sequence s. Decode: one row per live
+  // slot.
+  void Forward(ParamProvider& pp, int rows, const StepIndices& ix, int num_seqs,
+               int n_out);
+  absl::Status Ensure(int batch, int capacity, int rows);
+  // Uploads idx_host_ (its first n entries) to idx_d_.
+  void UploadIndices(size_t n);
 
   ModelConfig config_;
   ParamLayout layout_;
   kernels::Ops* ops_;
+  std::unique_ptr<kernels::DeviceMemory> owned_memory_;
+  kernels::DeviceMemory* mem_;
   int C_, H_, Hkv_, D_, I_, V_, L_, HD_, KD_;
 
-  int batch_cap_ = 0, seq_cap_ = 0, rows_cap_ = 0;
-  std::vector<std::vector<float>> kc_, vc_;  // per layer [batch, cap, Hkv, D]
-  std::vector<int32_t> cache_len_;
-  std::vector<float> x_, xn_, q_, k_, v_, attn_, lse_, gate_, up_, h_, hn_,
-      logits_;
+  int batch_cap_ = 0, seq_cap_ = 0, rows_cap_ = 0, out_cap_ = 0;
+  // Device: per layer [batch, cap, Hkv, D].
+  std::vector<kernels::DeviceArray<float>> kc_, vc_;
+  std::vector<int32_t> cache_len_;  // host copy of the slots' cache lengths
+  // Device scratch: rows_cap_ rows (x_ .. h_), out_cap_ rows (hn_, logits_d_).
+  kernels::DeviceArray<float> x_, xn_, q_, k_, v_, attn_, lse_, gate_, up_, h_,
+      hn_, logits_d_;
+  // Device index arrays (one allocation) and their host staging.
+  kernels::DeviceArray<int32_t> idx_d_;
+  std::vector<int32_t> idx_host_;
+  std::vector<float> logits_;  // host copy of the step's logits [live, V]
   std::vector<float> cos_, sin_;
+  kernels::DeviceArray<float> cos_d_, sin_d_;
   int rope_rows_ = 0, rope_key_ = -1;
 };
 

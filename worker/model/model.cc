@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -20,8 +19,13 @@ void Batch::AddSequence(std::span<const int32_t> seq) {
   cu_seqlens.push_back(static_cast<int32_t>(tokens.size()));
 }
 
-Model::Model(const ModelConfig& config, kernels::Ops* ops, int max_tokens)
-    : config_(config), layout_(config), ops_(ops) {
+Model::Model(const ModelConfig& config, kernels::Ops* ops, int max_tokens,
+             kernels::DeviceMemory* memory)
+    : config_(config),
+      layout_(config),
+      ops_(ops),
+      owned_memory_(memory == nullptr ? kernels::MakeHostMemory() : nullptr),
+      mem_(memory == nullptr ? owned_memory_.get() : memory) {
   C_ = config.hidden_size;
   H_ = config.num_attention_heads;
   Hkv_ = config.KvHeads();
@@ -32,7 +36,14 @@ Model::Model(const ModelConfig& config, kernels::Ops* ops, int max_tokens)
   HD_ = H_ * D_;
   KD_ = Hkv_ * D_;
   lm_chunk_ = std::clamp(262144 / std::max(V_, 1), 8, 1024);
-  if (max_tokens > 0) EnsureCapacity(max_tokens);
+  // A failure here leaves cap_ at 0: the first Forward* retries and reports.
+  if (max_tokens > 0) (void)EnsureCapacity(max_tokens);
+}
+
+absl::Status Model::MemoryStatus() const {
+  if (mem_->ok()) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("model: device memory (", mem_->name(),
+                                          "): ", mem_->last_error()));
 }
 
 kernels::AttentionParams Model::Attn(int layer) const {
@@ -45,8 +56,8 @@ kernels::AttentionParams Model::Attn(int layer) const {
   return p;
 }
 
-void Model::EnsureCapacity(int t) {
-  if (t <= cap_) return;
+absl::Status Model::EnsureCapacity(int t) {
+  if (t <= cap_) return absl::OkStatus();
   const size_t T = static_cast<size_t>(t);
   const size_t L = L_;
   size_t n = 0;
@@ -63,10 +74,16 @@ void Model::EnsureCapacity(int t) {
                o_dk = take(T * KD_), o_dv = take(T * KD_),
                o_dh = take(T * I_), o_dgate = take(T * I_),
                o_dup = take(T * I_), o_rt = take(T),
-               o_lm = take(static_cast<size_t>(lm_chunk_) * V_);
-  ws_.clear();
-  ws_.shrink_to_fit();
-  ws_.resize(n);
+               o_lm = take(static_cast<size_t>(lm_chunk_) * V_),
+               o_logp = take(T), o_ent = take(T), o_dlogp = take(T);
+  ws_.reset();  // free the old workspace before allocating the larger one
+  cap_ = 0;
+  have_forward_ = false;
+  if (!ws_.Allocate(mem_, n)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "model: cannot allocate a workspace of ", n * sizeof(float), " bytes for ",
+        t, " tokens in ", mem_->name(), " memory"));
+  }
   float* b = ws_.data();
   x_ = b + o_x; xmid_ = b + o_xmid; q_ = b + o_q; k_ = b + o_k; v_ = b + o_v;
   attn_ = b + o_attn; lse_ = b + o_lse; gate_ = b + o_gate; up_ = b + o_up;
@@ -75,11 +92,15 @@ void Model::EnsureCapacity(int t) {
   dxn_ = b + o_dxn; dattn_ = b + o_dattn; dq_ = b + o_dq; dk_ = b + o_dk;
   dv_ = b + o_dv; dh_ = b + o_dh; dgate_ = b + o_dgate; dup_ = b + o_dup;
   rstd_tmp_ = b + o_rt; lm_scratch_ = b + o_lm;
+  logp_ = b + o_logp; entropy_ = b + o_ent; dlogp_ = b + o_dlogp;
+  // Index arrays: tokens, targets, positions (T each) and cu_seqlens, whose
+  // size is nseq+1 (grown on demand in Prepare).
+  idx_host_.reserve(4 * T + 1);
   cap_ = t;
-  have_forward_ = false;
+  return absl::OkStatus();
 }
 
-void Model::EnsureRope(int max_position) {
+absl::Status Model::EnsureRope(int max_position) {
   const kernels::RopeConfig rc = config_.Rope();
   const int need = max_position + 1;
   // Dynamic NTK: HF recomputes the base from the longest sequence in the
@@ -87,13 +108,62 @@ void Model::EnsureRope(int max_position) {
   const int key = rc.type == kernels::RopeType::kDynamicNtk
                       ? std::max(need, rc.original_max_position)
                       : 0;
-  if (key == rope_seq_key_ && need <= rope_rows_) return;
+  if (key == rope_seq_key_ && need <= rope_rows_) return absl::OkStatus();
   const int rows = std::max({need, config_.max_position_embeddings, rope_rows_});
-  cos_.assign(static_cast<size_t>(rows) * D_ / 2, 0.f);
-  sin_.assign(static_cast<size_t>(rows) * D_ / 2, 0.f);
+  const size_t n = static_cast<size_t>(rows) * D_ / 2;
+  cos_.assign(n, 0.f);
+  sin_.assign(n, 0.f);
   kernels::rope_tables(rc, key > 0 ? key : rows, rows, cos_.data(), sin_.data());
+  rope_rows_ = 0;
+  rope_seq_key_ = -1;
+  if (cos_d_.size() < n || sin_d_.size() < n) {
+    sin_d_.reset();
+    cos_d_.reset();
+    if (!cos_d_.Allocate(mem_, n) || !sin_d_.Allocate(mem_, n)) {
+      cos_d_.reset();
+      sin_d_.reset();
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "model: cannot allocate rope tables of ", 2 * n * sizeof(float), " bytes"));
+    }
+  }
+  cos_d_.Upload(cos_.data(), n);
+  sin_d_.Upload(sin_.data(), n);
   rope_rows_ = rows;
   rope_seq_key_ = key;
+  return absl::OkStatus();
+}
+
+absl::Status Model::Prepare(const Batch& batch) {
+  absl::Status s = CheckBatch(batch);
+  if (!s.ok()) return s;
+  have_forward_ = false;
+  T_ = batch.num_tokens();
+  nseq_ = batch.num_seqs();
+  s = EnsureCapacity(T_);
+  if (!s.ok()) return s;
+  const size_t T = T_;
+  const size_t n = 3 * T + batch.cu_seqlens.size();
+  if (idx_.size() < n) {
+    // cu_seqlens may hold empty sequences, so nseq+1 can exceed T+1.
+    if (!idx_.Allocate(mem_, std::max(n, 4 * static_cast<size_t>(cap_) + 1))) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "model: cannot allocate ", n * sizeof(int32_t), " bytes of batch indices"));
+    }
+  }
+  idx_host_.clear();
+  idx_host_.insert(idx_host_.end(), batch.tokens.begin(), batch.tokens.end());
+  idx_host_.insert(idx_host_.end(), batch.targets.begin(), batch.targets.end());
+  idx_host_.insert(idx_host_.end(), batch.positions.begin(), batch.positions.end());
+  idx_host_.insert(idx_host_.end(), batch.cu_seqlens.begin(), batch.cu_seqlens.end());
+  idx_.Upload(idx_host_.data(), n);
+  const int32_t* d = idx_.data();
+  tokens_ = d;
+  targets_ = d + T;
+  positions_ = d + 2 * T;
+  cu_ = d + 3 * T;
+  s = EnsureRope(*std::max_element(batch.positions.begin(), batch.positions.end()));
+  if (!s.ok()) return s;
+  return MemoryStatus();
 }
 
 absl::Status Model::CheckBatch(const Batch& b) const {
@@ -136,12 +206,12 @@ void Model::ForwardHidden(ParamProvider& pp) {
   const int T = T_;
   const size_t TC = static_cast<size_t>(T) * C_;
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  const float* cosb = cos_.data();
-  const float* sinb = sin_.data();
+  const float* cosb = cos_d_.data();
+  const float* sinb = sin_d_.data();
   {
     const float* P = pp.AcquireParams(0);
     pp.Prefetch(1);
-    ops_->embedding_forward(tokens_.data(), T, P + layout_.embed_offset(), C_, x_);
+    ops_->embedding_forward(tokens_, T, P + layout_.embed_offset(), C_, x_);
     pp.ReleaseParams(0);
   }
   for (int l = 0; l < L_; ++l) {
@@ -168,17 +238,17 @@ void Model::ForwardHidden(ParamProvider& pp) {
       ops_->add_bias(k, P + o.k_bias, T, KD_);
       ops_->add_bias(v, P + o.v_bias, T, KD_);
     }
-    ops_->rope_apply(q, positions_.data(), T, H_, D_, cosb, sinb, false);
-    ops_->rope_apply(k, positions_.data(), T, Hkv_, D_, cosb, sinb, false);
-    ops_->attention_forward(Attn(l), q, k, v, cu_.data(), nseq_, T, attn,
+    ops_->rope_apply(q, positions_, T, H_, D_, cosb, sinb, false);
+    ops_->rope_apply(k, positions_, T, Hkv_, D_, cosb, sinb, false);
+    ops_->attention_forward(Attn(l), q, k, v, cu_, nseq_, T, attn,
                             lse_ + lt * H_);
-    std::memcpy(xmid, x, TC * sizeof(float));
+    mem_->CopyOnDevice(xmid, x, TC * sizeof(float));
     ops_->matmul(false, true, T, C_, HD_, 1.f, attn, HD_, P + o.o, HD_, 1.f, xmid, C_);
     ops_->rmsnorm_forward(xmid, P + o.post_norm, T, C_, eps, xn_, rstd2_ + lt);
     ops_->matmul(false, true, T, I_, C_, 1.f, xn_, C_, P + o.gate, C_, 0.f, gate, I_);
     ops_->matmul(false, true, T, I_, C_, 1.f, xn_, C_, P + o.up, C_, 0.f, up, I_);
     ops_->swiglu_forward(gate, up, static_cast<size_t>(T) * I_, hact_);
-    std::memcpy(xo, xmid, TC * sizeof(float));
+    mem_->CopyOnDevice(xo, xmid, TC * sizeof(float));
     ops_->matmul(false, true, T, C_, I_, 1.f, hact_, I_, P + o.down, I_, 1.f, xo, C_);
     pp.ReleaseParams(unit);
   }
@@ -192,47 +262,43 @@ void Model::ForwardHidden(ParamProvider& pp) {
 
 absl::Status Model::ForwardLogprobs(const Batch& batch, ParamProvider& pp,
                                     float* logp, float* entropy) {
-  absl::Status s = CheckBatch(batch);
+  absl::Status s = Prepare(batch);
   if (!s.ok()) return s;
-  T_ = batch.num_tokens();
-  nseq_ = batch.num_seqs();
-  EnsureCapacity(T_);
-  tokens_ = batch.tokens;
-  targets_ = batch.targets;
-  positions_ = batch.positions;
-  cu_ = batch.cu_seqlens;
-  EnsureRope(*std::max_element(positions_.begin(), positions_.end()));
   ForwardHidden(pp);
   const int hu = layout_.lm_head_unit();
   const float* P = pp.AcquireParams(hu);
-  ops_->lm_head_logprobs_forward(xnf_, P + layout_.lm_head_offset(),
-                                 targets_.data(), T_, C_, V_, lm_chunk_,
-                                 lm_scratch_, logp, entropy);
+  ops_->lm_head_logprobs_forward(xnf_, P + layout_.lm_head_offset(), targets_,
+                                 T_, C_, V_, lm_chunk_, lm_scratch_, logp_,
+                                 entropy != nullptr ? entropy_ : nullptr);
   pp.ReleaseParams(hu);
+  mem_->CopyToHost(logp, logp_, static_cast<size_t>(T_) * sizeof(float));
+  if (entropy != nullptr) {
+    mem_->CopyToHost(entropy, entropy_, static_cast<size_t>(T_) * sizeof(float));
+  }
+  s = MemoryStatus();
+  if (!s.ok()) return s;
   have_forward_ = true;
   return absl::OkStatus();
 }
 
 absl::Status Model::ForwardLogits(const Batch& batch, ParamProvider& pp,
                                   float* logits) {
-  absl::Status s = CheckBatch(batch);
+  absl::Status s = Prepare(batch);
   if (!s.ok()) return s;
-  T_ = batch.num_tokens();
-  nseq_ = batch.num_seqs();
-  EnsureCapacity(T_);
-  tokens_ = batch.tokens;
-  targets_ = batch.targets;
-  positions_ = batch.positions;
-  cu_ = batch.cu_seqlens;
-  EnsureRope(*std::max_element(positions_.begin(), positions_.end()));
+  const size_t n = static_cast<size_t>(T_) * V_;
+  kernels::DeviceArray<float> out;
+  if (!out.Allocate(mem_, n)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "model: cannot allocate ", n * sizeof(float), " bytes of logits"));
+  }
   ForwardHidden(pp);
   const int hu = layout_.lm_head_unit();
   const float* P = pp.AcquireParams(hu);
   ops_->matmul(false, true, T_, V_, C_, 1.f, xnf_, C_,
-               P + layout_.lm_head_offset(), C_, 0.f, logits, V_);
+               P + layout_.lm_head_offset(), C_, 0.f, out.data(), V_);
   pp.ReleaseParams(hu);
-  have_forward_ = false;
-  return absl::OkStatus();
+  out.Download(logits, n);
+  return MemoryStatus();
 }
 
 absl::Status Model::Backward(const float* dlogp, ParamProvider& pp,
@@ -245,10 +311,11 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp,
   const size_t TC = static_cast<size_t>(T) * C_;
   const size_t TI = static_cast<size_t>(T) * I_;
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  const float* cosb = cos_.data();
-  const float* sinb = sin_.data();
+  const float* cosb = cos_d_.data();
+  const float* sinb = sin_d_.data();
   const int fu = layout_.final_unit();
   const bool tied = layout_.tied();
+  mem_->CopyToDevice(dlogp_, dlogp, static_cast<size_t>(T) * sizeof(float));
 
   // LM head and final norm.
   const float* Pf = pp.AcquireParams(fu);
@@ -257,7 +324,7 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp,
   const float* Ph = tied ? pp.AcquireParams(0) : Pf;
   float* Gh = tied ? pp.AcquireGrads(0) : Gf;
   ops_->lm_head_logprobs_backward(xnf_, Ph + layout_.lm_head_offset(),
-                                  targets_.data(), dlogp, T, C_, V_, lm_chunk_,
+                                  targets_, dlogp_, T, C_, V_, lm_chunk_,
                                   lm_scratch_, dxn_, Gh + layout_.lm_head_offset());
   if (tied) pp.ReleaseParams(0);
   ops_->rmsnorm_backward(dxn_, x_ + L_ * TC, Pf + layout_.final_norm_offset(),
@@ -304,9 +371,9 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp,
     ops_->matmul(false, false, T, HD_, C_, 1.f, dres_, C_, P + o.o, HD_, 0.f, dattn_, HD_);
     ops_->matmul(true, false, C_, HD_, T, 1.f, dres_, C_, attn, HD_, 1.f, G + o.o, HD_);
     ops_->attention_backward(Attn(l), q, k, v, attn, dattn_, lse_ + lt * H_,
-                             cu_.data(), nseq_, T, dq_, dk_, dv_);
-    ops_->rope_apply(dq_, positions_.data(), T, H_, D_, cosb, sinb, true);
-    ops_->rope_apply(dk_, positions_.data(), T, Hkv_, D_, cosb, sinb, true);
+                             cu_, nseq_, T, dq_, dk_, dv_);
+    ops_->rope_apply(dq_, positions_, T, H_, D_, cosb, sinb, true);
+    ops_->rope_apply(dk_, positions_, T, Hkv_, D_, cosb, sinb, true);
     if (o.q_bias != SIZE_MAX) {
       ops_->bias_backward(dq_, T, HD_, G + o.q_bias);
       ops_->bias_backward(dk_, T, KD_, G + o.k_bias);
@@ -327,10 +394,10 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp,
   }
 
   float* G0 = pp.AcquireGrads(0);
-  ops_->embedding_backward(tokens_.data(), T, dres_, C_, G0 + layout_.embed_offset());
+  ops_->embedding_backward(tokens_, T, dres_, C_, G0 + layout_.embed_offset());
   if (tied) pp.ReleaseGrads(0);  // the hold taken for the LM head
   pp.ReleaseGrads(0);
-  return absl::OkStatus();
+  return MemoryStatus();
 }
 
 void Model::InitParams(uint64_t seed, float* params) const {

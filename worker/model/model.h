@@ -7,15 +7,23 @@
 // the flat layout of ParamLayout; the model never owns them. Activations
 // needed by Backward live in a workspace owned by the model, sized for
 // `max_tokens` and grown (never shrunk) only when a larger batch arrives.
-// All buffers are host memory: use a CPU backend (MakeCpuOps or
-// MakeReferenceOps). One Model is used by one thread at a time.
+//
+// Memory: the workspace, the batch's index arrays and the rotary tables live
+// in `memory` (kernels/memory.h), the backend's device memory; nullptr means
+// a host memory owned by the model (CPU backends). The host never touches
+// them: batches are uploaded per call, results downloaded. The public API
+// takes and returns HOST arrays (logp, entropy, dlogp, logits); the
+// ParamProvider's pointers are DEVICE pointers of `memory`. One Model is used
+// by one thread at a time.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kernels/memory.h"
 #include "kernels/ops.h"
 #include "worker/model/config.h"
 #include "worker/model/param_layout.h"
@@ -51,23 +59,29 @@ struct BackwardOptions {
 
 class Model {
  public:
-  Model(const ModelConfig& config, kernels::Ops* ops, int max_tokens = 0);
+  // `ops` and `memory` must outlive the model. When the workspace for
+  // `max_tokens` cannot be allocated here, the first Forward* call retries
+  // and reports ResourceExhausted.
+  Model(const ModelConfig& config, kernels::Ops* ops, int max_tokens = 0,
+        kernels::DeviceMemory* memory = nullptr);
 
   const ModelConfig& config() const { return config_; }
   const ParamLayout& layout() const { return layout_; }
 
   // Writes logp[t] = log p(targets[t] | tokens[..t]) (and the entropy of the
   // predictive distribution when entropy != nullptr) and keeps what
-  // Backward needs. InvalidArgument on a malformed batch.
+  // Backward needs. logp/entropy: host arrays of T floats. InvalidArgument on
+  // a malformed batch, ResourceExhausted when the workspace cannot grow.
   absl::Status ForwardLogprobs(const Batch& batch, ParamProvider& params,
                                float* logp, float* entropy = nullptr);
-  // Gradient of the last ForwardLogprobs: dlogp[T] = dLoss/dlogp. ADDS
+  // Gradient of the last ForwardLogprobs: dlogp[T] (host) = dLoss/dlogp. ADDS
   // parameter gradients through AcquireGrads/ReleaseGrads (units L+1..0;
   // the same calls with skip_attention, so ZeRO's collectives match).
   absl::Status Backward(const float* dlogp, ParamProvider& params,
                         const BackwardOptions& options = {});
-  // Full logits [T, V] (materialised: for tests and evaluation of short
-  // batches). Leaves no state for Backward.
+  // Full logits [T, V] into a host array (materialised in a device buffer
+  // allocated for this call: for tests and evaluation of short batches).
+  // Leaves no state for Backward.
   absl::Status ForwardLogits(const Batch& batch, ParamProvider& params,
                              float* logits);
 
@@ -76,36 +90,52 @@ class Model {
   // Deterministic in seed (mt19937_64 + Box-Muller).
   void InitParams(uint64_t seed, float* params) const;
 
-  size_t workspace_bytes() const { return ws_.capacity() * sizeof(float); }
+  // Device bytes held by the model (workspace, index arrays, rope tables).
+  size_t workspace_bytes() const {
+    return ws_.bytes() + idx_.bytes() + cos_d_.bytes() + sin_d_.bytes();
+  }
   int capacity_tokens() const { return cap_; }
+  kernels::DeviceMemory* memory() const { return mem_; }
 
  private:
   absl::Status CheckBatch(const Batch& b) const;
-  void EnsureCapacity(int t);
-  void EnsureRope(int max_position);
+  absl::Status EnsureCapacity(int t);
+  absl::Status EnsureRope(int max_position);
+  // Checks, grows, uploads the batch and the rope tables.
+  absl::Status Prepare(const Batch& batch);
   void ForwardHidden(ParamProvider& params);  // through the final norm
   kernels::AttentionParams Attn(int layer) const;
+  absl::Status MemoryStatus() const;
 
   ModelConfig config_;
   ParamLayout layout_;
   kernels::Ops* ops_;
+  std::unique_ptr<kernels::DeviceMemory> owned_memory_;
+  kernels::DeviceMemory* mem_;
   int C_, H_, Hkv_, D_, I_, V_, L_, HD_, KD_;
   int lm_chunk_;
 
-  // Copy of the current batch.
+  // The current batch on the device: one array [tokens T | targets T |
+  // positions T | cu_seqlens nseq+1], staged in idx_host_ (reused).
   int T_ = 0;
   int nseq_ = 0;
-  std::vector<int32_t> tokens_, targets_, positions_, cu_;
+  kernels::DeviceArray<int32_t> idx_;
+  std::vector<int32_t> idx_host_;
+  const int32_t *tokens_ = nullptr, *targets_ = nullptr, *positions_ = nullptr,
+                *cu_ = nullptr;
   bool have_forward_ = false;
 
-  // Rotary tables.
+  // Rotary tables: built on the host, uploaded when they change.
   std::vector<float> cos_, sin_;
+  kernels::DeviceArray<float> cos_d_, sin_d_;
   int rope_rows_ = 0;
   int rope_seq_key_ = -1;
 
-  // Workspace (one allocation) and views into it, sized for cap_ tokens.
+  // Workspace (one device allocation) and views into it, sized for cap_
+  // tokens.
   int cap_ = 0;
-  std::vector<float> ws_;
+  kernels::DeviceArray<float> ws_;
+  float *logp_ = nullptr, *entropy_ = nullptr, *dlogp_ = nullptr;
   float *x_ = nullptr, *xmid_ = nullptr, *q_ = nullptr, *k_ = nullptr,
         *v_ = nullptr, *attn_ = nullptr, *lse_ = nullptr, *gate_ = nullptr,
         *up_ = nullptr, *rstd1_ = nullptr, *rstd2_ = nullptr,
