@@ -104,14 +104,14 @@ class CommWorker {
 
 struct ZeroOptimizer::Gather {
   int unit = 0;
-  float* buf = nullptr;     // what the model reads (fp32)
+  float* buf = nullptr;     // what the model reads (fp32, device)
   float* packed = nullptr;  // bf16 stage 3: the packed bf16 allgather target
   std::shared_ptr<CommWorker::Task> task;
   int refs = 0;
 };
 
 struct ZeroOptimizer::GradBuf {
-  std::unique_ptr<float[]> mem;
+  kernels::DeviceArray<float> mem;
   int refs = 0;      // open AcquireGrads on it
   bool open = false;
   std::shared_ptr<CommWorker::Task> task;  // reduce-scatter in flight
@@ -182,11 +182,18 @@ absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(
     }
     expect += options.units[u].size;
   }
-  return std::unique_ptr<ZeroOptimizer>(new ZeroOptimizer(std::move(options)));
+  auto z = std::unique_ptr<ZeroOptimizer>(new ZeroOptimizer(std::move(options)));
+  if (absl::Status s = z->AllocateState(); !s.ok()) return s;
+  return z;
 }
 
 ZeroOptimizer::ZeroOptimizer(ZeroOptions options)
     : options_(std::move(options)) {
+  if (options_.memory == nullptr) {
+    owned_memory_ = kernels::MakeHostMemory();
+    options_.memory = owned_memory_.get();
+  }
+  mem_ = options_.memory;
   rank_ = options_.comm->rank();
   world_ = options_.comm->size();
   for (const auto& u : options_.units) {
@@ -195,29 +202,68 @@ ZeroOptimizer::ZeroOptimizer(ZeroOptions options)
   }
   shard_map_ = ComputeShardMap(options_.units, rank_, world_);
   for (const auto& p : shard_map_) shard_size_ += p.size;
-  const int stage = options_.stage;
-  if (master_sharded()) {
-    param_shard_.assign(shard_size_, 0.f);
-  } else {
-    params_full_.assign(psi_, 0.f);
-  }
-  if (bf16()) {
-    if (stage <= 2) compute_full_.assign(psi_, 0);
-    if (stage == 3) compute_shard_.assign(shard_size_, 0);
-    if ((stage == 1 || stage == 2) && world_ > 1) {
-      pack_buf_.assign(packed_floats(), 0.f);
-    }
-  }
-  if (stage <= 1) grads_full_.assign(psi_, 0.f);
-  if (stage >= 2) {
-    grad_shard_.assign(shard_size_, 0.f);
-    rs_piece_.assign((max_unit_ + world_ - 1) / world_, 0.f);
-  }
-  const size_t opt = stage == 0 ? psi_ : shard_size_;
-  m_.assign(opt, 0.f);
-  v_.assign(opt, 0.f);
   worker_ = std::make_unique<CommWorker>();
   view_ = std::make_unique<InferenceView>(this);
+}
+
+absl::Status ZeroOptimizer::AllocError(const char* what, size_t bytes) const {
+  const std::string detail = mem_->last_error();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "zero: out of ", mem_->name(), " memory allocating ", what, " (", bytes,
+      " bytes; ", mem_->allocated_bytes(), " bytes allocated)",
+      detail.empty() ? "" : ": ", detail));
+}
+
+absl::Status ZeroOptimizer::MemoryStatus() const {
+  if (mem_->ok()) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat("zero: device memory error: ", mem_->last_error()));
+}
+
+absl::Status ZeroOptimizer::AllocateState() {
+  // Zero-filled, as the state starts (InitFromFull overwrites the params).
+  struct Want {
+    kernels::DeviceArray<float>* f32;
+    kernels::DeviceArray<uint16_t>* b16;
+    size_t n;
+    const char* what;
+  };
+  const int stage = options_.stage;
+  std::vector<Want> wants;
+  if (master_sharded()) {
+    wants.push_back({&param_shard_, nullptr, shard_size_, "the parameter shard"});
+  } else {
+    wants.push_back({&params_full_, nullptr, psi_, "the full parameters"});
+  }
+  if (bf16() && stage <= 2) {
+    wants.push_back({nullptr, &compute_full_, psi_, "the bf16 compute copy"});
+  }
+  if (bf16() && stage == 3) {
+    wants.push_back({nullptr, &compute_shard_, shard_size_, "the bf16 compute shard"});
+  }
+  if (bf16() && (stage == 1 || stage == 2) && world_ > 1) {
+    wants.push_back({&pack_buf_, nullptr, packed_floats(), "the bf16 pack buffer"});
+  }
+  if (stage <= 1) wants.push_back({&grads_full_, nullptr, psi_, "the full gradients"});
+  if (stage >= 2) {
+    wants.push_back({&grad_shard_, nullptr, shard_size_, "the gradient shard"});
+    wants.push_back({&rs_piece_, nullptr, (max_unit_ + world_ - 1) / world_,
+                     "the reduce-scatter buffer"});
+  }
+  if (stage >= 1 && world_ > 1) {
+    wants.push_back({&norm_buf_, nullptr, 2, "the norm buffer"});
+  }
+  wants.push_back({&m_, nullptr, opt_size(), "the first moments"});
+  wants.push_back({&v_, nullptr, opt_size(), "the second moments"});
+  for (const Want& w : wants) {
+    const bool ok = w.f32 != nullptr ? w.f32->AllocateZeroed(mem_, w.n)
+                                     : w.b16->AllocateZeroed(mem_, w.n);
+    if (!ok) {
+      return AllocError(w.what, w.n * (w.f32 != nullptr ? sizeof(float)
+                                                        : sizeof(uint16_t)));
+    }
+  }
+  return MemoryStatus();
 }
 
 ZeroOptimizer::~ZeroOptimizer() {
@@ -257,8 +303,13 @@ float* ZeroOptimizer::TakePacked() {
     free_packed_.pop_back();
     return b;
   }
-  packed_bufs_.push_back(std::make_unique<float[]>(packed_floats()));
-  return packed_bufs_.back().get();
+  kernels::DeviceArray<float> buf;
+  if (!buf.Allocate(mem_, packed_floats())) {
+    Fail(AllocError("a packed bf16 gather buffer", packed_floats() * sizeof(float)));
+    return nullptr;
+  }
+  packed_bufs_.push_back(std::move(buf));
+  return packed_bufs_.back().data();
 }
 
 void ZeroOptimizer::UnpackWiden(int unit, const float* packed, float* dst) {
@@ -277,7 +328,7 @@ void ZeroOptimizer::UnpackBf16(int unit, const float* packed,
   const std::vector<size_t> counts = UnitCounts(unit);
   size_t in = 0, out = 0;
   for (size_t c : counts) {
-    std::memcpy(dst + out, packed + in, c * sizeof(uint16_t));
+    mem_->CopyOnDevice(dst + out, packed + in, c * sizeof(uint16_t));
     in += (c + 1) / 2;
     out += c;
   }
@@ -309,14 +360,15 @@ absl::Status ZeroOptimizer::RefreshComputeFull() {
     uint16_t* slot = reinterpret_cast<uint16_t*>(packed + mine);
     ops->float_to_bf16(param_shard_.data() + piece.shard_offset, slot,
                        piece.size);
-    if (piece.size % 2) slot[piece.size] = 0;  // padding travels as zeros
+    // Padding travels as zeros.
+    if (piece.size % 2) mem_->SetZero(slot + piece.size, sizeof(uint16_t));
     absl::Status s = worker_->Run([&] {
       return comm->allgather(packed + mine, packed, counts, timeout);
     });
     if (!s.ok()) return s;
     UnpackBf16(unit, packed, compute_full_.data() + options_.units[u].offset);
   }
-  return absl::OkStatus();
+  return MemoryStatus();
 }
 
 std::vector<size_t> ZeroOptimizer::UnitCounts(int unit) const {
@@ -331,19 +383,30 @@ float* ZeroOptimizer::TakeBuffer() {
     free_gather_.pop_back();
     return b;
   }
-  gather_bufs_.push_back(std::make_unique<float[]>(std::max<size_t>(max_unit_, 1)));
-  return gather_bufs_.back().get();
+  const size_t n = std::max<size_t>(max_unit_, 1);
+  kernels::DeviceArray<float> buf;
+  if (!buf.Allocate(mem_, n)) {
+    Fail(AllocError("a unit gather buffer", n * sizeof(float)));
+    return nullptr;
+  }
+  gather_bufs_.push_back(std::move(buf));
+  return gather_bufs_.back().data();
 }
 
-void ZeroOptimizer::ReturnBuffer(float* buf) { free_gather_.push_back(buf); }
+void ZeroOptimizer::ReturnBuffer(float* buf) {
+  if (buf != nullptr) free_gather_.push_back(buf);
+}
 
 std::shared_ptr<ZeroOptimizer::Gather> ZeroOptimizer::StartGather(int unit) {
   auto g = std::make_shared<Gather>();
   g->unit = unit;
   g->buf = TakeBuffer();
-  gathered_[unit] = g;
+  if (g->buf == nullptr) return nullptr;
   // bf16 stages 0-2: the compute copy is resident; AcquireParams widens it.
-  if (options_.stage < 3) return g;
+  if (options_.stage < 3) {
+    gathered_[unit] = g;
+    return g;
+  }
   const ShardPiece piece = MyPiece(unit);
   comm::Collective* comm = options_.comm;
   const comm::Timeout timeout = options_.timeout;
@@ -351,17 +414,23 @@ std::shared_ptr<ZeroOptimizer::Gather> ZeroOptimizer::StartGather(int unit) {
     // The unit's bf16 pieces travel packed (half the bytes of fp32); my
     // piece is copied into its slot and gathered in place.
     g->packed = TakePacked();
+    if (g->packed == nullptr) {
+      ReturnBuffer(g->buf);
+      return nullptr;
+    }
     const std::vector<size_t> counts = PackedCounts(unit);
     size_t mine = 0;
     for (int r = 0; r < rank_; ++r) mine += counts[r];
     uint16_t* slot = reinterpret_cast<uint16_t*>(g->packed + mine);
-    std::memcpy(slot, compute_shard_.data() + piece.shard_offset,
-                piece.size * sizeof(uint16_t));
-    if (piece.size % 2) slot[piece.size] = 0;  // padding travels as zeros
+    mem_->CopyOnDevice(slot, compute_shard_.data() + piece.shard_offset,
+                       piece.size * sizeof(uint16_t));
+    // Padding travels as zeros.
+    if (piece.size % 2) mem_->SetZero(slot + piece.size, sizeof(uint16_t));
     float* packed = g->packed;
     g->task = worker_->Submit([=] {
       return comm->allgather(packed + mine, packed, counts, timeout);
     });
+    gathered_[unit] = g;
     return g;
   }
   const std::vector<size_t> counts = UnitCounts(unit);
@@ -370,6 +439,7 @@ std::shared_ptr<ZeroOptimizer::Gather> ZeroOptimizer::StartGather(int unit) {
   g->task = worker_->Submit([=] {
     return comm->allgather(src, dst, counts, timeout);
   });
+  gathered_[unit] = g;
   return g;
 }
 
@@ -386,6 +456,7 @@ const float* ZeroOptimizer::AcquireParams(int unit) {
   auto it = gathered_.find(unit);
   std::shared_ptr<Gather> g =
       it != gathered_.end() ? it->second : StartGather(unit);
+  if (g == nullptr) return nullptr;  // out of memory: status() says so
   if (g->refs == 0) {
     if (g->task) Fail(worker_->Wait(g->task));
     if (bf16() && options_.stage < 3) {
@@ -423,17 +494,26 @@ float* ZeroOptimizer::AcquireGrads(int unit) {
   auto it = grads_open_.find(unit);
   if (it != grads_open_.end()) {
     ++it->second->refs;
-    return it->second->mem.get();
+    return it->second->mem.data();
   }
-  // A free buffer: not open and its reduce-scatter (if any) finished.
+  // The pool grows to kMaxGradBuffers before any buffer is reused, so its
+  // size (memory()) does not depend on how fast reduce-scatters finish.
+  // Then: a buffer that is not open and whose reduce-scatter finished, else
+  // wait for one in flight.
   std::shared_ptr<GradBuf> buf;
-  for (auto& b : grad_bufs_) {
-    if (!b->open && (!b->task || worker_->Done(b->task))) {
-      buf = b;
-      break;
+  if (grad_bufs_.size() < kMaxGradBuffers) {
+    auto fresh = std::make_shared<GradBuf>();
+    if (fresh->mem.Allocate(mem_, std::max<size_t>(max_unit_, 1))) {
+      buf = fresh;
+      grad_bufs_.push_back(buf);
     }
+    // Out of memory: reuse one below, if there is one.
   }
-  if (!buf && grad_bufs_.size() >= kMaxGradBuffers) {
+  for (auto& b : grad_bufs_) {
+    if (buf) break;
+    if (!b->open && (!b->task || worker_->Done(b->task))) buf = b;
+  }
+  if (!buf) {
     for (auto& b : grad_bufs_) {
       if (!b->open) {
         Fail(worker_->Wait(b->task));
@@ -443,16 +523,16 @@ float* ZeroOptimizer::AcquireGrads(int unit) {
     }
   }
   if (!buf) {
-    buf = std::make_shared<GradBuf>();
-    buf->mem = std::make_unique<float[]>(std::max<size_t>(max_unit_, 1));
-    grad_bufs_.push_back(buf);
+    Fail(AllocError("a unit gradient buffer",
+                    std::max<size_t>(max_unit_, 1) * sizeof(float)));
+    return nullptr;
   }
   buf->task.reset();
   buf->open = true;
   buf->refs = 1;
-  std::memset(buf->mem.get(), 0, u.size * sizeof(float));
+  mem_->SetZero(buf->mem.data(), u.size * sizeof(float));
   grads_open_[unit] = buf;
-  return buf->mem.get();
+  return buf->mem.data();
 }
 
 void ZeroOptimizer::ReleaseGrads(int unit) {
@@ -465,23 +545,24 @@ void ZeroOptimizer::ReleaseGrads(int unit) {
   buf->open = false;
   const ShardPiece piece = MyPiece(unit);
   const std::vector<size_t> counts = UnitCounts(unit);
-  const float* in = buf->mem.get();
+  const float* in = buf->mem.data();
   float* piece_out = rs_piece_.data();
   float* acc = grad_shard_.data() + piece.shard_offset;
   comm::Collective* comm = options_.comm;
+  kernels::Ops* ops = comm_ops();
   const comm::Timeout timeout = options_.timeout;
   buf->task = worker_->Submit([=]() -> absl::Status {
     absl::Status s = comm->reduce_scatter(in, piece_out, counts, timeout);
     if (!s.ok()) return s;
-    for (size_t i = 0; i < piece.size; ++i) acc[i] += piece_out[i];
+    if (piece.size > 0) ops->add_inplace(acc, piece_out, piece.size);
     return absl::OkStatus();
   });
 }
 
 void ZeroOptimizer::ZeroGrads() {
   Fail(Drain());
-  std::fill(grads_full_.begin(), grads_full_.end(), 0.f);
-  std::fill(grad_shard_.begin(), grad_shard_.end(), 0.f);
+  grads_full_.Zero();
+  grad_shard_.Zero();
 }
 
 absl::Status ZeroOptimizer::Drain() {
@@ -502,14 +583,19 @@ absl::Status ZeroOptimizer::Drain() {
 // ---- step ----------------------------------------------------------------------
 
 absl::Status ZeroOptimizer::AllreduceNormSquared(double* sum_sq) {
-  // A double as two floats (hi + lo) so the sum keeps ~double precision.
+  // A double as two floats (hi + lo) so the sum keeps ~double precision;
+  // they travel through a 2-float device buffer.
   const float hi = static_cast<float>(*sum_sq);
   float pair[2] = {hi, static_cast<float>(*sum_sq - hi)};
+  norm_buf_.Upload(pair, 2);
+  float* dev = norm_buf_.data();
   comm::Collective* comm = options_.comm;
   const comm::Timeout timeout = options_.timeout;
   absl::Status s = worker_->Run(
-      [&] { return comm->allreduce(pair, 2, comm::ReduceOp::kSum, timeout); });
+      [&] { return comm->allreduce(dev, 2, comm::ReduceOp::kSum, timeout); });
   if (!s.ok()) return s;
+  norm_buf_.Download(pair, 2);
+  if (absl::Status m = MemoryStatus(); !m.ok()) return m;
   *sum_sq = static_cast<double>(pair[0]) + static_cast<double>(pair[1]);
   return absl::OkStatus();
 }
@@ -533,7 +619,7 @@ absl::Status ZeroOptimizer::AllgatherParams() {
     }
     return RefreshComputeFull();
   }
-  if (world_ == 1) return absl::OkStatus();
+  if (world_ == 1) return MemoryStatus();
   comm::Collective* comm = options_.comm;
   const comm::Timeout timeout = options_.timeout;
   for (size_t u = 0; u < options_.units.size(); ++u) {
@@ -545,7 +631,7 @@ absl::Status ZeroOptimizer::AllgatherParams() {
         [&] { return comm->allgather(mine, full, counts, timeout); });
     if (!s.ok()) return s;
   }
-  return absl::OkStatus();
+  return MemoryStatus();
 }
 
 absl::Status ZeroOptimizer::AllgatherOptimizerState() {
@@ -553,7 +639,11 @@ absl::Status ZeroOptimizer::AllgatherOptimizerState() {
   if (absl::Status s = Drain(); !s.ok()) return s;
   comm::Collective* comm = options_.comm;
   const comm::Timeout timeout = options_.timeout;
-  for (std::vector<float>* state : {&m_, &v_}) {
+  if (offloaded_) {
+    return absl::FailedPreconditionError(
+        "zero: AllgatherOptimizerState while the optimizer state is offloaded");
+  }
+  for (kernels::DeviceArray<float>* state : {&m_, &v_}) {
     for (size_t u = 0; u < options_.units.size(); ++u) {
       float* full = state->data() + options_.units[u].offset;
       const float* mine = full + shard_map_[u].unit_offset;
@@ -563,11 +653,16 @@ absl::Status ZeroOptimizer::AllgatherOptimizerState() {
       if (!s.ok()) return s;
     }
   }
-  return absl::OkStatus();
+  return MemoryStatus();
 }
 
 absl::StatusOr<StepResult> ZeroOptimizer::Step(float lr, float max_grad_norm) {
   if (!status_.ok()) return status_;
+  if (offloaded_) {
+    return absl::FailedPreconditionError(
+        "zero: Step while the optimizer state is offloaded "
+        "(call RestoreOptimizerState first)");
+  }
   if (absl::Status s = Drain(); !s.ok()) {
     Fail(s);
     return s;
@@ -652,6 +747,10 @@ absl::StatusOr<StepResult> ZeroOptimizer::Step(float lr, float max_grad_norm) {
       return s;
     }
   }
+  if (absl::Status s = MemoryStatus(); !s.ok()) {
+    Fail(s);
+    return s;
+  }
   return result;
 }
 
@@ -660,71 +759,121 @@ absl::StatusOr<StepResult> ZeroOptimizer::Step(float lr, float max_grad_norm) {
 absl::Status ZeroOptimizer::InitFromFull(const float* full) {
   if (absl::Status s = Drain(); !s.ok()) return s;
   if (!master_sharded()) {
-    std::copy(full, full + psi_, params_full_.begin());
+    params_full_.Upload(full, psi_);
   } else {
     for (const auto& p : shard_map_) {
-      const float* src = full + options_.units[p.unit].offset + p.unit_offset;
-      std::copy(src, src + p.size, param_shard_.begin() + p.shard_offset);
+      param_shard_.Upload(full + options_.units[p.unit].offset + p.unit_offset,
+                          p.size, p.shard_offset);
     }
   }
   // Every rank converts the same full vector: the same bits everywhere.
-  if (bf16() && options_.stage <= 2) {
-    options_.ops->float_to_bf16(full, compute_full_.data(), psi_);
+  if (bf16() && options_.stage == 0) {
+    options_.ops->float_to_bf16(params_full_.data(), compute_full_.data(), psi_);
+  } else if (bf16() && options_.stage <= 2) {
+    // The masters are sharded: convert the full vector unit by unit through
+    // a gather buffer.
+    float* stage_buf = TakeBuffer();
+    if (stage_buf == nullptr) {
+      return AllocError("a unit gather buffer",
+                        std::max<size_t>(max_unit_, 1) * sizeof(float));
+    }
+    for (const Unit& u : options_.units) {
+      mem_->CopyToDevice(stage_buf, full + u.offset, u.size * sizeof(float));
+      options_.ops->float_to_bf16(stage_buf, compute_full_.data() + u.offset,
+                                  u.size);
+    }
+    ReturnBuffer(stage_buf);
   }
   if (bf16() && options_.stage == 3) RefreshComputeShard();
-  std::fill(grads_full_.begin(), grads_full_.end(), 0.f);
-  std::fill(grad_shard_.begin(), grad_shard_.end(), 0.f);
-  std::fill(m_.begin(), m_.end(), 0.f);
-  std::fill(v_.begin(), v_.end(), 0.f);
+  grads_full_.Zero();
+  grad_shard_.Zero();
+  m_.Zero();
+  v_.Zero();
+  std::fill(m_host_.begin(), m_host_.end(), 0.f);
+  std::fill(v_host_.begin(), v_host_.end(), 0.f);
   step_ = 0;
-  return absl::OkStatus();
+  return MemoryStatus();
+}
+
+absl::Status ZeroOptimizer::GatherMasters(float* dst) {
+  comm::Collective* comm = options_.comm;
+  const comm::Timeout timeout = options_.timeout;
+  for (size_t u = 0; u < options_.units.size(); ++u) {
+    const float* mine = param_shard_.data() + shard_map_[u].shard_offset;
+    float* out = dst + options_.units[u].offset;
+    const std::vector<size_t> counts = UnitCounts(static_cast<int>(u));
+    absl::Status s = worker_->Run(
+        [&] { return comm->allgather(mine, out, counts, timeout); });
+    if (!s.ok()) return s;
+  }
+  return MemoryStatus();
 }
 
 absl::Status ZeroOptimizer::GatherFull(float* out) {
   if (absl::Status s = Drain(); !s.ok()) return s;
   if (!master_sharded()) {
-    std::copy(params_full_.begin(), params_full_.end(), out);
-    return absl::OkStatus();
+    params_full_.Download(out, psi_);
+    return MemoryStatus();
   }
   if (in_inference_ && !bf16()) {  // bf16: infer_full_ is the compute copy
-    std::copy(infer_full_.begin(), infer_full_.end(), out);
-    return absl::OkStatus();
+    infer_full_.Download(out, psi_);
+    return MemoryStatus();
+  }
+  // Unit by unit through a gather buffer, downloaded as it arrives.
+  float* buf = TakeBuffer();
+  if (buf == nullptr) {
+    return AllocError("a unit gather buffer",
+                      std::max<size_t>(max_unit_, 1) * sizeof(float));
   }
   comm::Collective* comm = options_.comm;
   const comm::Timeout timeout = options_.timeout;
-  for (size_t u = 0; u < options_.units.size(); ++u) {
+  absl::Status s;
+  for (size_t u = 0; s.ok() && u < options_.units.size(); ++u) {
     const float* mine = param_shard_.data() + shard_map_[u].shard_offset;
-    float* dst = out + options_.units[u].offset;
     const std::vector<size_t> counts = UnitCounts(static_cast<int>(u));
-    absl::Status s = worker_->Run(
-        [&] { return comm->allgather(mine, dst, counts, timeout); });
-    if (!s.ok()) return s;
+    s = worker_->Run([&] { return comm->allgather(mine, buf, counts, timeout); });
+    if (s.ok()) {
+      mem_->CopyToHost(out + options_.units[u].offset, buf,
+                       options_.units[u].size * sizeof(float));
+    }
   }
-  return absl::OkStatus();
+  ReturnBuffer(buf);
+  if (!s.ok()) return s;
+  return MemoryStatus();
 }
 
 absl::Status ZeroOptimizer::BeginInference() {
   if (in_inference_ || (options_.stage < 3 && !bf16())) return absl::OkStatus();
-  infer_full_.assign(psi_, 0.f);
+  if (absl::Status s = Drain(); !s.ok()) return s;
+  // Every element is written below.
+  if (!infer_full_.Allocate(mem_, psi_)) {
+    return AllocError("the inference copy", psi_ * sizeof(float));
+  }
   absl::Status s;
   if (!bf16()) {
-    s = GatherFull(infer_full_.data());
+    s = GatherMasters(infer_full_.data());
   } else if (options_.stage < 3) {
     // The resident bf16 compute copy, widened once for the whole rollout.
     options_.ops->bf16_to_float(compute_full_.data(), infer_full_.data(), psi_);
   } else {
     // Gather the bf16 compute shards unit by unit and widen them.
-    s = Drain();
     for (size_t u = 0; s.ok() && u < options_.units.size(); ++u) {
       const int unit = static_cast<int>(u);
       auto g = StartGather(unit);
+      if (g == nullptr) {
+        s = status_;
+        break;
+      }
       s = worker_->Wait(g->task);
-      if (s.ok()) UnpackWiden(unit, g->packed, infer_full_.data() + options_.units[u].offset);
+      if (s.ok()) {
+        UnpackWiden(unit, g->packed, infer_full_.data() + options_.units[u].offset);
+      }
       ReleaseGather(gathered_.find(unit));
     }
   }
+  if (s.ok()) s = MemoryStatus();
   if (!s.ok()) {
-    infer_full_ = std::vector<float>();
+    infer_full_.reset();
     return s;
   }
   in_inference_ = true;
@@ -734,7 +883,7 @@ absl::Status ZeroOptimizer::BeginInference() {
 void ZeroOptimizer::EndInference() {
   if (!in_inference_) return;
   in_inference_ = false;
-  infer_full_ = std::vector<float>();  // frees the memory
+  infer_full_.reset();  // frees the memory
 }
 
 model::ParamProvider& ZeroOptimizer::inference_view() { return *view_; }
@@ -743,14 +892,15 @@ model::ParamProvider& ZeroOptimizer::inference_view() { return *view_; }
 
 void ZeroOptimizer::CopyParamShard(float* out) const {
   for (const auto& p : shard_map_) {
-    const float* src = MasterPiece(p);
-    std::copy(src, src + p.size, out + p.shard_offset);
+    if (p.size == 0) continue;
+    mem_->CopyToHost(out + p.shard_offset, MasterPiece(p), p.size * sizeof(float));
   }
 }
 
 void ZeroOptimizer::LoadParamShard(const float* in) {
   for (const auto& p : shard_map_) {
-    std::copy(in + p.shard_offset, in + p.shard_offset + p.size, MasterPiece(p));
+    if (p.size == 0) continue;
+    mem_->CopyToDevice(MasterPiece(p), in + p.shard_offset, p.size * sizeof(float));
   }
   // Stage 3 refreshes its compute shard here; stages 0-2 in
   // AllgatherParams(), which every rank calls next.
@@ -759,11 +909,15 @@ void ZeroOptimizer::LoadParamShard(const float* in) {
 
 void ZeroOptimizer::CopyOptimizerShard(float* m_out, float* v_out) const {
   for (const auto& p : shard_map_) {
-    const size_t src = options_.stage == 0
-                           ? options_.units[p.unit].offset + p.unit_offset
-                           : p.shard_offset;
-    std::copy(m_.begin() + src, m_.begin() + src + p.size, m_out + p.shard_offset);
-    std::copy(v_.begin() + src, v_.begin() + src + p.size, v_out + p.shard_offset);
+    if (p.size == 0) continue;
+    const size_t src = OptOffset(p);
+    if (offloaded_) {
+      std::copy_n(m_host_.begin() + src, p.size, m_out + p.shard_offset);
+      std::copy_n(v_host_.begin() + src, p.size, v_out + p.shard_offset);
+    } else {
+      m_.Download(m_out + p.shard_offset, p.size, src);
+      v_.Download(v_out + p.shard_offset, p.size, src);
+    }
   }
 }
 
@@ -771,13 +925,15 @@ void ZeroOptimizer::LoadOptimizerShard(const float* m_in, const float* v_in) {
   // Stage 0 keeps full moments: each rank loads its pieces; the others stay
   // as they were (callers load every rank's shard, see docs/parallelism.md).
   for (const auto& p : shard_map_) {
-    const size_t dst = options_.stage == 0
-                           ? options_.units[p.unit].offset + p.unit_offset
-                           : p.shard_offset;
-    std::copy(m_in + p.shard_offset, m_in + p.shard_offset + p.size,
-              m_.begin() + dst);
-    std::copy(v_in + p.shard_offset, v_in + p.shard_offset + p.size,
-              v_.begin() + dst);
+    if (p.size == 0) continue;
+    const size_t dst = OptOffset(p);
+    if (offloaded_) {
+      std::copy_n(m_in + p.shard_offset, p.size, m_host_.begin() + dst);
+      std::copy_n(v_in + p.shard_offset, p.size, v_host_.begin() + dst);
+    } else {
+      m_.Upload(m_in + p.shard_offset, p.size, dst);
+      v_.Upload(v_in + p.shard_offset, p.size, dst);
+    }
   }
 }
 
@@ -785,34 +941,65 @@ absl::Status ZeroOptimizer::CopyFullState(float* params, float* m, float* v) con
   if (options_.stage != 0) {
     return absl::FailedPreconditionError("the full state is only held at ZeRO stage 0");
   }
-  std::copy(params_full_.begin(), params_full_.end(), params);
-  std::copy(m_.begin(), m_.end(), m);
-  std::copy(v_.begin(), v_.end(), v);
-  return absl::OkStatus();
+  params_full_.Download(params, psi_);
+  if (offloaded_) {
+    std::copy(m_host_.begin(), m_host_.end(), m);
+    std::copy(v_host_.begin(), v_host_.end(), v);
+  } else {
+    m_.Download(m, psi_);
+    v_.Download(v, psi_);
+  }
+  return MemoryStatus();
 }
 
 absl::Status ZeroOptimizer::OffloadOptimizerState() {
-  offloaded_ = true;  // CPU backend: the state already lives in host memory
+  if (offloaded_) return absl::OkStatus();
+  if (absl::Status s = Drain(); !s.ok()) return s;
+  m_host_.resize(m_.size());
+  v_host_.resize(v_.size());
+  m_.Download(m_host_.data(), m_.size());
+  v_.Download(v_host_.data(), v_.size());
+  if (absl::Status s = MemoryStatus(); !s.ok()) {
+    m_host_ = std::vector<float>();
+    v_host_ = std::vector<float>();
+    return s;
+  }
+  m_.reset();
+  v_.reset();
+  offloaded_ = true;
   return absl::OkStatus();
 }
 
 absl::Status ZeroOptimizer::RestoreOptimizerState() {
+  if (!offloaded_) return absl::OkStatus();
+  const size_t n = opt_size();
+  if (!m_.Allocate(mem_, n) || !v_.Allocate(mem_, n)) {
+    m_.reset();
+    v_.reset();
+    return AllocError("the optimizer moments", 2 * n * sizeof(float));
+  }
+  m_.Upload(m_host_.data(), n);
+  v_.Upload(v_host_.data(), n);
+  if (absl::Status s = MemoryStatus(); !s.ok()) return s;
+  m_host_ = std::vector<float>();
+  v_host_ = std::vector<float>();
   offloaded_ = false;
   return absl::OkStatus();
 }
 
 MemoryReport ZeroOptimizer::memory() const {
   MemoryReport r;
-  r.param_bytes = (params_full_.size() + param_shard_.size()) * sizeof(float);
-  r.compute_bytes =
-      (compute_full_.size() + compute_shard_.size()) * sizeof(uint16_t);
-  r.grad_bytes = (grads_full_.size() + grad_shard_.size()) * sizeof(float);
-  r.optimizer_bytes = (m_.size() + v_.size()) * sizeof(float);
-  const size_t unit_buf = std::max<size_t>(max_unit_, 1) * sizeof(float);
-  r.temp_bytes = (gather_bufs_.size() + grad_bufs_.size()) * unit_buf +
-                 packed_bufs_.size() * packed_floats() * sizeof(float) +
-                 (rs_piece_.size() + infer_full_.size() + pack_buf_.size()) *
-                     sizeof(float);
+  r.param_bytes = params_full_.bytes() + param_shard_.bytes();
+  r.compute_bytes = compute_full_.bytes() + compute_shard_.bytes();
+  r.grad_bytes = grads_full_.bytes() + grad_shard_.bytes();
+  r.optimizer_bytes = m_.bytes() + v_.bytes();
+  r.offloaded_bytes = (m_host_.size() + v_host_.size()) * sizeof(float);
+  size_t temp = rs_piece_.bytes() + infer_full_.bytes() + pack_buf_.bytes() +
+                norm_buf_.bytes();
+  for (const auto& b : gather_bufs_) temp += b.bytes();
+  for (const auto& b : packed_bufs_) temp += b.bytes();
+  for (const auto& b : grad_bufs_) temp += b->mem.bytes();
+  r.temp_bytes = temp;
   return r;
 }
 

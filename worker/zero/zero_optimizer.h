@@ -6,13 +6,22 @@
 // pieces one longer); rank r owns piece r of every unit; its shard is the
 // concatenation of its pieces in unit order (shard_map()).
 //
-// Storage per rank (fp32, CPU):
+// Storage: every buffer the optimizer owns lives in backend device memory
+// (ZeroOptions.memory: host memory for the CPU backends, cudaMalloc'ed for
+// CUDA) and is only touched through DeviceMemory copies and Ops calls, so
+// AcquireParams/AcquireGrads, inference_view() and the buffers handed to the
+// Collective are device pointers (NCCL / the guarded Gloo wrapper take them).
+// The host-facing calls (InitFromFull, GatherFull, Copy/Load*Shard,
+// CopyFullState) take HOST pointers and upload / download.
+//
+// Storage per rank (fp32):
 //   stage 0: full params, full grads, full m/v                 16 Psi
 //   stage 1: full params, full grads, m/v shard                 8 Psi + 8 Psi/N
 //   stage 2: full params, grad shard, m/v shard                 4 Psi + 12 Psi/N
 //   stage 3: param shard, grad shard, m/v shard                 16 Psi/N
-// plus temporaries: stage 2/3 unit-sized gradient buffers (ReleaseGrads
-// reduce-scatters a unit's gradient into the shard accumulator), stage 3
+// plus temporaries: stage 2/3 unit-sized gradient buffers (three, so the
+// figure does not depend on timing; ReleaseGrads reduce-scatters a unit's
+// gradient into the shard accumulator), stage 3
 // unit-sized gather buffers (AcquireParams allgathers a unit; Prefetch starts
 // the next one) and, during BeginInference..EndInference, one full copy.
 //
@@ -39,12 +48,19 @@
 // optimizer owns one communication thread that runs every collective it
 // issues, in submission order (so all ranks issue the same sequence);
 // stage 3 prefetches and stage 2/3 gradient reduce-scatters overlap compute
-// there. Do not use the Collective yourself while work is in flight: call
-// Drain() first (Step, GatherFull, BeginInference drain themselves).
+// there. That thread also accumulates each reduce-scattered piece into the
+// gradient shard with ZeroOptions.comm_ops (CUDA: a second Ops instance, as
+// CudaOps is one per thread). Do not use the Collective yourself while work
+// is in flight: call Drain() first (Step, GatherFull, BeginInference drain
+// themselves).
 //
 // Errors: ParamProvider methods cannot return a Status; a failed collective
-// inside them is kept in status() (sticky) and later Step/Gather calls return
-// it. Check status() after each forward/backward.
+// or a failed temporary allocation inside them is kept in status() (sticky;
+// the Acquire call then returns nullptr) and later Step/Gather calls return
+// it. Check status() after each forward/backward. Create fails with
+// ResourceExhausted (naming the byte count) when the persistent state does
+// not fit; a DeviceMemory error (memory->ok() false) fails the next call
+// that returns a Status.
 #pragma once
 
 #include <cstddef>
@@ -56,6 +72,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/memory.h"
 #include "kernels/ops.h"
 #include "worker/comm/collective.h"
 #include "worker/model/param_provider.h"
@@ -88,6 +105,13 @@ struct ZeroOptions {
   comm::Collective* comm = nullptr;   // not owned; outlives the optimizer
   kernels::Ops* ops = nullptr;        // not owned (adamw_step, sum_squares,
                                       // scale, float_to_bf16, bf16_to_float)
+  // Ops of the communication thread (add_inplace of reduce-scattered
+  // gradient pieces); not owned. nullptr: `ops` (fine for the CPU
+  // backends, which may be shared; CUDA passes a second instance).
+  kernels::Ops* comm_ops = nullptr;
+  // Where every buffer lives; not owned, must outlive the optimizer and
+  // match `ops`. nullptr: the optimizer makes and owns a host memory.
+  kernels::DeviceMemory* memory = nullptr;
   AdamWConfig adamw;
   comm::Timeout timeout{120000};      // per collective
 };
@@ -103,6 +127,9 @@ struct MemoryReport {
   size_t grad_bytes = 0;
   size_t optimizer_bytes = 0;
   size_t temp_bytes = 0;     // unit buffers, scratch, inference copy
+  // Host bytes holding m and v while OffloadOptimizerState is in effect
+  // (optimizer_bytes is then 0); not part of total(), which is device bytes.
+  size_t offloaded_bytes = 0;
   size_t total() const {
     return param_bytes + compute_bytes + grad_bytes + optimizer_bytes +
            temp_bytes;
@@ -181,7 +208,8 @@ class ZeroOptimizer final : public model::ParamProvider {
   void CopyOptimizerShard(float* m_out, float* v_out) const;
   void LoadOptimizerShard(const float* m_in, const float* v_in);
   // Stage 0 keeps full moments on every rank: after every rank loaded its
-  // shard, this collective rebuilds them everywhere. No-op for stages 1-3.
+  // shard, this collective rebuilds them everywhere. No-op for stages 1-3;
+  // FailedPrecondition while the moments are offloaded.
   absl::Status AllgatherOptimizerState();
   // Stage 0 only (every rank holds the whole state): copies the full
   // parameters and moments into params[Psi], m[Psi], v[Psi] without any
@@ -190,13 +218,19 @@ class ZeroOptimizer final : public model::ParamProvider {
   absl::Status CopyFullState(float* params, float* m, float* v) const;
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t step) { step_ = step; }
-  // Host offload of optimizer state: the CPU backend keeps it on the host
-  // already, so these only record the state (kept for the GPU backend API).
+  // Host offload of the optimizer moments (for a rollout): Offload downloads
+  // m and v into host vectors and frees their device arrays; Restore
+  // allocates them again (ResourceExhausted when that fails; the state stays
+  // offloaded) and uploads. Step fails with FailedPrecondition while
+  // offloaded; checkpoint access (Copy/LoadOptimizerShard, CopyFullState,
+  // InitFromFull) works on the host copies. No-ops when already there.
   absl::Status OffloadOptimizerState();
   absl::Status RestoreOptimizerState();
   bool optimizer_offloaded() const { return offloaded_; }
 
   MemoryReport memory() const;
+  // Where the buffers live (options.memory, or the owned host memory).
+  kernels::DeviceMemory* device_memory() const { return mem_; }
   absl::Status status() const { return status_; }
   int stage() const { return options_.stage; }
   Precision precision() const { return options_.precision; }
@@ -209,6 +243,23 @@ class ZeroOptimizer final : public model::ParamProvider {
   struct GradBuf; // stage 2/3 unit gradient buffer
 
   explicit ZeroOptimizer(ZeroOptions options);
+  // Allocates the persistent state (Create); ResourceExhausted on failure.
+  absl::Status AllocateState();
+  // ResourceExhausted naming `what` and the byte count.
+  absl::Status AllocError(const char* what, size_t bytes) const;
+  // Internal when the DeviceMemory recorded an error, else OK.
+  absl::Status MemoryStatus() const;
+  kernels::Ops* comm_ops() const {
+    return options_.comm_ops != nullptr ? options_.comm_ops : options_.ops;
+  }
+  size_t opt_size() const { return options_.stage == 0 ? psi_ : shard_size_; }
+  // Offset of piece p in the moment vectors (full at stage 0, else shard).
+  size_t OptOffset(const ShardPiece& p) const {
+    return options_.stage == 0 ? options_.units[p.unit].offset + p.unit_offset
+                               : p.shard_offset;
+  }
+  // Allgathers the fp32 master shard into dst[Psi] (device), unit by unit.
+  absl::Status GatherMasters(float* dst);
   void Fail(const absl::Status& s);
   const float* FullParams() const;
   bool bf16() const { return options_.precision == Precision::kBf16; }
@@ -223,7 +274,7 @@ class ZeroOptimizer final : public model::ParamProvider {
   // as ceil(counts[r] / 2) floats. Packed layout offsets, in floats.
   std::vector<size_t> PackedCounts(int unit) const;
   size_t packed_floats() const { return max_unit_ / 2 + world_ + 1; }
-  float* TakePacked();
+  float* TakePacked();  // nullptr when allocation fails
   // Widens a packed gathered unit into dst (unit order, fp32).
   void UnpackWiden(int unit, const float* packed, float* dst);
   // Unpacks a packed gathered unit into the bf16 vector dst (unit order).
@@ -237,14 +288,19 @@ class ZeroOptimizer final : public model::ParamProvider {
   std::vector<size_t> UnitCounts(int unit) const;
   // Piece of `unit` owned by this rank.
   const ShardPiece& MyPiece(int unit) const { return shard_map_[unit]; }
-  float* TakeBuffer();                   // stage 3 gather buffer
+  float* TakeBuffer();  // unit-sized gather buffer; nullptr when out of memory
   void ReturnBuffer(float* buf);
+  // nullptr (status() set) when a buffer cannot be allocated.
   std::shared_ptr<Gather> StartGather(int unit);
   // Returns a unit's buffers to the free lists and forgets it.
   void ReleaseGather(std::map<int, std::shared_ptr<Gather>>::iterator it);
   absl::Status AllreduceNormSquared(double* sum_sq);
 
   ZeroOptions options_;
+  // Owned when options.memory was nullptr; declared before every array so
+  // it is destroyed after them.
+  std::unique_ptr<kernels::DeviceMemory> owned_memory_;
+  kernels::DeviceMemory* mem_ = nullptr;
   size_t psi_ = 0;
   size_t max_unit_ = 0;
   int rank_ = 0;
@@ -252,33 +308,38 @@ class ZeroOptimizer final : public model::ParamProvider {
   std::vector<ShardPiece> shard_map_;
   size_t shard_size_ = 0;
 
-  std::vector<float> params_full_;   // stage 0-2
-  std::vector<float> param_shard_;   // stage 3
-  std::vector<float> grads_full_;    // stage 0-1
-  std::vector<float> grad_shard_;    // stage 2-3
-  std::vector<float> m_, v_;         // full (stage 0) or shard
-  std::vector<float> infer_full_;    // stage 3 (bf16: any) during inference
-  std::vector<uint16_t> compute_full_;   // bf16 stages 0-2
-  std::vector<uint16_t> compute_shard_;  // bf16 stage 3
+  // Device arrays (see the storage table in the header comment).
+  kernels::DeviceArray<float> params_full_;   // stage 0-2 (bf16: stage 0)
+  kernels::DeviceArray<float> param_shard_;   // stage 3 (bf16: stages 1-3)
+  kernels::DeviceArray<float> grads_full_;    // stage 0-1
+  kernels::DeviceArray<float> grad_shard_;    // stage 2-3
+  kernels::DeviceArray<float> m_, v_;         // full (stage 0) or shard
+  kernels::DeviceArray<float> infer_full_;    // during inference (see above)
+  kernels::DeviceArray<uint16_t> compute_full_;   // bf16 stages 0-2
+  kernels::DeviceArray<uint16_t> compute_shard_;  // bf16 stage 3
+  kernels::DeviceArray<float> norm_buf_;      // 2 floats: norm allreduce
+  // Host copies of m and v while offloaded.
+  std::vector<float> m_host_, v_host_;
   bool in_inference_ = false;
   int64_t step_ = 0;
   bool offloaded_ = false;
 
-  std::unique_ptr<CommWorker> worker_;
-  // Stage 3 gather buffers (owned) and the free list; job thread only.
-  std::vector<std::unique_ptr<float[]>> gather_bufs_;
+  // Unit-sized gather buffers (stage 3; bf16 stages 0-2 widen into them)
+  // and their free list; job thread only.
+  std::vector<kernels::DeviceArray<float>> gather_bufs_;
   std::vector<float*> free_gather_;
   // bf16 stage 3: packed gather buffers and their free list; one more for
   // the compute-copy allgather of stages 1-2 (pack_buf_).
-  std::vector<std::unique_ptr<float[]>> packed_bufs_;
+  std::vector<kernels::DeviceArray<float>> packed_bufs_;
   std::vector<float*> free_packed_;
-  std::vector<float> pack_buf_;
+  kernels::DeviceArray<float> pack_buf_;
   std::map<int, std::shared_ptr<Gather>> gathered_;
   // Stage 2/3 gradient buffers; the comm thread returns them.
   std::vector<std::shared_ptr<GradBuf>> grad_bufs_;
   std::map<int, std::shared_ptr<GradBuf>> grads_open_;
-  std::vector<float> rs_piece_;      // comm thread: reduce-scatter output
+  kernels::DeviceArray<float> rs_piece_;  // comm thread: reduce-scatter output
 
+  std::unique_ptr<CommWorker> worker_;
   absl::Status status_;
   std::unique_ptr<InferenceView> view_;
 };
