@@ -45,7 +45,7 @@ const YamlProtoOptions& WorkerOptions() {
     o->rules = {
         {.path = "coordinator", .max_len = 256},
         {.path = "name", .max_len = 128},
-        {.path = "device", .one_of = {"cpu", "cuda"}},
+        {.path = "device", .one_of = {"cpu", "cuda", "cpu-guarded"}},
         {.path = "data_address", .max_len = 256},
         {.path = "threads", .min = 0, .max = 1024},
         {.path = "log_level", .one_of = {"trace", "debug", "info", "warn", "error", "off"}},
@@ -107,7 +107,7 @@ const std::vector<DaemonFlag>& WorkerFlags() {
   static const auto* flags = new std::vector<DaemonFlag>{
       {"coordinator", "coordinator", "coordinator host:port (else $TANDEM_COORDINATOR) [127.0.0.1:7070]"},
       {"name", "name", "stable worker name [hostname-pid]"},
-      {"device", "device", "cpu | cuda [cpu]"},
+      {"device", "device", "cpu | cuda | cpu-guarded (debug: CPU compute through the device code path) [cpu]"},
       {"device-index", "device_index", "GPU index for cuda [0]"},
       {"data-address", "data_address", "interface for collectives [127.0.0.1]"},
       {"threads", "threads", "compute threads, 0 = all cores [0]"},

@@ -171,7 +171,8 @@ TEST(DaemonConfigTest, FileFlagsAndErrors) {
   ASSERT_TRUE(worker.ok()) << worker.status();
   EXPECT_EQ(worker->device(), "cuda");
   EXPECT_EQ(LoadWorkerConfig("", {"device=tpu"}).status().message(),
-            "config: device: 'tpu' is not allowed; allowed: cpu, cuda");
+            "config: device: 'tpu' is not allowed; allowed: cpu, cuda, cpu-guarded");
+  EXPECT_TRUE(LoadWorkerConfig("", {"device=cpu-guarded"}).ok());
   std::remove(path.c_str());
 }
 

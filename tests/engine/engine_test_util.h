@@ -114,10 +114,12 @@ inline std::string MakeTempDir(const std::string& tag) {
 
 class EngineCluster {
  public:
-  explicit EngineCluster(int world, std::string job_id = "job-1")
+  // `device`: the engines' EngineOptions.device (cpu | cpu-guarded | cuda).
+  explicit EngineCluster(int world, std::string job_id = "job-1", std::string device = "cpu")
       : world_(world), job_id_(std::move(job_id)) {
     for (int r = 0; r < world_; ++r) {
       worker::EngineOptions o;
+      o.device = device;
       o.worker_id = "w" + std::to_string(r);
       o.num_threads = 1;
       o.collective_timeout_ms = 30000;

@@ -208,7 +208,10 @@ absl::Status RestoreCheckpoint(JobContext& ctx, const std::string& path,
   if (absl::Status st = ctx.zero->AllgatherParams(); !st.ok()) return st;
   ctx.zero->LoadOptimizerShard(a.data(), b.data());
   if (absl::Status st = ctx.zero->AllgatherOptimizerState(); !st.ok()) return st;
-  if (const auto* ref = find("ref_params"); ref != nullptr) ctx.ref_params = *ref;
+  if (const auto* ref = find("ref_params"); ref != nullptr) {
+    ctx.ref_params = *ref;
+    ctx.ref_device.reset();
+  }
   ctx.zero->set_step_count(m.optimizer_steps);
   ctx.optimizer_steps = m.optimizer_steps;
   ctx.policy_version = m.policy_version;

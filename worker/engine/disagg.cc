@@ -26,7 +26,7 @@ int64_t GetI64(const float* at) {
 }
 
 // Step s's prompts of this rollout rank, generated with `weights`.
-absl::StatusOr<disagg::RolloutBatch> GenerateBatch(JobContext& ctx, const DisaggState& d, int64_t step,
+absl::StatusOr<disagg::RolloutBatch> GenerateBatch(JobContext& ctx, DisaggState& d, int64_t step,
                                                    std::vector<float>& weights, int64_t version) {
   const auto& spec = ctx.spec();
   const int G = std::max(1, spec.rl().group_size());
@@ -59,7 +59,22 @@ absl::StatusOr<disagg::RolloutBatch> GenerateBatch(JobContext& ctx, const Disagg
   disagg::RolloutBatch batch;
   batch.step = step;
   if (prompts.empty()) return batch;
-  model::FlatParamProvider params(ctx.model->layout(), weights.data(), nullptr);
+  float* device_weights = weights.data();
+  if (!ctx.device->host_memory()) {
+    // One device copy per weights version (the generating thread's own).
+    if (d.weights_device_version != version || d.weights_device.size() != weights.size()) {
+      if (d.weights_device.size() != weights.size() &&
+          !d.weights_device.Allocate(ctx.device->memory.get(), weights.size())) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "rollout: cannot allocate ", weights.size() * sizeof(float), " bytes of device memory for the weights: ",
+            ctx.device->memory->last_error()));
+      }
+      d.weights_device.Upload(weights.data(), weights.size());
+      d.weights_device_version = version;
+    }
+    device_weights = d.weights_device.data();
+  }
+  model::FlatParamProvider params(ctx.model->layout(), device_weights, nullptr);
   const auto t0 = Clock::now();
   auto gen = ctx.generator->Generate(prompts, so, params, seq_ids);
   if (!gen.ok()) return gen.status();
@@ -117,7 +132,10 @@ absl::Status SyncWeights(JobContext& ctx, DisaggState& d, int64_t step, ReportPh
     if (absl::Status st = ctx.zero->GatherFull(buf.data()); !st.ok()) return st;
     // The frozen KL reference is the policy RL starts from (after any warm
     // start), as in the co-located ROLLOUT; checkpoints keep it.
-    if (ctx.spec().rl().kl_coef() > 0 && ctx.ref_params.empty()) ctx.ref_params.assign(buf.begin(), buf.begin() + psi);
+    if (ctx.spec().rl().kl_coef() > 0 && ctx.ref_params.empty()) {
+      ctx.ref_params.assign(buf.begin(), buf.begin() + psi);
+      ctx.ref_device.reset();
+    }
     PutI64(&buf[psi], ctx.policy_version);
     PutI64(&buf[psi + 2], step);
   }
@@ -365,7 +383,8 @@ absl::StatusOr<DisaggRole> SetupDisaggregated(JobContext& ctx, const comm::Colle
   d->all = std::move(*all);
   if (d->role == DisaggRole::kTrain) {
     co.prefix = base.prefix + "-train";
-    auto train = comm::MakeCollective("gloo", *ctx.store, ctx.rank, d->train_world, co);
+    // The trainers' ZeRO communicator works on device memory.
+    auto train = MakeDeviceCollective(*ctx.device, *ctx.store, ctx.rank, d->train_world, co);
     if (!train.ok()) return train.status();
     ctx.collective = std::move(*train);
     ctx.world = d->train_world;

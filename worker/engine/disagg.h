@@ -81,6 +81,10 @@ class DisaggState {
   std::shared_ptr<std::vector<float>> weights;
   int64_t weights_version = 0;
   int64_t synced_step = 0;  // step of the newest SYNC_WEIGHTS (0 = none)
+  // The generating thread's device copy of `weights` (unused on host
+  // memory) and the version it holds.
+  kernels::DeviceArray<float> weights_device;
+  int64_t weights_device_version = -1;
 
   // Async rollout ranks.
   void StartOrWake(JobContext& ctx);  // after each SYNC_WEIGHTS

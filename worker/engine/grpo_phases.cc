@@ -118,6 +118,7 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   // (after any SFT warm start); host memory, full copy. Checkpoints keep it.
   if (spec.rl().kl_coef() > 0 && ctx.ref_params.empty()) {
     ctx.ref_params.assign(ctx.model->layout().total_floats(), 0.f);
+    ctx.ref_device.reset();
     if (absl::Status st = ctx.zero->GatherFull(ctx.ref_params.data()); !st.ok()) return st;
   }
 
@@ -242,6 +243,21 @@ absl::Status Score(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
   return absl::OkStatus();
 }
 
+// The KL reference as the model reads it: ctx.ref_params itself on host
+// memory, else a device copy made once per reference (ref_device).
+absl::StatusOr<float*> RefParamsOnDevice(JobContext& ctx) {
+  if (ctx.device->host_memory()) return ctx.ref_params.data();
+  if (ctx.ref_device.size() != ctx.ref_params.size()) {
+    if (!ctx.ref_device.Allocate(ctx.device->memory.get(), ctx.ref_params.size())) {
+      return absl::ResourceExhaustedError(
+          "KL reference: cannot allocate " + std::to_string(ctx.ref_params.size() * sizeof(float)) +
+          " bytes of device memory: " + ctx.device->memory->last_error());
+    }
+    ctx.ref_device.Upload(ctx.ref_params.data(), ctx.ref_params.size());
+  }
+  return ctx.ref_device.data();
+}
+
 absl::Status Logprobs(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
   if (ctx.rl.step != step || !ctx.rl.scored) {
     return absl::FailedPreconditionError("LOGPROBS for step " + std::to_string(step) +
@@ -250,7 +266,9 @@ absl::Status Logprobs(JobContext& ctx, int64_t step, ReportPhaseRequest* report)
   // Old policy = the weights that generated the rollout (no update since).
   if (absl::Status st = ComputeLogprobs(ctx, *ctx.zero, ctx.rl.logp_old); !st.ok()) return st;
   if (!ctx.ref_params.empty()) {
-    model::FlatParamProvider ref(ctx.model->layout(), ctx.ref_params.data(), nullptr);
+    auto ref_weights = RefParamsOnDevice(ctx);
+    if (!ref_weights.ok()) return ref_weights.status();
+    model::FlatParamProvider ref(ctx.model->layout(), *ref_weights, nullptr);
     if (absl::Status st = ComputeLogprobs(ctx, ref, ctx.rl.logp_ref); !st.ok()) return st;
   }
   ctx.rl.have_logprobs = true;

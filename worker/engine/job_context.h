@@ -19,6 +19,7 @@
 #include "worker/ckpt/async_writer.h"
 #include "worker/comm/collective.h"
 #include "worker/comm/store.h"
+#include "worker/engine/compute_device.h"
 #include "worker/model/config.h"
 #include "worker/model/generate.h"
 #include "worker/model/model.h"
@@ -52,7 +53,9 @@ struct JobContext {
   int world = 1;
 
   model::ModelConfig config;
-  std::unique_ptr<kernels::Ops> ops;
+  // The backend (ops, memory) the model, generator and ZeRO state use;
+  // declared before them so it is destroyed after them.
+  std::unique_ptr<ComputeDevice> device;
   std::unique_ptr<model::Model> model;
   std::unique_ptr<model::Generator> generator;
   std::optional<model::CharTokenizer> tokenizer;
@@ -69,8 +72,10 @@ struct JobContext {
   std::unique_ptr<zero::ZeroOptimizer> zero;
 
   // Frozen reference policy for the KL term (GRPO): full fp32 copy in host
-  // memory, only when kl_coef > 0.
+  // memory, only when kl_coef > 0. Whoever replaces it calls
+  // ref_device.reset(); RefParamsOnDevice (grpo_phases.cc) re-uploads.
   std::vector<float> ref_params;
+  kernels::DeviceArray<float> ref_device;  // device copy (not for host memory)
 
   RlStepState rl;
   int64_t optimizer_steps = 0;  // completed optimizer steps (lr schedule)

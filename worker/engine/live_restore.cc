@@ -99,6 +99,7 @@ absl::Status LiveRestore(JobContext& ctx, int64_t step, std::optional<int64_t> i
   ctx.optimizer_steps = live->optimizer_steps;
   ctx.policy_version = live->policy_version;
   ctx.ref_params = std::move(live->ref_params);
+  ctx.ref_device.reset();
   ctx.last_trained_step = step;
   *live = LiveState::Missing("already restored");  // frees the copies
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();

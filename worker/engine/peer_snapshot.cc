@@ -248,9 +248,11 @@ absl::Status RestoreFromPeers(JobContext& ctx, int64_t step, const std::vector<i
     ctx.zero->LoadParamShard(shard->ref_params.data());
     if (absl::Status st = ctx.zero->AllgatherParams(); !st.ok()) return st;
     ctx.ref_params.assign(ctx.model->layout().total_floats(), 0.f);
+    ctx.ref_device.reset();
     if (absl::Status st = ctx.zero->GatherFull(ctx.ref_params.data()); !st.ok()) return st;
   } else {
     ctx.ref_params.clear();  // set at the first ROLLOUT, as in a fresh run
+    ctx.ref_device.reset();
   }
   ctx.zero->LoadParamShard(shard->params.data());
   if (absl::Status st = ctx.zero->AllgatherParams(); !st.ok()) return st;

@@ -3,7 +3,6 @@
 #include <chrono>
 #include <filesystem>
 
-#include "kernels/backends.h"
 #include "worker/comm/grpc_store.h"
 #include "worker/engine/data_shares.h"
 #include "worker/engine/disagg.h"
@@ -74,11 +73,13 @@ absl::Status SetupJob(const EngineOptions& options,
   }
   if (absl::Status st = ValidateShares(assignment); !st.ok()) return st;
 
-  if (spec.cluster().device() == tandem::v1::DEVICE_KIND_CUDA) {
-    // Say so rather than silently computing on the host.
-    return absl::UnimplementedError(
-        "cluster.device: cuda: the CUDA kernels are built (kernels/cuda) but the model, ZeRO and "
-        "generation run on host memory in this version; use device: cpu");
+  const bool wants_cuda = spec.cluster().device() == tandem::v1::DEVICE_KIND_CUDA;
+  if (wants_cuda != (options.device == "cuda")) {
+    // The scheduler matches device kinds; say so rather than silently
+    // computing on another device.
+    return absl::FailedPreconditionError(
+        "cluster.device: the job asks for " + std::string(wants_cuda ? "cuda" : "cpu") +
+        " but this worker runs device '" + options.device + "'");
   }
 
   // Model config and initial weights.
@@ -108,9 +109,12 @@ absl::Status SetupJob(const EngineOptions& options,
   const int threads = spec.cluster().threads_per_worker() > 0
                           ? spec.cluster().threads_per_worker()
                           : options.num_threads;
-  ctx.ops = kernels::MakeCpuOps(threads);
-  ctx.model = std::make_unique<model::Model>(ctx.config, ctx.ops.get());
-  ctx.generator = std::make_unique<model::Generator>(ctx.config, ctx.ops.get());
+  auto device = MakeComputeDevice(options.device, threads);
+  if (!device.ok()) return device.status();
+  ctx.device = std::move(*device);
+  kernels::DeviceMemory* memory = ctx.device->memory.get();
+  ctx.model = std::make_unique<model::Model>(ctx.config, ctx.device->ops.get(), 0, memory);
+  ctx.generator = std::make_unique<model::Generator>(ctx.config, ctx.device->ops.get(), memory);
   const auto& layout = ctx.model->layout();
   if (full.empty()) {
     full.assign(layout.total_floats(), 0.f);
@@ -150,7 +154,7 @@ absl::Status SetupJob(const EngineOptions& options,
     if (!role.ok()) return role.status();
     if (*role == DisaggRole::kRollout) return FinishRolloutSetup(ctx, std::move(full), report);
   } else {
-    auto coll = comm::MakeCollective("gloo", *ctx.store, ctx.rank, ctx.world, co);
+    auto coll = MakeDeviceCollective(*ctx.device, *ctx.store, ctx.rank, ctx.world, co);
     if (!coll.ok()) return coll.status();
     ctx.collective = std::move(*coll);
   }
@@ -171,7 +175,9 @@ absl::Status SetupJob(const EngineOptions& options,
     zo.units.push_back({layout.unit_offset(u), layout.unit_size(u)});
   }
   zo.comm = ctx.collective.get();
-  zo.ops = ctx.ops.get();
+  zo.ops = ctx.device->ops.get();
+  zo.comm_ops = ctx.device->comm_ops.get();
+  zo.memory = memory;
   auto z = zero::ZeroOptimizer::Create(zo);
   if (!z.ok()) return z.status();
   ctx.zero = std::move(*z);
@@ -225,12 +231,17 @@ absl::Status SetupJob(const EngineOptions& options,
   (*report->mutable_values())["grad_bytes"] = static_cast<double>(mem.grad_bytes);
   (*report->mutable_values())["optimizer_bytes"] = static_cast<double>(mem.optimizer_bytes);
   (*report->mutable_values())["compute_bytes"] = static_cast<double>(mem.compute_bytes);
+  // Everything this job holds in the device's memory (model workspace,
+  // ZeRO state, KV cache once generated).
+  (*report->mutable_values())["device_bytes"] =
+      static_cast<double>(ctx.device->memory->allocated_bytes());
   (*report->mutable_values())["num_params"] =
       static_cast<double>(model::ParameterCount(ctx.config));
   report->add_log_lines("rank " + std::to_string(ctx.rank) + "/" +
                         std::to_string(ctx.world) + ": model with " +
                         std::to_string(model::ParameterCount(ctx.config)) +
-                        " parameters, ZeRO stage " + std::to_string(zo.stage));
+                        " parameters, ZeRO stage " + std::to_string(zo.stage) + ", device " +
+                        ctx.device->name);
   return absl::OkStatus();
 }
 

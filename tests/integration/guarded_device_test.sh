@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The device code path through real daemons: two `--device cpu-guarded`
+# workers (every buffer in guarded memory, any host access to it faults) run
+# an SFT job at ZeRO stage 3 to completion; two plain cpu workers then run
+# the same job; the exported weights are bit-identical.
+source "$(dirname "$0")/lib.sh"
+JOB="$TI_DIR/jobs/sft-tiny.yaml"
+
+start_coordinator
+start_worker g0 --device cpu-guarded
+G0=$LAST_WORKER_PID
+start_worker g1 --device cpu-guarded
+G1=$LAST_WORKER_PID
+wait_until 30 workers_idle_at_least 2 || fail "guarded workers did not register"
+
+run_job() {  # run_job NAME DEVICE: the job on the 2 idle workers, exported to $WORK/NAME
+  local id
+  id=$(ctl submit "$JOB" --workers 2 --set "name=$1" --set cluster.zero_stage=3 --set "output_dir=$WORK/$1")
+  [[ -n "$id" ]] || fail "submit printed no job id"
+  expect_exit 0 timeout 120 "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/admin.token" watch "$id"
+  expect_output "SUCCEEDED"
+  expect_exit 0 ctl logs "$id"
+  expect_output "ZeRO stage 3, device $2"
+}
+
+log "--- guarded workers"
+run_job guarded cpu-guarded
+signal_and_wait TERM "$G0" "$G1"
+
+log "--- cpu workers"
+start_worker c0
+start_worker c1
+wait_until 30 workers_idle_at_least 2 || fail "cpu workers did not register"
+run_job cpu cpu
+python3 "$TI_DIR/compare_safetensors.py" "$WORK/guarded/model.safetensors" "$WORK/cpu/model.safetensors" ||
+  fail "guarded and cpu runs exported different weights"
+healthy
+log "PASS"

@@ -1,0 +1,60 @@
+#include "worker/engine/compute_device.h"
+
+#include "kernels/backends.h"
+#include "kernels/guarded/guarded_memory.h"
+#include "worker/comm/guarded_collective.h"
+
+namespace tandem::worker {
+
+absl::StatusOr<std::unique_ptr<ComputeDevice>> MakeComputeDevice(std::string_view device,
+                                                                 int threads) {
+  auto d = std::make_unique<ComputeDevice>();
+  d->name = device.empty() ? "cpu" : std::string(device);
+  if (d->name == "cpu") {
+    d->memory = kernels::MakeHostMemory();
+    d->ops = kernels::MakeCpuOps(threads);
+    d->comm_ops = kernels::MakeCpuOps(threads);
+    return d;
+  }
+  if (d->name == "cpu-guarded") {
+    auto guarded = kernels::MakeGuardedMemory();
+    d->guarded = guarded.get();
+    d->memory = std::move(guarded);
+    d->ops = kernels::MakeGuardedOps(kernels::MakeCpuOps(threads), d->guarded);
+    d->comm_ops = kernels::MakeGuardedOps(kernels::MakeCpuOps(threads), d->guarded);
+    return d;
+  }
+  if (d->name == "cuda") {
+#if defined(TANDEM_HAVE_CUDA)
+    if (!kernels::CudaDeviceAvailable()) {
+      return absl::FailedPreconditionError(
+          "device cuda: no CUDA device is visible to this worker (check CUDA_VISIBLE_DEVICES and "
+          "nvidia-smi)");
+    }
+    d->memory = kernels::MakeCudaMemory();
+    d->ops = kernels::MakeCudaOps();
+    d->comm_ops = kernels::MakeCudaOps();
+    if (d->memory == nullptr || d->ops == nullptr || d->comm_ops == nullptr) {
+      return absl::FailedPreconditionError("device cuda: could not initialise the CUDA backend");
+    }
+    return d;
+#else
+    return absl::FailedPreconditionError(
+        "device cuda: this worker was built without CUDA (configure with nvcc on the PATH or at "
+        "/usr/local/cuda/bin/nvcc); use device: cpu");
+#endif
+  }
+  return absl::InvalidArgumentError("device: expected cpu, cuda or cpu-guarded, got '" +
+                                    d->name + "'");
+}
+
+absl::StatusOr<std::unique_ptr<comm::Collective>> MakeDeviceCollective(
+    ComputeDevice& device, comm::Store& store, int rank, int world,
+    const comm::CollectiveOptions& options) {
+  if (device.name == "cuda") return comm::MakeCollective("nccl", store, rank, world, options);
+  auto gloo = comm::MakeCollective("gloo", store, rank, world, options);
+  if (!gloo.ok() || device.guarded == nullptr) return gloo;
+  return comm::MakeGuardedCollective(std::move(*gloo), device.guarded);
+}
+
+}  // namespace tandem::worker
