@@ -108,7 +108,7 @@ const std::vector<DaemonFlag>& WorkerFlags() {
       {"coordinator", "coordinator", "coordinator host:port (else $TANDEM_COORDINATOR) [127.0.0.1:7070]"},
       {"name", "name", "stable worker name [hostname-pid]"},
       {"device", "device", "cpu | cuda | cpu-guarded (debug: CPU compute through the device code path) [cpu]"},
-      {"device-index", "device_index", "GPU index for cuda [0]"},
+      {"device-index", "device_index", "GPU index for cuda (ignored when CUDA_VISIBLE_DEVICES is set) [0]"},
       {"data-address", "data_address", "interface for collectives [127.0.0.1]"},
       {"threads", "threads", "compute threads, 0 = all cores [0]"},
       {"token-file", "token_file", "join token file (else $TANDEM_JOIN_TOKEN)"},

@@ -174,6 +174,8 @@ class LocalCluster {
       spec.args = {"--coordinator", grpc_address_, "--name", absl::StrCat("local-", i),
                    "--device", device, "--data-address", "127.0.0.1",
                    "--token-file", (dir / "join.token").string(), "--threads", absl::StrCat(threads)};
+      // One worker per GPU: local worker i computes on GPU i.
+      if (device == "cuda") spec.args.insert(spec.args.end(), {"--device-index", absl::StrCat(i)});
       spec.log_file = (dir / absl::StrCat("worker-", i, ".log")).string();
       auto child = ChildProcess::Start(spec);
       if (!child.ok()) return child.status();
