@@ -3,7 +3,10 @@
 // host pointer, a freed buffer or a too-small buffer aborts with the
 // argument's name instead of touching memory it should not.
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -15,6 +18,24 @@ namespace {
 
 class GuardedOps final : public Ops {
  public:
+  // CUDA ops are one instance per thread (a cuBLAS handle, one error
+  // state): two threads inside the same instance at once is a bug the GPU
+  // would show as a race, so the guarded backend stops on it.
+  struct Exclusive {
+    Exclusive(GuardedOps* ops, const char* op) : ops_(ops) {
+      if (ops_->active_.fetch_add(1) != 0) {
+        std::fprintf(stderr,
+                     "guarded: %s: %s entered by two threads at once (an Ops "
+                     "instance serves one thread at a time; give each thread "
+                     "its own)\n",
+                     op, ops_->name());
+        std::abort();
+      }
+    }
+    ~Exclusive() { ops_->active_.fetch_sub(1); }
+    GuardedOps* ops_;
+  };
+
   GuardedOps(std::unique_ptr<Ops> inner, GuardedMemory* memory)
       : inner_(std::move(inner)),
         mem_(memory),
@@ -25,6 +46,7 @@ class GuardedOps final : public Ops {
   void matmul(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
               const float* a, int lda, const float* b, int ldb, float beta,
               float* c, int ldc) override {
+    Exclusive excl(this, "matmul");
     const size_t a_n = Strided(trans_a ? k : m, trans_a ? m : k, lda);
     const size_t b_n = Strided(trans_b ? n : k, trans_b ? k : n, ldb);
     inner_->matmul(trans_a, trans_b, m, n, k, alpha, F(a, a_n, "matmul a"), lda,
@@ -34,6 +56,7 @@ class GuardedOps final : public Ops {
 
   void embedding_forward(const int32_t* ids, int t, const float* table, int c,
                          float* out) override {
+    Exclusive excl(this, "embedding_forward");
     const int32_t* r_ids = I(ids, t, "embedding_forward ids");
     inner_->embedding_forward(
         r_ids, t, F(table, Rows(r_ids, t) * c, "embedding_forward table"), c,
@@ -42,6 +65,7 @@ class GuardedOps final : public Ops {
 
   void embedding_backward(const int32_t* ids, int t, const float* dout, int c,
                           float* dtable) override {
+    Exclusive excl(this, "embedding_backward");
     const int32_t* r_ids = I(ids, t, "embedding_backward ids");
     inner_->embedding_backward(
         r_ids, t, F(dout, N(t) * c, "embedding_backward dout"), c,
@@ -50,6 +74,7 @@ class GuardedOps final : public Ops {
 
   void rmsnorm_forward(const float* x, const float* w, int t, int c, float eps,
                        float* y, float* rstd) override {
+    Exclusive excl(this, "rmsnorm_forward");
     const size_t tc = N(t) * N(c);
     inner_->rmsnorm_forward(F(x, tc, "rmsnorm_forward x"),
                             F(w, N(c), "rmsnorm_forward w"), t, c, eps,
@@ -60,6 +85,7 @@ class GuardedOps final : public Ops {
   void rmsnorm_backward(const float* dy, const float* x, const float* w,
                         const float* rstd, int t, int c, float* dx,
                         float* dw) override {
+    Exclusive excl(this, "rmsnorm_backward");
     const size_t tc = N(t) * N(c);
     inner_->rmsnorm_backward(
         F(dy, tc, "rmsnorm_backward dy"), F(x, tc, "rmsnorm_backward x"),
@@ -70,6 +96,7 @@ class GuardedOps final : public Ops {
 
   void swiglu_forward(const float* gate, const float* up, size_t n,
                       float* h) override {
+    Exclusive excl(this, "swiglu_forward");
     inner_->swiglu_forward(F(gate, n, "swiglu_forward gate"),
                            F(up, n, "swiglu_forward up"), n,
                            F(h, n, "swiglu_forward h"));
@@ -77,6 +104,7 @@ class GuardedOps final : public Ops {
 
   void swiglu_backward(const float* dh, const float* gate, const float* up,
                        size_t n, float* dgate, float* dup) override {
+    Exclusive excl(this, "swiglu_backward");
     inner_->swiglu_backward(
         F(dh, n, "swiglu_backward dh"), F(gate, n, "swiglu_backward gate"),
         F(up, n, "swiglu_backward up"), n, F(dgate, n, "swiglu_backward dgate"),
@@ -84,22 +112,26 @@ class GuardedOps final : public Ops {
   }
 
   void add_inplace(float* y, const float* x, size_t n) override {
+    Exclusive excl(this, "add_inplace");
     inner_->add_inplace(F(y, n, "add_inplace y"), F(x, n, "add_inplace x"), n);
   }
 
   void add_bias(float* y, const float* bias, int rows, int cols) override {
+    Exclusive excl(this, "add_bias");
     inner_->add_bias(F(y, N(rows) * N(cols), "add_bias y"),
                      F(bias, N(cols), "add_bias bias"), rows, cols);
   }
 
   void bias_backward(const float* dy, int rows, int cols,
                      float* dbias) override {
+    Exclusive excl(this, "bias_backward");
     inner_->bias_backward(F(dy, N(rows) * N(cols), "bias_backward dy"), rows,
                           cols, F(dbias, N(cols), "bias_backward dbias"));
   }
 
   void rope_apply(float* x, const int32_t* positions, int t, int nh, int d,
                   const float* cos, const float* sin, bool inverse) override {
+    Exclusive excl(this, "rope_apply");
     const int32_t* r_pos = I(positions, t, "rope_apply positions");
     const size_t table = Rows(r_pos, t) * N(d / 2);
     inner_->rope_apply(F(x, N(t) * N(nh) * N(d), "rope_apply x"), r_pos, t, nh,
@@ -111,6 +143,7 @@ class GuardedOps final : public Ops {
                          const float* k, const float* v,
                          const int32_t* cu_seqlens, int num_seqs, int t,
                          float* out, float* lse) override {
+    Exclusive excl(this, "attention_forward");
     const size_t qn = N(t) * N(p.num_heads) * N(p.head_dim);
     const size_t kn = N(t) * N(p.num_kv_heads) * N(p.head_dim);
     inner_->attention_forward(
@@ -126,6 +159,7 @@ class GuardedOps final : public Ops {
                           const float* dout, const float* lse,
                           const int32_t* cu_seqlens, int num_seqs, int t,
                           float* dq, float* dk, float* dv) override {
+    Exclusive excl(this, "attention_backward");
     const size_t qn = N(t) * N(p.num_heads) * N(p.head_dim);
     const size_t kn = N(t) * N(p.num_kv_heads) * N(p.head_dim);
     inner_->attention_backward(
@@ -142,6 +176,7 @@ class GuardedOps final : public Ops {
                         int n_new, const float* k_cache, const float* v_cache,
                         int cache_capacity, const int32_t* cache_len,
                         float* out) override {
+    Exclusive excl(this, "decode_attention");
     const size_t qn = N(batch) * N(n_new) * N(p.num_heads) * N(p.head_dim);
     const size_t kn =
         N(batch) * N(cache_capacity) * N(p.num_kv_heads) * N(p.head_dim);
@@ -157,6 +192,7 @@ class GuardedOps final : public Ops {
                                 const int32_t* targets, int t, int c, int v,
                                 int chunk_tokens, float* scratch, float* logp,
                                 float* entropy) override {
+    Exclusive excl(this, "lm_head_logprobs_forward");
     inner_->lm_head_logprobs_forward(
         F(h, N(t) * N(c), "lm_head_forward h"),
         F(w, N(v) * N(c), "lm_head_forward w"),
@@ -171,6 +207,7 @@ class GuardedOps final : public Ops {
                                  int t, int c, int v, int chunk_tokens,
                                  float* scratch, float* dh,
                                  float* dw) override {
+    Exclusive excl(this, "lm_head_logprobs_backward");
     inner_->lm_head_logprobs_backward(
         F(h, N(t) * N(c), "lm_head_backward h"),
         F(w, N(v) * N(c), "lm_head_backward w"),
@@ -182,22 +219,26 @@ class GuardedOps final : public Ops {
   }
 
   double sum_squares(const float* g, size_t n) override {
+    Exclusive excl(this, "sum_squares");
     return inner_->sum_squares(F(g, n, "sum_squares g"), n);
   }
 
   void scale(float* x, float s, size_t n) override {
+    Exclusive excl(this, "scale");
     inner_->scale(F(x, n, "scale x"), s, n);
   }
 
   void adamw_step(float* p, const float* g, float* m, float* v, size_t n,
                   float lr, float beta1, float beta2, float eps,
                   float weight_decay, int64_t step) override {
+    Exclusive excl(this, "adamw_step");
     inner_->adamw_step(F(p, n, "adamw p"), F(g, n, "adamw g"),
                        F(m, n, "adamw m"), F(v, n, "adamw v"), n, lr, beta1,
                        beta2, eps, weight_decay, step);
   }
 
   void float_to_bf16(const float* x, uint16_t* y, size_t n) override {
+    Exclusive excl(this, "float_to_bf16");
     inner_->float_to_bf16(F(x, n, "float_to_bf16 x"),
                           static_cast<uint16_t*>(mem_->Real(
                               y, n * sizeof(uint16_t), "float_to_bf16 y")),
@@ -205,6 +246,7 @@ class GuardedOps final : public Ops {
   }
 
   void bf16_to_float(const uint16_t* x, float* y, size_t n) override {
+    Exclusive excl(this, "bf16_to_float");
     inner_->bf16_to_float(static_cast<const uint16_t*>(mem_->Real(
                               x, n * sizeof(uint16_t), "bf16_to_float x")),
                           F(y, n, "bf16_to_float y"), n);
@@ -238,6 +280,7 @@ class GuardedOps final : public Ops {
         mem_->Real(p, n * sizeof(int32_t), what));
   }
 
+  std::atomic<int> active_{0};
   std::unique_ptr<Ops> inner_;
   GuardedMemory* mem_;
   std::string name_;

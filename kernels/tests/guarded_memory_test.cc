@@ -6,10 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "kernels/backends.h"
@@ -198,6 +200,30 @@ TEST_F(GuardedDeathTest, UseAfterFreeAndOutOfBoundsAbort) {
   mem->Free(p);
   EXPECT_DEATH(ops->scale(p, 2.f, 100), "use after free");
   EXPECT_DEATH(mem->Free(p), "double free");
+}
+
+// Two threads inside one Ops instance at once (CUDA ops are one per
+// thread): thread A keeps a long sum_squares running while thread B calls a
+// short op in a bounded loop; B's first call that overlaps aborts.
+TEST_F(GuardedDeathTest, TwoThreadsInOneOpsInstanceAbort) {
+  EXPECT_DEATH(
+      {
+        auto mem = MakeGuardedMemory(size_t{128} << 20);
+        auto ops = MakeGuardedOps(MakeCpuOps(1), mem.get());
+        const size_t n = size_t{8} << 20;  // 32 MB: milliseconds per pass
+        float* big = static_cast<float*>(mem->Allocate(n * sizeof(float)));
+        float* small = static_cast<float*>(mem->Allocate(16 * sizeof(float)));
+        mem->SetZero(big, n * sizeof(float));
+        mem->SetZero(small, 16 * sizeof(float));
+        std::atomic<bool> stop{false};
+        std::thread a([&] {
+          for (int i = 0; i < 200 && !stop; ++i) ops->sum_squares(big, n);
+        });
+        for (int i = 0; i < 2000000; ++i) ops->scale(small, 1.f, 16);
+        stop = true;
+        a.join();
+      },
+      "entered by two threads at once");
 }
 
 // ---- guarded(CpuOps) == CpuOps, bit for bit.
