@@ -120,11 +120,11 @@ const std::vector<double>& FaultFreeLosses() {
 }
 
 // Runs the degraded scenario; losses[s-1] for every step.
-std::vector<double> DegradedRun(bool cheap, int lost, bool grow_back) {
+std::vector<double> DegradedRun(bool cheap, int lost, bool grow_back, const std::string& device = "cpu") {
   const std::string dir = MakeTempDir("degraded");
   const JobSpec spec = SftSpec(dir, cheap);
   std::vector<double> losses(kSteps, 0.0);
-  EngineCluster c(kW);
+  EngineCluster c(kW, "job-1", device);
   c.SetupOk(spec);
   for (int s = 1; s <= kFailAfter; ++s) losses[s - 1] = c.RunOk(PHASE_SFT_STEP, s).metrics().loss();
   const std::vector<int> survivors = Survivors(lost);
@@ -193,6 +193,16 @@ TEST(DegradedContinuationTest, CheapBackwardRunsAndLossKeepsFalling) {
   EXPECT_LT(late, early);
   EXPECT_GT(worst, 1e-6) << "the cheap backward changed nothing: is it applied?";
   EXPECT_LE(run[3], base[3] * (1 + 1e-5)) << "step 4's loss comes before any cheap update";
+}
+
+// The live restore, the taken-over shares (cheap backward included) and
+// the grow-back checkpoint on the device code path: cpu-guarded gives the
+// cpu run's losses bit for bit.
+TEST(DegradedContinuationTest, GuardedDeviceMatchesCpu) {
+  const auto cpu = DegradedRun(/*cheap=*/true, /*lost=*/1, /*grow_back=*/true, "cpu");
+  const auto guarded = DegradedRun(/*cheap=*/true, /*lost=*/1, /*grow_back=*/true, "cpu-guarded");
+  ASSERT_EQ(cpu.size(), guarded.size());
+  for (size_t s = 0; s < cpu.size(); ++s) EXPECT_EQ(cpu[s], guarded[s]) << "step " << s + 1;
 }
 
 TEST(DegradedContinuationTest, WrongStepFailsEveryRank) {

@@ -28,13 +28,15 @@ constexpr int kWarm = 8;  // GRPO: SFT warm-start steps (-1 .. -kWarm)
 
 class Ranks {
  public:
-  Ranks(int world, std::string dir) : world_(world), dir_(std::move(dir)) {
+  Ranks(int world, std::string dir, std::string device = "cpu")
+      : world_(world), dir_(std::move(dir)), device_(std::move(device)) {
     for (int r = 0; r < world_; ++r) engines_.push_back(Make(r));
   }
   ~Ranks() { Run(tandem::v1::PHASE_TEARDOWN, 0, nullptr); }
   std::unique_ptr<worker::JobEngine> Make(int r) {
     worker::EngineOptions o;
     o.worker_id = "w" + std::to_string(r);
+    o.device = device_;
     o.num_threads = 1;
     o.collective_timeout_ms = 20000;
     o.store_factory = [this](const std::string& job, int64_t gen) -> absl::StatusOr<std::unique_ptr<comm::Store>> {
@@ -94,6 +96,7 @@ class Ranks {
  private:
   const int world_;
   const std::string dir_;
+  const std::string device_;
   comm::InMemoryStore store_;
   std::vector<std::unique_ptr<worker::JobEngine>> engines_;
   int64_t generation_ = 0;
@@ -151,11 +154,12 @@ std::vector<float> Reference(int world, int stage, bool grpo = false, double kl 
 }
 
 // Runs to kCheckpoint + 1, loses `lost`, restores (peer or disk), finishes.
-std::vector<float> WithFailure(int world, int stage, int lost, bool peer, double* source, bool grpo = false) {
+std::vector<float> WithFailure(int world, int stage, int lost, bool peer, double* source, bool grpo = false,
+                               const std::string& device = "cpu") {
   const std::string dir = MakeTempDir("peer-fail");
   std::vector<float> w;
   {
-    Ranks ranks(world, dir);
+    Ranks ranks(world, dir, device);
     const JobSpec spec = Spec(world, stage, dir, grpo);
     for (auto& s : ranks.Setup(spec, "", 0, {})) EXPECT_TRUE(s.status.ok()) << s.status;
     WarmStart(ranks, grpo);
@@ -219,6 +223,18 @@ TEST(PeerSnapshotTest, GrpoWithKlTermRestoresItsReferenceFromPeers) {
     EXPECT_EQ(source, 1);  // peer memory, not the disk fallback
     EXPECT_EQ(MaxAbsDiff(ref, peer), 0.0);
   }
+}
+
+// Peer-memory recovery on the device code path (cpu-guarded): the snapshot
+// and restore go through the host API and the KL reference is re-uploaded;
+// the result equals the cpu run that never failed, bit for bit.
+TEST(PeerSnapshotTest, GuardedDevicePeerRestoreMatchesCpu) {
+  const auto ref = Reference(2, 3, /*grpo=*/true);
+  ASSERT_FALSE(ref.empty());
+  double source = 0;
+  auto peer = WithFailure(2, 3, /*lost=*/1, /*peer=*/true, &source, /*grpo=*/true, "cpu-guarded");
+  EXPECT_EQ(source, 1);
+  EXPECT_EQ(MaxAbsDiff(ref, peer), 0.0);
 }
 
 TEST(PeerSnapshotTest, SnapshotShardRoundTripsWithTheKlReference) {
