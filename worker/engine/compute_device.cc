@@ -17,7 +17,16 @@ absl::StatusOr<std::unique_ptr<ComputeDevice>> MakeComputeDevice(std::string_vie
     return d;
   }
   if (d->name == "cpu-guarded") {
-    auto guarded = kernels::MakeGuardedMemory();
+    // Address space only (MAP_NORESERVE); a host with strict overcommit
+    // may refuse the default 16 GiB, so step down before giving up.
+    std::unique_ptr<kernels::GuardedMemory> guarded;
+    for (size_t gib : {16, 4, 1}) {
+      guarded = kernels::MakeGuardedMemory(gib << 30);
+      if (guarded->capacity() > 0) break;
+    }
+    if (guarded->capacity() == 0) {
+      return absl::ResourceExhaustedError("device cpu-guarded: " + guarded->last_error());
+    }
     d->guarded = guarded.get();
     d->memory = std::move(guarded);
     d->ops = kernels::MakeGuardedOps(kernels::MakeCpuOps(threads), d->guarded);
