@@ -357,6 +357,14 @@ void PrintSummary(const v1::Job& job, const std::map<int64_t, v1::StepMetrics>& 
 
 }  // namespace
 
+// The local workers' --device: the job's device, or cpu-guarded when asked
+// for a cpu job; "" for any other request.
+std::string WorkerDevice(const v1::JobSpec& spec, const ParsedArgs& p) {
+  const std::string device = spec.cluster().device() == v1::DEVICE_KIND_CUDA ? "cuda" : "cpu";
+  if (!p.Has("worker-device") || p.Get("worker-device") == device) return device;
+  return p.Get("worker-device") == "cpu-guarded" && device == "cpu" ? "cpu-guarded" : "";
+}
+
 int CmdRunLocal(const Args& args) {
   const std::string usage =
       "Usage: tandemctl run --local [--workers N] [--run-dir DIR] JOB.yaml [--set key.path=value ...]\n"
@@ -366,10 +374,13 @@ int CmdRunLocal(const Args& args) {
       "  --workers N     workers to start (default: the job's cluster.workers)\n"
       "  --run-dir DIR   where logs, state, metrics.jsonl and final/ go (default runs/<job>-<time>)\n"
       "  --resume-from P start from a checkpoint\n"
+      "  --worker-device cpu-guarded\n"
+      "                  debugging: a cpu job's workers run the GPU code path on the CPU with\n"
+      "                  every buffer in memory the host cannot touch (docs/gpu.md)\n"
       "Programs are found next to tandemctl or on PATH (override: TANDEM_COORDINATOR_BIN,\n"
       "TANDEM_WORKER_BIN). Exit: 0 succeeded, 1 failed, 2 invalid job, 3 cancelled/interrupted.\n";
   int code = 0;
-  auto p = ParseOrUsage(args, {{"set", "workers", "run-dir", "resume-from"}, {"local"}, {}}, usage, &code);
+  auto p = ParseOrUsage(args, {{"set", "workers", "run-dir", "resume-from", "worker-device"}, {"local"}, {}}, usage, &code);
   if (!p) return code;
   if (!p->Has("local")) {
     std::cerr << "tandemctl: run needs --local (the only mode; use submit for a cluster)\n\n" << usage;
@@ -382,6 +393,11 @@ int CmdRunLocal(const Args& args) {
   auto spec = LoadJobForCli(p->positional[0], *p);
   if (!spec.ok()) {
     std::cerr << "tandemctl: invalid job: " << spec.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (const std::string d = WorkerDevice(*spec, *p); d.empty()) {
+    std::cerr << "tandemctl: --worker-device: expected cpu-guarded, for a job with cluster.device: cpu; got '"
+              << p->Get("worker-device") << "'\n";
     return kExitUsage;
   }
   const bool json = p->Get("output") == "json";
@@ -426,7 +442,7 @@ int CmdRunLocal(const Args& args) {
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   const int threads = spec->cluster().threads_per_worker() > 0 ? spec->cluster().threads_per_worker()
                                                                 : std::max(1, cores / workers);
-  const std::string device = spec->cluster().device() == v1::DEVICE_KIND_CUDA ? "cuda" : "cpu";
+  const std::string device = WorkerDevice(*spec, *p);
 
   Canceller cancel;
   std::atomic<bool> interrupted{false};

@@ -29,7 +29,7 @@ constexpr char kUsage[] =
     "  workers                                 registered workers and their state\n"
     "  drain WORKER                            finish the current job, then take no more\n"
     "Local:\n"
-    "  run --local [--workers N] [--run-dir DIR] JOB.yaml [--set k=v ...]\n"
+    "  run --local [--workers N] [--run-dir DIR] [--worker-device cpu-guarded] JOB.yaml [--set k=v ...]\n"
     "                                          coordinator + N workers on this machine, one job\n"
     "Models:\n"
     "  model init --config MODEL.yaml --seed S --out DIR    write a randomly initialized model\n"

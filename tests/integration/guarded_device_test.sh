@@ -2,7 +2,8 @@
 # The device code path through real daemons: two `--device cpu-guarded`
 # workers (every buffer in guarded memory, any host access to it faults) run
 # an SFT job at ZeRO stage 3 to completion; two plain cpu workers then run
-# the same job; the exported weights are bit-identical.
+# the same job; the exported weights are bit-identical. `tandemctl run
+# --local --worker-device cpu-guarded` gives the same weights too.
 source "$(dirname "$0")/lib.sh"
 JOB="$TI_DIR/jobs/sft-tiny.yaml"
 
@@ -35,4 +36,13 @@ run_job cpu cpu
 python3 "$TI_DIR/compare_safetensors.py" "$WORK/guarded/model.safetensors" "$WORK/cpu/model.safetensors" ||
   fail "guarded and cpu runs exported different weights"
 healthy
+
+log "--- tandemctl run --local --worker-device cpu-guarded"
+expect_exit 0 timeout 120 "$TANDEMCTL" run --local --workers 2 --worker-device cpu-guarded "$JOB" \
+  --set cluster.zero_stage=3 --run-dir "$WORK/local-guarded"
+grep -q "device cpu-guarded" "$WORK"/local-guarded/worker-0.log || fail "local workers did not run cpu-guarded"
+python3 "$TI_DIR/compare_safetensors.py" "$WORK/local-guarded/final/model.safetensors" "$WORK/cpu/model.safetensors" ||
+  fail "run --local on cpu-guarded exported different weights"
+expect_exit 2 "$TANDEMCTL" run --local --worker-device cuda "$JOB"
+expect_output "expected cpu-guarded"
 log "PASS"
