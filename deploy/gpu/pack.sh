@@ -32,11 +32,19 @@ for p in "$DEST"/bin/*; do
     if ! echo "$name" | grep -Eq "$skip"; then cp -L -n "$path" "$DEST/lib/$name"; fi
   done
 done
+# The C++ runtime it was built with, used there only when the machine's own
+# is older (run.sh checks with ldd).
+mkdir -p "$DEST/lib-cxx"
+for p in "$DEST"/bin/*; do
+  ldd "$p" | awk '/(libstdc\+\+|libgcc_s)[^ ]* => \//{print $1" "$3}' | while read -r name path; do
+    cp -L -n "$path" "$DEST/lib-cxx/$name"
+  done
+done
 strip --strip-unneeded "$DEST"/lib/* 2>/dev/null || true
 # One compressed archive: the working tree that travels is limited to 64 MiB
 # (OpenBLAS alone is ~36 MB unpacked).
-tar -C "$DEST" -cJf "$DEST.tar.xz" bin lib
-rm -rf "$DEST"/bin "$DEST"/lib
+tar -C "$DEST" -cJf "$DEST.tar.xz" bin lib lib-cxx
+rm -rf "$DEST"/bin "$DEST"/lib "$DEST"/lib-cxx
 mv "$DEST.tar.xz" "$DEST/bundle.tar.xz"
 du -sh "$DEST/bundle.tar.xz"
 echo "pack: carry .gpu-bundle (limit 64 MiB) and run: bash deploy/gpu/run.sh"
