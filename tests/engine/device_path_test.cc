@@ -55,10 +55,16 @@ Trace RunSft(const std::string& device, int world, int stage, const std::string&
   EngineCluster c(world, "job-device", device);
   auto setup = c.SetupOk(spec);
   t.device_bytes = setup.values().contains("device_bytes") ? setup.values().at("device_bytes") : -1;
+  double steady_bytes = -1;
   for (int s = 1; s <= 6; ++s) {
     auto rep = c.RunOk(PHASE_SFT_STEP, s);
     t.figures.push_back(rep.metrics().loss());
     t.figures.push_back(rep.metrics().grad_norm());
+    // After the first step the device memory in use stays the same.
+    const double bytes = rep.values().contains("device_bytes") ? rep.values().at("device_bytes") : -1;
+    EXPECT_GT(bytes, 0) << device << " step " << s;
+    if (s == 2) steady_bytes = bytes;
+    if (s > 2) EXPECT_EQ(bytes, steady_bytes) << device << " step " << s;
   }
   t.figures.push_back(c.RunOk(PHASE_EVAL, 6).metrics().accuracy());
   c.RunOk(PHASE_EXPORT, 6);
@@ -97,6 +103,7 @@ Trace RunGrpo(const std::string& device, const std::string& dir, bool restore) {
     c.SetupOk(spec);
     for (int w = 1; w <= 3; ++w) t.figures.push_back(c.RunOk(PHASE_SFT_STEP, -w).metrics().loss());
   }
+  double steady_bytes = -1;
   for (int s = restore ? 3 : 1; s <= 3; ++s) {
     auto r = c.RunOk(PHASE_ROLLOUT, s);
     t.figures.push_back(r.metrics().extra().contains("rollout_tokens") ? r.metrics().extra().at("rollout_tokens")
@@ -105,6 +112,12 @@ Trace RunGrpo(const std::string& device, const std::string& dir, bool restore) {
     c.RunOk(PHASE_LOGPROBS, s);
     auto u = c.RunOk(PHASE_UPDATE, s);
     t.figures.push_back(u.metrics().loss());
+    // Steady state: an RL step leaves the device memory where the last one
+    // did (the KV cache and workspaces are reused, not regrown).
+    const double bytes = u.values().contains("device_bytes") ? u.values().at("device_bytes") : -1;
+    EXPECT_GT(bytes, 0) << device << " step " << s;
+    if (s == 2) steady_bytes = bytes;
+    if (s > 2 && steady_bytes > 0) EXPECT_EQ(bytes, steady_bytes) << device << " step " << s;
     t.figures.push_back(u.metrics().kl());
     t.figures.push_back(u.metrics().grad_norm());
     if (!restore && s == 2) c.RunOk(PHASE_CHECKPOINT, s);

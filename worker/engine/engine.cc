@@ -42,6 +42,13 @@ class JobEngineImpl final : public JobEngine {
       if (ctx_) {
         absl::Status ck = FinishCheckpoints(*ctx_, report, /*wait=*/false);
         if (st.ok() && !ck.ok()) st = ck;
+        if (ctx_->device != nullptr) {
+          // Bytes the job holds in its device's memory after the phase
+          // (constant in steady state: the hot path allocates nothing).
+          const double bytes = static_cast<double>(ctx_->device->memory->allocated_bytes());
+          (*report->mutable_values())["device_bytes"] = bytes;
+          if (!ctx_->device->host_memory()) (*report->mutable_metrics()->mutable_extra())["device_bytes"] = bytes;
+        }
       }
     }
     report->set_seconds(
