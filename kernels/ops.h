@@ -170,6 +170,19 @@ class Ops {
                           size_t n, float lr, float beta1, float beta2,
                           float eps, float weight_decay, int64_t step) = 0;
 
+  // Token sampling over logits [rows, V] (kernels/sample_row.h states the
+  // exact rule): temperature <= 0 is greedy (argmax, lowest id on ties);
+  // otherwise token = inverse CDF of softmax(logits / temperature) in
+  // vocabulary order at uniforms[r] in [0, 1) (no top-k / top-p: callers
+  // that need them sort on the host). Writes ids[r], logp_sample[r] (the
+  // token's log-prob under the sampling distribution; 0 when greedy) and
+  // logp_raw[r] (log softmax(logits)[id] at temperature 1). Lets generation
+  // download 3 values per row instead of V logits.
+  virtual void sample_logits(const float* logits, int rows, int v,
+                             float temperature, const double* uniforms,
+                             int32_t* ids, float* logp_sample,
+                             float* logp_raw) = 0;
+
   // bf16 storage (mixed precision: bf16 compute copies of fp32 masters).
   // bf16 values are uint16_t bit patterns (kernels/bf16.h states the rules:
   // round to nearest even, NaN kept as NaN, Inf kept, denormals kept);

@@ -16,6 +16,7 @@
 #include "kernels/backends.h"
 #include "kernels/cpu/attention_cpu.h"
 #include "kernels/cpu/convert_cpu.h"
+#include "kernels/sample_row.h"
 #include "kernels/cpu/elementwise_cpu.h"
 #include "kernels/cpu/embedding_cpu.h"
 #include "kernels/cpu/lm_head_cpu.h"
@@ -135,6 +136,19 @@ class CpuOps final : public Ops {
                   float lr, float beta1, float beta2, float eps,
                   float weight_decay, int64_t step) override {
     cpu::adamw_step(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, step);
+  }
+  void sample_logits(const float* logits, int rows, int v, float temperature,
+                     const double* uniforms, int32_t* ids, float* logp_sample,
+                     float* logp_raw) override {
+    // Rows are independent and each is computed exactly as the reference.
+#pragma omp parallel for schedule(static) if (rows > 1 && static_cast<size_t>(rows) * v > 65536)
+    for (int r = 0; r < rows; ++r) {
+      const SampledToken t = SampleRow(logits + static_cast<size_t>(r) * v, v,
+                                       temperature, uniforms[r]);
+      ids[r] = t.id;
+      logp_sample[r] = t.logp_sample;
+      logp_raw[r] = t.logp_raw;
+    }
   }
   void float_to_bf16(const float* x, uint16_t* y, size_t n) override {
     cpu::float_to_bf16(x, y, n);

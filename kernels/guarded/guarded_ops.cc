@@ -237,6 +237,19 @@ class GuardedOps final : public Ops {
                        beta2, eps, weight_decay, step);
   }
 
+  void sample_logits(const float* logits, int rows, int v, float temperature,
+                     const double* uniforms, int32_t* ids, float* logp_sample,
+                     float* logp_raw) override {
+    Exclusive excl(this, "sample_logits");
+    inner_->sample_logits(
+        F(logits, N(rows) * N(v), "sample_logits logits"), rows, v, temperature,
+        static_cast<const double*>(mem_->Real(uniforms, N(rows) * sizeof(double),
+                                              "sample_logits uniforms")),
+        static_cast<int32_t*>(mem_->Real(ids, N(rows) * sizeof(int32_t), "sample_logits ids")),
+        F(logp_sample, N(rows), "sample_logits logp_sample"),
+        F(logp_raw, N(rows), "sample_logits logp_raw"));
+  }
+
   void float_to_bf16(const float* x, uint16_t* y, size_t n) override {
     Exclusive excl(this, "float_to_bf16");
     inner_->float_to_bf16(F(x, n, "float_to_bf16 x"),

@@ -10,6 +10,7 @@
 #include "kernels/ops.h"
 #include "kernels/ref/attention_ref.h"
 #include "kernels/ref/ref_math.h"
+#include "kernels/sample_row.h"
 
 namespace tandem::kernels {
 namespace {
@@ -126,6 +127,17 @@ class ReferenceOps final : public Ops {
     assert(step >= 1);
     ref::adamw_step<float>(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay,
                            step);
+  }
+  void sample_logits(const float* logits, int rows, int v, float temperature,
+                     const double* uniforms, int32_t* ids, float* logp_sample,
+                     float* logp_raw) override {
+    for (int r = 0; r < rows; ++r) {
+      const SampledToken t = SampleRow(logits + static_cast<size_t>(r) * v, v,
+                                       temperature, uniforms[r]);
+      ids[r] = t.id;
+      logp_sample[r] = t.logp_sample;
+      logp_raw[r] = t.logp_raw;
+    }
   }
   void float_to_bf16(const float* x, uint16_t* y, size_t n) override {
     for (size_t i = 0; i < n; ++i) y[i] = Bf16FromFloat(x[i]);

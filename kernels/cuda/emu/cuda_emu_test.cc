@@ -18,6 +18,7 @@
 
 #include "kernels/backends.h"
 #include "kernels/cuda/attention_bwd_kernel.cuh"
+#include "kernels/cuda/sample_kernel.cuh"
 #include "kernels/cuda/attention_fwd_kernel.cuh"
 #include "kernels/cuda/decode_attention_kernel.cuh"
 #include "kernels/cuda/lm_head_kernel.cuh"
@@ -323,6 +324,41 @@ void TestOptimizer(Ops& ref) {
   Expect("adamw_step v", "n3001 step3", RelErr(ev, v));
 }
 
+// sample_logits: ids equal to the reference (a draw within rounding of a
+// boundary could differ; random draws never land there in practice), the
+// two log-probs within fp32 rounding. Vocabularies smaller and larger than
+// the block, greedy and two temperatures, ties, u at the ends of [0, 1).
+void TestSampling(Ops& ref) {
+  std::mt19937_64 gen(47);
+  std::uniform_real_distribution<double> unif(0.0, 1.0);
+  for (int v : {1, 7, 300, 5003}) {
+    for (float temp : {0.f, 0.7f, 1.3f}) {
+      const int rows = 6;
+      auto logits = Uniform(gen, size_t(rows) * v);
+      for (auto& x : logits) x *= 4.f;
+      for (int i = 0; i < v; ++i) logits[size_t(5) * v + i] = 0.5f;  // ties
+      std::vector<double> u(rows);
+      for (auto& x : u) x = unif(gen);
+      u[0] = 0.0;
+      u[1] = 0.9999999;
+      std::vector<int32_t> want_id(rows), got_id(rows);
+      std::vector<float> want_lp(rows), want_raw(rows), got_lp(rows), got_raw(rows);
+      ref.sample_logits(logits.data(), rows, v, temp, u.data(), want_id.data(), want_lp.data(),
+                        want_raw.data());
+      tandem_emu::Launch(dim3(rows), dim3(cuda::kSampleThreads), 0, [&] {
+        cuda::SampleRowKernel(logits.data(), v, temp, u.data(), got_id.data(), got_lp.data(),
+                              got_raw.data());
+      });
+      const std::string shape = "v" + std::to_string(v) + " T" + std::to_string(temp);
+      int id_mismatch = 0;
+      for (int r = 0; r < rows; ++r) id_mismatch += got_id[r] != want_id[r];
+      Expect("sample_logits ids", shape, id_mismatch);
+      Expect("sample_logits logp_sample", shape, RelErr(got_lp, want_lp));
+      Expect("sample_logits logp_raw", shape, RelErr(got_raw, want_raw));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tandem::kernels
 
@@ -334,6 +370,7 @@ int main() {
   TestRmsnorm(*ref);
   TestLmHeadRows(*ref);
   TestOptimizer(*ref);
+  TestSampling(*ref);
   std::printf("kernels_cuda_emu_test: %d checks, %d failed\n", g_checks,
               g_failed);
   return g_failed == 0 ? 0 : 1;

@@ -676,6 +676,38 @@ void TestConvert(CudaOps& cuda, Ops& ref) {
          ms);
 }
 
+// ---------------------------------------------------------- sampling --
+// sample_logits: token ids against the reference (a draw within rounding of
+// a boundary may differ: counted, expected 0) and the log-probs.
+void TestSampling(CudaOps& cuda, Ops& ref) {
+  if (!Selected("sample")) return;
+  Rng rng(17);
+  GpuTimer timer;
+  for (int v : {7, 5003, 151936}) {
+    for (float temp : {0.f, 1.f}) {
+      const int rows = 64;
+      std::vector<float> logits = rng.Uniform(size_t(rows) * v, -8.f, 8.f);
+      std::vector<float> uf = rng.Uniform(rows, 0.f, 1.f);
+      std::vector<double> u(uf.begin(), uf.end());
+      std::vector<int32_t> want_id(rows);
+      std::vector<float> want_lp(rows), want_raw(rows);
+      ref.sample_logits(logits.data(), rows, v, temp, u.data(), want_id.data(), want_lp.data(), want_raw.data());
+      Dev<float> dl(logits), dlp(rows), draw(rows);
+      Dev<double> du(u);
+      Dev<int32_t> did(rows);
+      timer.Start();
+      cuda.sample_logits(dl.get(), rows, v, temp, du.get(), did.get(), dlp.get(), draw.get());
+      const double ms = timer.StopMs();
+      std::vector<int32_t> got_id = did.Download();
+      size_t bad = 0;
+      for (int r = 0; r < rows; ++r) bad += got_id[r] != want_id[r];
+      Report(cuda, "sample_logits ids", Fmt("rows%d v%d T%.0f (mismatches)", rows, v, temp), double(bad), 0, ms);
+      Report(cuda, "sample_logits logp_raw", Fmt("rows%d v%d T%.0f", rows, v, temp),
+             RelErr(draw.Download(), want_raw), 1e-5, ms);
+    }
+  }
+}
+
 // ------------------------------------------------------------ memory --
 // MakeCudaMemory: upload, device copy, zero, an op in between (same legacy
 // stream), download from another thread, all bitwise; allocated_bytes; an
