@@ -64,7 +64,9 @@ Trace RunSft(const std::string& device, int world, int stage, const std::string&
     const double bytes = rep.values().contains("device_bytes") ? rep.values().at("device_bytes") : -1;
     EXPECT_GT(bytes, 0) << device << " step " << s;
     if (s == 2) steady_bytes = bytes;
-    if (s > 2) EXPECT_EQ(bytes, steady_bytes) << device << " step " << s;
+    if (s > 2) {
+      EXPECT_EQ(bytes, steady_bytes) << device << " step " << s;
+    }
   }
   t.figures.push_back(c.RunOk(PHASE_EVAL, 6).metrics().accuracy());
   c.RunOk(PHASE_EXPORT, 6);
@@ -117,7 +119,9 @@ Trace RunGrpo(const std::string& device, const std::string& dir, bool restore) {
     const double bytes = u.values().contains("device_bytes") ? u.values().at("device_bytes") : -1;
     EXPECT_GT(bytes, 0) << device << " step " << s;
     if (s == 2) steady_bytes = bytes;
-    if (s > 2 && steady_bytes > 0) EXPECT_EQ(bytes, steady_bytes) << device << " step " << s;
+    if (s > 2 && steady_bytes > 0) {
+      EXPECT_EQ(bytes, steady_bytes) << device << " step " << s;
+    }
     t.figures.push_back(u.metrics().kl());
     t.figures.push_back(u.metrics().grad_norm());
     if (!restore && s == 2) c.RunOk(PHASE_CHECKPOINT, s);

@@ -135,6 +135,9 @@ void Generator::Release() {
     a->reset();
   }
   idx_d_.reset();
+  u_d_.reset();
+  pick_id_d_.reset();
+  pick_lp_d_.reset();
   for (auto* vec : {&logits_, &cos_, &sin_}) {
     vec->clear();
     vec->shrink_to_fit();
@@ -188,13 +191,14 @@ absl::Status Generator::Ensure(int batch, int capacity, int rows) {
   }
   if (batch > out_cap_) {
     const size_t b = batch;
-    if (!hn_.Allocate(mem_, b * C_) || !logits_d_.Allocate(mem_, b * V_)) {
-      return exhausted("logits", b * (C_ + V_) * sizeof(float));
+    if (!hn_.Allocate(mem_, b * C_) || !logits_d_.Allocate(mem_, b * V_) ||
+        !u_d_.Allocate(mem_, b) || !pick_id_d_.Allocate(mem_, b) || !pick_lp_d_.Allocate(mem_, 2 * b)) {
+      return exhausted("logits", b * (C_ + V_ + 5) * sizeof(float));
     }
     out_cap_ = batch;
-  }
-  if (logits_.size() < static_cast<size_t>(batch) * V_) {
-    logits_.resize(static_cast<size_t>(batch) * V_);
+    u_host_.resize(b);
+    pick_id_host_.resize(b);
+    pick_lp_host_.resize(2 * b);
   }
   // Indices (Generate): prefill 3 x [rows] + [batch] + [batch + 1], decode
   // 4 x [live <= batch].
@@ -411,7 +415,6 @@ absl::StatusOr<GenerationResult> Generator::Generate(
     ix.cu = d + 3 * total + B;
     Forward(pp, static_cast<int>(total), ix, B, B);
   }
-  logits_d_.Download(logits_.data(), static_cast<size_t>(B) * V_);
   res.prefill_seconds = Now() - t0;
   t0 = Now();
 
@@ -422,13 +425,36 @@ absl::StatusOr<GenerationResult> Generator::Generate(
   std::vector<int32_t> idx;
   std::vector<double> prob;
   std::vector<int32_t> next(B);
+  std::vector<Pick> picks(B);
+  // Without top-k / top-p the backend samples on the device and only ids and
+  // log-probs come back; otherwise the logits are sorted on the host.
+  const bool device_sampling = o.greedy || ((o.top_k <= 0 || o.top_k >= V_) && o.top_p >= 1.f);
   for (int step = 0; live > 0; ++step) {
-    // Sample one token per live slot from logits_ rows 0..live-1.
+    // Sample one token per live slot from the logits of rows 0..live-1.
     for (int s = 0; s < live; ++s) {
       const int b = seq_of[s];
       const uint64_t sid = sequence_ids.empty() ? static_cast<uint64_t>(b) : sequence_ids[b];
-      const double u = SampleUniform(o.seed, sid, static_cast<uint64_t>(step));
-      Pick p = SampleRow(logits_.data() + static_cast<size_t>(s) * V_, V_, o, u, idx, prob);
+      u_host_[s] = o.greedy ? 0.0 : SampleUniform(o.seed, sid, static_cast<uint64_t>(step));
+    }
+    if (device_sampling) {
+      u_d_.Upload(u_host_.data(), live);
+      ops_->sample_logits(logits_d_.data(), live, V_, o.greedy ? 0.f : o.temperature, u_d_.data(),
+                          pick_id_d_.data(), pick_lp_d_.data(), pick_lp_d_.data() + live);
+      pick_id_d_.Download(pick_id_host_.data(), live);
+      pick_lp_d_.Download(pick_lp_host_.data(), 2 * static_cast<size_t>(live));
+      for (int s = 0; s < live; ++s) {
+        picks[s] = {pick_id_host_[s], pick_lp_host_[s], pick_lp_host_[live + s]};
+      }
+    } else {
+      if (logits_.size() < static_cast<size_t>(live) * V_) logits_.resize(static_cast<size_t>(B) * V_);
+      logits_d_.Download(logits_.data(), static_cast<size_t>(live) * V_);
+      for (int s = 0; s < live; ++s) {
+        picks[s] = SampleRow(logits_.data() + static_cast<size_t>(s) * V_, V_, o, u_host_[s], idx, prob);
+      }
+    }
+    for (int s = 0; s < live; ++s) {
+      const int b = seq_of[s];
+      const Pick& p = picks[s];
       GeneratedSequence& g = res.sequences[b];
       g.tokens.push_back(p.token);
       g.logprobs.push_back(p.logprob);
@@ -484,7 +510,6 @@ absl::StatusOr<GenerationResult> Generator::Generate(
     ix.kv_rows = d + 2 * live;
     ix.cache_len = d + 3 * live;
     Forward(pp, live, ix, live, live);
-    logits_d_.Download(logits_.data(), static_cast<size_t>(live) * V_);
   }
   st = memory_status();
   if (!st.ok()) return st;

@@ -124,6 +124,15 @@ class Generator {
   kernels::DeviceArray<int32_t> idx_d_;
   std::vector<int32_t> idx_host_;
   std::vector<float> logits_;  // host copy of the step's logits [live, V]
+                               // (host sampling: top-k / top-p only)
+  // Device sampling (Ops::sample_logits): per-row uniforms in, token ids and
+  // [sample log-prob | raw log-prob] out; out_cap_ rows each.
+  kernels::DeviceArray<double> u_d_;
+  kernels::DeviceArray<int32_t> pick_id_d_;
+  kernels::DeviceArray<float> pick_lp_d_;
+  std::vector<double> u_host_;
+  std::vector<int32_t> pick_id_host_;
+  std::vector<float> pick_lp_host_;
   std::vector<float> cos_, sin_;
   kernels::DeviceArray<float> cos_d_, sin_d_;
   int rope_rows_ = 0, rope_key_ = -1;
