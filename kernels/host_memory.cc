@@ -1,10 +1,9 @@
 // MakeHostMemory: DeviceMemory over plain host memory (CPU backends).
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <unordered_map>
+#include <string>
 
+#include "kernels/allocation_ledger.h"
 #include "kernels/memory.h"
 
 namespace tandem::kernels {
@@ -21,27 +20,16 @@ class HostMemory final : public DeviceMemory {
     const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
     void* p = std::aligned_alloc(kAlign, rounded);
     if (p == nullptr) {
-      // Not sticky: the caller sees nullptr and may free memory and retry.
-      std::lock_guard<std::mutex> lock(mu_);
-      error_ = "host: out of memory allocating " + std::to_string(bytes) + " bytes";
+      ledger_.set_failure("host: out of memory allocating " + std::to_string(bytes) + " bytes");
       return nullptr;
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    sizes_[p] = bytes;
-    allocated_ += bytes;
+    ledger_.Add(p, bytes);
     return p;
   }
 
   void Free(void* p) override {
     if (p == nullptr) return;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = sizes_.find(p);
-      if (it != sizes_.end()) {
-        allocated_ -= it->second;
-        sizes_.erase(it);
-      }
-    }
+    ledger_.Remove(p);
     std::free(p);
   }
 
@@ -61,20 +49,11 @@ class HostMemory final : public DeviceMemory {
   // Host copies cannot fail.
   bool Synchronize() override { return true; }
   bool ok() const override { return true; }
-  std::string last_error() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return error_;
-  }
-  size_t allocated_bytes() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return allocated_;
-  }
+  std::string last_error() const override { return ledger_.failure(); }
+  size_t allocated_bytes() const override { return ledger_.total(); }
 
  private:
-  mutable std::mutex mu_;
-  std::unordered_map<void*, size_t> sizes_;
-  size_t allocated_ = 0;
-  std::string error_;  // the last failed Allocate
+  AllocationLedger ledger_;
 };
 
 }  // namespace

@@ -143,11 +143,7 @@ class CpuOps final : public Ops {
     // Rows are independent and each is computed exactly as the reference.
 #pragma omp parallel for schedule(static) if (rows > 1 && static_cast<size_t>(rows) * v > 65536)
     for (int r = 0; r < rows; ++r) {
-      const SampledToken t = SampleRow(logits + static_cast<size_t>(r) * v, v,
-                                       temperature, uniforms[r]);
-      ids[r] = t.id;
-      logp_sample[r] = t.logp_sample;
-      logp_raw[r] = t.logp_raw;
+      SampleRowAt(logits, r, v, temperature, uniforms, ids, logp_sample, logp_raw);
     }
   }
   void float_to_bf16(const float* x, uint16_t* y, size_t n) override {

@@ -15,9 +15,9 @@
 
 #include <mutex>
 #include <string>
-#include <unordered_map>
 
 #include "kernels/backends.h"
+#include "kernels/allocation_ledger.h"
 #include "kernels/memory.h"
 
 namespace tandem::kernels {
@@ -36,28 +36,17 @@ class CudaMemory final : public DeviceMemory {
     const cudaError_t err = cudaMalloc(&p, bytes);
     if (err != cudaSuccess) {
       cudaGetLastError();  // clear the (non-sticky) allocation error
-      // Not sticky: the caller sees nullptr and may free memory and retry.
-      std::lock_guard<std::mutex> lock(mu_);
-      alloc_error_ = "cuda: out of memory allocating " + std::to_string(bytes) +
-                     " bytes: " + cudaGetErrorString(err);
+      ledger_.set_failure("cuda: out of memory allocating " + std::to_string(bytes) +
+                          " bytes: " + cudaGetErrorString(err));
       return nullptr;
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    sizes_[p] = bytes;
-    allocated_ += bytes;
+    ledger_.Add(p, bytes);
     return p;
   }
 
   void Free(void* p) override {
     if (p == nullptr) return;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = sizes_.find(p);
-      if (it != sizes_.end()) {
-        allocated_ -= it->second;
-        sizes_.erase(it);
-      }
-    }
+    ledger_.Remove(p);
     if (Select("cudaFree")) Check(cudaFree(p), "cudaFree");
   }
 
@@ -100,12 +89,9 @@ class CudaMemory final : public DeviceMemory {
   }
   std::string last_error() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return error_.empty() ? alloc_error_ : error_;
+    return error_.empty() ? ledger_.failure() : error_;
   }
-  size_t allocated_bytes() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return allocated_;
-  }
+  size_t allocated_bytes() const override { return ledger_.total(); }
 
  private:
   bool Select(const char* what) {
@@ -126,11 +112,9 @@ class CudaMemory final : public DeviceMemory {
   }
 
   const int device_;
+  AllocationLedger ledger_;
   mutable std::mutex mu_;
-  std::unordered_map<void*, size_t> sizes_;
-  size_t allocated_ = 0;
-  std::string error_;        // sticky (ok() false)
-  std::string alloc_error_;  // the last failed Allocate (not sticky)
+  std::string error_;  // sticky (ok() false)
 };
 
 }  // namespace

@@ -132,11 +132,7 @@ class ReferenceOps final : public Ops {
                      const double* uniforms, int32_t* ids, float* logp_sample,
                      float* logp_raw) override {
     for (int r = 0; r < rows; ++r) {
-      const SampledToken t = SampleRow(logits + static_cast<size_t>(r) * v, v,
-                                       temperature, uniforms[r]);
-      ids[r] = t.id;
-      logp_sample[r] = t.logp_sample;
-      logp_raw[r] = t.logp_raw;
+      SampleRowAt(logits, r, v, temperature, uniforms, ids, logp_sample, logp_raw);
     }
   }
   void float_to_bf16(const float* x, uint16_t* y, size_t n) override {
