@@ -305,6 +305,22 @@ RlFigures RlStep(EngineCluster& c, int64_t step) {
   return f;
 }
 
+// Rank 1 dies after the UPDATE of `step`; rank 0 goes on alone with both
+// logical shares (live restore, no rollback).
+void ContinueOnRankZero(EngineCluster& c, const JobSpec& spec, int64_t step) {
+  for (int r = 0; r < 2; ++r) c.engine(r).Abort();
+  auto res = c.SetupMembers(spec, {0}, [step](int, tandem::v1::Assignment& a) {
+    a.set_live_restore(true);
+    a.set_live_restore_step(step);
+    a.set_logical_world_size(2);
+    a.set_logical_rank_begin(0);
+    a.set_logical_rank_end(2);
+    a.set_own_logical_rank(0);
+  });
+  ASSERT_TRUE(res[0].status.ok()) << res[0].status;
+  EXPECT_EQ(res[0].report.values().at("restore_source"), 3);
+}
+
 TEST(DegradedContinuationTest, GrpoSurvivorMatchesFaultFreeRun) {
   constexpr int kRl = 4, kRlFail = 2;
   constexpr int kWarm = 15;  // an SFT warm start, so that rewards vary and GRPO learns
@@ -323,18 +339,7 @@ TEST(DegradedContinuationTest, GrpoSurvivorMatchesFaultFreeRun) {
     c.SetupOk(spec);
     for (int w = 1; w <= kWarm; ++w) c.RunOk(PHASE_SFT_STEP, -w);
     for (int s = 1; s <= kRlFail; ++s) run.push_back(RlStep(c, s));
-    // Rank 1 dies after UPDATE 2; rank 0 goes on alone with both shares.
-    for (int r = 0; r < 2; ++r) c.engine(r).Abort();
-    auto res = c.SetupMembers(spec, {0}, [](int, tandem::v1::Assignment& a) {
-      a.set_live_restore(true);
-      a.set_live_restore_step(kRlFail);
-      a.set_logical_world_size(2);
-      a.set_logical_rank_begin(0);
-      a.set_logical_rank_end(2);
-      a.set_own_logical_rank(0);
-    });
-    ASSERT_TRUE(res[0].status.ok()) << res[0].status;
-    EXPECT_EQ(res[0].report.values().at("restore_source"), 3);
+    ASSERT_NO_FATAL_FAILURE(ContinueOnRankZero(c, spec, kRlFail));
     for (int s = kRlFail + 1; s <= kRl; ++s) run.push_back(RlStep(c, s));
   }
   double worst = 0;
@@ -355,16 +360,7 @@ TEST(DegradedContinuationTest, GrpoSurvivorMatchesFaultFreeRun) {
     c.SetupOk(cheap);
     for (int w = 1; w <= kWarm; ++w) c.RunOk(PHASE_SFT_STEP, -w);
     for (int s = 1; s <= kRlFail; ++s) RlStep(c, s);
-    for (int r = 0; r < 2; ++r) c.engine(r).Abort();
-    auto res = c.SetupMembers(cheap, {0}, [](int, tandem::v1::Assignment& a) {
-      a.set_live_restore(true);
-      a.set_live_restore_step(kRlFail);
-      a.set_logical_world_size(2);
-      a.set_logical_rank_begin(0);
-      a.set_logical_rank_end(2);
-      a.set_own_logical_rank(0);
-    });
-    ASSERT_TRUE(res[0].status.ok()) << res[0].status;
+    ASSERT_NO_FATAL_FAILURE(ContinueOnRankZero(c, cheap, kRlFail));
     for (int s = kRlFail + 1; s <= kRl; ++s) {
       const RlFigures f = RlStep(c, s);
       EXPECT_TRUE(std::isfinite(f.loss) && std::isfinite(f.kl)) << "cheap GRPO step " << s;

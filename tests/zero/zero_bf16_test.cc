@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backends.h"
 #include "kernels/bf16.h"
+#include "tests/zero/zero_test_model.h"
 #include "worker/comm/collective.h"
 #include "worker/model/model.h"
 #include "worker/zero/zero_optimizer.h"
@@ -43,39 +44,10 @@ void RunRanks(int n, const std::function<void(comm::Collective&)>& fn) {
   for (auto& t : threads) t.join();
 }
 
-model::ModelConfig TinyConfig() {
-  model::ModelConfig c;
-  c.vocab_size = 40;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 32;
-  c.tie_word_embeddings = true;  // unit 0 used at both ends
-  return c;
-}
-
-std::vector<Unit> UnitsOf(const model::ParamLayout& layout) {
-  std::vector<Unit> units;
-  for (int u = 0; u < layout.num_units(); ++u) {
-    units.push_back({layout.unit_offset(u), layout.unit_size(u)});
-  }
-  return units;
-}
-
-// Sample i of step s: an arithmetic progression of tokens (a "prompt" of 5
-// tokens and a "completion" that continues it); loss on completion tokens.
-// Derived from (step, index) only, never from the rank.
-std::vector<int32_t> MakeSequence(int step, int index, int vocab) {
-  const int a = (7 * step + 13 * index + 3) % vocab;
-  const int b = 1 + (step + 3 * index) % 5;
-  const int len = 10 + (index + step) % 4;
-  std::vector<int32_t> seq(len);
-  for (int k = 0; k < len; ++k) seq[k] = (a + k * b) % vocab;
-  return seq;
-}
-constexpr int kPrompt = 5;
+using test_model::kPrompt;
+using test_model::MakeSequence;
+using test_model::TinyConfig;
+using test_model::UnitsOf;
 
 constexpr int kSteps = 20;
 constexpr int kBatch = 4;   // sequences per step, 2 micro-batches of 2

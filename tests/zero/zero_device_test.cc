@@ -25,6 +25,7 @@
 #include "kernels/backends.h"
 #include "kernels/guarded/guarded_memory.h"
 #include "kernels/memory.h"
+#include "tests/zero/zero_test_model.h"
 #include "worker/comm/collective.h"
 #include "worker/comm/guarded_collective.h"
 #include "worker/model/model.h"
@@ -288,38 +289,16 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---- a tiny Llama model on the same memory -------------------------------------
 
-model::ModelConfig TinyConfig() {
-  model::ModelConfig c;
-  c.vocab_size = 40;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 32;
-  c.tie_word_embeddings = true;
-  return c;
-}
-
-std::vector<int32_t> MakeSequence(int step, int index, int vocab) {
-  const int a = (7 * step + 13 * index + 3) % vocab;
-  const int b = 1 + (step + 3 * index) % 5;
-  const int len = 10 + (index + step) % 4;
-  std::vector<int32_t> seq(len);
-  for (int k = 0; k < len; ++k) seq[k] = (a + k * b) % vocab;
-  return seq;
-}
+using test_model::MakeSequence;
+using test_model::TinyConfig;
+using test_model::UnitsOf;
 
 std::vector<Record> TrainModel(bool guarded, int n, int stage, Precision precision) {
   const model::ModelConfig config = TinyConfig();
   std::vector<Record> records(n);
   RunRanks(n, guarded, [&](Backend& b) {
     model::Model m(config, b.ops.get(), 64, b.memory);
-    std::vector<Unit> units;
-    for (int u = 0; u < m.layout().num_units(); ++u) {
-      units.push_back({m.layout().unit_offset(u), m.layout().unit_size(u)});
-    }
-    auto opt = ZeroOptimizer::Create(OptionsFor(b, stage, precision, units));
+    auto opt = ZeroOptimizer::Create(OptionsFor(b, stage, precision, UnitsOf(m.layout())));
     ASSERT_TRUE(opt.ok()) << opt.status();
     ZeroOptimizer& z = **opt;
     Record& rec = records[b.comm->rank()];
