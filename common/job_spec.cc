@@ -62,6 +62,7 @@ const YamlProtoOptions& JobOptions() {
         {.path = "task.max_len", .min = 1, .max = 256},
         {.path = "task.eval_size", .min = 0, .max = 1e6},
         {.path = "task.format_reward", .min = 0, .max = 100},
+        {.path = "task.partial_reward", .min = 0, .max = 1},
         {.path = "task.reward_service", .max_len = 256},
         {.path = "task.reward_timeout_ms", .min = 1, .max = 3.6e6},
         {.path = "train.steps", .min = 1, .max = kMaxSteps},

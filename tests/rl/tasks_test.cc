@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <algorithm>
 #include <set>
 #include <string>
@@ -166,6 +168,38 @@ TEST(TasksTest, RewardIsExactMatchPlusFormat) {
   EXPECT_FALSE(r.well_formed);
 }
 
+TEST(TasksTest, PartialRewardCreditsPositionsFromTheEnd) {
+  auto task = Make({.name = "arithmetic", .digits = 2, .partial_reward = 0.5});
+  struct Case {
+    const char* answer;
+    const char* completion;
+    bool terminated;
+    double reward;
+  };
+  const Case cases[] = {
+      {"42", "42", true, 1.0},            // exact: full reward, no partial part
+      {"42", "43", true, 0.5 * 1 / 2},    // tens right
+      {"42", "52", true, 0.5 * 1 / 2},    // units right
+      {"42", "24", true, 0.0},            // digits swapped: no position agrees
+      {"142", "42", true, 0.5 * 2 / 3},   // aligned at the end, over the longer
+      {"42", "142", true, 0.5 * 2 / 3},
+      {"100", "99", true, 0.0},
+      {"42", "42", false, 0.0},           // no EOS: never credited
+      {"42", "43", false, 0.0},
+      {"42", "4a", true, 0.0},            // not well formed
+      {"42", "", true, 0.0},
+  };
+  for (const Case& c : cases) {
+    RewardResult r = task->Reward({"x", c.answer}, c.completion, c.terminated);
+    EXPECT_DOUBLE_EQ(r.reward, c.reward) << c.answer << " vs " << c.completion;
+  }
+  // Off by default, and added to the format reward.
+  EXPECT_DOUBLE_EQ(Make({.name = "arithmetic"})->Reward({"x", "42"}, "43").reward, 0.0);
+  auto both = Make({.name = "arithmetic", .format_reward = 0.1, .partial_reward = 1.0});
+  EXPECT_DOUBLE_EQ(both->Reward({"x", "42"}, "43").reward, 0.6);
+  EXPECT_DOUBLE_EQ(both->Reward({"x", "42"}, "42").reward, 1.1);
+}
+
 TEST(TasksTest, ValidationNamesTheField) {
   auto err = [](TaskOptions o) {
     auto t = MakeTask(o);
@@ -193,6 +227,10 @@ TEST(TasksTest, ValidationNamesTheField) {
             std::string::npos);
   EXPECT_NE(err({.name = "count", .format_reward = -1}).find("task.format_reward"),
             std::string::npos);
+  for (double bad : {-0.1, 1.5, std::nan("")}) {
+    EXPECT_NE(err({.name = "arithmetic", .partial_reward = bad}).find("task.partial_reward"),
+              std::string::npos);
+  }
   auto ok = MakeTask({.name = "count"});
   ASSERT_TRUE(ok.ok());
   EXPECT_EQ((*ok)->name(), "count");

@@ -6,7 +6,9 @@
 // (RankSlice over prompts; in degraded continuation a block of the full
 // job's shares, data_shares.h), so advantages need no communication; loss
 // normalisers are global counts (one scalar allreduce per mini-batch).
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "worker/engine/data_shares.h"
 #include "worker/engine/phases.h"
@@ -265,6 +267,23 @@ absl::Status Logprobs(JobContext& ctx, int64_t step, ReportPhaseRequest* report)
   }
   // Old policy = the weights that generated the rollout (no update since).
   if (absl::Status st = ComputeLogprobs(ctx, *ctx.zero, ctx.rl.logp_old); !st.ok()) return st;
+  // Train/inference mismatch: the sampler's log-prob of each sampled token
+  // against the training forward's, on the same weights. Near zero unless
+  // the generation and training paths disagree.
+  double diff_sum = 0, diff_n = 0;
+  for (size_t i = 0; i < ctx.rl.trajectories.size(); ++i) {
+    const auto& sampled = ctx.rl.trajectories[i].logp_sampled;
+    const auto& old = ctx.rl.logp_old[i];
+    for (size_t t = 0; t < sampled.size() && t < old.size(); ++t) {
+      const double d = std::abs(static_cast<double>(sampled[t]) - old[t]);
+      diff_sum += d;
+      diff_n += 1;
+    }
+  }
+  std::vector<double> diff = {diff_sum, diff_n};
+  if (absl::Status st = AllreduceSum(ctx, diff); !st.ok()) return st;
+  (*report->mutable_metrics()->mutable_extra())["logprob_mismatch_mean"] =
+      diff[1] > 0 ? diff[0] / diff[1] : 0;
   if (!ctx.ref_params.empty()) {
     auto ref_weights = RefParamsOnDevice(ctx);
     if (!ref_weights.ok()) return ref_weights.status();

@@ -68,6 +68,7 @@ rl::TaskOptions ToTaskOptions(const tandem::v1::TaskSpec& task) {
   o.min_len = task.min_len();
   o.max_len = task.max_len();
   o.format_reward = task.format_reward();
+  o.partial_reward = task.partial_reward();
   return o;
 }
 

@@ -235,11 +235,36 @@ RewardResult Task::Reward(const Example& example, std::string_view completion,
       static_cast<int>(completion.size()) <= max_answer_chars() &&
       completion.find_first_not_of(answer_alphabet()) == std::string_view::npos;
   r.correct = terminated && completion == example.answer;
-  r.reward = (r.correct ? 1.0 : 0.0) + (r.well_formed ? format_reward_ : 0.0);
+  double credit = r.correct ? 1.0 : 0.0;
+  if (!r.correct && r.well_formed && partial_reward_ > 0) {
+    const std::string_view& a = example.answer;
+    const size_t longer = std::max(a.size(), completion.size());
+    size_t same = 0;
+    for (size_t i = 1; i <= std::min(a.size(), completion.size()); ++i) {
+      same += a[a.size() - i] == completion[completion.size() - i];
+    }
+    credit = partial_reward_ * static_cast<double>(same) / static_cast<double>(longer);
+  }
+  r.reward = credit + (r.well_formed ? format_reward_ : 0.0);
   return r;
 }
 
+namespace {
+absl::StatusOr<std::unique_ptr<Task>> MakeTaskOfKind(const TaskOptions& o);
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Task>> MakeTask(const TaskOptions& o) {
+  if (!std::isfinite(o.partial_reward) || o.partial_reward < 0 || o.partial_reward > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "task.partial_reward must be a number in [0, 1], got ", o.partial_reward));
+  }
+  auto task = MakeTaskOfKind(o);
+  if (task.ok()) (*task)->partial_reward_ = o.partial_reward;
+  return task;
+}
+
+namespace {
+absl::StatusOr<std::unique_ptr<Task>> MakeTaskOfKind(const TaskOptions& o) {
   if (!std::isfinite(o.format_reward) || o.format_reward < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "task.format_reward must be a finite number >= 0, got ",
@@ -310,5 +335,6 @@ absl::StatusOr<std::unique_ptr<Task>> MakeTask(const TaskOptions& o) {
   }
   return task;
 }
+}  // namespace
 
 }  // namespace tandem::rl

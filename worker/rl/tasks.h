@@ -11,7 +11,10 @@
 // - Reward() compares the completion text exactly with the answer: the caller
 //   passes the decoded completion up to (not including) EOS and says whether
 //   EOS was produced; nothing is stripped (no whitespace trimming, no case
-//   folding). See docs/rl.md for the format rule.
+//   folding). With partial_reward > 0 a well-formed wrong answer earns that
+//   weight times the fraction of positions, aligned at the end (place value
+//   for numbers), where it agrees with the answer, over the longer length.
+//   See docs/rl.md for the format rule.
 // Tasks are immutable after MakeTask and safe to use from many threads.
 #pragma once
 
@@ -31,7 +34,7 @@ struct Example {
 };
 
 struct RewardResult {
-  double reward = 0.0;       // (correct ? 1 : 0) + (well_formed ? format_reward : 0)
+  double reward = 0.0;       // (correct ? 1 : partial credit) + (well_formed ? format_reward : 0)
   bool correct = false;      // completion == answer, and EOS was produced
   bool well_formed = false;  // EOS produced, non-empty, only answer-alphabet
                              // characters, at most max_answer_chars()
@@ -46,6 +49,7 @@ struct TaskOptions {
   int min_len = 0;           // sort/reverse/count string length (default 2)
   int max_len = 0;           // (default 6), at most 64
   double format_reward = 0;  // >= 0; added when the answer is well formed
+  double partial_reward = 0; // in [0, 1]: credit for a well-formed wrong answer
 };
 
 class Task {
@@ -73,6 +77,7 @@ class Task {
                       bool terminated = true) const;
 
   double format_reward() const { return format_reward_; }
+  double partial_reward() const { return partial_reward_; }
 
  protected:
   explicit Task(double format_reward) : format_reward_(format_reward) {}
@@ -80,7 +85,9 @@ class Task {
   virtual Example Generate(uint64_t key) const = 0;
 
  private:
+  friend absl::StatusOr<std::unique_ptr<Task>> MakeTask(const TaskOptions&);
   double format_reward_;
+  double partial_reward_ = 0;  // set once by MakeTask
 };
 
 // Validates `options` (errors name the offending field, e.g. "task.digits")
