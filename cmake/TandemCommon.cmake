@@ -40,6 +40,12 @@ find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 find_package(GTest CONFIG)
+# Tests are built by default; without GoogleTest that is a configure error,
+# never a build that quietly has fewer tests.
+if(TANDEM_BUILD_TESTS AND NOT GTest_FOUND)
+  message(FATAL_ERROR "GoogleTest not found: install libgtest-dev libgmock-dev "
+    "(deploy/install-deps.sh), or configure with -DTANDEM_BUILD_TESTS=OFF")
+endif()
 find_package(benchmark CONFIG)
 include(GoogleTest)
 

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package Tandem's build, tests and benchmarks need.
-# Idempotent: packages already present are skipped; apt lists are refreshed
-# only when something is missing. CUDA/NCCL are optional and come from
-# /usr/local/cuda when the machine has them (never installed here).
+# Installs the Debian 12 packages Tandem needs.
+#   deploy/install-deps.sh              build and run (the README's first command)
+#   deploy/install-deps.sh --for-tests  also everything the test suite uses
+#                                       (deploy/test.sh; about 650 MB more, mostly PyTorch)
+# Idempotent: packages already present are left alone; apt lists are
+# refreshed only when something is missing. CUDA/NCCL are optional and come
+# from /usr/local/cuda when the machine has them (never installed here).
 set -euo pipefail
 
 PACKAGES=(
@@ -10,11 +13,26 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto
   libspdlog-dev libyaml-cpp-dev libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libgloo-dev libsqlite3-dev libcpp-httplib-dev nlohmann-json3-dev
-  libxxhash-dev python3-grpcio python3-protobuf curl procps openssl
+  libxxhash-dev
+  curl procps openssl  # operators' tools (/healthz, tokens, certificates); the tests use them too
 )
-# Optional extras: --with-torch installs Debian's CPU PyTorch (about 1 GB),
-# used only by bench/pytorch_peer.py as the comparison peer.
-if [[ "${1:-}" == "--with-torch" ]]; then PACKAGES+=(python3-torch python3-numpy); fi
+# What the tests call beyond the set above (which gives them curl, pgrep
+# and openssl). A test whose package is missing fails and names the package
+# (tests/support/require.sh).
+TEST_PACKAGES=(
+  python3 python3-grpcio python3-protobuf  # tests/python, recovery_e2e.py, gRPC health checks
+  python3-torch python3-numpy              # HF reference (tests/model/hf_reference.py); bench/pytorch
+  systemd                                  # systemd-analyze: tests/integration/systemd_verify_test.sh
+)
+
+usage() { echo "usage: deploy/install-deps.sh [--for-tests]" >&2; exit "$1"; }
+for arg in "$@"; do
+  case "$arg" in
+    --for-tests) PACKAGES+=("${TEST_PACKAGES[@]}") ;;
+    -h | --help) usage 0 ;;
+    *) echo "install-deps: unknown argument '$arg'" >&2; usage 2 ;;
+  esac
+done
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -30,5 +48,7 @@ SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+# Wait (up to 10 min) for another apt or dpkg run to finish instead of failing.
+LOCK_WAIT=(-o DPkg::Lock::Timeout=600)
+$SUDO apt-get "${LOCK_WAIT[@]}" update -q
+$SUDO apt-get "${LOCK_WAIT[@]}" install -y -q --no-install-recommends "${missing[@]}"

@@ -7,6 +7,7 @@
 # fp32 tolerance (the degraded steps sum the same gradients in another order;
 # the learning rate is kept low so that the training is not chaotic).
 source "$(dirname "$0")/lib.sh"
+require_program python3 python3  # compare_safetensors.py
 JOB="$TI_DIR/jobs/sft-tiny.yaml"
 STEPS=${STEPS:-1200}
 start_coordinator --lease-ms 2000 --heartbeat-ms 250

@@ -5,6 +5,7 @@
 # the same job; the exported weights are bit-identical. `tandemctl run
 # --local --worker-device cpu-guarded` gives the same weights too.
 source "$(dirname "$0")/lib.sh"
+require_program python3 python3  # compare_safetensors.py
 JOB="$TI_DIR/jobs/sft-tiny.yaml"
 
 start_coordinator

@@ -5,11 +5,21 @@
 # the EXIT trap; every wait is bounded. Binaries come from the environment
 # (set by tests/integration/CMakeLists.txt): TANDEMCTL,
 # TANDEM_COORDINATOR_BIN, TANDEM_WORKER_BIN; optional TANDEM_PY_GEN for the
-# gRPC health check.
+# gRPC health check. What the helpers call (curl, and the Python gRPC
+# client when TANDEM_PY_GEN is set) must be installed: the test fails and
+# names the package otherwise (tests/support/require.sh).
 set -euo pipefail
 
 : "${TANDEMCTL:?}" "${TANDEM_COORDINATOR_BIN:?}" "${TANDEM_WORKER_BIN:?}"
 TI_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$TI_DIR/../support/require.sh"
+require_program curl curl
+if [[ -n "${TANDEM_PY_GEN:-}" ]]; then
+  require_python_module grpc python3-grpcio
+  require_python_module google.protobuf python3-protobuf
+  [[ -d "$TANDEM_PY_GEN" ]] ||
+    { echo "FAIL: no Python stubs in $TANDEM_PY_GEN: build the target tandem_python_stubs" >&2; exit 1; }
+fi
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/tandem-it.XXXXXX")"
 STARTED_PIDS=()
 GRPC_ADDR=""
@@ -107,11 +117,12 @@ job_state() { ctl status "$1" --output json | sed -n 's/.*"state":"JOB_STATE_\([
 job_in_state() { [[ "$(job_state "$1")" == "$2" ]]; }
 
 # healthy: the coordinator process is alive, /healthz answers, and gRPC
-# health (Python client when its stubs exist, else a Control call) is SERVING.
+# health (the Python client when TANDEM_PY_GEN is set, as under ctest; else
+# a Control call) is SERVING.
 healthy() {
   kill -0 "$COORD_PID" 2>/dev/null || fail "coordinator died"
   curl -sf --max-time 5 "http://$METRICS_ADDR/healthz" >/dev/null || fail "/healthz failed"
-  if [[ -n "${TANDEM_PY_GEN:-}" && -d "${TANDEM_PY_GEN}" ]]; then
+  if [[ -n "${TANDEM_PY_GEN:-}" ]]; then
     TANDEM_PY_GEN="$TANDEM_PY_GEN" timeout 20 /usr/bin/python3 "$TI_DIR/../python/health_check.py" "$GRPC_ADDR" \
       || fail "grpc health check failed"
   else

@@ -4,6 +4,7 @@
 # behind - after success, after SIGINT mid-run, and after SIGKILL of tandemctl
 # (PR_SET_PDEATHSIG).
 source "$(dirname "$0")/lib.sh"
+require_program pgrep procps
 JOB="$TI_DIR/jobs/sft-tiny.yaml"
 
 # Processes whose command line names this run dir (the state dir / token paths).

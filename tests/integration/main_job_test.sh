@@ -6,6 +6,8 @@
 # depend on timing. Bounded by the ctest TIMEOUT and `timeout`.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+source "$ROOT/tests/support/require.sh"
+require_program /usr/bin/python3 python3
 : "${TANDEMCTL:?TANDEMCTL must point at the tandemctl binary}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT

@@ -9,12 +9,9 @@
 #     client cert are refused; tandemctl with --tls-cert/--tls-key lists
 #     workers and runs a job to SUCCEEDED (the engine's store channel presents
 #     the worker's client cert).
-# Exits 77 (ctest SKIP_RETURN_CODE) when openssl is missing.
-if ! command -v openssl >/dev/null 2>&1; then
-  echo "SKIP: openssl not found" >&2
-  exit 77
-fi
+# Fails, naming the package, when openssl is missing.
 source "$(dirname "$0")/lib.sh"
+require_program openssl openssl
 JOB="$TI_DIR/jobs/sft-tiny.yaml"
 PKI="$WORK/pki"
 

@@ -23,11 +23,17 @@ import os
 import struct
 import sys
 
-try:
-    import torch
-except ImportError:
-    print("hf_reference.py: torch is not installed", file=sys.stderr)
-    sys.exit(77)
+# A missing module: exit 3 and one line naming the Debian package to
+# install (model_hf_compat_test fails with that line).
+EXIT_MISSING_DEPENDENCY = 3
+for _module, _package in (("torch", "python3-torch"), ("numpy", "python3-numpy")):
+    try:
+        __import__(_module)
+    except ImportError:
+        print(f"{sys.executable} cannot import {_module}: install {_package}: "
+              "deploy/install-deps.sh --for-tests", file=sys.stderr)
+        sys.exit(EXIT_MISSING_DEPENDENCY)
+import torch  # noqa: E402
 
 
 def variant_config(name):

@@ -3,10 +3,13 @@
 // YaRN RoPE; a sliding-window layer; tied and untied heads) and computes
 // logits with a pure-PyTorch forward following transformers' modeling code.
 // We load the directory and compare logits (both sequences packed in one
-// batch). Skips when /usr/bin/python3 has no torch.
+// batch). Needs /usr/bin/python3 with torch and numpy (python3-torch,
+// python3-numpy: deploy/install-deps.sh --for-tests); without them the tests
+// fail and name the package.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -31,30 +34,39 @@ class HfCompatTest : public ::testing::Test {
     if (!dir_.empty()) fs::remove_all(dir_);
   }
 
-  // Runs hf_reference.py for `variant` (once per process). Returns false
-  // and sets skip_ when torch is missing.
-  static bool Make(const std::string& variant) {
+  // Runs hf_reference.py for `variant` (once per process). Returns "" when
+  // it wrote the directory, else why not (with the package to install when
+  // a dependency is missing).
+  static std::string Make(const std::string& variant) {
     if (made_.count(variant)) return made_[variant];
     if (!fs::exists("/usr/bin/python3")) {
-      skip_ = true;
-      return false;
+      return made_[variant] =
+                 "/usr/bin/python3 not found: install python3: deploy/install-deps.sh --for-tests";
     }
     if (dir_.empty()) {
       dir_ = fs::temp_directory_path() / ("tandem_hf_" + std::to_string(::getpid()));
       fs::remove_all(dir_);
     }
     const std::string cmd = std::string("/usr/bin/python3 ") + TANDEM_SOURCE_DIR +
-                            "/tests/model/hf_reference.py make " + dir_.string() + " " + variant;
-    const int rc = std::system(cmd.c_str());
-    // The script exits 77 when torch is missing.
-    skip_ = WIFEXITED(rc) && WEXITSTATUS(rc) == 77;
-    return made_[variant] = rc == 0;
+                            "/tests/model/hf_reference.py make " + dir_.string() + " " +
+                            variant + " 2>&1";
+    FILE* f = ::popen(cmd.c_str(), "r");
+    if (f == nullptr) return made_[variant] = "popen failed: " + cmd;
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+    const int rc = ::pclose(f);
+    if (WIFEXITED(rc) && WEXITSTATUS(rc) == 0) return made_[variant] = "";
+    // A missing module (exit 3) prints one line naming the package.
+    const std::string how = WIFEXITED(rc) ? "exit " + std::to_string(WEXITSTATUS(rc))
+                                          : "status " + std::to_string(rc);
+    return made_[variant] = "hf_reference.py " + variant + " failed (" + how + "): " + out;
   }
 
   void Check(const std::string& variant, kernels::Ops* ops, double tol) {
-    const bool made = Make(variant);
-    if (skip_) GTEST_SKIP() << "/usr/bin/python3 has no torch: HF reference skipped";
-    ASSERT_TRUE(made) << "hf_reference.py failed";
+    const std::string error = Make(variant);
+    ASSERT_TRUE(error.empty()) << error;
     const std::string d = (dir_ / variant).string();
     auto loaded = LoadModelDir(d);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -95,8 +107,7 @@ class HfCompatTest : public ::testing::Test {
     EXPECT_LT(max_diff, tol);
   }
 
-  static inline bool skip_ = false;
-  static inline std::map<std::string, bool> made_;
+  static inline std::map<std::string, std::string> made_;
   static inline fs::path dir_;
 };
 
