@@ -6,8 +6,8 @@
 // announces {file, bytes, xxh64} through the rendezvous store; rank 0 waits
 // for every announcement, writes the manifest and publishes the directory
 // (rename + fsync), then applies retention. The coordinator learns of the
-// published checkpoint from rank 0's next ReportPhaseRequest.checkpoint_path
-// (values["checkpoint_step"] says which step it is).
+// published checkpoint (step, directory, size on disk: every shard plus the
+// manifest) from ReportPhaseRequest.checkpoints in rank 0's next report.
 #include <chrono>
 #include <filesystem>
 
@@ -44,10 +44,9 @@ absl::Status FinishCheckpoints(JobContext& ctx, ReportPhaseRequest* report, bool
   absl::Status st;
   if (wait && ctx.writer) st = ctx.writer->WaitIdle();
   std::lock_guard<std::mutex> lock(ctx.published_mu);
-  for (const auto& [step, path] : ctx.published) {
-    report->set_checkpoint_path(path);
-    (*report->mutable_values())["checkpoint_step"] = static_cast<double>(step);
-    report->add_log_lines("checkpoint published: " + path);
+  for (auto& published : ctx.published) {
+    report->add_log_lines("checkpoint published: " + published.path());
+    *report->add_checkpoints() = std::move(published);
   }
   ctx.published.clear();
   return st;
@@ -147,10 +146,16 @@ absl::Status Checkpoint(JobContext& ctx, int64_t step, ReportPhaseRequest* repor
     manifest.extra["write_seconds"] =
         std::chrono::duration<double>(Clock::now() - w0).count();
     if (absl::Status st = ckpt::WriteManifest(dir, manifest); !st.ok()) return st;
+    auto bytes = ckpt::CheckpointBytes(dir, manifest);
+    if (!bytes.ok()) return bytes.status();
     if (absl::Status st = ckpt::Publish(root, step); !st.ok()) return st;
     if (absl::Status st = ckpt::ApplyRetention(root, keep); !st.ok()) return st;
+    tandem::v1::PublishedCheckpoint published;
+    published.set_step(step);
+    published.set_path(ckpt::FinalDir(root, step));
+    published.set_bytes(static_cast<int64_t>(*bytes));
     std::lock_guard<std::mutex> lock(c->published_mu);
-    c->published.emplace_back(step, ckpt::FinalDir(root, step));
+    c->published.push_back(std::move(published));
     return absl::OkStatus();
   });
   (*report->mutable_values())["checkpoint_blocked_s"] = blocked;
