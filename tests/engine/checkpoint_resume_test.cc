@@ -65,6 +65,7 @@ Trace RunSteps(EngineCluster& cluster, const std::string& dir, int first, int la
     if (std::find(ckpt_steps.begin(), ckpt_steps.end(), s) != ckpt_steps.end()) {
       auto rep = cluster.RunOk(PHASE_CHECKPOINT, s);
       EXPECT_TRUE(rep.values().contains("checkpoint_blocked_s"));
+      EXPECT_GT(rep.values().at("checkpoint_snapshot_bytes"), 0);
       note(rep);
     }
     if (std::find(flush_steps.begin(), flush_steps.end(), s) != flush_steps.end()) {

@@ -84,6 +84,10 @@ absl::Status Checkpoint(JobContext& ctx, int64_t step, ReportPhaseRequest* repor
     state.arrays.emplace_back("ref_params", std::move(ref));
   }
   const double blocked = std::chrono::duration<double>(Clock::now() - t0).count();
+  double snapshot_bytes = 0;  // this rank's host copy, not the checkpoint's size on disk
+  for (const auto& array : state.arrays) {
+    snapshot_bytes += static_cast<double>(array.second.size() * sizeof(float));
+  }
   if (ctx.peer != nullptr && ctx.world > 1 && !ctx.spec().recovery().no_peer_copies()) {
     // Gemini-style copy to the neighbour's host memory (peer_snapshot.h).
     SnapshotShard own;
@@ -159,7 +163,7 @@ absl::Status Checkpoint(JobContext& ctx, int64_t step, ReportPhaseRequest* repor
     return absl::OkStatus();
   });
   (*report->mutable_values())["checkpoint_blocked_s"] = blocked;
-  (*report->mutable_values())["checkpoint_bytes"] = static_cast<double>(n) * 3 * 4;
+  (*report->mutable_values())["checkpoint_snapshot_bytes"] = snapshot_bytes;
   report->mutable_metrics()->set_step(step);
   return absl::OkStatus();
 }
