@@ -165,7 +165,16 @@ grpc::Status ClusterService::ReportPhase(grpc::ServerContext* ctx, const tandem:
   TANDEM_RPC_CHECK(CheckText("error", req->error(), 64 * 1024));
   TANDEM_RPC_CHECK(CheckMetrics("metrics", req->metrics()));
   if (req->values_size() > 256) return ToGrpcStatus(absl::InvalidArgumentError("values: at most 256 entries"));
-  TANDEM_RPC_CHECK(CheckText("checkpoint_path", req->checkpoint_path(), 4096));
+  if (req->checkpoints_size() > 64) {
+    return ToGrpcStatus(absl::InvalidArgumentError("checkpoints: at most 64 per report"));
+  }
+  for (int i = 0; i < req->checkpoints_size(); ++i) {
+    const auto& c = req->checkpoints(i);
+    const std::string field = absl::StrCat("checkpoints[", i, "]");
+    if (c.path().empty()) return ToGrpcStatus(absl::InvalidArgumentError(field + ".path: required"));
+    TANDEM_RPC_CHECK(CheckText(field + ".path", c.path(), 4096));
+    TANDEM_RPC_CHECK(CheckRange(field + ".bytes", c.bytes(), 0, INT64_MAX));
+  }
   if (req->log_lines_size() > 1000) {
     return ToGrpcStatus(absl::InvalidArgumentError("log_lines: at most 1000 lines per report"));
   }

@@ -336,9 +336,10 @@ absl::Status JobManager::OnReport(const tandem::v1::ReportPhaseRequest& report) 
   const auto& ids = r->job.worker_ids();
   auto it = std::find(ids.begin(), ids.end(), report.worker_id());
   // A published checkpoint is complete whoever reports it (any rank, any
-  // phase: the background write finishes later), even from an old generation.
-  if (report.ok() && !report.checkpoint_path().empty() && !IsTerminal(r->job.state())) {
-    RecordCheckpointLocked(r, report);
+  // phase: the background write finishes later), even from an old generation
+  // or with a phase that failed after it was published.
+  if (!IsTerminal(r->job.state())) {
+    for (const auto& published : report.checkpoints()) RecordCheckpointLocked(r, report.generation(), published);
   }
   if (it == ids.end()) {
     return absl::PermissionDeniedError(
@@ -377,18 +378,15 @@ absl::Status JobManager::OnReport(const tandem::v1::ReportPhaseRequest& report) 
   return absl::OkStatus();
 }
 
-void JobManager::RecordCheckpointLocked(JobRecord* r, const tandem::v1::ReportPhaseRequest& report) {
+void JobManager::RecordCheckpointLocked(JobRecord* r, int64_t generation,
+                                        const tandem::v1::PublishedCheckpoint& published) {
   tandem::v1::CheckpointRecord rec;
   rec.set_job_id(r->job.id());
-  int64_t step = StepFromCheckpointPath(report.checkpoint_path());
-  if (step < 0) step = report.step();
-  rec.set_step(step);
-  rec.set_path(report.checkpoint_path());
-  rec.set_generation(report.generation());
+  rec.set_step(published.step());
+  rec.set_path(published.path());
+  rec.set_generation(generation);
   rec.set_world_size(r->job.worker_ids_size());
-  auto bytes = report.values().find("checkpoint_total_bytes");
-  if (bytes == report.values().end()) bytes = report.values().find("bytes");
-  if (bytes != report.values().end()) rec.set_bytes(static_cast<int64_t>(bytes->second));
+  rec.set_bytes(published.bytes());
   rec.set_time(clock_->WallSeconds());
   auto existing = store_->ListCheckpoints(r->job.id());
   if (existing.ok()) {
@@ -401,7 +399,7 @@ void JobManager::RecordCheckpointLocked(JobRecord* r, const tandem::v1::ReportPh
   // A path rewritten by a redo is good again.
   auto* bad = r->job.mutable_recovery()->mutable_bad_checkpoints();
   bad->erase(std::remove(bad->begin(), bad->end(), rec.path()), bad->end());
-  EventLocked(r, "checkpoint", absl::StrCat("checkpoint of step ", step, " at ", report.checkpoint_path()));
+  EventLocked(r, "checkpoint", absl::StrCat("checkpoint of step ", rec.step(), " at ", rec.path()));
 }
 
 void JobManager::OnWorkerLost(const LostWorker& lost) {

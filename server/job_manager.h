@@ -166,7 +166,7 @@ class JobManager {
   // at once with the lost ranks' shares; false when not possible.
   bool RecoverDegradedLocked(JobRecord* r, const std::vector<std::string>& old_ids,
                              const std::set<std::string>& survivors) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RecordCheckpointLocked(JobRecord* r, const tandem::v1::ReportPhaseRequest& report)
+  void RecordCheckpointLocked(JobRecord* r, int64_t generation, const tandem::v1::PublishedCheckpoint& published)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishLocked(JobRecord* r, tandem::v1::JobState state, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -215,7 +215,9 @@ int CmdCancel(const Args& args) {
 }
 
 int CmdCheckpoints(const Args& args) {
-  const std::string usage = "Usage: tandemctl checkpoints JOB\nLists the checkpoints recorded for a job.\n";
+  const std::string usage =
+      "Usage: tandemctl checkpoints JOB\nLists the checkpoints recorded for a job. SIZE is the checkpoint on disk:\n"
+      "every rank's shard file plus its manifest.\n";
   int code = 0;
   auto p = ParseOrUsage(args, {}, usage, &code);
   if (!p) return code;

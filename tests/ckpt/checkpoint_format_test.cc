@@ -1,7 +1,7 @@
 // Checkpoint format (worker/ckpt/checkpoint.h) without the engine: shard and
-// manifest round trip, bad manifests, damaged shard files (header or arrays
-// past the end), range coverage errors, fallback to the newest valid
-// checkpoint, and retention.
+// manifest round trip, size on disk, bad manifests, damaged shard files
+// (header or arrays past the end), range coverage errors, fallback to the
+// newest valid checkpoint, and retention.
 #include "worker/ckpt/checkpoint.h"
 
 #include <gtest/gtest.h>
@@ -81,6 +81,26 @@ TEST(CheckpointFormatTest, RoundTripReassemblesFullArrays) {
     EXPECT_EQ(c->arrays.at("params")[i], i);
     EXPECT_EQ(c->arrays.at("exp_avg")[i], 100 + i);
   }
+  fs::remove_all(root);
+}
+
+TEST(CheckpointFormatTest, CheckpointBytesIsEveryFileInTheDirectory) {
+  const std::string root = TempDir();
+  WriteCheckpoint(root, 3, {Shard(0), Shard(1)});
+  const std::string dir = FinalDir(root, 3);
+  uint64_t on_disk = 0;
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    on_disk += fs::file_size(e.path());
+    ++files;
+  }
+  EXPECT_EQ(files, 3);  // two shards and the manifest
+  auto m = ReadManifest(dir);
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto bytes = CheckpointBytes(dir, *m);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, on_disk);
+  EXPECT_EQ(CheckpointBytes(root + "/missing", *m).status().code(), absl::StatusCode::kNotFound);
   fs::remove_all(root);
 }
 

@@ -99,9 +99,12 @@ class CoordinatorTest : public ::testing::Test {
     absl::MutexLock l(&address_mu_);
     return address_;
   }
-  FakeWorker* AddWorker(const std::string& name) {
-    workers_.push_back(std::make_unique<FakeWorker>(FakeWorker::Options{
-        .name = name, .address = [this] { return address(); }, .token = kJoin, .cache_reports = true}));
+  FakeWorker* AddWorker(const std::string& name, decltype(FakeWorker::Options::fill) fill = nullptr) {
+    workers_.push_back(std::make_unique<FakeWorker>(FakeWorker::Options{.name = name,
+                                                                        .address = [this] { return address(); },
+                                                                        .token = kJoin,
+                                                                        .cache_reports = true,
+                                                                        .fill = std::move(fill)}));
     return workers_.back().get();
   }
   tandem::v1::JobSpec SftSpec(int workers, int steps) {
@@ -121,6 +124,14 @@ class CoordinatorTest : public ::testing::Test {
     return test_support::WaitForJob(control_.get(), kAdmin, id, pred, ms, 50);
   }
   static bool Done(const tandem::v1::Job& j) { return IsTerminal(j.state()); }
+  std::vector<tandem::v1::CheckpointRecord> Checkpoints(const std::string& id) {
+    tandem::v1::ListCheckpointsRequest req;
+    req.set_job_id(id);
+    tandem::v1::ListCheckpointsResponse resp;
+    grpc::Status st = control_->ListCheckpoints(Ctx(kAdmin).get(), req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return {resp.checkpoints().begin(), resp.checkpoints().end()};
+  }
 
   std::string dir_;
   tandem::v1::CoordinatorConfig config_;
@@ -365,6 +376,97 @@ TEST_F(CoordinatorTest, PendingReasonCancelAndLostWorker) {
   ASSERT_TRUE(control_->CancelJob(Ctx(kAdmin).get(), stop, &cancelled).ok());
   EXPECT_EQ(WaitFor(id, Done).state(), tandem::v1::JOB_STATE_CANCELLED);
   a->Stop();
+}
+
+// Rank 0's background checkpoint writes as the engine reports them: each
+// one published after its CHECKPOINT phase comes with a later report of any
+// phase, several with one report, everything left with EXPORT's, and with a
+// failed phase's report too. Paths here carry no step: the record must take
+// the step and the size that were sent.
+class BackgroundPublisher {
+ public:
+  static int64_t Bytes(int64_t step) { return (int64_t{5} << 30) * step + 17; }  // past 32 bits
+  static std::string Path(const std::string& job, int64_t step) {
+    return absl::StrCat("/shared/", job, "/ckpt-", std::string(1, static_cast<char>('a' + step)));
+  }
+  void Fill(FakeWorker& w, const tandem::v1::PhaseCommand& cmd, tandem::v1::ReportPhaseRequest* report) {
+    if (w.last_assignment().rank() != 0) return;
+    absl::MutexLock l(&mu_);
+    if (cmd.phase() == tandem::v1::PHASE_CHECKPOINT) {
+      written_.push_back(cmd.step());  // published later, in the background
+      return;
+    }
+    if (report->ok() && cmd.phase() != tandem::v1::PHASE_EXPORT && written_.size() < 2) return;
+    for (int64_t step : written_) {
+      auto* c = report->add_checkpoints();
+      c->set_step(step);
+      c->set_path(Path(cmd.job_id(), step));
+      c->set_bytes(Bytes(step));
+    }
+    written_.clear();
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<int64_t> written_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(CoordinatorTest, CheckpointRecordsKeepReportedStepAndSizeAcrossRestart) {
+  BackgroundPublisher publisher;
+  auto fill = [&publisher](FakeWorker& w, const tandem::v1::PhaseCommand& cmd,
+                           tandem::v1::ReportPhaseRequest* report) { publisher.Fill(w, cmd, report); };
+  AddWorker("alpha", fill);
+  AddWorker("beta", fill);
+  auto spec = SftSpec(2, 4);
+  spec.mutable_checkpoint()->set_every(1);
+  spec.mutable_checkpoint()->set_keep(10);
+  std::string id = Submit(spec);
+  auto job = WaitFor(id, Done);
+  ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_SUCCEEDED) << job.reason();
+  // Steps 1 and 2 came with SFT_STEP(3)'s report, 3 and 4 with EXPORT's.
+  auto records = Checkpoints(id);
+  ASSERT_EQ(records.size(), 4u);
+  for (int64_t step = 1; step <= 4; ++step) {
+    const auto& r = records[step - 1];
+    EXPECT_EQ(r.job_id(), id);
+    EXPECT_EQ(r.step(), step);
+    EXPECT_EQ(r.path(), BackgroundPublisher::Path(id, step));
+    EXPECT_EQ(r.bytes(), BackgroundPublisher::Bytes(step));
+    EXPECT_EQ(r.generation(), 1);
+    EXPECT_EQ(r.world_size(), 2);
+  }
+
+  // The records are in the state store: a restarted coordinator lists the same.
+  workers_.clear();
+  coordinator_.reset();
+  StartCoordinator();
+  auto again = Checkpoints(id);
+  ASSERT_EQ(again.size(), records.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    EXPECT_EQ(again[i].SerializeAsString(), records[i].SerializeAsString()) << again[i].DebugString();
+  }
+}
+
+TEST_F(CoordinatorTest, CheckpointPublishedBeforeAFailedPhaseIsRecorded) {
+  BackgroundPublisher publisher;
+  auto* a = AddWorker("alpha", [&publisher](FakeWorker& w, const tandem::v1::PhaseCommand& cmd,
+                                            tandem::v1::ReportPhaseRequest* report) {
+    publisher.Fill(w, cmd, report);
+  });
+  a->fail = [](const tandem::v1::PhaseCommand& c, std::string* error) {
+    *error = "boom";
+    return c.phase() == tandem::v1::PHASE_SFT_STEP && c.step() == 3;
+  };
+  auto spec = SftSpec(1, 4);
+  spec.mutable_checkpoint()->set_every(2);
+  std::string id = Submit(spec);
+  auto job = WaitFor(id, Done);
+  EXPECT_EQ(job.state(), tandem::v1::JOB_STATE_FAILED);
+  auto records = Checkpoints(id);
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].step(), 2);
+  EXPECT_EQ(records[0].path(), BackgroundPublisher::Path(id, 2));
+  EXPECT_EQ(records[0].bytes(), BackgroundPublisher::Bytes(2));
 }
 
 TEST_F(CoordinatorTest, RestartContinuesRunningJobFromCursor) {

@@ -19,6 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 using tandem::v1::PHASE_CHECKPOINT;
 using tandem::v1::PHASE_EXPORT;
+using tandem::v1::PHASE_FLUSH_CHECKPOINTS;
 using tandem::v1::PHASE_SFT_STEP;
 
 constexpr int kK = 4;  // checkpoint step; runs end at 2k
@@ -37,33 +38,45 @@ JobSpec Spec(int world, int stage, const std::string& dir, int keep = 3) {
                                    "output_dir=" + dir + "/final"});
 }
 
-// Runs steps first..last (checkpointing after each step in `ckpt_steps`),
-// then exports.
+// Runs steps first..last (checkpointing after each step in `ckpt_steps`,
+// and waiting for the write with PHASE_FLUSH_CHECKPOINTS after those in
+// `flush_steps`), then exports.
 Trace RunSteps(EngineCluster& cluster, const std::string& dir, int first, int last,
-               const std::vector<int>& ckpt_steps, std::vector<std::string>* published = nullptr) {
+               const std::vector<int>& ckpt_steps, std::vector<std::string>* published = nullptr,
+               const std::vector<int>& flush_steps = {}) {
   Trace t;
   t.losses.assign(last, 0.0);
+  // Checkpoints publish in the background; rank 0's next report (any phase)
+  // carries each one's step, directory and size on disk (every file in it).
+  auto note = [&](const ReportPhaseRequest& rep) {
+    for (const auto& c : rep.checkpoints()) {
+      EXPECT_EQ(c.path(), ckpt::FinalDir(fs::path(c.path()).parent_path(), c.step()));
+      uint64_t on_disk = 0;
+      for (const auto& e : fs::directory_iterator(c.path())) on_disk += fs::file_size(e.path());
+      EXPECT_GT(c.bytes(), 0);
+      EXPECT_EQ(static_cast<uint64_t>(c.bytes()), on_disk) << c.path();
+      if (published) published->push_back(c.path());
+    }
+  };
   for (int s = first; s <= last; ++s) {
-    // Checkpoints publish in the background; rank 0's next report (any
-    // phase) carries the path and its step.
-    auto note = [&](const ReportPhaseRequest& rep) {
-      if (rep.checkpoint_path().empty()) return;
-      EXPECT_EQ(rep.checkpoint_path(),
-                ckpt::FinalDir(std::filesystem::path(rep.checkpoint_path()).parent_path(),
-                               static_cast<int64_t>(rep.values().at("checkpoint_step"))));
-      if (published) published->push_back(rep.checkpoint_path());
-    };
     auto step = cluster.RunOk(PHASE_SFT_STEP, s);
     note(step);
     t.losses[s - 1] = step.metrics().loss();
     if (std::find(ckpt_steps.begin(), ckpt_steps.end(), s) != ckpt_steps.end()) {
       auto rep = cluster.RunOk(PHASE_CHECKPOINT, s);
       EXPECT_TRUE(rep.values().contains("checkpoint_blocked_s"));
+      EXPECT_GT(rep.values().at("checkpoint_snapshot_bytes"), 0);
       note(rep);
     }
+    if (std::find(flush_steps.begin(), flush_steps.end(), s) != flush_steps.end()) {
+      // Written and reported by now (with the CHECKPOINT report or this one).
+      note(cluster.RunOk(PHASE_FLUSH_CHECKPOINTS, s));
+      if (published) {
+        EXPECT_EQ(published->empty() ? "" : published->back(), ckpt::FinalDir(dir + "/ckpt", s));
+      }
+    }
   }
-  auto rep = cluster.RunOk(PHASE_EXPORT, last);
-  if (published && !rep.checkpoint_path().empty()) published->push_back(rep.checkpoint_path());
+  note(cluster.RunOk(PHASE_EXPORT, last));
   t.weights = LoadExported(dir + "/final");
   return t;
 }
@@ -218,10 +231,12 @@ TEST(CheckpointResumeTest, RetentionKeepsNewestK) {
   {
     EngineCluster cluster(2);
     cluster.SetupOk(Spec(2, 1, dir, /*keep=*/2));
-    RunSteps(cluster, dir, 1, 5, {1, 2, 3, 4, 5}, &published);
+    RunSteps(cluster, dir, 1, 5, {1, 2, 3, 4, 5}, &published, /*flush_steps=*/{2, 4});
   }
   const std::string root = dir + "/ckpt";
-  EXPECT_EQ(published.size(), 5u);
+  std::vector<std::string> every;  // each one reported once, in order
+  for (int s = 1; s <= 5; ++s) every.push_back(ckpt::FinalDir(root, s));
+  EXPECT_EQ(published, every);
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(root)) names.push_back(e.path().filename());
   std::sort(names.begin(), names.end());

@@ -96,7 +96,11 @@ void EngineLikeReport(Shared* shared, Worker& w, const tandem::v1::PhaseCommand&
   }
   if (cmd.phase() == tandem::v1::PHASE_CHECKPOINT) {
     values["peer_copy"] = 1;
-    if (w.last_assignment().rank() == 0) report->set_checkpoint_path(CkptPath(cmd.job_id(), cmd.step()));
+    if (w.last_assignment().rank() == 0) {
+      auto* published = report->add_checkpoints();
+      published->set_step(cmd.step());
+      published->set_path(CkptPath(cmd.job_id(), cmd.step()));
+    }
   }
 }
 

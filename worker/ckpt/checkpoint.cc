@@ -245,6 +245,14 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {
   return m;
 }
 
+absl::StatusOr<uint64_t> CheckpointBytes(const std::string& dir, const Manifest& manifest) {
+  std::error_code ec;
+  uint64_t bytes = fs::file_size(dir + "/manifest.json", ec);
+  if (ec) return absl::NotFoundError(dir + "/manifest.json: " + ec.message());
+  for (const auto& s : manifest.shards) bytes += s.bytes;
+  return bytes;
+}
+
 absl::Status Publish(const std::string& root, int64_t step) {
   const std::string from = PartialDir(root, step), to = FinalDir(root, step);
   if (absl::Status st = FsyncPath(from); !st.ok()) return st;

@@ -86,6 +86,11 @@ absl::StatusOr<ShardState> ReadShard(const std::string& dir, const ShardFileInfo
 absl::Status WriteManifest(const std::string& dir, const Manifest& manifest);
 absl::StatusOr<Manifest> ReadManifest(const std::string& dir);
 
+// Size on disk of the checkpoint in DIR that `manifest` describes: every
+// shard file it lists (the sizes recorded when they were written, which
+// ReadShard checks) plus DIR/manifest.json. NotFound if there is no manifest.
+absl::StatusOr<uint64_t> CheckpointBytes(const std::string& dir, const Manifest& manifest);
+
 // Publishes a checkpoint: renames root/step-N.partial to root/step-N and
 // fsyncs root. The partial directory must hold every shard and the manifest.
 absl::Status Publish(const std::string& root, int64_t step);

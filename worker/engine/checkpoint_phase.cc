@@ -6,8 +6,8 @@
 // announces {file, bytes, xxh64} through the rendezvous store; rank 0 waits
 // for every announcement, writes the manifest and publishes the directory
 // (rename + fsync), then applies retention. The coordinator learns of the
-// published checkpoint from rank 0's next ReportPhaseRequest.checkpoint_path
-// (values["checkpoint_step"] says which step it is).
+// published checkpoint (step, directory, size on disk: every shard plus the
+// manifest) from ReportPhaseRequest.checkpoints in rank 0's next report.
 #include <chrono>
 #include <filesystem>
 
@@ -44,10 +44,9 @@ absl::Status FinishCheckpoints(JobContext& ctx, ReportPhaseRequest* report, bool
   absl::Status st;
   if (wait && ctx.writer) st = ctx.writer->WaitIdle();
   std::lock_guard<std::mutex> lock(ctx.published_mu);
-  for (const auto& [step, path] : ctx.published) {
-    report->set_checkpoint_path(path);
-    (*report->mutable_values())["checkpoint_step"] = static_cast<double>(step);
-    report->add_log_lines("checkpoint published: " + path);
+  for (auto& published : ctx.published) {
+    report->add_log_lines("checkpoint published: " + published.path());
+    *report->add_checkpoints() = std::move(published);
   }
   ctx.published.clear();
   return st;
@@ -85,6 +84,10 @@ absl::Status Checkpoint(JobContext& ctx, int64_t step, ReportPhaseRequest* repor
     state.arrays.emplace_back("ref_params", std::move(ref));
   }
   const double blocked = std::chrono::duration<double>(Clock::now() - t0).count();
+  double snapshot_bytes = 0;  // this rank's host copy, not the checkpoint's size on disk
+  for (const auto& array : state.arrays) {
+    snapshot_bytes += static_cast<double>(array.second.size() * sizeof(float));
+  }
   if (ctx.peer != nullptr && ctx.world > 1 && !ctx.spec().recovery().no_peer_copies()) {
     // Gemini-style copy to the neighbour's host memory (peer_snapshot.h).
     SnapshotShard own;
@@ -147,14 +150,20 @@ absl::Status Checkpoint(JobContext& ctx, int64_t step, ReportPhaseRequest* repor
     manifest.extra["write_seconds"] =
         std::chrono::duration<double>(Clock::now() - w0).count();
     if (absl::Status st = ckpt::WriteManifest(dir, manifest); !st.ok()) return st;
+    auto bytes = ckpt::CheckpointBytes(dir, manifest);
+    if (!bytes.ok()) return bytes.status();
     if (absl::Status st = ckpt::Publish(root, step); !st.ok()) return st;
     if (absl::Status st = ckpt::ApplyRetention(root, keep); !st.ok()) return st;
+    tandem::v1::PublishedCheckpoint published;
+    published.set_step(step);
+    published.set_path(ckpt::FinalDir(root, step));
+    published.set_bytes(static_cast<int64_t>(*bytes));
     std::lock_guard<std::mutex> lock(c->published_mu);
-    c->published.emplace_back(step, ckpt::FinalDir(root, step));
+    c->published.push_back(std::move(published));
     return absl::OkStatus();
   });
   (*report->mutable_values())["checkpoint_blocked_s"] = blocked;
-  (*report->mutable_values())["checkpoint_bytes"] = static_cast<double>(n) * 3 * 4;
+  (*report->mutable_values())["checkpoint_snapshot_bytes"] = snapshot_bytes;
   report->mutable_metrics()->set_step(step);
   return absl::OkStatus();
 }

@@ -93,11 +93,11 @@ struct JobContext {
   // the store/collective it uses, so it is destroyed - and drained - first).
   std::string checkpoint_root;
   std::unique_ptr<ckpt::AsyncWriter> writer;
-  // Set by the writer thread when this rank (rank 0) published a checkpoint:
-  // (step, directory); read and cleared by the job thread when it fills the
-  // next report.
+  // Set by the writer thread when this rank (rank 0) published a checkpoint
+  // (step, directory, size on disk); read and cleared by the job thread when
+  // it fills the next report.
   std::mutex published_mu;
-  std::vector<std::pair<int64_t, std::string>> published;
+  std::vector<tandem::v1::PublishedCheckpoint> published;
 
   comm::Timeout timeout{60000};
 
