@@ -94,6 +94,7 @@ const YamlProtoOptions& JobOptions() {
         {.path = "rl.stop_token_ids", .min = 0, .max = kMaxVocab, .max_len = 64},
         {.path = "init.sft_steps", .min = 0, .max = kMaxSteps},
         {.path = "init.sft_lr", .min = 0, .max = 10},
+        {.path = "init.sft_stop_accuracy", .min = 0, .max = 1},
         {.path = "placement.mode", .one_of = {"colocated", "disaggregated"}},
         {.path = "placement.rollout_workers", .min = 0, .max = kMaxWorkers},
         {.path = "placement.train_workers", .min = 0, .max = kMaxWorkers},
@@ -114,7 +115,7 @@ const YamlProtoOptions& JobOptions() {
                                   "use_cache", "initializer_range", "hidden_act", "head_dim",
                                   "attention_dropout", "use_sliding_window", "max_window_layers",
                                   "pretraining_tp", "mlp_bias", "_name_or_path"};
-    o->virtual_maps["init"] = {{"sft", {{"steps", "sft_steps"}, {"lr", "sft_lr"}}}};
+    o->virtual_maps["init"] = {{"sft", {{"steps", "sft_steps"}, {"lr", "sft_lr"}, {"stop_accuracy", "sft_stop_accuracy"}}}};
     return o;
   }();
   return *options;
@@ -419,6 +420,9 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   const bool has_sft = spec.kind() == tandem::v1::JOB_KIND_SFT || spec.init().sft_steps() > 0;
   if (spec.kind() == tandem::v1::JOB_KIND_SFT && spec.init().sft_steps() > 0) {
     return Invalid("init.sft.steps", "only for grpo jobs (an sft job trains train.steps steps)");
+  }
+  if (spec.init().sft_stop_accuracy() > 0 && spec.init().sft_steps() == 0) {
+    return Invalid("init.sft.stop_accuracy", "needs a warm start: set init.sft.steps");
   }
   if (has_sft) {
     int64_t per_step = static_cast<int64_t>(t.micro_batch()) * train_world;

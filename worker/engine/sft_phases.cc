@@ -1,5 +1,6 @@
 // PHASE_SFT_STEP and PHASE_EVAL.
 #include <chrono>
+#include <cmath>
 
 #include "worker/engine/data_shares.h"
 #include "worker/engine/phases.h"
@@ -11,6 +12,24 @@ namespace tandem::worker {
 namespace {
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+// Counts the examples of a packed batch whose every completion token has
+// probability > 1/2 (so it is also the greedy choice): exact match under
+// teacher forcing.
+void CountTeacherForcedExact(const rl::PackedBatch& p, const std::vector<float>& logp,
+                             double* exact, double* examples) {
+  const float log_half = std::log(0.5f);
+  for (size_t s = 0; s + 1 < p.cu_seqlens.size(); ++s) {
+    bool any = false, all = true;
+    for (int32_t t = p.cu_seqlens[s]; t < p.cu_seqlens[s + 1]; ++t) {
+      if (p.loss_mask[t] == 0.f) continue;
+      any = true;
+      all = all && logp[t] > log_half;
+    }
+    *examples += any ? 1 : 0;
+    *exact += any && all ? 1 : 0;
+  }
 }
 
 model::Batch ToModelBatch(const rl::PackedBatch& p) {
@@ -75,7 +94,8 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   }
   const float inv = 1.f / static_cast<float>(loss_tokens);
 
-  double loss_sum = 0, tokens = 0;
+  double loss_sum = 0, tokens = 0, exact = 0, examples = 0;
+  const double stop_accuracy = warm_start ? spec.init().sft_stop_accuracy() : 0;
   std::vector<float> logp, dlogp;
   // Gradients accumulate over this step's micro-batches only.
   ctx.zero->ZeroGrads();
@@ -95,6 +115,7 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
       dlogp.assign(t, 0.f);
       if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp.data()); !st.ok())
         return st;
+      if (stop_accuracy > 0) CountTeacherForcedExact(packed, logp, &exact, &examples);
       for (int i = 0; i < t; ++i) {
         if (packed.loss_mask[i] != 0.f) {
           loss_sum -= static_cast<double>(logp[i]) * packed.loss_mask[i];
@@ -115,10 +136,24 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   sched.total_steps = warm_start ? spec.init().sft_steps() : spec.train().steps();
   sched.min_lr_ratio = spec.train().min_lr_ratio();
   const double lr = sched.At(data_step);
-  auto stats = ctx.zero->Step(static_cast<float>(lr),
-                              static_cast<float>(spec.train().grad_clip()));
-  if (!stats.ok()) return stats.status();
-  ctx.optimizer_steps++;
+  // A warm start with a stop accuracy holds (skips the optimizer step) while
+  // the step's examples, over all ranks, are exact often enough.
+  bool hold = false;
+  double exact_fraction = 0;
+  if (stop_accuracy > 0) {
+    std::vector<double> counts = {exact, examples};
+    if (absl::Status st = AllreduceSum(ctx, counts); !st.ok()) return st;
+    exact_fraction = counts[1] > 0 ? counts[0] / counts[1] : 0;
+    hold = exact_fraction >= stop_accuracy;
+  }
+  double grad_norm = 0;
+  if (!hold) {
+    auto stats = ctx.zero->Step(static_cast<float>(lr),
+                                static_cast<float>(spec.train().grad_clip()));
+    if (!stats.ok()) return stats.status();
+    grad_norm = stats->grad_norm;
+    ctx.optimizer_steps++;
+  }
   ctx.policy_version++;
   ctx.last_trained_step = step;  // the state is step's now, whatever follows
 
@@ -128,10 +163,14 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   auto* m = report->mutable_metrics();
   m->set_step(step);
   m->set_loss(sums[0] / static_cast<double>(loss_tokens));
-  m->set_lr(lr);
-  m->set_grad_norm(stats->grad_norm);
+  m->set_lr(hold ? 0 : lr);
+  m->set_grad_norm(grad_norm);
   m->set_tokens_per_s(sums[1] / seconds);
   if (warm_start) (*m->mutable_extra())["warmup"] = 1;
+  if (stop_accuracy > 0) {
+    (*m->mutable_extra())["teacher_forced_exact"] = exact_fraction;
+    (*m->mutable_extra())["warm_start_held"] = hold ? 1 : 0;
+  }
   for (int k = 0; k < comm::kNumCollectiveKinds; ++k) {
     auto kind = static_cast<comm::CollectiveKind>(k);
     auto b = ctx.collective->bytes(kind);
