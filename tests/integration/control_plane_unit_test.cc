@@ -1,12 +1,15 @@
 // Unit tests of the pure parts of the worker daemon and tandemctl: backoff,
 // argument parsing, exit codes, formatting, and child-process handling.
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "gtest/gtest.h"
 #include "server/cli/child_process.h"
@@ -129,6 +132,32 @@ TEST(ChildProcessTest, StopsWithSigtermAndEscalatesToSigkill) {
   EXPECT_FALSE((*stubborn)->Running());
   EXPECT_EQ((*polite)->ExitText(), "signal 15");
   EXPECT_EQ((*stubborn)->ExitText(), "signal 9");
+  EXPECT_EQ((*polite)->ExitReason(), "signal 15: terminated");
+  EXPECT_EQ((*stubborn)->ExitReason(), "signal 9: killed");
+  EXPECT_FALSE((*stubborn)->ExitedCleanly());
+}
+
+TEST(ChildProcessTest, ExitReasonAndInheritedDescriptors) {
+  const std::string log = ::testing::TempDir() + "/fds.log";
+  std::remove(log.c_str());
+  // A descriptor opened without O_CLOEXEC (as std::ofstream does) must not
+  // reach the child.
+  const int opened = open("/dev/null", O_RDONLY);
+  ASSERT_GE(opened, 0);
+  const int leaky = fcntl(opened, F_DUPFD, 100);  // clear of the one ls opens itself
+  close(opened);
+  ASSERT_GE(leaky, 100);
+  auto c = cli::ChildProcess::Start(
+      {"/bin/sh", {"-c", "ls /proc/self/fd | tr '\\n' ' '; exit 3"}, log, false});
+  close(leaky);
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (int i = 0; i < 500 && (*c)->Running(); ++i) usleep(10 * 1000);
+  EXPECT_EQ((*c)->ExitReason(), "exit 3");
+  EXPECT_FALSE((*c)->ExitedCleanly());
+  std::ifstream in(log);
+  std::string fds((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(fds.find("0 1 2 "), std::string::npos) << fds;
+  EXPECT_EQ(fds.find(" " + std::to_string(leaky) + " "), std::string::npos) << fds;
 }
 
 TEST(ChildProcessTest, PipesStdout) {
@@ -141,6 +170,7 @@ TEST(ChildProcessTest, PipesStdout) {
   for (int i = 0; i < 200 && (*c)->Running(); ++i) usleep(10 * 1000);
   (*c)->Stop(milliseconds(1000));
   EXPECT_EQ((*c)->ExitText(), "exit 0");
+  EXPECT_TRUE((*c)->ExitedCleanly());
 }
 
 TEST(FindProgramTest, EnvOverrideAndPath) {
