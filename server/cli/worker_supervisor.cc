@@ -55,12 +55,13 @@ void WorkerSupervisor::AllowRestarts() {
   restarts_allowed_ = options_.restart;
 }
 
-std::optional<SupervisorEvent> WorkerSupervisor::FirstDown() const {
+std::vector<SupervisorEvent> WorkerSupervisor::Down() const {
   absl::MutexLock lock(&mu_);
+  std::vector<SupervisorEvent> down;
   for (const Slot& s : slots_) {
-    if (s.down) return s.down;
+    if (s.down) down.push_back(*s.down);
   }
-  return std::nullopt;
+  return down;
 }
 
 std::vector<SupervisorEvent> WorkerSupervisor::restarts() const {

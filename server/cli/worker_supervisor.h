@@ -92,9 +92,10 @@ class WorkerSupervisor {
   // is left running and the supervisor is stopped. Call once.
   absl::Status Start(std::vector<SupervisedMember> members);
   void AllowRestarts();
-  // The first member that has exited and will not be restarted; nullopt when
-  // every member is running or about to be restarted.
-  std::optional<SupervisorEvent> FirstDown() const;
+  // The members that have exited and will not be restarted (their last
+  // kExited or kGaveUp event), in member order; empty while every member is
+  // running or about to be restarted.
+  std::vector<SupervisorEvent> Down() const;
   std::vector<SupervisorEvent> restarts() const;  // kRestarted events, in order
   int restart_count() const;
   // Stops supervising, then every member (see the contract). Idempotent.

@@ -235,8 +235,8 @@ TEST_F(SupervisorTest, RestartsAFailingMemberUpToTheBoundThenGivesUp) {
   auto m = Member("crashy", "echo started; sleep 0.2; exit 3");
   ASSERT_TRUE(sup.Start({m}).ok());
   sup.AllowRestarts();
-  ASSERT_TRUE(WaitFor([&] { return sup.FirstDown().has_value(); })) << "never gave up";
-  EXPECT_EQ(sup.FirstDown()->kind, Kind::kGaveUp);
+  ASSERT_TRUE(WaitFor([&] { return !sup.Down().empty(); })) << "never gave up";
+  EXPECT_EQ(sup.Down().front().kind, Kind::kGaveUp);
   EXPECT_EQ(sup.restart_count(), 3);
   const auto events = Events();
   ASSERT_EQ(events.size(), 4u);
@@ -260,26 +260,26 @@ TEST_F(SupervisorTest, CleanExitAndNoRestartAreFinal) {
   cli::WorkerSupervisor sup(off, Collect());
   ASSERT_TRUE(sup.Start({Member("killed", "sleep 0.2; kill -9 $$")}).ok());
   sup.AllowRestarts();  // has no effect with restart off
-  ASSERT_TRUE(WaitFor([&] { return sup.FirstDown().has_value(); }));
-  EXPECT_EQ(sup.FirstDown()->reason, "signal 9: killed");
-  EXPECT_EQ(sup.FirstDown()->note, "--no-restart");
+  ASSERT_TRUE(WaitFor([&] { return !sup.Down().empty(); }));
+  EXPECT_EQ(sup.Down().front().reason, "signal 9: killed");
+  EXPECT_EQ(sup.Down().front().note, "--no-restart");
   sup.Stop();
 
   cli::WorkerSupervisor clean(Fast(), nullptr);
   ASSERT_TRUE(clean.Start({Member("done", "sleep 0.2; exit 0")}).ok());
   clean.AllowRestarts();
-  ASSERT_TRUE(WaitFor([&] { return clean.FirstDown().has_value(); }));
-  EXPECT_EQ(clean.FirstDown()->note, "clean exit");
+  ASSERT_TRUE(WaitFor([&] { return !clean.Down().empty(); }));
+  EXPECT_EQ(clean.Down().front().note, "clean exit");
   EXPECT_EQ(clean.restart_count(), 0);
 }
 
 TEST_F(SupervisorTest, ExitBeforeRestartsAreAllowedIsFinal) {
   cli::WorkerSupervisor sup(Fast(), Collect());
   ASSERT_TRUE(sup.Start({Member("early", "exit 2")}).ok());
-  ASSERT_TRUE(WaitFor([&] { return sup.FirstDown().has_value(); }));
+  ASSERT_TRUE(WaitFor([&] { return !sup.Down().empty(); }));
   sup.AllowRestarts();
   usleep(200 * 1000);
-  EXPECT_EQ(sup.FirstDown()->note, "during start-up");
+  EXPECT_EQ(sup.Down().front().note, "during start-up");
   EXPECT_EQ(sup.restart_count(), 0);
 }
 
