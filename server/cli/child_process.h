@@ -20,9 +20,11 @@
 // without O_CLOEXEC. gRPC itself runs no code at fork: its fork support is
 // off unless GRPC_ENABLE_FORK_SUPPORT=1, and Debian's libgrpc 1.51 is built
 // without pthread_atfork handlers at all (grpc_fork_handlers_auto_register
-// only reads that setting; the library imports no pthread_atfork), so the
-// parent's gRPC threads carry on undisturbed. Start() may therefore be
-// called before or after gRPC channels exist.
+// only reads that setting; the library imports no __register_atfork), so the
+// parent's gRPC threads carry on undisturbed. Of tandemctl's libraries only
+// OpenBLAS registers fork handlers (it parks its idle thread pool in the
+// parent). Start() may therefore be called before or after gRPC channels
+// exist.
 #pragma once
 
 #include <sys/types.h>

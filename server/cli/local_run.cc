@@ -611,8 +611,11 @@ int CmdRunLocal(const Args& args) {
       for (const auto& w : resp.workers()) idle += w.state() == v1::WORKER_STATE_IDLE;
     }
     if (idle >= workers) {
+      // From now on a failed worker is restarted; one that died a moment
+      // before still counts as a start-up failure (reported at the top).
       cluster.AllowRestarts();
-      break;
+      if (!cluster.FirstDownWorker()) break;
+      continue;
     }
     if (std::chrono::steady_clock::now() > reg_until) {
       return fail(absl::StrCat("only ", idle, " of ", workers, " workers registered within ",
