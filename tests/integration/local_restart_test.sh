@@ -8,8 +8,8 @@
 # With --no-restart the same kill fails the job with a clear message.
 source "$(dirname "$0")/lib.sh"
 JOB="$TI_DIR/../../configs/sft-arith-tiny.yaml"
-# ~10 s per run on 2 cores; a checkpoint (and peer copy) every 50 steps.
-ARGS=(--workers 2 --set train.steps=400 --set checkpoint.every=50 --set checkpoint.keep=2)
+# ~8 s per run on 2 idle cores; a checkpoint (and peer copy) every 50 steps.
+ARGS=(--workers 2 --set train.steps=300 --set checkpoint.every=50 --set checkpoint.keep=2)
 
 leftovers() { pgrep -f -- "$1/" || true; }
 show() { cat "$1" >&2 || ls -la "$WORK" >&2 || true; }
@@ -64,7 +64,7 @@ log "reference run: $(($(date +%s) - T0)) s, model $REF"
 for variant in peer disk; do
   extra=()
   [[ $variant == disk ]] && extra=(--set recovery.no_peer_copies=true)
-  at=$([[ $variant == peer ]] && echo 120 || echo 230)
+  at=$([[ $variant == peer ]] && echo 80 || echo 180)
   run_killing "kill-$variant" "$at" "${extra[@]}"
   RUN="$WORK/kill-$variant"
   OUT="$WORK/kill-$variant.out"
@@ -106,7 +106,7 @@ wait_until 10 no_leftovers "$RUN" || fail "processes left after SIGKILL of tande
 log "kill-ctl: restarted worker $NEW gone with tandemctl"
 
 # --no-restart: the job waits for a replacement (3 s here), then fails.
-run_killing no-restart 100 --no-restart --set recovery.replacement_timeout_ms=3000
+run_killing no-restart 80 --no-restart --set recovery.replacement_timeout_ms=3000
 RUN="$WORK/no-restart"
 OUT="$WORK/no-restart.out"
 ((RC == 1)) || { show "$OUT"; fail "--no-restart: run exited $RC, want 1"; }
