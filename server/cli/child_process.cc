@@ -1,12 +1,14 @@
 #include "server/cli/child_process.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -38,7 +40,15 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(const ChildSpe
     return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
   }
   const pid_t parent = getpid();
+  // Every signal blocked across fork: until the child has reset tandemctl's
+  // handlers (SignalWatcher's) to the defaults, a signal for it - a SIGTERM
+  // from a Stop() right after a restart - waits instead of running our
+  // handler in the child.
+  sigset_t all, old_mask;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old_mask);
   const pid_t pid = fork();
+  if (pid != 0) pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   if (pid < 0) {
     const int err = errno;
     close(log_fd);
@@ -51,13 +61,21 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(const ChildSpe
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);  // the parent died before prctl
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);
+    }
     sigset_t empty;
     sigemptyset(&empty);
     sigprocmask(SIG_SETMASK, &empty, nullptr);
-    signal(SIGPIPE, SIG_DFL);
     if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
     dup2(spec.pipe_stdout ? pipe_fds[1] : log_fd, STDOUT_FILENO);
     dup2(log_fd, STDERR_FILENO);
+    // Nothing else of tandemctl's (gRPC sockets, files of other threads
+    // opened without O_CLOEXEC) reaches the program.
+    close_range(3, ~0U, 0);
     execv(argv[0], argv.data());
     const char msg[] = "tandemctl: exec failed\n";
     (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
@@ -99,6 +117,19 @@ std::string ChildProcess::ExitText() {
   if (WIFEXITED(wait_status_)) return absl::StrCat("exit ", WEXITSTATUS(wait_status_));
   if (WIFSIGNALED(wait_status_)) return absl::StrCat("signal ", WTERMSIG(wait_status_));
   return "ended";
+}
+
+std::string ChildProcess::ExitReason() {
+  const std::string text = ExitText();
+  if (text.empty() || !WIFSIGNALED(wait_status_)) return text;
+  const char* descr = sigdescr_np(WTERMSIG(wait_status_));  // thread safe, unlike strsignal
+  std::string name = descr != nullptr ? descr : "unknown signal";
+  if (!name.empty()) name[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(name[0])));
+  return absl::StrCat(text, ": ", name, WCOREDUMP(wait_status_) ? " (core dumped)" : "");
+}
+
+bool ChildProcess::ExitedCleanly() {
+  return !ExitText().empty() && WIFEXITED(wait_status_) && WEXITSTATUS(wait_status_) == 0;
 }
 
 void ChildProcess::Reap() {

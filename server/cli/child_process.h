@@ -2,11 +2,29 @@
 // runs in its own process group (so SIGTERM/SIGKILL reach anything it
 // spawns), gets PR_SET_PDEATHSIG(SIGKILL) (so it dies with tandemctl even if
 // tandemctl is SIGKILLed), has stdin on /dev/null, stderr (and stdout unless
-// piped) appended to a log file, and starts with an empty signal mask.
-// Start() must be called from the main thread (the death signal follows the
-// forking thread) and before gRPC channels exist (fork + exec only; the
-// child runs async-signal-safe calls alone). Stop()/StopAll() send SIGTERM,
-// wait up to a bound, then SIGKILL, and always reap. Not thread safe.
+// piped) appended to a log file, no other descriptor of tandemctl, and starts
+// with an empty signal mask and default signal dispositions. Stop()/StopAll() send SIGTERM, wait up to a
+// bound, then SIGKILL, and always reap. Not thread safe: one thread at a time
+// uses a ChildProcess.
+//
+// Which thread may call Start(). The death signal follows the *forking
+// thread*, not the process: when the thread that called Start() exits, the
+// child is SIGKILLed. So Start() must run on a thread that lives until the
+// child has been stopped (the main thread, or a supervisor thread that stops
+// its children before it returns).
+//
+// Forking while gRPC runs is safe. Between fork and execv the child makes
+// async-signal-safe calls only (no allocation, no lock another thread may
+// hold; argv and descriptors are prepared before fork), then closes every
+// descriptor above 2, so it inherits none of gRPC's sockets or files opened
+// without O_CLOEXEC. gRPC itself runs no code at fork: its fork support is
+// off unless GRPC_ENABLE_FORK_SUPPORT=1, and Debian's libgrpc 1.51 is built
+// without pthread_atfork handlers at all (grpc_fork_handlers_auto_register
+// only reads that setting; the library imports no __register_atfork), so the
+// parent's gRPC threads carry on undisturbed. Of tandemctl's libraries only
+// OpenBLAS registers fork handlers (it parks its idle thread pool in the
+// parent). Start() may therefore be called before or after gRPC channels
+// exist.
 #pragma once
 
 #include <sys/types.h>
@@ -41,6 +59,11 @@ class ChildProcess {
   bool Running();
   // Exit description once exited ("exit 0", "signal 9"); "" while running.
   std::string ExitText();
+  // The same with the signal's name ("exit 2", "signal 9: killed",
+  // "signal 11: segmentation fault (core dumped)"); "" while running.
+  std::string ExitReason();
+  // True once exited with status 0; false while running or after a failure.
+  bool ExitedCleanly();
   void Stop(std::chrono::milliseconds grace);
   // SIGKILL to the whole group (when still running) and reap. Blocks until reaped.
   void KillAndReap();

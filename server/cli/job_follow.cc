@@ -120,6 +120,7 @@ void ProgressPrinter::Step(const v1::Job& job, const v1::StepMetrics& m) {
   const double now = NowUnix();
   const std::string line = ProgressLine(job, m, now);
   const bool last = job.total_steps() > 0 && m.step() >= job.total_steps();
+  absl::MutexLock lock(&mu_);
   if (tty_) {
     std::cout << "\r\033[K" << line << std::flush;
     line_open_ = true;
@@ -135,6 +136,7 @@ void ProgressPrinter::Step(const v1::Job& job, const v1::StepMetrics& m) {
 }
 
 void ProgressPrinter::Message(const std::string& text) {
+  absl::MutexLock lock(&mu_);
   if (line_open_) std::cout << "\n";
   line_open_ = false;
   if (!pending_.empty()) std::cout << pending_ << "\n";
@@ -143,6 +145,7 @@ void ProgressPrinter::Message(const std::string& text) {
 }
 
 void ProgressPrinter::Finish() {
+  absl::MutexLock lock(&mu_);
   if (line_open_) std::cout << "\n";
   if (!pending_.empty()) std::cout << pending_ << "\n";
   pending_.clear();

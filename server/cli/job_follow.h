@@ -41,6 +41,7 @@ grpc::Status FollowJob(ControlClient& client, const std::string& job_id, bool fr
 
 // Live progress on stdout: one rewritten line on a terminal, otherwise one
 // line per step at most every `min_interval_s` (the last step always).
+// Thread safe: `run --local` prints restarts from its supervisor thread.
 class ProgressPrinter {
  public:
   explicit ProgressPrinter(double min_interval_s = 1.0);
@@ -49,11 +50,12 @@ class ProgressPrinter {
   void Finish();                          // ends a pending \r line
 
  private:
-  bool tty_;
-  double min_interval_s_;
-  double last_print_ = 0;
-  bool line_open_ = false;
-  std::string pending_;
+  absl::Mutex mu_;
+  const bool tty_;
+  const double min_interval_s_;
+  double last_print_ ABSL_GUARDED_BY(mu_) = 0;
+  bool line_open_ ABSL_GUARDED_BY(mu_) = false;
+  std::string pending_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tandem::cli

@@ -3,6 +3,8 @@
 // 0600 files), submits the job, shows progress, writes DIR/metrics.jsonl and
 // DIR/summary.json, leaves the model in DIR/final/, and stops every child on
 // success, failure and Ctrl-C (see child_process.h for the no-orphan rules).
+// Workers that fail during the job are restarted (worker_supervisor.h);
+// restarts and the job's state/recovery events go to DIR/events.jsonl.
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
@@ -21,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/job_spec.h"
 #include "nlohmann/json.hpp"
@@ -31,6 +34,7 @@
 #include "server/cli/job_file.h"
 #include "server/cli/job_follow.h"
 #include "server/cli/signal_watch.h"
+#include "server/cli/worker_supervisor.h"
 
 namespace tandem::cli {
 namespace v1 = tandem::v1;
@@ -89,7 +93,10 @@ std::string Timestamp() {
   return buf;
 }
 
-// Everything the local run started; the destructor stops it all.
+// Everything the local run started; the destructor stops it all. The
+// calling (main) thread starts and stops the coordinator; the workers belong
+// to the WorkerSupervisor and its thread; the monitor thread only watches
+// the coordinator.
 class LocalCluster {
  public:
   ~LocalCluster() { Shutdown(); }
@@ -97,14 +104,11 @@ class LocalCluster {
   void Shutdown() {
     monitor_stop_.store(true);
     if (monitor_.joinable()) monitor_.join();
-    std::vector<ChildProcess*> all;
-    for (auto& w : workers_) all.push_back(w.get());
     // Workers first get their SIGTERM with the coordinator still up (they
-    // report and leave), then the coordinator.
-    StopAll(all, kStopGrace);
+    // report and leave), then the coordinator. Supervision ends before.
+    if (supervisor_) supervisor_->Stop();
     if (coordinator_) StopAll({coordinator_.get()}, kStopGrace);
     if (drain_.joinable()) drain_.join();  // the pipe is at EOF now
-    workers_.clear();
     coordinator_.reset();
   }
 
@@ -166,53 +170,54 @@ class LocalCluster {
     }
   }
 
+  // Starts the workers on the supervisor's thread; on_event runs there.
   absl::Status StartWorkers(const std::string& program, const fs::path& dir, int n, const std::string& device,
-                            int threads) {
+                            int threads, const SupervisorOptions& options, WorkerSupervisor::EventFn on_event) {
+    std::vector<SupervisedMember> members;
     for (int i = 0; i < n; ++i) {
-      ChildSpec spec;
+      SupervisedMember m;
+      m.name = absl::StrCat("local-", i);
+      ChildSpec& spec = m.spec;
       spec.path = program;
-      spec.args = {"--coordinator", grpc_address_, "--name", absl::StrCat("local-", i),
+      spec.args = {"--coordinator", grpc_address_, "--name", m.name,
                    "--device", device, "--data-address", "127.0.0.1",
                    "--token-file", (dir / "join.token").string(), "--threads", absl::StrCat(threads)};
       // One worker per GPU: local worker i computes on GPU i.
       if (device == "cuda") spec.args.insert(spec.args.end(), {"--device-index", absl::StrCat(i)});
       spec.log_file = (dir / absl::StrCat("worker-", i, ".log")).string();
-      auto child = ChildProcess::Start(spec);
-      if (!child.ok()) return child.status();
-      workers_.push_back(std::move(*child));
+      members.push_back(std::move(m));
     }
-    return absl::OkStatus();
+    supervisor_ = std::make_unique<WorkerSupervisor>(options, std::move(on_event));
+    return supervisor_->Start(std::move(members));
   }
 
-  // Cancels `cancel` when the coordinator dies; notes dead workers.
+  // Cancels `cancel` when the coordinator dies.
   void StartMonitor(Canceller* cancel) {
     monitor_ = std::thread([this, cancel] {
-      std::vector<bool> reported(workers_.size(), false);
       while (!monitor_stop_.load()) {
         if (!coordinator_->Running()) {
           coordinator_died_.store(true);
           cancel->Cancel();
           return;
         }
-        for (size_t i = 0; i < workers_.size(); ++i) {
-          if (!reported[i] && !workers_[i]->Running()) {
-            reported[i] = true;
-            std::cerr << "\ntandemctl: worker local-" << i << " exited; see worker-" << i << ".log\n";
-          }
-        }
         std::this_thread::sleep_for(milliseconds(200));
       }
     });
   }
 
-  bool AnyWorkerDead(int* which) {
-    for (size_t i = 0; i < workers_.size(); ++i) {
-      if (!workers_[i]->Running()) {
-        *which = static_cast<int>(i);
-        return true;
-      }
-    }
-    return false;
+  // Once every worker has registered: a failure from now on is restarted.
+  void AllowRestarts() { supervisor_->AllowRestarts(); }
+  // A worker that exited and will not come back (start-up: every exit).
+  std::optional<SupervisorEvent> FirstDownWorker() const {
+    auto down = supervisor_->Down();
+    if (down.empty()) return std::nullopt;
+    return down.front();
+  }
+  std::vector<SupervisorEvent> restarts() const {
+    return supervisor_ ? supervisor_->restarts() : std::vector<SupervisorEvent>{};
+  }
+  std::vector<SupervisorEvent> down_workers() const {
+    return supervisor_ ? supervisor_->Down() : std::vector<SupervisorEvent>{};
   }
 
   const std::string& grpc_address() const { return grpc_address_; }
@@ -228,7 +233,7 @@ class LocalCluster {
   }
 
   std::unique_ptr<ChildProcess> coordinator_;
-  std::vector<std::unique_ptr<ChildProcess>> workers_;
+  std::unique_ptr<WorkerSupervisor> supervisor_;
   std::thread drain_;
   std::thread monitor_;
   std::atomic<bool> monitor_stop_{false};
@@ -237,6 +242,74 @@ class LocalCluster {
   std::string metrics_address_;
   fs::path log_;
 };
+
+// DIR/events.jsonl: one JSON object per line - the supervisor's exits and
+// restarts (source "tandemctl") and the job's state, worker and recovery
+// events (source "coordinator") - each also shown as a progress line (on
+// stderr with --output json). Thread safe: the supervisor thread and the
+// main thread both report.
+class RunEvents {
+ public:
+  RunEvents(const fs::path& file, ProgressPrinter* progress, bool json)
+      : out_(file, std::ios::trunc), progress_(progress), json_(json) {}
+
+  void Supervisor(const SupervisorEvent& e) {
+    using Kind = SupervisorEvent::Kind;
+    nlohmann::json j;
+    j["time"] = e.time;
+    j["source"] = "tandemctl";
+    j["kind"] = e.kind == Kind::kRestarted       ? "restart"
+                : e.kind == Kind::kRestartFailed ? "restart_failed"
+                : e.kind == Kind::kGaveUp        ? "restart_limit"
+                                                 : "worker_exit";
+    j["worker"] = e.member;
+    j["reason"] = e.reason;
+    if (e.kind != Kind::kExited) {
+      j["restart"] = e.restart;
+      j["max_restarts"] = e.max_restarts;
+    }
+    if (e.kind == Kind::kRestarted) j["pid"] = e.pid;
+    if (!e.error.empty()) j["error"] = e.error;
+    if (!e.note.empty()) j["note"] = e.note;
+    const std::string text = DescribeEvent(e);
+    j["message"] = text;
+    Write(j, absl::StrCat(e.kind == Kind::kExited ? "[worker] " : "[restart] ", text), /*always=*/true);
+  }
+
+  void Job(const v1::JobEvent& ev) {
+    nlohmann::json j;
+    j["time"] = ev.time();
+    j["source"] = "coordinator";
+    j["kind"] = ev.kind();
+    j["message"] = ev.message();
+    if (ev.state() != v1::JOB_STATE_UNSPECIFIED) j["state"] = StateName(ev.state());
+    Write(j, absl::StrCat("[", ev.kind(), "] ", ev.message()), /*always=*/false);
+  }
+
+ private:
+  // `always`: shown on stderr with --output json too.
+  void Write(const nlohmann::json& j, const std::string& line, bool always) {
+    absl::MutexLock lock(&mu_);
+    out_ << j.dump() << "\n" << std::flush;
+    if (!json_) {
+      progress_->Message(line);
+    } else if (always) {
+      std::cerr << "tandemctl: " << line << "\n";
+    }
+  }
+
+  absl::Mutex mu_;
+  std::ofstream out_ ABSL_GUARDED_BY(mu_);
+  ProgressPrinter* const progress_;
+  const bool json_;
+};
+
+// Why a worker that exited stays down, for the summary.
+std::string WhyNotRestarted(const SupervisorEvent& e) {
+  if (e.kind == SupervisorEvent::Kind::kGaveUp) return absl::StrCat("all ", e.max_restarts, " restarts used");
+  if (e.note == "--no-restart") return "restarts are off (--no-restart)";
+  return e.note;
+}
 
 // Merges a later report of the same step into an earlier one (EVAL adds accuracy).
 void MergeStep(v1::StepMetrics* into, const v1::StepMetrics& from) {
@@ -261,7 +334,8 @@ nlohmann::json StepJson(const v1::StepMetrics& m) {
 }
 
 void PrintSummary(const v1::Job& job, const std::map<int64_t, v1::StepMetrics>& steps, const fs::path& dir,
-                  double wall_seconds, bool json_output) {
+                  double wall_seconds, const std::vector<SupervisorEvent>& restarts,
+                  const std::vector<SupervisorEvent>& down, bool json_output) {
   nlohmann::json s;
   s["job_id"] = job.id();
   s["name"] = job.spec().name();
@@ -317,8 +391,18 @@ void PrintSummary(const v1::Job& job, const std::map<int64_t, v1::StepMetrics>& 
   s["phase_seconds"] = phases;
   if (tok_n > 0) s["mean_tokens_per_s"] = tokens / tok_n;
   if (switch_s > 0 && phase_total > 0) s["switch_share"] = switch_s / phase_total;
+  s["worker_restarts"] = nlohmann::json::array();
+  for (const auto& r : restarts) {
+    s["worker_restarts"].push_back(
+        {{"worker", r.member}, {"reason", r.reason}, {"time", r.time}, {"restart", r.restart}, {"pid", r.pid}});
+  }
+  // Workers that exited during the job and were not restarted.
+  for (const auto& d : down) {
+    s["workers_not_restarted"].push_back({{"worker", d.member}, {"reason", d.reason}, {"why", WhyNotRestarted(d)}});
+  }
   s["output_dir"] = (dir / "final").string();
   s["metrics"] = (dir / "metrics.jsonl").string();
+  s["events"] = (dir / "events.jsonl").string();
   std::ofstream(dir / "summary.json") << s.dump(2) << "\n";
   if (json_output) {
     std::cout << s.dump() << "\n";
@@ -350,8 +434,21 @@ void PrintSummary(const v1::Job& job, const std::map<int64_t, v1::StepMetrics>& 
   if (switch_s > 0 && phase_total > 0) {
     std::cout << absl::StrFormat("switch share %.1f%% of phase time (%.2f s)\n", 100 * switch_s / phase_total, switch_s);
   }
+  if (!restarts.empty()) {
+    std::vector<std::string> items;
+    for (const auto& r : restarts) items.push_back(absl::StrCat(r.member, " (", r.reason, ")"));
+    if (items.size() > 4) {
+      items.resize(4);
+      items.push_back("...");
+    }
+    std::cout << "restarts     " << restarts.size() << ": " << absl::StrJoin(items, ", ") << "\n";
+  }
+  for (const auto& d : down) {
+    std::cout << "not restarted " << d.member << " (" << d.reason << "): " << WhyNotRestarted(d) << "\n";
+  }
   if (job.state() == v1::JOB_STATE_SUCCEEDED) std::cout << "model        " << (dir / "final").string() << "\n";
   std::cout << "metrics      " << (dir / "metrics.jsonl").string() << "\n"
+            << "events       " << (dir / "events.jsonl").string() << "\n"
             << "logs         " << (dir / "coordinator.log").string() << ", " << (dir / "worker-*.log").string() << "\n";
 }
 
@@ -367,20 +464,26 @@ std::string WorkerDevice(const v1::JobSpec& spec, const ParsedArgs& p) {
 
 int CmdRunLocal(const Args& args) {
   const std::string usage =
-      "Usage: tandemctl run --local [--workers N] [--run-dir DIR] JOB.yaml [--set key.path=value ...]\n"
+      "Usage: tandemctl run --local [--workers N] [--run-dir DIR] [--no-restart] JOB.yaml\n"
+      "                            [--set key.path=value ...]\n"
       "Runs one job on this machine: starts tandem-coordinator and N tandem-worker processes on\n"
       "127.0.0.1 (ephemeral ports, fresh tokens), submits the job, shows progress, prints a summary\n"
       "and stops every process it started (also on failure and Ctrl-C).\n"
       "  --workers N     workers to start (default: the job's cluster.workers)\n"
       "  --run-dir DIR   where logs, state, metrics.jsonl and final/ go (default runs/<job>-<time>)\n"
       "  --resume-from P start from a checkpoint\n"
+      "  --no-restart    do not restart a worker that fails during the job (by default one that\n"
+      "                  exits non-zero or is killed by a signal is restarted with the same name,\n"
+      "                  after 0.5 s doubling to 4 s, at most 5 times per worker; the job then\n"
+      "                  recovers from its newest checkpoint; see DIR/events.jsonl)\n"
       "  --worker-device cpu-guarded\n"
       "                  debugging: a cpu job's workers run the GPU code path on the CPU with\n"
       "                  every buffer in memory the host cannot touch (docs/gpu.md)\n"
       "Programs are found next to tandemctl or on PATH (override: TANDEM_COORDINATOR_BIN,\n"
       "TANDEM_WORKER_BIN). Exit: 0 succeeded, 1 failed, 2 invalid job, 3 cancelled/interrupted.\n";
   int code = 0;
-  auto p = ParseOrUsage(args, {{"set", "workers", "run-dir", "resume-from", "worker-device"}, {"local"}, {}}, usage, &code);
+  auto p = ParseOrUsage(
+      args, {{"set", "workers", "run-dir", "resume-from", "worker-device"}, {"local", "no-restart"}, {}}, usage, &code);
   if (!p) return code;
   if (!p->Has("local")) {
     std::cerr << "tandemctl: run needs --local (the only mode; use submit for a cluster)\n\n" << usage;
@@ -451,6 +554,10 @@ int CmdRunLocal(const Args& args) {
     cancel.Cancel();
   });
   const auto t0 = std::chrono::steady_clock::now();
+  ProgressPrinter progress;
+  RunEvents events(dir / "events.jsonl", &progress, json);
+  // Declared after `events`: the cluster (and its supervisor thread, which
+  // reports to `events`) is stopped first.
   LocalCluster cluster;
   auto fail = [&](const std::string& msg, int exit_code) {
     std::cerr << "\ntandemctl: " << msg << "\n";
@@ -462,7 +569,12 @@ int CmdRunLocal(const Args& args) {
   if (absl::Status st = cluster.StartCoordinator(*coordinator_bin, dir, &cancel); !st.ok()) {
     return interrupted.load() ? interrupted_exit() : fail(std::string(st.message()), kExitFailed);
   }
-  if (absl::Status st = cluster.StartWorkers(*worker_bin, dir, workers, device, threads); !st.ok()) {
+  SupervisorOptions restart;
+  restart.restart = !p->Has("no-restart");
+  restart.stop_grace = kStopGrace;
+  if (absl::Status st = cluster.StartWorkers(*worker_bin, dir, workers, device, threads, restart,
+                                             [&events](const SupervisorEvent& e) { events.Supervisor(e); });
+      !st.ok()) {
     return fail(std::string(st.message()), kExitFailed);
   }
   if (!json) {
@@ -470,7 +582,8 @@ int CmdRunLocal(const Args& args) {
               << cluster.metrics_address() << "/metrics), " << workers << " " << device
               << " worker(s) x " << threads << " thread(s); run dir " << dir.string() << "\n";
   }
-  // gRPC only now: every fork is done.
+  // gRPC from here on; restarts fork on the supervisor thread (safe with
+  // gRPC running: child_process.h).
   ClientOptions options;
   options.coordinator = cluster.grpc_address();
   options.token = *admin;
@@ -485,10 +598,9 @@ int CmdRunLocal(const Args& args) {
                  ? fail("tandem-coordinator exited; its log:\n" + TailOfFile(cluster.log(), 20), kExitFailed)
                  : interrupted_exit();
     }
-    int dead = -1;
-    if (cluster.AnyWorkerDead(&dead)) {
-      return fail(absl::StrCat("worker local-", dead, " exited during start-up; its log:\n",
-                               TailOfFile(dir / absl::StrCat("worker-", dead, ".log"), 20)),
+    if (auto down = cluster.FirstDownWorker()) {
+      return fail(absl::StrCat("worker ", down->member, " exited during start-up (", down->reason, "); its log:\n",
+                               TailOfFile(down->log_file, 20)),
                   kExitFailed);
     }
     v1::ListWorkersResponse resp;
@@ -498,7 +610,13 @@ int CmdRunLocal(const Args& args) {
     if (client.stub().ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok()) {
       for (const auto& w : resp.workers()) idle += w.state() == v1::WORKER_STATE_IDLE;
     }
-    if (idle >= workers) break;
+    if (idle >= workers) {
+      // From now on a failed worker is restarted; one that died a moment
+      // before still counts as a start-up failure (reported at the top).
+      cluster.AllowRestarts();
+      if (!cluster.FirstDownWorker()) break;
+      continue;
+    }
     if (std::chrono::steady_clock::now() > reg_until) {
       return fail(absl::StrCat("only ", idle, " of ", workers, " workers registered within ",
                                kRegisterTimeout.count(), " s; see ", dir.string(), "/worker-*.log"),
@@ -523,7 +641,6 @@ int CmdRunLocal(const Args& args) {
 
   std::map<int64_t, v1::StepMetrics> steps;
   std::ofstream metrics(dir / "metrics.jsonl", std::ios::trunc);
-  ProgressPrinter progress;
   v1::Job final_job;
   grpc::Status s = FollowJob(
       client, sresp.job_id(), /*from_start=*/true,
@@ -534,8 +651,8 @@ int CmdRunLocal(const Args& args) {
           MergeStep(&steps[step], ev.metrics());
           if (is_new) metrics << StepJson(ev.metrics()).dump() << "\n" << std::flush;
           if (!json) progress.Step(job, steps[step]);
-        } else if (!json && (ev.kind() == "state" || ev.kind() == "recovery" || ev.kind() == "worker")) {
-          progress.Message(absl::StrCat("[", ev.kind(), "] ", ev.message()));
+        } else if (ev.kind() == "state" || ev.kind() == "recovery" || ev.kind() == "worker") {
+          events.Job(ev);
         }
       },
       &cancel, &final_job, std::chrono::seconds(30));
@@ -574,7 +691,7 @@ int CmdRunLocal(const Args& args) {
     }
   }
   cluster.Shutdown();
-  PrintSummary(final_job, steps, dir, wall, json);
+  PrintSummary(final_job, steps, dir, wall, cluster.restarts(), cluster.down_workers(), json);
   return ExitCodeForJob(final_job);
 }
 

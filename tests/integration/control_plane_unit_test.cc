@@ -1,18 +1,23 @@
 // Unit tests of the pure parts of the worker daemon and tandemctl: backoff,
 // argument parsing, exit codes, formatting, and child-process handling.
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "server/cli/child_process.h"
 #include "server/cli/cli_args.h"
 #include "server/cli/exit_codes.h"
 #include "server/cli/format.h"
+#include "server/cli/worker_supervisor.h"
 #include "worker/daemon/backoff.h"
 #include "worker/daemon/host_info.h"
 
@@ -129,6 +134,32 @@ TEST(ChildProcessTest, StopsWithSigtermAndEscalatesToSigkill) {
   EXPECT_FALSE((*stubborn)->Running());
   EXPECT_EQ((*polite)->ExitText(), "signal 15");
   EXPECT_EQ((*stubborn)->ExitText(), "signal 9");
+  EXPECT_EQ((*polite)->ExitReason(), "signal 15: terminated");
+  EXPECT_EQ((*stubborn)->ExitReason(), "signal 9: killed");
+  EXPECT_FALSE((*stubborn)->ExitedCleanly());
+}
+
+TEST(ChildProcessTest, ExitReasonAndInheritedDescriptors) {
+  const std::string log = ::testing::TempDir() + "/fds.log";
+  std::remove(log.c_str());
+  // A descriptor opened without O_CLOEXEC (as std::ofstream does) must not
+  // reach the child.
+  const int opened = open("/dev/null", O_RDONLY);
+  ASSERT_GE(opened, 0);
+  const int leaky = fcntl(opened, F_DUPFD, 100);  // clear of the one ls opens itself
+  close(opened);
+  ASSERT_GE(leaky, 100);
+  auto c = cli::ChildProcess::Start(
+      {"/bin/sh", {"-c", "ls /proc/self/fd | tr '\\n' ' '; exit 3"}, log, false});
+  close(leaky);
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (int i = 0; i < 500 && (*c)->Running(); ++i) usleep(10 * 1000);
+  EXPECT_EQ((*c)->ExitReason(), "exit 3");
+  EXPECT_FALSE((*c)->ExitedCleanly());
+  std::ifstream in(log);
+  std::string fds((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(fds.find("0 1 2 "), std::string::npos) << fds;
+  EXPECT_EQ(fds.find(" " + std::to_string(leaky) + " "), std::string::npos) << fds;
 }
 
 TEST(ChildProcessTest, PipesStdout) {
@@ -141,6 +172,171 @@ TEST(ChildProcessTest, PipesStdout) {
   for (int i = 0; i < 200 && (*c)->Running(); ++i) usleep(10 * 1000);
   (*c)->Stop(milliseconds(1000));
   EXPECT_EQ((*c)->ExitText(), "exit 0");
+  EXPECT_TRUE((*c)->ExitedCleanly());
+}
+
+// Supervised members are /bin/sh scripts; events are collected from the
+// supervisor thread.
+class SupervisorTest : public ::testing::Test {
+ protected:
+  using Kind = cli::SupervisorEvent::Kind;
+  static cli::SupervisorOptions Fast() {
+    cli::SupervisorOptions o;
+    o.max_restarts = 3;
+    o.initial_backoff = milliseconds(20);
+    o.max_backoff = milliseconds(40);
+    o.poll = milliseconds(10);
+    o.stop_grace = milliseconds(2000);
+    return o;
+  }
+  cli::WorkerSupervisor::EventFn Collect() {
+    return [this](const cli::SupervisorEvent& e) {
+      absl::MutexLock lock(&mu_);
+      events_.push_back(e);
+    };
+  }
+  std::vector<cli::SupervisorEvent> Events() {
+    absl::MutexLock lock(&mu_);
+    return events_;
+  }
+  cli::SupervisedMember Member(const std::string& name, const std::string& script) {
+    const std::string log = ::testing::TempDir() + "/sup-" + name + ".log";
+    std::remove(log.c_str());
+    return {name, {"/bin/sh", {"-c", script}, log, false}};
+  }
+  // Polls until pred() holds, at most `limit`.
+  template <typename Pred>
+  static bool WaitFor(Pred pred, milliseconds limit = milliseconds(10000)) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < until) {
+      if (pred()) return true;
+      usleep(10 * 1000);
+    }
+    return pred();
+  }
+  static std::string ReadFile(const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  absl::Mutex mu_;
+  std::vector<cli::SupervisorEvent> events_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(SupervisorTest, BackoffDoublesToTheCap) {
+  cli::SupervisorOptions o;  // the defaults --help states
+  EXPECT_EQ(o.max_restarts, 5);
+  std::vector<int64_t> got;
+  for (int n = 0; n < 6; ++n) got.push_back(cli::RestartBackoff(o, n).count());
+  EXPECT_EQ(got, (std::vector<int64_t>{500, 1000, 2000, 4000, 4000, 4000}));
+}
+
+TEST_F(SupervisorTest, RestartsAFailingMemberUpToTheBoundThenGivesUp) {
+  cli::WorkerSupervisor sup(Fast(), Collect());
+  auto m = Member("crashy", "echo started; sleep 0.2; exit 3");
+  ASSERT_TRUE(sup.Start({m}).ok());
+  sup.AllowRestarts();
+  ASSERT_TRUE(WaitFor([&] { return !sup.Down().empty(); })) << "never gave up";
+  EXPECT_EQ(sup.Down().front().kind, Kind::kGaveUp);
+  EXPECT_EQ(sup.restart_count(), 3);
+  const auto events = Events();
+  ASSERT_EQ(events.size(), 4u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(events[i].kind, Kind::kRestarted);
+    EXPECT_EQ(events[i].restart, i + 1);
+    EXPECT_EQ(events[i].reason, "exit 3");
+    EXPECT_GT(events[i].pid, 0);
+  }
+  EXPECT_EQ(cli::DescribeEvent(events[0]), "worker crashy exited (exit 3); restarted (1 of 3)");
+  EXPECT_EQ(events[3].kind, Kind::kGaveUp);
+  EXPECT_NE(cli::DescribeEvent(events[3]).find("all 3 restarts are used"), std::string::npos);
+  // Same spec each time, the log appended to: four runs.
+  EXPECT_EQ(ReadFile(m.spec.log_file), "started\nstarted\nstarted\nstarted\n");
+  sup.Stop();
+}
+
+TEST_F(SupervisorTest, CleanExitAndNoRestartAreFinal) {
+  cli::SupervisorOptions off = Fast();
+  off.restart = false;
+  cli::WorkerSupervisor sup(off, Collect());
+  ASSERT_TRUE(sup.Start({Member("killed", "sleep 0.2; kill -9 $$")}).ok());
+  sup.AllowRestarts();  // has no effect with restart off
+  ASSERT_TRUE(WaitFor([&] { return !sup.Down().empty(); }));
+  EXPECT_EQ(sup.Down().front().reason, "signal 9: killed");
+  EXPECT_EQ(sup.Down().front().note, "--no-restart");
+  sup.Stop();
+
+  cli::WorkerSupervisor clean(Fast(), nullptr);
+  ASSERT_TRUE(clean.Start({Member("done", "sleep 0.2; exit 0")}).ok());
+  clean.AllowRestarts();
+  ASSERT_TRUE(WaitFor([&] { return !clean.Down().empty(); }));
+  EXPECT_EQ(clean.Down().front().note, "clean exit");
+  EXPECT_EQ(clean.restart_count(), 0);
+}
+
+TEST_F(SupervisorTest, ExitBeforeRestartsAreAllowedIsFinal) {
+  cli::WorkerSupervisor sup(Fast(), Collect());
+  ASSERT_TRUE(sup.Start({Member("early", "exit 2")}).ok());
+  ASSERT_TRUE(WaitFor([&] { return !sup.Down().empty(); }));
+  sup.AllowRestarts();
+  usleep(200 * 1000);
+  EXPECT_EQ(sup.Down().front().note, "during start-up");
+  EXPECT_EQ(sup.restart_count(), 0);
+}
+
+TEST_F(SupervisorTest, StopEndsAMemberRestartedMomentsBeforeAndItsGroup) {
+  // Each run leaves a grandchild in its process group and records its pid.
+  const std::string pids = ::testing::TempDir() + "/sup-pids.txt";
+  std::remove(pids.c_str());
+  cli::WorkerSupervisor sup(Fast(), Collect());
+  auto m = Member("flaky", "sleep 30 & echo $! >> " + pids + "; sleep 0.1; exit 1");
+  ASSERT_TRUE(sup.Start({m}).ok());
+  sup.AllowRestarts();
+  ASSERT_TRUE(WaitFor([&] { return sup.restart_count() >= 1; }));
+  const pid_t restarted = Events().front().pid;
+  sup.Stop();  // right after the restart
+  EXPECT_NE(kill(restarted, 0), 0) << "restarted member still there";
+  std::ifstream in(pids);
+  int n = 0;
+  for (pid_t p; in >> p; ++n) {
+    // Killed with its group: gone, or a zombie until init reaps it.
+    auto dead = [p] {
+      std::ifstream stat("/proc/" + std::to_string(p) + "/stat");
+      std::string pid_field, comm, state;
+      return kill(p, 0) != 0 || !(stat >> pid_field >> comm >> state) || state == "Z";
+    };
+    EXPECT_TRUE(WaitFor(dead, milliseconds(3000))) << "grandchild " << p << " left";
+  }
+  EXPECT_GE(n, 1);
+  // Nothing restarts after Stop().
+  const size_t after = Events().size();
+  usleep(200 * 1000);
+  EXPECT_EQ(Events().size(), after);
+}
+
+TEST_F(SupervisorTest, StopDuringTheBackoffDoesNotRestart) {
+  cli::SupervisorOptions slow = Fast();
+  slow.initial_backoff = milliseconds(10000);
+  slow.max_backoff = milliseconds(10000);
+  cli::WorkerSupervisor sup(slow, Collect());
+  ASSERT_TRUE(sup.Start({Member("a", "sleep 0.1; exit 1"), Member("b", "sleep 30")}).ok());
+  sup.AllowRestarts();
+  usleep(400 * 1000);  // a has exited and waits for its restart
+  const auto t0 = std::chrono::steady_clock::now();
+  sup.Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+  EXPECT_EQ(sup.restart_count(), 0);
+  EXPECT_TRUE(Events().empty());
+}
+
+TEST_F(SupervisorTest, StartFailureLeavesNothingRunning) {
+  cli::WorkerSupervisor sup(Fast(), Collect());
+  auto ok = Member("ok", "sleep 30");
+  auto bad = Member("bad", "true");
+  bad.spec.log_file = "/no/such/dir/bad.log";
+  absl::Status st = sup.Start({ok, bad});
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("bad"), std::string::npos) << st;
+  sup.Stop();
 }
 
 TEST(FindProgramTest, EnvOverrideAndPath) {
