@@ -80,7 +80,12 @@ TEST(JobSpecTest, BadInputsNameTheField) {
   EXPECT_EQ(ErrorOf(base, {"train.lr=.inf"}), "train.lr: must be a finite number, got '.inf'");
   EXPECT_EQ(ErrorOf(base, {"cluster.device=tpu"}), "cluster.device: 'tpu' is not allowed; allowed: cpu, cuda");
   EXPECT_EQ(ErrorOf(base, {"kind=ppo"}), "kind: 'ppo' is not supported yet; allowed: sft, grpo");
-  EXPECT_EQ(ErrorOf(base, {"init.sft.stepz=1"}), "init.sft.stepz: unknown key; allowed: lr, steps");
+  EXPECT_EQ(ErrorOf(base, {"init.sft.stepz=1"}), "init.sft.stepz: unknown key; allowed: lr, steps, stop_accuracy");
+  EXPECT_EQ(ErrorOf(base, {"init.sft.stop_accuracy=1.5"}), "init.sft.stop_accuracy: must be <= 1, got 1.5");
+  EXPECT_EQ(ErrorOf(base, {"init.sft.steps=0", "init.sft.stop_accuracy=0.3"}),
+            "init.sft.stop_accuracy: needs a warm start: set init.sft.steps");
+  EXPECT_EQ(ErrorOf(base, {"init.sft.stop_accuracy=0.3"}), "OK");
+  EXPECT_EQ(ErrorOf(base, {"task.partial_reward=2"}), "task.partial_reward: must be <= 1, got 2");
   EXPECT_EQ(ErrorOf(base, {"init.sft.steps=-1"}), "init.sft.steps: must be >= 0, got -1");
   EXPECT_EQ(ErrorOf(base, {"task.op=sub"}), "task.op: 'sub' is not allowed; allowed: \"\", add, mul");
   std::string megabyte(1 << 20, 'x');

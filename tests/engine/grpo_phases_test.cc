@@ -4,6 +4,7 @@
 // run (SFT warm start, then GRPO) improves reward; N=1 and N=2 produce the
 // same trajectories (rewards, rollout tokens, losses), N=2 at ZeRO stage 3;
 // a GRPO run restored from its checkpoint ends bit-identical.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -120,6 +121,52 @@ TEST(GrpoPhasesTest, SeededRunImprovesReward) {
   std::printf("[grpo-reward] mean reward steps 1-6 %.3f, steps %d-%d %.3f\n", first,
               kSteps - 5, kSteps, last);
   EXPECT_GT(last, first + 0.1);
+}
+
+TEST(GrpoPhasesTest, WarmStartStopAccuracyHoldsTheModel) {
+  // Run A (stop accuracy 1: reported, never reached) finds the best probe
+  // fraction of a warm start; run B stops at that fraction. On 2 ranks at
+  // ZeRO-2, B equals A step for step until A first reaches it; from that
+  // step on every step of B holds (no update, so the probe's verdict stays).
+  constexpr int kWarm = 200;
+  auto spec = [&](double stop) {
+    return ParseSpec(TinyGrpoYaml(), {"init.sft.steps=" + std::to_string(kWarm), "init.sft.lr=1e-2",
+                                      "model.config.hidden_size=64", "model.config.intermediate_size=172",
+                                      "cluster.workers=2", "cluster.zero_stage=2",
+                                      "init.sft.stop_accuracy=" + std::to_string(stop)});
+  };
+  EngineCluster a(2, "job-a");
+  a.SetupOk(spec(1.0));
+  std::vector<double> loss_a, exact_a;
+  for (int w = 1; w <= kWarm; ++w) {
+    const auto m = a.RunOk(PHASE_SFT_STEP, -w).metrics();
+    EXPECT_EQ(m.extra().at("warm_start_held"), 0) << "step " << -w;
+    loss_a.push_back(m.loss());
+    exact_a.push_back(m.extra().at("teacher_forced_exact"));
+  }
+  const double stop = *std::max_element(exact_a.begin(), exact_a.end());
+  ASSERT_GT(stop, 0) << "the tiny model never got a probe example exact: raise kWarm";
+  const int first = static_cast<int>(std::find(exact_a.begin(), exact_a.end(), stop) - exact_a.begin()) + 1;
+  ASSERT_LT(first, kWarm) << "the best probe fraction came only at the last step: raise kWarm";
+
+  EngineCluster b(2, "job-b");
+  b.SetupOk(spec(stop));
+  for (int w = 1; w <= kWarm; ++w) {
+    const auto m = b.RunOk(PHASE_SFT_STEP, -w).metrics();
+    const bool hold = m.extra().at("warm_start_held") == 1;
+    EXPECT_EQ(hold, w >= first) << "step " << -w;
+    if (w <= first) {
+      EXPECT_EQ(m.extra().at("teacher_forced_exact"), exact_a[w - 1]) << "step " << -w;
+    }
+    if (w < first) EXPECT_EQ(m.loss(), loss_a[w - 1]) << "step " << -w << ": B differs from A before its stop";
+    if (hold) {
+      EXPECT_EQ(m.lr(), 0) << "step " << -w;
+      EXPECT_EQ(m.grad_norm(), 0) << "step " << -w;
+      EXPECT_EQ(m.extra().at("teacher_forced_exact"), stop) << "step " << -w << ": held weights changed";
+    }
+  }
+  std::printf("[warm-start-hold] probe fraction %.4f first at warm-start step %d of %d; held from there\n", stop,
+              -first, kWarm);
 }
 
 TEST(GrpoPhasesTest, SameTrajectoriesForOneAndTwoRanks) {

@@ -1,4 +1,5 @@
 // PHASE_SFT_STEP and PHASE_EVAL.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -73,6 +74,30 @@ absl::StatusOr<int64_t> MaxOverRanks(JobContext& ctx, int64_t value) {
   return static_cast<int64_t>(v);
 }
 
+namespace {
+// The fraction of `global`'s examples, over all ranks, that the model gets
+// exact under teacher forcing (forward only; each rank its own shares).
+absl::StatusOr<double> ProbeExactFraction(JobContext& ctx, const std::vector<rl::SftExample>& global) {
+  double exact = 0, examples = 0;
+  std::vector<float> logp;
+  const int64_t micro = std::max(1, ctx.spec().train().micro_batch());
+  for (const DataShare& share : MyShares(ctx, static_cast<int64_t>(global.size()))) {
+    for (const rl::IndexRange& mb : rl::MicroBatches(share.range, micro)) {
+      std::vector<rl::SftExample> ex(global.begin() + mb.begin, global.begin() + mb.end);
+      rl::PackedBatch packed = rl::PackSft(ex, ctx.dataset->tokens().bos, ctx.dataset->tokens().eos);
+      model::Batch batch = ToModelBatch(packed);
+      logp.assign(batch.num_tokens(), 0.f);
+      if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp.data()); !st.ok()) return st;
+      if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
+      CountTeacherForcedExact(packed, logp, &exact, &examples);
+    }
+  }
+  std::vector<double> counts = {exact, examples};
+  if (absl::Status st = AllreduceSum(ctx, counts); !st.ok()) return st;
+  return counts[1] > 0 ? counts[0] / counts[1] : 0.0;
+}
+}  // namespace
+
 absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
   const auto start = std::chrono::steady_clock::now();
   if (!ctx.dataset) {
@@ -94,15 +119,28 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   }
   const float inv = 1.f / static_cast<float>(loss_tokens);
 
-  double loss_sum = 0, tokens = 0, exact = 0, examples = 0;
+  // A warm start with a stop accuracy holds (no forward, backward or
+  // optimizer step) once the warm start's first batch, a fixed probe, is
+  // exact often enough under teacher forcing. The probe depends on the
+  // weights alone, so a held model stays held, with no state to carry
+  // through checkpoints and recoveries.
   const double stop_accuracy = warm_start ? spec.init().sft_stop_accuracy() : 0;
+  double probe_exact = 0;
+  if (stop_accuracy > 0) {
+    auto probe = ProbeExactFraction(ctx, ctx.dataset->GlobalBatch(0, global_batch));
+    if (!probe.ok()) return probe.status();
+    probe_exact = *probe;
+  }
+  const bool hold = stop_accuracy > 0 && probe_exact >= stop_accuracy;
+
+  double loss_sum = 0, tokens = 0;
   std::vector<float> logp, dlogp;
   // Gradients accumulate over this step's micro-batches only.
   ctx.zero->ZeroGrads();
   if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
   // One share at a time (data_shares.h), so a micro-batch never mixes this
   // rank's own examples with a taken-over share's.
-  for (const DataShare& share : MyShares(ctx, global_batch)) {
+  for (const DataShare& share : MyShares(ctx, hold ? 0 : global_batch)) {
     model::BackwardOptions bo;
     bo.skip_attention = CheapBackward(ctx, share);
     for (const rl::IndexRange& mb : rl::MicroBatches(share.range, micro)) {
@@ -115,7 +153,6 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
       dlogp.assign(t, 0.f);
       if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp.data()); !st.ok())
         return st;
-      if (stop_accuracy > 0) CountTeacherForcedExact(packed, logp, &exact, &examples);
       for (int i = 0; i < t; ++i) {
         if (packed.loss_mask[i] != 0.f) {
           loss_sum -= static_cast<double>(logp[i]) * packed.loss_mask[i];
@@ -136,16 +173,6 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   sched.total_steps = warm_start ? spec.init().sft_steps() : spec.train().steps();
   sched.min_lr_ratio = spec.train().min_lr_ratio();
   const double lr = sched.At(data_step);
-  // A warm start with a stop accuracy holds (skips the optimizer step) while
-  // the step's examples, over all ranks, are exact often enough.
-  bool hold = false;
-  double exact_fraction = 0;
-  if (stop_accuracy > 0) {
-    std::vector<double> counts = {exact, examples};
-    if (absl::Status st = AllreduceSum(ctx, counts); !st.ok()) return st;
-    exact_fraction = counts[1] > 0 ? counts[0] / counts[1] : 0;
-    hold = exact_fraction >= stop_accuracy;
-  }
   double grad_norm = 0;
   if (!hold) {
     auto stats = ctx.zero->Step(static_cast<float>(lr),
@@ -162,13 +189,13 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   const double seconds = Seconds(start);
   auto* m = report->mutable_metrics();
   m->set_step(step);
-  m->set_loss(sums[0] / static_cast<double>(loss_tokens));
+  m->set_loss(hold ? 0 : sums[0] / static_cast<double>(loss_tokens));
   m->set_lr(hold ? 0 : lr);
   m->set_grad_norm(grad_norm);
   m->set_tokens_per_s(sums[1] / seconds);
   if (warm_start) (*m->mutable_extra())["warmup"] = 1;
   if (stop_accuracy > 0) {
-    (*m->mutable_extra())["teacher_forced_exact"] = exact_fraction;
+    (*m->mutable_extra())["teacher_forced_exact"] = probe_exact;
     (*m->mutable_extra())["warm_start_held"] = hold ? 1 : 0;
   }
   for (int k = 0; k < comm::kNumCollectiveKinds; ++k) {
