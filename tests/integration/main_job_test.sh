@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The README's main job, end to end: `tandemctl run --local
+# The README's main job, end to end, as a user gets it: `tandemctl run --local
 # configs/grpo-arith-tiny.yaml` (coordinator + 2 workers, SFT warm start, then
-# GRPO) must succeed and raise held-out exact-match accuracy by >= 0.2 over
-# the warm-start model (issue 5). The run is deterministic: its numbers do not
-# depend on timing. Bounded by the ctest TIMEOUT and `timeout`.
+# GRPO) with this machine's own environment must succeed, raise held-out
+# exact-match accuracy by at least MIN_GAIN (the README's promise, 0.25; every
+# run of bench/main_job/matrix.sh clears it with margin, docs/benchmarks.md),
+# show a rising reward curve and leave the final model with its tokenizer.
+# The run is deterministic for a given BLAS kernel: its numbers do not depend
+# on timing. Bounded by the ctest TIMEOUT and `timeout`.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 source "$ROOT/tests/support/require.sh"
@@ -16,14 +19,20 @@ timeout 900 "$TANDEMCTL" run --local "$ROOT/configs/grpo-arith-tiny.yaml" --run-
   --output json > "$WORK/summary.json" 2> "$WORK/stderr.txt" || {
   cat "$WORK/stderr.txt" >&2; tail -n 50 "$WORK/run/coordinator.log" >&2 || true
   echo "FAIL: the main job did not succeed" >&2; exit 1; }
-/usr/bin/python3 - "$WORK/summary.json" <<'PY'
+/usr/bin/python3 - "$WORK/summary.json" "${MIN_GAIN:-0.25}" <<'PY'
 import json, sys
 s = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+min_gain = float(sys.argv[2])
 before, after = s.get("accuracy_before"), s.get("accuracy_after")
 print(f"main job: {s['state']} in {s['wall_seconds']:.0f} s, accuracy {before:.3f} -> {after:.3f}, "
       f"reward curve {[round(r, 2) for r in s.get('reward_curve', [])]}")
 assert s["state"] == "SUCCEEDED", s
-assert after - before >= 0.2, f"accuracy gain {after - before:.3f} < 0.2"
+assert after - before >= min_gain, f"accuracy gain {after - before:.3f} < {min_gain}"
+curve = s.get("reward_curve", [])
+assert len(curve) == 10, f"reward curve has {len(curve)} spans, expected 10"
+assert curve[-1] >= curve[0] + 0.2, f"reward curve does not rise: {curve}"
 PY
-[[ -f "$WORK/run/final/model.safetensors" ]] || { echo "FAIL: no final model" >&2; exit 1; }
+for f in model.safetensors config.json tokenizer.json; do
+  [[ -f "$WORK/run/final/$f" ]] || { echo "FAIL: no final/$f" >&2; exit 1; }
+done
 echo "PASS"
