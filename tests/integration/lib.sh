@@ -88,13 +88,16 @@ start_worker() {
 # ctl ARGS: tandemctl against the test coordinator with the admin token.
 ctl() { "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/admin.token" "$@"; }
 
-# wait_until SECONDS CMD...: polls CMD every 0.2 s until it succeeds.
+# wait_until SECONDS CMD...: polls CMD every 0.2 s until it succeeds, for at
+# most SECONDS of wall time (a slow CMD, e.g. a tandemctl call on a loaded
+# machine, is polled less often, never for longer).
 wait_until() {
   local secs=$1
   shift
-  local n=$((secs * 5))
-  for _ in $(seq 1 "$n"); do
+  local deadline=$((SECONDS + secs))
+  for _ in $(seq 1 $((secs * 5))); do
     if "$@" >/dev/null 2>&1; then return 0; fi
+    ((SECONDS < deadline)) || return 1
     sleep 0.2
   done
   return 1
