@@ -19,7 +19,16 @@ COORD_PID=""
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 fail() {
   log "FAIL: $*"
-  for f in "$WORK"/*.log; do [[ -f "$f" ]] && { echo "--- $f (tail)" >&2; tail -n 25 "$f" >&2; }; done
+  local f
+  for f in "$WORK"/coordinator.log "$WORK"/events-*.jsonl "$WORK"/watch-*.log "$WORK"/worker-*.log; do
+    [[ -f "$f" ]] || continue
+    echo "--- $f (tail)" >&2
+    case $f in
+      */coordinator.log) tail -n 60 "$f" >&2 ;;
+      *.jsonl) event_lines <"$f" | tail -n 25 >&2 ;;
+      *) tail -n 15 "$f" >&2 ;;
+    esac
+  done
   exit 1
 }
 
@@ -35,7 +44,8 @@ cleanup() {
   done
   for pid in "${STARTED_PIDS[@]}"; do kill -KILL -- "-$pid" 2>/dev/null; done
   wait 2>/dev/null
-  if [[ $rc -eq 0 || -z "${KEEP_WORK:-}" ]]; then rm -rf "$WORK"; else log "kept $WORK"; fi
+  # A failed run keeps its logs; KEEP_WORK=1 keeps a passing run's too.
+  if [[ $rc -eq 0 && -z "${KEEP_WORK:-}" ]]; then rm -rf "$WORK"; else log "kept $WORK"; fi
   exit $rc
 }
 trap cleanup EXIT
@@ -102,6 +112,30 @@ wait_until() {
   done
   return 1
 }
+
+# follow_job NAME JOB: `tandemctl watch --output json JOB` in the background
+# (at most 240 s), every event of the job from now on one JSON line in
+# $WORK/events-NAME.jsonl, in the coordinator's order, as it happens: tests
+# key on these events instead of polling the job, which a fast job outruns.
+# Sets FOLLOW_PID; `wait $FOLLOW_PID` gives the job's outcome (0 SUCCEEDED).
+follow_job() {
+  setsid timeout 240 "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/admin.token" \
+    --output json watch "$2" >"$WORK/events-$1.jsonl" 2>>"$WORK/watch-$1.log" &
+  FOLLOW_PID=$!
+  STARTED_PIDS+=("$FOLLOW_PID")
+}
+# event_lines: JSON events on stdin -> one "[kind] message" line each (the
+# escapes protobuf's JSON printer uses in messages undone).
+event_lines() {
+  sed -n -e 's/^{"job_id":"[^"]*","time":[^,]*,"kind":"\([a-z]*\)","message":"\(\([^"\\]\|\\.\)*\)".*/[\1] \2/' \
+    -e 't found' -e 'd' -e ':found' \
+    -e 's/\\u003c/</g; s/\\u003e/>/g; s/\\u0026/\&/g; s/\\u0027/'"'"'/g; s/\\"/"/g; s/\\\\/\\/g; p'
+}
+# job_events NAME: the followed job's events so far, one "[kind] message" line each.
+job_events() { event_lines <"$WORK/events-$1.jsonl"; }
+# event_seen NAME ERE: some event so far matches ERE. (Reads all of it: with
+# pipefail, a reader that stops early fails the pipe.)
+event_seen() { job_events "$1" | RE="$2" awk '!ok && $0 ~ ENVIRON["RE"] { ok = 1 } END { exit !ok }'; }
 
 # Number of workers in STATE (IDLE, BUSY, LOST, ...).
 workers_in_state() { ctl workers --output json | grep -c "\"state\":\"WORKER_STATE_$1\"" || true; }
