@@ -22,14 +22,6 @@ wait_until 30 workers_idle_at_least 2 || fail "workers did not register"
 COMMON=(--workers 2 --set cluster.zero_stage=0 --set "train.steps=$STEPS" --set train.lr=3e-4 --set checkpoint.every=50
         --set checkpoint.keep=2 --set task.eval_size=8)
 
-# step_seen NAME N: the followed job has reported step N.
-step_seen() { event_seen "$1" "^\[step\] step $2/"; }
-# last_step NAME: the newest step the followed job has reported.
-last_step() { job_events "$1" | sed -n 's|^\[step\] step \([0-9]*\)/.*|\1|p' | tail -1; }
-# stepped_after NAME ERE: a step event follows the first event matching ERE.
-stepped_after() {
-  job_events "$1" | RE="$2" awk 'seen && /^\[step\] / { ok = 1 } $0 ~ ENVIRON["RE"] { seen = 1 } END { exit !ok }'
-}
 # check_order FILE WHAT ERE...: FILE (job_events lines) has an event matching
 # each ERE, each after the one before; sets EVENT_AT[i] to the line of the i-th.
 check_order() {
@@ -53,17 +45,17 @@ ID=$(ctl submit "$JOB" "${COMMON[@]}" --set name=degraded --set recovery.degrade
   --set "output_dir=$WORK/deg")
 follow_job deg "$ID"
 WATCH=$FOLLOW_PID
-wait_until 60 step_seen deg 120 || fail "job made no progress"
+wait_until 60 step_at_least deg 120 || fail "job made no progress"
 kill -KILL -- "-$VICTIM"
-log "killed worker b at step $(last_step deg)"
-wait_until 30 event_seen deg "^\[recovery\] degraded: generation" || fail "no degraded continuation"
+log "killed worker b at step $(followed_step deg)"
+wait_until 30 event_seen deg "degraded: generation" || fail "no degraded continuation"
 # The spare starts as soon as the survivor has finished a step on its own:
 # the job certainly runs degraded before it can grow back, and the spare,
 # which needs up to a second to register (hundreds of steps of this job),
 # starts early enough to join before the job ends.
-wait_until 30 stepped_after deg "^\[recovery\] recovered in" || fail "no step after the degraded setup"
+wait_until 30 stepped_after deg "recovered in" || fail "no step after the degraded setup"
 start_worker c
-log "spare started at step $(last_step deg)"
+log "spare started at step $(followed_step deg)"
 wait "$WATCH" || fail "degraded job did not succeed: $(job_events deg | tail -5)"
 job_in_state "$ID" SUCCEEDED || fail "job is $(job_state "$ID")"
 job_events deg >"$WORK/events-deg.txt"
@@ -90,14 +82,14 @@ EL=$(ctl submit "$JOB" "${COMMON[@]}" --set name=elastic --set cluster.zero_stag
   --set recovery.replacement_timeout_ms=1000 --set "output_dir=$WORK/el")
 follow_job el "$EL"
 WATCH=$FOLLOW_PID
-wait_until 60 step_seen el 120 || fail "elastic job made no progress"
+wait_until 60 step_at_least el 120 || fail "elastic job made no progress"
 kill -KILL -- "-$VICTIM2"
-log "killed worker c at step $(last_step el)"
+log "killed worker c at step $(followed_step el)"
 wait_until 30 event_seen el "elastic: 1 of 2 ranks" || fail "no elastic continuation"
 # As above: the new worker starts once the shrunk job has finished a step.
-wait_until 30 stepped_after el "^\[recovery\] recovered in" || fail "no step after the elastic setup"
+wait_until 30 stepped_after el "recovered in" || fail "no step after the elastic setup"
 start_worker d
-log "new worker started at step $(last_step el)"
+log "new worker started at step $(followed_step el)"
 wait "$WATCH" || fail "elastic job did not succeed: $(job_events el | tail -5)"
 job_events el >"$WORK/events-el.txt"
 check_order "$WORK/events-el.txt" "elastic job" \

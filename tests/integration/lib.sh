@@ -114,16 +114,38 @@ wait_until() {
 }
 
 # follow_job NAME JOB: `tandemctl watch --output json JOB` in the background
-# (at most 240 s), every event of the job from now on one JSON line in
-# $WORK/events-NAME.jsonl, in the coordinator's order, as it happens: tests
-# key on these events instead of polling the job, which a fast job outruns.
-# Sets FOLLOW_PID; `wait $FOLLOW_PID` gives the job's outcome (0 SUCCEEDED).
+# (at most 240 s): every event of the job from the watch's start on, one JSON
+# line in $WORK/events-NAME.jsonl, in the coordinator's order, as it happens
+# (the first line is a snapshot of where the job was then). Tests key on
+# these events instead of polling the job with tandemctl calls, which a fast
+# job outruns on a loaded machine. Sets FOLLOW_PID; `wait $FOLLOW_PID` gives
+# the job's outcome (0 SUCCEEDED).
 follow_job() {
   setsid timeout 240 "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/admin.token" \
     --output json watch "$2" >"$WORK/events-$1.jsonl" 2>>"$WORK/watch-$1.log" &
   FOLLOW_PID=$!
   STARTED_PIDS+=("$FOLLOW_PID")
 }
+# The checks below are polled: each reads the raw file once, with no pipe
+# (with pipefail a reader that stops early would fail it) and no slow regex.
+# event_seen NAME TEXT: some event's message so far contains TEXT (as the
+# JSON has it: TEXT without quotes, backslashes or <>&').
+event_seen() {
+  TEXT=$2 awk '{ m = index($0, "\"message\":\""); if (m && index(substr($0, m), ENVIRON["TEXT"])) { ok = 1; exit } }
+    END { exit !ok }' "$WORK/events-$1.jsonl"
+}
+# stepped_after NAME TEXT: a step event follows the first event whose message contains TEXT.
+stepped_after() {
+  TEXT=$2 awk 'seen && index($0, "\"kind\":\"step\"") { ok = 1; exit }
+    { m = index($0, "\"message\":\""); if (m && index(substr($0, m), ENVIRON["TEXT"])) seen = 1 }
+    END { exit !ok }' "$WORK/events-$1.jsonl"
+}
+# followed_step NAME: the newest step the followed job has reported (0 before any).
+followed_step() {
+  awk 'match($0, /"metrics":\{"step":"[0-9]+"/) { s = substr($0, RSTART + 19, RLENGTH - 20) } END { print s + 0 }' \
+    "$WORK/events-$1.jsonl"
+}
+step_at_least() { (($(followed_step "$1") >= $2)); }
 # event_lines: JSON events on stdin -> one "[kind] message" line each (the
 # escapes protobuf's JSON printer uses in messages undone).
 event_lines() {
@@ -133,9 +155,6 @@ event_lines() {
 }
 # job_events NAME: the followed job's events so far, one "[kind] message" line each.
 job_events() { event_lines <"$WORK/events-$1.jsonl"; }
-# event_seen NAME ERE: some event so far matches ERE. (Reads all of it: with
-# pipefail, a reader that stops early fails the pipe.)
-event_seen() { job_events "$1" | RE="$2" awk '!ok && $0 ~ ENVIRON["RE"] { ok = 1 } END { exit !ok }'; }
 
 # Number of workers in STATE (IDLE, BUSY, LOST, ...).
 workers_in_state() { ctl workers --output json | grep -c "\"state\":\"WORKER_STATE_$1\"" || true; }
