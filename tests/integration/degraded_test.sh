@@ -7,10 +7,10 @@
 # fp32 tolerance (the degraded steps sum the same gradients in another order;
 # the learning rate is kept low so that the training is not chaotic).
 #
-# The tiny job runs hundreds of steps a second, more than one tandemctl call
-# takes on a loaded machine: the test follows each job's events as they
-# happen (follow_job), acts on them, and checks their order once the job is
-# over, never where a job is at some later moment.
+# The tiny job runs hundreds of steps a second, and one tandemctl call takes
+# close to a second on a loaded machine: the test follows each job's events
+# as they happen (follow_job), acts on them, and checks their order once the
+# job is over, never where a job is at some later moment.
 source "$(dirname "$0")/lib.sh"
 JOB="$TI_DIR/jobs/sft-tiny.yaml"
 STEPS=${STEPS:-1200}
