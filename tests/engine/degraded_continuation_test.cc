@@ -290,6 +290,42 @@ TEST(DegradedContinuationTest, UncoveredShareFailsEveryRank) {
   fs::remove_all(dir);
 }
 
+// Rank 1 dies during a checkpoint write, before it announced its shard:
+// rank 0's background writer waits for that announcement. The abort of the
+// old generation ends that wait, so the survivor's degraded SETUP (which
+// drains the old writer) starts at once instead of after the store timeout,
+// and the checkpoint is not published.
+TEST(DegradedContinuationTest, PeerLostDuringACheckpointWriteDoesNotHoldTheSurvivor) {
+  const std::string dir = MakeTempDir("degraded-ckpt");
+  // No peer copies: rank 0's CHECKPOINT phase then needs nothing of rank 1
+  // but its announcement, which the background writer waits for.
+  const JobSpec spec = ParseSpec(TinySftYaml(), {"cluster.workers=2", "cluster.zero_stage=0", "recovery.degraded=true",
+                                                 "recovery.no_peer_copies=true", "checkpoint.dir=" + dir + "/ckpt"});
+  EngineCluster c(2);
+  c.SetupOk(spec);
+  for (int s = 1; s <= 2; ++s) c.RunOk(PHASE_SFT_STEP, s);
+  tandem::v1::PhaseCommand cmd;
+  cmd.set_command_id("checkpoint-2-rank-0");
+  cmd.set_job_id("job-1");
+  cmd.set_generation(c.generation());
+  cmd.set_phase(PHASE_CHECKPOINT);
+  cmd.set_step(2);
+  ReportPhaseRequest report;
+  ASSERT_TRUE(c.engine(0).RunPhase(cmd, &report).ok());  // the write goes on in the background
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (int r = 0; r < 2; ++r) c.engine(r).Abort();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto res = c.SetupMembers(spec, {0}, LiveRestore(2, 2, {0}));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(res.size(), 1u);
+  EXPECT_TRUE(res[0].status.ok()) << res[0].status;
+  EXPECT_LT(seconds, 5.0) << "the survivor's SETUP waited for the lost rank's checkpoint announcement";
+  EXPECT_FALSE(fs::exists(ckpt::FinalDir(dir + "/ckpt", 2) + "/manifest.json"));
+  c.RunOk(PHASE_SFT_STEP, 3);
+  std::printf("[degraded] survivor's SETUP after a peer lost mid-checkpoint: %.2f s\n", seconds);
+  fs::remove_all(dir);
+}
+
 struct RlFigures {
   double loss = 0, reward = 0, kl = 0;
 };

@@ -6,6 +6,11 @@
 # ranks; it succeeds, and its final weights match a fault-free run's within
 # fp32 tolerance (the degraded steps sum the same gradients in another order;
 # the learning rate is kept low so that the training is not chaotic).
+#
+# The tiny job runs hundreds of steps a second, and one tandemctl call takes
+# close to a second on a loaded machine: the test follows each job's events
+# as they happen (follow_job), acts on them, and checks their order once the
+# job is over, never where a job is at some later moment.
 source "$(dirname "$0")/lib.sh"
 require_program python3 python3  # compare_safetensors.py
 JOB="$TI_DIR/jobs/sft-tiny.yaml"
@@ -17,39 +22,56 @@ VICTIM=$LAST_WORKER_PID
 wait_until 30 workers_idle_at_least 2 || fail "workers did not register"
 COMMON=(--workers 2 --set cluster.zero_stage=0 --set "train.steps=$STEPS" --set train.lr=3e-4 --set checkpoint.every=50
         --set checkpoint.keep=2 --set task.eval_size=8)
-job_step() { ctl status "$1" --output json | sed -n 's/.*"step":"\{0,1\}\([0-9]*\).*/\1/p' | head -1; }
-job_step_at_least() { (($(job_step "$1") >= $2)); }
-events_have() { grep -q -- "$2" "$WORK/events-$1.txt"; }
+
+# check_order FILE WHAT ERE...: FILE (job_events lines) has an event matching
+# each ERE, each after the one before; sets EVENT_AT[i] to the line of the i-th.
+check_order() {
+  local file=$1 what=$2 prev=0 n
+  shift 2
+  EVENT_AT=()
+  for re in "$@"; do
+    n=$(RE="$re" awk -v from="$prev" 'NR > from && $0 ~ ENVIRON["RE"] { print NR; exit }' "$file")
+    [[ -n "$n" ]] || fail "$what: no event matching '$re' after line $prev of $file"
+    EVENT_AT+=("$n")
+    prev=$n
+  done
+}
 
 REF=$(ctl submit "$JOB" "${COMMON[@]}" --set name=reference --set "output_dir=$WORK/ref")
-timeout 120 "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/admin.token" watch "$REF" \
-  >"$WORK/events-ref.txt" 2>&1 || fail "reference job: $(tail -5 "$WORK/events-ref.txt")"
+follow_job ref "$REF"
+wait "$FOLLOW_PID" || fail "reference job: $(job_events ref | tail -5)"
 log "reference job done"
 
 ID=$(ctl submit "$JOB" "${COMMON[@]}" --set name=degraded --set recovery.degraded=true \
   --set "output_dir=$WORK/deg")
-timeout 240 "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/admin.token" watch "$ID" \
-  >"$WORK/events-deg.txt" 2>&1 &
-WATCH=$!
-wait_until 60 job_step_at_least "$ID" 120 || fail "job made no progress"
+follow_job deg "$ID"
+WATCH=$FOLLOW_PID
+wait_until 60 step_at_least deg 120 || fail "job made no progress"
 kill -KILL -- "-$VICTIM"
-log "killed worker b at step $(job_step "$ID")"
-wait_until 30 events_have deg "degraded: generation" || fail "no degraded continuation"
-# The spare starts now: it needs about a second to register, which is
-# hundreds of steps of this tiny job, so waiting for the degraded progress
-# below first could let the job finish before it can grow back.
+log "killed worker b at step $(followed_step deg)"
+wait_until 30 event_seen deg "degraded: generation" || fail "no degraded continuation"
+# The spare starts as soon as the survivor has finished a step on its own:
+# the job certainly runs degraded before it can grow back, and the spare,
+# which needs up to a second to register (hundreds of steps of this job),
+# starts early enough to join before the job ends.
+wait_until 30 stepped_after deg "recovered in" || fail "no step after the degraded setup"
 start_worker c
-wait_until 30 events_have deg "recovered in" || fail "degraded setup did not finish"
-grep -q "from live memory" "$WORK/events-deg.txt" || fail "degraded recovery did not keep the live state"
-AT=$(job_step "$ID")
-wait_until 60 job_step_at_least "$ID" $((AT + 100)) || fail "no progress while degraded"
-# Running degraded, or already recovering to grow back (the spare is up).
-state=$(job_state "$ID")
-[[ "$state" == RUNNING || "$state" == RECOVERING ]] || fail "job is $state while degraded"
-log "degraded: step $AT -> $(job_step "$ID")"
-wait_until 60 events_have deg "growing back to 2 of 2 ranks" || fail "the job did not grow back"
-wait "$WATCH" || fail "degraded job did not succeed: $(tail -5 "$WORK/events-deg.txt")"
+log "spare started at step $(followed_step deg)"
+wait "$WATCH" || fail "degraded job did not succeed: $(job_events deg | tail -5)"
 job_in_state "$ID" SUCCEEDED || fail "job is $(job_state "$ID")"
+job_events deg >"$WORK/events-deg.txt"
+check_order "$WORK/events-deg.txt" "degraded job" \
+  "^\[recovery\] recovering \(generation 1 -> 2, attempt 1\)" \
+  "^\[recovery\] degraded: generation 2 continues on 1 of 2 ranks .*restoring the survivors' live state" \
+  "^\[recovery\] recovered in .* from live memory; resuming at step [0-9]+ \(0 steps redone\)" \
+  "^\[recovery\] growing back to 2 of 2 ranks \(degraded mode ends\): generation 3 .*; restoring step [0-9]+ from disk" \
+  "^\[state\] job succeeded"
+(($(grep -c "^\[recovery\] recovering (" "$WORK/events-deg.txt") == 2)) \
+  || fail "degraded job: recoveries other than the loss and the grow back: $(grep "^\[recovery\]" "$WORK/events-deg.txt")"
+FIRST=$(sed -n "${EVENT_AT[2]}s/.*resuming at step \([0-9]*\).*/\1/p" "$WORK/events-deg.txt")
+LAST=$(sed -n "${EVENT_AT[3]}s/.*restoring step \([0-9]*\) from disk.*/\1/p" "$WORK/events-deg.txt")
+((LAST >= FIRST)) || fail "no step ran degraded (resumed at $FIRST, grew back at $LAST)"
+log "degraded: steps $FIRST-$LAST on 1 of 2 ranks, then 2 of 2"
 grep -E "degraded|growing back|recovered in|checkpoint of step" "$WORK/events-deg.txt" | head -20 >&2
 python3 "$TI_DIR/compare_safetensors.py" "$WORK/ref/model.safetensors" "$WORK/deg/model.safetensors" \
   --max-abs "${MAX_ABS:-1e-4}" || fail "degraded run's final weights differ from the fault-free run's"
@@ -59,17 +81,30 @@ python3 "$TI_DIR/compare_safetensors.py" "$WORK/ref/model.safetensors" "$WORK/de
 VICTIM2=$LAST_WORKER_PID  # worker c
 EL=$(ctl submit "$JOB" "${COMMON[@]}" --set name=elastic --set cluster.zero_stage=2 --set cluster.min_workers=1 \
   --set recovery.replacement_timeout_ms=1000 --set "output_dir=$WORK/el")
-timeout 240 "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/admin.token" watch "$EL" \
-  >"$WORK/events-el.txt" 2>&1 &
-WATCH=$!
-wait_until 60 job_step_at_least "$EL" 120 || fail "elastic job made no progress"
+follow_job el "$EL"
+WATCH=$FOLLOW_PID
+wait_until 60 step_at_least el 120 || fail "elastic job made no progress"
 kill -KILL -- "-$VICTIM2"
-wait_until 30 events_have el "elastic: 1 of 2 ranks" || fail "no elastic continuation"
-AT=$(job_step "$EL")
-wait_until 60 job_step_at_least "$EL" $((AT + 50)) || fail "no progress while elastic"
+log "killed worker c at step $(followed_step el)"
+wait_until 30 event_seen el "elastic: 1 of 2 ranks" || fail "no elastic continuation"
+# As above: the new worker starts once the shrunk job has finished a step.
+wait_until 30 stepped_after el "recovered in" || fail "no step after the elastic setup"
 start_worker d
-wait_until 60 events_have el "growing back to 2 of 2 ranks" || fail "the elastic job did not grow back"
-wait "$WATCH" || fail "elastic job did not succeed: $(tail -5 "$WORK/events-el.txt")"
+log "new worker started at step $(followed_step el)"
+wait "$WATCH" || fail "elastic job did not succeed: $(job_events el | tail -5)"
+job_events el >"$WORK/events-el.txt"
+check_order "$WORK/events-el.txt" "elastic job" \
+  "^\[recovery\] recovering \(generation 1 -> 2, attempt 1\)" \
+  "^\[recovery\] generation 2 on [^ ]+ \(elastic: 1 of 2 ranks\); restoring step [0-9]+ from disk" \
+  "^\[recovery\] recovered in .*; resuming at step [0-9]+" \
+  "^\[recovery\] growing back to 2 of 2 ranks: generation 3 .*; restoring step [0-9]+ from disk" \
+  "^\[state\] job succeeded"
+(($(grep -c "^\[recovery\] recovering (" "$WORK/events-el.txt") == 2)) \
+  || fail "elastic job: recoveries other than the loss and the grow back: $(grep "^\[recovery\]" "$WORK/events-el.txt")"
+FIRST=$(sed -n "${EVENT_AT[2]}s/.*resuming at step \([0-9]*\).*/\1/p" "$WORK/events-el.txt")
+LAST=$(sed -n "${EVENT_AT[3]}s/.*restoring step \([0-9]*\) from disk.*/\1/p" "$WORK/events-el.txt")
+((LAST >= FIRST)) || fail "no step ran elastic (resumed at $FIRST, grew back at $LAST)"
+log "elastic: steps $FIRST-$LAST on 1 of 2 ranks, then 2 of 2"
 grep -E "elastic|growing back|recovered in" "$WORK/events-el.txt" | head -10 >&2
 python3 "$TI_DIR/compare_safetensors.py" "$WORK/ref/model.safetensors" "$WORK/el/model.safetensors" \
   --max-abs "${MAX_ABS:-1e-4}" || fail "elastic run's final weights differ from the fault-free run's"

@@ -29,7 +29,16 @@ COORD_PID=""
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 fail() {
   log "FAIL: $*"
-  for f in "$WORK"/*.log; do [[ -f "$f" ]] && { echo "--- $f (tail)" >&2; tail -n 25 "$f" >&2; }; done
+  local f
+  for f in "$WORK"/coordinator.log "$WORK"/events-*.jsonl "$WORK"/watch-*.log "$WORK"/worker-*.log; do
+    [[ -f "$f" ]] || continue
+    echo "--- $f (tail)" >&2
+    case $f in
+      */coordinator.log) tail -n 60 "$f" >&2 ;;
+      *.jsonl) event_lines <"$f" | tail -n 25 >&2 ;;
+      *) tail -n 15 "$f" >&2 ;;
+    esac
+  done
   exit 1
 }
 
@@ -45,7 +54,8 @@ cleanup() {
   done
   for pid in "${STARTED_PIDS[@]}"; do kill -KILL -- "-$pid" 2>/dev/null; done
   wait 2>/dev/null
-  if [[ $rc -eq 0 || -z "${KEEP_WORK:-}" ]]; then rm -rf "$WORK"; else log "kept $WORK"; fi
+  # A failed run keeps its logs; KEEP_WORK=1 keeps a passing run's too.
+  if [[ $rc -eq 0 && -z "${KEEP_WORK:-}" ]]; then rm -rf "$WORK"; else log "kept $WORK"; fi
   exit $rc
 }
 trap cleanup EXIT
@@ -98,17 +108,63 @@ start_worker() {
 # ctl ARGS: tandemctl against the test coordinator with the admin token.
 ctl() { "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/admin.token" "$@"; }
 
-# wait_until SECONDS CMD...: polls CMD every 0.2 s until it succeeds.
+# wait_until SECONDS CMD...: polls CMD every 0.2 s until it succeeds, for at
+# most SECONDS of wall time (a slow CMD, e.g. a tandemctl call on a loaded
+# machine, is polled less often, never for longer).
 wait_until() {
   local secs=$1
   shift
-  local n=$((secs * 5))
-  for _ in $(seq 1 "$n"); do
+  local deadline=$((SECONDS + secs))
+  for _ in $(seq 1 $((secs * 5))); do
     if "$@" >/dev/null 2>&1; then return 0; fi
+    ((SECONDS < deadline)) || return 1
     sleep 0.2
   done
   return 1
 }
+
+# follow_job NAME JOB: `tandemctl watch --output json JOB` in the background
+# (at most 240 s): every event of the job from the watch's start on, one JSON
+# line in $WORK/events-NAME.jsonl, in the coordinator's order, as it happens
+# (the first line is a snapshot of where the job was then). Tests key on
+# these events instead of polling the job with tandemctl calls, which a fast
+# job outruns on a loaded machine. Sets FOLLOW_PID; `wait $FOLLOW_PID` gives
+# the job's outcome (0 SUCCEEDED).
+follow_job() {
+  setsid timeout 240 "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/admin.token" \
+    --output json watch "$2" >"$WORK/events-$1.jsonl" 2>>"$WORK/watch-$1.log" &
+  FOLLOW_PID=$!
+  STARTED_PIDS+=("$FOLLOW_PID")
+}
+# The checks below are polled: each reads the raw file once, with no pipe
+# (with pipefail a reader that stops early would fail it) and no slow regex.
+# event_seen NAME TEXT: some event's message so far contains TEXT (as the
+# JSON has it: TEXT without quotes, backslashes or <>&').
+event_seen() {
+  TEXT=$2 awk '{ m = index($0, "\"message\":\""); if (m && index(substr($0, m), ENVIRON["TEXT"])) { ok = 1; exit } }
+    END { exit !ok }' "$WORK/events-$1.jsonl"
+}
+# stepped_after NAME TEXT: a step event follows the first event whose message contains TEXT.
+stepped_after() {
+  TEXT=$2 awk 'seen && index($0, "\"kind\":\"step\"") { ok = 1; exit }
+    { m = index($0, "\"message\":\""); if (m && index(substr($0, m), ENVIRON["TEXT"])) seen = 1 }
+    END { exit !ok }' "$WORK/events-$1.jsonl"
+}
+# followed_step NAME: the newest step the followed job has reported (0 before any).
+followed_step() {
+  awk 'match($0, /"metrics":\{"step":"[0-9]+"/) { s = substr($0, RSTART + 19, RLENGTH - 20) } END { print s + 0 }' \
+    "$WORK/events-$1.jsonl"
+}
+step_at_least() { (($(followed_step "$1") >= $2)); }
+# event_lines: JSON events on stdin -> one "[kind] message" line each (the
+# escapes protobuf's JSON printer uses in messages undone).
+event_lines() {
+  sed -n -e 's/^{"job_id":"[^"]*","time":[^,]*,"kind":"\([a-z]*\)","message":"\(\([^"\\]\|\\.\)*\)".*/[\1] \2/' \
+    -e 't found' -e 'd' -e ':found' \
+    -e 's/\\u003c/</g; s/\\u003e/>/g; s/\\u0026/\&/g; s/\\u0027/'"'"'/g; s/\\"/"/g; s/\\\\/\\/g; p'
+}
+# job_events NAME: the followed job's events so far, one "[kind] message" line each.
+job_events() { event_lines <"$WORK/events-$1.jsonl"; }
 
 # Number of workers in STATE (IDLE, BUSY, LOST, ...).
 workers_in_state() { ctl workers --output json | grep -c "\"state\":\"WORKER_STATE_$1\"" || true; }

@@ -5,7 +5,8 @@
 // job's AsyncWriter. Each rank writes its shard into step-N.partial/, then
 // announces {file, bytes, xxh64} through the rendezvous store; rank 0 waits
 // for every announcement, writes the manifest and publishes the directory
-// (rename + fsync), then applies retention. The coordinator learns of the
+// (rename + fsync), then applies retention; the job's abort ends its waits
+// (the checkpoint is then not published). The coordinator learns of the
 // published checkpoint (step, directory, size on disk: every shard plus the
 // manifest) from ReportPhaseRequest.checkpoints in rank 0's next report.
 #include <chrono>
@@ -13,6 +14,8 @@
 
 #include "nlohmann/json.hpp"
 #include "worker/ckpt/checkpoint.h"
+#include "worker/comm/abort_signal.h"
+#include "worker/comm/store.h"
 #include "worker/engine/peer_snapshot.h"
 #include "worker/engine/phases.h"
 
@@ -123,9 +126,15 @@ absl::Status Checkpoint(JobContext& ctx, int64_t step, ReportPhaseRequest* repor
   const int keep = ctx.spec().checkpoint().keep();
   const int world = ctx.world;
   comm::Store* store = ctx.store.get();
+  // The job's abort ends the writer's store waits: rank 0 would otherwise
+  // wait the whole timeout for the announcement of a rank that died
+  // mid-write, and so would whatever drains this writer next (the SETUP of
+  // the next generation, a degraded survivor's included).
+  std::shared_ptr<comm::AbortSignal> abort = ctx.abort;
   JobContext* c = &ctx;
-  ctx.writer->Submit([state = std::move(state), manifest, root, keep, world, store, c,
+  ctx.writer->Submit([state = std::move(state), manifest, root, keep, world, store, abort, c,
                       step]() mutable -> absl::Status {
+    comm::AbortableStore abortable(store, abort);
     const auto w0 = Clock::now();
     const std::string dir = ckpt::PartialDir(root, step);
     auto info = ckpt::WriteShard(dir, world, state);
@@ -133,14 +142,14 @@ absl::Status Checkpoint(JobContext& ctx, int64_t step, ReportPhaseRequest* repor
     nlohmann::json j = {{"file", info->file}, {"rank", info->rank},
                         {"bytes", info->bytes}, {"xxh64", info->xxh64}};
     const std::string prefix = "ckpt/" + std::to_string(step);
-    if (absl::Status st = store->Set(prefix + "/shard/" + std::to_string(state.rank), j.dump());
+    if (absl::Status st = abortable.Set(prefix + "/shard/" + std::to_string(state.rank), j.dump());
         !st.ok())
       return st;
     // Rank 0 writes the manifest and publishes, so that its reports (the
     // ones the coordinator keeps) carry the checkpoint path.
     if (state.rank != 0) return absl::OkStatus();
     for (int r = 0; r < world; ++r) {
-      auto v = store->Get(prefix + "/shard/" + std::to_string(r), std::chrono::seconds(60));
+      auto v = abortable.Get(prefix + "/shard/" + std::to_string(r), std::chrono::seconds(60));
       if (!v.ok()) return v.status();
       auto s = nlohmann::json::parse(*v, nullptr, false);
       if (s.is_discarded()) return absl::InternalError("bad shard announcement in the store");
