@@ -15,11 +15,11 @@ source "$(dirname "$0")/lib.sh"
 require_program python3 python3  # compare_safetensors.py
 JOB="$TI_DIR/jobs/sft-tiny.yaml"
 STEPS=${STEPS:-1200}
-# The killed worker is detected by the failed collective (well under a
-# second); the lease only matters for live workers, and on a 2-core machine
-# with several jobs beside the test a worker's heartbeat can be starved for
-# over 2 s, which made the coordinator drop live workers in the middle of
-# the scenario. A lease of 8 s never fires for a live worker here.
+# The killed worker is detected by the survivor's failed collective (well
+# under a second) or, when the kill falls between two steps, by its lease.
+# On a 2-core machine with several jobs beside the test a live worker's
+# heartbeat can be starved for over 2 s, which made the coordinator drop
+# live workers in the middle of the scenario; an 8 s lease does not.
 start_coordinator --lease-ms 8000 --heartbeat-ms 500
 start_worker a
 start_worker b
