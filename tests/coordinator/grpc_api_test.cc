@@ -265,6 +265,19 @@ TEST_F(CoordinatorTest, BadInputAndCredentialsGetClearErrors) {
   for (int i = 0; i < 1001; ++i) report.add_log_lines("x");
   EXPECT_CODE(cluster_->ReportPhase(Ctx(kJoin).get(), report, &reported), INVALID_ARGUMENT);
   report.clear_log_lines();
+  // Published checkpoints: bounded in count, a path required and bounded,
+  // a size that is not negative.
+  for (int i = 0; i < 65; ++i) report.add_checkpoints()->set_path("/ckpt/step-1");
+  EXPECT_CODE(cluster_->ReportPhase(Ctx(kJoin).get(), report, &reported), INVALID_ARGUMENT);
+  report.clear_checkpoints();
+  report.add_checkpoints()->set_step(1);
+  EXPECT_CODE(cluster_->ReportPhase(Ctx(kJoin).get(), report, &reported), INVALID_ARGUMENT);
+  report.mutable_checkpoints(0)->set_path(std::string(5000, 'p'));
+  EXPECT_CODE(cluster_->ReportPhase(Ctx(kJoin).get(), report, &reported), INVALID_ARGUMENT);
+  report.mutable_checkpoints(0)->set_path("/ckpt/step-1");
+  report.mutable_checkpoints(0)->set_bytes(-1);
+  EXPECT_CODE(cluster_->ReportPhase(Ctx(kJoin).get(), report, &reported), INVALID_ARGUMENT);
+  report.clear_checkpoints();
   EXPECT_CODE(cluster_->ReportPhase(Ctx(kJoin).get(), report, &reported), NOT_FOUND);
 
   tandem::v1::StoreSetRequest set;
