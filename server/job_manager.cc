@@ -57,6 +57,18 @@ std::string StepSummary(const StepMetrics& m, int64_t total) {
   return s;
 }
 
+// A warm-start step's report that the model reached init.sft.stop_accuracy
+// (worker/engine/sft_phases.cc): every rank computes the same allreduced probe.
+bool WarmStartHeld(const StepMetrics& m) {
+  auto it = m.extra().find("warm_start_held");
+  return it != m.extra().end() && it->second == 1;
+}
+
+std::string TeacherForcedExact(const StepMetrics& m) {
+  auto it = m.extra().find("teacher_forced_exact");
+  return it == m.extra().end() ? std::string("?") : absl::StrFormat("%.3f", it->second);
+}
+
 }  // namespace
 
 bool IsTerminal(JobState state) {
@@ -1123,9 +1135,23 @@ void JobManager::CompletePhaseLocked(JobRecord* r, const PlannedPhase& phase) {
   (*acc.mutable_extra())[absl::StrCat(name, "_worker_seconds")] = worker_max;
   (*acc.mutable_extra())[absl::StrCat(name, "_peak_memory_bytes")] = static_cast<double>(peak);
   acc.set_peak_memory_bytes(std::max(acc.peak_memory_bytes(), peak));
+  const bool held = WarmStartHeld(rank0.metrics());
+  const std::string probe = TeacherForcedExact(rank0.metrics());
   r->inflight.reset();
-  r->reports.clear();
-  const PhaseCursor next = r->plan->Next(r->cursor);
+  r->reports.clear();  // rank0 is gone from here on
+  PhaseCursor next = r->plan->Next(r->cursor);
+  const UnitKind kind = r->plan->KindOf(unit);
+  if (kind == UnitKind::kWarmup && held && next.unit <= r->plan->AfterWarmStart().unit) {
+    // The warm start reached its skill level (init.sft.stop_accuracy): the
+    // model no longer changes, so the remaining steps would only re-check it.
+    const int64_t done = -phase.step;
+    EventLocked(r, "warm_start",
+                absl::StrCat("warm start reached init.sft.stop_accuracy ", r->job.spec().init().sft_stop_accuracy(),
+                             " at step ", done, "/", r->job.spec().init().sft_steps(),
+                             " (teacher-forced exact ", probe,
+                             "); skipping the remaining ", r->job.spec().init().sft_steps() - done));
+    next = r->plan->AfterWarmStart();
+  }
   r->cursor = next;
   if (phase.phase == tandem::v1::PHASE_SFT_STEP || phase.phase == tandem::v1::PHASE_UPDATE) {
     // What a degraded recovery keeps: every rank has finished this step.
@@ -1136,7 +1162,6 @@ void JobManager::CompletePhaseLocked(JobRecord* r, const PlannedPhase& phase) {
     rec->set_last_trained_next_sub(next.sub);
   }
   const bool unit_done = next.unit != unit;
-  const UnitKind kind = r->plan->KindOf(unit);
   if (unit_done && (kind == UnitKind::kStep || kind == UnitKind::kWarmup || kind == UnitKind::kBaseline)) {
     acc.set_step(r->plan->StepOf(unit));
     acc.set_wall_time(clock_->WallSeconds());

@@ -49,6 +49,9 @@ class PhasePlan {
   std::optional<PlannedPhase> At(PhaseCursor cursor) const;
   // The cursor after completing At(cursor).
   PhaseCursor Next(PhaseCursor cursor) const;
+  // Where a warm start that reached init.sft.stop_accuracy continues: the
+  // baseline evaluation, skipping the remaining warm-start steps.
+  PhaseCursor AfterWarmStart() const { return {warmup_ + 1, 0}; }
   // The unit that runs `step` (1..steps); past the last step: the export
   // unit. Where a job restored from a checkpoint of step s continues: s + 1.
   int64_t UnitOfStep(int64_t step) const;

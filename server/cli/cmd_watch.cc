@@ -59,7 +59,7 @@ int CmdWatch(const Args& args) {
           last_step = ev.metrics().step();
           progress.Step(job, ev.metrics());
         } else if (ev.kind() == "state" || ev.kind() == "worker" || ev.kind() == "recovery" ||
-                   ev.kind() == "checkpoint") {
+                   ev.kind() == "checkpoint" || ev.kind() == "warm_start") {
           progress.Message(absl::StrCat("[", ev.kind(), "] ", ev.message()));
         }
       },

@@ -651,7 +651,8 @@ int CmdRunLocal(const Args& args) {
           MergeStep(&steps[step], ev.metrics());
           if (is_new) metrics << StepJson(ev.metrics()).dump() << "\n" << std::flush;
           if (!json) progress.Step(job, steps[step]);
-        } else if (ev.kind() == "state" || ev.kind() == "recovery" || ev.kind() == "worker") {
+        } else if (ev.kind() == "state" || ev.kind() == "recovery" || ev.kind() == "worker" ||
+                   ev.kind() == "warm_start") {
           events.Job(ev);
         }
       },

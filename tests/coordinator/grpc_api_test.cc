@@ -352,6 +352,45 @@ TEST_F(CoordinatorTest, SftJobRunsOnTwoWorkersWithEventsLogsAndStore) {
   EXPECT_TRUE(Healthy(channel_));
 }
 
+TEST_F(CoordinatorTest, WarmStartThatReachesItsStopAccuracyEndsEarly) {
+  // Both ranks report the probe verdict (it is allreduced); from the third
+  // warm-start step on the model is held.
+  auto fill = [](FakeWorker&, const tandem::v1::PhaseCommand& cmd, tandem::v1::ReportPhaseRequest* report) {
+    if (cmd.phase() != tandem::v1::PHASE_SFT_STEP) return;
+    auto& extra = *report->mutable_metrics()->mutable_extra();
+    extra["warm_start_held"] = cmd.step() <= -3 ? 1 : 0;
+    extra["teacher_forced_exact"] = cmd.step() <= -3 ? 0.375 : 0.125;
+  };
+  auto* a = AddWorker("alpha", fill);
+  AddWorker("beta", fill);
+  auto spec = SftSpec(2, 2);
+  spec.set_kind(tandem::v1::JOB_KIND_GRPO);
+  spec.mutable_init()->set_sft_steps(1000);
+  spec.mutable_init()->set_sft_stop_accuracy(0.3);
+  std::string id = Submit(spec);
+  auto job = WaitFor(id, Done);
+  ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_SUCCEEDED) << job.reason();
+  const std::vector<std::string> expected = {
+      "PHASE_SETUP(0)",    "PHASE_SFT_STEP(-1)", "PHASE_SFT_STEP(-2)", "PHASE_SFT_STEP(-3)",
+      "PHASE_EVAL(0)",     "PHASE_ROLLOUT(1)",   "PHASE_SCORE(1)",     "PHASE_LOGPROBS(1)",
+      "PHASE_UPDATE(1)",   "PHASE_ROLLOUT(2)",   "PHASE_SCORE(2)",     "PHASE_LOGPROBS(2)",
+      "PHASE_UPDATE(2)",   "PHASE_EVAL(2)",      "PHASE_EXPORT(2)",    "PHASE_TEARDOWN(2)"};
+  EXPECT_EQ(a->phases(), expected);
+  tandem::v1::WatchJobRequest watch;
+  watch.set_job_id(id);
+  watch.set_from_start(true);
+  auto ctx = Ctx(kAdmin, 5000);
+  auto reader = control_->WatchJob(ctx.get(), watch);
+  std::string said;
+  tandem::v1::JobEvent e;
+  while (reader->Read(&e)) {
+    if (e.kind() == "warm_start") said = e.message();
+  }
+  EXPECT_EQ(said,
+            "warm start reached init.sft.stop_accuracy 0.3 at step 3/1000 (teacher-forced exact 0.375); "
+            "skipping the remaining 997");
+}
+
 TEST_F(CoordinatorTest, FailedPhaseFailsTheJobNamingStepPhaseWorkerRank) {
   AddWorker("alpha");
   auto* b = AddWorker("beta");
