@@ -123,6 +123,29 @@ TEST(GrpoPhasesTest, SeededRunImprovesReward) {
   EXPECT_GT(last, first + 0.1);
 }
 
+TEST(GrpoPhasesTest, OldLogprobsComeFromTheUpdateForwardOnlyWithOneOptimizerStep) {
+  // One epoch of one mini-batch: LOGPROBS computes nothing, UPDATE's ratio
+  // is exactly 1 and it reports the sampler mismatch itself.
+  for (const char* minis : {"1", "2"}) {
+    SCOPED_TRACE(std::string("rl.mini_batches=") + minis);
+    EngineCluster c(1);
+    c.SetupOk(ParseSpec(TinyGrpoYaml(), {std::string("rl.mini_batches=") + minis, "rl.prompts_per_step=4"}));
+    c.RunOk(PHASE_ROLLOUT, 1);
+    c.RunOk(PHASE_SCORE, 1);
+    auto lp = c.RunOk(PHASE_LOGPROBS, 1);
+    auto up = c.RunOk(PHASE_UPDATE, 1);
+    const bool single = std::string(minis) == "1";
+    EXPECT_EQ(lp.metrics().extra().contains("logprob_mismatch_mean"), !single);
+    EXPECT_EQ(up.metrics().extra().contains("logprob_mismatch_mean"), single);
+    const auto& with_mismatch = single ? up : lp;
+    EXPECT_LT(with_mismatch.metrics().extra().at("logprob_mismatch_mean"), 1e-4);
+    if (single) {
+      EXPECT_EQ(up.metrics().extra().at("ratio_mean"), 1.0);
+      EXPECT_EQ(up.metrics().extra().at("clip_fraction"), 0.0);
+    }
+  }
+}
+
 TEST(GrpoPhasesTest, WarmStartStopAccuracyHoldsTheModel) {
   // Run A (stop accuracy 1: reported, never reached) finds the best probe
   // fraction of a warm start; run B stops at that fraction. On 2 ranks at

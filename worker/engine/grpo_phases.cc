@@ -24,6 +24,11 @@ double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 int GroupSize(const JobContext& ctx) { return std::max(1, ctx.spec().rl().group_size()); }
+
+// One optimizer step per RL step: PPO's ratio is exactly 1 at that step.
+bool SingleUpdatePerStep(const JobContext& ctx) {
+  return std::max(1, ctx.spec().rl().epochs()) == 1 && std::max(1, ctx.spec().rl().mini_batches()) == 1;
+}
 int64_t PromptsPerStep(const JobContext& ctx) {
   return std::max(1, ctx.spec().rl().prompts_per_step());
 }
@@ -46,6 +51,20 @@ void Scatter(const rl::PackedBatch& packed, const std::vector<const std::vector<
     size_t c = 0;
     for (int j = packed.cu_seqlens[s]; j < packed.cu_seqlens[s + 1]; ++j) {
       if (packed.loss_mask[j] != 0.f && c < per_traj[s]->size()) out[j] = (*per_traj[s])[c++];
+    }
+  }
+}
+
+// Sum and count of |sampled - training| log-prob over the completion tokens
+// that have a sampler log-prob.
+void AddMismatch(const rl::PackedBatch& packed, const std::vector<const std::vector<float>*>& sampled,
+                 const std::vector<float>& logp, double* sum, double* n) {
+  for (int s = 0; s < packed.num_sequences; ++s) {
+    size_t c = 0;
+    for (int j = packed.cu_seqlens[s]; j < packed.cu_seqlens[s + 1]; ++j) {
+      if (packed.loss_mask[j] == 0.f || c >= sampled[s]->size()) continue;
+      *sum += std::abs(static_cast<double>((*sampled[s])[c++]) - logp[j]);
+      *n += 1;
     }
   }
 }
@@ -266,24 +285,31 @@ absl::Status Logprobs(JobContext& ctx, int64_t step, ReportPhaseRequest* report)
                                          " without ROLLOUT and SCORE");
   }
   // Old policy = the weights that generated the rollout (no update since).
-  if (absl::Status st = ComputeLogprobs(ctx, *ctx.zero, ctx.rl.logp_old); !st.ok()) return st;
-  // Train/inference mismatch: the sampler's log-prob of each sampled token
-  // against the training forward's, on the same weights. Near zero unless
-  // the generation and training paths disagree.
-  double diff_sum = 0, diff_n = 0;
-  for (size_t i = 0; i < ctx.rl.trajectories.size(); ++i) {
-    const auto& sampled = ctx.rl.trajectories[i].logp_sampled;
-    const auto& old = ctx.rl.logp_old[i];
-    for (size_t t = 0; t < sampled.size() && t < old.size(); ++t) {
-      const double d = std::abs(static_cast<double>(sampled[t]) - old[t]);
-      diff_sum += d;
-      diff_n += 1;
+  // With a single optimizer step per RL step (one epoch, one mini-batch)
+  // those are the weights of the update's own forward: the ratio is exactly
+  // 1 there, and UPDATE takes the old log-probs from that forward instead of
+  // a second pass over every trajectory here.
+  ctx.rl.old_is_current = SingleUpdatePerStep(ctx);
+  ctx.rl.logp_old.clear();
+  if (!ctx.rl.old_is_current) {
+    if (absl::Status st = ComputeLogprobs(ctx, *ctx.zero, ctx.rl.logp_old); !st.ok()) return st;
+    // Train/inference mismatch: the sampler's log-prob of each sampled token
+    // against the training forward's, on the same weights. Near zero unless
+    // the generation and training paths disagree.
+    double diff_sum = 0, diff_n = 0;
+    for (size_t i = 0; i < ctx.rl.trajectories.size(); ++i) {
+      const auto& sampled = ctx.rl.trajectories[i].logp_sampled;
+      const auto& old = ctx.rl.logp_old[i];
+      for (size_t t = 0; t < sampled.size() && t < old.size(); ++t) {
+        diff_sum += std::abs(static_cast<double>(sampled[t]) - old[t]);
+        diff_n += 1;
+      }
     }
+    std::vector<double> diff = {diff_sum, diff_n};
+    if (absl::Status st = AllreduceSum(ctx, diff); !st.ok()) return st;
+    (*report->mutable_metrics()->mutable_extra())["logprob_mismatch_mean"] =
+        diff[1] > 0 ? diff[0] / diff[1] : 0;
   }
-  std::vector<double> diff = {diff_sum, diff_n};
-  if (absl::Status st = AllreduceSum(ctx, diff); !st.ok()) return st;
-  (*report->mutable_metrics()->mutable_extra())["logprob_mismatch_mean"] =
-      diff[1] > 0 ? diff[0] / diff[1] : 0;
   if (!ctx.ref_params.empty()) {
     auto ref_weights = RefParamsOnDevice(ctx);
     if (!ref_weights.ok()) return ref_weights.status();
@@ -332,6 +358,8 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
   sched.total_steps = std::max<int64_t>(1, spec.train().steps()) * epochs * minis;
   sched.min_lr_ratio = spec.train().min_lr_ratio();
 
+  const bool old_is_current = ctx.rl.old_is_current;
+  double mismatch_sum = 0, mismatch_n = 0;  // sampler vs training forward (see Logprobs)
   double loss_sum = 0, kl_sum = 0, clip_sum = 0, ratio_sum = 0, tok_sum = 0, grad_norm = 0;
   double lr = 0;
   int updates = 0;
@@ -385,12 +413,16 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
         }
         std::vector<rl::Trajectory> sub;
         std::vector<double> sub_adv;
-        std::vector<const std::vector<float>*> old_ptr, ref_ptr;
+        std::vector<const std::vector<float>*> old_ptr, ref_ptr, sampled_ptr;
         for (size_t j = b; j < e2; ++j) {
           const size_t t = padding ? j : idx[j];
           sub.push_back(trajs[t]);
           sub_adv.push_back((*adv)[t]);
-          old_ptr.push_back(&ctx.rl.logp_old[t]);
+          if (old_is_current) {
+            sampled_ptr.push_back(&trajs[t].logp_sampled);
+          } else {
+            old_ptr.push_back(&ctx.rl.logp_old[t]);
+          }
           if (!ctx.rl.logp_ref.empty()) ref_ptr.push_back(&ctx.rl.logp_ref[t]);
         }
         auto rb = rl::BuildRlBatch(sub, sub_adv);
@@ -400,7 +432,12 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
         if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp_new.data());
             !st.ok())
           return st;
-        Scatter(rb->packed, old_ptr, old_tok);
+        if (old_is_current) {
+          old_tok = logp_new;
+          if (!padding) AddMismatch(rb->packed, sampled_ptr, logp_new, &mismatch_sum, &mismatch_n);
+        } else {
+          Scatter(rb->packed, old_ptr, old_tok);
+        }
         if (!ref_ptr.empty()) Scatter(rb->packed, ref_ptr, ref_tok);
         rl::PolicyLossInput<float> in;
         in.logp_new = logp_new;
@@ -438,8 +475,11 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
   }
   ctx.policy_version++;
   ctx.last_trained_step = step;
-  std::vector<double> sums = {loss_sum, kl_sum, clip_sum, ratio_sum, tok_sum, tok_sum};
+  std::vector<double> sums = {loss_sum, kl_sum, clip_sum, ratio_sum, tok_sum, mismatch_sum, mismatch_n};
   if (absl::Status st = AllreduceSum(ctx, sums); !st.ok()) return st;
+  if (old_is_current && sums[6] > 0) {
+    (*report->mutable_metrics()->mutable_extra())["logprob_mismatch_mean"] = sums[5] / sums[6];
+  }
   const double seconds = Seconds(start);
   auto* m = report->mutable_metrics();
   m->set_step(step);

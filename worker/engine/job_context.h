@@ -41,6 +41,9 @@ struct RlStepState {
   std::vector<int64_t> prompt_index;           // global index of each prompt
   std::vector<rl::Trajectory> trajectories;    // group-major, G per prompt
   std::vector<std::vector<float>> logp_old;    // per trajectory, per completion token
+  // One epoch of one mini-batch: the update's own forward runs on the
+  // weights LOGPROBS would have used, so logp_old is not computed.
+  bool old_is_current = false;
   std::vector<std::vector<float>> logp_ref;
   bool scored = false;
   bool have_logprobs = false;
