@@ -122,15 +122,21 @@ grpc::Status ClusterService::Attach(grpc::ServerContext* ctx, const tandem::v1::
       result = grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator shutting down");
       break;
     }
-    if (!membership_->IsCurrentAttach(req->worker_id(), epoch)) {
+    tandem::v1::WorkerCommand command;
+    uint64_t clears = 0;
+    const auto popped = membership_->IsCurrentAttach(req->worker_id(), epoch)
+                            ? queue->Pop(epoch, 200, &command, &clears)
+                            : CommandQueue::PopResult::kSuperseded;
+    if (popped == CommandQueue::PopResult::kSuperseded) {
+      // Commands stay queued for the newer stream.
       result = grpc::Status(grpc::StatusCode::ABORTED, "superseded by a newer registration or attach");
       break;
     }
-    tandem::v1::WorkerCommand command;
-    if (queue->Pop(200, &command)) {
+    if (popped == CommandQueue::PopResult::kCommand) {
       idle_ms = 0;
       if (!writer->Write(command)) {
-        // The command may be lost; the job driver re-sends it on re-attach.
+        // Not delivered: back to the front of the queue for the next stream.
+        queue->Unpop(std::move(command), clears);
         result = grpc::Status(grpc::StatusCode::CANCELLED, "worker went away");
         break;
       }

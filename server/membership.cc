@@ -16,13 +16,28 @@ void CommandQueue::Push(tandem::v1::WorkerCommand command) {
   queue_.push_back(std::move(command));
 }
 
-bool CommandQueue::Pop(int64_t timeout_ms, tandem::v1::WorkerCommand* out) {
+CommandQueue::PopResult CommandQueue::Pop(uint64_t epoch, int64_t timeout_ms, tandem::v1::WorkerCommand* out,
+                                          uint64_t* clears) {
   absl::MutexLock lock(&mu_);
-  auto nonempty = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty(); };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&nonempty), absl::Milliseconds(timeout_ms))) return false;
+  auto ready = [this, epoch]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return epoch_ != epoch || !queue_.empty(); };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(timeout_ms));
+  if (epoch_ != epoch) return PopResult::kSuperseded;
+  if (queue_.empty()) return PopResult::kTimeout;
   *out = std::move(queue_.front());
   queue_.pop_front();
-  return true;
+  if (clears != nullptr) *clears = clears_;
+  return PopResult::kCommand;
+}
+
+void CommandQueue::Unpop(tandem::v1::WorkerCommand command, uint64_t clears) {
+  absl::MutexLock lock(&mu_);
+  if (clears != clears_) return;
+  queue_.push_front(std::move(command));
+}
+
+void CommandQueue::SetEpoch(uint64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  epoch_ = epoch;
 }
 
 bool CommandQueue::ContainsCommand(const std::string& command_id) const {
@@ -36,6 +51,7 @@ bool CommandQueue::ContainsCommand(const std::string& command_id) const {
 void CommandQueue::Clear() {
   absl::MutexLock lock(&mu_);
   queue_.clear();
+  ++clears_;
 }
 
 size_t CommandQueue::size() const {
@@ -134,6 +150,7 @@ absl::StatusOr<RegisterResult> Membership::Register(const tandem::v1::RegisterWo
   }
   // The previous Attach stream (if any) ends: its epoch is no longer current.
   e->attach_epoch++;
+  e->queue->SetEpoch(e->attach_epoch);
   e->attached = false;
   e->lease_deadline_ms = clock_->NowMs() + config_.lease_ms();
   result.worker_id = info.id();
@@ -162,6 +179,7 @@ absl::StatusOr<std::pair<std::shared_ptr<CommandQueue>, uint64_t>> Membership::A
   }
   Entry& e = it->second;
   e.attach_epoch++;
+  e.queue->SetEpoch(e.attach_epoch);
   e.attached = true;
   e.lease_deadline_ms = clock_->NowMs() + config_.lease_ms();
   if (e.info.state() == tandem::v1::WORKER_STATE_DRAINING && e.info.job_id().empty()) {
@@ -288,6 +306,15 @@ std::vector<LostWorker> Membership::ExpireLeases() {
   absl::MutexLock lock(&mu_);
   std::vector<LostWorker> lost;
   const int64_t now = clock_->NowMs();
+  const int64_t gap = last_lease_check_ms_ > 0 ? now - last_lease_check_ms_ : 0;
+  last_lease_check_ms_ = now;
+  if (gap > std::max<int64_t>(config_.lease_ms() / 4, 2 * config_.heartbeat_ms())) {
+    // The coordinator was not running this check (nor, likely, answering
+    // heartbeats) for `gap`: that time does not count against any lease.
+    spdlog::warn("lease check ran {} ms late (coordinator stalled); leases extended by that", gap);
+    for (auto& [id, e] : workers_) e.lease_deadline_ms += gap;
+    return lost;
+  }
   for (auto& [id, e] : workers_) {
     auto state = e.info.state();
     if (state == tandem::v1::WORKER_STATE_LOST || state == tandem::v1::WORKER_STATE_GONE) continue;
@@ -299,6 +326,7 @@ std::vector<LostWorker> Membership::ExpireLeases() {
     e.info.clear_job_id();
     e.attached = false;
     e.attach_epoch++;
+    e.queue->SetEpoch(e.attach_epoch);
     e.queue->Clear();
     Persist(e.info);
     lost.push_back(std::move(l));

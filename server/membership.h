@@ -4,7 +4,12 @@
 // - Register: the same worker_id, or else the same name, keeps its id; a
 //   re-register replaces the previous Attach stream (the old one ends).
 // - Heartbeat renews the lease; ExpireLeases() marks workers whose lease ran
-//   out LOST and returns them (the caller tells their jobs).
+//   out LOST and returns them (the caller tells their jobs). Time the checker
+//   itself was held up (the coordinator stalled, so heartbeats waited
+//   unanswered) does not count against leases.
+// - A command queued for a worker goes to its current Attach stream only: a
+//   superseded stream never takes one from the queue, and a command a stream
+//   could not write goes back to the front of the queue.
 // - Drain: the worker takes no new job; it is told to drain once idle.
 // Never calls out to other managers (no lock-order cycles): results are
 // returned to the caller. Thread-safe.
@@ -27,12 +32,22 @@
 
 namespace tandem::server {
 
-// Commands for one worker, consumed by its Attach stream. Thread-safe.
+// Commands for one worker, consumed by its Attach stream. The queue knows
+// the worker's current attach epoch (set by Membership), so only the current
+// stream takes commands from it. Thread-safe.
 class CommandQueue {
  public:
+  enum class PopResult { kCommand, kTimeout, kSuperseded };
+
   void Push(tandem::v1::WorkerCommand command);
-  // Waits up to timeout_ms; false when nothing came (or the queue closed).
-  bool Pop(int64_t timeout_ms, tandem::v1::WorkerCommand* out);
+  // Waits up to timeout_ms for a command while `epoch` is the current attach
+  // epoch. kSuperseded (queue untouched) once a newer attach or registration
+  // took over, also while waiting. *clears (optional) is for Unpop.
+  PopResult Pop(uint64_t epoch, int64_t timeout_ms, tandem::v1::WorkerCommand* out, uint64_t* clears = nullptr);
+  // Puts back at the front a command Pop returned but the stream could not
+  // write, unless the queue was cleared since (`clears` from that Pop).
+  void Unpop(tandem::v1::WorkerCommand command, uint64_t clears);
+  void SetEpoch(uint64_t epoch);
   bool ContainsCommand(const std::string& command_id) const;
   void Clear();
   size_t size() const;
@@ -40,6 +55,8 @@ class CommandQueue {
  private:
   mutable absl::Mutex mu_;
   std::deque<tandem::v1::WorkerCommand> queue_ ABSL_GUARDED_BY(mu_);
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t clears_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 struct RegisterResult {
@@ -92,6 +109,11 @@ class Membership {
   absl::Status Assign(const std::string& job_id, const std::vector<std::string>& worker_ids);
   // BUSY -> IDLE for workers still in job_id (DRAINING/LOST stay).
   void Release(const std::string& job_id, const std::vector<std::string>& worker_ids);
+  // Called every few hundred ms. A call that comes later than
+  // max(lease_ms / 4, 2 * heartbeat_ms) after the previous one (the
+  // coordinator was descheduled, or waited for this lock) first moves every
+  // lease deadline on by that gap and expires none: the heartbeats that
+  // waited meanwhile in the RPC queue get their turn.
   std::vector<LostWorker> ExpireLeases();
 
   // Recovery (issue 6).
@@ -125,6 +147,7 @@ class Membership {
   mutable absl::Mutex mu_;
   std::map<std::string, Entry> workers_ ABSL_GUARDED_BY(mu_);
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t last_lease_check_ms_ ABSL_GUARDED_BY(mu_) = 0;  // 0: none yet
 };
 
 }  // namespace tandem::server

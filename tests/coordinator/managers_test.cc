@@ -1,6 +1,7 @@
 // State store, scheduler, membership and kv store unit tests.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <thread>
 
@@ -170,6 +171,99 @@ TEST(MembershipTest, LeasesReRegisterAssignDrain) {
   EXPECT_EQ(drained->state(), tandem::v1::WORKER_STATE_DRAINING);
   EXPECT_TRUE(m.Idle().empty());
   EXPECT_TRUE(absl::IsNotFound(m.Drain("nobody").status()));
+}
+
+tandem::v1::WorkerCommand PhaseCommandWithId(const std::string& id) {
+  tandem::v1::WorkerCommand c;
+  c.mutable_phase()->set_command_id(id);
+  return c;
+}
+
+// A worker re-registers and re-attaches while its old Attach stream still
+// waits on the queue; the driver then queues the next generation's SETUP.
+// The old stream must not take it: the new stream gets it.
+TEST(MembershipTest, SupersededStreamLeavesCommandsForTheNewStream) {
+  tandem::v1::CoordinatorConfig config;
+  config.set_lease_ms(2000);
+  config.set_heartbeat_ms(250);
+  ManualClock clock;
+  Membership m(config, nullptr, &clock);
+  ASSERT_TRUE(m.Register(Reg("a"), -1).ok());
+  auto old_attach = m.Attach("w-1");
+  ASSERT_TRUE(old_attach.ok());
+  auto [queue, old_epoch] = *old_attach;
+
+  CommandQueue::PopResult old_result = CommandQueue::PopResult::kTimeout;
+  tandem::v1::WorkerCommand old_got;
+  std::thread old_stream([&] {
+    old_result = queue->Pop(old_epoch, 10000, &old_got);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the old stream waits in Pop
+  tandem::v1::RegisterWorkerRequest again = Reg("a");
+  again.set_worker_id("w-1");
+  ASSERT_TRUE(m.Register(again, -1).ok());
+  auto new_attach = m.Attach("w-1");
+  ASSERT_TRUE(new_attach.ok());
+  EXPECT_EQ(new_attach->first, queue);  // one queue per worker
+  ASSERT_TRUE(m.Send("w-1", PhaseCommandWithId("j-1/g2/u0/p0")).ok());
+  old_stream.join();
+  EXPECT_EQ(old_result, CommandQueue::PopResult::kSuperseded);
+  EXPECT_FALSE(old_got.has_phase());
+
+  // A stale epoch never pops, even with a command waiting.
+  tandem::v1::WorkerCommand got;
+  EXPECT_EQ(queue->Pop(old_epoch, 0, &got), CommandQueue::PopResult::kSuperseded);
+  EXPECT_EQ(queue->size(), 1u);
+  uint64_t clears = 0;
+  ASSERT_EQ(queue->Pop(new_attach->second, 0, &got, &clears), CommandQueue::PopResult::kCommand);
+  EXPECT_EQ(got.phase().command_id(), "j-1/g2/u0/p0");
+
+  // The stream could not write it (the worker went away and attaches again):
+  // it goes back to the front, and the next stream gets it.
+  ASSERT_TRUE(m.Send("w-1", PhaseCommandWithId("j-1/g2/u1/p0")).ok());
+  queue->Unpop(got, clears);
+  auto third = m.Attach("w-1");
+  ASSERT_TRUE(third.ok());
+  ASSERT_EQ(queue->Pop(third->second, 0, &got, &clears), CommandQueue::PopResult::kCommand);
+  EXPECT_EQ(got.phase().command_id(), "j-1/g2/u0/p0");
+  // ... unless the queue was cleared since (the worker dropped its job).
+  ASSERT_TRUE(m.Register(again, -1).ok());  // clears: not in a job
+  queue->Unpop(got, clears);
+  EXPECT_EQ(queue->size(), 0u);
+}
+
+// A lease checker that runs late (the coordinator stalled) does not declare
+// workers lost whose heartbeats waited meanwhile; a silent worker is still
+// lost once the checker has watched it for a lease.
+TEST(MembershipTest, CoordinatorStallDoesNotExpireLeases) {
+  tandem::v1::CoordinatorConfig config;
+  config.set_lease_ms(2000);
+  config.set_heartbeat_ms(250);
+  ManualClock clock;
+  Membership m(config, nullptr, &clock);
+  ASSERT_TRUE(m.Register(Reg("a"), -1).ok());
+  ASSERT_TRUE(m.Register(Reg("b"), -1).ok());
+  ASSERT_TRUE(m.Attach("w-1").ok());
+  ASSERT_TRUE(m.Attach("w-2").ok());
+  tandem::v1::HeartbeatRequest hb_a;
+  hb_a.set_worker_id("w-1");
+  EXPECT_TRUE(m.ExpireLeases().empty());
+  clock.AdvanceMs(2500);  // nothing ran: no heartbeat handled, no check
+  EXPECT_TRUE(m.ExpireLeases().empty());
+  ASSERT_TRUE(m.Heartbeat(hb_a).ok());  // the waiting heartbeat of a lands; b is silent
+  std::vector<LostWorker> lost;
+  int64_t watched_ms = 0;
+  while (lost.empty() && watched_ms < 5000) {
+    clock.AdvanceMs(250);
+    watched_ms += 250;
+    ASSERT_TRUE(m.Heartbeat(hb_a).ok());
+    lost = m.ExpireLeases();
+  }
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].worker_id, "w-2");
+  EXPECT_GE(watched_ms, 1500);
+  EXPECT_LE(watched_ms, 2000);
+  EXPECT_EQ(m.Get("w-1")->state(), tandem::v1::WORKER_STATE_IDLE);
 }
 
 TEST(KvStoreTest, Semantics) {

@@ -236,6 +236,11 @@ void WorkerDaemon::Dispatch(const v1::WorkerCommand& cmd) {
                       pc.command_id());
         return;
       }
+      if (pc.phase() == v1::PHASE_SETUP && !running_command_id_.empty()) {
+        // Runs once the phase in progress returns (an abort should end it).
+        spdlog::warn("worker: command {} waits for command {}, still running", pc.command_id(),
+                     running_command_id_);
+      }
       queue_.push_back(pc);
       cv_.SignalAll();
       return;
