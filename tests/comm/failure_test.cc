@@ -201,5 +201,43 @@ TEST(Processes, KilledPeerProcessGivesAnErrorNotAHang) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(Processes, AbortEndsASendStuckBehindAPeerThatStoppedReading) {
+  // The peer posts a 64 MiB receive and is then stopped (SIGSTOP): this
+  // rank's send is being written when the socket fills up. Gloo does not
+  // wake such a send when the socket is shut down, so Abort() must.
+  signal(SIGPIPE, SIG_IGN);  // as tandem-worker does: writes to the shut-down socket fail with EPIPE
+  const std::string dir = TempDir("tandem_comm_stall");
+  pid_t pid = Spawn({PeerBinary(), dir, "1", "2", "stall"});
+  ASSERT_GT(pid, 0);
+  FileStore store(dir);
+  auto c = MakeCollective("gloo", store, 0, 2, testing::TestOptions(milliseconds(20000)));
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::vector<float> data(100, 1.f);
+  ASSERT_TRUE((*c)->allreduce(data.data(), 100, ReduceOp::kSum, milliseconds(20000)).ok());
+  const auto wait_start = Clock::now();
+  while (!std::filesystem::exists(dir + "/receiving") && Seconds(wait_start) < 20) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  ASSERT_TRUE(std::filesystem::exists(dir + "/receiving"));
+  std::this_thread::sleep_for(milliseconds(500));  // its recv is posted
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  std::vector<char> payload(size_t{64} << 20, 'x');
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(milliseconds(1000));
+    (*c)->Abort();
+  });
+  const auto t0 = Clock::now();
+  absl::Status s = (*c)->send(payload.data(), payload.size(), 1, 7, milliseconds(20000));
+  const double took = Seconds(t0);
+  aborter.join();
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_LT(took, 5.0) << "the abort did not end the send";
+  std::printf("send to a stopped peer -> %s after %.2f s\n", s.ToString().c_str(), took);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace tandem::comm

@@ -2,7 +2,10 @@
 // rendezvous through a FileStore in DIR.
 //   check: allreduce + all_scan + allgather vs references; exit 0 if right.
 //   sleep: one allreduce, then sleep (the test kills this process).
+//   stall: one allreduce, then creates DIR/receiving and waits in a recv of
+//          kStallBytes from rank 0 (the test stops, then kills this process).
 #include <cstdio>
+#include <fstream>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -14,7 +17,7 @@
 int main(int argc, char** argv) {
   using namespace tandem::comm;
   if (argc != 5) {
-    std::fprintf(stderr, "usage: %s DIR RANK SIZE check|sleep\n", argv[0]);
+    std::fprintf(stderr, "usage: %s DIR RANK SIZE check|sleep|stall\n", argv[0]);
     return 2;
   }
   const int rank = std::atoi(argv[2]), size = std::atoi(argv[3]);
@@ -33,6 +36,12 @@ int main(int argc, char** argv) {
   if (mode == "sleep") {
     std::this_thread::sleep_for(std::chrono::seconds(60));
     return 0;
+  }
+  if (mode == "stall") {
+    constexpr size_t kStallBytes = size_t{64} << 20;  // as in failure_test.cc
+    std::vector<char> sink(kStallBytes);
+    std::ofstream(std::string(argv[1]) + "/receiving") << "1";
+    return (*c)->recv(sink.data(), sink.size(), 0, 7, t).ok() ? 0 : 1;
   }
   const float sum = size * (size + 1) / 2.f;
   for (float v : data) if (v != sum) return 3;

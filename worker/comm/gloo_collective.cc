@@ -8,6 +8,13 @@
 // Abort() shuts down (shutdown(2), SHUT_RDWR) the socket of every tcp pair:
 // Gloo's device loop then reads end-of-file, signals an error on the pair,
 // which wakes every buffer waiting on it, and the peer sees the close too.
+// Not quite every one: Gloo 2022 does not signal an unbound buffer whose
+// message is already being written (queued behind a full socket) or read
+// (partly received when the peer died); such a wait ran to its timeout. So
+// the unbound-buffer operations here (send/recv, all_scan, reduce_scatter
+// and allgather, which carry ZeRO's large transfers) register their buffers
+// while they wait, and Abort() also calls abortWaitSend/abortWaitRecv on
+// them: the wait returns false and the operation returns Aborted.
 // (The Debian gloo headers lack gloo/common/memory.h, so tcp::Pair cannot be
 // named; the socket is found by matching its local address with the pair's
 // public address(), which Gloo sets from getsockname() once connected.)
@@ -29,8 +36,8 @@
 #include <cstring>
 #include <exception>
 #include <numeric>
+#include <stdexcept>
 
-#include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
@@ -102,6 +109,7 @@ void ShutdownSockets(const std::vector<std::string>& addresses,
 constexpr uint64_t kSendRecvSlot = uint64_t{0xA0} << 56;
 constexpr uint64_t kScanSlot = uint64_t{0xA1} << 56;
 constexpr uint64_t kReduceScatterSlot = uint64_t{0xA2} << 56;
+constexpr uint64_t kAllgatherSlot = uint64_t{0xA3} << 56;
 constexpr size_t kScanBlock = 64 * 1024;  // floats per all_scan block
 
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
@@ -247,6 +255,7 @@ class GlooCollective final : public Collective {
       auto work_buf = context_->createUnboundBuffer(work_.data(), total * 4);
       auto recv_buf =
           context_->createUnboundBuffer(scratch_.data(), max_count * 4);
+      WaitingBuffers waiting(this, {work_buf.get(), recv_buf.get()});
       const int next = (r + 1) % n, prev = (r + n - 1) % n;
       uint64_t sent = 0, received = 0;
       for (int step = 0; step < n - 1; ++step) {
@@ -258,14 +267,14 @@ class GlooCollective final : public Collective {
         }
         if (counts[ri] > 0) {
           recv_buf->recv(prev, kReduceScatterSlot, 0, counts[ri] * 4);
-          recv_buf->waitRecv(timeout);
+          WaitRecv(*recv_buf, timeout);
           float* dst = work_.data() + offs[ri];
           const float* src = scratch_.data();
           for (size_t i = 0; i < counts[ri]; ++i) dst[i] += src[i];
           received += counts[ri] * 4;
         }
         if (counts[si] > 0) {
-          work_buf->waitSend(timeout);
+          WaitSend(*work_buf, timeout);
           sent += counts[si] * 4;
         }
       }
@@ -298,15 +307,33 @@ class GlooCollective final : public Collective {
         CountBytes(CollectiveKind::kAllgather, 0, 0);
         return absl::OkStatus();
       }
-      gloo::AllgathervOptions opts(context_);
       if (in != out + offset && mine > 0) {
         std::memmove(out + offset, in, mine * sizeof(float));
       }
-      opts.setOutput(out, counts);
-      opts.setTimeout(timeout);
-      gloo::allgatherv(opts);
-      const uint64_t sent = (total - counts[(rank() + 1) % size()]) * 4;
-      const uint64_t received = (total - mine) * 4;
+      // Ring over unbound buffers (abortable, see the top): step s passes
+      // chunk r-s on to the next rank and takes chunk r-s-1 from the
+      // previous one, into its place in `out`.
+      const int n = size(), r = rank();
+      std::vector<size_t> offs(n, 0);
+      for (int i = 1; i < n; ++i) offs[i] = offs[i - 1] + counts[i - 1];
+      auto buf = context_->createUnboundBuffer(out, total * 4);
+      WaitingBuffers waiting(this, {buf.get()});
+      const int next = (r + 1) % n, prev = (r + n - 1) % n;
+      uint64_t sent = 0, received = 0;
+      for (int step = 0; step < n - 1; ++step) {
+        const int si = ((r - step) % n + n) % n;
+        const int ri = ((r - step - 1) % n + n) % n;
+        if (counts[si] > 0) buf->send(next, kAllgatherSlot, offs[si] * 4, counts[si] * 4);
+        if (counts[ri] > 0) {
+          buf->recv(prev, kAllgatherSlot, offs[ri] * 4, counts[ri] * 4);
+          WaitRecv(*buf, timeout);
+          received += counts[ri] * 4;
+        }
+        if (counts[si] > 0) {
+          WaitSend(*buf, timeout);
+          sent += counts[si] * 4;
+        }
+      }
       CountBytes(CollectiveKind::kAllgather, sent, received);
       return absl::OkStatus();
     });
@@ -368,8 +395,9 @@ class GlooCollective final : public Collective {
       }
       if (bytes == 0) return absl::OkStatus();
       auto buf = context_->createUnboundBuffer(const_cast<void*>(data), bytes);
+      WaitingBuffers waiting(this, {buf.get()});
       buf->send(peer, kSendRecvSlot | tag);
-      buf->waitSend(timeout);
+      WaitSend(*buf, timeout);
       CountBytes(CollectiveKind::kSendRecv, bytes, 0);
       return absl::OkStatus();
     });
@@ -384,8 +412,9 @@ class GlooCollective final : public Collective {
       }
       if (bytes == 0) return absl::OkStatus();
       auto buf = context_->createUnboundBuffer(data, bytes);
+      WaitingBuffers waiting(this, {buf.get()});
       buf->recv(peer, kSendRecvSlot | tag);
-      buf->waitRecv(timeout);
+      WaitRecv(*buf, timeout);
       CountBytes(CollectiveKind::kSendRecv, 0, bytes);
       return absl::OkStatus();
     });
@@ -422,6 +451,7 @@ class GlooCollective final : public Collective {
                                                      block * sizeof(float));
         }
       }
+      WaitingBuffers waiting(this, {in_buf.get(), out_buf[0].get(), out_buf[1].get()});
       std::vector<float> identity;
       if (!has_prev) identity.assign(block, op.identity);
       const size_t blocks = (n + block - 1) / block;
@@ -431,14 +461,14 @@ class GlooCollective final : public Collective {
         const float* carry_in;
         if (has_prev) {
           in_buf->recv(r - 1, kScanSlot, off * 4, cnt * 4);
-          in_buf->waitRecv(timeout);
+          WaitRecv(*in_buf, timeout);
           carry_in = data + off;
         } else {
           carry_in = identity.data();
         }
         if (has_next) {
           const int k = b % 2;
-          if (out_busy[k]) out_buf[k]->waitSend(timeout);
+          if (out_busy[k]) WaitSend(*out_buf[k], timeout);
           op.combine(carry_in, mine.data() + off, out_mem[k].data(), off, cnt);
           out_buf[k]->send(r + 1, kScanSlot, 0, cnt * 4);
           out_busy[k] = true;
@@ -446,7 +476,7 @@ class GlooCollective final : public Collective {
         if (!has_prev) std::fill(data + off, data + off + cnt, op.identity);
       }
       for (int k = 0; k < 2; ++k) {
-        if (out_busy[k]) out_buf[k]->waitSend(timeout);
+        if (out_busy[k]) WaitSend(*out_buf[k], timeout);
       }
       CountBytes(CollectiveKind::kAllScan, has_next ? n * 4 : 0,
                  has_prev ? n * 4 : 0);
@@ -456,6 +486,13 @@ class GlooCollective final : public Collective {
 
   void Abort() override {
     aborted_ = true;
+    {
+      absl::MutexLock lock(&waiting_mu_);
+      for (gloo::transport::UnboundBuffer* b : waiting_) {
+        b->abortWaitSend();
+        b->abortWaitRecv();
+      }
+    }
     absl::MutexLock lock(&abort_mu_);
     if (!context_) {
       // Still connecting: wake the pairs waiting for their peer to connect.
@@ -516,6 +553,48 @@ class GlooCollective final : public Collective {
         absl::StrCat("gloo: rendezvous aborted (", where, ")"));
   }
 
+  // The unbound buffers of one operation, registered for Abort() while the
+  // operation may wait on them (RAII; null entries are ignored). Throws
+  // (like Gloo, caught by Run) when the communicator is already aborted, so
+  // an abort never slips between the check in Run() and the registration.
+  class WaitingBuffers {
+   public:
+    WaitingBuffers(GlooCollective* owner,
+                   std::initializer_list<gloo::transport::UnboundBuffer*> buffers)
+        : owner_(owner) {
+      absl::MutexLock lock(&owner_->waiting_mu_);
+      if (owner_->aborted_) throw AbortedWait();
+      for (auto* b : buffers) {
+        if (b != nullptr) mine_.push_back(b);
+      }
+      owner_->waiting_.insert(owner_->waiting_.end(), mine_.begin(), mine_.end());
+    }
+    ~WaitingBuffers() {
+      absl::MutexLock lock(&owner_->waiting_mu_);
+      for (auto* b : mine_) {
+        auto it = std::find(owner_->waiting_.begin(), owner_->waiting_.end(), b);
+        if (it != owner_->waiting_.end()) owner_->waiting_.erase(it);
+      }
+    }
+    WaitingBuffers(const WaitingBuffers&) = delete;
+    WaitingBuffers& operator=(const WaitingBuffers&) = delete;
+
+   private:
+    GlooCollective* owner_;
+    std::vector<gloo::transport::UnboundBuffer*> mine_;
+  };
+
+  struct AbortedWait : std::runtime_error {
+    AbortedWait() : std::runtime_error("wait aborted") {}
+  };
+  // Gloo's waits return false when abortWait*() woke them.
+  static void WaitRecv(gloo::transport::UnboundBuffer& b, Timeout timeout) {
+    if (!b.waitRecv(timeout)) throw AbortedWait();
+  }
+  static void WaitSend(gloo::transport::UnboundBuffer& b, Timeout timeout) {
+    if (!b.waitSend(timeout)) throw AbortedWait();
+  }
+
   template <typename F>
   absl::Status Run(std::string_view op, F&& fn) {
     if (aborted_) {
@@ -552,6 +631,8 @@ class GlooCollective final : public Collective {
   std::string first_error_;
   std::vector<float> work_;     // reduce_scatter partial sums
   std::vector<float> scratch_;  // reduce_scatter receive buffer
+  absl::Mutex waiting_mu_;
+  std::vector<gloo::transport::UnboundBuffer*> waiting_ ABSL_GUARDED_BY(waiting_mu_);
   absl::Mutex abort_mu_;
   // Listening addresses published while connecting (guarded by abort_mu_).
   std::vector<std::string> listen_addresses_;
