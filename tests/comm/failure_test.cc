@@ -201,13 +201,17 @@ TEST(Processes, KilledPeerProcessGivesAnErrorNotAHang) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(Processes, AbortEndsASendStuckBehindAPeerThatStoppedReading) {
-  // The peer posts a 64 MiB receive and is then stopped (SIGSTOP): this
-  // rank's send is being written when the socket fills up. Gloo does not
-  // wake such a send when the socket is shut down, so Abort() must.
+// The peer enters a 64 MiB receive (or allreduce) and is then stopped
+// (SIGSTOP): this rank's send is being written when the socket fills up.
+// Gloo does not wake such a send when the socket is shut down, so Abort()
+// must.
+class StalledPeer : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StalledPeer, AbortEndsAnOperationStuckBehindAPeerThatStoppedReading) {
   signal(SIGPIPE, SIG_IGN);  // as tandem-worker does: writes to the shut-down socket fail with EPIPE
-  const std::string dir = TempDir("tandem_comm_stall");
-  pid_t pid = Spawn({PeerBinary(), dir, "1", "2", "stall"});
+  const std::string mode = GetParam();
+  const std::string dir = TempDir("tandem_comm_" + mode);
+  pid_t pid = Spawn({PeerBinary(), dir, "1", "2", mode});
   ASSERT_GT(pid, 0);
   FileStore store(dir);
   auto c = MakeCollective("gloo", store, 0, 2, testing::TestOptions(milliseconds(20000)));
@@ -222,12 +226,15 @@ TEST(Processes, AbortEndsASendStuckBehindAPeerThatStoppedReading) {
   std::this_thread::sleep_for(milliseconds(500));  // its recv is posted
   ASSERT_EQ(kill(pid, SIGSTOP), 0);
   std::vector<char> payload(size_t{64} << 20, 'x');
+  std::vector<float> big(payload.size() / sizeof(float), 1.f);
   std::thread aborter([&] {
     std::this_thread::sleep_for(milliseconds(1000));
     (*c)->Abort();
   });
   const auto t0 = Clock::now();
-  absl::Status s = (*c)->send(payload.data(), payload.size(), 1, 7, milliseconds(20000));
+  absl::Status s = mode == "stall"
+                       ? (*c)->send(payload.data(), payload.size(), 1, 7, milliseconds(20000))
+                       : (*c)->allreduce(big.data(), big.size(), ReduceOp::kSum, milliseconds(20000));
   const double took = Seconds(t0);
   aborter.join();
   kill(pid, SIGKILL);
@@ -235,9 +242,11 @@ TEST(Processes, AbortEndsASendStuckBehindAPeerThatStoppedReading) {
   waitpid(pid, &status, 0);
   EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
   EXPECT_LT(took, 5.0) << "the abort did not end the send";
-  std::printf("send to a stopped peer -> %s after %.2f s\n", s.ToString().c_str(), took);
+  std::printf("%s with a stopped peer -> %s after %.2f s\n", mode.c_str(), s.ToString().c_str(), took);
   std::filesystem::remove_all(dir);
 }
+
+INSTANTIATE_TEST_SUITE_P(SendAndAllreduce, StalledPeer, ::testing::Values("stall", "stall_allreduce"));
 
 }  // namespace
 }  // namespace tandem::comm

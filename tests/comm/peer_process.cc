@@ -4,6 +4,7 @@
 //   sleep: one allreduce, then sleep (the test kills this process).
 //   stall: one allreduce, then creates DIR/receiving and waits in a recv of
 //          kStallBytes from rank 0 (the test stops, then kills this process).
+//   stall_allreduce: the same, in an allreduce of kStallBytes.
 #include <cstdio>
 #include <fstream>
 #include <cstdlib>
@@ -37,11 +38,13 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::seconds(60));
     return 0;
   }
-  if (mode == "stall") {
+  if (mode == "stall" || mode == "stall_allreduce") {
     constexpr size_t kStallBytes = size_t{64} << 20;  // as in failure_test.cc
     std::vector<char> sink(kStallBytes);
     std::ofstream(std::string(argv[1]) + "/receiving") << "1";
-    return (*c)->recv(sink.data(), sink.size(), 0, 7, t).ok() ? 0 : 1;
+    if (mode == "stall") return (*c)->recv(sink.data(), sink.size(), 0, 7, t).ok() ? 0 : 1;
+    std::vector<float> big(kStallBytes / sizeof(float), 1.f);
+    return (*c)->allreduce(big.data(), big.size(), ReduceOp::kSum, t).ok() ? 0 : 1;
   }
   const float sum = size * (size + 1) / 2.f;
   for (float v : data) if (v != sum) return 3;

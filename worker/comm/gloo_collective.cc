@@ -1,7 +1,8 @@
 // Gloo backend of Collective: tcp transport bound to the advertised address,
 // rendezvous through GlooStore over a PrefixStore, Gloo's own algorithms
-// (ring allreduce, ring allgatherv, binomial-tree broadcast, barrier) and
-// unbound buffers for send/recv, all_scan and a ring reduce-scatter.
+// for broadcast (binomial tree) and barrier, and rings over unbound buffers
+// for allreduce (reduce-scatter + allgather), reduce-scatter, allgather,
+// send/recv and all_scan.
 //
 // Gloo reports errors by throwing; every call into Gloo is wrapped by Run(),
 // which turns exceptions into Status and marks the communicator broken.
@@ -38,7 +39,6 @@
 #include <numeric>
 #include <stdexcept>
 
-#include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -110,6 +110,7 @@ constexpr uint64_t kSendRecvSlot = uint64_t{0xA0} << 56;
 constexpr uint64_t kScanSlot = uint64_t{0xA1} << 56;
 constexpr uint64_t kReduceScatterSlot = uint64_t{0xA2} << 56;
 constexpr uint64_t kAllgatherSlot = uint64_t{0xA3} << 56;
+constexpr uint64_t kAllreduceSlot = uint64_t{0xA4} << 56;
 constexpr size_t kScanBlock = 64 * 1024;  // floats per all_scan block
 
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
@@ -207,11 +208,14 @@ class GlooCollective final : public Collective {
         CountBytes(CollectiveKind::kAllreduce, 0, 0);
         return absl::OkStatus();
       }
-      gloo::AllreduceOptions opts(context_);
-      opts.setOutput(data, n);
-      opts.setReduceFunction(PickReduce(op));
-      opts.setTimeout(timeout);
-      gloo::allreduce(opts);
+      // Ring reduce-scatter, then ring allgather, in place (abortable; with
+      // two ranks the sums are exactly those of any other algorithm).
+      const int ranks = size();
+      std::vector<size_t> counts(ranks, n / ranks), offs(ranks, 0);
+      for (size_t i = 0; i < n % ranks; ++i) ++counts[i];
+      for (int i = 1; i < ranks; ++i) offs[i] = offs[i - 1] + counts[i - 1];
+      RingReduceScatter(data, offs, counts, PickReduce(op), kAllreduceSlot, timeout);
+      RingAllgather(data, offs, counts, kAllreduceSlot, timeout);
       const uint64_t bytes = n * sizeof(float);
       const uint64_t moved = 2 * (size() - 1) * bytes / size();
       CountBytes(CollectiveKind::kAllreduce, moved, moved);
@@ -243,41 +247,12 @@ class GlooCollective final : public Collective {
       // sums for uneven counts (N = 3, 4) and returns wrong elements at
       // 128-256 MiB even with equal counts (bench_collectives #wrong), and
       // it cannot take a per-call timeout.
-      // step s sends the partial sum of chunk r-s-1 to the next rank and
-      // adds the previous rank's partial of chunk r-s-2; after N-1 steps
-      // chunk r holds every rank's contribution.
       const int n = size(), r = rank();
       std::vector<size_t> offs(n, 0);
       for (int i = 1; i < n; ++i) offs[i] = offs[i - 1] + counts[i - 1];
       work_.assign(in, in + total);
-      const size_t max_count = *std::max_element(counts.begin(), counts.end());
-      if (scratch_.size() < max_count) scratch_.resize(max_count);
-      auto work_buf = context_->createUnboundBuffer(work_.data(), total * 4);
-      auto recv_buf =
-          context_->createUnboundBuffer(scratch_.data(), max_count * 4);
-      WaitingBuffers waiting(this, {work_buf.get(), recv_buf.get()});
-      const int next = (r + 1) % n, prev = (r + n - 1) % n;
-      uint64_t sent = 0, received = 0;
-      for (int step = 0; step < n - 1; ++step) {
-        const int si = ((r - step - 1) % n + n) % n;
-        const int ri = ((r - step - 2) % n + n) % n;
-        if (counts[si] > 0) {
-          work_buf->send(next, kReduceScatterSlot, offs[si] * 4,
-                         counts[si] * 4);
-        }
-        if (counts[ri] > 0) {
-          recv_buf->recv(prev, kReduceScatterSlot, 0, counts[ri] * 4);
-          WaitRecv(*recv_buf, timeout);
-          float* dst = work_.data() + offs[ri];
-          const float* src = scratch_.data();
-          for (size_t i = 0; i < counts[ri]; ++i) dst[i] += src[i];
-          received += counts[ri] * 4;
-        }
-        if (counts[si] > 0) {
-          WaitSend(*work_buf, timeout);
-          sent += counts[si] * 4;
-        }
-      }
+      const auto [sent, received] =
+          RingReduceScatter(work_.data(), offs, counts, &gloo::sum<float>, kReduceScatterSlot, timeout);
       if (counts[r] > 0) {
         std::memcpy(out, work_.data() + offs[r], counts[r] * sizeof(float));
       }
@@ -310,30 +285,10 @@ class GlooCollective final : public Collective {
       if (in != out + offset && mine > 0) {
         std::memmove(out + offset, in, mine * sizeof(float));
       }
-      // Ring over unbound buffers (abortable, see the top): step s passes
-      // chunk r-s on to the next rank and takes chunk r-s-1 from the
-      // previous one, into its place in `out`.
-      const int n = size(), r = rank();
+      const int n = size();
       std::vector<size_t> offs(n, 0);
       for (int i = 1; i < n; ++i) offs[i] = offs[i - 1] + counts[i - 1];
-      auto buf = context_->createUnboundBuffer(out, total * 4);
-      WaitingBuffers waiting(this, {buf.get()});
-      const int next = (r + 1) % n, prev = (r + n - 1) % n;
-      uint64_t sent = 0, received = 0;
-      for (int step = 0; step < n - 1; ++step) {
-        const int si = ((r - step) % n + n) % n;
-        const int ri = ((r - step - 1) % n + n) % n;
-        if (counts[si] > 0) buf->send(next, kAllgatherSlot, offs[si] * 4, counts[si] * 4);
-        if (counts[ri] > 0) {
-          buf->recv(prev, kAllgatherSlot, offs[ri] * 4, counts[ri] * 4);
-          WaitRecv(*buf, timeout);
-          received += counts[ri] * 4;
-        }
-        if (counts[si] > 0) {
-          WaitSend(*buf, timeout);
-          sent += counts[si] * 4;
-        }
-      }
+      const auto [sent, received] = RingAllgather(out, offs, counts, kAllgatherSlot, timeout);
       CountBytes(CollectiveKind::kAllgather, sent, received);
       return absl::OkStatus();
     });
@@ -551,6 +506,75 @@ class GlooCollective final : public Collective {
   static absl::Status AbortedRendezvous(const std::string& where) {
     return absl::AbortedError(
         absl::StrCat("gloo: rendezvous aborted (", where, ")"));
+  }
+
+  // Ring reduce-scatter in place over `work` (chunk i at offs[i], counts[i]
+  // floats): step s sends this rank's partial of chunk r-s-1 to the next
+  // rank and reduces the previous rank's partial of chunk r-s-2 into its
+  // own; after N-1 steps chunk r holds every rank's contribution. Returns
+  // (bytes sent, bytes received). Throws on failure, like Gloo (see Run).
+  std::pair<uint64_t, uint64_t> RingReduceScatter(float* work, const std::vector<size_t>& offs,
+                                                  const std::vector<size_t>& counts, ReduceFn reduce,
+                                                  uint64_t slot, Timeout timeout) {
+    const int n = size(), r = rank();
+    size_t total = 0, max_count = 0;
+    for (size_t c : counts) {
+      total += c;
+      max_count = std::max(max_count, c);
+    }
+    if (scratch_.size() < max_count) scratch_.resize(max_count);
+    auto work_buf = context_->createUnboundBuffer(work, total * 4);
+    auto recv_buf = context_->createUnboundBuffer(scratch_.data(), std::max<size_t>(max_count, 1) * 4);
+    WaitingBuffers waiting(this, {work_buf.get(), recv_buf.get()});
+    const int next = (r + 1) % n, prev = (r + n - 1) % n;
+    uint64_t sent = 0, received = 0;
+    for (int step = 0; step < n - 1; ++step) {
+      const int si = ((r - step - 1) % n + n) % n;
+      const int ri = ((r - step - 2) % n + n) % n;
+      if (counts[si] > 0) work_buf->send(next, slot, offs[si] * 4, counts[si] * 4);
+      if (counts[ri] > 0) {
+        recv_buf->recv(prev, slot, 0, counts[ri] * 4);
+        WaitRecv(*recv_buf, timeout);
+        float* dst = work + offs[ri];
+        reduce(dst, dst, scratch_.data(), counts[ri]);
+        received += counts[ri] * 4;
+      }
+      if (counts[si] > 0) {
+        WaitSend(*work_buf, timeout);
+        sent += counts[si] * 4;
+      }
+    }
+    return {sent, received};
+  }
+
+  // Ring allgather in place over `out` (this rank's chunk already at
+  // offs[r]): step s passes chunk r-s on to the next rank and takes chunk
+  // r-s-1 from the previous one. Returns (bytes sent, bytes received).
+  std::pair<uint64_t, uint64_t> RingAllgather(float* out, const std::vector<size_t>& offs,
+                                              const std::vector<size_t>& counts, uint64_t slot,
+                                              Timeout timeout) {
+    const int n = size(), r = rank();
+    size_t total = 0;
+    for (size_t c : counts) total += c;
+    auto buf = context_->createUnboundBuffer(out, total * 4);
+    WaitingBuffers waiting(this, {buf.get()});
+    const int next = (r + 1) % n, prev = (r + n - 1) % n;
+    uint64_t sent = 0, received = 0;
+    for (int step = 0; step < n - 1; ++step) {
+      const int si = ((r - step) % n + n) % n;
+      const int ri = ((r - step - 1) % n + n) % n;
+      if (counts[si] > 0) buf->send(next, slot, offs[si] * 4, counts[si] * 4);
+      if (counts[ri] > 0) {
+        buf->recv(prev, slot, offs[ri] * 4, counts[ri] * 4);
+        WaitRecv(*buf, timeout);
+        received += counts[ri] * 4;
+      }
+      if (counts[si] > 0) {
+        WaitSend(*buf, timeout);
+        sent += counts[si] * 4;
+      }
+    }
+    return {sent, received};
   }
 
   // The unbound buffers of one operation, registered for Abort() while the
