@@ -408,6 +408,12 @@ void JobManager::RecordCheckpointLocked(JobRecord* r, int64_t generation,
   }
   absl::Status s = store_->AddCheckpoint(rec);
   if (!s.ok()) spdlog::error("job {} checkpoint record: {}", r->job.id(), s.ToString());
+  // Rank 0 applies checkpoint.keep right after publishing (ckpt::ApplyRetention):
+  // list only what is still on disk.
+  if (const int64_t keep = r->job.spec().checkpoint().keep(); keep > 0) {
+    s = store_->PruneCheckpoints(r->job.id(), keep);
+    if (!s.ok()) spdlog::error("job {} checkpoint records: {}", r->job.id(), s.ToString());
+  }
   // A path rewritten by a redo is good again.
   auto* bad = r->job.mutable_recovery()->mutable_bad_checkpoints();
   bad->erase(std::remove(bad->begin(), bad->end(), rec.path()), bad->end());

@@ -312,6 +312,18 @@ absl::Status StateStore::AddCheckpoint(const tandem::v1::CheckpointRecord& recor
   return s.Run("add checkpoint");
 }
 
+absl::Status StateStore::PruneCheckpoints(const std::string& job_id, int64_t keep) {
+  absl::MutexLock lock(&mu_);
+  Stmt s(db_,
+         "DELETE FROM checkpoints WHERE job_id = ? AND step NOT IN "
+         "(SELECT DISTINCT step FROM checkpoints WHERE job_id = ? ORDER BY step DESC LIMIT ?)");
+  RETURN_IF_ERROR(s.status("prune checkpoints"));
+  s.Bind(1, job_id);
+  s.Bind(2, job_id);
+  s.Bind(3, keep);
+  return s.Run("prune checkpoints");
+}
+
 absl::StatusOr<std::vector<tandem::v1::CheckpointRecord>> StateStore::ListCheckpoints(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   Stmt s(db_, "SELECT record FROM checkpoints WHERE job_id = ? ORDER BY step, generation");

@@ -64,6 +64,9 @@ class StateStore {
   absl::StatusOr<std::vector<tandem::v1::WorkerInfo>> LoadWorkers();
 
   absl::Status AddCheckpoint(const tandem::v1::CheckpointRecord& record);
+  // Forgets the job's checkpoints older than its newest `keep` steps, as the
+  // workers' retention (checkpoint.keep) deletes them from disk.
+  absl::Status PruneCheckpoints(const std::string& job_id, int64_t keep);
   absl::StatusOr<std::vector<tandem::v1::CheckpointRecord>> ListCheckpoints(const std::string& job_id);
 
   const std::string& path() const { return path_; }

@@ -499,6 +499,23 @@ TEST_F(CoordinatorTest, CheckpointRecordsKeepReportedStepAndSizeAcrossRestart) {
   }
 }
 
+TEST_F(CoordinatorTest, CheckpointListFollowsTheWorkersRetention) {
+  BackgroundPublisher publisher;
+  AddWorker("alpha", [&publisher](FakeWorker& w, const tandem::v1::PhaseCommand& cmd,
+                                  tandem::v1::ReportPhaseRequest* report) { publisher.Fill(w, cmd, report); });
+  auto spec = SftSpec(1, 6);
+  spec.mutable_checkpoint()->set_every(1);
+  spec.mutable_checkpoint()->set_keep(2);
+  std::string id = Submit(spec);
+  auto job = WaitFor(id, Done);
+  ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_SUCCEEDED) << job.reason();
+  auto records = Checkpoints(id);
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].step(), 5);
+  EXPECT_EQ(records[1].step(), 6);
+  EXPECT_EQ(records[1].bytes(), BackgroundPublisher::Bytes(6));
+}
+
 TEST_F(CoordinatorTest, CheckpointPublishedBeforeAFailedPhaseIsRecorded) {
   BackgroundPublisher publisher;
   auto* a = AddWorker("alpha", [&publisher](FakeWorker& w, const tandem::v1::PhaseCommand& cmd,
