@@ -259,6 +259,7 @@ const FieldRule* YamlProtoOptions::FindRule(absl::string_view proto_path) const 
 }
 
 std::string EnumYamlName(const EnumValueDescriptor* value) {
+  if (value == nullptr) return "unknown";  // a number the enum does not declare
   const EnumDescriptor* e = value->type();
   std::string prefix;
   for (int i = 0; i < e->value_count(); ++i) {
@@ -456,6 +457,13 @@ absl::Status CheckProtoRules(const Message& msg, const YamlProtoOptions& options
             RETURN_IF_ERROR(CheckString(ep, r->GetRepeatedString(msg, f, j), rule)); break;
           case FieldDescriptor::CPPTYPE_MESSAGE:
             RETURN_IF_ERROR(CheckProtoRules(r->GetRepeatedMessage(msg, f, j), options, fp)); break;
+          case FieldDescriptor::CPPTYPE_ENUM: {
+            const int number = r->GetRepeatedEnumValue(msg, f, j);
+            if (f->enum_type()->FindValueByNumber(number) == nullptr) {
+              return Bad(ep, absl::StrCat(number, " is not allowed; allowed: ", EnumAllowed(f->enum_type())));
+            }
+            break;
+          }
           default: break;
         }
       }
@@ -477,7 +485,13 @@ absl::Status CheckProtoRules(const Message& msg, const YamlProtoOptions& options
       case FieldDescriptor::CPPTYPE_STRING:
         RETURN_IF_ERROR(CheckString(shown, r->GetString(msg, f), rule)); break;
       case FieldDescriptor::CPPTYPE_ENUM: {
-        const EnumValueDescriptor* v = r->GetEnum(msg, f);
+        // Proto3 enums are open: a message from the network may carry any
+        // number. Only the declared values go any further.
+        const int number = r->GetEnumValue(msg, f);
+        const EnumValueDescriptor* v = f->enum_type()->FindValueByNumber(number);
+        if (v == nullptr) {
+          return Bad(shown, absl::StrCat(number, " is not allowed; allowed: ", EnumAllowed(f->enum_type())));
+        }
         if (v->number() == 0 && rule != nullptr && rule->min >= 1) {
           return Bad(shown, absl::StrCat("required; allowed: ", EnumAllowed(f->enum_type())));
         }

@@ -84,7 +84,8 @@ absl::Status CheckProtoRules(const google::protobuf::Message& msg,
 // and enum spellings as the reader expects them).
 std::string ProtoToYaml(const google::protobuf::Message& msg, const YamlProtoOptions& options);
 
-// The lower-case YAML spelling of an enum value (JOB_KIND_SFT -> "sft").
+// The lower-case YAML spelling of an enum value (JOB_KIND_SFT -> "sft");
+// "unknown" for nullptr (FindValueByNumber of an undeclared number).
 std::string EnumYamlName(const google::protobuf::EnumValueDescriptor* value);
 
 // Proto path -> the YAML path users write (virtual maps undone).

@@ -171,6 +171,22 @@ TEST_F(CoordinatorTest, BadInputAndCredentialsGetClearErrors) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(st.error_message(), "spec.train.steps: must be >= 1, got -4");
   submit.mutable_spec()->mutable_train()->set_steps(3);
+  // Proto3 enums are open: undeclared numbers are refused, by name, and the
+  // coordinator stays up (they used to reach the scheduler and crash it).
+  submit.mutable_spec()->mutable_cluster()->set_device(static_cast<tandem::v1::DeviceKind>(99));
+  st = control_->SubmitJob(Ctx(kAdmin).get(), submit, &submitted);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(st.error_message().rfind("spec.cluster.device: 99 is not allowed; allowed: ", 0), 0u) << st.error_message();
+  EXPECT_TRUE(Healthy(channel_));
+  submit.mutable_spec()->mutable_cluster()->set_device(tandem::v1::DEVICE_KIND_CPU);
+  submit.mutable_spec()->set_kind(static_cast<tandem::v1::JobKind>(99));
+  submit.mutable_spec()->set_name("");
+  st = control_->SubmitJob(Ctx(kAdmin).get(), submit, &submitted);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("kind"), std::string::npos) << st.error_message();
+  EXPECT_TRUE(Healthy(channel_));
+  submit.mutable_spec()->set_kind(tandem::v1::JOB_KIND_SFT);
+  submit.mutable_spec()->set_name("t");
   submit.mutable_spec()->set_output_dir(std::string(5000, 'x'));
   EXPECT_CODE(control_->SubmitJob(Ctx(kAdmin).get(), submit, &submitted), INVALID_ARGUMENT);
   submit.mutable_spec()->set_output_dir(std::string(2 << 20, 'x'));  // over max message size
