@@ -45,14 +45,14 @@ grpc::Status ClusterService::RegisterWorker(grpc::ServerContext* ctx, const tand
                                             tandem::v1::RegisterWorkerResponse* resp) {
   TANDEM_RPC_CHECK(auth_->Require(*ctx, common::Role::kWorker));
   TANDEM_RPC_CHECK(CheckId("name", req->name()));
-  TANDEM_RPC_CHECK(CheckText("host", req->host(), 256));
+  TANDEM_RPC_CHECK(CheckLine("host", req->host(), 256));
   if (req->device() != tandem::v1::DEVICE_KIND_CPU && req->device() != tandem::v1::DEVICE_KIND_CUDA) {
     return ToGrpcStatus(absl::InvalidArgumentError("device: must be DEVICE_KIND_CPU or DEVICE_KIND_CUDA"));
   }
   TANDEM_RPC_CHECK(CheckRange("device_count", req->device_count(), 0, 1024));
   TANDEM_RPC_CHECK(CheckRange("memory_bytes", req->memory_bytes(), 0, INT64_MAX));
-  TANDEM_RPC_CHECK(CheckText("version", req->version(), 128));
-  TANDEM_RPC_CHECK(CheckText("data_address", req->data_address(), 256));
+  TANDEM_RPC_CHECK(CheckLine("version", req->version(), 128));
+  TANDEM_RPC_CHECK(CheckLine("data_address", req->data_address(), 256));
   TANDEM_RPC_CHECK(CheckId("worker_id", req->worker_id(), false));
   TANDEM_RPC_CHECK(CheckId("job_id", req->job_id(), false));
   TANDEM_RPC_CHECK(CheckRange("generation", req->generation(), 0, INT64_MAX));

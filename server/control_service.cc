@@ -56,7 +56,7 @@ grpc::Status ControlService::CancelJob(grpc::ServerContext* ctx, const tandem::v
                                        tandem::v1::CancelJobResponse* resp) {
   TANDEM_RPC_CHECK(auth_->Require(*ctx, common::Role::kAdmin));
   TANDEM_RPC_CHECK(CheckId("job_id", req->job_id()));
-  TANDEM_RPC_CHECK(CheckText("reason", req->reason(), 1024));
+  TANDEM_RPC_CHECK(CheckLine("reason", req->reason(), 1024));
   auto job = jobs_->Cancel(req->job_id(), req->reason());
   TANDEM_RPC_CHECK(job.status());
   *resp->mutable_job() = *job;

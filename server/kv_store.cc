@@ -103,7 +103,9 @@ absl::StatusOr<int64_t> KvStore::Add(const std::string& scope, const std::string
   if (it != s->entries.end() && !absl::SimpleAtoi(it->second, &value)) {
     return absl::FailedPreconditionError(absl::StrCat("store: key ", key, " does not hold a counter"));
   }
-  value += delta;
+  if (__builtin_add_overflow(value, delta, &value)) {
+    return absl::OutOfRangeError(absl::StrCat("store: counter ", key, " would overflow int64 (adding ", delta, ")"));
+  }
   RETURN_IF_ERROR(Put(s, key, absl::StrCat(value)));
   return value;
 }

@@ -38,6 +38,21 @@ inline absl::Status CheckText(const std::string& field, const std::string& value
   return absl::OkStatus();
 }
 
+// A one-line text field (host names, addresses, versions, reasons): besides
+// the length, no control characters but tab, so a value cannot forge log
+// lines or break `tandemctl` tables.
+inline absl::Status CheckLine(const std::string& field, const std::string& value, size_t max_bytes) {
+  if (absl::Status st = CheckText(field, value, max_bytes); !st.ok()) return st;
+  for (unsigned char c : value) {
+    if ((c < 0x20 && c != '\t') || c == 0x7f) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": control character 0x", absl::Hex(c, absl::kZeroPad2),
+                       " is not allowed (one line of text)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 inline absl::Status CheckRange(const std::string& field, int64_t value, int64_t min, int64_t max) {
   if (value < min || value > max) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": must be in [", min, ", ", max, "], got ", value));

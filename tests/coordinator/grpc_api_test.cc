@@ -203,6 +203,9 @@ TEST_F(CoordinatorTest, BadInputAndCredentialsGetClearErrors) {
   tandem::v1::CancelJobResponse cancelled;
   cancel.set_job_id("j-999999");
   EXPECT_CODE(control_->CancelJob(Ctx(kAdmin).get(), cancel, &cancelled), NOT_FOUND);
+  cancel.set_reason("done\n2026-12-01T00:00:00 I coordinator] job j-1: job succeeded");  // a forged log line
+  EXPECT_CODE(control_->CancelJob(Ctx(kAdmin).get(), cancel, &cancelled), INVALID_ARGUMENT);
+  cancel.clear_reason();
   tandem::v1::GetJobLogsRequest logs;
   tandem::v1::GetJobLogsResponse lines;
   logs.set_job_id("j-1");
@@ -236,6 +239,8 @@ TEST_F(CoordinatorTest, BadInputAndCredentialsGetClearErrors) {
   EXPECT_CODE(cluster_->RegisterWorker(Ctx(kJoin).get(), reg, &registered), INVALID_ARGUMENT);
   reg.set_device(tandem::v1::DEVICE_KIND_CPU);
   reg.set_host(std::string(300, 'h'));
+  EXPECT_CODE(cluster_->RegisterWorker(Ctx(kJoin).get(), reg, &registered), INVALID_ARGUMENT);
+  reg.set_host("node-1\r\nworker w-9 (admin) registered");
   EXPECT_CODE(cluster_->RegisterWorker(Ctx(kJoin).get(), reg, &registered), INVALID_ARGUMENT);
   reg.clear_host();
   EXPECT_CODE(cluster_->RegisterWorker(Ctx("").get(), reg, &registered), UNAUTHENTICATED);

@@ -275,6 +275,16 @@ TEST(KvStoreTest, Semantics) {
   EXPECT_EQ(*kv.Add(s, "n", 3), 5);
   EXPECT_EQ(*kv.Get(s, "n", 0), "5");
   EXPECT_TRUE(absl::IsFailedPrecondition(kv.Add(s, "a", 1).status()) == false);  // "1" is a counter
+  {
+    // A counter never wraps: the add is refused and the value stays.
+    KvStore big(KvLimits{.max_key_bytes = 16, .max_value_bytes = 32, .max_entries_per_scope = 3});
+    ASSERT_EQ(big.Add(s, "n", INT64_MAX - 2).value_or(0), INT64_MAX - 2);
+    EXPECT_EQ(big.Add(s, "n", 2).value_or(0), INT64_MAX);
+    EXPECT_TRUE(absl::IsOutOfRange(big.Add(s, "n", 1).status()));
+    EXPECT_TRUE(absl::IsOutOfRange(big.Add(s, "m", INT64_MIN).status()) == false);
+    EXPECT_TRUE(absl::IsOutOfRange(big.Add(s, "m", -1).status()));
+    EXPECT_EQ(big.Get(s, "n", 0).value_or(""), absl::StrCat(INT64_MAX));
+  }
   EXPECT_TRUE(absl::IsInvalidArgument(kv.Set(s, std::string(17, 'k'), "v")));
   EXPECT_TRUE(absl::IsInvalidArgument(kv.Set(s, "b", "123456789")));
   EXPECT_TRUE(kv.Set(s, "c", "x").ok());
