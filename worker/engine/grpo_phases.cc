@@ -433,7 +433,6 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
             !st.ok())
           return st;
         if (old_is_current) {
-          old_tok = logp_new;
           if (!padding) AddMismatch(rb->packed, sampled_ptr, logp_new, &mismatch_sum, &mismatch_n);
         } else {
           Scatter(rb->packed, old_ptr, old_tok);
@@ -441,7 +440,7 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
         if (!ref_ptr.empty()) Scatter(rb->packed, ref_ptr, ref_tok);
         rl::PolicyLossInput<float> in;
         in.logp_new = logp_new;
-        in.logp_old = old_tok;
+        in.logp_old = old_is_current ? logp_new : old_tok;  // the same weights: r = 1
         if (!ref_ptr.empty()) in.logp_ref = ref_tok;
         in.advantages = rb->advantages;
         in.mask = rb->packed.loss_mask;
