@@ -4,6 +4,8 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
 
+#include <openssl/sha.h>
+
 #include <cstdlib>
 #include <fstream>
 
@@ -103,6 +105,23 @@ absl::Status TokenAuthenticator::Require(const grpc::ServerContext& context, Rol
     return absl::PermissionDeniedError("this token may only call the Cluster service (worker join token)");
   }
   return absl::OkStatus();
+}
+
+std::string CredentialDigest(absl::string_view credential) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(credential.data()), credential.size(), digest);
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)));
+}
+
+std::string PresentedWorkerCredential(const grpc::ServerContext& context) {
+  const auto& md = context.client_metadata();
+  auto it = md.find(kWorkerCredentialMetadata);
+  if (it == md.end() || it->second.size() > kMaxTokenBytes) return "";
+  return std::string(it->second.data(), it->second.size());
+}
+
+void AddWorkerCredential(grpc::ClientContext* context, const std::string& credential) {
+  if (!credential.empty()) context->AddMetadata(kWorkerCredentialMetadata, credential);
 }
 
 void AddBearerToken(grpc::ClientContext* context, const std::string& token) {

@@ -59,6 +59,17 @@ class TokenAuthenticator {
   bool allow_unauthenticated_;
 };
 
+// Per-worker credentials. RegisterWorker hands each worker a fresh secret
+// (GenerateToken); the coordinator keeps only its digest. The worker sends
+// it with every later Cluster call in this metadata key.
+inline constexpr char kWorkerCredentialMetadata[] = "x-tandem-worker-credential";
+// Hex SHA-256 of a credential (what the coordinator stores and compares).
+std::string CredentialDigest(absl::string_view credential);
+// The credential a call presents ("" when none).
+std::string PresentedWorkerCredential(const grpc::ServerContext& context);
+// Adds the credential metadata to a client call (no-op if empty).
+void AddWorkerCredential(grpc::ClientContext* context, const std::string& credential);
+
 // Adds "authorization: Bearer <token>" to a client call (no-op if empty).
 void AddBearerToken(grpc::ClientContext* context, const std::string& token);
 

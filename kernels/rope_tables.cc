@@ -80,8 +80,9 @@ void rope_tables(const RopeConfig& cfg, int seq_len, int max_pos, float* cos,
     for (int i = 0; i < half; ++i) {
       // HF computes freqs in fp32: position * inv_freq (float).
       const float angle = static_cast<float>(p) * inv_freq[i];
-      cos[p * half + i] = std::cos(angle) * attention_scaling;
-      sin[p * half + i] = std::sin(angle) * attention_scaling;
+      const size_t at = static_cast<size_t>(p) * half + i;
+      cos[at] = std::cos(angle) * attention_scaling;
+      sin[at] = std::sin(angle) * attention_scaling;
     }
   }
 }

@@ -41,6 +41,22 @@ absl::StatusOr<std::string> ClusterService::Scope(const tandem::v1::StoreScope& 
   return KvStore::ScopeName(scope.job_id(), scope.generation());
 }
 
+absl::StatusOr<std::string> ClusterService::StoreScopeFor(const grpc::ServerContext& ctx,
+                                                          const tandem::v1::StoreScope& scope) const {
+  ASSIGN_OR_RETURN(std::string name, Scope(scope));
+  // Only the job's own workers read or write its rendezvous store.
+  ASSIGN_OR_RETURN(std::string worker_id, membership_->WorkerForCredential(common::PresentedWorkerCredential(ctx)));
+  if (jobs_->JobGenerationFor(scope.job_id(), worker_id) != scope.generation()) {
+    return absl::PermissionDeniedError(absl::StrCat("scope: worker ", worker_id, " is not in job ", scope.job_id(),
+                                                    " generation ", scope.generation()));
+  }
+  return name;
+}
+
+absl::Status ClusterService::RequireWorker(const grpc::ServerContext& ctx, const std::string& worker_id) const {
+  return membership_->CheckCredential(worker_id, common::PresentedWorkerCredential(ctx));
+}
+
 grpc::Status ClusterService::RegisterWorker(grpc::ServerContext* ctx, const tandem::v1::RegisterWorkerRequest* req,
                                             tandem::v1::RegisterWorkerResponse* resp) {
   TANDEM_RPC_CHECK(auth_->Require(*ctx, common::Role::kWorker));
@@ -57,6 +73,7 @@ grpc::Status ClusterService::RegisterWorker(grpc::ServerContext* ctx, const tand
   TANDEM_RPC_CHECK(CheckId("job_id", req->job_id(), false));
   TANDEM_RPC_CHECK(CheckRange("generation", req->generation(), 0, INT64_MAX));
   TANDEM_RPC_CHECK(CheckText("last_command_id", req->last_command_id(), 512));
+  TANDEM_RPC_CHECK(CheckText("worker_credential", req->worker_credential(), common::kMaxTokenBytes));
   if (stopping_->load()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator shutting down");
   int64_t generation = -1;
   if (!req->job_id().empty() && !req->worker_id().empty()) {
@@ -71,6 +88,7 @@ grpc::Status ClusterService::RegisterWorker(grpc::ServerContext* ctx, const tand
   spdlog::info("worker {} ({}, {}) registered{}", result->worker_id, req->name(), req->host(),
                result->keep_job ? absl::StrCat(", keeps job ", req->job_id()) : "");
   resp->set_worker_id(result->worker_id);
+  resp->set_worker_credential(result->credential);
   resp->set_lease_ms(config_.lease_ms());
   resp->set_heartbeat_interval_ms(config_.heartbeat_ms());
   resp->set_keep_job(result->keep_job);
@@ -85,9 +103,13 @@ grpc::Status ClusterService::Heartbeat(grpc::ServerContext* ctx, const tandem::v
   TANDEM_RPC_CHECK(CheckId("worker_id", req->worker_id()));
   TANDEM_RPC_CHECK(CheckId("job_id", req->job_id(), false));
   TANDEM_RPC_CHECK(CheckRange("memory_bytes_in_use", req->memory_bytes_in_use(), 0, INT64_MAX));
-  absl::Status s = membership_->Heartbeat(*req);
+  absl::Status s = RequireWorker(*ctx, req->worker_id());
+  if (absl::IsUnauthenticated(s)) return ToGrpcStatus(s);
+  // Unknown, lost, or another worker took the name over after this one's
+  // lease ran out: register again (which says who holds the name).
+  if (s.ok()) s = membership_->Heartbeat(*req);
   resp->set_lease_ms(config_.lease_ms());
-  if (absl::IsNotFound(s)) {
+  if (absl::IsNotFound(s) || absl::IsPermissionDenied(s)) {
     resp->set_reregister(true);
     return grpc::Status::OK;
   }
@@ -106,6 +128,7 @@ grpc::Status ClusterService::Attach(grpc::ServerContext* ctx, const tandem::v1::
                                     grpc::ServerWriter<tandem::v1::WorkerCommand>* writer) {
   TANDEM_RPC_CHECK(auth_->Require(*ctx, common::Role::kWorker));
   TANDEM_RPC_CHECK(CheckId("worker_id", req->worker_id()));
+  TANDEM_RPC_CHECK(RequireWorker(*ctx, req->worker_id()));
   auto attached = membership_->Attach(req->worker_id());
   TANDEM_RPC_CHECK(attached.status());
   auto [queue, epoch] = *attached;
@@ -161,6 +184,7 @@ grpc::Status ClusterService::ReportPhase(grpc::ServerContext* ctx, const tandem:
                                          tandem::v1::ReportPhaseResponse* resp) {
   TANDEM_RPC_CHECK(auth_->Require(*ctx, common::Role::kWorker));
   TANDEM_RPC_CHECK(CheckId("worker_id", req->worker_id()));
+  TANDEM_RPC_CHECK(RequireWorker(*ctx, req->worker_id()));
   TANDEM_RPC_CHECK(CheckText("command_id", req->command_id(), 512));
   if (req->command_id().empty()) return ToGrpcStatus(absl::InvalidArgumentError("command_id: required"));
   TANDEM_RPC_CHECK(CheckId("job_id", req->job_id()));
@@ -194,7 +218,7 @@ grpc::Status ClusterService::ReportPhase(grpc::ServerContext* ctx, const tandem:
 grpc::Status ClusterService::StoreSet(grpc::ServerContext* ctx, const tandem::v1::StoreSetRequest* req,
                                       tandem::v1::StoreSetResponse* resp) {
   TANDEM_RPC_CHECK(auth_->Require(*ctx, common::Role::kWorker));
-  auto scope = Scope(req->scope());
+  auto scope = StoreScopeFor(*ctx, req->scope());
   TANDEM_RPC_CHECK(scope.status());
   TANDEM_RPC_CHECK(kv_->Set(*scope, req->key(), req->value()));
   return grpc::Status::OK;
@@ -203,7 +227,7 @@ grpc::Status ClusterService::StoreSet(grpc::ServerContext* ctx, const tandem::v1
 grpc::Status ClusterService::StoreGet(grpc::ServerContext* ctx, const tandem::v1::StoreGetRequest* req,
                                       tandem::v1::StoreGetResponse* resp) {
   TANDEM_RPC_CHECK(auth_->Require(*ctx, common::Role::kWorker));
-  auto scope = Scope(req->scope());
+  auto scope = StoreScopeFor(*ctx, req->scope());
   TANDEM_RPC_CHECK(scope.status());
   TANDEM_RPC_CHECK(CheckRange("timeout_ms", req->timeout_ms(), 0, kMaxStoreTimeoutMs));
   auto value = kv_->Get(*scope, req->key(), req->timeout_ms(),
@@ -216,7 +240,7 @@ grpc::Status ClusterService::StoreGet(grpc::ServerContext* ctx, const tandem::v1
 grpc::Status ClusterService::StoreAdd(grpc::ServerContext* ctx, const tandem::v1::StoreAddRequest* req,
                                       tandem::v1::StoreAddResponse* resp) {
   TANDEM_RPC_CHECK(auth_->Require(*ctx, common::Role::kWorker));
-  auto scope = Scope(req->scope());
+  auto scope = StoreScopeFor(*ctx, req->scope());
   TANDEM_RPC_CHECK(scope.status());
   auto value = kv_->Add(*scope, req->key(), req->delta());
   TANDEM_RPC_CHECK(value.status());
@@ -227,7 +251,7 @@ grpc::Status ClusterService::StoreAdd(grpc::ServerContext* ctx, const tandem::v1
 grpc::Status ClusterService::StoreWait(grpc::ServerContext* ctx, const tandem::v1::StoreWaitRequest* req,
                                        tandem::v1::StoreWaitResponse* resp) {
   TANDEM_RPC_CHECK(auth_->Require(*ctx, common::Role::kWorker));
-  auto scope = Scope(req->scope());
+  auto scope = StoreScopeFor(*ctx, req->scope());
   TANDEM_RPC_CHECK(scope.status());
   TANDEM_RPC_CHECK(CheckRange("timeout_ms", req->timeout_ms(), 0, kMaxStoreTimeoutMs));
   if (req->keys_size() == 0 || req->keys_size() > 1024) {
@@ -242,7 +266,7 @@ grpc::Status ClusterService::StoreWait(grpc::ServerContext* ctx, const tandem::v
 grpc::Status ClusterService::StoreDelete(grpc::ServerContext* ctx, const tandem::v1::StoreDeleteRequest* req,
                                          tandem::v1::StoreDeleteResponse* resp) {
   TANDEM_RPC_CHECK(auth_->Require(*ctx, common::Role::kWorker));
-  auto scope = Scope(req->scope());
+  auto scope = StoreScopeFor(*ctx, req->scope());
   TANDEM_RPC_CHECK(scope.status());
   auto deleted = kv_->Delete(*scope, req->key());
   TANDEM_RPC_CHECK(deleted.status());

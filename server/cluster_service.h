@@ -1,7 +1,10 @@
 // Cluster service (workers): join token (or admin token) required.
 // RegisterWorker/Heartbeat/Attach go to Membership; ReportPhase to the
 // JobManager; Store* to the KvStore, only for a running job's current
-// generation. Attach streams the worker's command queue, with a ping every
+// generation. Every call after RegisterWorker also presents the worker's
+// credential (common::kWorkerCredentialMetadata): Heartbeat, Attach and
+// ReportPhase only for the worker_id it was issued to, Store* only for the
+// scopes of that worker's job. Attach streams the worker's command queue, with a ping every
 // few seconds, until the worker re-attaches elsewhere, is lost, cancels, or
 // the coordinator shuts down. Thread-safe (gRPC sync server threads).
 #pragma once
@@ -44,6 +47,11 @@ class ClusterService final : public tandem::v1::Cluster::Service {
 
  private:
   absl::StatusOr<std::string> Scope(const tandem::v1::StoreScope& scope) const;
+  // Scope() for a caller that must be a member of the scope's job and
+  // generation (identified by its worker credential).
+  absl::StatusOr<std::string> StoreScopeFor(const grpc::ServerContext& ctx, const tandem::v1::StoreScope& scope) const;
+  // The call presents worker_id's own credential.
+  absl::Status RequireWorker(const grpc::ServerContext& ctx, const std::string& worker_id) const;
 
   const tandem::v1::CoordinatorConfig config_;
   JobManager* jobs_;

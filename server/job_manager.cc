@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "common/checkpoint_path.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/algorithm/container.h"
@@ -23,6 +24,9 @@ using tandem::v1::JobState;
 using tandem::v1::StepMetrics;
 
 namespace {
+
+// Checkpoint records kept per job (the newest) when checkpoint.keep is 0.
+constexpr int64_t kMaxCheckpointRecordsPerJob = 1000;
 
 constexpr int64_t kMaxLogLinesPerJob = 200000;
 
@@ -347,15 +351,26 @@ absl::Status JobManager::OnReport(const tandem::v1::ReportPhaseRequest& report) 
   if (r == nullptr) return absl::NotFoundError(absl::StrCat("job_id: no job '", report.job_id(), "'"));
   const auto& ids = r->job.worker_ids();
   auto it = std::find(ids.begin(), ids.end(), report.worker_id());
-  // A published checkpoint is complete whoever reports it (any rank, any
-  // phase: the background write finishes later), even from an old generation
-  // or with a phase that failed after it was published.
-  if (!IsTerminal(r->job.state())) {
-    for (const auto& published : report.checkpoints()) RecordCheckpointLocked(r, report.generation(), published);
-  }
+  // Nothing in a report is used before its sender is known to be a member.
   if (it == ids.end()) {
     return absl::PermissionDeniedError(
         absl::StrCat("worker ", report.worker_id(), " is not part of job ", report.job_id()));
+  }
+  const std::string& root = r->job.spec().checkpoint().dir();
+  for (int i = 0; i < report.checkpoints_size(); ++i) {
+    const auto& c = report.checkpoints(i);
+    if (!common::IsCheckpointStepPath(c.path(), root, c.step())) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoints[", i, "]: path '", c.path(), "' of step ", c.step(),
+                                                     " is not the job's checkpoint directory of that step (",
+                                                     common::CheckpointStepPath(root, std::max<int64_t>(c.step(), 1)),
+                                                     ")"));
+    }
+  }
+  // A published checkpoint is complete whoever of the members reports it
+  // (any rank, any phase: the background write finishes later), even from an
+  // old generation or with a phase that failed after it was published.
+  if (!IsTerminal(r->job.state())) {
+    for (const auto& published : report.checkpoints()) RecordCheckpointLocked(r, report.generation(), published);
   }
   const int rank = static_cast<int>(it - ids.begin());
   std::vector<std::string> lines(report.log_lines().begin(), report.log_lines().end());
@@ -409,9 +424,12 @@ void JobManager::RecordCheckpointLocked(JobRecord* r, int64_t generation,
   absl::Status s = store_->AddCheckpoint(rec);
   if (!s.ok()) spdlog::error("job {} checkpoint record: {}", r->job.id(), s.ToString());
   // Rank 0 applies checkpoint.keep right after publishing (ckpt::ApplyRetention):
-  // list only what is still on disk.
-  if (const int64_t keep = r->job.spec().checkpoint().keep(); keep > 0) {
-    s = store_->PruneCheckpoints(r->job.id(), keep);
+  // list only what is still on disk. Without a keep the catalogue still
+  // holds only the newest kMaxCheckpointRecordsPerJob (older ones stay on disk).
+  {
+    const int64_t keep = r->job.spec().checkpoint().keep();
+    s = store_->PruneCheckpoints(r->job.id(), keep > 0 ? std::min(keep, kMaxCheckpointRecordsPerJob)
+                                                       : kMaxCheckpointRecordsPerJob);
     if (!s.ok()) spdlog::error("job {} checkpoint records: {}", r->job.id(), s.ToString());
   }
   // A path rewritten by a redo is good again.

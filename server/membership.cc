@@ -1,5 +1,7 @@
 #include "server/membership.h"
 
+#include "common/auth.h"
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -64,7 +66,8 @@ Membership::Membership(const tandem::v1::CoordinatorConfig& config, StateStore* 
 
 void Membership::Persist(const WorkerInfo& info) {
   if (store_ == nullptr) return;
-  absl::Status s = store_->PutWorker(info);
+  auto it = workers_.find(info.id());
+  absl::Status s = store_->PutWorker(info, it == workers_.end() ? "" : it->second.credential_digest);
   if (!s.ok()) spdlog::error("persist worker {}: {}", info.id(), s.ToString());
 }
 
@@ -76,11 +79,13 @@ absl::Status Membership::Load() {
   const int64_t grace = std::max(config_.lease_ms(), config_.reattach_grace_ms());
   for (auto& w : *workers) {
     Entry e;
-    e.info = w;
+    e.info = w.info;
+    e.credential_digest = w.credential_digest;
     e.lease_deadline_ms = clock_->NowMs() + grace;
     int64_t n = 0;
-    if (w.id().rfind("w-", 0) == 0 && absl::SimpleAtoi(w.id().substr(2), &n)) next_id_ = std::max(next_id_, n + 1);
-    workers_[w.id()] = std::move(e);
+    const std::string& id = e.info.id();
+    if (id.rfind("w-", 0) == 0 && absl::SimpleAtoi(id.substr(2), &n)) next_id_ = std::max(next_id_, n + 1);
+    workers_[id] = std::move(e);
   }
   return absl::OkStatus();
 }
@@ -107,14 +112,24 @@ absl::StatusOr<RegisterResult> Membership::Register(const tandem::v1::RegisterWo
       if (entry.info.name() == req.name()) e = &entry;
     }
   }
-  if (e != nullptr && !req.worker_id().empty() && e->info.id() != req.worker_id() &&
-      e->info.state() != tandem::v1::WORKER_STATE_GONE && e->info.state() != tandem::v1::WORKER_STATE_LOST &&
-      clock_->NowMs() < e->lease_deadline_ms && e->attached) {
-    // Another live worker already holds this name.
-    return absl::AlreadyExistsError(
-        absl::StrCat("name: '", req.name(), "' is held by live worker ", e->info.id()));
+  // A name or id held by a live worker goes only to the holder of its
+  // credential: two workers started with one --name are refused, never
+  // trade the identity back and forth.
+  const bool proven = e != nullptr && !e->credential_digest.empty() && !req.worker_credential().empty() &&
+                      common::ConstantTimeEquals(common::CredentialDigest(req.worker_credential()),
+                                                 e->credential_digest);
+  if (e != nullptr && !proven && LiveLocked(*e)) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "name: '", req.name(), "' is held by live worker ", e->info.id(), " on host '", e->info.host(),
+        "': give every worker its own --name (this one is refused until that worker's lease runs out)"));
   }
   RegisterResult result;
+  std::string credential = proven ? req.worker_credential() : "";
+  if (credential.empty()) {
+    auto fresh = common::GenerateToken();
+    if (!fresh.ok()) return fresh.status();
+    credential = *fresh;
+  }
   const double now = clock_->WallSeconds();
   if (e == nullptr) {
     std::string id = absl::StrCat("w-", next_id_++);
@@ -154,8 +169,51 @@ absl::StatusOr<RegisterResult> Membership::Register(const tandem::v1::RegisterWo
   e->attached = false;
   e->lease_deadline_ms = clock_->NowMs() + config_.lease_ms();
   result.worker_id = info.id();
+  result.credential = credential;
+  e->credential_digest = common::CredentialDigest(credential);
   Persist(info);
   return result;
+}
+
+bool Membership::LiveLocked(const Entry& e) const {
+  return e.info.state() != tandem::v1::WORKER_STATE_GONE && e.info.state() != tandem::v1::WORKER_STATE_LOST &&
+         clock_->NowMs() < e.lease_deadline_ms;
+}
+
+absl::Status Membership::CheckCredential(const std::string& worker_id, const std::string& credential) const {
+  if (credential.empty()) {
+    return absl::UnauthenticatedError(absl::StrCat("missing worker credential (metadata ",
+                                                   common::kWorkerCredentialMetadata,
+                                                   "): RegisterWorker's response carries it"));
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.info.state() == tandem::v1::WORKER_STATE_LOST ||
+      it->second.info.state() == tandem::v1::WORKER_STATE_GONE) {
+    return absl::NotFoundError(absl::StrCat("worker ", worker_id, " is not registered: register again"));
+  }
+  if (it->second.credential_digest.empty() ||
+      !common::ConstantTimeEquals(common::CredentialDigest(credential), it->second.credential_digest)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("the worker credential is not the one of worker ", worker_id, ": a worker acts only as itself"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Membership::WorkerForCredential(const std::string& credential) const {
+  if (credential.empty()) {
+    return absl::UnauthenticatedError(absl::StrCat("missing worker credential (metadata ",
+                                                   common::kWorkerCredentialMetadata,
+                                                   "): RegisterWorker's response carries it"));
+  }
+  const std::string digest = common::CredentialDigest(credential);
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, e] : workers_) {
+    if (!e.credential_digest.empty() && common::ConstantTimeEquals(digest, e.credential_digest) && LiveLocked(e)) {
+      return id;
+    }
+  }
+  return absl::PermissionDeniedError("the worker credential belongs to no live worker: register again");
 }
 
 absl::Status Membership::Heartbeat(const tandem::v1::HeartbeatRequest& req) {

@@ -3,6 +3,10 @@
 //
 // - Register: the same worker_id, or else the same name, keeps its id; a
 //   re-register replaces the previous Attach stream (the old one ends).
+//   Each registration gets a credential (a random secret; only its digest
+//   is kept, also in the store). While a worker is live (lease valid) its
+//   name and id go only to a caller presenting that credential, so a second
+//   worker with the same name is refused instead of taking over.
 // - Heartbeat renews the lease; ExpireLeases() marks workers whose lease ran
 //   out LOST and returns them (the caller tells their jobs). Time the checker
 //   itself was held up (the coordinator stalled, so heartbeats waited
@@ -61,6 +65,7 @@ class CommandQueue {
 
 struct RegisterResult {
   std::string worker_id;
+  std::string credential;  // the worker's secret (new, or the one it proved)
   bool keep_job = false;
   // A job the coordinator had this worker in, which the worker no longer
   // holds (it restarted): the caller must tell the job it lost the worker.
@@ -88,6 +93,12 @@ class Membership {
   // still runs with this worker (-1 otherwise); used to decide keep_job.
   absl::StatusOr<RegisterResult> Register(const tandem::v1::RegisterWorkerRequest& request,
                                           int64_t job_generation);
+  // OK when `credential` is the one Register issued to worker_id; else
+  // UNAUTHENTICATED (none), NOT_FOUND (unknown or lost: re-register) or
+  // PERMISSION_DENIED (another worker's, or a superseded one).
+  absl::Status CheckCredential(const std::string& worker_id, const std::string& credential) const;
+  // The live worker `credential` belongs to.
+  absl::StatusOr<std::string> WorkerForCredential(const std::string& credential) const;
   // NOT_FOUND when the coordinator does not know the worker (re-register).
   absl::Status Heartbeat(const tandem::v1::HeartbeatRequest& request);
   // Marks the worker attached; returns its queue and an attach epoch. A
@@ -137,7 +148,10 @@ class Membership {
     std::shared_ptr<CommandQueue> queue = std::make_shared<CommandQueue>();
     uint64_t attach_epoch = 0;
     bool attached = false;
+    std::string credential_digest;
   };
+  // Not LOST/GONE and its lease has not run out.
+  bool LiveLocked(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Entry* FindLocked(const std::string& id_or_name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Persist(const tandem::v1::WorkerInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -134,6 +134,20 @@ absl::Status StateStore::Migrate() {
       return s;
     }
     RETURN_IF_ERROR(Exec("COMMIT"));
+    version = 1;
+  }
+  if (version < 2) {
+    // Version 2: workers carry the digest of their credential.
+    RETURN_IF_ERROR(Exec("BEGIN"));
+    absl::Status s = Exec(R"sql(
+      ALTER TABLE workers ADD COLUMN credential TEXT NOT NULL DEFAULT '';
+      INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', 2);
+    )sql");
+    if (!s.ok()) {
+      Exec("ROLLBACK").IgnoreError();
+      return s;
+    }
+    RETURN_IF_ERROR(Exec("COMMIT"));
   }
   return absl::OkStatus();
 }
@@ -275,26 +289,28 @@ absl::StatusOr<std::vector<tandem::v1::LogLine>> StateStore::ListLogs(const std:
   return out;
 }
 
-absl::Status StateStore::PutWorker(const tandem::v1::WorkerInfo& worker) {
+absl::Status StateStore::PutWorker(const tandem::v1::WorkerInfo& worker, const std::string& credential_digest) {
   absl::MutexLock lock(&mu_);
-  Stmt s(db_, "INSERT OR REPLACE INTO workers (id, name, info) VALUES (?, ?, ?)");
+  Stmt s(db_, "INSERT OR REPLACE INTO workers (id, name, info, credential) VALUES (?, ?, ?, ?)");
   RETURN_IF_ERROR(s.status("put worker"));
   s.Bind(1, worker.id());
   s.Bind(2, worker.name());
   s.BindBlob(3, worker.SerializeAsString());
+  s.Bind(4, credential_digest);
   return s.Run(absl::StrCat("put worker ", worker.id()));
 }
 
-absl::StatusOr<std::vector<tandem::v1::WorkerInfo>> StateStore::LoadWorkers() {
+absl::StatusOr<std::vector<StoredWorker>> StateStore::LoadWorkers() {
   absl::MutexLock lock(&mu_);
-  Stmt s(db_, "SELECT info FROM workers ORDER BY id");
+  Stmt s(db_, "SELECT info, credential FROM workers ORDER BY id");
   RETURN_IF_ERROR(s.status("load workers"));
-  std::vector<tandem::v1::WorkerInfo> out;
+  std::vector<StoredWorker> out;
   while (true) {
     ASSIGN_OR_RETURN(bool row, s.Step("load workers"));
     if (!row) break;
-    tandem::v1::WorkerInfo w;
-    if (!w.ParseFromString(s.Text(0))) return absl::DataLossError("state store: corrupt worker record");
+    StoredWorker w;
+    if (!w.info.ParseFromString(s.Text(0))) return absl::DataLossError("state store: corrupt worker record");
+    w.credential_digest = s.Text(1);
     out.push_back(std::move(w));
   }
   return out;

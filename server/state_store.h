@@ -22,12 +22,17 @@ struct sqlite3;
 
 namespace tandem::server {
 
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;
 
 struct StoredJob {
   tandem::v1::Job job;
   PhaseCursor cursor;
   int64_t seq = 0;  // submission order
+};
+
+struct StoredWorker {
+  tandem::v1::WorkerInfo info;
+  std::string credential_digest;  // CredentialDigest of its credential ("" = none yet)
 };
 
 struct StoredEvent {
@@ -60,8 +65,8 @@ class StateStore {
   absl::StatusOr<std::vector<tandem::v1::LogLine>> ListLogs(const std::string& job_id, int64_t after_seq,
                                                             int limit);
 
-  absl::Status PutWorker(const tandem::v1::WorkerInfo& worker);
-  absl::StatusOr<std::vector<tandem::v1::WorkerInfo>> LoadWorkers();
+  absl::Status PutWorker(const tandem::v1::WorkerInfo& worker, const std::string& credential_digest = "");
+  absl::StatusOr<std::vector<StoredWorker>> LoadWorkers();
 
   absl::Status AddCheckpoint(const tandem::v1::CheckpointRecord& record);
   // Forgets the job's checkpoints older than its newest `keep` steps, as the

@@ -7,9 +7,12 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+
+#include "nlohmann/json.hpp"
 
 namespace tandem::ckpt {
 namespace {
@@ -24,6 +27,23 @@ std::string TempDir() {
 
 void WriteText(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// An edited manifest with its checksum recomputed, as a forger (or a tool
+// that rewrites manifests) would: only the structural checks stop it.
+std::string Resigned(const std::string& manifest_text) {
+  auto j = nlohmann::json::parse(manifest_text);
+  j.erase("checksum");
+  const std::string text = j.dump();
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(Xxh64(text.data(), text.size())));
+  j["checksum"] = buf;
+  return j.dump(2);
 }
 
 // Two ranks splitting 10 floats as ZeRO does: each unit ([0,6), [6,10))
@@ -128,10 +148,21 @@ TEST(CheckpointFormatTest, BadManifests) {
   WriteText(dir + "/manifest.json", no_step);
   EXPECT_EQ(ReadManifest(dir).status().code(), absl::StatusCode::kDataLoss);
 
+  // An edit without a new checksum.
+  auto edited_json = nlohmann::json::parse(good);
+  edited_json["optimizer_steps"] = 7;
+  const std::string edited = edited_json.dump(2);
+  WriteText(dir + "/manifest.json", edited);
+  m = ReadManifest(dir);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("fails its checksum"), std::string::npos) << m.status();
+  WriteText(dir + "/manifest.json", Resigned(edited));
+  EXPECT_TRUE(ReadManifest(dir).ok());
+
   // A shard count that does not match the world size.
   std::string world = good;
   world.replace(world.find("\"world_size\": 2"), 15, "\"world_size\": 3");
-  WriteText(dir + "/manifest.json", world);
+  WriteText(dir + "/manifest.json", Resigned(world));
   m = ReadManifest(dir);
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("lists 2 shards for world size 3"), std::string::npos)
@@ -140,7 +171,7 @@ TEST(CheckpointFormatTest, BadManifests) {
   // A shard file name that leaves the directory.
   std::string escape = good;
   escape.replace(escape.find("shard-00000-of-00002.bin"), 24, "../shard-00000-of-0.bin");
-  WriteText(dir + "/manifest.json", escape);
+  WriteText(dir + "/manifest.json", Resigned(escape));
   m = ReadManifest(dir);
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("leaves the checkpoint directory"), std::string::npos);
@@ -149,7 +180,7 @@ TEST(CheckpointFormatTest, BadManifests) {
   std::string sum = good;
   const size_t at = sum.find("\"xxh64\": \"") + 10;
   sum.replace(at, 2, "zz");
-  WriteText(dir + "/manifest.json", sum);
+  WriteText(dir + "/manifest.json", Resigned(sum));
   EXPECT_EQ(ReadManifest(dir).status().code(), absl::StatusCode::kDataLoss);
 
   fs::remove(dir + "/manifest.json");
@@ -212,6 +243,71 @@ TEST(CheckpointFormatTest, DamagedShardFiles) {
   info.file = "absent.bin";
   EXPECT_EQ(ReadShard(dir, info).status().code(), absl::StatusCode::kNotFound);
   fs::remove_all(dir);
+}
+
+// Crafted files whose checksums are all valid (shards and manifest): sizes
+// that would wrap 64-bit sums or products, or that would size a vector from
+// the manifest alone, are refused before anything is allocated or copied.
+TEST(CheckpointFormatTest, CraftedSizesAreRefusedNotTrusted) {
+  const std::string dir = TempDir();
+  struct Case {
+    const char* what;
+    std::string header;
+    size_t payload_floats;
+    const char* error;
+  };
+  const std::vector<Case> cases = {
+      {"counts that wrap", R"({"ranges": [[0, 18446744073709551615], [0, 2]], "arrays": ["params"], "rank": 0})", 1,
+       "more floats than the file holds"},
+      {"offset + count wraps", R"({"ranges": [[18446744073709551615, 2]], "arrays": ["params"], "rank": 0})", 2,
+       "more floats than the file holds"},
+      {"n * 4 wraps", R"({"ranges": [[0, 4611686018427387905]], "arrays": ["params"], "rank": 0})", 1,
+       "more floats than the file holds"},
+      {"arrays times floats past the file", R"({"ranges": [[0, 10]], "arrays": ["a", "b", "c"], "rank": 0})", 10,
+       "more bytes than the file holds"},
+      {"one array twice", R"({"ranges": [[0, 1]], "arrays": ["params", "params"], "rank": 0})", 2, "appears twice"},
+      {"another rank's header", R"({"ranges": [[0, 1]], "arrays": ["params"], "rank": 5})", 1, "rank does not match"},
+  };
+  for (const Case& c : cases) {
+    auto st = ReadShard(dir, RawShard(dir, c.header.size(), c.header, c.payload_floats)).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << c.what;
+    EXPECT_NE(st.message().find(c.error), std::string::npos) << c.what << ": " << st;
+  }
+  fs::remove_all(dir);
+
+  // total_floats from the manifest alone: huge, or more than the shards hold.
+  const std::string root = TempDir();
+  WriteCheckpoint(root, 4, {Shard(0), Shard(1)});
+  const std::string step = FinalDir(root, 4);
+  const std::string good = ReadText(step + "/manifest.json");
+  for (uint64_t total : {UINT64_MAX, uint64_t{1} << 62, uint64_t{1000}}) {
+    auto big = nlohmann::json::parse(good);
+    big["total_floats"] = total;
+    WriteText(step + "/manifest.json", Resigned(big.dump()));
+    auto loaded = LoadCheckpoint(step);
+    ASSERT_FALSE(loaded.ok()) << total;
+    EXPECT_NE(loaded.status().message().find("more than its shards hold"), std::string::npos)
+        << total << ": " << loaded.status();
+  }
+  // A smaller total: the shards' ranges now run past it.
+  auto small = nlohmann::json::parse(good);
+  small["total_floats"] = 4;
+  WriteText(step + "/manifest.json", Resigned(small.dump()));
+  auto loaded = LoadCheckpoint(step);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("range past total_floats"), std::string::npos) << loaded.status();
+  // A version this reader does not know.
+  auto future = nlohmann::json::parse(good);
+  future["version"] = 9;
+  WriteText(step + "/manifest.json", Resigned(future.dump()));
+  EXPECT_NE(LoadCheckpoint(step).status().message().find("unsupported version 9"), std::string::npos);
+  // A manifest of the first version (no checksum of its own) still loads.
+  auto legacy = nlohmann::json::parse(good);
+  legacy.erase("checksum");
+  legacy["version"] = 1;
+  WriteText(step + "/manifest.json", legacy.dump(2));
+  EXPECT_TRUE(LoadCheckpoint(step).ok());
+  fs::remove_all(root);
 }
 
 TEST(CheckpointFormatTest, RangeCoverageErrors) {

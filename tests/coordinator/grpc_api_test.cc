@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "common/checkpoint_path.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/auth.h"
@@ -34,6 +35,14 @@ constexpr char kJoin[] = "join-token-456";
 
 std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token, int ms = 5000) {
   return test_support::AuthContext(token, ms);
+}
+
+// A call with the token and a worker credential.
+std::unique_ptr<grpc::ClientContext> WorkerCtx(const std::string& token, const std::string& credential,
+                                               int ms = 5000) {
+  auto ctx = test_support::AuthContext(token, ms);
+  common::AddWorkerCredential(ctx.get(), credential);
+  return ctx;
 }
 
 bool Healthy(const std::shared_ptr<grpc::Channel>& channel) {
@@ -245,19 +254,26 @@ TEST_F(CoordinatorTest, BadInputAndCredentialsGetClearErrors) {
   reg.clear_host();
   EXPECT_CODE(cluster_->RegisterWorker(Ctx("").get(), reg, &registered), UNAUTHENTICATED);
   EXPECT_CODE(cluster_->RegisterWorker(Ctx(kJoin).get(), reg, &registered), OK);
+  const std::string credential = registered.worker_credential();
+  EXPECT_EQ(credential.size(), 64u);
+  reg.set_worker_credential(credential);
   EXPECT_CODE(cluster_->RegisterWorker(Ctx(kJoin).get(), reg, &registered), OK);  // twice: same id
   EXPECT_EQ(registered.worker_id(), "w-1");
+  EXPECT_EQ(registered.worker_credential(), credential);
+  reg.set_worker_credential(std::string(5000, 'c'));
+  EXPECT_CODE(cluster_->RegisterWorker(Ctx(kJoin).get(), reg, &registered), INVALID_ARGUMENT);
+  reg.clear_worker_credential();
 
   tandem::v1::HeartbeatRequest hb;
   tandem::v1::HeartbeatResponse hb_resp;
-  EXPECT_CODE(cluster_->Heartbeat(Ctx(kJoin).get(), hb, &hb_resp), INVALID_ARGUMENT);
+  EXPECT_CODE(cluster_->Heartbeat(WorkerCtx(kJoin, credential).get(), hb, &hb_resp), INVALID_ARGUMENT);
   hb.set_worker_id("w-77");
-  EXPECT_CODE(cluster_->Heartbeat(Ctx(kJoin).get(), hb, &hb_resp), OK);
+  EXPECT_CODE(cluster_->Heartbeat(WorkerCtx(kJoin, credential).get(), hb, &hb_resp), OK);
   EXPECT_TRUE(hb_resp.reregister());
   {
     tandem::v1::AttachRequest attach;
     attach.set_worker_id("w-77");
-    auto ctx = Ctx(kJoin);
+    auto ctx = WorkerCtx(kJoin, credential);
     auto reader = cluster_->Attach(ctx.get(), attach);
     tandem::v1::WorkerCommand c;
     while (reader->Read(&c)) {
@@ -268,7 +284,7 @@ TEST_F(CoordinatorTest, BadInputAndCredentialsGetClearErrors) {
     // A client that goes away mid-stream: the server ends the stream.
     tandem::v1::AttachRequest attach;
     attach.set_worker_id("w-1");
-    auto ctx = Ctx(kJoin);
+    auto ctx = WorkerCtx(kJoin, credential);
     auto reader = cluster_->Attach(ctx.get(), attach);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     ctx->TryCancel();
@@ -280,47 +296,47 @@ TEST_F(CoordinatorTest, BadInputAndCredentialsGetClearErrors) {
   tandem::v1::ReportPhaseRequest report;
   tandem::v1::ReportPhaseResponse reported;
   report.set_worker_id("w-1");
-  EXPECT_CODE(cluster_->ReportPhase(Ctx(kJoin).get(), report, &reported), INVALID_ARGUMENT);
+  EXPECT_CODE(cluster_->ReportPhase(WorkerCtx(kJoin, credential).get(), report, &reported), INVALID_ARGUMENT);
   report.set_command_id("c");
   report.set_job_id("j-999999");
   for (int i = 0; i < 1001; ++i) report.add_log_lines("x");
-  EXPECT_CODE(cluster_->ReportPhase(Ctx(kJoin).get(), report, &reported), INVALID_ARGUMENT);
+  EXPECT_CODE(cluster_->ReportPhase(WorkerCtx(kJoin, credential).get(), report, &reported), INVALID_ARGUMENT);
   report.clear_log_lines();
   // Published checkpoints: bounded in count, a path required and bounded,
   // a size that is not negative.
   for (int i = 0; i < 65; ++i) report.add_checkpoints()->set_path("/ckpt/step-1");
-  EXPECT_CODE(cluster_->ReportPhase(Ctx(kJoin).get(), report, &reported), INVALID_ARGUMENT);
+  EXPECT_CODE(cluster_->ReportPhase(WorkerCtx(kJoin, credential).get(), report, &reported), INVALID_ARGUMENT);
   report.clear_checkpoints();
   report.add_checkpoints()->set_step(1);
-  EXPECT_CODE(cluster_->ReportPhase(Ctx(kJoin).get(), report, &reported), INVALID_ARGUMENT);
+  EXPECT_CODE(cluster_->ReportPhase(WorkerCtx(kJoin, credential).get(), report, &reported), INVALID_ARGUMENT);
   report.mutable_checkpoints(0)->set_path(std::string(5000, 'p'));
-  EXPECT_CODE(cluster_->ReportPhase(Ctx(kJoin).get(), report, &reported), INVALID_ARGUMENT);
+  EXPECT_CODE(cluster_->ReportPhase(WorkerCtx(kJoin, credential).get(), report, &reported), INVALID_ARGUMENT);
   report.mutable_checkpoints(0)->set_path("/ckpt/step-1");
   report.mutable_checkpoints(0)->set_bytes(-1);
-  EXPECT_CODE(cluster_->ReportPhase(Ctx(kJoin).get(), report, &reported), INVALID_ARGUMENT);
+  EXPECT_CODE(cluster_->ReportPhase(WorkerCtx(kJoin, credential).get(), report, &reported), INVALID_ARGUMENT);
   report.clear_checkpoints();
-  EXPECT_CODE(cluster_->ReportPhase(Ctx(kJoin).get(), report, &reported), NOT_FOUND);
+  EXPECT_CODE(cluster_->ReportPhase(WorkerCtx(kJoin, credential).get(), report, &reported), NOT_FOUND);
 
   tandem::v1::StoreSetRequest set;
   tandem::v1::StoreSetResponse set_resp;
-  EXPECT_CODE(cluster_->StoreSet(Ctx(kJoin).get(), set, &set_resp), INVALID_ARGUMENT);
+  EXPECT_CODE(cluster_->StoreSet(WorkerCtx(kJoin, credential).get(), set, &set_resp), INVALID_ARGUMENT);
   set.mutable_scope()->set_job_id("j-000001");
   set.mutable_scope()->set_generation(1);
   set.set_key("k");
-  EXPECT_CODE(cluster_->StoreSet(Ctx(kJoin).get(), set, &set_resp), FAILED_PRECONDITION);
+  EXPECT_CODE(cluster_->StoreSet(WorkerCtx(kJoin, credential).get(), set, &set_resp), FAILED_PRECONDITION);
   tandem::v1::StoreGetRequest sget;
   tandem::v1::StoreGetResponse sget_resp;
   sget.mutable_scope()->set_job_id("j-000001");
-  EXPECT_CODE(cluster_->StoreGet(Ctx(kJoin).get(), sget, &sget_resp), INVALID_ARGUMENT);  // generation 0
+  EXPECT_CODE(cluster_->StoreGet(WorkerCtx(kJoin, credential).get(), sget, &sget_resp), INVALID_ARGUMENT);  // generation 0
   tandem::v1::StoreWaitRequest swait;
   tandem::v1::StoreWaitResponse swait_resp;
   EXPECT_CODE(cluster_->StoreWait(Ctx("").get(), swait, &swait_resp), UNAUTHENTICATED);
   tandem::v1::StoreAddRequest sadd;
   tandem::v1::StoreAddResponse sadd_resp;
-  EXPECT_CODE(cluster_->StoreAdd(Ctx(kJoin).get(), sadd, &sadd_resp), INVALID_ARGUMENT);
+  EXPECT_CODE(cluster_->StoreAdd(WorkerCtx(kJoin, credential).get(), sadd, &sadd_resp), INVALID_ARGUMENT);
   tandem::v1::StoreDeleteRequest sdel;
   tandem::v1::StoreDeleteResponse sdel_resp;
-  EXPECT_CODE(cluster_->StoreDelete(Ctx(kJoin).get(), sdel, &sdel_resp), INVALID_ARGUMENT);
+  EXPECT_CODE(cluster_->StoreDelete(WorkerCtx(kJoin, credential).get(), sdel, &sdel_resp), INVALID_ARGUMENT);
   tandem::v1::ListWorkersRequest lw;
   tandem::v1::ListWorkersResponse workers;
   EXPECT_CODE(control_->ListWorkers(Ctx(kAdmin).get(), lw, &workers), OK);
@@ -451,16 +467,121 @@ TEST_F(CoordinatorTest, PendingReasonCancelAndLostWorker) {
   a->Stop();
 }
 
+// Identity: a worker's name, id, command stream, reports and its job's
+// rendezvous store are bound to the credential it got at registration.
+TEST_F(CoordinatorTest, WorkerIdentityIsBoundToItsCredential) {
+  auto* a = AddWorker("alpha");
+  auto* b = AddWorker("beta");
+  a->stall = [](const tandem::v1::PhaseCommand& c) { return c.phase() == tandem::v1::PHASE_SFT_STEP; };
+  b->stall = a->stall;
+  std::string id = Submit(SftSpec(2, 2));
+  auto job = WaitFor(id, [](const auto& j) { return j.state() == tandem::v1::JOB_STATE_RUNNING; });
+  ASSERT_EQ(job.worker_ids_size(), 2);
+  const std::string alpha = a->id();
+
+  // A second worker started with a live worker's name, with or without its id.
+  tandem::v1::RegisterWorkerRequest reg;
+  reg.set_name("alpha");
+  reg.set_device(tandem::v1::DEVICE_KIND_CPU);
+  tandem::v1::RegisterWorkerResponse registered;
+  grpc::Status st = cluster_->RegisterWorker(Ctx(kJoin).get(), reg, &registered);
+  EXPECT_CODE(st, ALREADY_EXISTS);
+  EXPECT_NE(st.error_message().find("'alpha' is held by live worker " + alpha), std::string::npos) << st.error_message();
+  EXPECT_NE(st.error_message().find("own --name"), std::string::npos) << st.error_message();
+  reg.set_worker_id(alpha);
+  reg.set_worker_credential("0123");
+  EXPECT_CODE(cluster_->RegisterWorker(Ctx(kJoin).get(), reg, &registered), ALREADY_EXISTS);
+
+  // An outsider with the join token: its own identity works, nobody else's.
+  reg.set_name("mallory");
+  reg.clear_worker_id();
+  reg.clear_worker_credential();
+  ASSERT_TRUE(cluster_->RegisterWorker(Ctx(kJoin).get(), reg, &registered).ok());
+  const std::string mallory = registered.worker_credential();
+  tandem::v1::HeartbeatRequest hb;
+  hb.set_worker_id(alpha);
+  tandem::v1::HeartbeatResponse hb_resp;
+  EXPECT_CODE(cluster_->Heartbeat(Ctx(kJoin).get(), hb, &hb_resp), UNAUTHENTICATED);
+  EXPECT_CODE(cluster_->Heartbeat(WorkerCtx(kJoin, mallory).get(), hb, &hb_resp), OK);
+  EXPECT_TRUE(hb_resp.reregister());  // not renewed for alpha
+  hb.set_preempting(true);            // nor preempting alpha
+  EXPECT_CODE(cluster_->Heartbeat(WorkerCtx(kJoin, mallory).get(), hb, &hb_resp), OK);
+  {
+    tandem::v1::AttachRequest attach;
+    attach.set_worker_id(alpha);
+    auto ctx = WorkerCtx(kJoin, mallory);
+    auto reader = cluster_->Attach(ctx.get(), attach);
+    tandem::v1::WorkerCommand c;
+    while (reader->Read(&c)) {
+    }
+    EXPECT_CODE(reader->Finish(), PERMISSION_DENIED);
+  }
+  tandem::v1::ReportPhaseRequest report;
+  report.set_worker_id(alpha);
+  report.set_command_id("c");
+  report.set_job_id(id);
+  report.set_generation(job.generation());
+  auto* forged = report.add_checkpoints();
+  forged->set_step(99999999);
+  forged->set_path(common::CheckpointStepPath(job.spec().checkpoint().dir(), 99999999));
+  tandem::v1::ReportPhaseResponse reported;
+  EXPECT_CODE(cluster_->ReportPhase(WorkerCtx(kJoin, mallory).get(), report, &reported), PERMISSION_DENIED);
+  // As itself, mallory is not a member: nothing of the report is used.
+  report.set_worker_id(registered.worker_id());
+  EXPECT_CODE(cluster_->ReportPhase(WorkerCtx(kJoin, mallory).get(), report, &reported), PERMISSION_DENIED);
+  EXPECT_TRUE(Checkpoints(id).empty());
+  // A member may only publish the job's own checkpoint directory of the step.
+  report.set_worker_id(alpha);
+  for (const std::string& path : std::vector<std::string>{"/evil/step-99999999", "/evil/../" + job.spec().checkpoint().dir() + "/step-00000001",
+                                 common::CheckpointStepPath(job.spec().checkpoint().dir(), 5)}) {
+    forged->set_path(path);
+    st = cluster_->ReportPhase(a->WorkerContext().get(), report, &reported);
+    EXPECT_CODE(st, INVALID_ARGUMENT);
+    EXPECT_NE(st.error_message().find("is not the job's checkpoint directory"), std::string::npos) << path;
+  }
+  EXPECT_TRUE(Checkpoints(id).empty());
+
+  // The rendezvous store of the job: its members only.
+  tandem::v1::StoreSetRequest set;
+  set.mutable_scope()->set_job_id(id);
+  set.mutable_scope()->set_generation(job.generation());
+  set.set_key("rank0_address");
+  set.set_value("10.0.0.66:1");
+  tandem::v1::StoreSetResponse set_resp;
+  EXPECT_CODE(cluster_->StoreSet(Ctx(kJoin).get(), set, &set_resp), UNAUTHENTICATED);
+  EXPECT_CODE(cluster_->StoreSet(WorkerCtx(kJoin, mallory).get(), set, &set_resp), PERMISSION_DENIED);
+  EXPECT_CODE(cluster_->StoreSet(a->WorkerContext().get(), set, &set_resp), OK);
+  tandem::v1::StoreAddRequest add;
+  *add.mutable_scope() = set.scope();
+  add.set_key("n");
+  add.set_delta(INT64_MAX);
+  tandem::v1::StoreAddResponse add_resp;
+  EXPECT_CODE(cluster_->StoreAdd(WorkerCtx(kJoin, mallory).get(), add, &add_resp), PERMISSION_DENIED);
+  EXPECT_CODE(cluster_->StoreAdd(b->WorkerContext().get(), add, &add_resp), OK);
+  EXPECT_CODE(cluster_->StoreAdd(b->WorkerContext().get(), add, &add_resp), OUT_OF_RANGE);
+
+  // Nothing of this reached the job.
+  job = GetJob(id);
+  EXPECT_EQ(job.state(), tandem::v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(job.generation(), 1);
+  tandem::v1::CancelJobRequest cancel;
+  cancel.set_job_id(id);
+  tandem::v1::CancelJobResponse cancelled;
+  ASSERT_TRUE(control_->CancelJob(Ctx(kAdmin).get(), cancel, &cancelled).ok());
+  EXPECT_EQ(WaitFor(id, Done).state(), tandem::v1::JOB_STATE_CANCELLED);
+  EXPECT_TRUE(Healthy(channel_));
+}
+
 // Rank 0's background checkpoint writes as the engine reports them: each
 // one published after its CHECKPOINT phase comes with a later report of any
 // phase, several with one report, everything left with EXPORT's, and with a
-// failed phase's report too. Paths here carry no step: the record must take
-// the step and the size that were sent.
+// failed phase's report too. The record must take the step and the size
+// that were sent.
 class BackgroundPublisher {
  public:
   static int64_t Bytes(int64_t step) { return (int64_t{5} << 30) * step + 17; }  // past 32 bits
-  static std::string Path(const std::string& job, int64_t step) {
-    return absl::StrCat("/shared/", job, "/ckpt-", std::string(1, static_cast<char>('a' + step)));
+  static std::string Path(const tandem::v1::JobSpec& spec, int64_t step) {
+    return common::CheckpointStepPath(spec.checkpoint().dir(), step);
   }
   void Fill(FakeWorker& w, const tandem::v1::PhaseCommand& cmd, tandem::v1::ReportPhaseRequest* report) {
     if (w.last_assignment().rank() != 0) return;
@@ -473,7 +594,7 @@ class BackgroundPublisher {
     for (int64_t step : written_) {
       auto* c = report->add_checkpoints();
       c->set_step(step);
-      c->set_path(Path(cmd.job_id(), step));
+      c->set_path(Path(w.last_assignment().spec(), step));
       c->set_bytes(Bytes(step));
     }
     written_.clear();
@@ -503,7 +624,7 @@ TEST_F(CoordinatorTest, CheckpointRecordsKeepReportedStepAndSizeAcrossRestart) {
     const auto& r = records[step - 1];
     EXPECT_EQ(r.job_id(), id);
     EXPECT_EQ(r.step(), step);
-    EXPECT_EQ(r.path(), BackgroundPublisher::Path(id, step));
+    EXPECT_EQ(r.path(), BackgroundPublisher::Path(job.spec(), step));
     EXPECT_EQ(r.bytes(), BackgroundPublisher::Bytes(step));
     EXPECT_EQ(r.generation(), 1);
     EXPECT_EQ(r.world_size(), 2);
@@ -555,7 +676,7 @@ TEST_F(CoordinatorTest, CheckpointPublishedBeforeAFailedPhaseIsRecorded) {
   auto records = Checkpoints(id);
   ASSERT_EQ(records.size(), 1u);
   EXPECT_EQ(records[0].step(), 2);
-  EXPECT_EQ(records[0].path(), BackgroundPublisher::Path(id, 2));
+  EXPECT_EQ(records[0].path(), BackgroundPublisher::Path(job.spec(), 2));
   EXPECT_EQ(records[0].bytes(), BackgroundPublisher::Bytes(2));
 }
 

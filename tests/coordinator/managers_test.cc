@@ -61,7 +61,7 @@ TEST(StateStoreTest, RoundTripAndReopen) {
   EXPECT_EQ(*(*store)->NextJobSeq(), 2);
   EXPECT_EQ((*(*store)->ListEvents("j-000001", 1, 10)).size(), 1u);
   EXPECT_EQ((*(*store)->ListLogs("j-000001", 0, 2)).size(), 2u);
-  EXPECT_EQ((*(*store)->LoadWorkers())[0].name(), "a");
+  EXPECT_EQ((*(*store)->LoadWorkers())[0].info.name(), "a");
   EXPECT_EQ((*(*store)->ListCheckpoints("j-000001"))[0].path(), "/ck/20");
   std::filesystem::remove_all(dir);
 }
@@ -121,7 +121,19 @@ TEST(MembershipTest, LeasesReRegisterAssignDrain) {
   EXPECT_EQ(a->worker_id, "w-1");
   auto b = m.Register(Reg("b"), -1);
   EXPECT_EQ(b->worker_id, "w-2");
-  EXPECT_EQ(m.Register(Reg("a"), -1)->worker_id, "w-1");  // same name, same id
+  // A live worker's name goes only to the holder of its credential.
+  EXPECT_TRUE(absl::IsAlreadyExists(m.Register(Reg("a"), -1).status()));
+  tandem::v1::RegisterWorkerRequest a_again = Reg("a");
+  a_again.set_worker_credential(a->credential);
+  auto a2 = m.Register(a_again, -1);
+  ASSERT_TRUE(a2.ok());
+  EXPECT_EQ(a2->worker_id, "w-1");  // same name, same id, same credential
+  EXPECT_EQ(a2->credential, a->credential);
+  EXPECT_NE(a->credential, b->credential);
+  EXPECT_TRUE(m.CheckCredential("w-1", a->credential).ok());
+  EXPECT_TRUE(absl::IsPermissionDenied(m.CheckCredential("w-1", b->credential)));
+  EXPECT_TRUE(absl::IsUnauthenticated(m.CheckCredential("w-1", "")));
+  EXPECT_EQ(*m.WorkerForCredential(b->credential), "w-2");
   EXPECT_TRUE(m.Idle().empty());                           // not attached yet
   auto att = m.Attach("w-1");
   ASSERT_TRUE(att.ok());
@@ -138,12 +150,14 @@ TEST(MembershipTest, LeasesReRegisterAssignDrain) {
   // A restarted worker (no job state) is dropped from its job.
   tandem::v1::RegisterWorkerRequest again = Reg("b");
   again.set_worker_id("w-2");
+  again.set_worker_credential(b->credential);
   auto r = m.Register(again, 1);
   EXPECT_FALSE(r->keep_job);
   EXPECT_EQ(r->dropped_job, "j-1");
   // A worker that still holds the job keeps it.
   tandem::v1::RegisterWorkerRequest keep = Reg("a");
   keep.set_worker_id("w-1");
+  keep.set_worker_credential(a->credential);
   keep.set_job_id("j-1");
   keep.set_generation(1);
   r = m.Register(keep, 1);
@@ -163,6 +177,13 @@ TEST(MembershipTest, LeasesReRegisterAssignDrain) {
   EXPECT_EQ(m.Get("w-1")->state(), tandem::v1::WORKER_STATE_LOST);
   hb.set_worker_id("w-1");
   EXPECT_TRUE(absl::IsNotFound(m.Heartbeat(hb)));  // must re-register
+  // Once its lease ran out the name is free: a new process (no credential)
+  // takes it over and the old credential stops working.
+  auto taken = m.Register(Reg("a"), -1);
+  ASSERT_TRUE(taken.ok());
+  EXPECT_EQ(taken->worker_id, "w-1");
+  EXPECT_NE(taken->credential, a->credential);
+  EXPECT_TRUE(absl::IsPermissionDenied(m.CheckCredential("w-1", a->credential)));
 
   // Drain: an idle worker drains now and is told so.
   ASSERT_TRUE(m.Attach("w-2").ok());
@@ -188,7 +209,8 @@ TEST(MembershipTest, SupersededStreamLeavesCommandsForTheNewStream) {
   config.set_heartbeat_ms(250);
   ManualClock clock;
   Membership m(config, nullptr, &clock);
-  ASSERT_TRUE(m.Register(Reg("a"), -1).ok());
+  auto first = m.Register(Reg("a"), -1);
+  ASSERT_TRUE(first.ok());
   auto old_attach = m.Attach("w-1");
   ASSERT_TRUE(old_attach.ok());
   auto [queue, old_epoch] = *old_attach;
@@ -201,6 +223,7 @@ TEST(MembershipTest, SupersededStreamLeavesCommandsForTheNewStream) {
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the old stream waits in Pop
   tandem::v1::RegisterWorkerRequest again = Reg("a");
   again.set_worker_id("w-1");
+  again.set_worker_credential(first->credential);
   ASSERT_TRUE(m.Register(again, -1).ok());
   auto new_attach = m.Attach("w-1");
   ASSERT_TRUE(new_attach.ok());

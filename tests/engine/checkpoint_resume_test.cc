@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "nlohmann/json.hpp"
 #include "tests/engine/engine_test_util.h"
 #include "worker/ckpt/checkpoint.h"
 
@@ -23,6 +24,11 @@ using tandem::v1::PHASE_FLUSH_CHECKPOINTS;
 using tandem::v1::PHASE_SFT_STEP;
 
 constexpr int kK = 4;  // checkpoint step; runs end at 2k
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
 
 struct Trace {
   std::vector<double> losses;  // index s-1 for step s (only steps run)
@@ -222,6 +228,51 @@ TEST(CheckpointResumeTest, CorruptNewestFallsBackToPrevious) {
           << res[0].status;
     }
   }
+  fs::remove_all(dir);
+}
+
+// Recovery restores only the job's own checkpoints: the directory of the
+// manifest's step under the job's checkpoint root, written for its model.
+TEST(CheckpointResumeTest, RecoveryRefusesCheckpointsFromElsewhere) {
+  const std::string dir = MakeTempDir("elsewhere");
+  {
+    EngineCluster cluster(1);
+    cluster.SetupOk(Spec(1, 0, dir));
+    RunSteps(cluster, dir, 1, 2, {2}, nullptr, {2});
+  }
+  const std::string own = ckpt::FinalDir(dir + "/ckpt", 2);
+  ASSERT_TRUE(fs::exists(own + "/manifest.json"));
+  // A valid checkpoint copied elsewhere, and one renamed to another step.
+  const std::string copied = dir + "/evil/step-99999999";
+  fs::create_directories(dir + "/evil");
+  fs::copy(own, copied, fs::copy_options::recursive);
+  const std::string renamed = ckpt::FinalDir(dir + "/ckpt", 7);
+  fs::copy(own, renamed, fs::copy_options::recursive);
+  for (const std::string& path : {copied, renamed}) {
+    EngineCluster again(1, "job-elsewhere");
+    auto res = again.Setup(Spec(1, 0, dir), path);
+    ASSERT_FALSE(res[0].status.ok()) << path;
+    EXPECT_EQ(res[0].status.code(), absl::StatusCode::kDataLoss) << res[0].status;
+    EXPECT_NE(res[0].status.message().find("its manifest says step 2, which lives at " + fs::path(own).lexically_normal().string()), std::string::npos)
+        << res[0].status;
+  }
+  // A checkpoint of the right shape written for another model section.
+  fs::remove_all(renamed);
+  {
+    auto j = nlohmann::json::parse(ReadAll(own + "/manifest.json"));
+    j["config_hash"] = "0123456789abcdef";
+    j.erase("checksum");
+    const std::string text = j.dump();
+    char sum[17];
+    std::snprintf(sum, sizeof sum, "%016llx", static_cast<unsigned long long>(ckpt::Xxh64(text.data(), text.size())));
+    j["checksum"] = sum;
+    std::ofstream(own + "/manifest.json") << j.dump(2);
+  }
+  EngineCluster again(1, "job-elsewhere-2");
+  auto res = again.Setup(Spec(1, 0, dir), own);
+  ASSERT_FALSE(res[0].status.ok());
+  EXPECT_NE(res[0].status.message().find("written for another model configuration"), std::string::npos)
+      << res[0].status;
   fs::remove_all(dir);
 }
 

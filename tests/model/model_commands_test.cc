@@ -103,5 +103,28 @@ TEST_F(CommandsTest, ExitCodes) {
   EXPECT_EQ(GenerateCommand({"--model", P("m"), "--prompt-ids", "1,500"}), 1);  // id out of vocab
 }
 
+// Configs that declare far more than they use: RoPE tables follow the
+// positions in use, not max_position_embeddings (here 2^24 positions x a
+// 1024-wide head would be 64 GB of tables), and an absurd --max-new-tokens
+// is a clear error, not an int overflow.
+TEST_F(CommandsTest, DeclaredSizesAreNotAllocatedUpFront) {
+  std::ofstream(P("huge.yaml")) << "model_type: llama\ntokenizer: char\nvocab_size: 99\nhidden_size: 2048\n"
+                                   "intermediate_size: 16\nnum_hidden_layers: 1\nnum_attention_heads: 2\n"
+                                   "num_key_value_heads: 1\nmax_position_embeddings: 16777216\n"
+                                   "bos_token_id: 1\neos_token_id: 2\npad_token_id: 0\n";
+  ASSERT_EQ(ModelInitCommand({"--config", P("huge.yaml"), "--out", P("huge")}), 0);
+  int rc = -1;
+  std::string out = RunTool("generate --model " + P("huge") + " --prompt-ids 1,5,6 --max-new-tokens 3 --threads 1", &rc);
+  EXPECT_EQ(rc, 0) << out;
+
+  const std::string tiny = std::string(TANDEM_SOURCE_DIR) + "/configs/models/tiny.yaml";
+  ASSERT_EQ(ModelInitCommand({"--config", tiny, "--out", P("m")}), 0);
+  for (const char* n : {"2147483647", "2147483646", "4194304"}) {
+    out = RunTool("generate --model " + P("m") + " --prompt-ids 1,5,6 --max-new-tokens " + n + " --threads 1", &rc);
+    EXPECT_EQ(rc, 1) << n << ": " << out;
+  }
+  EXPECT_EQ(GenerateCommand({"--model", P("m"), "--prompt", "a", "--max-new-tokens", "99999999999"}), 2);
+}
+
 }  // namespace
 }  // namespace tandem::model

@@ -126,6 +126,10 @@ class ControlContractTest(unittest.TestCase):
     def join(self):
         return md(self.coord.join)
 
+    def worker(self, registered):
+        """Join token plus the credential a RegisterWorker response carries."""
+        return md(self.coord.join) + (("x-tandem-worker-credential", registered.worker_credential),)
+
     def assertHealthy(self):
         self.assertIsNone(self.coord.proc.poll(), "coordinator exited")
         resp = self.coord.health.Check(health_pb2.HealthCheckRequest(service=""), timeout=RPC_TIMEOUT)
@@ -143,12 +147,12 @@ class ControlContractTest(unittest.TestCase):
         self.assertHealthy()
         return cm.exception
 
-    def register(self, name):
+    def register(self, name, credential="", timeout=RPC_TIMEOUT):
         return self.coord.cluster.RegisterWorker(
             cluster_pb2.RegisterWorkerRequest(name=name, host="py-host", device=job_pb2.DEVICE_KIND_CPU,
                                               device_count=1, memory_bytes=1 << 30, version="py",
-                                              data_address="127.0.0.1"),
-            metadata=self.join(), timeout=RPC_TIMEOUT)
+                                              data_address="127.0.0.1", worker_credential=credential),
+            metadata=self.join(), timeout=timeout)
 
     # -- contract --------------------------------------------------------
     def test_health_services(self):
@@ -180,7 +184,11 @@ class ControlContractTest(unittest.TestCase):
 
     def test_list_workers_and_register_twice(self):
         a = self.register("py-twice")
-        b = self.register("py-twice")
+        self.assertEqual(len(a.worker_credential), 64)
+        # A second worker with a live worker's name is refused with a clear error.
+        e = self.assertCode([grpc.StatusCode.ALREADY_EXISTS], self.register, "py-twice")
+        self.assertIn("held by live worker", e.details())
+        b = self.register("py-twice", a.worker_credential)
         self.assertTrue(a.worker_id)
         self.assertEqual(a.worker_id, b.worker_id, "re-registering a name keeps its id")
         self.assertGreater(a.lease_ms, 0)
@@ -190,7 +198,7 @@ class ControlContractTest(unittest.TestCase):
         self.assertEqual(len(named), 1)
         self.assertEqual(named[0].host, "py-host")
         hb = self.coord.cluster.Heartbeat(cluster_pb2.HeartbeatRequest(worker_id=a.worker_id),
-                                          metadata=self.join(), timeout=RPC_TIMEOUT)
+                                          metadata=self.worker(a), timeout=RPC_TIMEOUT)
         self.assertFalse(hb.reregister)
         self.assertHealthy()
 
@@ -238,10 +246,14 @@ class ControlContractTest(unittest.TestCase):
                         self.coord.control.GetJob, control_pb2.GetJobRequest(job_id=""), metadata=self.admin())
         self.assertCode(notfound, self.coord.control.DrainWorker,
                         control_pb2.DrainWorkerRequest(worker="no-such-worker"), metadata=self.admin())
-        # An unknown worker is told to register again (or refused), never crashes anything.
+        # Without its credential a worker call is refused; an unknown worker
+        # is told to register again (or refused), never crashes anything.
+        self.assertCode([grpc.StatusCode.UNAUTHENTICATED], self.coord.cluster.Heartbeat,
+                        cluster_pb2.HeartbeatRequest(worker_id="w-unknown"), metadata=self.join())
         try:
             hb = self.coord.cluster.Heartbeat(cluster_pb2.HeartbeatRequest(worker_id="w-unknown"),
-                                              metadata=self.join(), timeout=RPC_TIMEOUT)
+                                              metadata=self.join() + (("x-tandem-worker-credential", "f" * 64),),
+                                              timeout=RPC_TIMEOUT)
             self.assertTrue(hb.reregister)
         except grpc.RpcError as e:
             self.assertIn(e.code(), notfound + [grpc.StatusCode.FAILED_PRECONDITION])
@@ -265,7 +277,7 @@ class ControlContractTest(unittest.TestCase):
             call.cancel()
         w = self.register("py-attach")
         for _ in range(3):
-            call = self.coord.cluster.Attach(cluster_pb2.AttachRequest(worker_id=w.worker_id), metadata=self.join())
+            call = self.coord.cluster.Attach(cluster_pb2.AttachRequest(worker_id=w.worker_id), metadata=self.worker(w))
             time.sleep(0.2)
             call.cancel()
         # A fresh channel that vanishes while streaming.

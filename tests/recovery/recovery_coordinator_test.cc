@@ -16,6 +16,7 @@
 #include <set>
 #include <thread>
 
+#include "common/checkpoint_path.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -40,8 +41,8 @@ constexpr char kToken[] = "recovery-token";
 
 std::unique_ptr<grpc::ClientContext> Ctx(int ms = 5000) { return test_support::AuthContext(kToken, ms); }
 
-std::string CkptPath(const std::string& job, int64_t step) {
-  return absl::StrFormat("/nonexistent-ckpt/%s/step-%08d", job, step);
+std::string CkptPath(const tandem::v1::JobSpec& spec, int64_t step) {
+  return common::CheckpointStepPath(spec.checkpoint().dir(), step);
 }
 
 struct Shared {
@@ -99,7 +100,7 @@ void EngineLikeReport(Shared* shared, Worker& w, const tandem::v1::PhaseCommand&
     if (w.last_assignment().rank() == 0) {
       auto* published = report->add_checkpoints();
       published->set_step(cmd.step());
-      published->set_path(CkptPath(cmd.job_id(), cmd.step()));
+      published->set_path(CkptPath(w.last_assignment().spec(), cmd.step()));
     }
   }
 }
@@ -268,7 +269,7 @@ TEST_F(RecoveryTest, RestartedWorkerTakesItsRankBackFromDisk) {
   auto recovered = Recovered(events);
   ASSERT_TRUE(recovered) << Dump(events);
   EXPECT_TRUE(absl::StrContains(recovered->message(), "from disk; resuming at step 3")) << recovered->message();
-  EXPECT_EQ(b2->last_assignment().restore_from(), CkptPath(id, 2));
+  EXPECT_EQ(b2->last_assignment().restore_from(), CkptPath(GetJob(id).spec(), 2));
   EXPECT_EQ(b2->last_assignment().peer_restore_step(), 0);
 }
 
@@ -284,12 +285,12 @@ TEST_F(RecoveryTest, CorruptNewestCheckpointFallsBackToThePreviousOne) {
   std::string id = Submit(spec);
   {
     absl::MutexLock l(&shared_.mu);
-    shared_.corrupt.insert(CkptPath(id, 4));
+    shared_.corrupt.insert(CkptPath(GetJob(id).spec(), 4));
   }
   auto job = WaitFor(id, Done);
   auto events = Events(id);
   ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_SUCCEEDED) << job.reason() << Dump(events);
-  EXPECT_TRUE(HasEvent(events, absl::StrCat("checkpoint ", CkptPath(id, 4), " is unusable"))) << Dump(events);
+  EXPECT_TRUE(HasEvent(events, absl::StrCat("checkpoint ", CkptPath(GetJob(id).spec(), 4), " is unusable"))) << Dump(events);
   auto recovered = Recovered(events);
   ASSERT_TRUE(recovered) << Dump(events);
   EXPECT_TRUE(absl::StrContains(recovered->message(), "from disk; resuming at step 3 (2 steps redone)"))

@@ -46,6 +46,17 @@ tandem::v1::Assignment FakeWorker::last_assignment() {
   return assignment_;
 }
 
+std::string FakeWorker::credential() {
+  absl::MutexLock l(&mu_);
+  return credential_;
+}
+
+std::unique_ptr<grpc::ClientContext> FakeWorker::WorkerContext(int ms) {
+  auto ctx = AuthContext(options_.token, ms);
+  common::AddWorkerCredential(ctx.get(), credential());
+  return ctx;
+}
+
 std::unique_ptr<Cluster::Stub> FakeWorker::Stub() {
   return Cluster::NewStub(grpc::CreateChannel(options_.address(), grpc::InsecureChannelCredentials()));
 }
@@ -61,6 +72,7 @@ void FakeWorker::Run() {
     {
       absl::MutexLock l(&mu_);
       req.set_worker_id(id_);
+      req.set_worker_credential(credential_);
       req.set_job_id(job_);
       req.set_generation(generation_);
     }
@@ -72,6 +84,7 @@ void FakeWorker::Run() {
     {
       absl::MutexLock l(&mu_);
       id_ = resp.worker_id();
+      credential_ = resp.worker_credential();
       if (!resp.keep_job()) {
         job_.clear();
         cache_.clear();
@@ -79,6 +92,7 @@ void FakeWorker::Run() {
     }
     grpc::ClientContext ctx;
     common::AddBearerToken(&ctx, options_.token);
+    common::AddWorkerCredential(&ctx, credential());
     tandem::v1::AttachRequest attach;
     attach.set_worker_id(resp.worker_id());
     auto reader = stub->Attach(&ctx, attach);
@@ -144,7 +158,7 @@ void FakeWorker::Handle(Cluster::Stub* stub, const tandem::v1::PhaseCommand& cmd
   }
   tandem::v1::ReportPhaseResponse resp;
   for (int attempt = 0; attempt < 50 && !stop_; ++attempt) {
-    auto st = stub->ReportPhase(AuthContext(options_.token).get(), report, &resp);
+    auto st = stub->ReportPhase(WorkerContext().get(), report, &resp);
     if (st.ok() || st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -158,7 +172,7 @@ void FakeWorker::Heartbeats() {
     hb.set_worker_id(id());
     hb.set_preempting(preempting.load());
     tandem::v1::HeartbeatResponse resp;
-    if (Stub()->Heartbeat(AuthContext(options_.token, 1000).get(), hb, &resp).ok() && resp.release()) {
+    if (Stub()->Heartbeat(WorkerContext(1000).get(), hb, &resp).ok() && resp.release()) {
       released = true;
     }
   }

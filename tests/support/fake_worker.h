@@ -60,6 +60,9 @@ class FakeWorker {
 
   const std::string& name() const { return options_.name; }
   std::string id();
+  std::string credential();
+  // Token and this worker's credential, deadline in ms.
+  std::unique_ptr<grpc::ClientContext> WorkerContext(int ms = 5000);
   std::vector<std::string> phases();  // "PHASE_SETUP(0)", ... in the order answered
   tandem::v1::Assignment last_assignment();
   int reports_replayed() const { return replayed_; }
@@ -75,6 +78,7 @@ class FakeWorker {
   std::atomic<int> replayed_{0};
   absl::Mutex mu_;
   std::string id_ ABSL_GUARDED_BY(mu_);
+  std::string credential_ ABSL_GUARDED_BY(mu_);
   std::string job_ ABSL_GUARDED_BY(mu_);
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   tandem::v1::Assignment assignment_ ABSL_GUARDED_BY(mu_);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/checkpoint_path.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/file_util.h"
 
@@ -21,6 +22,14 @@ namespace {
 constexpr char kMagic[8] = {'T', 'N', 'D', 'M', 'S', 'H', 'R', 'D'};
 constexpr uint32_t kVersion = 1;
 constexpr uint32_t kMaxHeader = 64u << 20;
+// Manifest versions: 1 has no checksum of its own (still read), 2 carries
+// "checksum": the xxh64 of the manifest's JSON without that field.
+constexpr int kManifestVersion = 2;
+constexpr int kMaxWorldSize = 1 << 16;
+
+// a + b, or an error when it does not fit in 64 bits.
+bool AddOverflows(uint64_t a, uint64_t b, uint64_t* sum) { return __builtin_add_overflow(a, b, sum); }
+
 
 absl::Status FsyncPath(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY);
@@ -47,21 +56,23 @@ absl::StatusOr<uint64_t> FromHex(const std::string& s) {
   }
   return v;
 }
+
+std::string ManifestChecksum(json j) {
+  j.erase("checksum");
+  const std::string text = j.dump();
+  return ToHex(XXH64(text.data(), text.size(), 0));
+}
 }  // namespace
 
 uint64_t ShardState::num_floats() const {
   uint64_t n = 0;
-  for (const Range& r : ranges) n += r.count;
+  for (const Range& r : ranges) n += r.count;  // bounded: ReadShard checks the sum
   return n;
 }
 
 uint64_t Xxh64(const void* data, size_t bytes) { return XXH64(data, bytes, 0); }
 
-std::string StepDirName(int64_t step) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
-  return buf;
-}
+std::string StepDirName(int64_t step) { return common::CheckpointStepDirName(step); }
 
 std::string ShardFileName(int rank, int world_size) {
   char buf[64];
@@ -153,19 +164,38 @@ absl::StatusOr<ShardState> ReadShard(const std::string& dir, const ShardFileInfo
     return absl::DataLossError(path + ": invalid shard header");
   }
   ShardState st;
-  st.rank = header.value("rank", info.rank);
+  const json& rank = header.contains("rank") ? header["rank"] : json(info.rank);
+  if (!rank.is_number_integer() || rank.get<int64_t>() != info.rank) {
+    return absl::DataLossError(path + ": shard header rank does not match the manifest's");
+  }
+  st.rank = info.rank;
+  // Every count is bounded by what the file holds: no sum or product below
+  // can wrap.
+  const uint64_t max_floats = data->size() / 4;
+  uint64_t n = 0;
   for (const auto& r : header["ranges"]) {
     if (!r.is_array() || r.size() != 2 || !r[0].is_number_unsigned() ||
         !r[1].is_number_unsigned()) {
       return absl::DataLossError(path + ": invalid range in shard header");
     }
-    st.ranges.push_back({r[0].get<uint64_t>(), r[1].get<uint64_t>()});
+    const Range range{r[0].get<uint64_t>(), r[1].get<uint64_t>()};
+    uint64_t end = 0;
+    if (AddOverflows(range.offset, range.count, &end) || AddOverflows(n, range.count, &n) || n > max_floats) {
+      return absl::DataLossError(path + ": shard ranges cover more floats than the file holds");
+    }
+    st.ranges.push_back(range);
   }
-  const uint64_t n = st.num_floats();
+  const size_t arrays = header["arrays"].size();
+  if (arrays > 0 && n > max_floats / arrays) {
+    return absl::DataLossError(path + ": shard arrays need more bytes than the file holds");
+  }
   uint64_t pos = 16 + hlen;
   for (const auto& name : header["arrays"]) {
     if (!name.is_string()) return absl::DataLossError(path + ": invalid array name");
-    if (pos + n * 4 > data->size()) {
+    for (const auto& [seen, values] : st.arrays) {
+      if (seen == name.get<std::string>()) return absl::DataLossError(path + ": array " + seen + " appears twice");
+    }
+    if (n * 4 > data->size() - pos) {
       return absl::DataLossError(path + ": array " + name.get<std::string>() +
                                  " runs past the end of the file");
     }
@@ -181,7 +211,7 @@ absl::StatusOr<ShardState> ReadShard(const std::string& dir, const ShardFileInfo
 absl::Status WriteManifest(const std::string& dir, const Manifest& m) {
   json j;
   j["format"] = "tandem-checkpoint";
-  j["version"] = 1;
+  j["version"] = kManifestVersion;
   j["step"] = m.step;
   j["world_size"] = m.world_size;
   j["zero_stage"] = m.zero_stage;
@@ -198,6 +228,7 @@ absl::Status WriteManifest(const std::string& dir, const Manifest& m) {
     j["shards"].push_back({{"file", s.file}, {"rank", s.rank}, {"bytes", s.bytes},
                            {"xxh64", ToHex(s.xxh64)}});
   }
+  j["checksum"] = ManifestChecksum(j);
   return model::WriteFileAtomic(dir + "/manifest.json", j.dump(2));
 }
 
@@ -210,6 +241,14 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {
   }
   Manifest m;
   try {
+    const int version = j.at("version").get<int>();
+    if (version < 1 || version > kManifestVersion) {
+      return absl::DataLossError(dir + "/manifest.json: unsupported version " + std::to_string(version));
+    }
+    if (version >= 2 && (!j.contains("checksum") || !j["checksum"].is_string() ||
+                         j["checksum"].get<std::string>() != ManifestChecksum(j))) {
+      return absl::DataLossError(dir + "/manifest.json fails its checksum (damaged or edited)");
+    }
     m.step = j.at("step").get<int64_t>();
     m.world_size = j.at("world_size").get<int>();
     m.zero_stage = j.at("zero_stage").get<int>();
@@ -238,9 +277,22 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {
   } catch (const json::exception& e) {
     return absl::DataLossError(dir + "/manifest.json: " + e.what());
   }
-  if (m.world_size < 1 || static_cast<int>(m.shards.size()) != m.world_size) {
+  if (m.world_size < 1 || m.world_size > kMaxWorldSize || static_cast<int>(m.shards.size()) != m.world_size) {
     return absl::DataLossError(dir + "/manifest.json lists " + std::to_string(m.shards.size()) +
                                " shards for world size " + std::to_string(m.world_size));
+  }
+  if (m.step < 0) return absl::DataLossError(dir + "/manifest.json: negative step");
+  // Every element lives in some shard as at least one float: total_floats
+  // cannot exceed what the shards hold (checked before anything is sized by it).
+  uint64_t shard_bytes = 0;
+  for (const auto& s : m.shards) {
+    if (AddOverflows(shard_bytes, s.bytes, &shard_bytes)) {
+      return absl::DataLossError(dir + "/manifest.json: shard sizes overflow");
+    }
+  }
+  if (m.total_floats > shard_bytes / 4) {
+    return absl::DataLossError(dir + "/manifest.json: total_floats " + std::to_string(m.total_floats) +
+                               " is more than its shards hold");
   }
   return m;
 }
@@ -287,7 +339,7 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir) {
       if (full.empty()) full.assign(m->total_floats, 0.f);
       uint64_t pos = 0;
       for (const Range& r : shard->ranges) {
-        if (r.offset + r.count > m->total_floats) {
+        if (r.offset > m->total_floats || r.count > m->total_floats - r.offset) {
           return absl::DataLossError(dir + "/" + info.file + ": range past total_floats");
         }
         std::memcpy(full.data() + r.offset, values.data() + pos, r.count * 4);
@@ -295,7 +347,10 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir) {
       }
     }
     for (const Range& r : shard->ranges) {
-      for (uint64_t i = r.offset; i < r.offset + r.count && i < covered.size(); ++i) {
+      if (r.offset > m->total_floats || r.count > m->total_floats - r.offset) {
+        return absl::DataLossError(dir + "/" + info.file + ": range past total_floats");
+      }
+      for (uint64_t i = r.offset; i < r.offset + r.count; ++i) {
         if (covered[i]++) {
           return absl::DataLossError(dir + ": element " + std::to_string(i) +
                                      " is stored by two shards");

@@ -5,6 +5,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/auth.h"
 #include "absl/strings/str_cat.h"
 #include "tandem/v1/cluster.grpc.pb.h"
 
@@ -95,6 +96,9 @@ class GrpcStore final : public Store {
                       options_.rpc_slack);
     if (!options_.token.empty()) {
       ctx->AddMetadata("authorization", absl::StrCat("Bearer ", options_.token));
+    }
+    if (!options_.worker_credential.empty()) {
+      ctx->AddMetadata(common::kWorkerCredentialMetadata, options_.worker_credential);
     }
   }
 

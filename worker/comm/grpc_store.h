@@ -21,6 +21,7 @@ struct GrpcStoreOptions {
   std::string job_id;        // scope
   int64_t generation = 0;    // scope
   std::string token;         // bearer token ("" = no metadata)
+  std::string worker_credential;  // the worker's credential ("" = none)
   std::string ca_path;       // "" = insecure channel
   std::string cert_path;     // client certificate for mutual TLS ("" = none)
   std::string key_path;      // its private key

@@ -130,8 +130,10 @@ int main(int argc, char** argv) {
   engine_options.data_address = data_address;
   engine_options.num_threads = config->threads();
   engine_options.device = config->device();
-  worker::WorkerDaemon daemon(options, [engine_options](const std::string& worker_id) mutable {
+  worker::WorkerDaemon daemon(options, [engine_options](const std::string& worker_id,
+                                                      std::function<std::string()> credential) mutable {
     engine_options.worker_id = worker_id;
+    engine_options.worker_credential = std::move(credential);
     return worker::MakeJobEngine(engine_options);
   });
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/auth.h"
 #include "google/protobuf/util/time_util.h"
 #include "worker/daemon/host_info.h"
 
@@ -91,6 +92,10 @@ std::string WorkerDaemon::worker_id() const {
 
 void WorkerDaemon::PrepareContext(grpc::ClientContext* ctx, milliseconds timeout) const {
   if (!options_.token.empty()) ctx->AddMetadata("authorization", "Bearer " + options_.token);
+  {
+    absl::MutexLock lock(&mu_);
+    common::AddWorkerCredential(ctx, credential_);
+  }
   if (timeout.count() > 0) ctx->set_deadline(std::chrono::system_clock::now() + timeout);
 }
 
@@ -163,6 +168,7 @@ absl::Status WorkerDaemon::Register() {
   {
     absl::MutexLock lock(&mu_);
     req.set_worker_id(worker_id_);
+    req.set_worker_credential(credential_);
     // What we still hold, so a restarted coordinator can keep us in the job.
     req.set_job_id(job_id_);
     req.set_generation(generation_);
@@ -191,6 +197,7 @@ absl::Status WorkerDaemon::Register() {
     spdlog::warn("worker: coordinator assigned a new id {} (was {})", resp.worker_id(), worker_id_);
   }
   worker_id_ = resp.worker_id();
+  credential_ = resp.worker_credential();
   registered_ = true;
   if (resp.heartbeat_interval_ms() > 0) heartbeat_ms_ = std::clamp<int64_t>(resp.heartbeat_interval_ms(), 50, 60000);
   spdlog::info("worker: registered as {} (name {}, data address {}, lease {} ms, heartbeat {} ms)",
@@ -460,7 +467,10 @@ absl::Status WorkerDaemon::Run() {
       continue;
     }
     if (engine_ == nullptr) {
-      engine_ = engine_factory_(worker_id());
+      engine_ = engine_factory_(worker_id(), [this] {
+        absl::MutexLock lock(&mu_);
+        return credential_;
+      });
       if (engine_ == nullptr) {
         fatal = absl::InternalError("the job engine could not be created");
         break;

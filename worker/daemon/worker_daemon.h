@@ -67,8 +67,10 @@ struct WorkerDaemonOptions {
 };
 
 // Makes the engine once the coordinator has assigned the worker id (before
-// the first command can arrive).
-using EngineFactory = std::function<std::unique_ptr<JobEngine>(const std::string& worker_id)>;
+// the first command can arrive). `credential` returns the worker's current
+// credential (for the engine's own calls to the coordinator).
+using EngineFactory = std::function<std::unique_ptr<JobEngine>(const std::string& worker_id,
+                                                               std::function<std::string()> credential)>;
 
 class WorkerDaemon {
  public:
@@ -116,6 +118,7 @@ class WorkerDaemon {
   mutable absl::Mutex mu_;
   absl::CondVar cv_;  // signalled on stop, new commands, phase end
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  std::string credential_ ABSL_GUARDED_BY(mu_);  // from RegisterWorker; sent with every later call
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ClientContext* attach_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
   int64_t heartbeat_ms_ ABSL_GUARDED_BY(mu_) = 1000;

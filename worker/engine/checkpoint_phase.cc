@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "common/checkpoint_path.h"
 #include "nlohmann/json.hpp"
 #include "worker/ckpt/checkpoint.h"
 #include "worker/comm/abort_signal.h"
@@ -177,7 +178,7 @@ absl::Status Checkpoint(JobContext& ctx, int64_t step, ReportPhaseRequest* repor
   return absl::OkStatus();
 }
 
-absl::Status RestoreCheckpoint(JobContext& ctx, const std::string& path,
+absl::Status RestoreCheckpoint(JobContext& ctx, const std::string& path, bool own_checkpoint,
                                ReportPhaseRequest* report) {
   absl::StatusOr<ckpt::LoadedCheckpoint> loaded;
   if (std::filesystem::exists(path + "/manifest.json")) {
@@ -195,6 +196,23 @@ absl::Status RestoreCheckpoint(JobContext& ctx, const std::string& path,
                         "restore from " + path + ": " + std::string(loaded.status().message()));
   }
   const auto& m = loaded->manifest;
+  if (own_checkpoint) {
+    // The job's own checkpoint (chosen by the coordinator): it lies at the
+    // job's path of its step and was written for this model.
+    if (!common::IsCheckpointStepPath(loaded->dir, ctx.checkpoint_root, m.step)) {
+      return absl::DataLossError("restore from " + loaded->dir + ": its manifest says step " +
+                                 std::to_string(m.step) + ", which lives at " +
+                                 common::CheckpointStepPath(ctx.checkpoint_root, std::max<int64_t>(m.step, 1)));
+    }
+    if (!m.config_hash.empty() && m.config_hash != ConfigHash(ctx)) {
+      return absl::DataLossError("restore from " + loaded->dir + ": written for another model configuration (config_hash " +
+                                 m.config_hash + ", this job's is " + ConfigHash(ctx) + ")");
+    }
+  } else if (!m.config_hash.empty() && m.config_hash != ConfigHash(ctx)) {
+    report->add_log_lines("resume from " + loaded->dir +
+                          ": the checkpoint was written for a different model section of the job spec; "
+                          "its shapes match, continuing");
+  }
   if (m.total_floats != ctx.zero->num_params()) {
     return absl::FailedPreconditionError(
         "restore from " + loaded->dir + ": checkpoint has " + std::to_string(m.total_floats) +

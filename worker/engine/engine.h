@@ -29,6 +29,8 @@ struct EngineOptions {
   int num_threads = 0;               // compute threads (0 = all cores)
   std::string device = "cpu";        // cpu | cuda
   std::string worker_id;
+  // The worker's current credential (sent with Store RPCs); unset: none.
+  std::function<std::string()> worker_credential;
   // Seam for tests: makes the rendezvous store of (job, generation). Unset:
   // the coordinator's store over gRPC (comm::MakeGrpcStore).
   std::function<absl::StatusOr<std::unique_ptr<comm::Store>>(const std::string& job_id,

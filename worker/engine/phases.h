@@ -31,7 +31,9 @@ absl::Status Checkpoint(JobContext& ctx, int64_t step, ReportPhaseRequest* repor
 
 // Loads a checkpoint (a step directory, or a root whose newest valid
 // checkpoint is used) into the ZeRO state; says in the report what it did.
-absl::Status RestoreCheckpoint(JobContext& ctx, const std::string& path,
+// own_checkpoint: one of this job's (recovery): it must lie at the job's
+// path of its manifest's step and match the model's config hash.
+absl::Status RestoreCheckpoint(JobContext& ctx, const std::string& path, bool own_checkpoint,
                                ReportPhaseRequest* report);
 // Waits for background checkpoint writes; moves published paths into report.
 absl::Status FinishCheckpoints(JobContext& ctx, ReportPhaseRequest* report, bool wait);

@@ -135,6 +135,7 @@ absl::Status SetupJob(const EngineOptions& options,
     so.job_id = assignment.job_id();
     so.generation = assignment.generation();
     so.token = options.auth_token;
+    if (options.worker_credential) so.worker_credential = options.worker_credential();
     so.ca_path = options.tls_ca;
     so.cert_path = options.tls_cert;
     so.key_path = options.tls_key;
@@ -217,7 +218,7 @@ absl::Status SetupJob(const EngineOptions& options,
     if (absl::Status st = RestoreFromPeers(ctx, assignment.peer_restore_step(), ranks, report); !st.ok()) return st;
     ctx.last_trained_step = assignment.peer_restore_step();
   } else if (!restore.empty()) {
-    if (absl::Status st = RestoreCheckpoint(ctx, restore, report); !st.ok()) return st;
+    if (absl::Status st = RestoreCheckpoint(ctx, restore, !assignment.restore_from().empty(), report); !st.ok()) return st;
     (*report->mutable_values())["restore_source"] = 2;  // disk
     (*report->mutable_values())["restore_seconds"] =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - restore_start).count();

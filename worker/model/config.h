@@ -95,4 +95,12 @@ absl::Status Validate(const ModelConfig& config);
 // Total parameter count (floats) of the model, no padding.
 int64_t ParameterCount(const ModelConfig& config);
 
+// Rows of rotary tables to build for `positions` positions: the next power
+// of two (at least 256), so tables grow by doubling as sequences get longer.
+inline int RopeRowsFor(int positions) {
+  int rows = 256;
+  while (rows < positions && rows < (1 << 30)) rows *= 2;
+  return rows;
+}
+
 }  // namespace tandem::model

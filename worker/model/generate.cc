@@ -213,7 +213,7 @@ absl::Status Generator::Ensure(int batch, int capacity, int rows) {
                       ? std::max(capacity, rc.original_max_position)
                       : 0;
   if (key != rope_key_ || capacity > rope_rows_) {
-    const int rowsr = std::max({capacity, config_.max_position_embeddings, rope_rows_});
+    const int rowsr = std::max(RopeRowsFor(capacity), rope_rows_);
     const size_t n = static_cast<size_t>(rowsr) * D_ / 2;
     cos_.assign(n, 0.f);
     sin_.assign(n, 0.f);
@@ -352,8 +352,14 @@ absl::StatusOr<GenerationResult> Generator::Generate(
     max_len = std::max<int>(max_len, prompts[b].size());
     total += prompts[b].size();
   }
-  const int capacity = max_len + std::max(o.max_new_tokens, 1);
-  if (capacity > (1 << 22) || total > (1 << 24) ||
+  // In 64 bits: max_new_tokens may be anything up to INT_MAX.
+  const int64_t wanted = int64_t{max_len} + std::max(o.max_new_tokens, 1);
+  if (wanted > (1 << 22)) {
+    return absl::InvalidArgumentError(absl::StrCat("generate: prompt (", max_len, " tokens) + max_new_tokens (",
+                                                   o.max_new_tokens, ") is more than ", 1 << 22, " positions"));
+  }
+  const int capacity = static_cast<int>(wanted);
+  if (total > (1 << 24) ||
       static_cast<int64_t>(std::max(B, batch_cap_)) * std::max(capacity, seq_cap_) >=
           (int64_t{1} << 31)) {
     return absl::InvalidArgumentError("generate: prompts too long");

@@ -109,7 +109,9 @@ absl::Status Model::EnsureRope(int max_position) {
                       ? std::max(need, rc.original_max_position)
                       : 0;
   if (key == rope_seq_key_ && need <= rope_rows_) return absl::OkStatus();
-  const int rows = std::max({need, config_.max_position_embeddings, rope_rows_});
+  // Sized by the positions in use (grown by doubling), never by
+  // max_position_embeddings: a config may declare millions of positions.
+  const int rows = std::max(RopeRowsFor(need), rope_rows_);
   const size_t n = static_cast<size_t>(rows) * D_ / 2;
   cos_.assign(n, 0.f);
   sin_.assign(n, 0.f);
