@@ -108,7 +108,7 @@ absl::Status Coordinator::Start() {
     RETURN_IF_ERROR(metrics_->Start(
         config_.metrics_listen(),
         [this] { return RenderMetrics(jobs_->Snapshot(), membership_->CountByState()); },
-        [this] { return serving_.load() && !stopping_.load() && jobs_->loaded(); }));
+        [this] { return serving_.load() && !stopping_.load() && jobs_->loaded() && jobs_->StoreError().empty(); }));
     metrics_port_ = metrics_->port();
   }
   return absl::OkStatus();

@@ -53,6 +53,8 @@ class Coordinator {
   std::string grpc_address() const;  // connectable, e.g. 127.0.0.1:PORT
   // "tandem-coordinator listening grpc=HOST:PORT metrics=HOST:PORT"
   std::string ReadyLine() const;
+  // For tests (fault injection on the state store).
+  StateStore* store_for_test() { return store_.get(); }
 
   JobManager* jobs() { return jobs_.get(); }
   Membership* membership() { return membership_.get(); }

@@ -149,9 +149,20 @@ JobManager::JobRecord* JobManager::FindLocked(const std::string& job_id) const {
   return it == jobs_.end() ? nullptr : it->second.get();
 }
 
-void JobManager::PersistLocked(const JobRecord& r) {
+absl::Status JobManager::PersistLocked(const JobRecord& r) {
   absl::Status s = store_->PutJob(r.job, r.cursor, r.seq);
   if (!s.ok()) spdlog::error("persist job {}: {}", r.job.id(), s.ToString());
+  NoteStoreWrite(s);
+  return s;
+}
+
+void JobManager::NoteStoreWrite(const absl::Status& s) {
+  store_error_ = s.ok() ? "" : std::string(s.message());
+}
+
+std::string JobManager::StoreError() const {
+  absl::MutexLock lock(&mu_);
+  return store_error_;
 }
 
 void JobManager::EventLocked(JobRecord* r, const std::string& kind, const std::string& message,
@@ -164,6 +175,7 @@ void JobManager::EventLocked(JobRecord* r, const std::string& kind, const std::s
   e.set_state(r->job.state());
   if (metrics) *e.mutable_metrics() = *metrics;
   auto seq = store_->AppendEvent(e);
+  NoteStoreWrite(seq.status());
   if (!seq.ok()) {
     spdlog::error("job {} event: {}", r->job.id(), seq.status().ToString());
     return;
@@ -200,7 +212,13 @@ void JobManager::LogLocked(JobRecord* r, const std::string& source, const std::v
 absl::StatusOr<Job> JobManager::Submit(tandem::v1::JobSpec spec) {
   common::ApplyJobDefaults(&spec);
   RETURN_IF_ERROR(common::ValidateJobSpec(spec));
-  ASSIGN_OR_RETURN(int64_t seq, store_->NextJobSeq());
+  auto next = store_->NextJobSeq();
+  if (!next.ok()) {
+    absl::MutexLock lock(&mu_);
+    NoteStoreWrite(next.status());
+    return absl::UnavailableError(absl::StrCat("the job was not accepted: ", next.status().message()));
+  }
+  const int64_t seq = *next;
   auto r = std::make_unique<JobRecord>();
   r->seq = seq;
   Job& job = r->job;
@@ -219,8 +237,10 @@ absl::StatusOr<Job> JobManager::Submit(tandem::v1::JobSpec spec) {
   absl::MutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("coordinator is shutting down");
   JobRecord* rec = r.get();
+  if (absl::Status s = PersistLocked(*rec); !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("the job was not accepted: ", s.message()));
+  }
   jobs_[job.id()] = std::move(r);
-  PersistLocked(*rec);
   EventLocked(rec, "state",
               absl::StrCat("submitted ", common::KindName(spec.kind()), " job '", spec.name(), "' (",
                            spec.cluster().workers(), " ", common::DeviceName(spec.cluster().device()),
@@ -269,6 +289,11 @@ absl::StatusOr<Job> JobManager::Cancel(const std::string& job_id, const std::str
         absl::StrCat("job ", job_id, " already ", JobStateName(r->job.state())));
   }
   std::string why = reason.empty() ? "cancelled by user" : absl::StrCat("cancelled: ", reason);
+  if (absl::Status s = PersistLocked(*r); !s.ok()) {
+    // Not durable: a restarted coordinator would run the job again.
+    return absl::UnavailableError(absl::StrCat("cannot record the cancellation: ", s.message(),
+                                               " (free space or fix the disk, then retry)"));
+  }
   if (r->job.state() == tandem::v1::JOB_STATE_PENDING) {
     FinishLocked(r, tandem::v1::JOB_STATE_CANCELLED, why);
   } else {

@@ -81,6 +81,8 @@ class JobManager {
   // states stay as persisted.
   void Shutdown();
 
+  // Submit and Cancel fail (UNAVAILABLE, nothing changed) when the state
+  // store cannot persist them.
   absl::StatusOr<tandem::v1::Job> Submit(tandem::v1::JobSpec spec);
   absl::StatusOr<tandem::v1::Job> Get(const std::string& job_id) const;
   std::vector<tandem::v1::Job> List(tandem::v1::JobState filter, int limit) const;
@@ -94,6 +96,10 @@ class JobManager {
   absl::StatusOr<std::vector<tandem::v1::LogLine>> Logs(const std::string& job_id, int64_t after_seq,
                                                         int limit) const;
   absl::StatusOr<std::vector<tandem::v1::CheckpointRecord>> Checkpoints(const std::string& job_id) const;
+
+  // "" while the state store takes writes; else the last write error (the
+  // coordinator is then not ready: /readyz says so).
+  std::string StoreError() const;
 
   // From the Cluster service.
   absl::Status OnReport(const tandem::v1::ReportPhaseRequest& report);
@@ -170,7 +176,9 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishLocked(JobRecord* r, tandem::v1::JobState state, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PersistLocked(const JobRecord& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status PersistLocked(const JobRecord& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Remembers a store write's outcome for StoreError().
+  void NoteStoreWrite(const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EventLocked(JobRecord* r, const std::string& kind, const std::string& message,
                    const tandem::v1::StepMetrics* metrics = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogLocked(JobRecord* r, const std::string& source, const std::vector<std::string>& lines)
@@ -184,6 +192,7 @@ class JobManager {
   const Clock* const clock_;
 
   mutable absl::Mutex mu_;
+  std::string store_error_ ABSL_GUARDED_BY(mu_);
   absl::CondVar changed_;  // reports, cancels, failures, events, stop
   std::map<std::string, std::unique_ptr<JobRecord>> jobs_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -152,7 +152,13 @@ absl::Status StateStore::Migrate() {
   return absl::OkStatus();
 }
 
+absl::Status StateStore::WriteGate() const {
+  if (fail_writes_.load()) return absl::UnavailableError(absl::StrCat("state store ", path_, ": write failed (injected)"));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> StateStore::NextJobSeq() {
+  RETURN_IF_ERROR(WriteGate());
   absl::MutexLock lock(&mu_);
   Stmt s(db_, "UPDATE meta SET value = value + 1 WHERE key = 'job_seq' RETURNING value");
   RETURN_IF_ERROR(s.status("next job seq"));
@@ -162,6 +168,7 @@ absl::StatusOr<int64_t> StateStore::NextJobSeq() {
 }
 
 absl::Status StateStore::PutJob(const tandem::v1::Job& job, const PhaseCursor& cursor, int64_t seq) {
+  RETURN_IF_ERROR(WriteGate());
   absl::MutexLock lock(&mu_);
   Stmt s(db_, "INSERT OR REPLACE INTO jobs (id, seq, state, cursor_unit, cursor_sub, job, updated_at) "
               "VALUES (?, ?, ?, ?, ?, ?, julianday('now'))");
@@ -195,6 +202,7 @@ absl::StatusOr<std::vector<StoredJob>> StateStore::LoadJobs() {
 }
 
 absl::StatusOr<int64_t> StateStore::AppendEvent(const tandem::v1::JobEvent& event) {
+  RETURN_IF_ERROR(WriteGate());
   absl::MutexLock lock(&mu_);
   Stmt s(db_, "INSERT INTO events (job_id, seq, time, event) VALUES (?1, "
               "(SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE job_id = ?1), ?2, ?3) RETURNING seq");
@@ -237,6 +245,7 @@ absl::StatusOr<int64_t> StateStore::LastEventSeq(const std::string& job_id) {
 }
 
 absl::StatusOr<int64_t> StateStore::AppendLogs(const std::string& job_id, std::vector<tandem::v1::LogLine> lines) {
+  RETURN_IF_ERROR(WriteGate());
   absl::MutexLock lock(&mu_);
   int64_t seq = 0;
   {
@@ -290,6 +299,7 @@ absl::StatusOr<std::vector<tandem::v1::LogLine>> StateStore::ListLogs(const std:
 }
 
 absl::Status StateStore::PutWorker(const tandem::v1::WorkerInfo& worker, const std::string& credential_digest) {
+  RETURN_IF_ERROR(WriteGate());
   absl::MutexLock lock(&mu_);
   Stmt s(db_, "INSERT OR REPLACE INTO workers (id, name, info, credential) VALUES (?, ?, ?, ?)");
   RETURN_IF_ERROR(s.status("put worker"));
@@ -317,6 +327,7 @@ absl::StatusOr<std::vector<StoredWorker>> StateStore::LoadWorkers() {
 }
 
 absl::Status StateStore::AddCheckpoint(const tandem::v1::CheckpointRecord& record) {
+  RETURN_IF_ERROR(WriteGate());
   absl::MutexLock lock(&mu_);
   Stmt s(db_, "INSERT OR REPLACE INTO checkpoints (job_id, step, generation, path, record) VALUES (?, ?, ?, ?, ?)");
   RETURN_IF_ERROR(s.status("add checkpoint"));
@@ -329,6 +340,7 @@ absl::Status StateStore::AddCheckpoint(const tandem::v1::CheckpointRecord& recor
 }
 
 absl::Status StateStore::PruneCheckpoints(const std::string& job_id, int64_t keep) {
+  RETURN_IF_ERROR(WriteGate());
   absl::MutexLock lock(&mu_);
   Stmt s(db_,
          "DELETE FROM checkpoints WHERE job_id = ? AND step NOT IN "

@@ -5,6 +5,7 @@
 // Thread-safe: one connection, calls serialized by a mutex.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -76,14 +77,20 @@ class StateStore {
 
   const std::string& path() const { return path_; }
 
+  // Fault injection for tests: every write fails (as on a full or failing
+  // disk) until called with false.
+  void FailWritesForTest(bool fail) { fail_writes_ = fail; }
+
  private:
   StateStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WriteGate() const;
 
   absl::Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);
   const std::string path_;
+  std::atomic<bool> fail_writes_{false};
 };
 
 }  // namespace tandem::server

@@ -228,7 +228,7 @@ TEST(CheckpointFormatTest, DamagedShardFiles) {
   // Invalid header JSON and invalid ranges.
   const std::string bad = "{\"ranges\": ";
   st = ReadShard(dir, RawShard(dir, bad.size(), bad, 0)).status();
-  EXPECT_NE(st.message().find("invalid shard header"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("shard header is not valid JSON"), std::string::npos) << st;
   const std::string neg = R"({"ranges": [[0, -4]], "arrays": ["params"]})";
   st = ReadShard(dir, RawShard(dir, neg.size(), neg, 0)).status();
   EXPECT_NE(st.message().find("invalid range"), std::string::npos) << st;
@@ -308,6 +308,32 @@ TEST(CheckpointFormatTest, CraftedSizesAreRefusedNotTrusted) {
   WriteText(step + "/manifest.json", legacy.dump(2));
   EXPECT_TRUE(LoadCheckpoint(step).ok());
   fs::remove_all(root);
+}
+
+// What ranks announce through the rendezvous store before rank 0 writes
+// the manifest: malformed values are errors, never exceptions.
+TEST(CheckpointFormatTest, ShardAnnouncementsAreCheckedField) {
+  const ShardFileInfo info{ShardFileName(1, 2), 1, 1234, 0xfedcba9876543210ull};
+  auto back = ParseShardAnnouncement(ShardAnnouncement(info), 1, 2);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->file, info.file);
+  EXPECT_EQ(back->bytes, info.bytes);
+  EXPECT_EQ(back->xxh64, info.xxh64);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"", "not a JSON object"},
+      {"[1]", "not a JSON object"},
+      {R"({"file": 7, "rank": 1, "bytes": 1, "xxh64": 1})", "right types"},
+      {R"({"file": "shard-00001-of-00002.bin", "rank": 1, "bytes": -1, "xxh64": 1})", "right types"},
+      {R"({"file": "shard-00001-of-00002.bin", "rank": 1, "bytes": 1})", "right types"},
+      {R"({"file": "shard-00000-of-00002.bin", "rank": 1, "bytes": 1, "xxh64": 1})", "another rank or file"},
+      {R"({"file": "../../etc/passwd", "rank": 1, "bytes": 1, "xxh64": 1})", "another rank or file"},
+      {R"({"file": "shard-00001-of-00002.bin", "rank": 0, "bytes": 1, "xxh64": 1})", "another rank or file"},
+  };
+  for (const auto& [text, error] : bad) {
+    auto st = ParseShardAnnouncement(text, 1, 2).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << text;
+    EXPECT_NE(st.message().find(error), std::string::npos) << text << ": " << st;
+  }
 }
 
 TEST(CheckpointFormatTest, RangeCoverageErrors) {

@@ -4,6 +4,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <atomic>
 #include <filesystem>
@@ -12,10 +13,10 @@
 #include <set>
 #include <thread>
 
-#include "common/checkpoint_path.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/auth.h"
+#include "common/checkpoint_path.h"
 #include "common/daemon_config.h"
 #include "server/coordinator.h"
 #include "server/job_manager.h"
@@ -465,6 +466,45 @@ TEST_F(CoordinatorTest, PendingReasonCancelAndLostWorker) {
   ASSERT_TRUE(control_->CancelJob(Ctx(kAdmin).get(), stop, &cancelled).ok());
   EXPECT_EQ(WaitFor(id, Done).state(), tandem::v1::JOB_STATE_CANCELLED);
   a->Stop();
+}
+
+// A state store that stops taking writes (full or failing disk): nothing is
+// accepted that would be lost, the refusal says why, and /readyz reports
+// not ready until writes succeed again.
+TEST_F(CoordinatorTest, FailingStateStoreRefusesWritesAndIsNotReady) {
+  httplib::Client http("127.0.0.1", coordinator_->metrics_port());
+  http.set_read_timeout(5, 0);
+  auto ready = [&] {
+    auto res = http.Get("/readyz");
+    return res ? res->status : -1;
+  };
+  EXPECT_EQ(ready(), 200);
+  const std::string pending = Submit(SftSpec(3, 1));  // waits for workers
+  coordinator_->store_for_test()->FailWritesForTest(true);
+  tandem::v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = SftSpec(1, 1);
+  tandem::v1::SubmitJobResponse submitted;
+  grpc::Status st = control_->SubmitJob(Ctx(kAdmin).get(), submit, &submitted);
+  EXPECT_CODE(st, UNAVAILABLE);
+  EXPECT_NE(st.error_message().find("the job was not accepted"), std::string::npos) << st.error_message();
+  tandem::v1::CancelJobRequest cancel;
+  cancel.set_job_id(pending);
+  tandem::v1::CancelJobResponse cancelled;
+  st = control_->CancelJob(Ctx(kAdmin).get(), cancel, &cancelled);
+  EXPECT_CODE(st, UNAVAILABLE);
+  EXPECT_NE(st.error_message().find("cannot record the cancellation"), std::string::npos) << st.error_message();
+  EXPECT_EQ(ready(), 503);
+  EXPECT_EQ(GetJob(pending).state(), tandem::v1::JOB_STATE_PENDING);
+
+  coordinator_->store_for_test()->FailWritesForTest(false);
+  EXPECT_CODE(control_->CancelJob(Ctx(kAdmin).get(), cancel, &cancelled), OK);
+  EXPECT_EQ(cancelled.job().state(), tandem::v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(ready(), 200);
+  tandem::v1::ListJobsRequest list;
+  tandem::v1::ListJobsResponse jobs;
+  ASSERT_TRUE(control_->ListJobs(Ctx(kAdmin).get(), list, &jobs).ok());
+  EXPECT_EQ(jobs.jobs_size(), 1);  // the refused job is nowhere
+  EXPECT_TRUE(Healthy(channel_));
 }
 
 // Identity: a worker's name, id, command stream, reports and its job's

@@ -112,6 +112,7 @@ TEST(ConfigTest, RejectsBadConfigsNamingTheKey) {
       {"tokenizer kind", [](json& j) { j["tokenizer"] = "bpe"; }, "tokenizer"},
       {"char vocab too small", [](json& j) { j["tokenizer"] = "char"; j["vocab_size"] = 50; }, "vocab_size"},
       {"max pos zero", [](json& j) { j["max_position_embeddings"] = 0; }, "max_position_embeddings"},
+      {"eos list past 32 bits", [](json& j) { j["eos_token_id"] = {2, int64_t{1} << 40}; }, "32-bit integers"},
   };
   for (const BadCase& bc : cases) {
     json j = BaseJson();
@@ -121,6 +122,9 @@ TEST(ConfigTest, RejectsBadConfigsNamingTheKey) {
     EXPECT_NE(c.status().message().find(bc.expect), std::string::npos)
         << bc.name << ": " << c.status().message();
   }
+  auto dup = ParseConfigJson(R"({"model_type": "llama", "vocab_size": 32, "vocab_size": 64})");
+  ASSERT_FALSE(dup.ok());
+  EXPECT_NE(dup.status().message().find("key 'vocab_size' appears twice"), std::string::npos) << dup.status();
   EXPECT_FALSE(ParseConfigJson("{not json").ok());
   EXPECT_FALSE(ParseConfigJson("[1,2]").ok());
   EXPECT_FALSE(ParseConfigJson("").ok());

@@ -1,6 +1,10 @@
 // Safetensors reading/writing, model directories, and every bad-file case.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <limits>
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -204,6 +208,10 @@ TEST_F(SafetensorsTest, BadFiles) {
       {"negative offset", [&](const std::string& p) { WriteRaw(p, R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", data); }, "non-negative"},
       {"missing dtype", [&](const std::string& p) { WriteRaw(p, R"({"a":{"shape":[1],"data_offsets":[0,4]}})", data); }, "missing dtype"},
       {"bad metadata", [&](const std::string& p) { WriteRaw(p, R"({"__metadata__":{"x":1}})", data); }, "__metadata__"},
+      // Two readers could pick different entries of a duplicated key.
+      {"duplicate tensor", [&](const std::string& p) { WriteRaw(p, R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data); }, "key 'a' appears twice"},
+      {"duplicate field", [&](const std::string& p) { WriteRaw(p, R"({"a":{"dtype":"F32","dtype":"F16","shape":[1],"data_offsets":[0,4]}})", data); }, "key 'dtype' appears twice"},
+      {"deep nesting", [&](const std::string& p) { WriteRaw(p, std::string(100, '[') + std::string(100, ']'), data); }, "nested deeper"},
   };
   for (const Case& c : cases) {
     const std::string path = P("bad.safetensors");
@@ -295,6 +303,36 @@ TEST_F(SafetensorsTest, BadModelDirs) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound) << r.status();
   r = LoadModelDir(P("nodir"));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound) << r.status();
+}
+
+// A weight that is NaN or Inf poisons every step: refused when loading.
+TEST_F(SafetensorsTest, NonFiniteWeightsAreRefused) {
+  ModelConfig c = TinyConfig();
+  Model m(c, nullptr);
+  std::vector<float> params(m.layout().total_floats(), 0.5f);
+  ASSERT_TRUE(SaveModelDir(P("ok"), c, params.data(), nullptr).ok());
+  ASSERT_TRUE(LoadModelDir(P("ok")).ok());
+  for (float poison : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    params[7] = poison;
+    ASSERT_TRUE(SaveModelDir(P("bad"), c, params.data(), nullptr).ok());
+    auto loaded = LoadModelDir(P("bad"));
+    ASSERT_FALSE(loaded.ok());
+    EXPECT_NE(loaded.status().message().find("non-finite values (NaN or Inf; first at 7)"), std::string::npos)
+        << loaded.status();
+  }
+}
+
+// Temp files: fresh unpredictable names, never followed through a symlink.
+TEST_F(SafetensorsTest, AtomicWriteNeverFollowsAPlantedSymlink) {
+  ASSERT_TRUE(WriteFileAtomic(P("target"), "secret").ok());
+  // Whatever an attacker guesses for the temp name, plant links there.
+  for (int i = 0; i < 64; ++i) {
+    fs::create_symlink(P("target"), P("x.txt.tmp." + std::to_string(::getpid()) + "." + std::to_string(i)));
+  }
+  fs::create_symlink(P("target"), P("x.txt.tmp." + std::to_string(::getpid())));
+  ASSERT_TRUE(WriteFileAtomic(P("x.txt"), "mine").ok());
+  EXPECT_EQ(*ReadFileToString(P("target")), "secret");
+  EXPECT_EQ(*ReadFileToString(P("x.txt")), "mine");
 }
 
 TEST_F(SafetensorsTest, AtomicWriteLeavesNoTempFiles) {

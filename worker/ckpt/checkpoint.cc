@@ -11,7 +11,9 @@
 
 #include "common/checkpoint_path.h"
 #include "nlohmann/json.hpp"
+#include "absl/strings/match.h"
 #include "worker/model/file_util.h"
+#include "worker/model/strict_json.h"
 
 namespace tandem::ckpt {
 
@@ -157,8 +159,10 @@ absl::StatusOr<ShardState> ReadShard(const std::string& dir, const ShardFileInfo
   if (hlen > kMaxHeader || 16 + static_cast<uint64_t>(hlen) > data->size()) {
     return absl::DataLossError(path + ": header length past the end of the file");
   }
-  json header = json::parse(data->begin() + 16, data->begin() + 16 + hlen, nullptr, false);
-  if (header.is_discarded() || !header.is_object() || !header.contains("ranges") ||
+  auto parsed = model::ParseStrictJson(std::string_view(data->data() + 16, hlen), "shard header");
+  if (!parsed.ok()) return absl::DataLossError(path + ": " + std::string(parsed.status().message()));
+  json header = std::move(*parsed);
+  if (!header.is_object() || !header.contains("ranges") ||
       !header.contains("arrays") || !header["ranges"].is_array() ||
       !header["arrays"].is_array()) {
     return absl::DataLossError(path + ": invalid shard header");
@@ -208,6 +212,30 @@ absl::StatusOr<ShardState> ReadShard(const std::string& dir, const ShardFileInfo
   return st;
 }
 
+std::string ShardAnnouncement(const ShardFileInfo& info) {
+  return json{{"file", info.file}, {"rank", info.rank}, {"bytes", info.bytes}, {"xxh64", info.xxh64}}.dump();
+}
+
+absl::StatusOr<ShardFileInfo> ParseShardAnnouncement(const std::string& text, int rank, int world) {
+  auto bad = [&](const std::string& why) {
+    return absl::DataLossError("checkpoint: rank " + std::to_string(rank) + "'s shard announcement " + why);
+  };
+  auto j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return bad("is not a JSON object");
+  const auto file = j.find("file");
+  const auto r = j.find("rank");
+  const auto bytes = j.find("bytes");
+  const auto sum = j.find("xxh64");
+  if (file == j.end() || !file->is_string() || r == j.end() || !r->is_number_integer() || bytes == j.end() ||
+      !bytes->is_number_unsigned() || sum == j.end() || !sum->is_number_unsigned()) {
+    return bad("lacks file/rank/bytes/xxh64 of the right types");
+  }
+  if (r->get<int64_t>() != rank || file->get<std::string>() != ShardFileName(rank, world)) {
+    return bad("names another rank or file");
+  }
+  return ShardFileInfo{file->get<std::string>(), rank, bytes->get<uint64_t>(), sum->get<uint64_t>()};
+}
+
 absl::Status WriteManifest(const std::string& dir, const Manifest& m) {
   json j;
   j["format"] = "tandem-checkpoint";
@@ -235,8 +263,13 @@ absl::Status WriteManifest(const std::string& dir, const Manifest& m) {
 absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {
   auto text = model::ReadFileToString(dir + "/manifest.json");
   if (!text.ok()) return absl::NotFoundError(dir + "/manifest.json is missing");
-  json j = json::parse(*text, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || j.value("format", "") != "tandem-checkpoint") {
+  auto parsed = model::ParseStrictJson(*text, "manifest.json");
+  if (parsed.ok() && !parsed->is_object()) parsed = absl::InvalidArgumentError("not an object");
+  if (!parsed.ok() && absl::StrContains(parsed.status().message(), "appears twice")) {
+    return absl::DataLossError(dir + "/" + std::string(parsed.status().message()));
+  }
+  json j = parsed.ok() ? std::move(*parsed) : json();
+  if (!parsed.ok() || j.value("format", "") != "tandem-checkpoint") {
     return absl::DataLossError(dir + "/manifest.json is not a Tandem checkpoint manifest");
   }
   Manifest m;

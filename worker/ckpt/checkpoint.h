@@ -82,6 +82,12 @@ absl::StatusOr<ShardFileInfo> WriteShard(const std::string& dir, int world_size,
 // Reads and verifies one shard (size and checksum from `info`).
 absl::StatusOr<ShardState> ReadShard(const std::string& dir, const ShardFileInfo& info);
 
+// The {file, rank, bytes, xxh64} record a rank publishes in the rendezvous
+// store after writing its shard, and its parser for rank 0 (which writes the
+// manifest): every field checked, the file must be rank's own, never throws.
+std::string ShardAnnouncement(const ShardFileInfo& info);
+absl::StatusOr<ShardFileInfo> ParseShardAnnouncement(const std::string& text, int rank, int world);
+
 // Writes DIR/manifest.json atomically.
 absl::Status WriteManifest(const std::string& dir, const Manifest& manifest);
 absl::StatusOr<Manifest> ReadManifest(const std::string& dir);

@@ -140,10 +140,8 @@ absl::Status Checkpoint(JobContext& ctx, int64_t step, ReportPhaseRequest* repor
     const std::string dir = ckpt::PartialDir(root, step);
     auto info = ckpt::WriteShard(dir, world, state);
     if (!info.ok()) return info.status();
-    nlohmann::json j = {{"file", info->file}, {"rank", info->rank},
-                        {"bytes", info->bytes}, {"xxh64", info->xxh64}};
     const std::string prefix = "ckpt/" + std::to_string(step);
-    if (absl::Status st = abortable.Set(prefix + "/shard/" + std::to_string(state.rank), j.dump());
+    if (absl::Status st = abortable.Set(prefix + "/shard/" + std::to_string(state.rank), ckpt::ShardAnnouncement(*info));
         !st.ok())
       return st;
     // Rank 0 writes the manifest and publishes, so that its reports (the
@@ -152,10 +150,9 @@ absl::Status Checkpoint(JobContext& ctx, int64_t step, ReportPhaseRequest* repor
     for (int r = 0; r < world; ++r) {
       auto v = abortable.Get(prefix + "/shard/" + std::to_string(r), std::chrono::seconds(60));
       if (!v.ok()) return v.status();
-      auto s = nlohmann::json::parse(*v, nullptr, false);
-      if (s.is_discarded()) return absl::InternalError("bad shard announcement in the store");
-      manifest.shards.push_back({s["file"].get<std::string>(), s["rank"].get<int>(),
-                                 s["bytes"].get<uint64_t>(), s["xxh64"].get<uint64_t>()});
+      auto shard = ckpt::ParseShardAnnouncement(*v, r, world);
+      if (!shard.ok()) return shard.status();
+      manifest.shards.push_back(*shard);
     }
     manifest.extra["write_seconds"] =
         std::chrono::duration<double>(Clock::now() - w0).count();

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <set>
 
+#include "worker/model/strict_json.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
@@ -149,13 +150,9 @@ kernels::RopeConfig ModelConfig::Rope() const {
 }
 
 absl::StatusOr<ModelConfig> ParseConfigJson(std::string_view text) {
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.json is not valid JSON: ", e.what()));
-  }
+  auto parsed = ParseStrictJson(text, "config.json");
+  if (!parsed.ok()) return parsed.status();
+  const json& j = *parsed;
   if (!j.is_object()) {
     return absl::InvalidArgumentError("config.json must be a JSON object");
   }
@@ -197,13 +194,13 @@ absl::StatusOr<ModelConfig> ParseConfigJson(std::string_view text) {
   if (auto it = j.find("eos_token_id"); it != j.end() && !it->is_null()) {
     if (it->is_array()) {
       for (const auto& e : *it) {
-        if (!e.is_number_integer()) {
+        if (!e.is_number_integer() || e.get<int64_t>() < INT32_MIN || e.get<int64_t>() > INT32_MAX) {
           return absl::InvalidArgumentError(absl::StrCat(
               "config key 'eos_token_id' must be an integer or a list of "
-              "integers, got ",
+              "32-bit integers, got ",
               it->dump()));
         }
-        c.eos_token_ids.push_back(e.get<int>());
+        c.eos_token_ids.push_back(static_cast<int>(e.get<int64_t>()));
       }
     } else {
       int eos = -1;

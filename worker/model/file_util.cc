@@ -4,9 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -29,9 +31,20 @@ class Fd {
   Fd& operator=(const Fd&) = delete;
   int get() const { return fd_; }
   int release() { int f = fd_; fd_ = -1; return f; }
+  void reset(int fd) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
  private:
   int fd_;
 };
+
+// Unpredictable and unique within the process: a counter and 64 random bits.
+std::string TempSuffix() {
+  static std::atomic<uint64_t> counter{0};
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return absl::StrCat(counter.fetch_add(1), ".", absl::Hex(rng()));
+}
 }  // namespace
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
@@ -62,10 +75,17 @@ absl::Status WriteFileAtomicParts(const std::string& path,
   const std::filesystem::path p(path);
   const std::filesystem::path dir =
       p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  // A fresh name opened with O_EXCL | O_NOFOLLOW: never an existing file,
+  // and never through a symlink someone placed where the temp file goes.
+  std::string tmp;
+  Fd fd(-1);
+  for (int attempt = 0; attempt < 16 && fd.get() < 0; ++attempt) {
+    tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".", TempSuffix());
+    fd.reset(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (fd.get() < 0 && errno != EEXIST) return Errno("cannot create", tmp);
+  }
+  if (fd.get() < 0) return Errno("cannot create", tmp);
   {
-    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (fd.get() < 0) return Errno("cannot create", tmp);
     for (std::string_view part : parts) {
       size_t done = 0;
       while (done < part.size()) {

@@ -1,5 +1,6 @@
 #include "worker/model/safetensors.h"
 
+#include <cmath>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -12,6 +13,7 @@
 #include <set>
 #include <utility>
 
+#include "worker/model/strict_json.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
@@ -100,13 +102,9 @@ float F16ToF32(uint16_t h) {
 absl::Status ParseSafetensorsHeader(std::string_view text, size_t data_size,
                                     std::map<std::string, StTensorInfo>* tensors,
                                     std::map<std::string, std::string>* metadata) {
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("header is not valid JSON: ", e.what()));
-  }
+  auto parsed = ParseStrictJson(text, "header");
+  if (!parsed.ok()) return parsed.status();
+  const json& j = *parsed;
   if (!j.is_object()) {
     return absl::InvalidArgumentError("header JSON is not an object");
   }
@@ -352,8 +350,10 @@ absl::Status LoadWeights(const std::string& dir, const ModelConfig& config,
   } else if (fs::exists(index, ec)) {
     auto text = ReadFileToString(index.string());
     if (!text.ok()) return text.status();
-    json j = json::parse(*text, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
+    auto parsed = ParseStrictJson(*text, "model.safetensors.index.json");
+    if (!parsed.ok()) return Bad(index.string(), parsed.status().message());
+    json j = std::move(*parsed);
+    if (!j.is_object() || !j.contains("weight_map") ||
         !j["weight_map"].is_object()) {
       return Bad(index.string(), "not a JSON object with a \"weight_map\" object");
     }
@@ -398,6 +398,16 @@ absl::Status LoadWeights(const std::string& dir, const ModelConfig& config,
       }
       absl::Status s = f->ReadF32(name, params + view->offset, view->numel);
       if (!s.ok()) return s;
+      // A NaN or Inf weight poisons every step that reads it: refuse at load.
+      const float* w = params + view->offset;
+      size_t bad = 0, first = 0;
+      for (size_t i = 0; i < view->numel; ++i) {
+        if (!std::isfinite(w[i]) && bad++ == 0) first = i;
+      }
+      if (bad > 0) {
+        return Bad(path, absl::StrCat("tensor '", name, "' has ", bad, " non-finite values (NaN or Inf; first at ",
+                                      first, "): the weights are damaged"));
+      }
     }
   }
   std::vector<std::string> missing;
