@@ -32,6 +32,8 @@ const YamlProtoOptions& JobOptions() {
     o->rules = {
         {.path = "name", .max_len = 128},
         {.path = "kind", .min = 1},
+        {.path = "recovery.replacement_timeout_ms", .min = 0, .max = 86400000},
+        {.path = "recovery.max_recoveries", .min = 0, .max = 10000},
         // model.config: Hugging Face config.json names.
         {.path = "model.config.vocab_size", .min = 2, .max = kMaxVocab},
         {.path = "model.config.hidden_size", .min = 1, .max = 65536},

@@ -14,6 +14,7 @@
 #include "common/job_spec.h"
 #include "common/status_util.h"
 #include "server/recovery.h"
+#include "worker/model/job_model.h"
 #include "server/scheduler.h"
 #include "spdlog/spdlog.h"
 
@@ -100,15 +101,38 @@ bool JobManager::loaded() const {
 absl::Status JobManager::Load() {
   ASSIGN_OR_RETURN(auto stored, store_->LoadJobs());
   absl::MutexLock lock(&mu_);
+  std::vector<std::pair<JobRecord*, std::string>> quarantined;
   for (auto& s : stored) {
     auto r = std::make_unique<JobRecord>();
     r->job = std::move(s.job);
     r->cursor = s.cursor;
     r->seq = s.seq;
-    r->plan = std::make_unique<PhasePlan>(r->job.spec());
+    // A stored job this coordinator cannot run (written by another version,
+    // or damaged) fails with the reason instead of taking the coordinator
+    // down on every start.
+    absl::Status valid = tandem::v1::JobState_IsValid(r->job.state())
+                             ? common::ValidateJobSpec(r->job.spec())
+                             : absl::InvalidArgumentError(absl::StrCat("unknown state ", r->job.state()));
+    if (valid.ok() && r->cursor.unit < 0) valid = absl::InvalidArgumentError("negative phase cursor");
+    if (valid.ok()) {
+      r->plan = std::make_unique<PhasePlan>(r->job.spec());
+    } else {
+      tandem::v1::JobSpec defaults;
+      common::ApplyJobDefaults(&defaults);
+      r->plan = std::make_unique<PhasePlan>(defaults);
+      if (!tandem::v1::JobState_IsValid(r->job.state()) || !IsTerminal(r->job.state())) {
+        quarantined.emplace_back(r.get(), std::string(valid.message()));
+      }
+    }
     ASSIGN_OR_RETURN(r->last_event_seq, store_->LastEventSeq(r->job.id()));
     std::string id = r->job.id();
     jobs_[id] = std::move(r);
+  }
+  for (auto& [r, why] : quarantined) {
+    spdlog::error("job {}: quarantined: {}", r->job.id(), why);
+    r->job.clear_worker_ids();  // never sends it commands
+    FinishLocked(r, tandem::v1::JOB_STATE_FAILED,
+                 absl::StrCat("quarantined when the coordinator started: its stored spec is not valid: ", why));
   }
   loaded_ = true;
   spdlog::info("loaded {} jobs from {}", jobs_.size(), store_->path());
@@ -212,6 +236,7 @@ void JobManager::LogLocked(JobRecord* r, const std::string& source, const std::v
 absl::StatusOr<Job> JobManager::Submit(tandem::v1::JobSpec spec) {
   common::ApplyJobDefaults(&spec);
   RETURN_IF_ERROR(common::ValidateJobSpec(spec));
+  RETURN_IF_ERROR(model::CheckJobForWorkers(spec));
   auto next = store_->NextJobSeq();
   if (!next.ok()) {
     absl::MutexLock lock(&mu_);

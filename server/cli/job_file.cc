@@ -1,5 +1,6 @@
 #include "server/cli/job_file.h"
 
+#include "worker/model/job_model.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 
@@ -22,6 +23,7 @@ absl::StatusOr<tandem::v1::JobSpec> LoadJobForCli(const std::string& path, const
   }
   if (args.Has("resume-from")) spec->set_resume_from(args.Get("resume-from"));
   if (absl::Status st = common::ValidateJobSpec(*spec); !st.ok()) return st;
+  if (absl::Status st = model::CheckJobForWorkers(*spec); !st.ok()) return st;
   return spec;
 }
 

@@ -21,6 +21,7 @@
 #include <map>
 #include <thread>
 
+#include "worker/model/job_model.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -524,7 +525,7 @@ int CmdRunLocal(const Args& args) {
   }
   spec->set_output_dir((dir / "final").string());
   if (spec->checkpoint().dir().empty()) spec->mutable_checkpoint()->set_dir((dir / "checkpoints").string());
-  if (absl::Status st = common::ValidateJobSpec(*spec); !st.ok()) {
+  if (absl::Status st = common::ValidateJobSpec(*spec); !st.ok() || !(st = model::CheckJobForWorkers(*spec)).ok()) {
     std::cerr << "tandemctl: invalid job: " << st.message() << "\n";
     return kExitUsage;
   }

@@ -20,6 +20,7 @@
 #include "common/daemon_config.h"
 #include "server/coordinator.h"
 #include "server/job_manager.h"
+#include "server/state_store.h"
 #include "tandem/v1/cluster.grpc.pb.h"
 #include "tandem/v1/control.grpc.pb.h"
 #include "tests/support/coordinator_harness.h"
@@ -466,6 +467,109 @@ TEST_F(CoordinatorTest, PendingReasonCancelAndLostWorker) {
   ASSERT_TRUE(control_->CancelJob(Ctx(kAdmin).get(), stop, &cancelled).ok());
   EXPECT_EQ(WaitFor(id, Done).state(), tandem::v1::JOB_STATE_CANCELLED);
   a->Stop();
+}
+
+// A job SubmitJob accepts is one every worker accepts: the worker's own
+// model limits apply at the boundary.
+TEST_F(CoordinatorTest, SubmitAppliesTheWorkersModelLimits) {
+  auto inline_model = [this] {
+    auto spec = SftSpec(1, 1);
+    spec.mutable_model()->clear_from();
+    auto* c = spec.mutable_model()->mutable_config();
+    c->set_vocab_size(99);
+    c->set_hidden_size(64);
+    c->set_intermediate_size(128);
+    c->set_num_hidden_layers(2);
+    c->set_num_attention_heads(4);
+    c->set_num_key_value_heads(2);
+    c->set_max_position_embeddings(256);
+    c->set_tokenizer("char");
+    return spec;
+  };
+  struct Case {
+    const char* what;
+    std::function<void(tandem::v1::JobSpec*)> mutate;
+    const char* error;
+  };
+  const std::vector<Case> cases = {
+      {"rope factor 2000",
+       [](auto* s) {
+         s->mutable_model()->mutable_config()->mutable_rope_scaling()->set_rope_type("linear");
+         s->mutable_model()->mutable_config()->mutable_rope_scaling()->set_factor(2000);
+       },
+       "rope_scaling.factor"},
+      {"char vocab 50", [](auto* s) { s->mutable_model()->mutable_config()->set_vocab_size(50); }, "with the char tokenizer"},
+      {"2^36 parameters",
+       [](auto* s) {
+         auto* c = s->mutable_model()->mutable_config();
+         c->set_hidden_size(65536);
+         c->set_intermediate_size(262144);
+         c->set_num_hidden_layers(64);
+         c->set_num_attention_heads(512);
+         c->set_num_key_value_heads(512);
+       },
+       "2^36 parameters"},
+      {"negative recovery", [](auto* s) { s->mutable_recovery()->set_max_recoveries(-3); }, "recovery.max_recoveries"},
+      {"negative replacement timeout", [](auto* s) { s->mutable_recovery()->set_replacement_timeout_ms(-1); },
+       "recovery.replacement_timeout_ms"},
+  };
+  tandem::v1::SubmitJobRequest req;
+  tandem::v1::SubmitJobResponse resp;
+  *req.mutable_spec() = inline_model();
+  EXPECT_CODE(control_->SubmitJob(Ctx(kAdmin).get(), req, &resp), OK);
+  for (const Case& c : cases) {
+    *req.mutable_spec() = inline_model();
+    c.mutate(req.mutable_spec());
+    grpc::Status st = control_->SubmitJob(Ctx(kAdmin).get(), req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.what << ": " << st.error_message();
+    EXPECT_NE(st.error_message().find(c.error), std::string::npos) << c.what << ": " << st.error_message();
+  }
+  EXPECT_TRUE(Healthy(channel_));
+}
+
+// Stored jobs a coordinator cannot run (damaged, or written by another
+// version: open enums, unknown states) fail at start with the reason; the
+// coordinator serves, and does so again on the next start.
+TEST_F(CoordinatorTest, StoredJobsItCannotRunAreQuarantinedAtStart) {
+  coordinator_.reset();
+  {
+    auto store = StateStore::Open(config_.state_dir());
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto put = [&](const std::string& id, tandem::v1::Job job) {
+      job.set_id(id);
+      ASSERT_TRUE((*store)->PutJob(job, {0, 0}, std::stoi(id.substr(2))).ok());
+    };
+    tandem::v1::Job device;
+    *device.mutable_spec() = SftSpec(1, 1);
+    device.mutable_spec()->mutable_cluster()->set_device(static_cast<tandem::v1::DeviceKind>(99));
+    device.set_state(tandem::v1::JOB_STATE_RUNNING);
+    device.add_worker_ids("w-9");
+    put("j-000050", device);
+    tandem::v1::Job kind;
+    *kind.mutable_spec() = SftSpec(1, 1);
+    kind.mutable_spec()->set_kind(static_cast<tandem::v1::JobKind>(99));
+    kind.mutable_spec()->clear_name();
+    kind.set_state(tandem::v1::JOB_STATE_PENDING);
+    put("j-000051", kind);
+    tandem::v1::Job state;
+    *state.mutable_spec() = SftSpec(1, 1);
+    state.set_state(static_cast<tandem::v1::JobState>(42));
+    put("j-000052", state);
+  }
+  for (int start = 0; start < 2; ++start) {
+    StartCoordinator();
+    for (const char* id : {"j-000050", "j-000051", "j-000052"}) {
+      auto job = GetJob(id);
+      EXPECT_EQ(job.state(), tandem::v1::JOB_STATE_FAILED) << id;
+      EXPECT_NE(job.reason().find("quarantined when the coordinator started"), std::string::npos)
+          << id << ": " << job.reason();
+    }
+    EXPECT_TRUE(Healthy(channel_));
+    coordinator_.reset();
+  }
+  StartCoordinator();
+  AddWorker("alpha");
+  EXPECT_EQ(WaitFor(Submit(SftSpec(1, 1)), Done).state(), tandem::v1::JOB_STATE_SUCCEEDED);
 }
 
 // A state store that stops taking writes (full or failing disk): nothing is

@@ -28,6 +28,11 @@ sed 's/global_batch: 8/global_batch: 0/' "$JOB" | bad zero "train.global_batch"
 sed 's/steps: 4/steps: 99999999999999/' "$JOB" | bad absurd "train.steps"
 sed 's/workers: 1,/workers: 100000000,/' "$JOB" | bad absurd-workers "cluster.workers"
 { sed '/^name:/d' "$JOB"; printf 'name: %s\n' "$(head -c 2000000 /dev/zero | tr '\0' a)"; } | bad megabyte "name"
+# Valid YAML that every worker would refuse: the workers' model limits apply.
+sed 's/vocab_size: 99/vocab_size: 50/' "$JOB" | bad char-vocab "with the char tokenizer"
+sed 's/    max_position_embeddings: 64/    max_position_embeddings: 64\n    rope_scaling: {rope_type: linear, factor: 2000}/' "$JOB" |
+  bad rope-factor "rope_scaling.factor"
+{ cat "$JOB"; echo "recovery: {max_recoveries: -1}"; } | bad negative-recovery "recovery.max_recoveries"
 expect_exit 2 "$TANDEMCTL" validate "$WORK/no-such-file.yaml"
 expect_output "no-such-file"
 expect_exit 2 ctl submit "$JOB" --set train.nope=1
@@ -56,14 +61,22 @@ expect_exit 5 timeout 30 "$TANDEM_WORKER_BIN" --coordinator "$GRPC_ADDR" --name 
   --token-file "$WORK/bad-join.token"
 healthy
 
-# The same worker name registering twice keeps one identity.
+# The same worker name started twice: the first keeps its identity (never
+# traded back and forth), the second is refused with a clear error.
 start_worker twin
 wait_until 30 workers_idle_at_least 1 || fail "worker did not register"
 FIRST=$LAST_WORKER_PID
+twin_id() { ctl workers --output json | grep -o '"id":"w-[0-9]*","name":"twin"' | head -1; }
+ID_BEFORE=$(twin_id)
+[[ -n $ID_BEFORE ]] || { ctl workers --output json; fail "twin not listed"; }
 start_worker twin
-sleep 2
+SECOND=$LAST_WORKER_PID
+wait_until 30 grep -q "is held by live worker" "$WORK/worker-twin.log" || fail "second twin not refused clearly"
+sleep 3
 n=$(ctl workers --output json | grep -c '"name":"twin"' || true)
 ((n == 1)) || { ctl workers; fail "name 'twin' listed $n times"; }
+[[ $(twin_id) == "$ID_BEFORE" ]] || fail "twin identity changed: $ID_BEFORE -> $(twin_id)"
+kill -TERM -- "-$SECOND" 2>/dev/null || true
 kill -TERM -- "-$FIRST" 2>/dev/null || true
 healthy
 

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "worker/model/job_model.h"
 #include "worker/comm/grpc_store.h"
 #include "worker/engine/data_shares.h"
 #include "worker/engine/disagg.h"
@@ -94,7 +95,7 @@ absl::Status SetupJob(const EngineOptions& options,
     full = std::move(loaded->params);
     if (loaded->tokenizer) ctx.tokenizer = *loaded->tokenizer;
   } else {
-    auto cfg = ToModelConfig(spec.model().config());
+    auto cfg = model::ModelConfigFromJob(spec.model().config());
     if (!cfg.ok()) return cfg.status();
     ctx.config = *cfg;
     if (ctx.config.tokenizer == "char") ctx.tokenizer = model::CharTokenizer::Default();

@@ -9,9 +9,6 @@
 
 namespace tandem::worker {
 
-// spec.model.config (HF field names) -> model::ModelConfig, validated.
-absl::StatusOr<model::ModelConfig> ToModelConfig(const tandem::v1::ModelConfig& c);
-
 // spec.task -> rl::TaskOptions (validated later by rl::MakeTask).
 rl::TaskOptions ToTaskOptions(const tandem::v1::TaskSpec& task);
 
