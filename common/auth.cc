@@ -6,6 +6,8 @@
 
 #include <openssl/sha.h>
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <fstream>
 
@@ -13,6 +15,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "common/yaml_proto.h"
 
@@ -53,6 +56,18 @@ absl::StatusOr<std::string> LoadToken(const std::string& file, const char* env_v
   std::string token(absl::StripAsciiWhitespace(env));
   if (token.size() > kMaxTokenBytes) return absl::InvalidArgumentError(absl::StrCat("$", env_var, ": too long"));
   return token;
+}
+
+std::vector<std::string> TokenFileWarnings(const std::string& path) {
+  std::vector<std::string> out;
+  struct stat st;
+  if (path.empty() || ::stat(path.c_str(), &st) != 0) return out;
+  if ((st.st_mode & 077) != 0) {
+    out.push_back(absl::StrCat("token file ", path, " is readable by ",
+                               (st.st_mode & 07) != 0 ? "everyone" : "its group", " (mode ",
+                               absl::StrFormat("%04o", st.st_mode & 07777), "): chmod 600 ", path));
+  }
+  return out;
 }
 
 absl::StatusOr<std::string> GenerateToken() {

@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -32,6 +33,9 @@ inline constexpr size_t kMaxTokenBytes = 4096;
 // Reads a token file: surrounding whitespace trimmed; empty, oversized or
 // non-printable content is an error (the message never contains the token).
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+// What is wrong with how a token file is kept (empty when nothing): e.g.
+// readable by group or others. The daemons log these as warnings.
+std::vector<std::string> TokenFileWarnings(const std::string& path);
 // The token from `file` when set, else from the environment variable, else "".
 absl::StatusOr<std::string> LoadToken(const std::string& file, const char* env_var);
 // A fresh random token (hex, 256 bits from /dev/urandom).

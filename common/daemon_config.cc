@@ -63,6 +63,13 @@ bool ValidListen(const std::string& s) {
   return absl::SimpleAtoi(s.substr(colon + 1), &port) && port >= 0 && port < 65536;
 }
 
+// 127.0.0.0/8, ::1 and localhost: only this machine can connect.
+bool IsLoopbackListen(const std::string& listen) {
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
 template <typename Config>
 absl::StatusOr<Config> LoadConfig(const std::string& file, const std::vector<std::string>& overrides,
                                   Config config, const YamlProtoOptions& options) {
@@ -84,7 +91,9 @@ absl::StatusOr<Config> LoadConfig(const std::string& file, const std::vector<std
 
 const std::vector<DaemonFlag>& CoordinatorFlags() {
   static const auto* flags = new std::vector<DaemonFlag>{
-      {"listen", "listen", "gRPC address host:port (port 0 = ephemeral) [0.0.0.0:7070]"},
+      {"listen", "listen", "gRPC address host:port (port 0 = ephemeral) [127.0.0.1:7070]"},
+      {"insecure", "insecure",
+       "allow plaintext gRPC on a non-loopback address (tokens cross the network unencrypted)", true},
       {"state-dir", "state_dir", "directory of coordinator.db [tandem-state]"},
       {"metrics-listen", "metrics_listen", "HTTP metrics/health address, \"\" = off [0.0.0.0:7071]"},
       {"admin-token-file", "auth.admin_token_file", "admin token file (else $TANDEM_ADMIN_TOKEN)"},
@@ -96,7 +105,7 @@ const std::vector<DaemonFlag>& CoordinatorFlags() {
       {"tls-cert", "tls.cert", "PEM server certificate"},
       {"tls-key", "tls.key", "PEM server private key"},
       {"tls-ca", "tls.ca", "PEM CA for client certificates"},
-      {"tls-require-client-cert", "tls.require_client_cert", "mutual TLS (true|false)"},
+      {"tls-require-client-cert", "tls.require_client_cert", "mutual TLS", true},
       {"log-level", "log_level", "trace|debug|info|warn|error [info]"},
       {"log-file", "log_file", "also log to this file"},
   };
@@ -164,7 +173,11 @@ absl::StatusOr<DaemonArgs> ParseDaemonArgs(int argc, const char* const* argv,
     if (flag == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (see --help)"));
     }
-    RETURN_IF_ERROR(take_value());
+    if (flag->boolean && !has_value) {
+      value = "true";
+    } else {
+      RETURN_IF_ERROR(take_value());
+    }
     // Quote so that YAML reads the value as a plain string where it could be
     // mistaken for something else (e.g. an empty string).
     if (value.empty()) value = "\"\"";
@@ -189,7 +202,7 @@ std::string DaemonUsage(const std::string& program, const std::string& summary,
 
 CoordinatorConfig DefaultCoordinatorConfig() {
   CoordinatorConfig c;
-  c.set_listen("0.0.0.0:7070");
+  c.set_listen("127.0.0.1:7070");
   c.set_state_dir("tandem-state");
   c.set_metrics_listen("0.0.0.0:7071");
   c.set_lease_ms(5000);
@@ -236,6 +249,13 @@ absl::StatusOr<CoordinatorConfig> LoadCoordinatorConfig(const std::string& file,
   }
   if (c.tls().require_client_cert() && (c.tls().ca().empty() || c.tls().cert().empty())) {
     return absl::InvalidArgumentError("tls.require_client_cert: needs tls.cert, tls.key and tls.ca");
+  }
+  if (c.tls().cert().empty() && !c.insecure() && !IsLoopbackListen(c.listen())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "listen: '", c.listen(),
+        "' is reachable from other machines but TLS is off, so tokens and worker credentials would cross the "
+        "network in plaintext. Set tls.cert and tls.key (--tls-cert, --tls-key), listen on 127.0.0.1, or pass "
+        "--insecure (insecure: true) on a network you trust"));
   }
   if (c.runs_dir().empty()) c.set_runs_dir(c.state_dir() + "/runs");
   return c;

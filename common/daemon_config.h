@@ -19,6 +19,8 @@ struct DaemonFlag {
   std::string flag;   // without the leading "--"
   std::string path;   // config key path
   std::string help;
+  // A switch: "--flag" alone means true ("--flag=false" still works).
+  bool boolean = false;
 };
 
 struct DaemonArgs {

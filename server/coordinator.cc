@@ -59,6 +59,13 @@ absl::Status Coordinator::Start() {
   if (join.empty() && !admin.empty()) {
     spdlog::warn("no join token configured: workers authenticate with the admin token");
   }
+  if (!join.empty() && common::ConstantTimeEquals(admin, join)) {
+    spdlog::warn("the admin token equals the join token: every worker can submit and cancel jobs; "
+                 "give workers their own join token");
+  }
+  for (const auto& file : {config_.auth().admin_token_file(), config_.auth().join_token_file()}) {
+    for (const auto& warning : common::TokenFileWarnings(file)) spdlog::warn("{}", warning);
+  }
   auth_ = std::make_unique<common::TokenAuthenticator>(admin, join, config_.auth().allow_unauthenticated());
   ASSIGN_OR_RETURN(auto creds, common::MakeServerCredentials(config_.tls().cert(), config_.tls().key(),
                                                              config_.tls().ca(), config_.tls().require_client_cert()));

@@ -1,11 +1,13 @@
 #include "common/job_spec.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/auth.h"
 #include "common/daemon_config.h"
 
 namespace tandem::common {
@@ -150,9 +152,56 @@ TEST(JobSpecTest, ApiSpecsGetDefaults) {
   EXPECT_EQ(ValidateJobSpec(spec).message(), "train.steps: must be >= 1, got -3");
 }
 
+// Plaintext only where nobody else can connect, unless --insecure says the
+// network is trusted; TLS serves anywhere.
+TEST(DaemonConfigTest, PlaintextOnANetworkAddressNeedsInsecure) {
+  auto config = LoadCoordinatorConfig("", {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->listen(), "127.0.0.1:7070");
+  for (const char* local : {"127.0.0.1:0", "127.1.2.3:7070", "localhost:7070", "[::1]:7070"}) {
+    EXPECT_TRUE(LoadCoordinatorConfig("", {absl::StrCat("listen='", local, "'")}).ok()) << local;
+  }
+  for (const char* open : {"0.0.0.0:7070", "10.0.0.5:7070", "[::]:7070", "coord.example:7070"}) {
+    auto refused = LoadCoordinatorConfig("", {absl::StrCat("listen='", open, "'")});
+    ASSERT_FALSE(refused.ok()) << open;
+    EXPECT_NE(refused.status().message().find("cross the network in plaintext"), std::string::npos) << refused.status();
+    EXPECT_NE(refused.status().message().find("--insecure"), std::string::npos);
+    EXPECT_TRUE(LoadCoordinatorConfig("", {absl::StrCat("listen='", open, "'"), "insecure=true"}).ok()) << open;
+    EXPECT_TRUE(LoadCoordinatorConfig("", {absl::StrCat("listen='", open, "'"), "tls.cert=c.pem", "tls.key=k.pem"}).ok());
+  }
+  // --insecure is a switch; "--insecure=false" still parses.
+  const char* argv[] = {"tandem-coordinator", "--listen", "0.0.0.0:1", "--insecure", "--lease-ms", "3000"};
+  auto args = ParseDaemonArgs(6, argv, CoordinatorFlags());
+  ASSERT_TRUE(args.ok()) << args.status();
+  config = LoadCoordinatorConfig(args->config_file, args->overrides);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->insecure());
+  EXPECT_EQ(config->lease_ms(), 3000);
+  const char* off[] = {"tandem-coordinator", "--listen=0.0.0.0:1", "--insecure=false"};
+  args = ParseDaemonArgs(3, off, CoordinatorFlags());
+  ASSERT_TRUE(args.ok());
+  EXPECT_FALSE(LoadCoordinatorConfig(args->config_file, args->overrides).ok());
+}
+
+TEST(AuthTest, TokenFileWarnings) {
+  const std::string path = ::testing::TempDir() + "/warn.token";
+  std::ofstream(path) << "secret\n";
+  ::chmod(path.c_str(), 0600);
+  EXPECT_TRUE(TokenFileWarnings(path).empty());
+  ::chmod(path.c_str(), 0640);
+  auto w = TokenFileWarnings(path);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("readable by its group (mode 0640): chmod 600"), std::string::npos) << w[0];
+  ::chmod(path.c_str(), 0666);
+  w = TokenFileWarnings(path);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("readable by everyone (mode 0666)"), std::string::npos) << w[0];
+  EXPECT_TRUE(TokenFileWarnings("").empty());
+}
+
 TEST(DaemonConfigTest, FileFlagsAndErrors) {
   std::string path = ::testing::TempDir() + "/coordinator_test.yaml";
-  std::ofstream(path) << "listen: 0.0.0.0:9000\nlease_ms: 3000\ntls: {cert: a.pem, key: b.pem}\n";
+  std::ofstream(path) << "listen: 0.0.0.0:9000\nlease_ms: 3000\ntls: {cert: a.pem, key: b.pem}\n";  // TLS: any address
   const char* argv[] = {"tandem-coordinator", "--config", path.c_str(), "--listen=127.0.0.1:0", "--lease-ms",
                         "4000", "--set", "heartbeat_ms=500"};
   auto args = ParseDaemonArgs(8, argv, CoordinatorFlags());

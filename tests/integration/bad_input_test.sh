@@ -53,6 +53,20 @@ expect_exit 5 "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/wrong.
 expect_exit 5 "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/join.token" jobs
 expect_exit 2 "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/missing.token" jobs
 healthy
+# Plaintext on an address other machines reach needs --insecure (or TLS).
+expect_exit 2 timeout 30 "$TANDEM_COORDINATOR_BIN" --listen 0.0.0.0:0 --metrics-listen "" \
+  --state-dir "$WORK/plain-state" --admin-token-file "$WORK/admin.token"
+expect_output "cross the network in plaintext"
+# Token files readable by others and admin == join are warned about.
+cp "$WORK/admin.token" "$WORK/loose.token"
+chmod 644 "$WORK/loose.token"
+timeout 30 "$TANDEM_COORDINATOR_BIN" --listen 127.0.0.1:0 --metrics-listen "" --state-dir "$WORK/loose-state" \
+  --admin-token-file "$WORK/loose.token" --join-token-file "$WORK/loose.token" >"$WORK/loose.log" 2>&1 &
+LOOSE=$!
+wait_until 30 grep -q "listening" "$WORK/loose.log" || fail "coordinator with loose tokens did not start"
+grep -q "is readable by everyone (mode 0644): chmod 600" "$WORK/loose.log" || fail "no warning about the token file mode"
+grep -q "admin token equals the join token" "$WORK/loose.log" || fail "no warning about admin == join"
+kill -TERM "$LOOSE"; wait "$LOOSE" || true
 # Unreachable coordinator: exit 4.
 expect_exit 4 "$TANDEMCTL" --coordinator 127.0.0.1:1 --token-file "$WORK/admin.token" jobs
 # A worker with a wrong join token is refused and exits (5), the daemon lives.

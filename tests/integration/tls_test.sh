@@ -84,7 +84,7 @@ signal_and_wait TERM "$LAST_WORKER_PID" "$COORD_PID"
 # ---- 2. mutual TLS
 log "--- mutual TLS"
 start_coordinator --tls-cert "$PKI/server.pem" --tls-key "$PKI/server.key" \
-  --tls-ca "$PKI/ca.pem" --tls-require-client-cert true
+  --tls-ca "$PKI/ca.pem" --tls-require-client-cert
 start_worker mtls0 --tls-ca "$PKI/ca.pem" --tls-cert "$PKI/client.pem" --tls-key "$PKI/client.key"
 MTLS_PID=$LAST_WORKER_PID
 start_worker nocert0 --tls-ca "$PKI/ca.pem"

@@ -108,6 +108,7 @@ int main(int argc, char** argv) {
   }
   spdlog::info("tandem-worker {} effective config:\n{}", TANDEM_VERSION, common::WorkerConfigToYaml(*config));
   if (token->empty()) spdlog::warn("no join token (--token-file or TANDEM_JOIN_TOKEN): calls are unauthenticated");
+  for (const auto& warning : common::TokenFileWarnings(config->token_file())) spdlog::warn("{}", warning);
 
 
   worker::WorkerDaemonOptions options;
