@@ -501,6 +501,21 @@ void JobManager::OnWorkerLost(const LostWorker& lost) {
                                         lost.name.empty() ? "" : absl::StrCat(" (", lost.name, ")"), " rank ", rank,
                                         " lost: ", lost.reason);
   EventLocked(r, "worker", what);
+  // A worker that dies while restoring a checkpoint may have been killed by
+  // it (a file damaged in a way the loader does not catch): the second loss
+  // restoring the same checkpoint marks it bad, and recovery falls back to
+  // the one before.
+  auto* rec = r->job.mutable_recovery();
+  if (r->inflight && r->inflight->phase() == tandem::v1::PHASE_SETUP && !rec->restore_from().empty()) {
+    const std::string path = rec->restore_from();
+    const auto& bad = rec->bad_checkpoints();
+    if (++r->restore_losses[path] >= 2 && std::find(bad.begin(), bad.end(), path) == bad.end()) {
+      rec->add_bad_checkpoints(path);
+      EventLocked(r, "recovery",
+                  absl::StrCat("checkpoint ", path, " is unusable (", r->restore_losses[path],
+                               " workers were lost while restoring it): falling back to the previous one"));
+    }
+  }
   RequestRecoveryLocked(r, what, lost.worker_id);
 }
 

@@ -273,6 +273,43 @@ TEST_F(RecoveryTest, RestartedWorkerTakesItsRankBackFromDisk) {
   EXPECT_EQ(b2->last_assignment().peer_restore_step(), 0);
 }
 
+// A checkpoint whose restore kills the worker (it never reports): after the
+// second worker lost restoring it, it is marked bad and the previous one
+// is used.
+TEST_F(RecoveryTest, CheckpointWhoseRestoreKillsWorkersIsMarkedBad) {
+  AddWorker("alpha");
+  auto* b = AddWorker("beta");
+  b->fail = [](const tandem::v1::PhaseCommand& c, std::string* error) {
+    *error = "gloo: allreduce failed: Connection reset by peer";
+    return c.generation() == 1 && c.phase() == tandem::v1::PHASE_SFT_STEP && c.step() == 5;
+  };
+  auto spec = Spec(2, 6, 2);
+  spec.mutable_recovery()->set_no_peer_copies(true);
+  spec.mutable_recovery()->set_max_recoveries(5);
+  std::string id = Submit(spec);
+  const std::string poison = CkptPath(GetJob(id).spec(), 4);
+  // Rank 1 dies (stops answering and heartbeating) restoring the poison.
+  for (Worker* w : {b, AddWorker("gamma"), AddWorker("delta")}) {
+    w->stall = [w, poison](const tandem::v1::PhaseCommand& c) {
+      if (c.phase() != tandem::v1::PHASE_SETUP || c.assignment().restore_from() != poison ||
+          c.assignment().rank() != 1) {
+        return false;
+      }
+      w->heartbeats_on = false;
+      return true;
+    };
+  }
+  auto job = WaitFor(id, Done, 40000);
+  auto events = Events(id);
+  ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_SUCCEEDED) << job.reason() << Dump(events);
+  EXPECT_TRUE(HasEvent(events, absl::StrCat("checkpoint ", poison,
+                                            " is unusable (2 workers were lost while restoring it)")))
+      << Dump(events);
+  auto recovered = Recovered(events);
+  ASSERT_TRUE(recovered) << Dump(events);
+  EXPECT_TRUE(absl::StrContains(recovered->message(), "resuming at step 3")) << recovered->message();
+}
+
 TEST_F(RecoveryTest, CorruptNewestCheckpointFallsBackToThePreviousOne) {
   AddWorker("alpha");
   auto* b = AddWorker("beta");

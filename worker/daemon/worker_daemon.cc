@@ -1,5 +1,6 @@
 #include "worker/daemon/worker_daemon.h"
 
+#include <new>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
@@ -152,6 +153,23 @@ void WorkerDaemon::CancelAttach(const std::string& why) {
   spdlog::warn("worker: reconnecting: {}", why);
   registered_ = false;
   if (attach_ctx_ != nullptr) attach_ctx_->TryCancel();
+}
+
+absl::Status WorkerDaemon::RunPhaseCatchingOutOfMemory(const v1::PhaseCommand& cmd, v1::ReportPhaseRequest* report) {
+  // An allocation the machine cannot satisfy (a job too large for this
+  // worker) fails the phase with the reason instead of ending the process
+  // with an uncaught std::bad_alloc; the engine's state for the job is
+  // dropped, since the failed phase may have left it half updated.
+  try {
+    return engine_->RunPhase(cmd, report);
+  } catch (const std::bad_alloc&) {
+    report->Clear();
+    engine_->Abort();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "out of memory in ", v1::Phase_Name(cmd.phase()), " on this worker (", PhysicalMemoryBytes() >> 20,
+        " MiB physical): the job needs more memory than the worker has; use smaller batches or sequences, "
+        "a higher ZeRO stage, or more workers"));
+  }
 }
 
 absl::Status WorkerDaemon::Register() {
@@ -368,7 +386,7 @@ void WorkerDaemon::RunCommand(const v1::PhaseCommand& cmd) {
     spdlog::info("worker: job {} gen {} {} step {} (command {})", cmd.job_id(), cmd.generation(),
                  phase_name, cmd.step(), cmd.command_id());
     const auto t0 = Clock::now();
-    absl::Status st = engine_->RunPhase(cmd, &report);
+    absl::Status st = RunPhaseCatchingOutOfMemory(cmd, &report);
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     report.set_worker_id(worker_id());
     report.set_command_id(cmd.command_id());

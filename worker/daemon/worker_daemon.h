@@ -90,6 +90,9 @@ class WorkerDaemon {
 
  private:
   absl::Status Register();
+  // engine_->RunPhase, with std::bad_alloc turned into a phase error.
+  absl::Status RunPhaseCatchingOutOfMemory(const tandem::v1::PhaseCommand& cmd,
+                                           tandem::v1::ReportPhaseRequest* report);
   // Holds the Attach stream until it ends; returns its final status.
   grpc::Status AttachOnce();
   void Dispatch(const tandem::v1::WorkerCommand& cmd);
