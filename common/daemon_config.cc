@@ -32,6 +32,11 @@ const YamlProtoOptions& CoordinatorOptions() {
         {.path = "shutdown_grace_ms", .min = 0, .max = 600000},
         {.path = "log_level", .one_of = {"trace", "debug", "info", "warn", "error", "off"}},
         {.path = "grpc_threads", .min = 4, .max = 65536},
+        {.path = "log_max_bytes", .min = 4096, .max = 1e12},
+        {.path = "log_max_files", .min = 1, .max = 1000},
+        {.path = "lost_worker_retention_ms", .min = 0, .max = 365 * 24 * 3.6e6},
+        {.path = "max_finished_jobs", .min = 1, .max = 10000000},
+        {.path = "finished_job_retention_s", .min = 0, .max = 100 * 365 * 86400.0},
     };
     return o;
   }();
@@ -50,6 +55,8 @@ const YamlProtoOptions& WorkerOptions() {
         {.path = "threads", .min = 0, .max = 1024},
         {.path = "log_level", .one_of = {"trace", "debug", "info", "warn", "error", "off"}},
         {.path = "device_index", .min = 0, .max = 1024},
+        {.path = "log_max_bytes", .min = 4096, .max = 1e12},
+        {.path = "log_max_files", .min = 1, .max = 1000},
     };
     return o;
   }();
@@ -192,7 +199,7 @@ std::string DaemonUsage(const std::string& program, const std::string& summary,
   absl::StrAppend(&out, "  --config FILE                 YAML config; flags override its keys\n");
   absl::StrAppend(&out, "  --set key.path=value          override any config key\n");
   for (const auto& f : flags) {
-    std::string left = absl::StrCat("  --", f.flag, " VALUE");
+    std::string left = absl::StrCat("  --", f.flag, f.boolean ? "" : " VALUE");
     if (left.size() < 32) left.resize(32, ' ');
     absl::StrAppend(&out, left, f.help, "\n");
   }
@@ -214,6 +221,11 @@ CoordinatorConfig DefaultCoordinatorConfig() {
   c.set_shutdown_grace_ms(5000);
   c.set_log_level("info");
   c.set_grpc_threads(512);
+  c.set_log_max_bytes(64 << 20);
+  c.set_log_max_files(5);
+  c.set_lost_worker_retention_ms(3600 * 1000);
+  c.set_max_finished_jobs(1000);
+  c.set_finished_job_retention_s(30 * 86400);
   c.mutable_tls();
   c.mutable_auth();
   return c;
@@ -225,6 +237,8 @@ WorkerDaemonConfig DefaultWorkerConfig() {
   c.set_device("cpu");
   c.set_data_address("127.0.0.1");
   c.set_log_level("info");
+  c.set_log_max_bytes(64 << 20);
+  c.set_log_max_files(5);
   return c;
 }
 

@@ -12,7 +12,7 @@ PACKAGES=(
   cmake g++ make ninja-build ccache pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto
   libspdlog-dev libyaml-cpp-dev libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas-dev libgloo-dev libsqlite3-dev libcpp-httplib-dev nlohmann-json3-dev
+  libopenblas-dev libgloo-dev libsqlite3-dev nlohmann-json3-dev
   libxxhash-dev libpcre2-dev libssl-dev
   curl procps openssl  # operators' tools (/healthz, tokens, certificates); the tests use them too
 )

@@ -28,6 +28,8 @@ namespace {
 
 // Checkpoint records kept per job (the newest) when checkpoint.keep is 0.
 constexpr int64_t kMaxCheckpointRecordsPerJob = 1000;
+// How often finished jobs are checked against the retention settings.
+constexpr double kPruneEverySeconds = 30;
 
 constexpr int64_t kMaxLogLinesPerJob = 200000;
 
@@ -125,6 +127,8 @@ absl::Status JobManager::Load() {
       }
     }
     ASSIGN_OR_RETURN(r->last_event_seq, store_->LastEventSeq(r->job.id()));
+    // The per-job log cap counts what is stored, across restarts.
+    ASSIGN_OR_RETURN(r->log_lines, store_->CountLogs(r->job.id()));
     std::string id = r->job.id();
     jobs_[id] = std::move(r);
   }
@@ -134,6 +138,8 @@ absl::Status JobManager::Load() {
     FinishLocked(r, tandem::v1::JOB_STATE_FAILED,
                  absl::StrCat("quarantined when the coordinator started: its stored spec is not valid: ", why));
   }
+  PruneFinishedLocked();
+  last_prune_ = clock_->WallSeconds();
   loaded_ = true;
   spdlog::info("loaded {} jobs from {}", jobs_.size(), store_->path());
   return absl::OkStatus();
@@ -233,10 +239,31 @@ void JobManager::LogLocked(JobRecord* r, const std::string& source, const std::v
   if (!s.ok()) spdlog::error("job {} logs: {}", r->job.id(), s.status().ToString());
 }
 
+absl::Status JobManager::CheckMemoryFits(const tandem::v1::JobSpec& spec) const {
+  auto config = model::JobModelConfig(spec);
+  if (!config.ok()) return absl::OkStatus();  // model.from not readable here: the workers check
+  int64_t largest = 0;
+  for (const auto& w : membership_->List()) {
+    if (w.device() != spec.cluster().device() || w.state() == tandem::v1::WORKER_STATE_LOST ||
+        w.state() == tandem::v1::WORKER_STATE_GONE) {
+      continue;
+    }
+    largest = std::max(largest, w.memory_bytes());
+  }
+  if (largest <= 0) return absl::OkStatus();  // no such worker yet: nothing to compare with
+  const model::MemoryEstimate need = model::EstimateJobMemory(spec, *config);
+  if (need.total <= largest) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the job needs about ", need.Describe(), " per worker; the largest ", common::DeviceName(spec.cluster().device()),
+      " worker has ", absl::StrFormat("%.1f GiB", static_cast<double>(largest) / (1 << 30)),
+      ": use more workers with a higher cluster.zero_stage, or a smaller train.micro_batch / train.seq_len / model"));
+}
+
 absl::StatusOr<Job> JobManager::Submit(tandem::v1::JobSpec spec) {
   common::ApplyJobDefaults(&spec);
   RETURN_IF_ERROR(common::ValidateJobSpec(spec));
   RETURN_IF_ERROR(model::CheckJobForWorkers(spec));
+  RETURN_IF_ERROR(CheckMemoryFits(spec));
   auto next = store_->NextJobSeq();
   if (!next.ok()) {
     absl::MutexLock lock(&mu_);
@@ -465,12 +492,8 @@ void JobManager::RecordCheckpointLocked(JobRecord* r, int64_t generation,
   rec.set_world_size(r->job.worker_ids_size());
   rec.set_bytes(published.bytes());
   rec.set_time(clock_->WallSeconds());
-  auto existing = store_->ListCheckpoints(r->job.id());
-  if (existing.ok()) {
-    for (const auto& e : *existing) {
-      if (e.path() == rec.path() && e.step() == rec.step() && e.generation() == rec.generation()) return;
-    }
-  }
+  auto existing = store_->HasCheckpoint(rec);
+  if (existing.ok() && *existing) return;
   absl::Status s = store_->AddCheckpoint(rec);
   if (!s.ok()) spdlog::error("job {} checkpoint record: {}", r->job.id(), s.ToString());
   // Rank 0 applies checkpoint.keep right after publishing (ckpt::ApplyRetention):
@@ -1365,6 +1388,34 @@ void JobManager::CompleteSetupLocked(JobRecord* r, double wall) {
                                              : std::string("setup done on every worker"));
 }
 
+void JobManager::PruneFinishedLocked() {
+  std::vector<JobRecord*> finished;
+  for (auto& [id, r] : jobs_) {
+    if (IsTerminal(r->job.state()) && (!r->runner.joinable() || r->runner_done)) finished.push_back(r.get());
+  }
+  std::sort(finished.begin(), finished.end(), [](const JobRecord* a, const JobRecord* b) {
+    return a->job.finished_at() != b->job.finished_at() ? a->job.finished_at() > b->job.finished_at() : a->seq > b->seq;
+  });
+  const double oldest = clock_->WallSeconds() - static_cast<double>(config_.finished_job_retention_s());
+  const size_t keep = config_.max_finished_jobs() > 0 ? static_cast<size_t>(config_.max_finished_jobs()) : SIZE_MAX;
+  int pruned = 0;
+  for (size_t i = 0; i < finished.size(); ++i) {
+    JobRecord* r = finished[i];
+    const bool too_old = config_.finished_job_retention_s() > 0 && r->job.finished_at() > 0 && r->job.finished_at() < oldest;
+    if (i < keep && !too_old) continue;
+    absl::Status s = store_->DeleteJob(r->job.id());
+    NoteStoreWrite(s);
+    if (!s.ok()) {
+      spdlog::error("prune job {}: {}", r->job.id(), s.ToString());
+      return;
+    }
+    if (r->runner.joinable()) r->runner.join();
+    jobs_.erase(r->job.id());
+    ++pruned;
+  }
+  if (pruned > 0) spdlog::info("retention: deleted {} finished job(s) from the state store", pruned);
+}
+
 void JobManager::SchedulerLoop() {
   while (true) {
     {
@@ -1375,6 +1426,10 @@ void JobManager::SchedulerLoop() {
       schedule_requested_ = false;
       for (auto& [id, r] : jobs_) {
         if (r->runner_done && r->runner.joinable()) r->runner.join();
+      }
+      if (clock_->WallSeconds() - last_prune_ >= kPruneEverySeconds) {
+        last_prune_ = clock_->WallSeconds();
+        PruneFinishedLocked();
       }
     }
     ScheduleOnce();

@@ -178,6 +178,11 @@ class JobManager {
   void FinishLocked(JobRecord* r, tandem::v1::JobState state, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status PersistLocked(const JobRecord& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FAILED_PRECONDITION when the job's memory estimate per worker exceeds
+  // the largest registered worker of its device (OK when none is known).
+  absl::Status CheckMemoryFits(const tandem::v1::JobSpec& spec) const;
+  // Deletes finished jobs past max_finished_jobs / finished_job_retention_s.
+  void PruneFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Remembers a store write's outcome for StoreError().
   void NoteStoreWrite(const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EventLocked(JobRecord* r, const std::string& kind, const std::string& message,
@@ -194,6 +199,7 @@ class JobManager {
 
   mutable absl::Mutex mu_;
   std::string store_error_ ABSL_GUARDED_BY(mu_);
+  double last_prune_ ABSL_GUARDED_BY(mu_) = 0;
   absl::CondVar changed_;  // reports, cancels, failures, events, stop
   std::map<std::string, std::unique_ptr<JobRecord>> jobs_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

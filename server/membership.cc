@@ -389,6 +389,30 @@ std::vector<LostWorker> Membership::ExpireLeases() {
     Persist(e.info);
     lost.push_back(std::move(l));
   }
+  // Retention: LOST and GONE workers are forgotten once silent for
+  // lost_worker_retention_ms (their ids are never reused).
+  if (const int64_t keep_ms = config_.lost_worker_retention_ms(); keep_ms > 0) {
+    const double cutoff = clock_->WallSeconds() - static_cast<double>(keep_ms) / 1000.0;
+    for (auto it = workers_.begin(); it != workers_.end();) {
+      const auto state = it->second.info.state();
+      if ((state == tandem::v1::WORKER_STATE_LOST || state == tandem::v1::WORKER_STATE_GONE) &&
+          it->second.info.last_heartbeat() < cutoff) {
+        if (store_ != nullptr) {
+          if (absl::Status st = store_->DeleteWorker(it->first); !st.ok()) {
+            spdlog::error("forget worker {}: {}", it->first, st.ToString());
+            ++it;
+            continue;
+          }
+        }
+        spdlog::info("worker {} ({}) forgotten: {} for longer than {}", it->first, it->second.info.name(),
+                     state == tandem::v1::WORKER_STATE_LOST ? "lost" : "gone",
+                     absl::FormatDuration(absl::Milliseconds(keep_ms)));
+        it = workers_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
   return lost;
 }
 

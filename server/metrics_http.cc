@@ -1,7 +1,5 @@
 #include "server/metrics_http.h"
 
-#include <httplib.h>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -87,7 +85,7 @@ MetricsServer::MetricsServer() = default;
 MetricsServer::~MetricsServer() { Stop(); }
 
 absl::Status MetricsServer::Start(const std::string& listen, std::function<std::string()> metrics,
-                                  std::function<bool()> ready) {
+                                  std::function<bool()> ready, HttpServerOptions options) {
   auto colon = listen.rfind(':');
   int port = 0;
   if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port)) {
@@ -95,35 +93,24 @@ absl::Status MetricsServer::Start(const std::string& listen, std::function<std::
   }
   std::string host = listen.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  server_ = std::make_unique<httplib::Server>();
-  server_->set_read_timeout(5, 0);
-  server_->set_write_timeout(5, 0);
-  server_->new_task_queue = [] { return new httplib::ThreadPool(2); };
-  server_->Get("/metrics", [metrics](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics(), "text/plain; version=0.0.4");
+  server_ = std::make_unique<HttpServer>(options);
+  server_->Get("/metrics", [metrics] {
+    return HttpResponse{200, "text/plain; version=0.0.4", metrics()};
   });
-  server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
-  server_->Get("/readyz", [ready](const httplib::Request&, httplib::Response& res) {
-    bool ok = ready();
-    res.status = ok ? 200 : 503;
-    res.set_content(ok ? "ready\n" : "not ready\n", "text/plain");
+  server_->Get("/healthz", [] { return HttpResponse{200, "text/plain", "ok\n"}; });
+  server_->Get("/readyz", [ready] {
+    const bool ok = ready();
+    return HttpResponse{ok ? 200 : 503, "text/plain", ok ? "ready\n" : "not ready\n"};
   });
-  if (port == 0) {
-    port_ = server_->bind_to_any_port(host.c_str());
-    if (port_ < 0) return absl::UnavailableError(absl::StrCat("metrics: cannot bind ", listen));
-  } else {
-    if (!server_->bind_to_port(host.c_str(), port)) {
-      return absl::UnavailableError(absl::StrCat("metrics: cannot bind ", listen));
-    }
-    port_ = port;
+  if (absl::Status st = server_->Start(host, port); !st.ok()) {
+    return absl::UnavailableError(absl::StrCat("metrics: cannot bind ", listen, ": ", st.message()));
   }
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  port_ = server_->port();
   return absl::OkStatus();
 }
 
 void MetricsServer::Stop() {
-  if (server_) server_->stop();
-  if (thread_.joinable()) thread_.join();
+  if (server_) server_->Stop();
 }
 
 }  // namespace tandem::server

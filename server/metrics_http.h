@@ -1,6 +1,7 @@
-// Prometheus text metrics and health over HTTP (cpp-httplib) on a separate
-// port: /metrics, /healthz (the process serves), /readyz (state loaded and
-// gRPC serving). RenderMetrics is a pure function of a snapshot.
+// Prometheus text metrics and health over HTTP (HttpServer: slow clients
+// cannot starve the probes) on a separate port: /metrics, /healthz (the
+// process serves), /readyz (state loaded, gRPC serving, state store taking
+// writes). RenderMetrics is a pure function of a snapshot.
 // MetricsServer owns its listener thread; Stop() joins it. Thread-safe.
 #pragma once
 
@@ -12,12 +13,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "server/http_server.h"
 #include "tandem/v1/cluster.pb.h"
 #include "tandem/v1/job.pb.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace tandem::server {
 
@@ -33,13 +31,12 @@ class MetricsServer {
 
   // listen "host:port" (port 0 = ephemeral).
   absl::Status Start(const std::string& listen, std::function<std::string()> metrics,
-                     std::function<bool()> ready);
+                     std::function<bool()> ready, HttpServerOptions options = {});
   int port() const { return port_; }
   void Stop();
 
  private:
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  std::unique_ptr<HttpServer> server_;
   int port_ = 0;
 };
 

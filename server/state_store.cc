@@ -352,6 +352,55 @@ absl::Status StateStore::PruneCheckpoints(const std::string& job_id, int64_t kee
   return s.Run("prune checkpoints");
 }
 
+absl::StatusOr<bool> StateStore::HasCheckpoint(const tandem::v1::CheckpointRecord& record) {
+  absl::MutexLock lock(&mu_);
+  Stmt s(db_, "SELECT 1 FROM checkpoints WHERE job_id = ? AND step = ? AND generation = ? AND path = ?");
+  RETURN_IF_ERROR(s.status("find checkpoint"));
+  s.Bind(1, record.job_id());
+  s.Bind(2, record.step());
+  s.Bind(3, record.generation());
+  s.Bind(4, record.path());
+  return s.Step("find checkpoint");
+}
+
+absl::StatusOr<int64_t> StateStore::CountLogs(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  Stmt s(db_, "SELECT COUNT(*) FROM logs WHERE job_id = ?");
+  RETURN_IF_ERROR(s.status("count logs"));
+  s.Bind(1, job_id);
+  ASSIGN_OR_RETURN(bool row, s.Step("count logs"));
+  return row ? s.Int(0) : 0;
+}
+
+absl::Status StateStore::DeleteJob(const std::string& job_id) {
+  RETURN_IF_ERROR(WriteGate());
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(Exec("BEGIN"));
+  absl::Status st;
+  for (const char* table : {"jobs", "events", "logs", "checkpoints"}) {
+    Stmt s(db_, absl::StrCat("DELETE FROM ", table, table == std::string("jobs") ? " WHERE id = ?" : " WHERE job_id = ?").c_str());
+    st = s.status("delete job");
+    if (!st.ok()) break;
+    s.Bind(1, job_id);
+    st = s.Run(absl::StrCat("delete job ", job_id));
+    if (!st.ok()) break;
+  }
+  if (!st.ok()) {
+    Exec("ROLLBACK").IgnoreError();
+    return st;
+  }
+  return Exec("COMMIT");
+}
+
+absl::Status StateStore::DeleteWorker(const std::string& worker_id) {
+  RETURN_IF_ERROR(WriteGate());
+  absl::MutexLock lock(&mu_);
+  Stmt s(db_, "DELETE FROM workers WHERE id = ?");
+  RETURN_IF_ERROR(s.status("delete worker"));
+  s.Bind(1, worker_id);
+  return s.Run(absl::StrCat("delete worker ", worker_id));
+}
+
 absl::StatusOr<std::vector<tandem::v1::CheckpointRecord>> StateStore::ListCheckpoints(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   Stmt s(db_, "SELECT record FROM checkpoints WHERE job_id = ? ORDER BY step, generation");

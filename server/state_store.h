@@ -74,6 +74,14 @@ class StateStore {
   // workers' retention (checkpoint.keep) deletes them from disk.
   absl::Status PruneCheckpoints(const std::string& job_id, int64_t keep);
   absl::StatusOr<std::vector<tandem::v1::CheckpointRecord>> ListCheckpoints(const std::string& job_id);
+  // A record with this job, step, generation and path exists.
+  absl::StatusOr<bool> HasCheckpoint(const tandem::v1::CheckpointRecord& record);
+  absl::StatusOr<int64_t> CountLogs(const std::string& job_id);
+
+  // Retention: a job with its events, logs and checkpoint records (one
+  // transaction); a worker.
+  absl::Status DeleteJob(const std::string& job_id);
+  absl::Status DeleteWorker(const std::string& worker_id);
 
   const std::string& path() const { return path_; }
 

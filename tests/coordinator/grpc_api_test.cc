@@ -4,7 +4,6 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include <atomic>
 #include <filesystem>
@@ -24,6 +23,7 @@
 #include "tandem/v1/cluster.grpc.pb.h"
 #include "tandem/v1/control.grpc.pb.h"
 #include "tests/support/coordinator_harness.h"
+#include "tests/support/http_client.h"
 #include "tests/support/fake_worker.h"
 
 namespace tandem::server {
@@ -517,6 +517,27 @@ TEST_F(CoordinatorTest, SubmitAppliesTheWorkersModelLimits) {
   tandem::v1::SubmitJobResponse resp;
   *req.mutable_spec() = inline_model();
   EXPECT_CODE(control_->SubmitJob(Ctx(kAdmin).get(), req, &resp), OK);
+
+  // A job whose estimate per worker exceeds the largest worker's memory.
+  tandem::v1::RegisterWorkerRequest reg;
+  reg.set_name("small-1g");
+  reg.set_device(tandem::v1::DEVICE_KIND_CPU);
+  reg.set_memory_bytes(int64_t{1} << 30);
+  tandem::v1::RegisterWorkerResponse registered;
+  ASSERT_TRUE(cluster_->RegisterWorker(Ctx(kJoin).get(), reg, &registered).ok());
+  auto big = inline_model();
+  big.mutable_model()->mutable_config()->set_hidden_size(1024);
+  big.mutable_model()->mutable_config()->set_intermediate_size(4096);
+  big.mutable_model()->mutable_config()->set_num_hidden_layers(8);
+  big.mutable_cluster()->set_zero_stage(0);
+  *req.mutable_spec() = big;
+  grpc::Status st = control_->SubmitJob(Ctx(kAdmin).get(), req, &resp);
+  EXPECT_CODE(st, FAILED_PRECONDITION);
+  EXPECT_NE(st.error_message().find("the job needs about"), std::string::npos) << st.error_message();
+  EXPECT_NE(st.error_message().find("optimizer"), std::string::npos) << st.error_message();
+  EXPECT_NE(st.error_message().find("the largest cpu worker has 1.0 GiB"), std::string::npos) << st.error_message();
+  *req.mutable_spec() = inline_model();  // the small one still fits
+  EXPECT_CODE(control_->SubmitJob(Ctx(kAdmin).get(), req, &resp), OK);
   for (const Case& c : cases) {
     *req.mutable_spec() = inline_model();
     c.mutate(req.mutable_spec());
@@ -572,16 +593,39 @@ TEST_F(CoordinatorTest, StoredJobsItCannotRunAreQuarantinedAtStart) {
   EXPECT_EQ(WaitFor(Submit(SftSpec(1, 1)), Done).state(), tandem::v1::JOB_STATE_SUCCEEDED);
 }
 
+// Retention: finished jobs beyond max_finished_jobs are deleted with their
+// events, logs and checkpoint records (here at the next start).
+TEST_F(CoordinatorTest, FinishedJobsBeyondTheRetentionAreDeleted) {
+  coordinator_.reset();
+  config_.set_max_finished_jobs(2);
+  StartCoordinator();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    ids.push_back(Submit(SftSpec(3, 1)));  // no workers: pending, then cancelled
+    tandem::v1::CancelJobRequest cancel;
+    cancel.set_job_id(ids.back());
+    tandem::v1::CancelJobResponse cancelled;
+    ASSERT_TRUE(control_->CancelJob(Ctx(kAdmin).get(), cancel, &cancelled).ok());
+  }
+  const std::string running = Submit(SftSpec(3, 1));  // not finished: kept
+  coordinator_.reset();
+  StartCoordinator();
+  tandem::v1::GetJobRequest get;
+  get.set_job_id(ids[0]);
+  tandem::v1::Job job;
+  EXPECT_CODE(control_->GetJob(Ctx(kAdmin).get(), get, &job), NOT_FOUND);
+  tandem::v1::GetJobLogsRequest logs;
+  logs.set_job_id(ids[0]);
+  tandem::v1::GetJobLogsResponse lines;
+  EXPECT_CODE(control_->GetJobLogs(Ctx(kAdmin).get(), logs, &lines), NOT_FOUND);
+  for (const std::string& id : {ids[1], ids[2], running}) EXPECT_EQ(GetJob(id).id(), id);
+}
+
 // A state store that stops taking writes (full or failing disk): nothing is
 // accepted that would be lost, the refusal says why, and /readyz reports
 // not ready until writes succeed again.
 TEST_F(CoordinatorTest, FailingStateStoreRefusesWritesAndIsNotReady) {
-  httplib::Client http("127.0.0.1", coordinator_->metrics_port());
-  http.set_read_timeout(5, 0);
-  auto ready = [&] {
-    auto res = http.Get("/readyz");
-    return res ? res->status : -1;
-  };
+  auto ready = [&] { return test_support::HttpGet(coordinator_->metrics_port(), "/readyz", 5000).status; };
   EXPECT_EQ(ready(), 200);
   const std::string pending = Submit(SftSpec(3, 1));  // waits for workers
   coordinator_->store_for_test()->FailWritesForTest(true);

@@ -4,11 +4,14 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "common/daemon_config.h"
+#include "common/logging.h"
+#include "spdlog/spdlog.h"
 
 namespace tandem::common {
 namespace {
@@ -181,6 +184,24 @@ TEST(DaemonConfigTest, PlaintextOnANetworkAddressNeedsInsecure) {
   args = ParseDaemonArgs(3, off, CoordinatorFlags());
   ASSERT_TRUE(args.ok());
   EXPECT_FALSE(LoadCoordinatorConfig(args->config_file, args->overrides).ok());
+}
+
+// --log-file rotates by size: FILE, FILE.1 ... FILE.N, each bounded.
+TEST(LoggingTest, LogFileRotatesBySize) {
+  const std::string dir = ::testing::TempDir() + "/tandem_logrotate";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string file = dir + "/c.log";
+  ASSERT_TRUE(SetupLogging("test", "info", file, 8192, 2).ok());
+  for (int i = 0; i < 2000; ++i) spdlog::info("line {} {}", i, std::string(40, 'x'));
+  spdlog::default_logger()->flush();
+  EXPECT_TRUE(std::filesystem::exists(file));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/c.1.log"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/c.2.log"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/c.3.log"));
+  for (const auto& e : std::filesystem::directory_iterator(dir)) EXPECT_LE(e.file_size(), 8192u + 256) << e.path();
+  ASSERT_TRUE(SetupLogging("test", "info").ok());
+  std::filesystem::remove_all(dir);
 }
 
 TEST(AuthTest, TokenFileWarnings) {

@@ -1,5 +1,6 @@
 // State store, scheduler, membership and kv store unit tests.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -63,6 +64,16 @@ TEST(StateStoreTest, RoundTripAndReopen) {
   EXPECT_EQ((*(*store)->ListLogs("j-000001", 0, 2)).size(), 2u);
   EXPECT_EQ((*(*store)->LoadWorkers())[0].info.name(), "a");
   EXPECT_EQ((*(*store)->ListCheckpoints("j-000001"))[0].path(), "/ck/20");
+  EXPECT_EQ(*(*store)->CountLogs("j-000001"), 3);
+  EXPECT_TRUE(*(*store)->HasCheckpoint((*(*store)->ListCheckpoints("j-000001"))[0]));
+  // Retention deletes a job with everything recorded about it.
+  ASSERT_TRUE((*store)->DeleteJob("j-000001").ok());
+  EXPECT_TRUE((*store)->LoadJobs()->empty());
+  EXPECT_TRUE((*(*store)->ListEvents("j-000001", 0, 10)).empty());
+  EXPECT_EQ(*(*store)->CountLogs("j-000001"), 0);
+  EXPECT_TRUE((*(*store)->ListCheckpoints("j-000001")).empty());
+  ASSERT_TRUE((*store)->DeleteWorker("w-1").ok());
+  EXPECT_TRUE((*store)->LoadWorkers()->empty());
   std::filesystem::remove_all(dir);
 }
 
@@ -102,6 +113,47 @@ TEST(SchedulerTest, GangPriorityFifoAndReasons) {
                          Idle("w-5", "n5"), Idle("g-1", "g1", tandem::v1::DEVICE_KIND_CUDA)});
   ASSERT_EQ(r.start.size(), 3u);
   EXPECT_TRUE(r.reasons.empty());
+}
+
+// Retention: a lost worker is forgotten (memory and store) once silent
+// for lost_worker_retention_ms; a live one never is.
+TEST(MembershipTest, LostWorkersAreForgottenAfterTheRetention) {
+  const std::string dir = ::testing::TempDir() + "/tandem_retention_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  auto store = StateStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  tandem::v1::CoordinatorConfig config;
+  config.set_lease_ms(1000);
+  config.set_heartbeat_ms(100);
+  config.set_lost_worker_retention_ms(3000);
+  ManualClock clock;
+  Membership m(config, store->get(), &clock);
+  tandem::v1::RegisterWorkerRequest a, b;
+  a.set_name("a");
+  a.set_device(tandem::v1::DEVICE_KIND_CPU);
+  b = a;
+  b.set_name("b");
+  ASSERT_TRUE(m.Register(a, -1).ok());
+  ASSERT_TRUE(m.Register(b, -1).ok());
+  tandem::v1::HeartbeatRequest hb;
+  hb.set_worker_id("w-2");
+  bool lost_seen = false;
+  for (int i = 0; i < 30; ++i) {  // 6 s in 200 ms ticks; b keeps heartbeating
+    clock.AdvanceMs(200);
+    ASSERT_TRUE(m.Heartbeat(hb).ok());
+    for (const auto& l : m.ExpireLeases()) lost_seen |= l.worker_id == "w-1";
+  }
+  EXPECT_TRUE(lost_seen);
+  EXPECT_TRUE(absl::IsNotFound(m.Get("w-1").status()));
+  EXPECT_TRUE(m.Get("w-2").ok());
+  auto stored = (*store)->LoadWorkers();
+  ASSERT_EQ(stored->size(), 1u);
+  EXPECT_EQ((*stored)[0].info.id(), "w-2");
+  // The name is free: a new worker "a" gets a new id.
+  auto again = m.Register(a, -1);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->worker_id, "w-3");
+  std::filesystem::remove_all(dir);
 }
 
 tandem::v1::RegisterWorkerRequest Reg(const std::string& name) {

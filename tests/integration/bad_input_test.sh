@@ -94,22 +94,28 @@ kill -TERM -- "-$SECOND" 2>/dev/null || true
 kill -TERM -- "-$FIRST" 2>/dev/null || true
 healthy
 
-# A job too large for its worker: the phase fails with "out of memory" (the
-# worker catches the failed allocation and lives), and the job says so.
+# A job too large for its worker. Submitted while no worker is there to
+# compare with, it runs and its phase fails with "out of memory" (the worker
+# catches the failed allocation and lives). Once the worker has registered
+# (reporting its RLIMIT_AS as usable memory), the same job is refused at
+# submission with the estimate.
+sed -e 's/hidden_size: 32/hidden_size: 2048/' -e 's/intermediate_size: 64/intermediate_size: 8192/' \
+  -e 's/num_hidden_layers: 2/num_hidden_layers: 12/' -e 's/num_attention_heads: 4/num_attention_heads: 16/' \
+  -e 's/num_key_value_heads: 2/num_key_value_heads: 16/' "$JOB" >"$WORK/big.yaml"
+wait_until 30 sh -c "! '$TANDEMCTL' --coordinator '$GRPC_ADDR' --token-file '$WORK/admin.token' workers | grep -q IDLE" ||
+  fail "workers still idle"
+BIG=$(ctl submit "$WORK/big.yaml" --set name=too-big)
 (ulimit -v 3000000; exec setsid "$TANDEM_WORKER_BIN" --coordinator "$GRPC_ADDR" --name small --device cpu \
   --data-address 127.0.0.1 --threads 1 --token-file "$WORK/join.token") >>"$WORK/worker-small.log" 2>&1 &
 SMALL=$!
 STARTED_PIDS+=("$SMALL")
-wait_until 30 workers_idle_at_least 1 || fail "memory-limited worker did not register"
-sed -e 's/hidden_size: 32/hidden_size: 2048/' -e 's/intermediate_size: 64/intermediate_size: 8192/' \
-  -e 's/num_hidden_layers: 2/num_hidden_layers: 24/' -e 's/num_attention_heads: 4/num_attention_heads: 16/' \
-  -e 's/num_key_value_heads: 2/num_key_value_heads: 16/' "$JOB" >"$WORK/big.yaml"
-BIG=$(ctl submit "$WORK/big.yaml" --set name=too-big)
 wait_until 120 sh -c "'$TANDEMCTL' --coordinator '$GRPC_ADDR' --token-file '$WORK/admin.token' status '$BIG' | grep -q FAILED" ||
   { ctl status "$BIG"; fail "too-big job did not fail"; }
 ctl status "$BIG" >"$WORK/out.txt" 2>&1 || true
 expect_output "out of memory in PHASE_SETUP"
 kill -0 "$SMALL" || fail "the memory-limited worker died instead of reporting"
+expect_exit 1 ctl submit "$WORK/big.yaml" --set name=too-big-again
+expect_output "the largest cpu worker has 2.9 GiB"
 kill -TERM -- "-$SMALL" 2>/dev/null || kill -TERM "$SMALL" 2>/dev/null || true
 healthy
 

@@ -6,6 +6,7 @@
 
 #include "nlohmann/json.hpp"
 #include "worker/model/config.h"
+#include "worker/model/job_model.h"
 #include "worker/model/model_commands.h"
 #include "worker/model/param_layout.h"
 #include "worker/model/tokenizer.h"
@@ -128,6 +129,51 @@ TEST(ConfigTest, RejectsBadConfigsNamingTheKey) {
   EXPECT_FALSE(ParseConfigJson("{not json").ok());
   EXPECT_FALSE(ParseConfigJson("[1,2]").ok());
   EXPECT_FALSE(ParseConfigJson("").ok());
+}
+
+// The per-worker memory estimate follows ZeRO sharding and the shapes.
+TEST(MemoryEstimateTest, FollowsZeroStagesAndShapes) {
+  ModelConfig c;
+  c.model_type = "llama";
+  c.vocab_size = 32000;
+  c.hidden_size = 1024;
+  c.intermediate_size = 4096;
+  c.num_hidden_layers = 8;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 8;
+  c.max_position_embeddings = 1 << 24;
+  const int64_t p = ParameterCount(c);
+  tandem::v1::JobSpec spec;
+  spec.set_kind(tandem::v1::JOB_KIND_SFT);
+  spec.mutable_cluster()->set_workers(4);
+  spec.mutable_train()->set_micro_batch(2);
+  spec.mutable_train()->set_seq_len(256);
+  spec.mutable_cluster()->set_zero_stage(0);
+  auto e0 = EstimateJobMemory(spec, c);
+  EXPECT_EQ(e0.params, 4 * p);
+  EXPECT_EQ(e0.gradients, 4 * p);
+  EXPECT_EQ(e0.optimizer, 8 * p);
+  EXPECT_EQ(e0.kv_cache, 0);
+  EXPECT_LT(e0.rope, 1 << 20);  // by positions in use, not max_position_embeddings
+  spec.mutable_cluster()->set_zero_stage(3);
+  auto e3 = EstimateJobMemory(spec, c);
+  EXPECT_EQ(e3.optimizer, 2 * p);
+  EXPECT_EQ(e3.gradients, p);
+  EXPECT_LT(e3.params, 2 * p);
+  EXPECT_LT(e3.total, e0.total);
+  spec.set_kind(tandem::v1::JOB_KIND_GRPO);
+  spec.mutable_rl()->set_kl_coef(0.01);
+  spec.mutable_rl()->set_prompts_per_step(8);
+  spec.mutable_rl()->set_group_size(8);
+  spec.mutable_rl()->set_max_new_tokens(256);
+  auto rl = EstimateJobMemory(spec, c);
+  EXPECT_EQ(rl.reference, 4 * p);
+  EXPECT_EQ(rl.kv_cache, int64_t{4} * 2 * 16 * 512 * 8 * 8 * 128);  // 16 sequences per rank
+  EXPECT_NE(rl.Describe().find("kv cache"), std::string::npos) << rl.Describe();
+  // Absurd shapes saturate instead of wrapping.
+  spec.mutable_train()->set_micro_batch(1 << 30);
+  spec.mutable_train()->set_seq_len(1 << 30);
+  EXPECT_EQ(EstimateJobMemory(spec, c).total, INT64_MAX);
 }
 
 TEST(ConfigTest, YamlConfigs) {

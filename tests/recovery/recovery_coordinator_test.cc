@@ -277,21 +277,18 @@ TEST_F(RecoveryTest, RestartedWorkerTakesItsRankBackFromDisk) {
 // second worker lost restoring it, it is marked bad and the previous one
 // is used.
 TEST_F(RecoveryTest, CheckpointWhoseRestoreKillsWorkersIsMarkedBad) {
-  AddWorker("alpha");
-  auto* b = AddWorker("beta");
-  b->fail = [](const tandem::v1::PhaseCommand& c, std::string* error) {
-    *error = "gloo: allreduce failed: Connection reset by peer";
-    return c.generation() == 1 && c.phase() == tandem::v1::PHASE_SFT_STEP && c.step() == 5;
-  };
-  auto spec = Spec(2, 6, 2);
-  spec.mutable_recovery()->set_no_peer_copies(true);
-  spec.mutable_recovery()->set_max_recoveries(5);
-  std::string id = Submit(spec);
-  const std::string poison = CkptPath(GetJob(id).spec(), 4);
-  // Rank 1 dies (stops answering and heartbeating) restoring the poison.
-  for (Worker* w : {b, AddWorker("gamma"), AddWorker("delta")}) {
-    w->stall = [w, poison](const tandem::v1::PhaseCommand& c) {
-      if (c.phase() != tandem::v1::PHASE_SETUP || c.assignment().restore_from() != poison ||
+  // Four workers for a job of two: whoever is rank 1 fails step 5 with a
+  // communicator error in generation 1, and dies (stops answering and
+  // heartbeating) restoring step 4's checkpoint.
+  for (const char* name : {"alpha", "beta", "gamma", "delta"}) {
+    Worker* w = AddWorker(name);
+    w->fail = [w](const tandem::v1::PhaseCommand& c, std::string* error) {
+      *error = "gloo: allreduce failed: Connection reset by peer";
+      return c.generation() == 1 && c.phase() == tandem::v1::PHASE_SFT_STEP && c.step() == 5 &&
+             w->last_assignment().rank() == 1;
+    };
+    w->stall = [w](const tandem::v1::PhaseCommand& c) {
+      if (c.phase() != tandem::v1::PHASE_SETUP || !absl::EndsWith(c.assignment().restore_from(), "/step-00000004") ||
           c.assignment().rank() != 1) {
         return false;
       }
@@ -299,6 +296,11 @@ TEST_F(RecoveryTest, CheckpointWhoseRestoreKillsWorkersIsMarkedBad) {
       return true;
     };
   }
+  auto spec = Spec(2, 6, 2);
+  spec.mutable_recovery()->set_no_peer_copies(true);
+  spec.mutable_recovery()->set_max_recoveries(5);
+  std::string id = Submit(spec);
+  const std::string poison = CkptPath(GetJob(id).spec(), 4);
   auto job = WaitFor(id, Done, 40000);
   auto events = Events(id);
   ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_SUCCEEDED) << job.reason() << Dump(events);

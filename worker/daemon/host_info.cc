@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,6 +16,22 @@ std::string HostName() {
   char buf[256] = {0};
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
   return buf;
+}
+
+int64_t UsableMemoryBytes() {
+  int64_t bytes = PhysicalMemoryBytes();
+  auto lower = [&](int64_t limit) {
+    if (limit > 0 && (bytes <= 0 || limit < bytes)) bytes = limit;
+  };
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) lower(static_cast<int64_t>(rl.rlim_cur));
+  // The container's limit: cgroup v2, else v1 ("max" / huge values = none).
+  for (const char* path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(path);
+    int64_t limit = 0;
+    if (in >> limit && limit < (int64_t{1} << 60)) lower(limit);
+  }
+  return bytes;
 }
 
 int64_t PhysicalMemoryBytes() {

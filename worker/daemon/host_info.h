@@ -13,6 +13,10 @@ namespace tandem::worker {
 std::string HostName();
 // MemTotal from /proc/meminfo, in bytes (0 when unknown).
 int64_t PhysicalMemoryBytes();
+// What this process may use: physical memory, lowered by RLIMIT_AS and the
+// cgroup's memory limit. Reported at registration (the coordinator checks
+// jobs' memory estimates against it).
+int64_t UsableMemoryBytes();
 // Resident set size of this process, in bytes (0 when unknown).
 int64_t ResidentMemoryBytes();
 // The local IPv4 address the kernel would use to reach host:port (a UDP

@@ -91,7 +91,8 @@ int main(int argc, char** argv) {
   if (config->device() != "cpu" && config->device() != "cuda" && config->device() != "cpu-guarded") {
     return Fail("device: expected cpu, cuda or cpu-guarded, got '" + config->device() + "'", 2);
   }
-  if (absl::Status st = common::SetupLogging("tandem-worker", config->log_level(), config->log_file()); !st.ok()) {
+  if (absl::Status st = common::SetupLogging("tandem-worker", config->log_level(), config->log_file(),
+                                                   config->log_max_bytes(), config->log_max_files()); !st.ok()) {
     return Fail(std::string(st.message()), 2);
   }
   auto token = common::LoadToken(config->token_file(), common::kJoinTokenEnv);

@@ -166,8 +166,8 @@ absl::Status WorkerDaemon::RunPhaseCatchingOutOfMemory(const v1::PhaseCommand& c
     report->Clear();
     engine_->Abort();
     return absl::ResourceExhaustedError(absl::StrCat(
-        "out of memory in ", v1::Phase_Name(cmd.phase()), " on this worker (", PhysicalMemoryBytes() >> 20,
-        " MiB physical): the job needs more memory than the worker has; use smaller batches or sequences, "
+        "out of memory in ", v1::Phase_Name(cmd.phase()), " on this worker (", UsableMemoryBytes() >> 20,
+        " MiB usable): the job needs more memory than the worker has; use smaller batches or sequences, "
         "a higher ZeRO stage, or more workers"));
   }
 }
@@ -178,7 +178,7 @@ absl::Status WorkerDaemon::Register() {
   req.set_host(HostName());
   req.set_device(DeviceKindOf(options_.device));
   req.set_device_count(options_.device_count);
-  req.set_memory_bytes(PhysicalMemoryBytes());
+  req.set_memory_bytes(UsableMemoryBytes());
   req.set_version(options_.version);
   req.set_data_address(options_.data_address.empty()
                            ? LocalAddressTowards(options_.coordinator)

@@ -1,6 +1,15 @@
 #include "worker/model/job_model.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "worker/model/file_util.h"
 
 namespace tandem::model {
 
@@ -68,6 +77,84 @@ absl::Status CheckJobForWorkers(const tandem::v1::JobSpec& spec) {
     if (!config.ok()) return config.status();
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// Saturating arithmetic on non-negative byte counts.
+int64_t Mul(std::initializer_list<int64_t> factors) {
+  int64_t out = 1;
+  for (int64_t f : factors) {
+    if (f <= 0) return 0;
+    if (__builtin_mul_overflow(out, f, &out)) return INT64_MAX;
+  }
+  return out;
+}
+int64_t Add(int64_t a, int64_t b) {
+  int64_t out;
+  return __builtin_add_overflow(a, b, &out) ? INT64_MAX : out;
+}
+std::string GiB(int64_t bytes) { return absl::StrFormat("%.1f GiB", static_cast<double>(bytes) / (1 << 30)); }
+
+}  // namespace
+
+std::string MemoryEstimate::Describe() const {
+  std::vector<std::string> parts;
+  auto part = [&](const char* name, int64_t bytes) {
+    if (bytes > 0) parts.push_back(absl::StrCat(name, " ", GiB(bytes)));
+  };
+  part("params", params);
+  part("gradients", gradients);
+  part("optimizer", optimizer);
+  part("reference", reference);
+  part("activations", activations);
+  part("logits", logits);
+  part("kv cache", kv_cache);
+  part("rope", rope);
+  return absl::StrCat(GiB(total), " (", absl::StrJoin(parts, ", "), ")");
+}
+
+MemoryEstimate EstimateJobMemory(const tandem::v1::JobSpec& spec, const ModelConfig& c) {
+  MemoryEstimate m;
+  const int64_t p = ParameterCount(c);
+  const int64_t world = std::max(1, spec.cluster().workers());
+  const int stage = spec.cluster().zero_stage();
+  const int64_t layers = std::max(1, c.num_hidden_layers);
+  const bool bf16 = spec.train().precision() == "bf16";
+  // ZeRO: stage >= 1 shards the optimizer, >= 2 the gradients, 3 the
+  // parameters (plus one layer gathered at a time).
+  m.params = stage >= 3 ? Add(Mul({4, p}) / world, Mul({4, p}) / layers) : Mul({4, p});
+  if (bf16) m.params = Add(m.params, stage >= 3 ? Mul({2, p}) / layers : Mul({2, p}));
+  m.gradients = stage >= 2 ? Mul({4, p}) / world : Mul({4, p});
+  m.optimizer = stage >= 1 ? Mul({8, p}) / world : Mul({8, p});
+  const bool rl = spec.kind() == tandem::v1::JOB_KIND_GRPO || spec.kind() == tandem::v1::JOB_KIND_PPO;
+  if (rl && spec.rl().kl_coef() > 0) m.reference = Mul({4, p});
+  const int64_t batch = std::max(1, spec.train().micro_batch());
+  const int64_t seq = std::max(1, spec.train().seq_len()) + (rl ? std::max(0, spec.rl().max_new_tokens()) : 0);
+  const int64_t h = c.hidden_size, inter = c.intermediate_size, heads = c.num_attention_heads;
+  // Per token and layer: the inputs of every matmul and norm kept for
+  // backward (about 12 hidden-sized and 3 intermediate-sized vectors), plus
+  // the attention probabilities of one layer at a time.
+  m.activations = Add(Mul({4, batch, seq, layers, Add(Mul({12, h}), Mul({3, inter}))}), Mul({4, batch, heads, seq, seq}));
+  m.logits = Mul({2 * 4, batch, seq, c.vocab_size});
+  if (rl) {
+    const int64_t sequences =
+        (Mul({std::max(1, spec.rl().prompts_per_step()), std::max(1, spec.rl().group_size())}) + world - 1) / world;
+    m.kv_cache = Mul({4 * 2, sequences, seq, layers, c.KvHeads(), c.HeadDim()});
+  }
+  m.rope = Mul({4 * 2, RopeRowsFor(static_cast<int>(std::min<int64_t>(seq, 1 << 30))), c.HeadDim() / 2});
+  for (int64_t part : {m.params, m.gradients, m.optimizer, m.reference, m.activations, m.logits, m.kv_cache, m.rope}) {
+    m.total = Add(m.total, part);
+  }
+  return m;
+}
+
+absl::StatusOr<ModelConfig> JobModelConfig(const tandem::v1::JobSpec& spec) {
+  if (spec.model().has_config()) return ModelConfigFromJob(spec.model().config());
+  if (spec.model().from().empty()) return absl::NotFoundError("no model");
+  auto text = ReadFileToString(spec.model().from() + "/config.json");
+  if (!text.ok()) return absl::NotFoundError(text.status().message());
+  return ParseConfigJson(*text);
 }
 
 }  // namespace tandem::model
