@@ -21,5 +21,6 @@ int CmdLogs(const Args& args);         // logs JOB [-f]
 int CmdWorkers(const Args& args);      // workers
 int CmdDrain(const Args& args);        // drain WORKER
 int CmdRunLocal(const Args& args);     // run --local [--workers N] [--run-dir DIR] JOB.yaml [--set k=v]
+int CmdChatTemplate(const Args& args);  // chat-template --tokenizer DIR --messages-file F [--add-generation-prompt]
 
 }  // namespace tandem::cli

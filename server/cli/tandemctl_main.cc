@@ -34,6 +34,8 @@ constexpr char kUsage[] =
     "Models:\n"
     "  model init --config MODEL.yaml --seed S --out DIR    write a randomly initialized model\n"
     "  generate --model DIR --prompt TEXT [...]              sample from a model\n"
+    "  chat-template --tokenizer DIR --messages-file F [--add-generation-prompt]\n"
+    "                                          render a conversation with the model's chat template\n"
     "\n"
     "Environment: TANDEM_COORDINATOR, TANDEM_ADMIN_TOKEN, TANDEM_TLS_CA.\n"
     "Exit codes: 0 ok, 1 job failed / error, 2 usage or invalid input, 3 cancelled,\n"
@@ -85,6 +87,7 @@ int main(int argc, char** argv) {
   if (cmd == "drain") return CmdDrain(rest);
   if (cmd == "run") return CmdRunLocal(rest);
   if (cmd == "generate") return tandem::model::GenerateCommand(rest);
+  if (cmd == "chat-template") return CmdChatTemplate(rest);
   if (cmd == "model") {
     if (!rest.empty() && rest[0] == "init") {
       return tandem::model::ModelInitCommand(std::vector<std::string>(rest.begin() + 1, rest.end()));
