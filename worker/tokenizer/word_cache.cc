@@ -20,23 +20,23 @@ size_t WordCache::ShardOf(std::string_view word) {
 bool WordCache::Lookup(std::string_view word, std::vector<int32_t>* ids) const {
   if (word.size() > kMaxWordBytes) return false;
   Shard& shard = shards_[ShardOf(word)];
-  if (!shard.mu.ReaderTryLock()) return false;
+  if (!shard.TryLock()) return false;
   bool hit = false;
   if (auto it = shard.map.find(absl::string_view(word.data(), word.size())); it != shard.map.end()) {
     ids->insert(ids->end(), it->second.begin(), it->second.end());
     hit = true;
   }
-  shard.mu.ReaderUnlock();
+  shard.Unlock();
   return hit;
 }
 
 void WordCache::Insert(std::string_view word, std::span<const int32_t> ids) const {
   if (word.size() > kMaxWordBytes) return;
   Shard& shard = shards_[ShardOf(word)];
-  if (!shard.mu.TryLock()) return;
+  if (!shard.TryLock()) return;
   if (shard.map.size() >= shard_capacity_) shard.map.clear();
   shard.map.try_emplace(std::string(word), Ids(ids.begin(), ids.end()));
-  shard.mu.Unlock();
+  shard.Unlock();
 }
 
 }  // namespace tandem::tokenizer
