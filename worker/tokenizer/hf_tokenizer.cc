@@ -171,9 +171,11 @@ struct HfTokenizer::Impl {
   std::string chat_template;
   std::map<std::string, std::string> chat_templates;
 
-  absl::Status Build(const Json& tj, const Json& cj);
+  // tokenizer.json, then tokenizer_config.json (which may replace the
+  // post-processor) and the added-token matchers.
+  absl::Status Build(const Json& tj);
   absl::Status ReadAddedTokens(const Json& tj);
-  absl::Status ReadConfig(const Json& cj, const Json& tj);
+  absl::Status ReadConfig(const Json& cj);
   std::optional<int32_t> Lookup(std::string_view token) const {
     if (auto it = added_by_content.find(absl::string_view(token.data(), token.size()));
         it != added_by_content.end()) {
@@ -186,7 +188,7 @@ struct HfTokenizer::Impl {
   }
 };
 
-absl::Status HfTokenizer::Impl::Build(const Json& tj, const Json& cj) {
+absl::Status HfTokenizer::Impl::Build(const Json& tj) {
   TOK_RETURN_IF_ERROR(CheckFields(tj, "",
                                   {"version", "truncation", "padding", "added_tokens", "normalizer",
                                    "pre_tokenizer", "model", "post_processor", "decoder"}));
@@ -241,7 +243,7 @@ absl::Status HfTokenizer::Impl::Build(const Json& tj, const Json& cj) {
   auto known = [this](int32_t id) { return Known(id); };
   TOK_ASSIGN_OR_RETURN(post_processor, PostProcessor::FromJson(FieldOrNull(tj, "post_processor"),
                                                                "post_processor", known));
-  return Annotate(ReadConfig(cj, tj), "tokenizer_config.json: ");
+  return absl::OkStatus();
 }
 
 absl::Status HfTokenizer::Impl::ReadAddedTokens(const Json& tj) {
@@ -296,7 +298,7 @@ absl::Status HfTokenizer::Impl::ReadAddedTokens(const Json& tj) {
   return absl::OkStatus();
 }
 
-absl::Status HfTokenizer::Impl::ReadConfig(const Json& cj, const Json& tj) {
+absl::Status HfTokenizer::Impl::ReadConfig(const Json& cj) {
   if (!cj.is_object()) return JsonTypeError("(top level)", "an object", cj);
   auto resolve = [this, &cj](const char* key, std::optional<int32_t>* out) -> absl::Status {
     TOK_ASSIGN_OR_RETURN(const std::optional<std::string> text,
@@ -399,7 +401,6 @@ absl::Status HfTokenizer::Impl::ReadConfig(const Json& cj, const Json& tj) {
       normalized_matcher.Add(normalizer.Normalize(t.content, &buf), static_cast<int>(i));
     }
   }
-  (void)tj;
   return absl::OkStatus();
 }
 
@@ -419,11 +420,8 @@ absl::StatusOr<HfTokenizer> HfTokenizer::FromJson(std::string_view tokenizer_jso
     cj = std::move(*parsed);
   }
   auto impl = std::make_unique<Impl>();
-  absl::Status s = impl->Build(*tj, cj);
-  if (!s.ok()) {
-    if (s.message().rfind("tokenizer_config.json: ", 0) == 0) return s;
-    return Annotate(s, "tokenizer.json: ");
-  }
+  TOK_RETURN_IF_ERROR(Annotate(impl->Build(*tj), "tokenizer.json: "));
+  TOK_RETURN_IF_ERROR(Annotate(impl->ReadConfig(cj), "tokenizer_config.json: "));
   return HfTokenizer(std::move(impl));
 }
 
