@@ -13,6 +13,7 @@
 
 #include "tests/tokenizer/tokenizer_test_util.h"
 #include "worker/tokenizer/hf_tokenizer.h"
+#include "worker/tokenizer/normalizer.h"
 
 namespace tandem::tokenizer {
 namespace {
@@ -25,16 +26,20 @@ struct Case {
   const char* name;
   testing::RealTokenizer files;
   Variant variant;
+  // decode(encode(x)) == NFC(x) for every text (byte-level after an NFC
+  // normalizer, no clean-up, no prefix space added).
+  bool lossless_up_to_nfc;
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 const Case kCases[] = {
-    {"qwen3", testing::kRealTokenizers[0], Variant::kAsIs},
-    {"llama3", testing::kRealTokenizers[1], Variant::kAsIs},
-    {"llama2", testing::kRealTokenizers[2], Variant::kAsIs},
-    {"qwen3_gpt2_stripped_tokens", testing::kRealTokenizers[0], Variant::kGpt2StrippedTokens},
-    {"llama2_metaspace_first", testing::kRealTokenizers[2], Variant::kMetaspaceFirst},
+    {"qwen3", testing::kRealTokenizers[0], Variant::kAsIs, true},
+    {"llama3", testing::kRealTokenizers[1], Variant::kAsIs, false},
+    {"llama2", testing::kRealTokenizers[2], Variant::kAsIs, false},
+    {"qwen3_gpt2_stripped_tokens", testing::kRealTokenizers[0], Variant::kGpt2StrippedTokens,
+     false},
+    {"llama2_metaspace_first", testing::kRealTokenizers[2], Variant::kMetaspaceFirst, false},
 };
 
 // Writes the variant of the files in `dir` to a temporary directory.
@@ -79,7 +84,9 @@ TEST_P(ReferenceTest, IdsAndDecodingMatchReference) {
   testing::ReferenceOutput ref;
   ASSERT_TRUE(testing::RunReference(dir, texts, &ref));
 
-  int id_mismatches = 0, decode_mismatches = 0;
+  auto nfc_normalizer = Normalizer::FromJson(json{{"type", "NFC"}}, "nfc");
+  ASSERT_TRUE(nfc_normalizer.ok());
+  int id_mismatches = 0, decode_mismatches = 0, lossy = 0;
   size_t tokens = 0;
   for (size_t i = 0; i < texts.size(); ++i) {
     const std::vector<int32_t> ids = tok->Encode(texts[i]);
@@ -95,9 +102,17 @@ TEST_P(ReferenceTest, IdsAndDecodingMatchReference) {
       ADD_FAILURE() << where << " text " << i << " decodes to " << json(decoded).dump()
                     << ", reference " << json(ref.decoded[i]).dump();
     }
+    if (GetParam().lossless_up_to_nfc) {
+      std::string buffer;
+      const std::string nfc(nfc_normalizer->Normalize(texts[i], &buffer));
+      if (tok->Decode(ids) != nfc && ++lossy <= 10) {
+        ADD_FAILURE() << where << " text " << i << " does not survive encode + decode";
+      }
+    }
   }
   EXPECT_EQ(id_mismatches, 0) << "of " << texts.size() << " texts";
   EXPECT_EQ(decode_mismatches, 0) << "of " << texts.size() << " texts";
+  EXPECT_EQ(lossy, 0) << "of " << texts.size() << " texts";
   EXPECT_GT(tokens, 20000u);  // the comparison covered real work
   if (GetParam().variant != Variant::kAsIs) std::filesystem::remove_all(dir);
 }
