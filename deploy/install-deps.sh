@@ -13,7 +13,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto
   libspdlog-dev libyaml-cpp-dev libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libgloo-dev libsqlite3-dev nlohmann-json3-dev
-  libxxhash-dev libpcre2-dev libssl-dev
+  libxxhash-dev libpcre2-dev libicu-dev libssl-dev
   curl procps openssl  # operators' tools (/healthz, tokens, certificates); the tests use them too
 )
 # What the tests call beyond the set above (which gives them curl, pgrep
@@ -29,6 +29,9 @@ TEST_PACKAGES=(
 # (tests/support/fetch-test-data.sh). A machine with Node.js from elsewhere
 # (NodeSource ships npm inside its nodejs) keeps it.
 if ! command -v npm >/dev/null 2>&1; then TEST_PACKAGES+=(npm); fi
+# Node.js runs the reference tokenizer in tests/tokenizer (npm brings it
+# along; named for machines whose npm came without it).
+if ! command -v node >/dev/null 2>&1; then TEST_PACKAGES+=(nodejs); fi
 
 usage() { echo "usage: deploy/install-deps.sh [--for-tests]" >&2; exit "$1"; }
 for arg in "$@"; do

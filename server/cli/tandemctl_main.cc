@@ -1,6 +1,7 @@
 // tandemctl: the Tandem command-line client. Parses the command word and
 // hands the rest to the command (commands.h); `model init` and `generate`
-// go to the model tools (worker/model/model_commands.h).
+// go to the model tools (worker/model/model_commands.h), `tokenize` to the
+// tokenizer (worker/tokenizer/tokenize_command.h).
 #include <algorithm>
 #include <iostream>
 #include <string>
@@ -9,6 +10,7 @@
 #include "server/cli/commands.h"
 #include "server/cli/exit_codes.h"
 #include "worker/model/model_commands.h"
+#include "worker/tokenizer/tokenize_command.h"
 
 namespace {
 
@@ -36,6 +38,8 @@ constexpr char kUsage[] =
     "  generate --model DIR --prompt TEXT [...]              sample from a model\n"
     "  chat-template --tokenizer DIR --messages-file F [--add-generation-prompt]\n"
     "                                          render a conversation with the model's chat template\n"
+    "  tokenize --tokenizer DIR (--text TEXT | --text-file F) [--decode]\n"
+    "                                          token ids of a text with a Hugging Face tokenizer\n"
     "\n"
     "Environment: TANDEM_COORDINATOR, TANDEM_ADMIN_TOKEN, TANDEM_TLS_CA.\n"
     "Exit codes: 0 ok, 1 job failed / error, 2 usage or invalid input, 3 cancelled,\n"
@@ -88,6 +92,7 @@ int main(int argc, char** argv) {
   if (cmd == "run") return CmdRunLocal(rest);
   if (cmd == "generate") return tandem::model::GenerateCommand(rest);
   if (cmd == "chat-template") return CmdChatTemplate(rest);
+  if (cmd == "tokenize") return tandem::tokenizer::TokenizeCommand(rest);
   if (cmd == "model") {
     if (!rest.empty() && rest[0] == "init") {
       return tandem::model::ModelInitCommand(std::vector<std::string>(rest.begin() + 1, rest.end()));
