@@ -168,8 +168,15 @@ class ControlContractTest(unittest.TestCase):
         resp = self.coord.control.SubmitJob(control_pb2.SubmitJobRequest(spec=tiny_spec(workers=3)),
                                             metadata=self.admin(), timeout=RPC_TIMEOUT)
         self.assertTrue(resp.job_id)
-        job = self.coord.control.GetJob(control_pb2.GetJobRequest(job_id=resp.job_id),
-                                        metadata=self.admin(), timeout=RPC_TIMEOUT)
+        # The scheduler states the reason on its next pass (every 250 ms at
+        # most); before that it is "waiting for the scheduler".
+        deadline = time.monotonic() + 10
+        while True:
+            job = self.coord.control.GetJob(control_pb2.GetJobRequest(job_id=resp.job_id),
+                                            metadata=self.admin(), timeout=RPC_TIMEOUT)
+            if "3" in job.reason or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         self.assertEqual(job.id, resp.job_id)
         self.assertEqual(job.state, job_pb2.JOB_STATE_PENDING)
         self.assertIn("3", job.reason, "PENDING reason should say how many workers it needs")
