@@ -3,6 +3,7 @@
 
 #include <iostream>
 
+#include "worker/model/job_model.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/ascii.h"
 #include "common/job_spec.h"
@@ -63,7 +64,8 @@ int CmdValidate(const Args& args) {
   const std::string usage =
       "Usage: tandemctl validate JOB.yaml [--set key.path=value ...] [--workers N]\n"
       "Checks a job file with the coordinator's rules, without contacting it; prints the\n"
-      "normalized job (every key, defaults filled in) on success.\n";
+      "normalized job (every key, defaults filled in) and the memory estimate per worker\n"
+      "that submission compares with the workers' memory.\n";
   int code = 0;
   auto p = ParseOrUsage(args, {{"set", "workers", "resume-from"}, {}, {}}, usage, &code);
   if (!p) return code;
@@ -78,6 +80,10 @@ int CmdValidate(const Args& args) {
   } else {
     std::cerr << p->positional[0] << ": ok (" << common::KindName(spec->kind()) << ", "
               << spec->cluster().workers() << " worker(s), " << spec->train().steps() << " steps)\n";
+    // What SubmitJob compares with the workers' memory.
+    if (auto config = model::JobModelConfig(*spec); config.ok()) {
+      std::cerr << "estimated memory per worker: " << model::EstimateJobMemory(*spec, *config).Describe() << "\n";
+    }
     std::cout << common::JobSpecToYaml(*spec);
   }
   return kExitOk;

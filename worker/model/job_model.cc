@@ -94,7 +94,12 @@ int64_t Add(int64_t a, int64_t b) {
   int64_t out;
   return __builtin_add_overflow(a, b, &out) ? INT64_MAX : out;
 }
-std::string GiB(int64_t bytes) { return absl::StrFormat("%.1f GiB", static_cast<double>(bytes) / (1 << 30)); }
+std::string GiB(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (b >= (1 << 30)) return absl::StrFormat("%.1f GiB", b / (1 << 30));
+  if (b >= (1 << 20)) return absl::StrFormat("%.1f MiB", b / (1 << 20));
+  return absl::StrFormat("%.1f KiB", b / 1024);
+}
 
 }  // namespace
 
