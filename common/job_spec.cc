@@ -34,6 +34,7 @@ const YamlProtoOptions& JobOptions() {
         {.path = "kind", .min = 1},
         {.path = "recovery.replacement_timeout_ms", .min = 0, .max = 86400000},
         {.path = "recovery.max_recoveries", .min = 0, .max = 10000},
+        {.path = "recovery.degraded_low_rank", .min = 0, .max = 65536},
         // model.config: Hugging Face config.json names.
         {.path = "model.config.vocab_size", .min = 2, .max = kMaxVocab},
         {.path = "model.config.hidden_size", .min = 1, .max = 65536},
@@ -397,6 +398,8 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     if (cl.workers() < 2) return Invalid("recovery.degraded", "needs cluster.workers >= 2");
   } else if (spec.recovery().degraded_cheap_backward()) {
     return Invalid("recovery.degraded_cheap_backward", "only with recovery.degraded: true");
+  } else if (spec.recovery().degraded_low_rank() > 0) {
+    return Invalid("recovery.degraded_low_rank", "only with recovery.degraded: true");
   }
   int train_world = cl.workers();
   int rollout_world = cl.workers();

@@ -122,6 +122,10 @@ TEST(JobSpecTest, BadInputsNameTheField) {
             "recovery.degraded: needs cluster.workers >= 2");
   EXPECT_EQ(ErrorOf(base, {"recovery.degraded_cheap_backward=true"}),
             "recovery.degraded_cheap_backward: only with recovery.degraded: true");
+  EXPECT_EQ(ErrorOf(base, {"recovery.degraded_low_rank=8"}),
+            "recovery.degraded_low_rank: only with recovery.degraded: true");
+  EXPECT_EQ(ErrorOf(base, {"recovery.degraded=true", "cluster.zero_stage=0", "recovery.degraded_low_rank=8"}), "OK");
+  EXPECT_EQ(ErrorOf(base, {"recovery.degraded_low_rank=-1"}).rfind("recovery.degraded_low_rank: ", 0), 0u);
   EXPECT_EQ(ErrorOf(base, {"recovery.degraded=maybe"}).rfind("recovery.degraded: expected", 0), 0u)
       << ErrorOf(base, {"recovery.degraded=maybe"});
 }

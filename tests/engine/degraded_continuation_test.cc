@@ -38,10 +38,12 @@ constexpr int kSteps = 14;
 constexpr int kFailAfter = 3;  // rank 1 dies during step 4
 constexpr int kGrowBack = 8;   // checkpoint after step 8; the replacement joins
 
-JobSpec SftSpec(const std::string& dir, bool cheap) {
-  return ParseSpec(TinySftYaml(), {"cluster.workers=" + std::to_string(kW), "cluster.zero_stage=0",
+JobSpec SftSpec(const std::string& dir, bool cheap, int low_rank = 0, int stage = 0) {
+  return ParseSpec(TinySftYaml(), {"cluster.workers=" + std::to_string(kW),
+                                   "cluster.zero_stage=" + std::to_string(stage),
                                    "train.steps=" + std::to_string(kSteps), "recovery.degraded=true",
                                    std::string("recovery.degraded_cheap_backward=") + (cheap ? "true" : "false"),
+                                   "recovery.degraded_low_rank=" + std::to_string(low_rank),
                                    "checkpoint.dir=" + dir + "/ckpt"});
 }
 
@@ -120,9 +122,10 @@ const std::vector<double>& FaultFreeLosses() {
 }
 
 // Runs the degraded scenario; losses[s-1] for every step.
-std::vector<double> DegradedRun(bool cheap, int lost, bool grow_back, const std::string& device = "cpu") {
+std::vector<double> DegradedRun(bool cheap, int lost, bool grow_back, const std::string& device = "cpu",
+                                int low_rank = 0) {
   const std::string dir = MakeTempDir("degraded");
-  const JobSpec spec = SftSpec(dir, cheap);
+  const JobSpec spec = SftSpec(dir, cheap, low_rank);
   std::vector<double> losses(kSteps, 0.0);
   EngineCluster c(kW, "job-1", device);
   c.SetupOk(spec);
@@ -193,6 +196,31 @@ TEST(DegradedContinuationTest, CheapBackwardRunsAndLossKeepsFalling) {
   EXPECT_LT(late, early);
   EXPECT_GT(worst, 1e-6) << "the cheap backward changed nothing: is it applied?";
   EXPECT_LE(run[3], base[3] * (1 + 1e-5)) << "step 4's loss comes before any cheap update";
+}
+
+// MeCeFO's low-rank MLP weight gradients on the taken-over share: the loss
+// keeps falling at every rank, the run departs from the exact one less as
+// the rank grows, and at rank = hidden_size (32) it is the exact run up to
+// rounding.
+TEST(DegradedContinuationTest, LowRankFfnGradientsStillLowerTheLoss) {
+  const auto& base = FaultFreeLosses();
+  std::vector<double> worst_by_rank;
+  for (int r : {2, 8, 32}) {
+    const auto run = DegradedRun(/*cheap=*/false, /*lost=*/1, /*grow_back=*/false, "cpu", r);
+    double worst = 0;
+    for (int s = kFailAfter + 1; s <= kSteps; ++s) worst = std::max(worst, RelDiff(run[s - 1], base[s - 1]));
+    const double early = (run[3] + run[4] + run[5]) / 3;
+    const double late = (run[kSteps - 3] + run[kSteps - 2] + run[kSteps - 1]) / 3;
+    std::printf("[degraded] SFT low-rank MLP gradients, rank %2d of 32: loss steps 4-6 %.4f -> steps %d-%d %.4f; "
+                "largest loss rel diff vs exact %.3g\n",
+                r, early, kSteps - 2, kSteps, late, worst);
+    EXPECT_LT(late, early) << "rank " << r;
+    EXPECT_LE(run[3], base[3] * (1 + 1e-5)) << "step 4's loss comes before any low-rank update";
+    worst_by_rank.push_back(worst);
+  }
+  EXPECT_GT(worst_by_rank[0], 1e-6) << "rank 2 changed nothing: is it applied?";
+  EXPECT_GT(worst_by_rank[0], worst_by_rank[2]);
+  EXPECT_LE(worst_by_rank[2], 1e-5) << "full rank must be the exact run";
 }
 
 // The live restore, the taken-over shares (cheap backward included) and

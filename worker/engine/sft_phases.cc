@@ -141,9 +141,10 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   // One share at a time (data_shares.h), so a micro-batch never mixes this
   // rank's own examples with a taken-over share's.
   for (const DataShare& share : MyShares(ctx, hold ? 0 : global_batch)) {
-    model::BackwardOptions bo;
-    bo.skip_attention = CheapBackward(ctx, share);
+    const model::ForwardOptions fo = ShareForward(ctx, share);
+    int64_t pass = 0;
     for (const rl::IndexRange& mb : rl::MicroBatches(share.range, micro)) {
+      const model::BackwardOptions bo = ShareBackward(ctx, share, data_step, pass++);
       std::vector<rl::SftExample> ex(global.begin() + mb.begin, global.begin() + mb.end);
       rl::PackedBatch packed = rl::PackSft(ex, ctx.dataset->tokens().bos,
                                            ctx.dataset->tokens().eos);
@@ -151,7 +152,8 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
       const int t = batch.num_tokens();
       logp.assign(t, 0.f);
       dlogp.assign(t, 0.f);
-      if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp.data()); !st.ok())
+      if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp.data(), nullptr, fo);
+          !st.ok())
         return st;
       for (int i = 0; i < t; ++i) {
         if (packed.loss_mask[i] != 0.f) {
