@@ -138,6 +138,29 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   // Gradients accumulate over this step's micro-batches only.
   ctx.zero->ZeroGrads();
   if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
+  // ZeRO-2/3 pair every forward/backward with collectives: in degraded mode
+  // a rank that computes fewer micro-batches than another (it took over no
+  // share) pads with zero-weight passes over a one-token batch.
+  int64_t padding = 0;
+  if (ctx.zero->stage() >= 2 && ctx.assignment.logical_world_size() > 0) {
+    int64_t local = 0;
+    for (const DataShare& share : MyShares(ctx, hold ? 0 : global_batch)) {
+      local += static_cast<int64_t>(rl::MicroBatches(share.range, micro).size());
+    }
+    auto most = MaxOverRanks(ctx, local);
+    if (!most.ok()) return most.status();
+    padding = *most - local;
+  }
+  for (int64_t i = 0; i < padding; ++i) {
+    model::Batch batch;
+    const int32_t seq[2] = {ctx.dataset->tokens().bos, ctx.dataset->tokens().eos};
+    batch.AddSequence(seq);
+    logp.assign(batch.num_tokens(), 0.f);
+    dlogp.assign(batch.num_tokens(), 0.f);
+    if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp.data()); !st.ok()) return st;
+    if (absl::Status st = ctx.model->Backward(dlogp.data(), *ctx.zero); !st.ok()) return st;
+    if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
+  }
   // One share at a time (data_shares.h), so a micro-batch never mixes this
   // rank's own examples with a taken-over share's.
   for (const DataShare& share : MyShares(ctx, hold ? 0 : global_batch)) {
