@@ -141,6 +141,7 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   // ZeRO-2/3 pair every forward/backward with collectives: in degraded mode
   // a rank that computes fewer micro-batches than another (it took over no
   // share) pads with zero-weight passes over a one-token batch.
+  const auto compute_start = std::chrono::steady_clock::now();
   int64_t padding = 0;
   if (ctx.zero->stage() >= 2 && ctx.assignment.logical_world_size() > 0) {
     int64_t local = 0;
@@ -190,6 +191,7 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
     }
   }
 
+  const double compute_seconds = Seconds(compute_start);
   const double lr_base = warm_start && spec.init().sft_lr() > 0 ? spec.init().sft_lr()
                                                                  : spec.train().lr();
   rl::LrSchedule sched;
@@ -209,7 +211,11 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   ctx.policy_version++;
   ctx.last_trained_step = step;  // the state is step's now, whatever follows
 
-  std::vector<double> sums = {loss_sum, tokens};
+  // Loss, tokens, then each rank's forward/backward seconds in its slot.
+  std::vector<double> sums(2 + ctx.world, 0.0);
+  sums[0] = loss_sum;
+  sums[1] = tokens;
+  sums[2 + ctx.rank] = compute_seconds;
   if (absl::Status st = AllreduceSum(ctx, sums); !st.ok()) return st;
   const double seconds = Seconds(start);
   auto* m = report->mutable_metrics();
@@ -219,6 +225,11 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   m->set_grad_norm(grad_norm);
   m->set_tokens_per_s(sums[1] / seconds);
   if (warm_start) (*m->mutable_extra())["warmup"] = 1;
+  // The slowest and fastest rank's forward/backward time (before the
+  // optimizer step): in degraded mode, the survivor that took over a share
+  // against one that did not.
+  (*m->mutable_extra())["compute_seconds_max"] = *std::max_element(sums.begin() + 2, sums.end());
+  (*m->mutable_extra())["compute_seconds_min"] = *std::min_element(sums.begin() + 2, sums.end());
   if (stop_accuracy > 0) {
     (*m->mutable_extra())["teacher_forced_exact"] = probe_exact;
     (*m->mutable_extra())["warm_start_held"] = hold ? 1 : 0;
