@@ -1,4 +1,4 @@
-// Degraded continuation (issue 6, MeCeFO): a worker of a recovery.degraded
+// Degraded continuation (MeCeFO): a worker of a recovery.degraded
 // job dies; the survivors are set up again at the next generation with
 // live_restore (their in-memory state of the last completed training step)
 // and logical data shares (each computes its own share plus the lost
@@ -11,8 +11,14 @@
 //  - live_restore with the wrong step, or with a rank that holds no state,
 //    fails SETUP on every rank with "live restore: ..."; so does a logical
 //    share that no rank computes;
-//  - the cheap backward (skip attention on taken-over shares) runs, differs
-//    from the exact run and the loss keeps falling.
+//  - the cheap backward (skip attention, recompute the MLP on taken-over
+//    shares) runs, differs from the exact run and the loss keeps falling;
+//  - low-rank MLP gradients (recovery.degraded_low_rank): the loss keeps
+//    falling, the departure from the exact run shrinks with the rank;
+//  - ZeRO stages 1-3: the survivors re-partition their shards and the lost
+//    rank's peer copy; with a copy of the live step the run matches the
+//    fault-free one; an older copy gives stale moments at stage 2 and is
+//    refused at stage 3.
 // Prints the largest differences.
 #include <chrono>
 #include <cmath>

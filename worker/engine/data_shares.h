@@ -2,7 +2,7 @@
 // examples) are split over the job's ranks.
 //
 // Normally rank r of N computes RankSlice(total, r, N). In degraded
-// continuation (RecoverySpec.degraded, issue 6 / MeCeFO) the survivors of a
+// continuation (RecoverySpec.degraded, MeCeFO) the survivors of a
 // lost worker keep the split of the full job: the batch is cut into
 // W = Assignment.logical_world_size shares (RankSlice(total, l, W)) and each
 // rank computes the contiguous block [logical_rank_begin, logical_rank_end)
