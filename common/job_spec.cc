@@ -34,6 +34,7 @@ const YamlProtoOptions& JobOptions() {
         {.path = "kind", .min = 1},
         {.path = "recovery.replacement_timeout_ms", .min = 0, .max = 86400000},
         {.path = "recovery.max_recoveries", .min = 0, .max = 10000},
+        {.path = "recovery.degraded_low_rank", .min = 0, .max = 65536},
         // model.config: Hugging Face config.json names.
         {.path = "model.config.vocab_size", .min = 2, .max = kMaxVocab},
         {.path = "model.config.hidden_size", .min = 1, .max = 65536},
@@ -385,18 +386,14 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   const auto& pl = spec.placement();
   const bool disaggregated = pl.mode() == "disaggregated";
   if (spec.recovery().degraded()) {
-    // A neighbour can take over a lost rank's work only when it holds the
-    // whole state (MeCeFO's data-parallel replicas).
-    if (cl.zero_stage() != 0) {
-      return Invalid("recovery.degraded",
-                     absl::StrCat("needs cluster.zero_stage: 0 (stage ", cl.zero_stage(),
-                                  " shards the state, so a lost rank's shard cannot be taken over); use "
-                                  "cluster.min_workers for elastic continuation instead"));
-    }
+    // Any ZeRO stage: at stages 1-3 a lost rank's shard comes from its
+    // neighbour's peer copy (worker/engine/live_restore.h).
     if (disaggregated) return Invalid("recovery.degraded", "is only for placement.mode: colocated");
     if (cl.workers() < 2) return Invalid("recovery.degraded", "needs cluster.workers >= 2");
   } else if (spec.recovery().degraded_cheap_backward()) {
     return Invalid("recovery.degraded_cheap_backward", "only with recovery.degraded: true");
+  } else if (spec.recovery().degraded_low_rank() > 0) {
+    return Invalid("recovery.degraded_low_rank", "only with recovery.degraded: true");
   }
   int train_world = cl.workers();
   int rollout_world = cl.workers();

@@ -952,8 +952,13 @@ bool JobManager::RecoverDegradedLocked(JobRecord* r, const std::vector<std::stri
   EventLocked(r, "recovery",
               absl::StrCat("degraded: generation ", r->job.generation(), " continues on ", ids.size(), " of ",
                            logical_world, " ranks without waiting (", absl::StrJoin(blocks, ", "),
-                           r->job.spec().recovery().degraded_cheap_backward() ? "; cheap backward for taken-over shares"
-                                                                              : "",
+                           r->job.spec().recovery().degraded_cheap_backward()
+                               ? "; cheap backward (no attention backward, MLP recomputed) for taken-over shares"
+                               : "",
+                           r->job.spec().recovery().degraded_low_rank() > 0
+                               ? absl::StrCat("; rank-", r->job.spec().recovery().degraded_low_rank(),
+                                              " MLP weight gradients for taken-over shares")
+                               : "",
                            "); restoring ", source));
   return true;
 }

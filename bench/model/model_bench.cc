@@ -2,7 +2,12 @@
 // for configs A and B, and of batched KV-cache decoding for config A, with
 // model FLOP/s as a fraction of the measured sgemm ceiling.
 //
-//   build/bin/bench_model [--threads 2] [--iters 5] [--only train|decode]
+//   build/bin/bench_model [--threads 2] [--iters 5] [--only train|decode|mecefo]
+//
+// mecefo: forward + backward of one micro-batch in each of MeCeFO's modes
+// for a taken-over share (exact, no attention backward, + MLP
+// recomputation, + low-rank MLP gradients), against the exact one: the
+// extra work of a survivor that computes its own share and a lost one's.
 //
 // Compare with bench/pytorch/llama_peer.py on the same machine (see
 // docs/benchmarks.md for the exact commands and figures).
@@ -11,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -139,6 +145,66 @@ void Decode(const Shape& s, tandem::kernels::Ops* ops) {
               r->decode_seconds * 1e3, r->kv_cache_bytes / 1e6);
 }
 
+// Forward + backward of one micro-batch in each mode, one model per mode,
+// the modes interleaved round by round (so that load on the machine hits
+// them alike); medians.
+void MeCeFO(const Shape& s, tandem::kernels::Ops* ops, int iters) {
+  struct Mode {
+    const char* name;
+    bool skip, recompute;
+    int low_rank;
+  };
+  const int r = s.hidden / 8;
+  const Mode modes[] = {{"exact", false, false, 0},
+                        {"skip attention backward", true, false, 0},
+                        {"+ MLP recomputation", true, true, 0},
+                        {"+ low-rank MLP gradients", true, true, r}};
+  constexpr int kModes = 4;
+  ModelConfig cfg = ToConfig(s);
+  std::vector<std::unique_ptr<tandem::model::Model>> models;
+  for (int i = 0; i < kModes; ++i) models.push_back(std::make_unique<tandem::model::Model>(cfg, ops));
+  const auto& layout = models[0]->layout();
+  std::vector<float> params(layout.total_floats()), grads(layout.total_floats(), 0.f);
+  models[0]->InitParams(1, params.data());
+  tandem::model::FlatParamProvider pp(layout, params.data(), grads.data());
+  std::mt19937 rng(0);
+  tandem::model::Batch batch;
+  for (int b = 0; b < s.batch; ++b) {
+    std::vector<int32_t> seq(s.seq + 1);
+    for (auto& t : seq) t = static_cast<int32_t>(rng() % s.vocab);
+    batch.AddSequence(seq);
+  }
+  const int T = batch.num_tokens();
+  std::vector<float> logp(T), mask(T, 1.f), dlogp(T);
+  std::vector<std::vector<double>> times(kModes);
+  for (int it = 0; it < iters + 2; ++it) {
+    for (int i = 0; i < kModes; ++i) {
+      tandem::model::ForwardOptions fo;
+      fo.recompute_mlp = modes[i].recompute;
+      tandem::model::BackwardOptions bo;
+      bo.skip_attention = modes[i].skip;
+      bo.low_rank = modes[i].low_rank;
+      bo.low_rank_seed = static_cast<uint64_t>(it);
+      auto t0 = Clock::now();
+      (void)models[i]->ForwardLogprobs(batch, pp, logp.data(), nullptr, fo);
+      tandem::model::SftLoss(logp, mask, dlogp.data());
+      (void)models[i]->Backward(dlogp.data(), pp, bo);
+      if (it >= 2) times[i].push_back(Secs(t0));
+    }
+  }
+  std::vector<double> med(kModes);
+  for (int i = 0; i < kModes; ++i) {
+    std::sort(times[i].begin(), times[i].end());
+    med[i] = times[i][times[i].size() / 2];
+  }
+  for (int i = 0; i < kModes; ++i) {
+    std::printf("mecefo %-2s  %d x %d tokens  %-26s rank %3d  fwd+bwd %7.1f ms (%5.1f%% of exact)  "
+                "workspace %6.1f MB\n",
+                s.name, s.batch, s.seq, modes[i].name, modes[i].low_rank, med[i] * 1e3, 100.0 * med[i] / med[0],
+                models[i]->workspace_bytes() / 1e6);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -147,7 +213,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
-      std::printf("usage: bench_model [--threads N] [--iters N] [--only train|decode]\n");
+      std::printf("usage: bench_model [--threads N] [--iters N] [--only train|decode|mecefo]\n");
       return 0;
     } else if (a == "--threads" && i + 1 < argc) {
       threads = std::atoi(argv[++i]);
@@ -168,5 +234,12 @@ int main(int argc, char** argv) {
     Train(kB, ops.get(), iters, ceiling);
   }
   if (only == "all" || only == "decode") Decode(kA, ops.get());
+  if (only == "all" || only == "mecefo") {
+    // The degraded benchmark's model (bench/recovery/sft-reverse.yaml: one
+    // micro-batch of 8 sequences of ~50 tokens), then config A.
+    constexpr Shape kReverse = {"R", 99, 256, 4, 4, 2, 768, 8, 50};
+    MeCeFO(kReverse, ops.get(), iters);
+    MeCeFO(kA, ops.get(), iters);
+  }
   return 0;
 }

@@ -114,14 +114,19 @@ TEST(JobSpecTest, BadInputsNameTheField) {
   EXPECT_EQ(ErrorOf("kind: sft\nmodel: {from: /m}\ntask: {name: sort, digits: 3}\n"),
             "task.digits: applies only to the arithmetic task; use task.min_len/task.max_len for sort");
   EXPECT_EQ(ErrorOf("kind: sft\nmodel: {from: /m}\ntask: {name: sort}\n"), "OK");
-  // Degraded continuation needs replicas (stage 0), co-location and a peer.
-  EXPECT_EQ(ErrorOf(base, {"recovery.degraded=true"}).rfind("recovery.degraded: needs cluster.zero_stage: 0", 0), 0u);
+  // Degraded continuation needs co-location and a peer, at any ZeRO stage.
+  EXPECT_EQ(ErrorOf(base, {"recovery.degraded=true"}), "OK");
+  EXPECT_EQ(ErrorOf(base, {"recovery.degraded=true", "cluster.zero_stage=3"}), "OK");
   EXPECT_EQ(ErrorOf(base, {"recovery.degraded=true", "cluster.zero_stage=0"}), "OK");
   EXPECT_EQ(ErrorOf(base, {"recovery.degraded=true", "cluster.zero_stage=0", "cluster.workers=1",
                            "rl.prompts_per_step=16"}),
             "recovery.degraded: needs cluster.workers >= 2");
   EXPECT_EQ(ErrorOf(base, {"recovery.degraded_cheap_backward=true"}),
             "recovery.degraded_cheap_backward: only with recovery.degraded: true");
+  EXPECT_EQ(ErrorOf(base, {"recovery.degraded_low_rank=8"}),
+            "recovery.degraded_low_rank: only with recovery.degraded: true");
+  EXPECT_EQ(ErrorOf(base, {"recovery.degraded=true", "cluster.zero_stage=0", "recovery.degraded_low_rank=8"}), "OK");
+  EXPECT_EQ(ErrorOf(base, {"recovery.degraded_low_rank=-1"}).rfind("recovery.degraded_low_rank: ", 0), 0u);
   EXPECT_EQ(ErrorOf(base, {"recovery.degraded=maybe"}).rfind("recovery.degraded: expected", 0), 0u)
       << ErrorOf(base, {"recovery.degraded=maybe"});
 }

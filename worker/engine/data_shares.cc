@@ -47,4 +47,30 @@ bool CheapBackward(const JobContext& ctx, const DataShare& share) {
   return share.taken_over && ctx.spec().recovery().degraded_cheap_backward();
 }
 
+model::ForwardOptions ShareForward(const JobContext& ctx, const DataShare& share) {
+  model::ForwardOptions fo;
+  fo.recompute_mlp = CheapBackward(ctx, share);
+  return fo;
+}
+
+model::BackwardOptions ShareBackward(const JobContext& ctx, const DataShare& share, int64_t step,
+                                     int64_t pass) {
+  model::BackwardOptions bo;
+  bo.skip_attention = CheapBackward(ctx, share);
+  if (share.taken_over && ctx.spec().recovery().degraded_low_rank() > 0) {
+    bo.low_rank = ctx.spec().recovery().degraded_low_rank();
+    // SplitMix64 over (seed, step, share, pass): never rank or wall clock.
+    uint64_t h = ctx.spec().seed();
+    for (uint64_t v : {static_cast<uint64_t>(step), static_cast<uint64_t>(share.logical_rank),
+                       static_cast<uint64_t>(pass)}) {
+      h += 0x9E3779B97F4A7C15ull + v;
+      h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+      h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+      h ^= h >> 31;
+    }
+    bo.low_rank_seed = h;
+  }
+  return bo;
+}
+
 }  // namespace tandem::worker

@@ -2,7 +2,7 @@
 // examples) are split over the job's ranks.
 //
 // Normally rank r of N computes RankSlice(total, r, N). In degraded
-// continuation (RecoverySpec.degraded, issue 6 / MeCeFO) the survivors of a
+// continuation (RecoverySpec.degraded, MeCeFO) the survivors of a
 // lost worker keep the split of the full job: the batch is cut into
 // W = Assignment.logical_world_size shares (RankSlice(total, l, W)) and each
 // rank computes the contiguous block [logical_rank_begin, logical_rank_end)
@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "tandem/v1/cluster.pb.h"
+#include "worker/model/model.h"
 #include "worker/rl/sft_data.h"
 
 namespace tandem::worker {
@@ -39,8 +40,17 @@ std::vector<DataShare> MyShares(const JobContext& ctx, int64_t total);
 // The union of MyShares(ctx, total): one contiguous range.
 rl::IndexRange MyRange(const JobContext& ctx, int64_t total);
 
-// Whether the backward of a share's micro-batches skips the attention
-// sub-block (recovery.degraded_cheap_backward and a taken-over share).
+// Whether a share's micro-batches are computed in MeCeFO's cheaper mode
+// (recovery.degraded_cheap_backward and a taken-over share): the backward
+// skips the attention sub-block and the forward keeps no MLP activations.
 bool CheapBackward(const JobContext& ctx, const DataShare& share);
+
+// The model options of one micro-batch of `share`. A taken-over share gets
+// the cheaper mode (above) and, with recovery.degraded_low_rank = R > 0,
+// rank-R FFN weight gradients whose projection is drawn from (job seed,
+// step, logical share, pass); an own share gets the exact defaults.
+model::ForwardOptions ShareForward(const JobContext& ctx, const DataShare& share);
+model::BackwardOptions ShareBackward(const JobContext& ctx, const DataShare& share, int64_t step,
+                                     int64_t pass);
 
 }  // namespace tandem::worker

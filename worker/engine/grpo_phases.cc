@@ -371,7 +371,8 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
       std::vector<size_t> idx;
       struct Pass {
         size_t begin, end;  // into idx
-        bool cheap;         // skip the attention backward (a taken-over share)
+        model::ForwardOptions fo;  // the share's options (data_shares.h)
+        model::BackwardOptions bo;
       };
       std::vector<Pass> passes;
       for (const auto& st : TrajectoriesByShare(ctx)) {
@@ -381,7 +382,9 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
           if (p >= prompt_parts[k].begin && p < prompt_parts[k].end) idx.push_back(i);
         }
         for (size_t b = first; b < idx.size(); b += micro) {
-          passes.push_back({b, std::min(idx.size(), b + micro), CheapBackward(ctx, st.share)});
+          const int64_t n = static_cast<int64_t>(passes.size());
+          passes.push_back({b, std::min(idx.size(), b + micro), ShareForward(ctx, st.share),
+                            ShareBackward(ctx, st.share, step, (e * minis + k) * 100000 + n)});
         }
       }
       double tokens = 0, seqs = 0;
@@ -406,8 +409,8 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
         const bool padding = pass >= local_passes;
         const size_t b = padding ? 0 : passes[pass].begin;
         const size_t e2 = padding ? std::min<size_t>(1, trajs.size()) : passes[pass].end;
-        model::BackwardOptions bo;
-        bo.skip_attention = !padding && passes[pass].cheap;
+        const model::ForwardOptions fo = padding ? model::ForwardOptions{} : passes[pass].fo;
+        const model::BackwardOptions bo = padding ? model::BackwardOptions{} : passes[pass].bo;
         if (padding && trajs.empty()) {
           return absl::InternalError("rank has no trajectory to pad its passes with");
         }
@@ -429,7 +432,7 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
         if (!rb.ok()) return rb.status();
         model::Batch batch = ToModelBatch(rb->packed);
         logp_new.assign(batch.num_tokens(), 0.f);
-        if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp_new.data());
+        if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp_new.data(), nullptr, fo);
             !st.ok())
           return st;
         if (old_is_current) {

@@ -138,12 +138,37 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   // Gradients accumulate over this step's micro-batches only.
   ctx.zero->ZeroGrads();
   if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
+  // ZeRO-2/3 pair every forward/backward with collectives: in degraded mode
+  // a rank that computes fewer micro-batches than another (it took over no
+  // share) pads with zero-weight passes over a one-token batch.
+  const auto compute_start = std::chrono::steady_clock::now();
+  int64_t padding = 0;
+  if (ctx.zero->stage() >= 2 && ctx.assignment.logical_world_size() > 0) {
+    int64_t local = 0;
+    for (const DataShare& share : MyShares(ctx, hold ? 0 : global_batch)) {
+      local += static_cast<int64_t>(rl::MicroBatches(share.range, micro).size());
+    }
+    auto most = MaxOverRanks(ctx, local);
+    if (!most.ok()) return most.status();
+    padding = *most - local;
+  }
+  for (int64_t i = 0; i < padding; ++i) {
+    model::Batch batch;
+    const int32_t seq[2] = {ctx.dataset->tokens().bos, ctx.dataset->tokens().eos};
+    batch.AddSequence(seq);
+    logp.assign(batch.num_tokens(), 0.f);
+    dlogp.assign(batch.num_tokens(), 0.f);
+    if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp.data()); !st.ok()) return st;
+    if (absl::Status st = ctx.model->Backward(dlogp.data(), *ctx.zero); !st.ok()) return st;
+    if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
+  }
   // One share at a time (data_shares.h), so a micro-batch never mixes this
   // rank's own examples with a taken-over share's.
   for (const DataShare& share : MyShares(ctx, hold ? 0 : global_batch)) {
-    model::BackwardOptions bo;
-    bo.skip_attention = CheapBackward(ctx, share);
+    const model::ForwardOptions fo = ShareForward(ctx, share);
+    int64_t pass = 0;
     for (const rl::IndexRange& mb : rl::MicroBatches(share.range, micro)) {
+      const model::BackwardOptions bo = ShareBackward(ctx, share, data_step, pass++);
       std::vector<rl::SftExample> ex(global.begin() + mb.begin, global.begin() + mb.end);
       rl::PackedBatch packed = rl::PackSft(ex, ctx.dataset->tokens().bos,
                                            ctx.dataset->tokens().eos);
@@ -151,7 +176,8 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
       const int t = batch.num_tokens();
       logp.assign(t, 0.f);
       dlogp.assign(t, 0.f);
-      if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp.data()); !st.ok())
+      if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp.data(), nullptr, fo);
+          !st.ok())
         return st;
       for (int i = 0; i < t; ++i) {
         if (packed.loss_mask[i] != 0.f) {
@@ -165,6 +191,7 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
     }
   }
 
+  const double compute_seconds = Seconds(compute_start);
   const double lr_base = warm_start && spec.init().sft_lr() > 0 ? spec.init().sft_lr()
                                                                  : spec.train().lr();
   rl::LrSchedule sched;
@@ -184,7 +211,11 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   ctx.policy_version++;
   ctx.last_trained_step = step;  // the state is step's now, whatever follows
 
-  std::vector<double> sums = {loss_sum, tokens};
+  // Loss, tokens, then each rank's forward/backward seconds in its slot.
+  std::vector<double> sums(2 + ctx.world, 0.0);
+  sums[0] = loss_sum;
+  sums[1] = tokens;
+  sums[2 + ctx.rank] = compute_seconds;
   if (absl::Status st = AllreduceSum(ctx, sums); !st.ok()) return st;
   const double seconds = Seconds(start);
   auto* m = report->mutable_metrics();
@@ -194,6 +225,11 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   m->set_grad_norm(grad_norm);
   m->set_tokens_per_s(sums[1] / seconds);
   if (warm_start) (*m->mutable_extra())["warmup"] = 1;
+  // The slowest and fastest rank's forward/backward time (before the
+  // optimizer step): in degraded mode, the survivor that took over a share
+  // against one that did not.
+  (*m->mutable_extra())["compute_seconds_max"] = *std::max_element(sums.begin() + 2, sums.end());
+  (*m->mutable_extra())["compute_seconds_min"] = *std::min_element(sums.begin() + 2, sums.end());
   if (stop_accuracy > 0) {
     (*m->mutable_extra())["teacher_forced_exact"] = probe_exact;
     (*m->mutable_extra())["warm_start_held"] = hold ? 1 : 0;

@@ -65,15 +65,14 @@ absl::Status Model::EnsureCapacity(int t) {
   const size_t o_x = take((L + 1) * T * C_), o_xmid = take(L * T * C_),
                o_q = take(L * T * HD_), o_k = take(L * T * KD_),
                o_v = take(L * T * KD_), o_attn = take(L * T * HD_),
-               o_lse = take(L * T * H_), o_gate = take(L * T * I_),
-               o_up = take(L * T * I_), o_r1 = take(L * T), o_r2 = take(L * T),
+               o_lse = take(L * T * H_), o_r1 = take(L * T), o_r2 = take(L * T),
                o_rf = take(T), o_xnf = take(T * C_), o_xn = take(T * C_),
                o_hact = take(T * I_), o_dres = take(T * C_),
                o_dtmp = take(T * C_), o_dxn = take(T * C_),
                o_dattn = take(T * HD_), o_dq = take(T * HD_),
                o_dk = take(T * KD_), o_dv = take(T * KD_),
                o_dh = take(T * I_), o_dgate = take(T * I_),
-               o_dup = take(T * I_), o_rt = take(T),
+               o_dup = take(T * I_), o_dup2 = take(T * I_), o_rt = take(T),
                o_lm = take(static_cast<size_t>(lm_chunk_) * V_),
                o_logp = take(T), o_ent = take(T), o_dlogp = take(T);
   ws_.reset();  // free the old workspace before allocating the larger one
@@ -86,7 +85,7 @@ absl::Status Model::EnsureCapacity(int t) {
   }
   float* b = ws_.data();
   x_ = b + o_x; xmid_ = b + o_xmid; q_ = b + o_q; k_ = b + o_k; v_ = b + o_v;
-  attn_ = b + o_attn; lse_ = b + o_lse; gate_ = b + o_gate; up_ = b + o_up;
+  attn_ = b + o_attn; lse_ = b + o_lse; dup2_ = b + o_dup2;
   rstd1_ = b + o_r1; rstd2_ = b + o_r2; rstdf_ = b + o_rf; xnf_ = b + o_xnf;
   xn_ = b + o_xn; hact_ = b + o_hact; dres_ = b + o_dres; dtmp_ = b + o_dtmp;
   dxn_ = b + o_dxn; dattn_ = b + o_dattn; dq_ = b + o_dq; dk_ = b + o_dk;
@@ -98,6 +97,77 @@ absl::Status Model::EnsureCapacity(int t) {
   idx_host_.reserve(4 * T + 1);
   cap_ = t;
   return absl::OkStatus();
+}
+
+absl::Status Model::EnsureMlpStore(int t) {
+  if (t <= mlp_cap_) return absl::OkStatus();
+  const size_t n = static_cast<size_t>(L_) * t * I_;
+  mlp_.reset();
+  mlp_cap_ = 0;
+  gate_ = up_ = nullptr;
+  have_forward_ = false;
+  if (!mlp_.Allocate(mem_, 2 * n)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "model: cannot allocate ", 2 * n * sizeof(float), " bytes of MLP activations for ", t,
+        " tokens in ", mem_->name(), " memory"));
+  }
+  gate_ = mlp_.data();
+  up_ = mlp_.data() + n;
+  mlp_cap_ = t;
+  return absl::OkStatus();
+}
+
+absl::Status Model::EnsureLowRank(int t, int r) {
+  if (t <= lr_cap_ && r <= lr_rank_) return absl::OkStatus();
+  const int tc = std::max(t, lr_cap_), rc = std::max(r, lr_rank_);
+  const size_t n = static_cast<size_t>(rc) * (C_ + tc + I_);
+  low_rank_ws_.reset();
+  lr_cap_ = lr_rank_ = 0;
+  if (!low_rank_ws_.Allocate(mem_, n)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "model: cannot allocate ", n * sizeof(float), " bytes of low-rank gradient scratch"));
+  }
+  lr_p_ = low_rank_ws_.data();
+  lr_a_ = lr_p_ + static_cast<size_t>(rc) * C_;
+  lr_b_ = lr_a_ + static_cast<size_t>(rc) * tc;
+  lr_cap_ = tc;
+  lr_rank_ = rc;
+  return absl::OkStatus();
+}
+
+void Model::MakeProjection(uint64_t seed, int layer, int r) {
+  // SplitMix64 of (seed, layer): independent streams per layer.
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(layer + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  std::mt19937_64 rng(z);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  // Columns of P, Gram-Schmidt (twice, for orthogonality in fp32) in double.
+  std::vector<double> q(static_cast<size_t>(r) * C_);
+  for (int j = 0; j < r; ++j) {
+    double* c = q.data() + static_cast<size_t>(j) * C_;
+    for (int i = 0; i < C_; ++i) c[i] = nd(rng);
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int k = 0; k < j; ++k) {
+        const double* o = q.data() + static_cast<size_t>(k) * C_;
+        double dot = 0;
+        for (int i = 0; i < C_; ++i) dot += o[i] * c[i];
+        for (int i = 0; i < C_; ++i) c[i] -= dot * o[i];
+      }
+    }
+    double norm = 0;
+    for (int i = 0; i < C_; ++i) norm += c[i] * c[i];
+    norm = std::sqrt(norm);
+    for (int i = 0; i < C_; ++i) c[i] /= norm;
+  }
+  lr_host_.resize(static_cast<size_t>(C_) * r);  // row-major [C, r]
+  for (int i = 0; i < C_; ++i) {
+    for (int j = 0; j < r; ++j) {
+      lr_host_[static_cast<size_t>(i) * r + j] = static_cast<float>(q[static_cast<size_t>(j) * C_ + i]);
+    }
+  }
+  mem_->CopyToDevice(lr_p_, lr_host_.data(), lr_host_.size() * sizeof(float));
 }
 
 absl::Status Model::EnsureRope(int max_position) {
@@ -204,7 +274,7 @@ absl::Status Model::CheckBatch(const Batch& b) const {
   return absl::OkStatus();
 }
 
-void Model::ForwardHidden(ParamProvider& pp) {
+void Model::ForwardHidden(ParamProvider& pp, bool recompute_mlp) {
   const int T = T_;
   const size_t TC = static_cast<size_t>(T) * C_;
   const float eps = static_cast<float>(config_.rms_norm_eps);
@@ -229,8 +299,9 @@ void Model::ForwardHidden(ParamProvider& pp) {
     float* k = k_ + lt * KD_;
     float* v = v_ + lt * KD_;
     float* attn = attn_ + lt * HD_;
-    float* gate = gate_ + lt * I_;
-    float* up = up_ + lt * I_;
+    // Recomputing: the gradient scratch holds this layer's SwiGLU inputs.
+    float* gate = recompute_mlp ? dgate_ : gate_ + lt * I_;
+    float* up = recompute_mlp ? dup_ : up_ + lt * I_;
     ops_->rmsnorm_forward(x, P + o.input_norm, T, C_, eps, xn_, rstd1_ + lt);
     ops_->matmul(false, true, T, HD_, C_, 1.f, xn_, C_, P + o.q, C_, 0.f, q, HD_);
     ops_->matmul(false, true, T, KD_, C_, 1.f, xn_, C_, P + o.k, C_, 0.f, k, KD_);
@@ -263,10 +334,16 @@ void Model::ForwardHidden(ParamProvider& pp) {
 }
 
 absl::Status Model::ForwardLogprobs(const Batch& batch, ParamProvider& pp,
-                                    float* logp, float* entropy) {
+                                    float* logp, float* entropy,
+                                    const ForwardOptions& options) {
   absl::Status s = Prepare(batch);
   if (!s.ok()) return s;
-  ForwardHidden(pp);
+  if (!options.recompute_mlp) {
+    s = EnsureMlpStore(T_);
+    if (!s.ok()) return s;
+  }
+  recomputed_mlp_ = options.recompute_mlp;
+  ForwardHidden(pp, options.recompute_mlp);
   const int hu = layout_.lm_head_unit();
   const float* P = pp.AcquireParams(hu);
   ops_->lm_head_logprobs_forward(xnf_, P + layout_.lm_head_offset(), targets_,
@@ -293,7 +370,7 @@ absl::Status Model::ForwardLogits(const Batch& batch, ParamProvider& pp,
     return absl::ResourceExhaustedError(absl::StrCat(
         "model: cannot allocate ", n * sizeof(float), " bytes of logits"));
   }
-  ForwardHidden(pp);
+  ForwardHidden(pp, /*recompute_mlp=*/true);  // nothing is kept for a backward
   const int hu = layout_.lm_head_unit();
   const float* P = pp.AcquireParams(hu);
   ops_->matmul(false, true, T_, V_, C_, 1.f, xnf_, C_,
@@ -317,6 +394,11 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp,
   const float* sinb = sin_d_.data();
   const int fu = layout_.final_unit();
   const bool tied = layout_.tied();
+  const bool recompute = recomputed_mlp_;
+  const int rank = std::min(options.low_rank, C_);
+  if (rank > 0) {
+    if (absl::Status s = EnsureLowRank(T, rank); !s.ok()) return s;
+  }
   mem_->CopyToDevice(dlogp_, dlogp, static_cast<size_t>(T) * sizeof(float));
 
   // LM head and final norm.
@@ -347,19 +429,47 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp,
     const float* k = k_ + lt * KD_;
     const float* v = v_ + lt * KD_;
     const float* attn = attn_ + lt * HD_;
-    const float* gate = gate_ + lt * I_;
-    const float* up = up_ + lt * I_;
-
-    // MLP: recompute xn2 and the SwiGLU output.
+    // MLP: recompute xn2 and the SwiGLU output (and, when the forward kept
+    // no MLP activations, its inputs: the forward's very calls, so the same
+    // bits).
     ops_->rmsnorm_forward(xmid, P + o.post_norm, T, C_, eps, xn_, rstd_tmp_);
+    const float* gate = recompute ? nullptr : gate_ + lt * I_;
+    const float* up = recompute ? nullptr : up_ + lt * I_;
+    float* dgate = dgate_;
+    float* dup = dup_;
+    if (recompute) {
+      ops_->matmul(false, true, T, I_, C_, 1.f, xn_, C_, P + o.gate, C_, 0.f, dgate_, I_);
+      ops_->matmul(false, true, T, I_, C_, 1.f, xn_, C_, P + o.up, C_, 0.f, dup_, I_);
+      gate = dgate_;
+      up = dup_;
+      dgate = hact_;  // free once the down projection's gradient is taken
+      dup = dup2_;
+    }
     ops_->swiglu_forward(gate, up, TI, hact_);
     ops_->matmul(false, false, T, I_, C_, 1.f, dres_, C_, P + o.down, I_, 0.f, dh_, I_);
-    ops_->matmul(true, false, C_, I_, T, 1.f, dres_, C_, hact_, I_, 1.f, G + o.down, I_);
-    ops_->swiglu_backward(dh_, gate, up, TI, dgate_, dup_);
-    ops_->matmul(false, false, T, C_, I_, 1.f, dgate_, I_, P + o.gate, C_, 0.f, dxn_, C_);
-    ops_->matmul(false, false, T, C_, I_, 1.f, dup_, I_, P + o.up, C_, 1.f, dxn_, C_);
-    ops_->matmul(true, false, I_, C_, T, 1.f, dgate_, I_, xn_, C_, 1.f, G + o.gate, C_);
-    ops_->matmul(true, false, I_, C_, T, 1.f, dup_, I_, xn_, C_, 1.f, G + o.up, C_);
+    if (rank > 0) {
+      // dW_down ~ P (dres P)^T hact: a = dres P [T, r], b = a^T hact [r, I].
+      MakeProjection(options.low_rank_seed, l, rank);
+      ops_->matmul(false, false, T, rank, C_, 1.f, dres_, C_, lr_p_, rank, 0.f, lr_a_, rank);
+      ops_->matmul(true, false, rank, I_, T, 1.f, lr_a_, rank, hact_, I_, 0.f, lr_b_, I_);
+      ops_->matmul(false, false, C_, I_, rank, 1.f, lr_p_, rank, lr_b_, I_, 1.f, G + o.down, I_);
+    } else {
+      ops_->matmul(true, false, C_, I_, T, 1.f, dres_, C_, hact_, I_, 1.f, G + o.down, I_);
+    }
+    ops_->swiglu_backward(dh_, gate, up, TI, dgate, dup);
+    ops_->matmul(false, false, T, C_, I_, 1.f, dgate, I_, P + o.gate, C_, 0.f, dxn_, C_);
+    ops_->matmul(false, false, T, C_, I_, 1.f, dup, I_, P + o.up, C_, 1.f, dxn_, C_);
+    if (rank > 0) {
+      // dW_gate ~ (dgate^T (xn P)) P^T: a = xn P [T, r], b = dgate^T a [I, r].
+      ops_->matmul(false, false, T, rank, C_, 1.f, xn_, C_, lr_p_, rank, 0.f, lr_a_, rank);
+      ops_->matmul(true, false, I_, rank, T, 1.f, dgate, I_, lr_a_, rank, 0.f, lr_b_, rank);
+      ops_->matmul(false, true, I_, C_, rank, 1.f, lr_b_, rank, lr_p_, rank, 1.f, G + o.gate, C_);
+      ops_->matmul(true, false, I_, rank, T, 1.f, dup, I_, lr_a_, rank, 0.f, lr_b_, rank);
+      ops_->matmul(false, true, I_, C_, rank, 1.f, lr_b_, rank, lr_p_, rank, 1.f, G + o.up, C_);
+    } else {
+      ops_->matmul(true, false, I_, C_, T, 1.f, dgate, I_, xn_, C_, 1.f, G + o.gate, C_);
+      ops_->matmul(true, false, I_, C_, T, 1.f, dup, I_, xn_, C_, 1.f, G + o.up, C_);
+    }
     ops_->rmsnorm_backward(dxn_, xmid, P + o.post_norm, rstd2_ + lt, T, C_,
                            dtmp_, G + o.post_norm);
     ops_->add_inplace(dres_, dtmp_, TC);

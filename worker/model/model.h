@@ -55,6 +55,28 @@ struct BackwardOptions {
   // final norm, the LM head and the embedding are differentiated as usual
   // (through that approximate residual gradient).
   bool skip_attention = false;
+  // MeCeFO's low-rank FFN weight gradients: r > 0 computes the gradients
+  // of every layer's gate, up and down projections through a rank-r
+  // projection of the hidden (hidden_size) dimension,
+  //   dW_gate ~ dW_gate P P^T,  dW_up ~ dW_up P P^T,  dW_down ~ P P^T dW_down,
+  // with P [hidden_size, r] orthonormal columns drawn per layer from
+  // low_rank_seed (Gaussian, then Gram-Schmidt in double). Cost per layer
+  // about 3 T r (C + I) + 3 C r I multiply-adds instead of 3 T C I. It is a
+  // projection, so the relative error of each matrix's gradient is at most
+  // 1 and 0 at r >= hidden_size. The gradients that flow on (into the
+  // activations) stay exact.
+  int low_rank = 0;
+  uint64_t low_rank_seed = 0;
+};
+
+// Options of Model::ForwardLogprobs.
+struct ForwardOptions {
+  // MeCeFO's FFN recomputation: the SwiGLU inputs (gate and up projections,
+  // 2 T I floats per layer) are not kept for Backward; Backward recomputes
+  // them from the stored post-attention residual, with the same kernels on
+  // the same inputs, so the gradients are bit-identical to the stored path.
+  // Such a forward does not grow the stored-activation buffer.
+  bool recompute_mlp = false;
 };
 
 class Model {
@@ -73,7 +95,8 @@ class Model {
   // Backward needs. logp/entropy: host arrays of T floats. InvalidArgument on
   // a malformed batch, ResourceExhausted when the workspace cannot grow.
   absl::Status ForwardLogprobs(const Batch& batch, ParamProvider& params,
-                               float* logp, float* entropy = nullptr);
+                               float* logp, float* entropy = nullptr,
+                               const ForwardOptions& options = {});
   // Gradient of the last ForwardLogprobs: dlogp[T] (host) = dLoss/dlogp. ADDS
   // parameter gradients through AcquireGrads/ReleaseGrads (units L+1..0;
   // the same calls with skip_attention, so ZeRO's collectives match).
@@ -92,7 +115,8 @@ class Model {
 
   // Device bytes held by the model (workspace, index arrays, rope tables).
   size_t workspace_bytes() const {
-    return ws_.bytes() + idx_.bytes() + cos_d_.bytes() + sin_d_.bytes();
+    return ws_.bytes() + mlp_.bytes() + low_rank_ws_.bytes() + idx_.bytes() + cos_d_.bytes() +
+           sin_d_.bytes();
   }
   int capacity_tokens() const { return cap_; }
   kernels::DeviceMemory* memory() const { return mem_; }
@@ -100,10 +124,17 @@ class Model {
  private:
   absl::Status CheckBatch(const Batch& b) const;
   absl::Status EnsureCapacity(int t);
+  // The per-layer SwiGLU inputs (gate_, up_) for t tokens.
+  absl::Status EnsureMlpStore(int t);
+  // The low-rank scratch (P, X P, and the r x I product) for t tokens.
+  absl::Status EnsureLowRank(int t, int r);
+  // P [C, r] for `layer`: orthonormal columns from (seed, layer), uploaded.
+  void MakeProjection(uint64_t seed, int layer, int r);
   absl::Status EnsureRope(int max_position);
   // Checks, grows, uploads the batch and the rope tables.
   absl::Status Prepare(const Batch& batch);
-  void ForwardHidden(ParamProvider& params);  // through the final norm
+  // Through the final norm; recompute_mlp: see ForwardOptions.
+  void ForwardHidden(ParamProvider& params, bool recompute_mlp);
   kernels::AttentionParams Attn(int layer) const;
   absl::Status MemoryStatus() const;
 
@@ -124,6 +155,7 @@ class Model {
   const int32_t *tokens_ = nullptr, *targets_ = nullptr, *positions_ = nullptr,
                 *cu_ = nullptr;
   bool have_forward_ = false;
+  bool recomputed_mlp_ = false;  // the last forward kept no gate_/up_
 
   // Rotary tables: built on the host, uploaded when they change.
   std::vector<float> cos_, sin_;
@@ -144,7 +176,16 @@ class Model {
   float *xn_ = nullptr, *hact_ = nullptr, *dres_ = nullptr, *dtmp_ = nullptr,
         *dxn_ = nullptr, *dattn_ = nullptr, *dq_ = nullptr, *dk_ = nullptr,
         *dv_ = nullptr, *dh_ = nullptr, *dgate_ = nullptr, *dup_ = nullptr,
-        *rstd_tmp_ = nullptr, *lm_scratch_ = nullptr;
+        *rstd_tmp_ = nullptr, *lm_scratch_ = nullptr, *dup2_ = nullptr;
+  // Stored SwiGLU inputs, L T I floats each (gate_, up_ point into it),
+  // sized for mlp_cap_ tokens; only forwards that keep them grow it.
+  int mlp_cap_ = 0;
+  kernels::DeviceArray<float> mlp_;
+  // Low-rank scratch: lr_p_ [C, r], lr_a_ [T, r], lr_b_ [I, r].
+  int lr_cap_ = 0, lr_rank_ = 0;
+  kernels::DeviceArray<float> low_rank_ws_;
+  float *lr_p_ = nullptr, *lr_a_ = nullptr, *lr_b_ = nullptr;
+  std::vector<float> lr_host_;
 };
 
 // Masked mean negative log-likelihood: loss = -sum(mask*logp)/sum(mask);

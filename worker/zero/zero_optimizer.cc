@@ -729,11 +729,13 @@ absl::StatusOr<StepResult> ZeroOptimizer::Step(float lr, float max_grad_norm) {
                       a.beta2, a.eps, a.weight_decay, step_);
     }
     // fp32: allgather the updated pieces; bf16: allgather their bf16 copy.
+    step_incomplete_ = true;
     if (absl::Status s = bf16() ? RefreshComputeFull() : AllgatherParams();
         !s.ok()) {
       Fail(s);
       return s;
     }
+    step_incomplete_ = false;
   } else {
     if (scale != 1.f) ops->scale(grad_shard_.data(), scale, shard_size_);
     ops->adamw_step(param_shard_.data(), grad_shard_.data(), m_.data(),
@@ -949,6 +951,14 @@ absl::Status ZeroOptimizer::CopyFullState(float* params, float* m, float* v) con
     m_.Download(m, psi_);
     v_.Download(v, psi_);
   }
+  return MemoryStatus();
+}
+
+absl::Status ZeroOptimizer::CopyResidentParams(float* params) const {
+  if (master_sharded()) {
+    return absl::FailedPreconditionError("the fp32 parameters are sharded (ZeRO stage 3, or bf16 at stages 1-3)");
+  }
+  params_full_.Download(params, psi_);
   return MemoryStatus();
 }
 

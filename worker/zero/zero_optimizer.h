@@ -216,7 +216,14 @@ class ZeroOptimizer final : public model::ParamProvider {
   // collective (degraded continuation hands them to the next generation).
   // FailedPrecondition for stages 1-3.
   absl::Status CopyFullState(float* params, float* m, float* v) const;
+  // The full fp32 parameters into params[Psi] without any collective, where
+  // every rank holds them (stages 0-2 in fp32, stage 0 in bf16);
+  // FailedPrecondition where the masters are sharded.
+  absl::Status CopyResidentParams(float* params) const;
   int64_t step_count() const { return step_; }
+  // Stages 1-2: the last Step updated this rank's pieces but failed to
+  // allgather them, so the full parameters mix two steps.
+  bool step_incomplete() const { return step_incomplete_; }
   void set_step_count(int64_t step) { step_ = step; }
   // Host offload of the optimizer moments (for a rollout): Offload downloads
   // m and v into host vectors and frees their device arrays; Restore
@@ -322,6 +329,7 @@ class ZeroOptimizer final : public model::ParamProvider {
   std::vector<float> m_host_, v_host_;
   bool in_inference_ = false;
   int64_t step_ = 0;
+  bool step_incomplete_ = false;
   bool offloaded_ = false;
 
   // Unit-sized gather buffers (stage 3; bf16 stages 0-2 widen into them)
