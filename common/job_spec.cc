@@ -95,6 +95,17 @@ const YamlProtoOptions& JobOptions() {
         {.path = "rl.mini_batches", .min = 1, .max = 1 << 20},
         {.path = "rl.loss_agg", .one_of = {"token", "sequence"}},
         {.path = "rl.stop_token_ids", .min = 0, .max = kMaxVocab, .max_len = 64},
+        {.path = "rl.stop", .max_len = 16},
+        {.path = "data.max_prompt_tokens", .min = 0, .max = 1 << 24},
+        {.path = "data.prompt_overflow", .one_of = {"drop", "truncate"}},
+        {.path = "data.eval_samples", .min = 0, .max = 1024},
+        {.path = "data.prompt_key", .max_len = 256},
+        {.path = "data.messages_key", .max_len = 256},
+        {.path = "data.answer_key", .max_len = 256},
+        {.path = "data.response_key", .max_len = 256},
+        {.path = "data.system_prompt", .max_len = 65536},
+        {.path = "reward.type", .one_of = {"", "gsm8k", "math", "exact", "regex"}},
+        {.path = "reward.format_reward", .min = 0, .max = 100},
         {.path = "init.sft_steps", .min = 0, .max = kMaxSteps},
         {.path = "init.sft_lr", .min = 0, .max = 10},
         {.path = "init.sft_stop_accuracy", .min = 0, .max = 1},
@@ -129,7 +140,7 @@ const YamlProtoOptions& JobOptions() {
 const std::set<std::string>& ZeroIsLiteral() {
   static const auto* s = new std::set<std::string>{
       "seed", "rl.kl_coef", "rl.temperature", "train.grad_clip", "train.beta1",
-      "train.min_lr_ratio", "rl.scale_rewards", "placement.max_staleness"};
+      "train.min_lr_ratio", "rl.scale_rewards", "placement.max_staleness", "data.shuffle"};
   return *s;
 }
 
@@ -311,6 +322,9 @@ JobSpec DefaultJobSpec() {
   rl->set_scale_rewards(true);
   rl->set_loss_agg("token");
   s.mutable_init();
+  auto* data = s.mutable_data();
+  data->set_prompt_overflow("drop");
+  data->set_shuffle(true);
   auto* p = s.mutable_placement();
   p->set_mode("colocated");
   p->set_coupling("sync");
@@ -335,7 +349,9 @@ void ApplyJobDefaults(JobSpec* spec) {
     if (c->tokenizer().empty()) c->set_tokenizer("char");
   }
   auto* task = spec->mutable_task();
-  if (task->name().empty() && task->data().empty()) task->set_name("arithmetic");
+  if (task->name().empty() && task->data().empty() && spec->data().train().empty()) {
+    task->set_name("arithmetic");
+  }
   if (task->name() == "arithmetic") {
     if (task->op().empty()) task->set_op("add");
     if (task->digits() == 0) task->set_digits(2);
@@ -343,6 +359,51 @@ void ApplyJobDefaults(JobSpec* spec) {
   if (spec->rl().clip_high() == 0) spec->mutable_rl()->set_clip_high(spec->rl().clip());
   if (spec->init().sft_lr() == 0) spec->mutable_init()->set_sft_lr(spec->train().lr());
   if (spec->cluster().min_workers() == 0) spec->mutable_cluster()->set_min_workers(spec->cluster().workers());
+}
+
+// data: and reward: (real data with a tokenizer from model.from).
+static absl::Status ValidateData(const JobSpec& spec) {
+  const auto& d = spec.data();
+  const bool grpo = spec.kind() == tandem::v1::JOB_KIND_GRPO;
+  const bool has_data = !d.train().empty();
+  const bool any_data_key = !d.eval().empty() || !d.prompt_key().empty() || !d.messages_key().empty() ||
+                            !d.answer_key().empty() || !d.response_key().empty() ||
+                            !d.system_prompt().empty() || d.chat() || d.max_prompt_tokens() > 0 ||
+                            d.skip_bad_rows() || d.eval_samples() > 0;
+  if (!has_data) {
+    if (any_data_key) return Invalid("data.train", "required when other data keys are set");
+    if (!spec.reward().type().empty()) return Invalid("reward.type", "only with data.train");
+    if (spec.rl().stop_size() > 0) return Invalid("rl.stop", "only with data.train (stop strings need a tokenizer)");
+    return absl::OkStatus();
+  }
+  if (d.prompt_key().empty() == d.messages_key().empty()) {
+    return Invalid("data.prompt_key", "set exactly one of data.prompt_key and data.messages_key");
+  }
+  if (d.chat() && d.prompt_key().empty()) return Invalid("data.chat", "only with data.prompt_key");
+  if (spec.model().from().empty()) {
+    return Invalid("data.train", "needs model.from: a model directory with its tokenizer.json");
+  }
+  if (spec.placement().mode() == "disaggregated") {
+    return Invalid("data.train", "is not supported with placement.mode: disaggregated yet");
+  }
+  for (int i = 0; i < spec.rl().stop_size(); ++i) {
+    if (spec.rl().stop(i).empty()) return Invalid(absl::StrCat("rl.stop[", i, "]"), "must not be empty");
+  }
+  if (grpo) {
+    if (d.answer_key().empty()) return Invalid("data.answer_key", "required for grpo");
+    if (!d.response_key().empty() && spec.init().sft_steps() == 0) {
+      return Invalid("data.response_key", "only for sft (or a grpo warm start: init.sft.steps)");
+    }
+    if (spec.reward().type().empty() && spec.task().reward_service().empty()) {
+      return Invalid("reward.type", "required for grpo on data (gsm8k, math, exact, regex), or set task.reward_service");
+    }
+  } else if (!spec.reward().type().empty()) {
+    return Invalid("reward.type", "only for grpo");
+  }
+  const auto& r = spec.reward();
+  if (r.type() == "regex" && r.pattern().empty()) return Invalid("reward.pattern", "required with reward.type: regex");
+  if (r.type() != "regex" && !r.pattern().empty()) return Invalid("reward.pattern", "only with reward.type: regex");
+  return absl::OkStatus();
 }
 
 absl::Status ValidateJobSpec(const JobSpec& spec) {
@@ -361,7 +422,18 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   RETURN_IF_ERROR(ValidateModel(spec));
   const auto& task = spec.task();
   if (!task.name().empty() && !task.data().empty()) return Invalid("task", "set either name or data, not both");
-  if (task.name().empty() && task.data().empty()) return Invalid("task", "required: set task.name or task.data");
+  const bool has_data = !spec.data().train().empty();
+  if (has_data && (!task.name().empty() || !task.data().empty())) {
+    return Invalid("data.train", "set either data or task.name/task.data, not both");
+  }
+  if (!has_data && task.name().empty() && task.data().empty()) {
+    return Invalid("task", "required: set task.name, task.data or data.train");
+  }
+  if (!task.data().empty() && spec.kind() == tandem::v1::JOB_KIND_GRPO) {
+    return Invalid("task.data", "is SFT data; grpo needs prompts with reference answers: use data.train "
+                                "with data.answer_key and reward.type");
+  }
+  RETURN_IF_ERROR(ValidateData(spec));
   if (!task.name().empty() && task.name() != "arithmetic") {
     // The worker's task factory refuses these too; say so at submit time.
     if (!task.op().empty()) {

@@ -258,3 +258,55 @@ TEST(DaemonConfigTest, FileFlagsAndErrors) {
 
 }  // namespace
 }  // namespace tandem::common
+
+namespace tandem::common {
+namespace {
+
+const char kDataJob[] = R"(
+kind: grpo
+model: {from: /models/m}
+data: {train: t.jsonl, prompt_key: question, answer_key: answer}
+reward: {type: gsm8k}
+)";
+
+TEST(JobSpecDataTest, DataAndRewardRules) {
+  EXPECT_EQ(ErrorOf(kDataJob), "OK");
+  auto spec = ParseJobSpecYaml(kDataJob);
+  ASSERT_TRUE(spec.ok());
+  EXPECT_TRUE(spec->task().name().empty());  // no built-in task default with data
+  EXPECT_TRUE(spec->data().shuffle());
+  EXPECT_EQ(spec->data().prompt_overflow(), "drop");
+  EXPECT_EQ(ErrorOf(kDataJob, {"data.messages_key=m"}),
+            "data.prompt_key: set exactly one of data.prompt_key and data.messages_key");
+  EXPECT_EQ(ErrorOf(kDataJob, {"data.answer_key=''"}), "data.answer_key: required for grpo");
+  EXPECT_EQ(ErrorOf(kDataJob, {"reward.type=''"}),
+            "reward.type: required for grpo on data (gsm8k, math, exact, regex), or set task.reward_service");
+  EXPECT_EQ(ErrorOf(kDataJob, {"reward.type=bleu"}).rfind("reward.type: 'bleu' is not allowed", 0), 0u);
+  EXPECT_EQ(ErrorOf(kDataJob, {"reward.type=regex"}), "reward.pattern: required with reward.type: regex");
+  EXPECT_EQ(ErrorOf(kDataJob, {"data.prompt_overflow=cut"}).rfind("data.prompt_overflow: 'cut' is not allowed", 0), 0u);
+  EXPECT_EQ(ErrorOf(kDataJob, {"task.name=arithmetic"}), "data.train: set either data or task.name/task.data, not both");
+  EXPECT_EQ(ErrorOf(kDataJob, {"model={config: {vocab_size: 99, hidden_size: 8, intermediate_size: 8, "
+                               "num_hidden_layers: 1, num_attention_heads: 2}}"}),
+            "data.train: needs model.from: a model directory with its tokenizer.json");
+  EXPECT_EQ(ErrorOf(kDataJob, {"data.train=''"}), "data.train: required when other data keys are set");
+  EXPECT_EQ(ErrorOf(kDataJob, {"rl.stop=[\"\"]"}), "rl.stop[0]: must not be empty");
+  EXPECT_EQ(ErrorOf(kDataJob, {"data.chat=true", "data.prompt_key=''", "data.messages_key=m"}),
+            "data.chat: only with data.prompt_key");
+  // task.data is SFT data: a GRPO job on it is refused at submit.
+  EXPECT_EQ(ErrorOf("kind: grpo\nmodel: {config: {vocab_size: 99, hidden_size: 8, intermediate_size: 8, "
+                    "num_hidden_layers: 1, num_attention_heads: 2}}\ntask: {data: d.jsonl}\n")
+                .rfind("task.data: is SFT data", 0),
+            0u);
+}
+
+TEST(JobSpecDataTest, ShippedGsm8kConfigsValidate) {
+  for (const char* name : {"grpo-gsm8k-qwen2.5-0.5b.yaml", "grpo-gsm8k-llama3.2-1b.yaml"}) {
+    auto spec = LoadJobSpecFile(std::string(TANDEM_SOURCE_DIR) + "/configs/" + name);
+    ASSERT_TRUE(spec.ok()) << name << ": " << spec.status();
+    EXPECT_EQ(spec->reward().type(), "gsm8k");
+    EXPECT_TRUE(spec->data().chat());
+  }
+}
+
+}  // namespace
+}  // namespace tandem::common

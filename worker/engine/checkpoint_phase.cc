@@ -42,6 +42,21 @@ std::string ConfigHash(const JobContext& ctx) {
                 static_cast<unsigned long long>(ckpt::Xxh64(bytes.data(), bytes.size())));
   return buf;
 }
+// Where the data stream continues after `step`: for text data the epoch and
+// position (within the epoch) of the next sample, and the row count.
+std::string DataCursorText(const JobContext& ctx, int64_t step) {
+  std::string out = "step=" + std::to_string(step);
+  if (!ctx.train_data || step <= 0) return out;
+  const auto& spec = ctx.spec();
+  const uint64_t per_step = spec.kind() == tandem::v1::JOB_KIND_GRPO
+                                ? static_cast<uint64_t>(std::max(1, spec.rl().prompts_per_step()))
+                                : static_cast<uint64_t>(std::max(1, spec.train().global_batch()));
+  const rl::DataCursor c = rl::CursorAt(static_cast<uint64_t>(step) * per_step,
+                                        static_cast<uint64_t>(ctx.train_data->size()));
+  return out + " epoch=" + std::to_string(c.epoch) + " position=" + std::to_string(c.position) +
+         " rows=" + std::to_string(ctx.train_data->size());
+}
+
 }  // namespace
 
 absl::Status FinishCheckpoints(JobContext& ctx, ReportPhaseRequest* report, bool wait) {
@@ -120,7 +135,7 @@ absl::Status Checkpoint(JobContext& ctx, int64_t step, ReportPhaseRequest* repor
   // Every random draw is a pure function of (seed, stream, step, index):
   // the seed and the step are the whole RNG state and data cursor.
   manifest.rng_state = "counter:seed=" + std::to_string(ctx.spec().seed());
-  manifest.data_cursor = "step=" + std::to_string(step);
+  manifest.data_cursor = DataCursorText(ctx, step);
 
   if (!ctx.writer) ctx.writer = std::make_unique<ckpt::AsyncWriter>();
   const std::string root = ctx.checkpoint_root;
@@ -193,6 +208,16 @@ absl::Status RestoreCheckpoint(JobContext& ctx, const std::string& path, bool ow
                         "restore from " + path + ": " + std::string(loaded.status().message()));
   }
   const auto& m = loaded->manifest;
+  // Text data: the order is a function of (seed, step, rows), so the same
+  // file continues exactly where the checkpoint stopped; another file would
+  // silently change the order.
+  if (ctx.train_data && m.data_cursor.find(" rows=") != std::string::npos &&
+      m.data_cursor.substr(m.data_cursor.find(" rows=")) !=
+          DataCursorText(ctx, m.step).substr(DataCursorText(ctx, m.step).find(" rows="))) {
+    return absl::FailedPreconditionError(
+        "restore from " + loaded->dir + ": its data cursor '" + m.data_cursor + "' does not match data.train ('" +
+        DataCursorText(ctx, m.step) + "'): the data file changed, so the order would not continue");
+  }
   if (own_checkpoint) {
     // The job's own checkpoint (chosen by the coordinator): it lies at the
     // job's path of its step and was written for this model.

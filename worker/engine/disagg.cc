@@ -41,7 +41,7 @@ absl::StatusOr<disagg::RolloutBatch> GenerateBatch(JobContext& ctx, DisaggState&
   for (int64_t p = mine.begin; p < mine.end; ++p) {
     rl::Example ex = ctx.task->Sample(DeriveSeed(spec.seed(), kSeedRlPrompts), static_cast<uint64_t>((step - 1) * P + p));
     std::vector<int32_t> ids = {bos};
-    auto enc = ctx.tokenizer->Encode(ex.prompt);
+    auto enc = model::CharTokenizer::Default().Encode(ex.prompt);
     ids.insert(ids.end(), enc.begin(), enc.end());
     for (int g = 0; g < G; ++g) {
       prompts.push_back(ids);

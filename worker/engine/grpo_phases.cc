@@ -96,6 +96,35 @@ std::vector<ShareTrajectories> TrajectoriesByShare(const JobContext& ctx) {
   return out;
 }
 
+// Decodes each sequence as it is generated and says when its text contains
+// one of rl.stop (matched on the streaming decoder's settled text).
+class StopStrings {
+ public:
+  StopStrings(const JobContext& ctx, size_t n) : stops_(ctx.spec().rl().stop().begin(), ctx.spec().rl().stop().end()) {
+    if (stops_.empty() || !ctx.tokenizer) return;
+    for (size_t i = 0; i < n; ++i) decoders_.push_back(ctx.tokenizer->NewStreamDecoder(/*skip_special_tokens=*/true));
+    texts_.resize(n);
+  }
+  bool active() const { return !decoders_.empty(); }
+  bool Add(size_t i, int32_t id) {
+    const std::string piece = decoders_[i]->Add(id);
+    if (piece.empty()) return false;
+    std::string& text = texts_[i];
+    // Only the new text and the longest stop's length before it can hold a
+    // new match.
+    size_t longest = 0;
+    for (const auto& s : stops_) longest = std::max(longest, s.size());
+    const size_t from = text.size() > longest ? text.size() - longest : 0;
+    text += piece;
+    return rl::FindStopString(std::string_view(text).substr(from), stops_) != std::string_view::npos;
+  }
+
+ private:
+  std::vector<std::string> stops_;
+  std::vector<std::unique_ptr<text::StreamDecoder>> decoders_;
+  std::vector<std::string> texts_;
+};
+
 absl::Status ComputeLogprobs(JobContext& ctx, model::ParamProvider& params,
                              std::vector<std::vector<float>>& out) {
   auto& trajs = ctx.rl.trajectories;
@@ -122,12 +151,19 @@ absl::Status ComputeLogprobs(JobContext& ctx, model::ParamProvider& params,
 }
 }  // namespace
 
+rl::CompletionText DecodeResponse(const JobContext& ctx, std::span<const int32_t> ids) {
+  if (ctx.task) return rl::DecodeCompletion(ids, model::CharTokenizer::Default());
+  std::vector<std::string> stops(ctx.spec().rl().stop().begin(), ctx.spec().rl().stop().end());
+  return rl::DecodeCompletion(ids, *ctx.tokenizer, ctx.stop_ids, stops);
+}
+
 absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
-  if (!ctx.task && !ctx.dataset) {
-    return absl::FailedPreconditionError("ROLLOUT needs prompts: set task.name or task.data");
+  if (!ctx.train_data && !ctx.task) {
+    return absl::FailedPreconditionError(
+        "ROLLOUT needs prompts with reference answers: set data.train or task.name");
   }
   if (!ctx.tokenizer) {
-    return absl::FailedPreconditionError("ROLLOUT needs the char tokenizer for built-in tasks");
+    return absl::FailedPreconditionError("ROLLOUT needs a tokenizer (model.from with tokenizer.json, or the char tokenizer)");
   }
   const auto& spec = ctx.spec();
   const int G = GroupSize(ctx);
@@ -145,13 +181,26 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
 
   std::vector<std::vector<int32_t>> prompts;
   std::vector<uint64_t> seq_ids;
-  const int32_t bos = ctx.dataset->tokens().bos;
+  const uint64_t prompt_seed = DeriveSeed(spec.seed(), kSeedRlPrompts);
   for (int64_t p = mine.begin; p < mine.end; ++p) {
-    rl::Example ex = ctx.task->Sample(DeriveSeed(spec.seed(), kSeedRlPrompts),
-                                      static_cast<uint64_t>((step - 1) * P + p));
-    std::vector<int32_t> ids = {bos};
-    auto enc = ctx.tokenizer->Encode(ex.prompt);
-    ids.insert(ids.end(), enc.begin(), enc.end());
+    const uint64_t flat = static_cast<uint64_t>((step - 1) * P + p);
+    std::vector<int32_t> ids;
+    rl::Example ex;
+    if (ctx.train_data) {
+      // Global order over the rows: the same for every world size.
+      const auto& rows = ctx.train_data->rows();
+      const rl::TextRow& row = rows[rl::DataOrder(prompt_seed, rows.size(), spec.data().shuffle(), flat)];
+      ids = row.prompt_ids;
+      ex.prompt = row.prompt;
+      ex.answer = row.answer;
+      ctx.rl.rows.push_back(&row);
+    } else {
+      ex = ctx.task->Sample(prompt_seed, flat);
+      ids = {ctx.dataset->tokens().bos};
+      auto enc = ctx.tokenizer->Encode(ex.prompt, /*add_special_tokens=*/false);
+      if (!enc.ok()) return enc.status();
+      ids.insert(ids.end(), enc->begin(), enc->end());
+    }
     for (int g = 0; g < G; ++g) {
       prompts.push_back(ids);
       seq_ids.push_back(static_cast<uint64_t>(p * G + g));
@@ -175,7 +224,9 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   so.top_p = spec.rl().top_p() > 0 ? spec.rl().top_p() : 1.f;
   so.top_k = spec.rl().top_k();
   so.seed = DeriveSeed(spec.seed(), kSeedSampling, static_cast<uint64_t>(step));
-  so.stop_ids.assign(spec.rl().stop_token_ids().begin(), spec.rl().stop_token_ids().end());
+  so.stop_ids = ctx.stop_ids;
+  StopStrings stops(ctx, prompts.size());
+  if (stops.active()) so.stop_check = [&stops](size_t i, int32_t id) { return stops.Add(i, id); };
   const auto t_gen = Clock::now();
   absl::StatusOr<model::GenerationResult> gen = model::GenerationResult{};
   if (!prompts.empty()) {
@@ -202,7 +253,17 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
     t.policy_version = ctx.policy_version;
     ctx.rl.trajectories.push_back(std::move(t));
   }
-  std::vector<double> sums = {static_cast<double>(gen->generated_tokens), gen_s};
+  // Response lengths and how many hit max_new_tokens without ending.
+  double len_sum = 0, len_max = 0, truncated = 0;
+  for (const auto& g : gen->sequences) {
+    len_sum += static_cast<double>(g.tokens.size());
+    len_max = std::max(len_max, static_cast<double>(g.tokens.size()));
+    truncated += g.finish == model::FinishReason::kLength ? 1 : 0;
+  }
+  auto global_max = MaxOverRanks(ctx, static_cast<int64_t>(len_max));
+  if (!global_max.ok()) return global_max.status();
+  std::vector<double> sums = {static_cast<double>(gen->generated_tokens), gen_s, len_sum, truncated,
+                              static_cast<double>(gen->sequences.size())};
   if (absl::Status st = AllreduceSum(ctx, sums); !st.ok()) return st;
   auto* m = report->mutable_metrics();
   m->set_step(step);
@@ -211,6 +272,14 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   (*m->mutable_extra())["rollout_tokens_per_s"] =
       sums[1] > 0 ? sums[0] / (sums[1] / ctx.world) : 0;
   (*m->mutable_extra())["kv_cache_bytes"] = static_cast<double>(kv_bytes);
+  (*m->mutable_extra())["response_length_mean"] = sums[4] > 0 ? sums[2] / sums[4] : 0;
+  (*m->mutable_extra())["response_length_max"] = static_cast<double>(*global_max);
+  (*m->mutable_extra())["truncated_fraction"] = sums[4] > 0 ? sums[3] / sums[4] : 0;
+  if (ctx.train_data) {
+    (*m->mutable_extra())["prompts_dropped"] = static_cast<double>(ctx.train_data->stats().prompts_dropped);
+    (*m->mutable_extra())["prompts_truncated"] = static_cast<double>(ctx.train_data->stats().prompts_truncated);
+    (*m->mutable_extra())["data_bad_rows_skipped"] = static_cast<double>(ctx.train_data->stats().bad_rows_skipped);
+  }
   (*report->mutable_values())["switch_enter_s"] = enter_s;
   (*report->mutable_values())["switch_leave_s"] = leave_s;
   return absl::OkStatus();
@@ -224,15 +293,22 @@ absl::Status Score(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
   }
   const int G = GroupSize(ctx);
   auto& trajs = ctx.rl.trajectories;
-  double reward_sum = 0, correct = 0;
+  // The reward sees decoded text: ids before the first stop id, special
+  // tokens skipped, cut before a stop string.
+  std::vector<rl::CompletionText> texts(trajs.size());
+  for (size_t i = 0; i < trajs.size(); ++i) texts[i] = DecodeResponse(ctx, trajs[i].completion_ids);
+  double reward_sum = 0, correct = 0, well_formed = 0, chars = 0;
+  for (const auto& t : texts) chars += static_cast<double>(t.text.size());
   if (ctx.reward_client) {
     std::vector<rl::RewardRequestItem> items(trajs.size());
     for (size_t i = 0; i < trajs.size(); ++i) {
       const rl::Example& ex = ctx.rl.examples[i / G];
       items[i].prompt = ex.prompt;
       items[i].reference = ex.answer;
-      items[i].completion = rl::DecodeCompletion(trajs[i].completion_ids, *ctx.tokenizer).text;
+      items[i].completion = texts[i].text;
       items[i].completion_ids = trajs[i].completion_ids;
+      items[i].terminated = texts[i].terminated;
+      if (!ctx.rl.rows.empty()) items[i].fields = ctx.rl.rows[i / G]->fields;
     }
     auto rewards = ctx.reward_client->Score(items, step);
     if (!rewards.ok()) return rewards.status();
@@ -240,27 +316,48 @@ absl::Status Score(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
   }
   for (size_t i = 0; i < trajs.size(); ++i) {
     const rl::Example& ex = ctx.rl.examples[i / G];
-    auto text = rl::DecodeCompletion(trajs[i].completion_ids, *ctx.tokenizer);
-    auto r = ctx.task->Reward(ex, text.text, text.terminated);
+    rl::RewardResult r;
+    if (ctx.task) {
+      r = ctx.task->Reward(ex, texts[i].text, texts[i].terminated);
+    } else if (ctx.reward) {
+      r = ctx.reward->Score(texts[i].text, ex.answer);
+    }
     if (!ctx.reward_client) trajs[i].reward = r.reward;
     correct += r.correct ? 1 : 0;
+    well_formed += r.well_formed ? 1 : 0;
     reward_sum += trajs[i].reward;
   }
   ctx.rl.scored = true;
   // A sample of what the policy writes, for `tandemctl logs`.
   for (size_t i = 0; i < trajs.size() && i < 2 && ctx.rank == 0; ++i) {
     const rl::Example& ex = ctx.rl.examples[i / G];
-    auto text = rl::DecodeCompletion(trajs[i].completion_ids, *ctx.tokenizer);
-    report->add_log_lines("step " + std::to_string(step) + " sample: " + ex.prompt + text.text +
-                          (text.terminated ? "" : "...") + " (answer " + ex.answer +
-                          ", reward " + std::to_string(trajs[i].reward) + ")");
+    if (ctx.task) {
+      report->add_log_lines("step " + std::to_string(step) + " sample: " + ex.prompt + texts[i].text +
+                            (texts[i].terminated ? "" : "...") + " (answer " + ex.answer +
+                            ", reward " + std::to_string(trajs[i].reward) + ")");
+    } else {
+      std::string extracted = "none";
+      if (ctx.reward) {
+        if (auto a = ctx.reward->ExtractAnswer(texts[i].text)) extracted = "'" + *a + "'";
+      }
+      report->add_log_lines("step " + std::to_string(step) + " sample response (decoded, " +
+                            std::to_string(trajs[i].completion_ids.size()) + " tokens" +
+                            (texts[i].terminated ? "" : ", cut at max_new_tokens") + "): '" +
+                            texts[i].text.substr(0, 400) + "' answer " + extracted + ", reference '" +
+                            ex.answer.substr(0, 200) + "', reward " + std::to_string(trajs[i].reward));
+    }
   }
-  std::vector<double> sums = {reward_sum, correct, static_cast<double>(trajs.size())};
+  std::vector<double> sums = {reward_sum, correct, static_cast<double>(trajs.size()), well_formed, chars};
   if (absl::Status st = AllreduceSum(ctx, sums); !st.ok()) return st;
   auto* m = report->mutable_metrics();
   m->set_step(step);
   m->set_reward_mean(sums[2] > 0 ? sums[0] / sums[2] : 0);
   (*m->mutable_extra())["rollout_accuracy"] = sums[2] > 0 ? sums[1] / sums[2] : 0;
+  if (!ctx.task) {
+    (*m->mutable_extra())["well_formed_fraction"] = sums[2] > 0 ? sums[3] / sums[2] : 0;
+    // Bytes of decoded response text the reward saw (special tokens skipped).
+    (*m->mutable_extra())["response_chars_mean"] = sums[2] > 0 ? sums[4] / sums[2] : 0;
+  }
   return absl::OkStatus();
 }
 

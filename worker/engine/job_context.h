@@ -25,9 +25,12 @@
 #include "worker/model/model.h"
 #include "worker/model/tokenizer.h"
 #include "worker/rl/reward_client.h"
+#include "worker/rl/rewards.h"
 #include "worker/rl/rollout.h"
 #include "worker/rl/sft_data.h"
 #include "worker/rl/tasks.h"
+#include "worker/rl/text_data.h"
+#include "worker/text/text_tokenizer.h"
 #include "worker/zero/zero_optimizer.h"
 
 namespace tandem::worker {
@@ -38,6 +41,7 @@ class DisaggState;    // worker/engine/disagg.h
 struct RlStepState {
   int64_t step = 0;
   std::vector<rl::Example> examples;           // this rank's prompts
+  std::vector<const rl::TextRow*> rows;        // their data rows (text data)
   std::vector<int64_t> prompt_index;           // global index of each prompt
   std::vector<rl::Trajectory> trajectories;    // group-major, G per prompt
   std::vector<std::vector<float>> logp_old;    // per trajectory, per completion token
@@ -61,10 +65,19 @@ struct JobContext {
   std::unique_ptr<ComputeDevice> device;
   std::unique_ptr<model::Model> model;
   std::unique_ptr<model::Generator> generator;
-  std::optional<model::CharTokenizer> tokenizer;
+  // The model's tokenizer (char or Hugging Face); null for ids-only models.
+  std::shared_ptr<const text::Tokenizer> tokenizer;
+  // Generation stops at these ids: the model's eos ids (config.json,
+  // generation_config.json, the tokenizer's eos) and rl.stop_token_ids.
+  std::vector<int32_t> stop_ids;
 
   std::shared_ptr<const rl::Task> task;
   std::optional<rl::SftDataset> dataset;
+  // Text data (data.train / data.eval) and its verifiable reward.
+  std::optional<rl::TextDataset> train_data;
+  std::optional<rl::TextDataset> eval_data;
+  std::unique_ptr<rl::VerifiableReward> reward;
+  std::string data_log;  // what SETUP says about the data (rank 0)
   std::unique_ptr<rl::RewardClient> reward_client;
 
   std::unique_ptr<comm::Store> store;

@@ -3,6 +3,8 @@
 // collectives, rank 0's report is the one the coordinator keeps).
 #pragma once
 
+#include <span>
+
 #include "absl/status/status.h"
 #include "tandem/v1/cluster.pb.h"
 #include "worker/engine/engine.h"
@@ -43,5 +45,10 @@ absl::StatusOr<int64_t> MaxOverRanks(JobContext& ctx, int64_t value);
 
 // Sums `values` over all ranks in place (no-op for one rank).
 absl::Status AllreduceSum(JobContext& ctx, std::vector<double>& values);
+
+// The response text a reward sees: built-in tasks decode up to the char
+// tokenizer's eos; text data decodes up to the first stop id with special
+// tokens skipped and cuts before the first rl.stop string.
+rl::CompletionText DecodeResponse(const JobContext& ctx, std::span<const int32_t> ids);
 
 }  // namespace tandem::worker

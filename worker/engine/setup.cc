@@ -1,5 +1,6 @@
 // PHASE_SETUP: model, data, communicator, ZeRO state; identical on every
 // rank except for the shard each keeps.
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
@@ -17,6 +18,76 @@ namespace tandem::worker {
 
 namespace {
 
+// data.train / data.eval: JSONL rows through the model's tokenizer.
+absl::Status BuildTextData(JobContext& ctx, const rl::SftTokens& sft_tokens) {
+  const auto& spec = ctx.spec();
+  const auto& d = spec.data();
+  if (!ctx.tokenizer) {
+    return absl::FailedPreconditionError("data.train: the model directory (model.from) has no tokenizer.json");
+  }
+  const bool grpo = spec.kind() == tandem::v1::JOB_KIND_GRPO;
+  rl::TextDataOptions o;
+  o.prompt_key = d.prompt_key();
+  o.messages_key = d.messages_key();
+  o.answer_key = d.answer_key();
+  o.response_key = d.response_key();
+  o.system_prompt = d.system_prompt();
+  o.chat = d.chat();
+  o.need_answer = grpo;
+  o.need_response = !grpo || spec.init().sft_steps() > 0;
+  o.max_prompt_tokens = d.max_prompt_tokens();
+  o.truncate_overflow = d.prompt_overflow() == "truncate";
+  o.skip_bad_rows = d.skip_bad_rows();
+  o.max_sequence_tokens = o.need_response ? sft_tokens.seq_len : 0;
+  auto train = rl::TextDataset::Load(d.train(), o, *ctx.tokenizer);
+  if (!train.ok()) return train.status();
+  ctx.train_data.emplace(std::move(*train));
+  if (!d.eval().empty()) {
+    rl::TextDataOptions eo = o;
+    eo.field = "data.eval";
+    eo.need_response = false;
+    eo.max_sequence_tokens = 0;
+    auto eval = rl::TextDataset::Load(d.eval(), eo, *ctx.tokenizer);
+    if (!eval.ok()) return eval.status();
+    ctx.eval_data.emplace(std::move(*eval));
+  }
+  if (o.need_response) {
+    std::vector<rl::SftExample> examples;
+    examples.reserve(ctx.train_data->rows().size());
+    for (const rl::TextRow& row : ctx.train_data->rows()) {
+      examples.push_back({row.prompt_ids, row.response_ids});
+    }
+    rl::SftTokens t = sft_tokens;
+    t.bos = -1;  // the prompt ids carry what the tokenizer and template add
+    auto ds = rl::SftDataset::FromExamples(std::move(examples), t,
+                                           DeriveSeed(spec.seed(), kSeedSftData), d.shuffle());
+    if (!ds.ok()) return ds.status();
+    ctx.dataset.emplace(std::move(*ds));
+  }
+  if (!spec.reward().type().empty()) {
+    rl::RewardOptions ro;
+    ro.type = spec.reward().type();
+    ro.pattern = spec.reward().pattern();
+    ro.format_reward = spec.reward().format_reward();
+    ro.format_pattern = spec.reward().format_pattern();
+    auto r = rl::VerifiableReward::Create(ro);
+    if (!r.ok()) return r.status();
+    ctx.reward = std::move(*r);
+  }
+  const auto& st = ctx.train_data->stats();
+  if (ctx.rank == 0) {
+    std::string line = "data.train: " + std::to_string(st.rows) + " rows";
+    if (st.bad_rows_skipped > 0) {
+      line += ", " + std::to_string(st.bad_rows_skipped) + " bad rows skipped (first: " + st.first_bad_row + ")";
+    }
+    if (st.prompts_dropped > 0) line += ", " + std::to_string(st.prompts_dropped) + " long prompts dropped";
+    if (st.prompts_truncated > 0) line += ", " + std::to_string(st.prompts_truncated) + " long prompts truncated";
+    if (ctx.eval_data) line += "; data.eval: " + std::to_string(ctx.eval_data->size()) + " rows";
+    ctx.data_log = line;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status BuildData(JobContext& ctx) {
   const auto& spec = ctx.spec();
   const auto& task = spec.task();
@@ -24,10 +95,17 @@ absl::Status BuildData(JobContext& ctx) {
   tokens.vocab_size = ctx.config.vocab_size;
   tokens.bos = ctx.config.bos_token_id >= 0 ? ctx.config.bos_token_id : 1;
   tokens.eos = ctx.config.Eos() >= 0 ? ctx.config.Eos() : 2;
+  if (ctx.tokenizer && ctx.tokenizer->eos() && *ctx.tokenizer->eos() < ctx.config.vocab_size) {
+    tokens.eos = *ctx.tokenizer->eos();
+  }
   tokens.seq_len = spec.train().seq_len() > 0 ? spec.train().seq_len()
                                               : ctx.config.max_position_embeddings;
-  const model::CharTokenizer* tok = ctx.tokenizer ? &*ctx.tokenizer : nullptr;
-  if (!task.name().empty()) {
+  const bool is_char = ctx.tokenizer && ctx.tokenizer->kind() == "char";
+  const model::CharTokenizer char_tok = model::CharTokenizer::Default();
+  const model::CharTokenizer* tok = is_char ? &char_tok : nullptr;
+  if (!spec.data().train().empty()) {
+    if (absl::Status st = BuildTextData(ctx, tokens); !st.ok()) return st;
+  } else if (!task.name().empty()) {
     if (tok == nullptr) {
       return absl::InvalidArgumentError(
           "task." + task.name() +
@@ -41,6 +119,11 @@ absl::Status BuildData(JobContext& ctx) {
     if (!ds.ok()) return ds.status();
     ctx.dataset.emplace(std::move(*ds));
   } else if (!task.data().empty()) {
+    if (spec.kind() == tandem::v1::JOB_KIND_GRPO) {
+      return absl::InvalidArgumentError(
+          "task.data: GRPO needs prompts with reference answers: use the data section (data.train, "
+          "data.prompt_key or data.messages_key, data.answer_key) and reward.type");
+    }
     auto ds = rl::SftDataset::FromJsonlFile(task.data(), tok, tokens,
                                             DeriveSeed(spec.seed(), kSeedSftData));
     if (!ds.ok()) return ds.status();
@@ -93,18 +176,40 @@ absl::Status SetupJob(const EngineOptions& options,
     }
     ctx.config = loaded->config;
     full = std::move(loaded->params);
-    if (loaded->tokenizer) ctx.tokenizer = *loaded->tokenizer;
+    auto tok = text::LoadModelTokenizer(spec.model().from());
+    if (tok.ok()) {
+      ctx.tokenizer = *tok;
+    } else if (tok.status().code() != absl::StatusCode::kNotFound) {
+      return absl::Status(tok.status().code(), "model.from: " + std::string(tok.status().message()));
+    }
+    auto gen_eos = text::GenerationConfigEosIds(spec.model().from());
+    if (!gen_eos.ok()) {
+      return absl::Status(gen_eos.status().code(), "model.from: " + std::string(gen_eos.status().message()));
+    }
+    ctx.stop_ids = *gen_eos;
   } else {
     auto cfg = model::ModelConfigFromJob(spec.model().config());
     if (!cfg.ok()) return cfg.status();
     ctx.config = *cfg;
-    if (ctx.config.tokenizer == "char") ctx.tokenizer = model::CharTokenizer::Default();
+    if (ctx.config.tokenizer == "char") ctx.tokenizer = text::MakeCharTokenizer();
   }
   if (ctx.tokenizer && ctx.config.vocab_size < ctx.tokenizer->vocab_size()) {
     return absl::InvalidArgumentError(
-        "model.config.vocab_size: " + std::to_string(ctx.config.vocab_size) +
-        " is smaller than the char tokenizer's " +
-        std::to_string(ctx.tokenizer->vocab_size()));
+        "model: vocab_size " + std::to_string(ctx.config.vocab_size) + " is smaller than the " +
+        std::string(ctx.tokenizer->kind()) + " tokenizer's " +
+        std::to_string(ctx.tokenizer->vocab_size()) + " (its ids would fall outside the embedding)");
+  }
+  // Generation stops at every eos id the model's files name.
+  for (int e : ctx.config.eos_token_ids) ctx.stop_ids.push_back(e);
+  if (ctx.tokenizer && ctx.tokenizer->eos()) ctx.stop_ids.push_back(*ctx.tokenizer->eos());
+  for (int32_t id : spec.rl().stop_token_ids()) ctx.stop_ids.push_back(id);
+  std::sort(ctx.stop_ids.begin(), ctx.stop_ids.end());
+  ctx.stop_ids.erase(std::unique(ctx.stop_ids.begin(), ctx.stop_ids.end()), ctx.stop_ids.end());
+  for (int32_t id : ctx.stop_ids) {
+    if (id < 0 || id >= ctx.config.vocab_size) {
+      return absl::InvalidArgumentError("model: eos id " + std::to_string(id) + " is outside the vocabulary of " +
+                                        std::to_string(ctx.config.vocab_size));
+    }
   }
 
   const int threads = spec.cluster().threads_per_worker() > 0
@@ -239,6 +344,14 @@ absl::Status SetupJob(const EngineOptions& options,
       static_cast<double>(ctx.device->memory->allocated_bytes());
   (*report->mutable_values())["num_params"] =
       static_cast<double>(model::ParameterCount(ctx.config));
+  if (!ctx.data_log.empty()) report->add_log_lines(ctx.data_log);
+  if (ctx.train_data) {
+    const auto& st = ctx.train_data->stats();
+    (*report->mutable_values())["data_rows"] = static_cast<double>(st.rows);
+    (*report->mutable_values())["data_bad_rows_skipped"] = static_cast<double>(st.bad_rows_skipped);
+    (*report->mutable_values())["prompts_dropped"] = static_cast<double>(st.prompts_dropped);
+    (*report->mutable_values())["prompts_truncated"] = static_cast<double>(st.prompts_truncated);
+  }
   report->add_log_lines("rank " + std::to_string(ctx.rank) + "/" +
                         std::to_string(ctx.world) + ": model with " +
                         std::to_string(model::ParameterCount(ctx.config)) +

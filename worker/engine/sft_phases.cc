@@ -246,9 +246,77 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   return absl::OkStatus();
 }
 
+namespace {
+// GRPO on text data: pass@1 (greedy) on data.eval, and with
+// data.eval_samples = k > 0 the mean accuracy of k samples per prompt at
+// rl.temperature (mean@k).
+absl::Status EvaluateTextData(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
+  const auto& spec = ctx.spec();
+  const auto& rows = ctx.eval_data->rows();
+  const int64_t n = std::min<int64_t>(static_cast<int64_t>(rows.size()),
+                                      spec.task().eval_size() > 0 ? spec.task().eval_size() : 100);
+  const rl::IndexRange mine = MyRange(ctx, n);
+  const int k = spec.data().eval_samples();
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t i = mine.begin; i < mine.end; ++i) prompts.push_back(rows[i].prompt_ids);
+  model::SamplingOptions so;
+  so.greedy = true;
+  so.max_new_tokens = spec.rl().max_new_tokens() > 0 ? spec.rl().max_new_tokens() : 16;
+  so.stop_ids = ctx.stop_ids;
+  double correct = 0, sampled_correct = 0, sampled = 0;
+  if (!prompts.empty()) {
+    if (absl::Status st = ctx.zero->BeginInference(); !st.ok()) return st;
+    auto gen = ctx.generator->Generate(prompts, so, ctx.zero->inference_view());
+    absl::StatusOr<model::GenerationResult> samples = model::GenerationResult{};
+    if (gen.ok() && k > 0) {
+      std::vector<std::vector<int32_t>> many;
+      std::vector<uint64_t> ids;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        for (int j = 0; j < k; ++j) {
+          many.push_back(prompts[i]);
+          ids.push_back(static_cast<uint64_t>((mine.begin + static_cast<int64_t>(i)) * k + j));
+        }
+      }
+      model::SamplingOptions ss = so;
+      ss.greedy = false;
+      ss.temperature = spec.rl().temperature() > 0 ? spec.rl().temperature() : 1.f;
+      ss.top_p = spec.rl().top_p() > 0 ? spec.rl().top_p() : 1.f;
+      ss.top_k = spec.rl().top_k();
+      ss.seed = DeriveSeed(spec.seed(), kSeedEval, static_cast<uint64_t>(step + (1 << 30)));
+      samples = ctx.generator->Generate(many, ss, ctx.zero->inference_view(), ids);
+    }
+    ctx.zero->EndInference();
+    ctx.generator->Release();
+    if (!gen.ok()) return gen.status();
+    if (!samples.ok()) return samples.status();
+    auto score = [&](const model::GeneratedSequence& g, const rl::TextRow& row) {
+      rl::CompletionText text = DecodeResponse(ctx, g.tokens);
+      return ctx.reward && ctx.reward->Score(text.text, row.answer).correct ? 1.0 : 0.0;
+    };
+    for (size_t i = 0; i < prompts.size(); ++i) correct += score(gen->sequences[i], rows[mine.begin + i]);
+    for (size_t j = 0; j < samples->sequences.size(); ++j) {
+      sampled_correct += score(samples->sequences[j], rows[mine.begin + static_cast<int64_t>(j) / k]);
+      sampled += 1;
+    }
+  }
+  std::vector<double> sums = {correct, static_cast<double>(prompts.size()), sampled_correct, sampled};
+  if (absl::Status st = AllreduceSum(ctx, sums); !st.ok()) return st;
+  const double acc = sums[1] > 0 ? sums[0] / sums[1] : 0;
+  auto* m = report->mutable_metrics();
+  m->set_step(step);
+  m->set_accuracy(acc);
+  (*m->mutable_extra())["eval_pass_at_1"] = acc;
+  if (k > 0) (*m->mutable_extra())["eval_mean_at_k"] = sums[3] > 0 ? sums[2] / sums[3] : 0;
+  (*report->mutable_values())["accuracy"] = acc;
+  (*report->mutable_values())["eval_examples"] = sums[1];
+  return absl::OkStatus();
+}
+}  // namespace
+
 absl::Status Evaluate(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
+  if (ctx.eval_data && ctx.reward) return EvaluateTextData(ctx, step, report);
   if (!ctx.task) {
-    report->add_log_lines("eval skipped: no built-in task to score against");
+    report->add_log_lines("eval skipped: nothing to score against (a built-in task, or data.eval with reward.type)");
     return absl::OkStatus();
   }
   const auto& spec = ctx.spec();
@@ -258,7 +326,7 @@ absl::Status Evaluate(JobContext& ctx, int64_t step, ReportPhaseRequest* report)
   std::vector<std::vector<int32_t>> prompts;
   for (int64_t i = mine.begin; i < mine.end; ++i) {
     std::vector<int32_t> p = {ctx.dataset->tokens().bos};
-    auto enc = ctx.tokenizer->Encode(examples[i].prompt);
+    auto enc = model::CharTokenizer::Default().Encode(examples[i].prompt);
     p.insert(p.end(), enc.begin(), enc.end());
     prompts.push_back(std::move(p));
   }
@@ -273,7 +341,7 @@ absl::Status Evaluate(JobContext& ctx, int64_t step, ReportPhaseRequest* report)
     ctx.generator->Release();
     if (!gen.ok()) return gen.status();
     for (size_t i = 0; i < prompts.size(); ++i) {
-      auto text = rl::DecodeCompletion(gen->sequences[i].tokens, *ctx.tokenizer);
+      auto text = DecodeResponse(ctx, gen->sequences[i].tokens);
       auto r = ctx.task->Reward(examples[mine.begin + i], text.text, text.terminated);
       correct += r.correct ? 1 : 0;
     }

@@ -466,7 +466,7 @@ absl::StatusOr<GenerationResult> Generator::Generate(
       g.logprobs.push_back(p.logprob);
       g.raw_logprobs.push_back(p.raw_logprob);
       next[s] = p.token;
-      if (is_stop(p.token)) {
+      if (is_stop(p.token) || (o.stop_check && o.stop_check(static_cast<size_t>(b), p.token))) {
         g.finish = FinishReason::kStop;
       } else if (static_cast<int>(g.tokens.size()) >= o.max_new_tokens) {
         g.finish = FinishReason::kLength;

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -47,6 +48,11 @@ struct SamplingOptions {
   uint64_t seed = 0;
   bool stop_at_eos = true;  // the config's eos_token_ids stop a sequence
   std::vector<int32_t> stop_ids;  // further stop ids
+  // Called with (prompt index, token) after every generated token that is
+  // not a stop id; true ends that sequence there (FinishReason::kStop), e.g.
+  // when its decoded text now contains a stop string. Runs on the calling
+  // thread.
+  std::function<bool(size_t, int32_t)> stop_check;
 };
 
 enum class FinishReason { kStop, kLength };

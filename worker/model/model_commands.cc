@@ -17,6 +17,7 @@
 #include "worker/model/param_layout.h"
 #include "worker/model/safetensors.h"
 #include "worker/model/tokenizer.h"
+#include "worker/text/text_tokenizer.h"
 #include "yaml-cpp/yaml.h"
 
 namespace tandem::model {
@@ -34,13 +35,18 @@ const char kInitHelp[] =
     "  --config FILE   model config (YAML or JSON, Hugging Face config.json keys)\n"
     "  --seed S        initialisation seed (default 0)\n"
     "  --out DIR       output directory (created if missing)\n"
-    "  --dtype F32|BF16  tensor type written (default F32)\n";
+    "  --dtype F32|BF16  tensor type written (default F32)\n"
+    "  --tokenizer DIR   copy a Hugging Face tokenizer (tokenizer.json, tokenizer_config.json,\n"
+    "                    chat template) from DIR; the config's vocab_size must hold its ids\n";
 
 const char kGenerateHelp[] =
-    "usage: tandemctl generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3)\n"
+    "usage: tandemctl generate --model DIR (--prompt TEXT [--chat [--system TEXT]] | --prompt-ids 1,2,3)\n"
     "           [--max-new-tokens N] [--greedy | --temperature T --top-p P --top-k K]\n"
     "           [--seed S] [--num-samples N] [--threads N] [--output text|json]\n"
-    "  --prompt TEXT       encoded with the model's char tokenizer (BOS prepended)\n"
+    "  --prompt TEXT       encoded with the model's tokenizer (char: BOS prepended; Hugging Face:\n"
+    "                      what its post-processor adds)\n"
+    "  --chat              render the prompt as a user turn with the model's chat template\n"
+    "  --system TEXT       with --chat: a system turn before it\n"
     "  --prompt-ids LIST   comma-separated token ids, used as given\n"
     "  --max-new-tokens N  default 32\n"
     "  --greedy            argmax decoding (default when no sampling flag is given)\n"
@@ -172,7 +178,7 @@ int ModelInitCommand(const std::vector<std::string>& args) {
   for (const auto& a : args) {
     if (a == "--help" || a == "-h") { std::cout << kInitHelp; return 0; }
   }
-  Flags f = ParseFlags(args, {"--config", "--seed", "--out", "--dtype"}, {});
+  Flags f = ParseFlags(args, {"--config", "--seed", "--out", "--dtype", "--tokenizer"}, {});
   if (!f.error.empty()) { std::cerr << "model init: " << f.error << "\n" << kInitHelp; return kUsage; }
   if (!f.values.count("--config") || !f.values.count("--out")) {
     std::cerr << "model init: --config and --out are required\n" << kInitHelp;
@@ -193,6 +199,21 @@ int ModelInitCommand(const std::vector<std::string>& args) {
   }
   auto cfg = LoadModelConfigFile(f.values["--config"]);
   if (!cfg.ok()) { std::cerr << "model init: " << cfg.status().message() << "\n"; return kRuntime; }
+  std::shared_ptr<const text::Tokenizer> hf;
+  if (f.values.count("--tokenizer")) {
+    if (cfg->tokenizer == "char") {
+      std::cerr << "model init: --tokenizer cannot be combined with tokenizer: char in the config\n";
+      return kUsage;
+    }
+    auto t = text::LoadHfTokenizer(f.values["--tokenizer"]);
+    if (!t.ok()) { std::cerr << "model init: --tokenizer: " << t.status().message() << "\n"; return kRuntime; }
+    if ((*t)->vocab_size() > cfg->vocab_size) {
+      std::cerr << "model init: vocab_size " << cfg->vocab_size << " is smaller than the tokenizer's "
+                << (*t)->vocab_size() << "\n";
+      return kRuntime;
+    }
+    hf = *t;
+  }
   Model model(*cfg, nullptr);
   std::vector<float> params(model.layout().total_floats());
   model.InitParams(seed, params.data());
@@ -200,10 +221,11 @@ int ModelInitCommand(const std::vector<std::string>& args) {
   if (cfg->tokenizer == "char") tok = CharTokenizer::Default();
   absl::Status s = SaveModelDir(f.values["--out"], *cfg, params.data(),
                                 tok ? &*tok : nullptr, dtype);
+  if (s.ok() && hf) s = text::CopyTokenizerFiles(f.values["--tokenizer"], f.values["--out"]);
   if (!s.ok()) { std::cerr << "model init: " << s.message() << "\n"; return kRuntime; }
   std::cout << "wrote " << f.values["--out"] << ": " << ParameterCount(*cfg)
             << " parameters, " << cfg->num_hidden_layers << " layers, seed " << seed
-            << (tok ? ", char tokenizer" : "") << "\n";
+            << (tok ? ", char tokenizer" : "") << (hf ? ", Hugging Face tokenizer" : "") << "\n";
   return 0;
 }
 
@@ -214,8 +236,8 @@ int GenerateCommand(const std::vector<std::string>& args) {
   Flags f = ParseFlags(args,
                        {"--model", "--prompt", "--prompt-ids", "--max-new-tokens",
                         "--temperature", "--top-p", "--top-k", "--seed", "--output",
-                        "--num-samples", "--threads"},
-                       {"--greedy"});
+                        "--num-samples", "--threads", "--system"},
+                       {"--greedy", "--chat"});
   auto usage = [](const std::string& msg) {
     std::cerr << "generate: " << msg << "\n" << kGenerateHelp;
     return kUsage;
@@ -225,6 +247,9 @@ int GenerateCommand(const std::vector<std::string>& args) {
   if (f.values.count("--prompt") == f.values.count("--prompt-ids")) {
     return usage("give exactly one of --prompt and --prompt-ids");
   }
+  const bool chat = f.bools.count("--chat") > 0;
+  if (chat && !f.values.count("--prompt")) return usage("--chat needs --prompt");
+  if (f.values.count("--system") && !chat) return usage("--system needs --chat");
   SamplingOptions so;
   const bool sampling_flags = f.values.count("--temperature") || f.values.count("--top-p") ||
                               f.values.count("--top-k");
@@ -274,17 +299,51 @@ int GenerateCommand(const std::vector<std::string>& args) {
   auto loaded = LoadModelDir(f.values["--model"]);
   if (!loaded.ok()) { std::cerr << "generate: " << loaded.status().message() << "\n"; return kRuntime; }
   const ModelConfig& cfg = loaded->config;
+  std::shared_ptr<const text::Tokenizer> tok;
+  if (auto t = text::LoadModelTokenizer(f.values["--model"]); t.ok()) {
+    tok = *t;
+  } else if (t.status().code() != absl::StatusCode::kNotFound) {
+    std::cerr << "generate: " << t.status().message() << "\n";
+    return kRuntime;
+  }
   if (f.values.count("--prompt")) {
-    if (!loaded->tokenizer) {
-      std::cerr << "generate: the model has no char tokenizer; use --prompt-ids\n";
+    if (!tok) {
+      std::cerr << "generate: the model has no tokenizer.json; use --prompt-ids\n";
       return kRuntime;
     }
-    auto ids = loaded->tokenizer->EncodeOrError(f.values["--prompt"]);
+    std::string text = f.values["--prompt"];
+    const bool is_char = tok->kind() == "char";
+    if (chat) {
+      nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+      if (f.values.count("--system")) messages.push_back({{"role", "system"}, {"content", f.values["--system"]}});
+      messages.push_back({{"role", "user"}, {"content", text}});
+      auto rendered = tok->ApplyChatTemplate(messages, /*add_generation_prompt=*/true);
+      if (!rendered.ok()) { std::cerr << "generate: --chat: " << rendered.status().message() << "\n"; return kRuntime; }
+      text = *rendered;
+    }
+    // A chat-rendered prompt already holds the special tokens it needs.
+    auto ids = tok->Encode(text, /*add_special_tokens=*/!chat);
     if (!ids.ok()) { std::cerr << "generate: --prompt: " << ids.status().message() << "\n"; return kUsage; }
-    if (cfg.bos_token_id >= 0) prompt.push_back(cfg.bos_token_id);
-    else prompt.push_back(loaded->tokenizer->bos());
+    if (is_char) prompt.push_back(cfg.bos_token_id >= 0 ? cfg.bos_token_id : *tok->bos());
     prompt.insert(prompt.end(), ids->begin(), ids->end());
   }
+  for (int32_t id : prompt) {
+    if (id < 0 || id >= cfg.vocab_size) {
+      std::cerr << "generate: prompt id " << id << " is outside the vocabulary of " << cfg.vocab_size << "\n";
+      return kRuntime;
+    }
+  }
+  // Stop at every eos the model's files name (config.json is the
+  // generator's own; generation_config.json and the tokenizer's eos here).
+  if (auto gen_eos = text::GenerationConfigEosIds(f.values["--model"]); gen_eos.ok()) {
+    for (int32_t id : *gen_eos) {
+      if (id < cfg.vocab_size) so.stop_ids.push_back(id);
+    }
+  }
+  if (tok && tok->eos() && *tok->eos() < cfg.vocab_size) so.stop_ids.push_back(*tok->eos());
+  auto decode = [&](const std::vector<int32_t>& ids) {
+    return tok->Decode(ids, /*skip_special_tokens=*/true);
+  };
   if (prompt.empty()) return usage("the prompt is empty");
   auto ops = kernels::MakeCpuOps(threads);
   ParamLayout layout(cfg);  // FlatParamProvider keeps a reference
@@ -302,7 +361,7 @@ int GenerateCommand(const std::vector<std::string>& args) {
     for (const auto& g : res->sequences) {
       json s;
       s["ids"] = g.tokens;
-      if (loaded->tokenizer) s["text"] = loaded->tokenizer->Decode(g.tokens);
+      if (tok) s["text"] = decode(g.tokens);
       s["logprobs"] = g.logprobs;
       s["raw_logprobs"] = g.raw_logprobs;
       s["finish_reason"] = g.finish == FinishReason::kStop ? "stop" : "length";
@@ -319,7 +378,7 @@ int GenerateCommand(const std::vector<std::string>& args) {
       const auto& g = res->sequences[i];
       if (samples > 1) std::cout << "sample " << i << "\n";
       std::cout << "ids: " << JoinIds(g.tokens, " ") << "\n";
-      if (loaded->tokenizer) std::cout << "text: " << loaded->tokenizer->Decode(g.tokens) << "\n";
+      if (tok) std::cout << "text: " << decode(g.tokens) << "\n";
       std::cout << "finish: " << (g.finish == FinishReason::kStop ? "stop" : "length") << "\n";
     }
     std::cerr << "generated " << res->generated_tokens << " tokens in " << secs << " s ("

@@ -70,6 +70,8 @@ absl::StatusOr<std::vector<double>> RewardClient::Score(
     out->set_reference(item.reference);
     out->mutable_completion_ids()->Add(item.completion_ids.begin(),
                                        item.completion_ids.end());
+    for (const auto& [k, v] : item.fields) (*out->mutable_fields())[k] = v;
+    out->set_terminated(item.terminated);
   }
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,8 @@ struct RewardRequestItem {
   std::string completion;
   std::string reference;  // expected answer when the task has one
   std::vector<int32_t> completion_ids;
+  std::map<std::string, std::string> fields;  // the data row's other keys
+  bool terminated = false;  // the response ended (eos or a stop string)
 };
 
 struct RewardClientOptions {

@@ -119,4 +119,35 @@ CompletionText DecodeCompletion(std::span<const int32_t> completion_ids,
   return out;
 }
 
+size_t FindStopString(std::string_view text, std::span<const std::string> stop_strings) {
+  size_t best = std::string_view::npos;
+  for (const std::string& s : stop_strings) {
+    if (s.empty()) continue;
+    const size_t p = text.find(s);
+    if (p < best) best = p;
+  }
+  return best;
+}
+
+CompletionText DecodeCompletion(std::span<const int32_t> completion_ids,
+                                const text::Tokenizer& tok,
+                                std::span<const int32_t> stop_ids,
+                                std::span<const std::string> stop_strings) {
+  CompletionText out;
+  auto is_stop = [&](int32_t id) {
+    if (stop_ids.empty()) return tok.eos() && id == *tok.eos();
+    return std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end();
+  };
+  auto it = std::find_if(completion_ids.begin(), completion_ids.end(), is_stop);
+  out.terminated = it != completion_ids.end();
+  out.text = tok.Decode(completion_ids.subspan(0, static_cast<size_t>(it - completion_ids.begin())),
+                        /*skip_special_tokens=*/true);
+  const size_t cut = FindStopString(out.text, stop_strings);
+  if (cut != std::string::npos) {
+    out.text.resize(cut);
+    out.terminated = true;
+  }
+  return out;
+}
+
 }  // namespace tandem::rl

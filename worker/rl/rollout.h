@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "worker/model/tokenizer.h"
 #include "worker/rl/sft_data.h"
+#include "worker/text/text_tokenizer.h"
 
 namespace tandem::rl {
 
@@ -72,5 +73,14 @@ struct CompletionText {
 };
 CompletionText DecodeCompletion(std::span<const int32_t> completion_ids,
                                 const model::CharTokenizer& tok);
+// Any tokenizer: the ids before the first of `stop_ids` (the tokenizer's eos
+// when empty), special tokens skipped, and the text cut before the first
+// occurrence of any of `stop_strings` (which also counts as terminated).
+CompletionText DecodeCompletion(std::span<const int32_t> completion_ids,
+                                const text::Tokenizer& tok,
+                                std::span<const int32_t> stop_ids,
+                                std::span<const std::string> stop_strings = {});
+// Where the first of `stop_strings` starts in `text` (npos: none).
+size_t FindStopString(std::string_view text, std::span<const std::string> stop_strings);
 
 }  // namespace tandem::rl

@@ -179,7 +179,7 @@ bool IsBlank(std::string_view line) {
 }
 
 absl::Status CheckTokens(const SftTokens& tokens) {
-  if (tokens.vocab_size <= 0 || tokens.bos < 0 ||
+  if (tokens.vocab_size <= 0 || tokens.bos < -1 ||
       tokens.bos >= tokens.vocab_size || tokens.eos < 0 ||
       tokens.eos >= tokens.vocab_size || tokens.seq_len < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -282,6 +282,23 @@ absl::StatusOr<SftDataset> SftDataset::FromJsonlFile(
   return FromJsonlText(text, path, tok, tokens, seed);
 }
 
+absl::StatusOr<SftDataset> SftDataset::FromExamples(std::vector<SftExample> examples,
+                                                    const SftTokens& tokens, uint64_t seed,
+                                                    bool shuffle) {
+  if (absl::Status s = CheckTokens(tokens); !s.ok()) return s;
+  if (examples.empty()) return absl::InvalidArgumentError("no examples");
+  SftDataset d;
+  d.examples_ = std::move(examples);
+  d.tokens_ = tokens;
+  d.seed_ = seed;
+  d.shuffle_ = shuffle;
+  return d;
+}
+
+uint64_t EpochPermute(uint64_t seed, uint64_t epoch, uint64_t n, uint64_t j) {
+  return Permute(j, n, Mix(seed, epoch, kPermStream));
+}
+
 uint64_t SftDataset::SourceIndex(int64_t step, int64_t i,
                                  int64_t global_batch) const {
   const uint64_t flat = static_cast<uint64_t>(step) *
@@ -290,7 +307,8 @@ uint64_t SftDataset::SourceIndex(int64_t step, int64_t i,
   if (task_ != nullptr) return flat;
   const uint64_t n = examples_.size();
   const uint64_t epoch = flat / n;
-  return Permute(flat % n, n, Mix(seed_, epoch, kPermStream));
+  if (!shuffle_) return flat % n;
+  return EpochPermute(seed_, epoch, n, flat % n);
 }
 
 SftExample SftDataset::Get(int64_t step, int64_t i,
@@ -359,8 +377,10 @@ PackedBatch PackSft(std::span<const SftExample> examples, int32_t bos,
   b.cu_seqlens.push_back(0);
   for (const SftExample& ex : examples) {
     const size_t start = b.tokens.size();
-    const int32_t prompt_len = static_cast<int32_t>(ex.prompt_ids.size());
-    b.tokens.push_back(bos);
+    // Targets past `first_completion` are completion tokens or the eos.
+    const int32_t first_completion =
+        static_cast<int32_t>(ex.prompt_ids.size()) + (bos >= 0 ? 1 : 0);
+    if (bos >= 0) b.tokens.push_back(bos);
     b.tokens.insert(b.tokens.end(), ex.prompt_ids.begin(), ex.prompt_ids.end());
     b.tokens.insert(b.tokens.end(), ex.completion_ids.begin(),
                     ex.completion_ids.end());
@@ -370,9 +390,9 @@ PackedBatch PackSft(std::span<const SftExample> examples, int32_t bos,
       b.positions.push_back(j);
       if (j + 1 < len) {
         b.targets.push_back(b.tokens[start + j + 1]);
-        // Target j+1 is a completion token or the eos when j+1 > prompt_len
-        // (position 0 is bos, 1..prompt_len the prompt).
-        b.loss_mask.push_back(j >= prompt_len ? 1.0f : 0.0f);
+        // Target j+1 is a completion token or the eos when j+1 >=
+        // first_completion (bos, when there is one, then the prompt).
+        b.loss_mask.push_back(j + 1 >= first_completion ? 1.0f : 0.0f);
       } else {
         b.targets.push_back(0);
         b.loss_mask.push_back(0.0f);

@@ -11,7 +11,7 @@
 // Lines longer than kMaxLineBytes are rejected without being read whole.
 // Errors name the file and line: "data.jsonl:7: ...".
 //
-// A packed sequence is [bos] prompt completion [eos]. targets[j] is the next
+// A packed sequence is [bos] prompt completion [eos] (no bos when bos < 0). targets[j] is the next
 // token; loss_mask[j] = 1 where targets[j] is a completion token or the final
 // eos; the last position of each sequence has target 0 and mask 0.
 //
@@ -47,7 +47,7 @@ struct SftExample {
 
 // Model-side facts the loader checks ids against.
 struct SftTokens {
-  int32_t bos = 1;
+  int32_t bos = 1;  // -1: none (the prompt ids carry the tokenizer's own)
   int32_t eos = 2;
   int vocab_size = 99;
   int seq_len = 0;  // max tokens per packed sequence incl. bos/eos; 0 = no limit
@@ -71,6 +71,11 @@ class SftDataset {
       std::string_view text, std::string_view name,
       const model::CharTokenizer* tok, const SftTokens& tokens, uint64_t seed);
 
+  // Examples already tokenized (text data, worker/rl/text_data.h). With
+  // shuffle false the order is the rows' own, epoch after epoch.
+  static absl::StatusOr<SftDataset> FromExamples(std::vector<SftExample> examples,
+                                                 const SftTokens& tokens, uint64_t seed,
+                                                 bool shuffle);
   // Example i of step `step`'s global batch of size global_batch.
   SftExample Get(int64_t step, int64_t i, int64_t global_batch) const;
   // Examples [range_begin, range_end) of the step's global batch.
@@ -94,7 +99,11 @@ class SftDataset {
   std::vector<SftExample> examples_;
   SftTokens tokens_;
   uint64_t seed_ = 0;
+  bool shuffle_ = true;
 };
+
+// Position j of epoch `epoch`'s seeded permutation of [0, n) (O(1) memory).
+uint64_t EpochPermute(uint64_t seed, uint64_t epoch, uint64_t n, uint64_t j);
 
 // Index range [begin, end).
 struct IndexRange {

