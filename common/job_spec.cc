@@ -50,6 +50,8 @@ const YamlProtoOptions& JobOptions() {
         {.path = "model.config.rope_scaling.beta_fast", .min = 0, .max = 1e6},
         {.path = "model.config.rope_scaling.beta_slow", .min = 0, .max = 1e6},
         {.path = "model.config.rope_scaling.attention_factor", .min = 0, .max = 1e6},
+        {.path = "model.config.rope_scaling.low_freq_factor", .min = 0, .max = 1e6},
+        {.path = "model.config.rope_scaling.high_freq_factor", .min = 0, .max = 1e6},
         {.path = "model.config.max_position_embeddings", .min = 1, .max = 1 << 24},
         {.path = "model.config.sliding_window_layers", .min = 0, .max = 1023, .max_len = 1024},
         {.path = "model.config.sliding_window", .min = 0, .max = 1 << 24},

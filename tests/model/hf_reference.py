@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Hugging Face compatibility reference for Tandem's model (issue 2).
+"""Hugging Face compatibility reference for Tandem's model.
 
 Writes a checkpoint the way Hugging Face tools do (config.json with HF's
 keys, model.safetensors with HF tensor names and shapes, __metadata__
@@ -10,8 +10,8 @@ ROPE_INIT_FUNCTIONS, repeat_kv, eager attention, RMSNorm, SwiGLU), in
 float64. transformers itself is not needed.
 
 usage: hf_reference.py make OUT [VARIANT...]
-  VARIANT: llama_f32 | qwen2_bf16 | llama_yarn_f16 | llama_dynamic_f32
-           (default: all)
+  VARIANT: llama_f32 | qwen2_bf16 | llama_yarn_f16 | llama_dynamic_f32 |
+           llama3_bf16 (default: all)
 For dynamic NTK the base comes from the longest sequence of the batch, as
 in HF for a padded batch (position_ids.max() + 1).
 Writes OUT/VARIANT/config.json, model.safetensors and reference.json
@@ -76,7 +76,30 @@ def variant_config(name):
             "num_key_value_heads": 1, "eos_token_id": [2, 3],
         })
         return base, torch.float16
+    if name == "llama3_bf16":
+        # Llama 3.2 style: llama3 rope scaling, tied head, head_dim set and
+        # not hidden/heads, an eos list. With D 16, theta 1e4 and original
+        # 64, high/low 8/1: wavelengths 6.3 (kept), 19.9 and 62.8
+        # (interpolated), the rest divided by factor; the test sequence
+        # (160 tokens) runs 2.5x past the original context.
+        base.update({
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+            "max_position_embeddings": 512, "tie_word_embeddings": True,
+            "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+                             "low_freq_factor": 1.0, "high_freq_factor": 8.0,
+                             "original_max_position_embeddings": 64},
+            "rms_norm_eps": 1e-5, "eos_token_id": [2, 3],
+            "torch_dtype": "bfloat16",
+        })
+        return base, torch.bfloat16
     raise SystemExit("unknown variant " + name)
+
+
+def variant_sequences(name):
+    if name == "llama3_bf16":
+        long = [1] + [(7 * i * i + 3 * i) % 53 for i in range(1, 160)]
+        return [long, [1, 52, 0, 8, 8]]
+    return [[1, 7, 30, 4, 9, 9, 50, 12, 3, 44, 20, 5, 17], [1, 52, 0, 8, 8]]
 
 
 def make_weights(cfg, gen):
@@ -167,6 +190,17 @@ def rope_inv_freq(cfg, seq_len):
         ramp = torch.clamp((torch.arange(d // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
         extra_factor = 1 - ramp
         return inter * (1 - extra_factor) + extra * extra_factor, att
+    if kind == "llama3":
+        # transformers _compute_llama3_parameters, fp32 like HF.
+        inv = 1.0 / (base ** (ar / d))
+        factor, low, high = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+        old = rs["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > old / low, inv / factor, inv)
+        smooth = (old / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < old / high) * ~(wavelen > old / low)
+        return torch.where(medium, smoothed, scaled), 1.0
     raise SystemExit("rope type " + kind)
 
 
@@ -236,7 +270,7 @@ def main():
         print(__doc__)
         return 2
     variants = sys.argv[3:] or ["llama_f32", "qwen2_bf16", "llama_yarn_f16",
-                                 "llama_dynamic_f32"]
+                                 "llama_dynamic_f32", "llama3_bf16"]
     for variant in variants:
         make(os.path.join(sys.argv[2], variant), variant)
     return 0
@@ -252,7 +286,7 @@ def make(out, variant):
         json.dump(cfg, f, indent=2)
     # The logits are computed from the weights as stored (rounded to dtype).
     wq = {k: t.to(dtype).double() for k, t in w.items()}
-    seqs = [[1, 7, 30, 4, 9, 9, 50, 12, 3, 44, 20, 5, 17], [1, 52, 0, 8, 8]]
+    seqs = variant_sequences(variant)
     longest = max(len(s) for s in seqs)
     logits = [forward(cfg, wq, s, longest).tolist() for s in seqs]
     with open(os.path.join(out, "reference.json"), "w") as f:

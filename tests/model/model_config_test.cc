@@ -79,6 +79,43 @@ TEST(ConfigTest, Qwen2SlidingWindowRules) {
   EXPECT_EQ(c->LayerWindow(1), -1);
 }
 
+// config.json of meta-llama/Llama-3.2-1B as published.
+constexpr char kLlama32Config[] = R"({
+  "architectures": ["LlamaForCausalLM"], "attention_bias": false,
+  "attention_dropout": 0.0, "bos_token_id": 128000, "eos_token_id": 128001,
+  "head_dim": 64, "hidden_act": "silu", "hidden_size": 2048,
+  "initializer_range": 0.02, "intermediate_size": 8192,
+  "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+  "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+  "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+  "transformers_version": "4.45.0.dev0", "use_cache": true, "vocab_size": 128256})";
+
+TEST(ConfigTest, Llama3RopeScaling) {
+  auto c = ParseConfigJson(kLlama32Config);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const kernels::RopeConfig r = c->Rope();
+  EXPECT_EQ(r.type, kernels::RopeType::kLlama3);
+  EXPECT_EQ(r.factor, 32.0);
+  EXPECT_EQ(r.low_freq_factor, 1.0);
+  EXPECT_EQ(r.high_freq_factor, 4.0);
+  EXPECT_EQ(r.original_max_position, 8192);
+  EXPECT_EQ(r.head_dim, 64);
+  EXPECT_EQ(ParameterCount(*c), 1235814400);  // Llama 3.2 1B
+  // Round trip keeps every llama3 key.
+  const std::string out = ToConfigJson(*c);
+  const json j = json::parse(out);
+  EXPECT_EQ(j["rope_scaling"]["rope_type"], "llama3");
+  EXPECT_EQ(j["rope_scaling"]["low_freq_factor"], 1.0);
+  EXPECT_EQ(j["rope_scaling"]["high_freq_factor"], 4.0);
+  EXPECT_EQ(j["rope_scaling"]["original_max_position_embeddings"], 8192);
+  auto c2 = ParseConfigJson(out);
+  ASSERT_TRUE(c2.ok()) << c2.status();
+  EXPECT_EQ(ToConfigJson(*c2), out);
+}
+
 struct BadCase {
   const char* name;
   std::function<void(json&)> mutate;
@@ -112,6 +149,13 @@ TEST(ConfigTest, RejectsBadConfigsNamingTheKey) {
       {"tokenizer kind", [](json& j) { j["tokenizer"] = "bpe"; }, "tokenizer"},
       {"char vocab too small", [](json& j) { j["tokenizer"] = "char"; j["vocab_size"] = 50; }, "vocab_size"},
       {"max pos zero", [](json& j) { j["max_position_embeddings"] = 0; }, "max_position_embeddings"},
+      {"llama3 without low_freq_factor", [](json& j) { j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}}; }, "rope_scaling.low_freq_factor"},
+      {"llama3 without original", [](json& j) { j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}}; }, "rope_scaling.original_max_position_embeddings"},
+      {"llama3 without factor", [](json& j) { j["rope_scaling"] = {{"rope_type", "llama3"}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}}; }, "rope_scaling.factor"},
+      {"llama3 high <= low", [](json& j) { j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0}, {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}}; }, "rope_scaling.high_freq_factor"},
+      {"llama3 low <= 0", [](json& j) { j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 0.0}, {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}}; }, "rope_scaling.low_freq_factor"},
+      {"low_freq_factor with linear", [](json& j) { j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}, {"low_freq_factor", 1.0}}; }, "rope_scaling.low_freq_factor"},
+      {"longrope", [](json& j) { j["rope_scaling"] = {{"rope_type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {1.0}}}; }, "rope_scaling.short_factor"},
       {"eos list past 32 bits", [](json& j) { j["eos_token_id"] = {2, int64_t{1} << 40}; }, "32-bit integers"},
   };
   for (const BadCase& bc : cases) {

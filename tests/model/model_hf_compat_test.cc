@@ -1,6 +1,7 @@
 // Hugging Face compatibility: tests/model/hf_reference.py writes checkpoints
-// the way HF tools do (F32, BF16, F16; Llama and Qwen2 layouts; linear and
-// YaRN RoPE; a sliding-window layer; tied and untied heads) and computes
+// the way HF tools do (F32, BF16, F16; Llama and Qwen2 layouts; linear,
+// dynamic, YaRN and Llama 3 RoPE; a sliding-window layer; tied and untied
+// heads) and computes
 // logits with a pure-PyTorch forward following transformers' modeling code.
 // We load the directory and compare logits (both sequences packed in one
 // batch). Needs /usr/bin/python3 with torch and numpy (python3-torch,
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 
 #include <sys/wait.h>
@@ -64,12 +66,24 @@ class HfCompatTest : public ::testing::Test {
     return made_[variant] = "hf_reference.py " + variant + " failed (" + how + "): " + out;
   }
 
-  void Check(const std::string& variant, kernels::Ops* ops, double tol) {
+  // Compares the logits of the model in DIR/variant with reference.json;
+  // `edit` may change the loaded config first (to show that a setting
+  // matters). Returns max |logit - reference| (-1 on failure).
+  double Check(const std::string& variant, kernels::Ops* ops, double tol,
+               const std::function<void(ModelConfig&)>& edit = nullptr) {
+    double max_diff = -1;
+    CheckImpl(variant, ops, tol, edit, &max_diff);
+    return max_diff;
+  }
+
+  void CheckImpl(const std::string& variant, kernels::Ops* ops, double tol,
+                 const std::function<void(ModelConfig&)>& edit, double* result) {
     const std::string error = Make(variant);
     ASSERT_TRUE(error.empty()) << error;
     const std::string d = (dir_ / variant).string();
     auto loaded = LoadModelDir(d);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
+    if (edit) edit(loaded->config);
     auto text = ReadFileToString(d + "/reference.json");
     ASSERT_TRUE(text.ok());
     auto ref = nlohmann::json::parse(*text);
@@ -102,9 +116,11 @@ class HfCompatTest : public ::testing::Test {
       }
     }
     ASSERT_EQ(row, b.tokens.size());
-    std::printf("[hf %s, %s ops] max |logit - torch| = %.3g (max |logit| %.3g)\n",
-                variant.c_str(), ops->name(), max_diff, max_abs);
-    EXPECT_LT(max_diff, tol);
+    std::printf("[hf %s, %s ops%s] max |logit - torch| = %.3g (max |logit| %.3g)\n",
+                variant.c_str(), ops->name(), edit ? ", edited config" : "", max_diff,
+                max_abs);
+    if (!edit) EXPECT_LT(max_diff, tol);
+    *result = max_diff;
   }
 
   static inline std::map<std::string, std::string> made_;
@@ -131,6 +147,24 @@ TEST_F(HfCompatTest, LlamaF16YarnMqa) {
 TEST_F(HfCompatTest, LlamaDynamicNtkBeyondMaxPositions) {
   auto ops = kernels::MakeReferenceOps();
   Check("llama_dynamic_f32", ops.get(), 1e-4);
+}
+
+TEST_F(HfCompatTest, Llama3RopeScalingPastOriginalContext) {
+  auto ops = kernels::MakeReferenceOps();
+  Check("llama3_bf16", ops.get(), 1e-4);
+  auto cpu = kernels::MakeCpuOps(0);
+  Check("llama3_bf16", cpu.get(), 1e-3);
+  // The scaling matters at these positions: without it, or with HF's
+  // default-only frequencies divided by the factor (linear), the logits
+  // are far off.
+  const double unscaled = Check("llama3_bf16", ops.get(), 0, [](ModelConfig& c) {
+    c.has_rope_scaling = false;
+  });
+  EXPECT_GT(unscaled, 1e-2);
+  const double linear = Check("llama3_bf16", ops.get(), 0, [](ModelConfig& c) {
+    c.rope_scaling.rope_type = "linear";
+  });
+  EXPECT_GT(linear, 1e-2);
 }
 
 }  // namespace

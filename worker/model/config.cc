@@ -101,12 +101,31 @@ absl::Status ParseRopeScaling(const json& rs, RopeScaling* out) {
   TANDEM_RETURN_IF_ERROR(GetDouble(rs, "beta_slow", &out->beta_slow));
   TANDEM_RETURN_IF_ERROR(
       GetDouble(rs, "attention_factor", &out->attention_factor));
-  for (const char* k : {"low_freq_factor", "high_freq_factor", "mscale",
-                        "mscale_all_dim", "short_factor", "long_factor"}) {
-    if (rs.contains(k) && !rs[k].is_null() && type != "llama3" &&
-        type != "longrope") {
+  TANDEM_RETURN_IF_ERROR(
+      GetDouble(rs, "low_freq_factor", &out->low_freq_factor));
+  TANDEM_RETURN_IF_ERROR(
+      GetDouble(rs, "high_freq_factor", &out->high_freq_factor));
+  if (type == "llama3") {
+    // transformers reads these four keys unconditionally.
+    for (const char* k : {"factor", "low_freq_factor", "high_freq_factor",
+                          "original_max_position_embeddings"}) {
+      if (!rs.contains(k) || rs[k].is_null()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config key 'rope_scaling.", k, "' is required with rope_type llama3"));
+      }
+    }
+  }
+  for (const char* k : {"low_freq_factor", "high_freq_factor"}) {
+    if (rs.contains(k) && !rs[k].is_null() && type != "llama3") {
       return absl::InvalidArgumentError(absl::StrCat(
-          "config key 'rope_scaling." , k, "' is not supported by Tandem"));
+          "config key 'rope_scaling.", k, "' is only used with rope_type llama3, not '",
+          type, "'"));
+    }
+  }
+  for (const char* k : {"mscale", "mscale_all_dim", "short_factor", "long_factor"}) {
+    if (rs.contains(k) && !rs[k].is_null()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config key 'rope_scaling.", k, "' is not supported by Tandem"));
     }
   }
   return absl::OkStatus();
@@ -138,6 +157,7 @@ kernels::RopeConfig ModelConfig::Rope() const {
     if (t == "linear") r.type = kernels::RopeType::kLinear;
     if (t == "dynamic") r.type = kernels::RopeType::kDynamicNtk;
     if (t == "yarn") r.type = kernels::RopeType::kYarn;
+    if (t == "llama3") r.type = kernels::RopeType::kLlama3;
     r.factor = rope_scaling.factor;
     if (rope_scaling.original_max_position_embeddings > 0) {
       r.original_max_position = rope_scaling.original_max_position_embeddings;
@@ -145,6 +165,8 @@ kernels::RopeConfig ModelConfig::Rope() const {
     r.beta_fast = rope_scaling.beta_fast;
     r.beta_slow = rope_scaling.beta_slow;
     r.attention_factor = rope_scaling.attention_factor;
+    r.low_freq_factor = rope_scaling.low_freq_factor;
+    r.high_freq_factor = rope_scaling.high_freq_factor;
   }
   return r;
 }
@@ -281,10 +303,11 @@ absl::Status Validate(const ModelConfig& c) {
   if (c.max_position_embeddings > (1 << 24)) return bad("max_position_embeddings", c.max_position_embeddings, "must be <= 16777216");
   if (c.has_rope_scaling) {
     const std::string& t = c.rope_scaling.rope_type;
-    if (t != "default" && t != "linear" && t != "dynamic" && t != "yarn") {
+    if (t != "default" && t != "linear" && t != "dynamic" && t != "yarn" &&
+        t != "llama3") {
       return absl::InvalidArgumentError(absl::StrCat(
           "config key 'rope_scaling.rope_type' = '", t,
-          "' is not supported (default, linear, dynamic, yarn)"));
+          "' is not supported (default, linear, dynamic, yarn, llama3)"));
     }
     if (t != "default" && !(c.rope_scaling.factor >= 1.0 &&
                             c.rope_scaling.factor <= 1024)) {
@@ -296,6 +319,20 @@ absl::Status Validate(const ModelConfig& c) {
     }
     if (c.rope_scaling.attention_factor < 0) {
       return bad("rope_scaling.attention_factor", c.rope_scaling.attention_factor, "must be >= 0");
+    }
+    if (t == "llama3") {
+      const RopeScaling& rs = c.rope_scaling;
+      if (rs.original_max_position_embeddings <= 0) {
+        return bad("rope_scaling.original_max_position_embeddings",
+                   rs.original_max_position_embeddings, "must be positive with rope_type llama3");
+      }
+      if (!(rs.low_freq_factor > 0) || !std::isfinite(rs.low_freq_factor)) {
+        return bad("rope_scaling.low_freq_factor", rs.low_freq_factor, "must be > 0");
+      }
+      if (!(rs.high_freq_factor > rs.low_freq_factor) || !std::isfinite(rs.high_freq_factor)) {
+        return bad("rope_scaling.high_freq_factor", rs.high_freq_factor,
+                   absl::StrCat("must be > low_freq_factor (", rs.low_freq_factor, ")"));
+      }
     }
   }
   if (c.sliding_window < 0) return bad("sliding_window", c.sliding_window, "must be >= 0 (0 or null = none)");
@@ -379,6 +416,10 @@ std::string ToConfigJson(const ModelConfig& c) {
     if (c.rope_scaling.original_max_position_embeddings > 0) {
       rs["original_max_position_embeddings"] =
           c.rope_scaling.original_max_position_embeddings;
+    }
+    if (c.rope_scaling.rope_type == "llama3") {
+      rs["low_freq_factor"] = c.rope_scaling.low_freq_factor;
+      rs["high_freq_factor"] = c.rope_scaling.high_freq_factor;
     }
     if (c.rope_scaling.rope_type == "yarn") {
       rs["beta_fast"] = c.rope_scaling.beta_fast;

@@ -21,12 +21,14 @@ namespace tandem::model {
 
 // HF `rope_scaling` (null = none).
 struct RopeScaling {
-  std::string rope_type = "default";  // default | linear | dynamic | yarn
+  std::string rope_type = "default";  // default | linear | dynamic | yarn | llama3
   double factor = 1.0;
   int original_max_position_embeddings = 0;  // 0 = max_position_embeddings
   double beta_fast = 32.0;
   double beta_slow = 1.0;
   double attention_factor = 0.0;  // 0 = HF default (yarn: 0.1 ln(factor) + 1)
+  double low_freq_factor = 0.0;   // llama3 (required there)
+  double high_freq_factor = 0.0;  // llama3 (required there)
 };
 
 struct ModelConfig {

@@ -26,6 +26,8 @@ absl::StatusOr<ModelConfig> ModelConfigFromJob(const tandem::v1::ModelConfig& c)
     if (r.beta_fast() > 0) m.rope_scaling.beta_fast = r.beta_fast();
     if (r.beta_slow() > 0) m.rope_scaling.beta_slow = r.beta_slow();
     m.rope_scaling.attention_factor = r.attention_factor();
+    m.rope_scaling.low_freq_factor = r.low_freq_factor();
+    m.rope_scaling.high_freq_factor = r.high_freq_factor();
   }
   if (c.max_position_embeddings() > 0)
     m.max_position_embeddings = c.max_position_embeddings();
