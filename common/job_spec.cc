@@ -35,6 +35,8 @@ const YamlProtoOptions& JobOptions() {
         {.path = "recovery.replacement_timeout_ms", .min = 0, .max = 86400000},
         {.path = "recovery.max_recoveries", .min = 0, .max = 10000},
         // model.config: Hugging Face config.json names.
+        {.path = "model.config.model_type", .one_of = {"", "llama", "mistral", "qwen2", "qwen3"}},
+        {.path = "model.config.head_dim", .min = 0, .max = 1024},
         {.path = "model.config.vocab_size", .min = 2, .max = kMaxVocab},
         {.path = "model.config.hidden_size", .min = 1, .max = 65536},
         {.path = "model.config.intermediate_size", .min = 1, .max = 262144},
@@ -115,8 +117,8 @@ const YamlProtoOptions& JobOptions() {
     };
     o->aliases["model.config.rope_scaling"] = {{"type", "rope_type"}};
     // Keys of HF config.json files that carry no information for us.
-    o->ignored["model.config"] = {"architectures", "model_type", "torch_dtype", "transformers_version",
-                                  "use_cache", "initializer_range", "hidden_act", "head_dim",
+    o->ignored["model.config"] = {"architectures", "torch_dtype", "transformers_version",
+                                  "use_cache", "initializer_range", "hidden_act",
                                   "attention_dropout", "use_sliding_window", "max_window_layers",
                                   "pretraining_tp", "mlp_bias", "_name_or_path"};
     o->virtual_maps["init"] = {{"sft", {{"steps", "sft_steps"}, {"lr", "sft_lr"}, {"stop_accuracy", "sft_stop_accuracy"}}}};
@@ -218,12 +220,16 @@ absl::Status ValidateModel(const JobSpec& spec) {
   }
   if (!has_config) return absl::OkStatus();
   const auto& c = m.config();
-  if (c.hidden_size() % c.num_attention_heads() != 0) {
+  if (c.head_dim() > 0) {
+    if (c.head_dim() % 2 != 0) {
+      return Invalid("model.config.head_dim",
+                     absl::StrCat(c.head_dim(), " must be even (rotary embeddings)"));
+    }
+  } else if (c.hidden_size() % c.num_attention_heads() != 0) {
     return Invalid("model.config.hidden_size",
                    absl::StrCat(c.hidden_size(), " is not divisible by num_attention_heads = ",
                                 c.num_attention_heads()));
-  }
-  if ((c.hidden_size() / c.num_attention_heads()) % 2 != 0) {
+  } else if ((c.hidden_size() / c.num_attention_heads()) % 2 != 0) {
     return Invalid("model.config.hidden_size",
                    absl::StrCat("head size ", c.hidden_size() / c.num_attention_heads(),
                                 " must be even (rotary embeddings)"));

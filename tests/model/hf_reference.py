@@ -11,7 +11,7 @@ float64. transformers itself is not needed.
 
 usage: hf_reference.py make OUT [VARIANT...]
   VARIANT: llama_f32 | qwen2_bf16 | llama_yarn_f16 | llama_dynamic_f32 |
-           llama3_bf16 (default: all)
+           llama3_bf16 | mistral_bf16 (default: all)
 For dynamic NTK the base comes from the longest sequence of the batch, as
 in HF for a padded batch (position_ids.max() + 1).
 Writes OUT/VARIANT/config.json, model.safetensors and reference.json
@@ -92,6 +92,18 @@ def variant_config(name):
             "torch_dtype": "bfloat16",
         })
         return base, torch.bfloat16
+    if name == "mistral_bf16":
+        # Mistral-7B-v0.1 style: no head_dim, no attention_bias key, a
+        # sliding window on every layer (4 here, so it matters).
+        base.update({
+            "architectures": ["MistralForCausalLM"], "model_type": "mistral",
+            "num_key_value_heads": 2, "sliding_window": 4,
+            "rope_theta": 1000000.0, "rms_norm_eps": 1e-5,
+            "max_position_embeddings": 128, "torch_dtype": "bfloat16",
+        })
+        for k in ("head_dim", "attention_bias", "mlp_bias", "pretraining_tp"):
+            del base[k]
+        return base, torch.bfloat16
     raise SystemExit("unknown variant " + name)
 
 
@@ -102,11 +114,19 @@ def variant_sequences(name):
     return [[1, 7, 30, 4, 9, 9, 50, 12, 3, 44, 20, 5, 17], [1, 52, 0, 8, 8]]
 
 
+def has_qkv_bias(cfg):
+    """Qwen2 always has q/k/v biases, Mistral never, the others when
+    attention_bias."""
+    if cfg["model_type"] == "qwen2":
+        return True
+    return cfg["model_type"] != "mistral" and cfg.get("attention_bias", False)
+
+
 def make_weights(cfg, gen):
     h, v, i = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     d = cfg.get("head_dim", h // nh)
-    bias = cfg["model_type"] == "qwen2" or cfg.get("attention_bias", False)
+    bias = has_qkv_bias(cfg)
 
     def n(*shape, std=0.2):
         return torch.randn(*shape, generator=gen, dtype=torch.float64) * std
@@ -214,9 +234,14 @@ def rms_norm(x, w, eps):
 
 
 def layer_window(cfg, l):
-    if cfg["model_type"] == "qwen2":
-        if cfg.get("use_sliding_window") and l >= cfg.get("max_window_layers", 0):
-            return cfg["sliding_window"]
+    """HF: Qwen2/Qwen3 slide on layers >= max_window_layers when
+    use_sliding_window; Mistral on every layer unless sliding_window is None
+    (MistralConfig's default is 4096)."""
+    if cfg["model_type"] in ("qwen2", "qwen3"):
+        if cfg.get("use_sliding_window", False) and l >= cfg.get("max_window_layers", 28):
+            return cfg.get("sliding_window", 4096)
+    if cfg["model_type"] == "mistral":
+        return cfg.get("sliding_window", 4096)
     return None
 
 
@@ -224,7 +249,7 @@ def forward(cfg, w, ids, rope_seq_len):
     h, nh, nkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     d = cfg.get("head_dim", h // nh)
     eps = cfg["rms_norm_eps"]
-    bias = cfg["model_type"] == "qwen2" or cfg.get("attention_bias", False)
+    bias = has_qkv_bias(cfg)
     t = len(ids)
     x = w["model.embed_tokens.weight"][torch.tensor(ids)]
     inv_freq, scale = rope_inv_freq(cfg, rope_seq_len)
@@ -270,7 +295,7 @@ def main():
         print(__doc__)
         return 2
     variants = sys.argv[3:] or ["llama_f32", "qwen2_bf16", "llama_yarn_f16",
-                                 "llama_dynamic_f32", "llama3_bf16"]
+                                 "llama_dynamic_f32", "llama3_bf16", "mistral_bf16"]
     for variant in variants:
         make(os.path.join(sys.argv[2], variant), variant)
     return 0

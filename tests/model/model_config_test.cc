@@ -71,6 +71,14 @@ TEST(ConfigTest, Qwen2SlidingWindowRules) {
   c = ParseConfigJson(j.dump());
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->LayerWindow(1), -1);
+  // HF Qwen2Config's default max_window_layers is 28: with 2 layers, none
+  // slides.
+  j["use_sliding_window"] = true;
+  j.erase("max_window_layers");
+  c = ParseConfigJson(j.dump());
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->max_window_layers, 28);
+  EXPECT_EQ(c->LayerWindow(1), -1);
   // layer_types wins.
   j["layer_types"] = {"sliding_attention", "full_attention"};
   c = ParseConfigJson(j.dump());
@@ -116,6 +124,70 @@ TEST(ConfigTest, Llama3RopeScaling) {
   EXPECT_EQ(ToConfigJson(*c2), out);
 }
 
+// config.json of mistralai/Mistral-7B-v0.1 and Mistral-7B-v0.3 as published.
+constexpr char kMistral01Config[] = R"({
+  "architectures": ["MistralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2,
+  "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+  "intermediate_size": 14336, "max_position_embeddings": 32768,
+  "model_type": "mistral", "num_attention_heads": 32, "num_hidden_layers": 32,
+  "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+  "sliding_window": 4096, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+  "transformers_version": "4.34.0.dev0", "use_cache": true, "vocab_size": 32000})";
+constexpr char kMistral03Config[] = R"({
+  "architectures": ["MistralForCausalLM"], "attention_dropout": 0.0,
+  "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096,
+  "initializer_range": 0.02, "intermediate_size": 14336,
+  "max_position_embeddings": 32768, "model_type": "mistral",
+  "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "sliding_window": null,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+  "transformers_version": "4.42.0.dev0", "use_cache": true, "vocab_size": 32768})";
+
+TEST(ConfigTest, Mistral7B) {
+  auto v1 = ParseConfigJson(kMistral01Config);
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  EXPECT_EQ(v1->model_type, "mistral");
+  EXPECT_EQ(v1->HeadDim(), 128);
+  EXPECT_EQ(v1->KvHeads(), 8);
+  EXPECT_FALSE(v1->HasQkvBias());
+  for (int l = 0; l < 32; ++l) EXPECT_EQ(v1->LayerWindow(l), 4096) << l;
+  EXPECT_EQ(ParameterCount(*v1), 7241732096);  // Mistral 7B
+  ParamLayout layout(*v1);
+  EXPECT_NE(layout.Find("lm_head.weight"), nullptr);
+  EXPECT_EQ(layout.Find("model.layers.31.self_attn.k_proj.weight")->shape,
+            (std::vector<int64_t>{1024, 4096}));
+
+  auto v3 = ParseConfigJson(kMistral03Config);
+  ASSERT_TRUE(v3.ok()) << v3.status();
+  for (int l = 0; l < 32; ++l) EXPECT_EQ(v3->LayerWindow(l), -1) << l;
+  EXPECT_EQ(v3->rope_theta, 1e6);
+  EXPECT_EQ(ParameterCount(*v3), 7248023552);
+
+  // Written back for HF: the architecture, and sliding_window explicit
+  // (null stays null: MistralConfig would default an absent key to 4096).
+  for (const auto* c : {&*v1, &*v3}) {
+    const json j = json::parse(ToConfigJson(*c));
+    EXPECT_EQ(j["architectures"], json::array({"MistralForCausalLM"}));
+    EXPECT_EQ(j["model_type"], "mistral");
+    ASSERT_TRUE(j.contains("sliding_window"));
+    EXPECT_EQ(j["sliding_window"], c == &*v1 ? json(4096) : json(nullptr));
+    EXPECT_EQ(j["attention_bias"], false);
+    auto back = ParseConfigJson(j.dump());
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->LayerWindow(0), c->LayerWindow(0));
+  }
+
+  // HF defaults: an absent sliding_window is 4096 for Mistral; attention_bias
+  // does not give Mistral biases.
+  json j = json::parse(kMistral03Config);
+  j.erase("sliding_window");
+  j["attention_bias"] = true;
+  auto d = ParseConfigJson(j.dump());
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->LayerWindow(5), 4096);
+  EXPECT_FALSE(d->HasQkvBias());
+}
+
 struct BadCase {
   const char* name;
   std::function<void(json&)> mutate;
@@ -156,6 +228,8 @@ TEST(ConfigTest, RejectsBadConfigsNamingTheKey) {
       {"llama3 low <= 0", [](json& j) { j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 0.0}, {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}}; }, "rope_scaling.low_freq_factor"},
       {"low_freq_factor with linear", [](json& j) { j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}, {"low_freq_factor", 1.0}}; }, "rope_scaling.low_freq_factor"},
       {"longrope", [](json& j) { j["rope_scaling"] = {{"rope_type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {1.0}}}; }, "rope_scaling.short_factor"},
+      {"unknown model type", [](json& j) { j["model_type"] = "gemma"; }, "model_type"},
+      {"partial rotary", [](json& j) { j["partial_rotary_factor"] = 0.5; }, "partial_rotary_factor"},
       {"eos list past 32 bits", [](json& j) { j["eos_token_id"] = {2, int64_t{1} << 40}; }, "32-bit integers"},
   };
   for (const BadCase& bc : cases) {

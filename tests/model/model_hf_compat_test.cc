@@ -1,5 +1,5 @@
 // Hugging Face compatibility: tests/model/hf_reference.py writes checkpoints
-// the way HF tools do (F32, BF16, F16; Llama and Qwen2 layouts; linear,
+// the way HF tools do (F32, BF16, F16; Llama, Mistral and Qwen2 layouts; linear,
 // dynamic, YaRN and Llama 3 RoPE; a sliding-window layer; tied and untied
 // heads) and computes
 // logits with a pure-PyTorch forward following transformers' modeling code.
@@ -147,6 +147,18 @@ TEST_F(HfCompatTest, LlamaF16YarnMqa) {
 TEST_F(HfCompatTest, LlamaDynamicNtkBeyondMaxPositions) {
   auto ops = kernels::MakeReferenceOps();
   Check("llama_dynamic_f32", ops.get(), 1e-4);
+}
+
+TEST_F(HfCompatTest, MistralSlidingWindowOnEveryLayer) {
+  auto ops = kernels::MakeReferenceOps();
+  Check("mistral_bf16", ops.get(), 1e-4);
+  auto cpu = kernels::MakeCpuOps(0);
+  Check("mistral_bf16", cpu.get(), 1e-3);
+  // The window matters: without it the logits differ.
+  const double full = Check("mistral_bf16", ops.get(), 0, [](ModelConfig& c) {
+    c.sliding_window = 0;
+  });
+  EXPECT_GT(full, 1e-2);
 }
 
 TEST_F(HfCompatTest, Llama3RopeScalingPastOriginalContext) {

@@ -140,7 +140,7 @@ int ModelConfig::LayerWindow(int layer) const {
                : -1;
   }
   if (sliding_window <= 0) return -1;
-  if (use_sliding_window_set || model_type == "qwen2") {
+  if (QwenFamily() || (model_type == "llama" && use_sliding_window_set)) {
     return use_sliding_window && layer >= max_window_layers ? sliding_window
                                                             : -1;
   }
@@ -230,8 +230,15 @@ absl::StatusOr<ModelConfig> ParseConfigJson(std::string_view text) {
       c.eos_token_ids.push_back(eos);
     }
   }
+  // HF config classes' defaults where the key is absent (not null).
+  if (!j.contains("sliding_window") &&
+      (c.model_type == "mistral" || c.model_type == "qwen2" || c.model_type == "qwen3")) {
+    c.sliding_window = 4096;
+  }
+  if (c.model_type == "qwen2" || c.model_type == "qwen3") c.max_window_layers = 28;
   TANDEM_RETURN_IF_ERROR(GetInt(j, "sliding_window", &c.sliding_window,
                                 &c.sliding_window_set));
+  if (auto it = j.find("sliding_window"); it != j.end() && it->is_null()) c.sliding_window = 0;
   TANDEM_RETURN_IF_ERROR(GetBool(j, "use_sliding_window",
                                  &c.use_sliding_window,
                                  &c.use_sliding_window_set));
@@ -264,6 +271,14 @@ absl::StatusOr<ModelConfig> ParseConfigJson(std::string_view text) {
     return absl::InvalidArgumentError(
         "config key 'mlp_bias' = true is not supported");
   }
+  double partial_rotary_factor = 1.0;
+  TANDEM_RETURN_IF_ERROR(
+      GetDouble(j, "partial_rotary_factor", &partial_rotary_factor));
+  if (partial_rotary_factor != 1.0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key 'partial_rotary_factor' = ", partial_rotary_factor,
+        " is not supported (rotary embedding over the whole head only)"));
+  }
   TANDEM_RETURN_IF_ERROR(Validate(c));
   return c;
 }
@@ -273,6 +288,12 @@ absl::Status Validate(const ModelConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("config key '", key, "' = ", value, ": ", why));
   };
+  if (c.model_type != "llama" && c.model_type != "mistral" &&
+      c.model_type != "qwen2" && c.model_type != "qwen3") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key 'model_type' = '", c.model_type,
+        "' is not supported (llama, mistral, qwen2, qwen3)"));
+  }
   if (c.vocab_size <= 0) return bad("vocab_size", c.vocab_size, "must be positive");
   if (c.vocab_size > 4'000'000) return bad("vocab_size", c.vocab_size, "must be <= 4000000");
   if (c.hidden_size <= 0) return bad("hidden_size", c.hidden_size, "must be positive");
@@ -396,8 +417,11 @@ int64_t ParameterCount(const ModelConfig& c) {
 
 std::string ToConfigJson(const ModelConfig& c) {
   json j;
-  j["architectures"] = json::array(
-      {c.model_type == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM"});
+  const char* architecture = c.model_type == "qwen2"     ? "Qwen2ForCausalLM"
+                             : c.model_type == "qwen3"   ? "Qwen3ForCausalLM"
+                             : c.model_type == "mistral" ? "MistralForCausalLM"
+                                                         : "LlamaForCausalLM";
+  j["architectures"] = json::array({architecture});
   j["model_type"] = c.model_type;
   j["vocab_size"] = c.vocab_size;
   j["hidden_size"] = c.hidden_size;
@@ -436,7 +460,9 @@ std::string ToConfigJson(const ModelConfig& c) {
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["attention_bias"] = c.HasQkvBias();
   j["mlp_bias"] = false;
+  j["attention_dropout"] = 0.0;
   j["initializer_range"] = 0.02;
+  j["use_cache"] = true;
   if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
   if (c.pad_token_id >= 0) j["pad_token_id"] = c.pad_token_id;
   if (c.eos_token_ids.size() == 1) {
@@ -444,11 +470,13 @@ std::string ToConfigJson(const ModelConfig& c) {
   } else if (!c.eos_token_ids.empty()) {
     j["eos_token_id"] = c.eos_token_ids;
   }
-  if (c.sliding_window_set || c.sliding_window > 0) {
+  // Written explicitly for Mistral and Qwen, whose HF config classes
+  // default an absent sliding_window to 4096.
+  if (c.sliding_window_set || c.sliding_window > 0 || c.model_type != "llama") {
     j["sliding_window"] =
         c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
   }
-  if (c.use_sliding_window_set) {
+  if (c.use_sliding_window_set || c.QwenFamily()) {
     j["use_sliding_window"] = c.use_sliding_window;
     j["max_window_layers"] = c.max_window_layers;
   }
