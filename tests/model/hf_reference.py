@@ -6,12 +6,14 @@ keys, model.safetensors with HF tensor names and shapes, __metadata__
 {"format": "pt"}, header padded to 8 bytes) and computes reference logits
 with a small pure-PyTorch Llama/Qwen2 forward that follows
 transformers' modeling_llama.py / modeling_qwen2.py (rotate_half RoPE with
-ROPE_INIT_FUNCTIONS, repeat_kv, eager attention, RMSNorm, SwiGLU), in
-float64. transformers itself is not needed.
+ROPE_INIT_FUNCTIONS, repeat_kv, eager attention, RMSNorm, SwiGLU; Qwen3's
+q_norm/k_norm over each head before RoPE; Mistral's and Qwen's sliding
+windows), in float64. transformers itself is not needed.
 
 usage: hf_reference.py make OUT [VARIANT...]
   VARIANT: llama_f32 | qwen2_bf16 | llama_yarn_f16 | llama_dynamic_f32 |
-           llama3_bf16 | mistral_bf16 (default: all)
+           llama3_bf16 | mistral_bf16 | qwen3_tied_bf16 | qwen3_untied_f32
+           (default: all)
 For dynamic NTK the base comes from the longest sequence of the batch, as
 in HF for a padded batch (position_ids.max() + 1).
 Writes OUT/VARIANT/config.json, model.safetensors and reference.json
@@ -104,6 +106,21 @@ def variant_config(name):
         for k in ("head_dim", "attention_bias", "mlp_bias", "pretraining_tp"):
             del base[k]
         return base, torch.bfloat16
+    if name in ("qwen3_tied_bf16", "qwen3_untied_f32"):
+        # Qwen3-0.6B style: head_dim 16 against hidden 48 / 4 heads = 12,
+        # q_norm/k_norm, no biases, rope_theta 1e6. The untied one also
+        # slides on layers >= max_window_layers (Qwen's rule).
+        tied = name == "qwen3_tied_bf16"
+        base.update({
+            "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+            "rope_theta": 1000000.0, "tie_word_embeddings": tied,
+            "use_sliding_window": not tied, "sliding_window": None if tied else 4,
+            "max_window_layers": 28 if tied else 1, "bos_token_id": 1,
+            "eos_token_id": 2, "torch_dtype": "bfloat16" if tied else "float32",
+        })
+        del base["mlp_bias"], base["pretraining_tp"]
+        return base, torch.bfloat16 if tied else torch.float32
     raise SystemExit("unknown variant " + name)
 
 
@@ -144,6 +161,9 @@ def make_weights(cfg, gen):
             w[p + "self_attn.q_proj.bias"] = n(nh * d, std=0.1)
             w[p + "self_attn.k_proj.bias"] = n(nkv * d, std=0.1)
             w[p + "self_attn.v_proj.bias"] = n(nkv * d, std=0.1)
+        if cfg["model_type"] == "qwen3":
+            w[p + "self_attn.q_norm.weight"] = 1 + n(d, std=0.3)
+            w[p + "self_attn.k_norm.weight"] = 1 + n(d, std=0.3)
         w[p + "mlp.gate_proj.weight"] = n(i, h)
         w[p + "mlp.up_proj.weight"] = n(i, h)
         w[p + "mlp.down_proj.weight"] = n(h, i)
@@ -266,6 +286,9 @@ def forward(cfg, w, ids, rope_seq_len):
                 out = out + w[p + "self_attn.%s_proj.bias" % name]
             return out.view(t, n_heads, d).transpose(0, 1)  # [heads, T, D]
         q, k, v = proj("q", nh), proj("k", nkv), proj("v", nkv)
+        if cfg["model_type"] == "qwen3":  # Qwen3RMSNorm over head_dim
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(nh // nkv, dim=0)
@@ -295,7 +318,8 @@ def main():
         print(__doc__)
         return 2
     variants = sys.argv[3:] or ["llama_f32", "qwen2_bf16", "llama_yarn_f16",
-                                 "llama_dynamic_f32", "llama3_bf16", "mistral_bf16"]
+                                 "llama_dynamic_f32", "llama3_bf16", "mistral_bf16",
+                                 "qwen3_tied_bf16", "qwen3_untied_f32"]
     for variant in variants:
         make(os.path.join(sys.argv[2], variant), variant)
     return 0

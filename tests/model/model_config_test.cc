@@ -188,6 +188,67 @@ TEST(ConfigTest, Mistral7B) {
   EXPECT_FALSE(d->HasQkvBias());
 }
 
+// config.json of Qwen/Qwen3-0.6B as published.
+constexpr char kQwen3Config[] = R"({
+  "architectures": ["Qwen3ForCausalLM"], "attention_bias": false,
+  "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151645,
+  "head_dim": 128, "hidden_act": "silu", "hidden_size": 1024,
+  "initializer_range": 0.02, "intermediate_size": 3072,
+  "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+  "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000,
+  "sliding_window": null, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+  "transformers_version": "4.51.0", "use_cache": true, "use_sliding_window": false,
+  "vocab_size": 151936})";
+
+TEST(ConfigTest, Qwen3) {
+  auto c = ParseConfigJson(kQwen3Config);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->HasQkNorm());
+  EXPECT_FALSE(c->HasQkvBias());
+  EXPECT_EQ(c->HeadDim(), 128);  // not hidden / heads = 64
+  EXPECT_EQ(c->Rope().head_dim, 128);
+  EXPECT_EQ(c->LayerWindow(27), -1);
+  EXPECT_EQ(ParameterCount(*c), 596049920);  // Qwen3-0.6B
+  ParamLayout l(*c);
+  EXPECT_TRUE(l.tied());
+  EXPECT_EQ(l.Find("model.layers.3.self_attn.q_proj.weight")->shape,
+            (std::vector<int64_t>{2048, 1024}));
+  EXPECT_EQ(l.Find("model.layers.3.self_attn.o_proj.weight")->shape,
+            (std::vector<int64_t>{1024, 2048}));
+  const TensorView* qn = l.Find("model.layers.27.self_attn.q_norm.weight");
+  ASSERT_NE(qn, nullptr);
+  EXPECT_EQ(qn->shape, (std::vector<int64_t>{128}));
+  EXPECT_EQ(qn->kind, TensorView::Kind::kNorm);
+  EXPECT_EQ(qn->unit, l.layer_unit(27));
+  EXPECT_EQ(l.Find("model.layers.0.self_attn.k_norm.weight")->shape, (std::vector<int64_t>{128}));
+  EXPECT_EQ(l.layer(0).q_norm, l.Find("model.layers.0.self_attn.q_norm.weight")->offset_in_unit);
+  EXPECT_EQ(l.Find("model.layers.0.self_attn.q_proj.bias"), nullptr);
+  size_t sum = 0;
+  for (const auto& t : l.tensors()) sum += t.numel;
+  EXPECT_EQ(static_cast<int64_t>(sum), ParameterCount(*c));
+
+  const json j = json::parse(ToConfigJson(*c));
+  EXPECT_EQ(j["architectures"], json::array({"Qwen3ForCausalLM"}));
+  EXPECT_EQ(j["head_dim"], 128);
+  EXPECT_EQ(j["attention_bias"], false);
+  EXPECT_EQ(j["use_sliding_window"], false);
+  EXPECT_EQ(j["max_window_layers"], 28);
+  EXPECT_EQ(j["sliding_window"], nullptr);
+  EXPECT_EQ(j["tie_word_embeddings"], true);
+
+  // Untied, with attention_bias: both honoured (HF Qwen3Attention).
+  json u = json::parse(kQwen3Config);
+  u["tie_word_embeddings"] = false;
+  u["attention_bias"] = true;
+  auto cu = ParseConfigJson(u.dump());
+  ASSERT_TRUE(cu.ok()) << cu.status();
+  ParamLayout lu(*cu);
+  EXPECT_NE(lu.Find("lm_head.weight"), nullptr);
+  EXPECT_NE(lu.Find("model.layers.0.self_attn.q_proj.bias"), nullptr);
+  EXPECT_NE(lu.Find("model.layers.0.self_attn.q_norm.weight"), nullptr);
+}
+
 struct BadCase {
   const char* name;
   std::function<void(json&)> mutate;

@@ -1,10 +1,9 @@
 // Hugging Face compatibility: tests/model/hf_reference.py writes checkpoints
-// the way HF tools do (F32, BF16, F16; Llama, Mistral and Qwen2 layouts; linear,
-// dynamic, YaRN and Llama 3 RoPE; a sliding-window layer; tied and untied
-// heads) and computes
-// logits with a pure-PyTorch forward following transformers' modeling code.
-// We load the directory and compare logits (both sequences packed in one
-// batch). Needs /usr/bin/python3 with torch and numpy (python3-torch,
+// the way HF tools do (F32, BF16, F16; Llama, Mistral, Qwen2 and Qwen3
+// layouts; linear, dynamic, YaRN and Llama 3 RoPE; sliding windows; tied and
+// untied heads) and computes logits with a pure-PyTorch float64 forward
+// following transformers' modeling code. We load the directory and compare
+// logits (both sequences packed in one batch). Needs /usr/bin/python3 with torch and numpy (python3-torch,
 // python3-numpy: deploy/install-deps.sh --for-tests); without them the tests
 // fail and name the package.
 #include <gtest/gtest.h>
@@ -29,6 +28,12 @@ namespace tandem::model {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Relative error bounds (of the largest logit): the reference backend
+// accumulates in double; the CPU backend in fp32 with OpenBLAS, whose sums
+// depend on its kernel (measured: 3e-7 and 1e-6 at most).
+constexpr double kRefTol = 2e-6;
+constexpr double kCpuTol = 2e-5;
 
 class HfCompatTest : public ::testing::Test {
  protected:
@@ -66,9 +71,10 @@ class HfCompatTest : public ::testing::Test {
     return made_[variant] = "hf_reference.py " + variant + " failed (" + how + "): " + out;
   }
 
-  // Compares the logits of the model in DIR/variant with reference.json;
-  // `edit` may change the loaded config first (to show that a setting
-  // matters). Returns max |logit - reference| (-1 on failure).
+  // Compares the logits of the model in DIR/variant with reference.json:
+  // max |logit - reference| / max |reference logit| < tol. `edit` may change
+  // the loaded config first (to show that a setting matters; no bound then).
+  // Returns that relative error (-1 on failure).
   double Check(const std::string& variant, kernels::Ops* ops, double tol,
                const std::function<void(ModelConfig&)>& edit = nullptr) {
     double max_diff = -1;
@@ -116,11 +122,12 @@ class HfCompatTest : public ::testing::Test {
       }
     }
     ASSERT_EQ(row, b.tokens.size());
-    std::printf("[hf %s, %s ops%s] max |logit - torch| = %.3g (max |logit| %.3g)\n",
+    std::printf("[hf %s, %s ops%s] max |logit - torch| = %.3g, relative to max |logit| "
+                "(%.3g) %.3g\n",
                 variant.c_str(), ops->name(), edit ? ", edited config" : "", max_diff,
-                max_abs);
-    if (!edit) EXPECT_LT(max_diff, tol);
-    *result = max_diff;
+                max_abs, max_diff / max_abs);
+    if (!edit) EXPECT_LT(max_diff / max_abs, tol);
+    *result = max_diff / max_abs;
   }
 
   static inline std::map<std::string, std::string> made_;
@@ -129,54 +136,68 @@ class HfCompatTest : public ::testing::Test {
 
 TEST_F(HfCompatTest, LlamaF32Untied) {
   auto ops = kernels::MakeReferenceOps();
-  Check("llama_f32", ops.get(), 1e-4);
+  Check("llama_f32", ops.get(), kRefTol);
   auto cpu = kernels::MakeCpuOps(0);
-  Check("llama_f32", cpu.get(), 1e-3);
+  Check("llama_f32", cpu.get(), kCpuTol);
 }
 
 TEST_F(HfCompatTest, Qwen2Bf16TiedBiasLinearRopeSlidingWindow) {
   auto ops = kernels::MakeReferenceOps();
-  Check("qwen2_bf16", ops.get(), 1e-4);
+  Check("qwen2_bf16", ops.get(), kRefTol);
 }
 
 TEST_F(HfCompatTest, LlamaF16YarnMqa) {
   auto ops = kernels::MakeReferenceOps();
-  Check("llama_yarn_f16", ops.get(), 1e-4);
+  Check("llama_yarn_f16", ops.get(), kRefTol);
 }
 
 TEST_F(HfCompatTest, LlamaDynamicNtkBeyondMaxPositions) {
   auto ops = kernels::MakeReferenceOps();
-  Check("llama_dynamic_f32", ops.get(), 1e-4);
+  Check("llama_dynamic_f32", ops.get(), kRefTol);
 }
 
 TEST_F(HfCompatTest, MistralSlidingWindowOnEveryLayer) {
   auto ops = kernels::MakeReferenceOps();
-  Check("mistral_bf16", ops.get(), 1e-4);
+  Check("mistral_bf16", ops.get(), kRefTol);
   auto cpu = kernels::MakeCpuOps(0);
-  Check("mistral_bf16", cpu.get(), 1e-3);
+  Check("mistral_bf16", cpu.get(), kCpuTol);
   // The window matters: without it the logits differ.
   const double full = Check("mistral_bf16", ops.get(), 0, [](ModelConfig& c) {
     c.sliding_window = 0;
   });
-  EXPECT_GT(full, 1e-2);
+  EXPECT_GT(full, 1e-1);
+}
+
+TEST_F(HfCompatTest, Qwen3TiedQkNormHeadDim) {
+  auto ops = kernels::MakeReferenceOps();
+  Check("qwen3_tied_bf16", ops.get(), kRefTol);
+  auto cpu = kernels::MakeCpuOps(0);
+  Check("qwen3_tied_bf16", cpu.get(), kCpuTol);
+}
+
+TEST_F(HfCompatTest, Qwen3UntiedQkNormSlidingWindow) {
+  auto ops = kernels::MakeReferenceOps();
+  Check("qwen3_untied_f32", ops.get(), kRefTol);
+  auto cpu = kernels::MakeCpuOps(0);
+  Check("qwen3_untied_f32", cpu.get(), kCpuTol);
 }
 
 TEST_F(HfCompatTest, Llama3RopeScalingPastOriginalContext) {
   auto ops = kernels::MakeReferenceOps();
-  Check("llama3_bf16", ops.get(), 1e-4);
+  Check("llama3_bf16", ops.get(), kRefTol);
   auto cpu = kernels::MakeCpuOps(0);
-  Check("llama3_bf16", cpu.get(), 1e-3);
+  Check("llama3_bf16", cpu.get(), kCpuTol);
   // The scaling matters at these positions: without it, or with HF's
   // default-only frequencies divided by the factor (linear), the logits
   // are far off.
   const double unscaled = Check("llama3_bf16", ops.get(), 0, [](ModelConfig& c) {
     c.has_rope_scaling = false;
   });
-  EXPECT_GT(unscaled, 1e-2);
+  EXPECT_GT(unscaled, 1e-1);
   const double linear = Check("llama3_bf16", ops.get(), 0, [](ModelConfig& c) {
     c.rope_scaling.rope_type = "linear";
   });
-  EXPECT_GT(linear, 1e-2);
+  EXPECT_GT(linear, 1e-1);
 }
 
 }  // namespace

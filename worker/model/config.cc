@@ -410,6 +410,7 @@ int64_t ParameterCount(const ModelConfig& c) {
   const int64_t d = c.HeadDim(), nh = c.num_attention_heads, nkv = c.KvHeads();
   int64_t layer = 2 * h + nh * d * h + 2 * nkv * d * h + h * nh * d + 3 * h * i;
   if (c.HasQkvBias()) layer += nh * d + 2 * nkv * d;
+  if (c.HasQkNorm()) layer += 2 * d;
   int64_t total = v * h + c.num_hidden_layers * layer + h;
   if (!c.tie_word_embeddings) total += v * h;
   return total;

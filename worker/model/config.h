@@ -85,6 +85,9 @@ struct ModelConfig {
   bool HasQkvBias() const {
     return model_type == "qwen2" || (model_type != "mistral" && attention_bias);
   }
+  // Qwen3: RMSNorm over each query and key head (weights [head_dim]) after
+  // the projections (and biases), before RoPE.
+  bool HasQkNorm() const { return model_type == "qwen3"; }
   // Qwen's sliding-window rule (use_sliding_window, max_window_layers).
   bool QwenFamily() const { return model_type == "qwen2" || model_type == "qwen3"; }
   // Attention window of layer i for kernels::AttentionParams::window

@@ -387,7 +387,8 @@ absl::Status LoadWeights(const std::string& dir, const ModelConfig& config,
                                       config.model_type, ", ", config.num_hidden_layers,
                                       " layers, tie_word_embeddings=",
                                       config.tie_word_embeddings ? "true" : "false",
-                                      ", q/k/v bias=", config.HasQkvBias() ? "true" : "false", ")"));
+                                      ", q/k/v bias=", config.HasQkvBias() ? "true" : "false",
+                                      ", q/k norm=", config.HasQkNorm() ? "true" : "false", ")"));
       }
       if (info.shape != view->shape) {
         return Bad(path, absl::StrCat("tensor '", name, "' has shape ", ShapeStr(info.shape),
