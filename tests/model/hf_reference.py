@@ -11,6 +11,7 @@ q_norm/k_norm over each head before RoPE; Mistral's and Qwen's sliding
 windows), in float64. transformers itself is not needed.
 
 usage: hf_reference.py make OUT [VARIANT...]
+       hf_reference.py logits DIR...
   VARIANT: llama_f32 | qwen2_bf16 | llama_yarn_f16 | llama_dynamic_f32 |
            llama3_bf16 | mistral_bf16 | qwen3_tied_bf16 | qwen3_untied_f32
            (default: all)
@@ -18,6 +19,11 @@ For dynamic NTK the base comes from the longest sequence of the batch, as
 in HF for a padded batch (position_ids.max() + 1).
 Writes OUT/VARIANT/config.json, model.safetensors and reference.json
 ({"sequences": [[ids...], ...], "logits": [[[V floats] per position] per sequence]}).
+
+`logits` reads a model directory as HF's from_pretrained would (config.json,
+model.safetensors or model.safetensors.index.json + its shards; F32, BF16,
+F16, F64), runs the same forward on DIR/sequences.json ([[ids...], ...]) and
+writes DIR/logits.json ({"logits": ...}).
 """
 import json
 import math
@@ -313,7 +319,63 @@ def forward(cfg, w, ids, rope_seq_len):
     return x @ head.T
 
 
+def read_safetensors(path):
+    import numpy as np
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        raw = data[e["data_offsets"][0]:e["data_offsets"][1]]
+        if e["dtype"] == "BF16":
+            t = torch.from_numpy(np.frombuffer(raw, dtype=np.int16).copy()).view(torch.bfloat16)
+        else:
+            np_type = {"F32": np.float32, "F16": np.float16, "F64": np.float64}[e["dtype"]]
+            t = torch.from_numpy(np.frombuffer(raw, dtype=np_type).copy())
+        out[name] = t.double().reshape(e["shape"])
+    return out
+
+
+def read_model_dir(d):
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    single = os.path.join(d, "model.safetensors")
+    if os.path.exists(single):
+        files = ["model.safetensors"]
+    else:
+        with open(os.path.join(d, "model.safetensors.index.json")) as f:
+            index = json.load(f)
+        files = sorted(set(index["weight_map"].values()))
+    w = {}
+    for name in files:
+        for k, t in read_safetensors(os.path.join(d, name)).items():
+            if k in w:
+                raise SystemExit("%s: tensor %s twice" % (d, k))
+            w[k] = t
+    if cfg["tie_word_embeddings"] == ("lm_head.weight" in w):
+        raise SystemExit("%s: tie_word_embeddings=%s but lm_head.weight %s" % (
+            d, cfg["tie_word_embeddings"], "present" if "lm_head.weight" in w else "absent"))
+    return cfg, w
+
+
+def logits_for_dir(d):
+    cfg, w = read_model_dir(d)
+    with open(os.path.join(d, "sequences.json")) as f:
+        seqs = json.load(f)
+    longest = max(len(s) for s in seqs)
+    logits = [forward(cfg, w, s, longest).tolist() for s in seqs]
+    with open(os.path.join(d, "logits.json"), "w") as f:
+        json.dump({"logits": logits}, f)
+
+
 def main():
+    if len(sys.argv) >= 3 and sys.argv[1] == "logits":
+        for d in sys.argv[2:]:
+            logits_for_dir(d)
+        return 0
     if len(sys.argv) < 3 or sys.argv[1] != "make":
         print(__doc__)
         return 2

@@ -1,6 +1,8 @@
-// PHASE_EXPORT: the final model as Hugging Face safetensors + config.json
-// (+ tokenizer.json), written by rank 0 after every rank took part in
-// gathering the full parameters.
+// PHASE_EXPORT: the final model as a Hugging Face model directory
+// (safetensors, sharded above 5 GB, + config.json + generation_config.json
+// + the tokenizer files of the source directory when the job's model came
+// from one, else the char tokenizer's tokenizer.json), written by rank 0
+// after every rank took part in gathering the full parameters.
 #include <filesystem>
 
 #include "worker/engine/phases.h"
@@ -21,7 +23,9 @@ absl::Status ExportModel(JobContext& ctx, ReportPhaseRequest* report) {
   }
   if (ctx.rank == 0) {
     const model::CharTokenizer* tok = ctx.tokenizer ? &*ctx.tokenizer : nullptr;
-    if (absl::Status st = model::SaveModelDir(dir, ctx.config, full.data(), tok); !st.ok()) {
+    model::SaveOptions save;
+    save.source_dir = ctx.spec().model().from();
+    if (absl::Status st = model::SaveModelDir(dir, ctx.config, full.data(), tok, save); !st.ok()) {
       return absl::Status(st.code(), "export to " + dir + ": " + std::string(st.message()));
     }
     report->add_log_lines("exported the model to " + dir);

@@ -29,8 +29,9 @@ constexpr int kRuntime = 1;
 
 const char kInitHelp[] =
     "usage: tandemctl model init --config MODEL.yaml|config.json --seed S --out DIR\n"
-    "  Writes a randomly initialised model to DIR: model.safetensors, config.json\n"
-    "  and tokenizer.json when the config says tokenizer: char.\n"
+    "  Writes a randomly initialised model to DIR: model.safetensors (sharded\n"
+    "  above 5 GB), config.json, generation_config.json and tokenizer.json when\n"
+    "  the config says tokenizer: char.\n"
     "  --config FILE   model config (YAML or JSON, Hugging Face config.json keys)\n"
     "  --seed S        initialisation seed (default 0)\n"
     "  --out DIR       output directory (created if missing)\n"
@@ -198,8 +199,10 @@ int ModelInitCommand(const std::vector<std::string>& args) {
   model.InitParams(seed, params.data());
   std::optional<CharTokenizer> tok;
   if (cfg->tokenizer == "char") tok = CharTokenizer::Default();
+  SaveOptions save;
+  save.dtype = dtype;
   absl::Status s = SaveModelDir(f.values["--out"], *cfg, params.data(),
-                                tok ? &*tok : nullptr, dtype);
+                                tok ? &*tok : nullptr, save);
   if (!s.ok()) { std::cerr << "model init: " << s.message() << "\n"; return kRuntime; }
   std::cout << "wrote " << f.values["--out"] << ": " << ParameterCount(*cfg)
             << " parameters, " << cfg->num_hidden_layers << " layers, seed " << seed
