@@ -1,6 +1,7 @@
 #include "worker/model/model_commands.h"
 
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -274,8 +275,11 @@ int GenerateCommand(const std::vector<std::string>& args) {
     }
   }
 
+  const auto load_start = std::chrono::steady_clock::now();
   auto loaded = LoadModelDir(f.values["--model"]);
   if (!loaded.ok()) { std::cerr << "generate: " << loaded.status().message() << "\n"; return kRuntime; }
+  const double load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   const ModelConfig& cfg = loaded->config;
   if (f.values.count("--prompt")) {
     if (!loaded->tokenizer) {
@@ -312,6 +316,7 @@ int GenerateCommand(const std::vector<std::string>& args) {
       arr.push_back(s);
     }
     j["samples"] = arr;
+    j["load_seconds"] = load_seconds;
     j["prefill_seconds"] = res->prefill_seconds;
     j["decode_seconds"] = res->decode_seconds;
     j["decode_tokens_per_second"] = tps;
@@ -325,7 +330,8 @@ int GenerateCommand(const std::vector<std::string>& args) {
       if (loaded->tokenizer) std::cout << "text: " << loaded->tokenizer->Decode(g.tokens) << "\n";
       std::cout << "finish: " << (g.finish == FinishReason::kStop ? "stop" : "length") << "\n";
     }
-    std::cerr << "generated " << res->generated_tokens << " tokens in " << secs << " s ("
+    std::cerr << "loaded " << ParameterCount(cfg) << " parameters in " << load_seconds
+              << " s; generated " << res->generated_tokens << " tokens in " << secs << " s ("
               << tps << " tokens/s decode), KV cache " << res->kv_cache_bytes << " bytes\n";
   }
   return 0;

@@ -292,6 +292,18 @@ absl::Status SafetensorsFile::ReadF32(const std::string& name, float* out,
   return absl::OkStatus();
 }
 
+void SafetensorsFile::Release(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end() || map_ == nullptr) return;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t begin = (data_start_ + it->second.begin) / page * page;
+  const size_t end = std::min(map_size_, (data_start_ + it->second.end + page - 1) / page * page);
+  if (end > begin) {
+    // Advice only: on failure the pages simply stay until the unmap.
+    (void)::madvise(const_cast<uint8_t*>(map_) + begin, end - begin, MADV_DONTNEED);
+  }
+}
+
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<StTensorToWrite>& tensors,
                               const std::map<std::string, std::string>& metadata,
@@ -406,6 +418,7 @@ absl::Status LoadWeights(const std::string& dir, const ModelConfig& config,
         return Bad(path, absl::StrCat("tensor '", name, "' appears in more than one file"));
       }
       absl::Status s = f->ReadF32(name, params + view->offset, view->numel);
+      f->Release(name);
       if (!s.ok()) return s;
       // A NaN or Inf weight poisons every step that reads it: refuse at load.
       const float* w = params + view->offset;

@@ -50,6 +50,10 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // Converts tensor `name` to f32 into out[numel].
   absl::Status ReadF32(const std::string& name, float* out, size_t numel) const;
+  // Drops the mapped pages of tensor `name` from this process's memory (a
+  // later read maps them again from the file): keeps a whole-model load at
+  // one tensor of file data at a time.
+  void Release(const std::string& name) const;
 
  private:
   SafetensorsFile() = default;
