@@ -291,6 +291,7 @@ TEST(ConfigTest, RejectsBadConfigsNamingTheKey) {
       {"longrope", [](json& j) { j["rope_scaling"] = {{"rope_type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {1.0}}}; }, "rope_scaling.short_factor"},
       {"unknown model type", [](json& j) { j["model_type"] = "gemma"; }, "model_type"},
       {"partial rotary", [](json& j) { j["partial_rotary_factor"] = 0.5; }, "partial_rotary_factor"},
+      {"rope_parameters", [](json& j) { j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}}; }, "rope_parameters"},
       {"eos list past 32 bits", [](json& j) { j["eos_token_id"] = {2, int64_t{1} << 40}; }, "32-bit integers"},
   };
   for (const BadCase& bc : cases) {

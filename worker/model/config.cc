@@ -271,6 +271,12 @@ absl::StatusOr<ModelConfig> ParseConfigJson(std::string_view text) {
     return absl::InvalidArgumentError(
         "config key 'mlp_bias' = true is not supported");
   }
+  if (j.contains("rope_parameters")) {
+    // Newer transformers versions move rope_theta and the scaling here.
+    return absl::InvalidArgumentError(
+        "config key 'rope_parameters' is not supported: give rope_theta and "
+        "rope_scaling instead");
+  }
   double partial_rotary_factor = 1.0;
   TANDEM_RETURN_IF_ERROR(
       GetDouble(j, "partial_rotary_factor", &partial_rotary_factor));
