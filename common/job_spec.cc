@@ -36,6 +36,8 @@ const YamlProtoOptions& JobOptions() {
         {.path = "recovery.max_recoveries", .min = 0, .max = 10000},
         {.path = "recovery.degraded_low_rank", .min = 0, .max = 65536},
         // model.config: Hugging Face config.json names.
+        {.path = "model.config.model_type", .one_of = {"", "llama", "mistral", "qwen2", "qwen3"}},
+        {.path = "model.config.head_dim", .min = 0, .max = 1024},
         {.path = "model.config.vocab_size", .min = 2, .max = kMaxVocab},
         {.path = "model.config.hidden_size", .min = 1, .max = 65536},
         {.path = "model.config.intermediate_size", .min = 1, .max = 262144},
@@ -51,6 +53,8 @@ const YamlProtoOptions& JobOptions() {
         {.path = "model.config.rope_scaling.beta_fast", .min = 0, .max = 1e6},
         {.path = "model.config.rope_scaling.beta_slow", .min = 0, .max = 1e6},
         {.path = "model.config.rope_scaling.attention_factor", .min = 0, .max = 1e6},
+        {.path = "model.config.rope_scaling.low_freq_factor", .min = 0, .max = 1e6},
+        {.path = "model.config.rope_scaling.high_freq_factor", .min = 0, .max = 1e6},
         {.path = "model.config.max_position_embeddings", .min = 1, .max = 1 << 24},
         {.path = "model.config.sliding_window_layers", .min = 0, .max = 1023, .max_len = 1024},
         {.path = "model.config.sliding_window", .min = 0, .max = 1 << 24},
@@ -125,8 +129,8 @@ const YamlProtoOptions& JobOptions() {
     };
     o->aliases["model.config.rope_scaling"] = {{"type", "rope_type"}};
     // Keys of HF config.json files that carry no information for us.
-    o->ignored["model.config"] = {"architectures", "model_type", "torch_dtype", "transformers_version",
-                                  "use_cache", "initializer_range", "hidden_act", "head_dim",
+    o->ignored["model.config"] = {"architectures", "torch_dtype", "transformers_version",
+                                  "use_cache", "initializer_range", "hidden_act",
                                   "attention_dropout", "use_sliding_window", "max_window_layers",
                                   "pretraining_tp", "mlp_bias", "_name_or_path"};
     o->virtual_maps["init"] = {{"sft", {{"steps", "sft_steps"}, {"lr", "sft_lr"}, {"stop_accuracy", "sft_stop_accuracy"}}}};
@@ -228,12 +232,16 @@ absl::Status ValidateModel(const JobSpec& spec) {
   }
   if (!has_config) return absl::OkStatus();
   const auto& c = m.config();
-  if (c.hidden_size() % c.num_attention_heads() != 0) {
+  if (c.head_dim() > 0) {
+    if (c.head_dim() % 2 != 0) {
+      return Invalid("model.config.head_dim",
+                     absl::StrCat(c.head_dim(), " must be even (rotary embeddings)"));
+    }
+  } else if (c.hidden_size() % c.num_attention_heads() != 0) {
     return Invalid("model.config.hidden_size",
                    absl::StrCat(c.hidden_size(), " is not divisible by num_attention_heads = ",
                                 c.num_attention_heads()));
-  }
-  if ((c.hidden_size() / c.num_attention_heads()) % 2 != 0) {
+  } else if ((c.hidden_size() / c.num_attention_heads()) % 2 != 0) {
     return Invalid("model.config.hidden_size",
                    absl::StrCat("head size ", c.hidden_size() / c.num_attention_heads(),
                                 " must be even (rotary embeddings)"));

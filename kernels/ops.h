@@ -25,19 +25,26 @@
 namespace tandem::kernels {
 
 // Rotary position embedding scaling, the same choices as Hugging Face's
-// `rope_scaling` (rope_type): "default", "linear", "dynamic", "yarn".
-enum class RopeType { kDefault, kLinear, kDynamicNtk, kYarn };
+// `rope_scaling` (rope_type): "default", "linear", "dynamic", "yarn",
+// "llama3".
+enum class RopeType { kDefault, kLinear, kDynamicNtk, kYarn, kLlama3 };
 
 struct RopeConfig {
   int head_dim = 64;            // D (rotary applied to all D dims, rotate_half layout)
   double theta = 10000.0;       // rope_theta
   RopeType type = RopeType::kDefault;
-  double factor = 1.0;          // scaling factor (linear, dynamic, yarn)
+  double factor = 1.0;          // scaling factor (linear, dynamic, yarn, llama3)
   int original_max_position = 2048;  // original_max_position_embeddings (yarn,
-                                     // dynamic: max_position_embeddings)
+                                     // llama3; dynamic: max_position_embeddings)
   double beta_fast = 32.0;      // yarn
   double beta_slow = 1.0;       // yarn
   double attention_factor = 0;  // yarn mscale; 0 = HF default 0.1*ln(factor)+1
+  double low_freq_factor = 1.0;   // llama3: wavelengths above
+                                  // original_max_position / low_freq_factor
+                                  // are divided by factor
+  double high_freq_factor = 4.0;  // llama3: wavelengths below
+                                  // original_max_position / high_freq_factor
+                                  // are kept; in between, interpolated
 };
 
 // Fills inv_freq[D/2] and the attention scaling (multiplier of cos and sin)

@@ -1,5 +1,6 @@
 // Host-side rotary tables shared by every backend: inv_freq and cos/sin,
-// following Hugging Face's ROPE_INIT_FUNCTIONS (default, linear, dynamic, yarn).
+// following Hugging Face's ROPE_INIT_FUNCTIONS (default, linear, dynamic, yarn,
+// llama3).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -26,6 +27,7 @@ void rope_inv_freq(const RopeConfig& cfg, int seq_len, float* inv_freq,
   switch (cfg.type) {
     case RopeType::kDefault:
     case RopeType::kLinear:
+    case RopeType::kLlama3:
       break;
     case RopeType::kDynamicNtk: {
       // HF: seq_len = max(seq_len, max_position_embeddings);
@@ -66,6 +68,29 @@ void rope_inv_freq(const RopeConfig& cfg, int seq_len, float* inv_freq,
     double f = 1.0 / std::pow(base, (2.0 * i) / dim);
     if (cfg.type == RopeType::kLinear) f /= cfg.factor;
     inv_freq[i] = static_cast<float>(f);
+  }
+  if (cfg.type == RopeType::kLlama3) {
+    // HF _compute_llama3_parameters, on the fp32 default frequencies and in
+    // fp32 as HF computes it: wavelengths shorter than old/high_freq_factor
+    // are kept, longer than old/low_freq_factor divided by factor, and in
+    // between interpolated by a smooth factor linear in old/wavelength.
+    const float factor = static_cast<float>(cfg.factor);
+    const float low = static_cast<float>(cfg.low_freq_factor);
+    const float high = static_cast<float>(cfg.high_freq_factor);
+    const float old_len = static_cast<float>(cfg.original_max_position);
+    const double low_freq_wavelen = cfg.original_max_position / cfg.low_freq_factor;
+    const double high_freq_wavelen = cfg.original_max_position / cfg.high_freq_factor;
+    for (int i = 0; i < half; ++i) {
+      const float f = inv_freq[i];
+      const float wavelen = static_cast<float>(2 * M_PI) / f;
+      if (wavelen < high_freq_wavelen) continue;
+      if (wavelen > low_freq_wavelen) {
+        inv_freq[i] = f / factor;
+        continue;
+      }
+      const float smooth = (old_len / wavelen - low) / (high - low);
+      inv_freq[i] = (1.f - smooth) * f / factor + smooth * f;
+    }
   }
   *attention_scaling = static_cast<float>(scaling);
 }

@@ -1,5 +1,6 @@
 // rope_inv_freq / rope_tables against values computed independently from
-// Hugging Face's ROPE_INIT_FUNCTIONS formulas (default, linear, dynamic, yarn),
+// Hugging Face's ROPE_INIT_FUNCTIONS formulas (default, linear, dynamic, yarn,
+// llama3),
 // and rope_apply against HF's apply_rotary_pos_emb written out by hand.
 // Expected numbers: a direct re-implementation of transformers'
 // modeling_rope_utils in PyTorch 1.13 (fp32, as HF computes them), run once
@@ -112,6 +113,45 @@ TEST(RopeInvFreq, Yarn) {
   float attn = 0.f;
   rope_inv_freq(cfg, 0, inv.data(), &attn);
   EXPECT_FLOAT_EQ(attn, 0.5f);
+}
+
+TEST(RopeInvFreq, Llama3) {
+  // Llama 3.1 8B: theta 5e5, D 128, factor 8, low 1, high 4, original 8192.
+  // Indices 0..28: wavelength < 2048, kept; 29..34: interpolated; 35..63:
+  // wavelength > 8192, divided by 8. No attention scaling.
+  RopeConfig cfg;
+  cfg.head_dim = 128;
+  cfg.theta = 500000.0;
+  cfg.type = RopeType::kLlama3;
+  cfg.factor = 8.0;
+  cfg.low_freq_factor = 1.0;
+  cfg.high_freq_factor = 4.0;
+  cfg.original_max_position = 8192;
+  CheckInvFreq(cfg, 0,
+               {{0, 1.0},
+                {10, 0.12868738174438477},
+                {20, 0.016560440883040428},
+                {28, 0.0032114461064338684},
+                {29, 0.0021665706299245358},
+                {30, 0.0013718936825171113},
+                {32, 0.0005248460220173001},
+                {34, 0.0001785077911335975},
+                {35, 9.556212171446532e-05},
+                {36, 7.784655463183299e-05},
+                {63, 3.068925877869333e-07}},
+               1.0);
+  // Llama 3.2 1B: D 64, factor 32.
+  cfg.head_dim = 64;
+  cfg.factor = 32.0;
+  CheckInvFreq(cfg, 0,
+               {{0, 1.0},
+                {8, 0.03760603070259094},
+                {12, 0.00729266507551074},
+                {14, 0.0032114461064338684},
+                {16, 0.000429556705057621},
+                {20, 8.570255886297673e-06},
+                {31, 9.418306490260875e-08}},
+               1.0);
 }
 
 TEST(RopeTables, YarnCosSinIncludeScaling) {

@@ -12,6 +12,7 @@
 #include "common/daemon_config.h"
 #include "common/logging.h"
 #include "spdlog/spdlog.h"
+#include "worker/model/job_model.h"
 
 namespace tandem::common {
 namespace {
@@ -144,6 +145,55 @@ TEST(JobSpecTest, MissingFileAndHfConfigKeys) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->model().config().rope_scaling().rope_type(), "linear");
   EXPECT_EQ(spec->name(), "sft-job");
+  std::remove(path.c_str());
+}
+
+// An inline Qwen3 / Mistral / Llama 3 config (HF names, head_dim not
+// hidden/heads) reaches the worker's ModelConfig intact.
+TEST(JobSpecTest, InlineModelTypesHeadDimAndLlama3Rope) {
+  std::string path = ::testing::TempDir() + "/job_spec_model_types.yaml";
+  auto load = [&](const std::string& model) {
+    std::ofstream(path) << "kind: sft\ntask: {name: reverse}\nmodel:\n  config:\n" << model
+                        << "    vocab_size: 128\n    hidden_size: 48\n    intermediate_size: 64\n"
+                           "    num_hidden_layers: 2\n    num_attention_heads: 4\n"
+                           "    num_key_value_heads: 2\n    tokenizer: char\n";
+    return LoadJobSpecFile(path, {"train.steps=3"});
+  };
+  auto qwen3 = load("    model_type: qwen3\n    head_dim: 16\n    tie_word_embeddings: true\n");
+  ASSERT_TRUE(qwen3.ok()) << qwen3.status();
+  auto m = model::ModelConfigFromJob(qwen3->model().config());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->model_type, "qwen3");
+  EXPECT_EQ(m->HeadDim(), 16);
+  EXPECT_FALSE(m->HasQkvBias());
+
+  auto mistral = load("    model_type: mistral\n    sliding_window: 8\n");
+  ASSERT_TRUE(mistral.ok()) << mistral.status();
+  m = model::ModelConfigFromJob(mistral->model().config());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->LayerWindow(0), 8);
+  EXPECT_EQ(m->LayerWindow(1), 8);
+
+  auto llama3 = load("    rope_scaling: {rope_type: llama3, factor: 8.0, low_freq_factor: 1.0,\n"
+                     "                   high_freq_factor: 4.0, original_max_position_embeddings: 64}\n");
+  ASSERT_TRUE(llama3.ok()) << llama3.status();
+  m = model::ModelConfigFromJob(llama3->model().config());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->Rope().type, kernels::RopeType::kLlama3);
+  EXPECT_EQ(m->Rope().high_freq_factor, 4.0);
+
+  // The worker's checks name the key.
+  auto no_high = load("    rope_scaling: {rope_type: llama3, factor: 8.0, low_freq_factor: 1.0,\n"
+                      "                   original_max_position_embeddings: 64}\n");
+  ASSERT_TRUE(no_high.ok()) << no_high.status();
+  m = model::ModelConfigFromJob(no_high->model().config());
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("rope_scaling.high_freq_factor"), std::string::npos) << m.status();
+  EXPECT_NE(ErrorOf("kind: sft\nmodel: {config: {model_type: gemma}}\n").find("model.config.model_type"),
+            std::string::npos);
+  auto odd = load("    head_dim: 7\n");
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(std::string(odd.status().message()).find("model.config.head_dim"), std::string::npos) << odd.status();
   std::remove(path.c_str());
 }
 

@@ -72,12 +72,182 @@ TEST(ConfigTest, Qwen2SlidingWindowRules) {
   c = ParseConfigJson(j.dump());
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->LayerWindow(1), -1);
+  // HF Qwen2Config's default max_window_layers is 28: with 2 layers, none
+  // slides.
+  j["use_sliding_window"] = true;
+  j.erase("max_window_layers");
+  c = ParseConfigJson(j.dump());
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->max_window_layers, 28);
+  EXPECT_EQ(c->LayerWindow(1), -1);
   // layer_types wins.
   j["layer_types"] = {"sliding_attention", "full_attention"};
   c = ParseConfigJson(j.dump());
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->LayerWindow(0), 16);
   EXPECT_EQ(c->LayerWindow(1), -1);
+}
+
+// config.json of meta-llama/Llama-3.2-1B as published.
+constexpr char kLlama32Config[] = R"({
+  "architectures": ["LlamaForCausalLM"], "attention_bias": false,
+  "attention_dropout": 0.0, "bos_token_id": 128000, "eos_token_id": 128001,
+  "head_dim": 64, "hidden_act": "silu", "hidden_size": 2048,
+  "initializer_range": 0.02, "intermediate_size": 8192,
+  "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+  "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+  "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+  "transformers_version": "4.45.0.dev0", "use_cache": true, "vocab_size": 128256})";
+
+TEST(ConfigTest, Llama3RopeScaling) {
+  auto c = ParseConfigJson(kLlama32Config);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const kernels::RopeConfig r = c->Rope();
+  EXPECT_EQ(r.type, kernels::RopeType::kLlama3);
+  EXPECT_EQ(r.factor, 32.0);
+  EXPECT_EQ(r.low_freq_factor, 1.0);
+  EXPECT_EQ(r.high_freq_factor, 4.0);
+  EXPECT_EQ(r.original_max_position, 8192);
+  EXPECT_EQ(r.head_dim, 64);
+  EXPECT_EQ(ParameterCount(*c), 1235814400);  // Llama 3.2 1B
+  // Round trip keeps every llama3 key.
+  const std::string out = ToConfigJson(*c);
+  const json j = json::parse(out);
+  EXPECT_EQ(j["rope_scaling"]["rope_type"], "llama3");
+  EXPECT_EQ(j["rope_scaling"]["low_freq_factor"], 1.0);
+  EXPECT_EQ(j["rope_scaling"]["high_freq_factor"], 4.0);
+  EXPECT_EQ(j["rope_scaling"]["original_max_position_embeddings"], 8192);
+  auto c2 = ParseConfigJson(out);
+  ASSERT_TRUE(c2.ok()) << c2.status();
+  EXPECT_EQ(ToConfigJson(*c2), out);
+}
+
+// config.json of mistralai/Mistral-7B-v0.1 and Mistral-7B-v0.3 as published.
+constexpr char kMistral01Config[] = R"({
+  "architectures": ["MistralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2,
+  "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+  "intermediate_size": 14336, "max_position_embeddings": 32768,
+  "model_type": "mistral", "num_attention_heads": 32, "num_hidden_layers": 32,
+  "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+  "sliding_window": 4096, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+  "transformers_version": "4.34.0.dev0", "use_cache": true, "vocab_size": 32000})";
+constexpr char kMistral03Config[] = R"({
+  "architectures": ["MistralForCausalLM"], "attention_dropout": 0.0,
+  "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096,
+  "initializer_range": 0.02, "intermediate_size": 14336,
+  "max_position_embeddings": 32768, "model_type": "mistral",
+  "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "sliding_window": null,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+  "transformers_version": "4.42.0.dev0", "use_cache": true, "vocab_size": 32768})";
+
+TEST(ConfigTest, Mistral7B) {
+  auto v1 = ParseConfigJson(kMistral01Config);
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  EXPECT_EQ(v1->model_type, "mistral");
+  EXPECT_EQ(v1->HeadDim(), 128);
+  EXPECT_EQ(v1->KvHeads(), 8);
+  EXPECT_FALSE(v1->HasQkvBias());
+  for (int l = 0; l < 32; ++l) EXPECT_EQ(v1->LayerWindow(l), 4096) << l;
+  EXPECT_EQ(ParameterCount(*v1), 7241732096);  // Mistral 7B
+  ParamLayout layout(*v1);
+  EXPECT_NE(layout.Find("lm_head.weight"), nullptr);
+  EXPECT_EQ(layout.Find("model.layers.31.self_attn.k_proj.weight")->shape,
+            (std::vector<int64_t>{1024, 4096}));
+
+  auto v3 = ParseConfigJson(kMistral03Config);
+  ASSERT_TRUE(v3.ok()) << v3.status();
+  for (int l = 0; l < 32; ++l) EXPECT_EQ(v3->LayerWindow(l), -1) << l;
+  EXPECT_EQ(v3->rope_theta, 1e6);
+  EXPECT_EQ(ParameterCount(*v3), 7248023552);
+
+  // Written back for HF: the architecture, and sliding_window explicit
+  // (null stays null: MistralConfig would default an absent key to 4096).
+  for (const auto* c : {&*v1, &*v3}) {
+    const json j = json::parse(ToConfigJson(*c));
+    EXPECT_EQ(j["architectures"], json::array({"MistralForCausalLM"}));
+    EXPECT_EQ(j["model_type"], "mistral");
+    ASSERT_TRUE(j.contains("sliding_window"));
+    EXPECT_EQ(j["sliding_window"], c == &*v1 ? json(4096) : json(nullptr));
+    EXPECT_EQ(j["attention_bias"], false);
+    auto back = ParseConfigJson(j.dump());
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->LayerWindow(0), c->LayerWindow(0));
+  }
+
+  // HF defaults: an absent sliding_window is 4096 for Mistral; attention_bias
+  // does not give Mistral biases.
+  json j = json::parse(kMistral03Config);
+  j.erase("sliding_window");
+  j["attention_bias"] = true;
+  auto d = ParseConfigJson(j.dump());
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->LayerWindow(5), 4096);
+  EXPECT_FALSE(d->HasQkvBias());
+}
+
+// config.json of Qwen/Qwen3-0.6B as published.
+constexpr char kQwen3Config[] = R"({
+  "architectures": ["Qwen3ForCausalLM"], "attention_bias": false,
+  "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151645,
+  "head_dim": 128, "hidden_act": "silu", "hidden_size": 1024,
+  "initializer_range": 0.02, "intermediate_size": 3072,
+  "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+  "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000,
+  "sliding_window": null, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+  "transformers_version": "4.51.0", "use_cache": true, "use_sliding_window": false,
+  "vocab_size": 151936})";
+
+TEST(ConfigTest, Qwen3) {
+  auto c = ParseConfigJson(kQwen3Config);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->HasQkNorm());
+  EXPECT_FALSE(c->HasQkvBias());
+  EXPECT_EQ(c->HeadDim(), 128);  // not hidden / heads = 64
+  EXPECT_EQ(c->Rope().head_dim, 128);
+  EXPECT_EQ(c->LayerWindow(27), -1);
+  EXPECT_EQ(ParameterCount(*c), 596049920);  // Qwen3-0.6B
+  ParamLayout l(*c);
+  EXPECT_TRUE(l.tied());
+  EXPECT_EQ(l.Find("model.layers.3.self_attn.q_proj.weight")->shape,
+            (std::vector<int64_t>{2048, 1024}));
+  EXPECT_EQ(l.Find("model.layers.3.self_attn.o_proj.weight")->shape,
+            (std::vector<int64_t>{1024, 2048}));
+  const TensorView* qn = l.Find("model.layers.27.self_attn.q_norm.weight");
+  ASSERT_NE(qn, nullptr);
+  EXPECT_EQ(qn->shape, (std::vector<int64_t>{128}));
+  EXPECT_EQ(qn->kind, TensorView::Kind::kNorm);
+  EXPECT_EQ(qn->unit, l.layer_unit(27));
+  EXPECT_EQ(l.Find("model.layers.0.self_attn.k_norm.weight")->shape, (std::vector<int64_t>{128}));
+  EXPECT_EQ(l.layer(0).q_norm, l.Find("model.layers.0.self_attn.q_norm.weight")->offset_in_unit);
+  EXPECT_EQ(l.Find("model.layers.0.self_attn.q_proj.bias"), nullptr);
+  size_t sum = 0;
+  for (const auto& t : l.tensors()) sum += t.numel;
+  EXPECT_EQ(static_cast<int64_t>(sum), ParameterCount(*c));
+
+  const json j = json::parse(ToConfigJson(*c));
+  EXPECT_EQ(j["architectures"], json::array({"Qwen3ForCausalLM"}));
+  EXPECT_EQ(j["head_dim"], 128);
+  EXPECT_EQ(j["attention_bias"], false);
+  EXPECT_EQ(j["use_sliding_window"], false);
+  EXPECT_EQ(j["max_window_layers"], 28);
+  EXPECT_EQ(j["sliding_window"], nullptr);
+  EXPECT_EQ(j["tie_word_embeddings"], true);
+
+  // Untied, with attention_bias: both honoured (HF Qwen3Attention).
+  json u = json::parse(kQwen3Config);
+  u["tie_word_embeddings"] = false;
+  u["attention_bias"] = true;
+  auto cu = ParseConfigJson(u.dump());
+  ASSERT_TRUE(cu.ok()) << cu.status();
+  ParamLayout lu(*cu);
+  EXPECT_NE(lu.Find("lm_head.weight"), nullptr);
+  EXPECT_NE(lu.Find("model.layers.0.self_attn.q_proj.bias"), nullptr);
+  EXPECT_NE(lu.Find("model.layers.0.self_attn.q_norm.weight"), nullptr);
 }
 
 struct BadCase {
@@ -113,6 +283,16 @@ TEST(ConfigTest, RejectsBadConfigsNamingTheKey) {
       {"tokenizer kind", [](json& j) { j["tokenizer"] = "bpe"; }, "tokenizer"},
       {"char vocab too small", [](json& j) { j["tokenizer"] = "char"; j["vocab_size"] = 50; }, "vocab_size"},
       {"max pos zero", [](json& j) { j["max_position_embeddings"] = 0; }, "max_position_embeddings"},
+      {"llama3 without low_freq_factor", [](json& j) { j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}}; }, "rope_scaling.low_freq_factor"},
+      {"llama3 without original", [](json& j) { j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}}; }, "rope_scaling.original_max_position_embeddings"},
+      {"llama3 without factor", [](json& j) { j["rope_scaling"] = {{"rope_type", "llama3"}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}}; }, "rope_scaling.factor"},
+      {"llama3 high <= low", [](json& j) { j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0}, {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}}; }, "rope_scaling.high_freq_factor"},
+      {"llama3 low <= 0", [](json& j) { j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 0.0}, {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}}; }, "rope_scaling.low_freq_factor"},
+      {"low_freq_factor with linear", [](json& j) { j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}, {"low_freq_factor", 1.0}}; }, "rope_scaling.low_freq_factor"},
+      {"longrope", [](json& j) { j["rope_scaling"] = {{"rope_type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {1.0}}}; }, "rope_scaling.short_factor"},
+      {"unknown model type", [](json& j) { j["model_type"] = "gemma"; }, "model_type"},
+      {"partial rotary", [](json& j) { j["partial_rotary_factor"] = 0.5; }, "partial_rotary_factor"},
+      {"rope_parameters", [](json& j) { j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}}; }, "rope_parameters"},
       {"eos list past 32 bits", [](json& j) { j["eos_token_id"] = {2, int64_t{1} << 40}; }, "32-bit integers"},
   };
   for (const BadCase& bc : cases) {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 
 #include "kernels/backends.h"
 #include "nlohmann/json.hpp"
@@ -17,12 +18,27 @@ namespace {
 
 using nlohmann::json;
 
-ModelConfig Config(bool qwen) {
+// qwen: Qwen2 biases, a sliding layer, YaRN. llama: tied. The others:
+// Qwen3 (q/k norms, head_dim 12 against hidden 32 / 4 heads, tied or
+// untied), Mistral (window on every layer), Llama 3 rope scaling past the
+// original context.
+ModelConfig Config(const std::string& kind) {
   json j = {{"vocab_size", 29}, {"hidden_size", 32}, {"intermediate_size", 40},
             {"num_hidden_layers", 3}, {"num_attention_heads", 4},
             {"num_key_value_heads", 2}, {"max_position_embeddings", 64},
             {"rms_norm_eps", 1e-5}, {"eos_token_id", 2}, {"bos_token_id", 1}};
-  if (qwen) {
+  if (kind == "qwen3_tied" || kind == "qwen3_untied") {
+    j["model_type"] = "qwen3";
+    j["head_dim"] = 12;
+    j["tie_word_embeddings"] = kind == "qwen3_tied";
+    j["rope_theta"] = 1e6;
+  } else if (kind == "mistral") {
+    j["model_type"] = "mistral";
+    j["sliding_window"] = 4;
+  } else if (kind == "llama3") {
+    j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8}};
+  } else if (kind == "qwen") {
     j["model_type"] = "qwen2";
     j["sliding_window"] = 5;
     j["layer_types"] = {"full_attention", "sliding_attention", "full_attention"};
@@ -50,10 +66,10 @@ std::vector<float> RandomParams(const Model& m, uint64_t seed) {
   return p;
 }
 
-void CheckAgainstFullForward(kernels::Ops* ops, bool qwen) {
-  const ModelConfig c = Config(qwen);
+void CheckAgainstFullForward(kernels::Ops* ops, const std::string& kind) {
+  const ModelConfig c = Config(kind);
   Model model(c, ops);
-  std::vector<float> p = RandomParams(model, qwen ? 3 : 4);
+  std::vector<float> p = RandomParams(model, 3 + kind.size());
   FlatParamProvider pp(model.layout(), p.data(), nullptr);
   Generator gen(c, ops);
   const std::vector<std::vector<int32_t>> prompts = {
@@ -97,7 +113,7 @@ void CheckAgainstFullForward(kernels::Ops* ops, bool qwen) {
     }
   }
   std::printf("[generate %s %s] max |logprob(KV cache) - logprob(full forward)| = %.3g\n",
-              ops->name(), qwen ? "qwen2/yarn/sliding" : "llama/tied", max_diff);
+              ops->name(), kind.c_str(), max_diff);
   const size_t expect_bytes = 2ull * c.num_hidden_layers * prompts.size() *
                               (9 + 10) * c.KvHeads() * c.HeadDim() * sizeof(float);
   EXPECT_EQ(res->kv_cache_bytes, expect_bytes);
@@ -107,19 +123,29 @@ void CheckAgainstFullForward(kernels::Ops* ops, bool qwen) {
 
 TEST(GenerateTest, KvCacheMatchesFullForwardReference) {
   auto ops = kernels::MakeReferenceOps();
-  CheckAgainstFullForward(ops.get(), true);
-  CheckAgainstFullForward(ops.get(), false);
+  CheckAgainstFullForward(ops.get(), "qwen");
+  CheckAgainstFullForward(ops.get(), "llama");
 }
 
 TEST(GenerateTest, KvCacheMatchesFullForwardCpu) {
   auto ops = kernels::MakeCpuOps(0);
-  CheckAgainstFullForward(ops.get(), true);
-  CheckAgainstFullForward(ops.get(), false);
+  CheckAgainstFullForward(ops.get(), "qwen");
+  CheckAgainstFullForward(ops.get(), "llama");
+}
+
+TEST(GenerateTest, KvCacheMatchesFullForwardQwen3MistralLlama3) {
+  auto ref = kernels::MakeReferenceOps();
+  auto cpu = kernels::MakeCpuOps(0);
+  for (const char* kind : {"qwen3_tied", "qwen3_untied", "mistral", "llama3"}) {
+    SCOPED_TRACE(kind);
+    CheckAgainstFullForward(ref.get(), kind);
+    CheckAgainstFullForward(cpu.get(), kind);
+  }
 }
 
 TEST(GenerateTest, SamplingIndependentOfBatching) {
   auto ops = kernels::MakeReferenceOps();
-  const ModelConfig c = Config(true);
+  const ModelConfig c = Config("qwen");
   Model model(c, ops.get());
   std::vector<float> p = RandomParams(model, 9);
   FlatParamProvider pp(model.layout(), p.data(), nullptr);
@@ -185,7 +211,7 @@ TEST(GenerateTest, SamplingIndependentOfBatching) {
 
 TEST(GenerateTest, StopsAtStopIdsAndValidates) {
   auto ops = kernels::MakeReferenceOps();
-  const ModelConfig c = Config(false);
+  const ModelConfig c = Config("llama");
   Model model(c, ops.get());
   std::vector<float> p = RandomParams(model, 10);
   FlatParamProvider pp(model.layout(), p.data(), nullptr);

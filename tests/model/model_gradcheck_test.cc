@@ -2,7 +2,9 @@
 // (reference ops, fp32) against central finite differences of an
 // independent double-precision forward written here with plain loops.
 // Tiny config with GQA, Qwen2 q/k/v biases, untied head, a sliding-window
-// layer and linear RoPE scaling; plus a tied Llama variant.
+// layer and linear RoPE scaling; a tied Llama variant; and Qwen3 (per-head
+// q/k RMSNorm, head_dim != hidden/heads), tied and untied, the untied one
+// with q/k/v biases (attention_bias) before the norms.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -71,6 +73,16 @@ struct RefModel {
           }
         }
     };
+    // Per-head RMSNorm of q or k [T, nh, D] (Qwen3).
+    auto head_norm = [&](std::vector<double>& v, int nh, const double* g) {
+      for (int r = 0; r < T * nh; ++r) {
+        double* row = &v[static_cast<size_t>(r) * D];
+        double ss = 0;
+        for (int i = 0; i < D; ++i) ss += row[i] * row[i];
+        const double rs = 1.0 / std::sqrt(ss / D + c.rms_norm_eps);
+        for (int i = 0; i < D; ++i) row[i] = row[i] * rs * g[i];
+      }
+    };
     std::vector<double> q, k, v, attn(T * H * D), tmp, g, u;
     for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
       const std::string pre = "model.layers." + std::to_string(layer) + ".";
@@ -79,6 +91,10 @@ struct RefModel {
       linear(xn, C, at(pre + "self_attn.q_proj.weight"), H * D, bias ? at(pre + "self_attn.q_proj.bias") : nullptr, q);
       linear(xn, C, at(pre + "self_attn.k_proj.weight"), KV * D, bias ? at(pre + "self_attn.k_proj.bias") : nullptr, k);
       linear(xn, C, at(pre + "self_attn.v_proj.weight"), KV * D, bias ? at(pre + "self_attn.v_proj.bias") : nullptr, v);
+      if (c.HasQkNorm()) {
+        head_norm(q, H, at(pre + "self_attn.q_norm.weight"));
+        head_norm(k, KV, at(pre + "self_attn.k_norm.weight"));
+      }
       rope(q, H);
       rope(k, KV);
       const int window = c.LayerWindow(layer);
@@ -135,12 +151,22 @@ struct RefModel {
   }
 };
 
-ModelConfig MakeConfig(bool qwen) {
+enum class Variant { kQwen2, kLlama, kQwen3Untied, kQwen3Tied };
+
+ModelConfig MakeConfig(Variant variant) {
+  const bool qwen = variant == Variant::kQwen2;
   json j = {{"vocab_size", 11}, {"hidden_size", 16}, {"intermediate_size", 24},
             {"num_hidden_layers", 2}, {"num_attention_heads", 4},
             {"num_key_value_heads", 2}, {"max_position_embeddings", 64},
             {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0}};
-  if (qwen) {
+  if (variant == Variant::kQwen3Untied || variant == Variant::kQwen3Tied) {
+    // head_dim 6: the heads are 24 wide against hidden 16.
+    j["model_type"] = "qwen3";
+    j["head_dim"] = 6;
+    j["tie_word_embeddings"] = variant == Variant::kQwen3Tied;
+    j["attention_bias"] = variant == Variant::kQwen3Untied;
+    if (variant == Variant::kQwen3Tied) j["num_key_value_heads"] = 1;
+  } else if (qwen) {
     j["model_type"] = "qwen2";
     j["tie_word_embeddings"] = false;
     j["sliding_window"] = 3;
@@ -171,13 +197,14 @@ class RecordingProvider : public ParamProvider {
   float* g_;
 };
 
-void RunGradCheck(bool qwen) {
-  const ModelConfig c = MakeConfig(qwen);
+void RunGradCheck(Variant variant) {
+  const bool tied = variant == Variant::kLlama || variant == Variant::kQwen3Tied;
+  const ModelConfig c = MakeConfig(variant);
   auto ops = kernels::MakeReferenceOps();
   Model model(c, ops.get(), 4);  // grows on the first batch
   const ParamLayout& l = model.layout();
   std::vector<float> p(l.total_floats(), 0.f), grad(l.total_floats(), 0.f);
-  std::mt19937_64 rng(qwen ? 11 : 12);
+  std::mt19937_64 rng(11 + static_cast<int>(variant));
   std::normal_distribution<double> nd(0.0, 1.0);
   for (const auto& t : l.tensors()) {
     for (size_t i = 0; i < t.numel; ++i) {
@@ -204,7 +231,7 @@ void RunGradCheck(bool qwen) {
   std::vector<float> dlogp(w.begin(), w.end());
   ASSERT_TRUE(model.Backward(dlogp.data(), pp).ok());
   // Unit order: forward 0,1..L, L+1 (tied: head from unit 0); backward L+1..0.
-  const std::string expect = qwen
+  const std::string expect = !tied
       ? "P0 p0 P1 p1 P2 p2 P3 p3 P3 p3 P3 G3 g3 p3 P2 G2 g2 p2 P1 G1 g1 p1 G0 g0 "
       : "P0 p0 P1 p1 P2 p2 P3 p3 P0 p0 P3 G3 P0 G0 p0 g3 p3 P2 G2 g2 p2 P1 G1 g1 p1 G0 g0 g0 ";
   EXPECT_EQ(pp.log, expect);
@@ -237,19 +264,47 @@ void RunGradCheck(bool qwen) {
       if (std::fabs(num) > 1e-2) max_rel_big = std::max(max_rel_big, err / std::fabs(num));
     }
   }
+  const char* names[] = {"qwen2/untied/sliding", "llama/tied", "qwen3/untied/bias",
+                         "qwen3/tied/mqa"};
   std::printf("[gradcheck %s] max |analytic - numeric| = %.3g (at %s), max |grad| = %.3g, "
               "relative to max = %.3g, max relative (|g| > 1e-2) = %.3g, forward max |dlogp| = %.3g\n",
-              qwen ? "qwen2/untied/sliding" : "llama/tied", max_abs, worst.c_str(), max_grad,
+              names[static_cast<int>(variant)], max_abs, worst.c_str(), max_grad,
               max_abs / max_grad, max_rel_big, max_lp);
   EXPECT_LT(max_abs / max_grad, 1e-4);
   EXPECT_LT(max_rel_big, 1e-3);
+  // The fast CPU backend's gradients agree with the reference backend's.
+  {
+    auto cpu = kernels::MakeCpuOps(2);
+    Model cpu_model(c, cpu.get());
+    std::vector<float> cpu_grad(l.total_floats(), 0.f);
+    FlatParamProvider cpp(cpu_model.layout(), p.data(), cpu_grad.data());
+    std::vector<float> cpu_logp(T);
+    ASSERT_TRUE(cpu_model.ForwardLogprobs(b, cpp, cpu_logp.data()).ok());
+    ASSERT_TRUE(cpu_model.Backward(dlogp.data(), cpp).ok());
+    double diff = 0;
+    for (size_t i = 0; i < grad.size(); ++i) diff = std::max(diff, std::fabs(double(cpu_grad[i]) - grad[i]));
+    EXPECT_LT(diff / max_grad, 1e-5) << "cpu backend gradients";
+  }
+  if (c.HasQkNorm()) {
+    // The q/k norm weights get gradients, and they are checked above.
+    double norm_grad = 0;
+    for (const char* n : {"model.layers.0.self_attn.q_norm.weight",
+                          "model.layers.1.self_attn.k_norm.weight"}) {
+      const TensorView* t = l.Find(n);
+      ASSERT_NE(t, nullptr) << n;
+      for (size_t i = 0; i < t->numel; ++i) norm_grad += std::fabs(grad[t->offset + i]);
+    }
+    EXPECT_GT(norm_grad, 1e-3);
+  }
 }
 
-TEST(GradCheckTest, Qwen2UntiedSlidingWindowGqa) { RunGradCheck(true); }
-TEST(GradCheckTest, LlamaTiedMqa) { RunGradCheck(false); }
+TEST(GradCheckTest, Qwen2UntiedSlidingWindowGqa) { RunGradCheck(Variant::kQwen2); }
+TEST(GradCheckTest, LlamaTiedMqa) { RunGradCheck(Variant::kLlama); }
+TEST(GradCheckTest, Qwen3UntiedBiasQkNormHeadDim) { RunGradCheck(Variant::kQwen3Untied); }
+TEST(GradCheckTest, Qwen3TiedQkNormMqa) { RunGradCheck(Variant::kQwen3Tied); }
 
 TEST(ModelTest, RejectsBadBatches) {
-  const ModelConfig c = MakeConfig(false);
+  const ModelConfig c = MakeConfig(Variant::kLlama);
   auto ops = kernels::MakeReferenceOps();
   Model model(c, ops.get());
   std::vector<float> p(model.layout().total_floats());
@@ -274,7 +329,7 @@ TEST(ModelTest, RejectsBadBatches) {
 }
 
 TEST(ModelTest, InitIsDeterministicAndHfLike) {
-  const ModelConfig c = MakeConfig(true);
+  const ModelConfig c = MakeConfig(Variant::kQwen2);
   Model model(c, nullptr);
   std::vector<float> a(model.layout().total_floats()), b(a.size());
   model.InitParams(42, a.data());

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 
 #include "nlohmann/json.hpp"
 #include "worker/model/config.h"
@@ -118,7 +119,7 @@ TEST_F(SafetensorsTest, Bf16SaveAndF16Load) {
   Model m(c, nullptr);
   std::vector<float> p(m.layout().total_floats());
   m.InitParams(3, p.data());
-  ASSERT_TRUE(SaveModelDir(P("bf"), c, p.data(), nullptr, StDtype::kBF16).ok());
+  ASSERT_TRUE(SaveModelDir(P("bf"), c, p.data(), nullptr, {.dtype = StDtype::kBF16}).ok());
   auto loaded = LoadModelDir(P("bf"));
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   for (size_t i = 0; i < p.size(); ++i) {
@@ -176,6 +177,165 @@ TEST_F(SafetensorsTest, ShardedIndex) {
   auto loaded = LoadModelDir(P("sh"));
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(0, std::memcmp(loaded->params.data(), p.data(), p.size() * 4));
+}
+
+// Random values in every tensor (norms and biases too).
+std::vector<float> RandomParams(const ParamLayout& l, uint64_t seed) {
+  std::vector<float> p(l.total_floats(), 0.f);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  for (const auto& t : l.tensors()) {
+    for (size_t i = 0; i < t.numel; ++i) p[t.offset + i] = nd(rng);
+  }
+  return p;
+}
+
+json ReadJson(const std::string& path) {
+  auto text = ReadFileToString(path);
+  EXPECT_TRUE(text.ok()) << text.status();
+  return text.ok() ? json::parse(*text) : json();
+}
+
+// Above max_shard_bytes the weights are split as HF's save_pretrained
+// splits them; the directory loads back bit for bit; a later save into the
+// same directory removes the weight files it does not use.
+TEST_F(SafetensorsTest, ExportShardsLikeHf) {
+  json cj = {{"model_type", "qwen3"}, {"vocab_size", 37}, {"hidden_size", 16},
+             {"intermediate_size", 24}, {"num_hidden_layers", 3},
+             {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 6},
+             {"tie_word_embeddings", false}, {"bos_token_id", 1},
+             {"eos_token_id", {2, 3}}, {"pad_token_id", 0}};
+  auto parsed = ParseConfigJson(cj.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const ModelConfig c = *parsed;
+  const ParamLayout l(c);
+  const std::vector<float> p = RandomParams(l, 9);
+  const std::string d = P("export");
+  const uint64_t limit = 2000;  // bytes: 3-5 tensors a shard, the embedding alone
+  ASSERT_TRUE(SaveModelDir(d, c, p.data(), nullptr, {.max_shard_bytes = limit}).ok());
+
+  EXPECT_FALSE(fs::exists(d + "/model.safetensors"));
+  const json index = ReadJson(d + "/model.safetensors.index.json");
+  uint64_t total = 0;
+  for (const auto& t : l.tensors()) total += t.numel * 4;
+  EXPECT_EQ(index["metadata"]["total_size"], total);
+  const json& wm = index["weight_map"];
+  EXPECT_EQ(wm.size(), l.tensors().size());
+  std::set<std::string> files;
+  for (auto it = wm.begin(); it != wm.end(); ++it) files.insert(it.value().get<std::string>());
+  const size_t n = files.size();
+  ASSERT_GE(n, 3u);
+  size_t i = 0;
+  std::string previous_last;
+  for (const std::string& f : files) {
+    char want[64];
+    std::snprintf(want, sizeof(want), "model-%05zu-of-%05zu.safetensors", ++i, n);
+    EXPECT_EQ(f, want);
+    auto st = SafetensorsFile::Open(d + "/" + f);
+    ASSERT_TRUE(st.ok()) << st.status();
+    EXPECT_EQ(st->metadata().at("format"), "pt");
+    uint64_t bytes = 0;
+    for (const auto& [name, info] : st->tensors()) {
+      EXPECT_EQ(wm[name], f) << name;
+      bytes += info.end - info.begin;
+    }
+    EXPECT_TRUE(bytes <= limit || st->tensors().size() == 1) << f << ": " << bytes << " bytes";
+  }
+  // Layout order: the embedding starts the first shard, the head ends the last.
+  EXPECT_EQ(wm["model.embed_tokens.weight"], *files.begin());
+  EXPECT_EQ(wm["lm_head.weight"], *files.rbegin());
+
+  auto loaded = LoadModelDir(d);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(0, std::memcmp(loaded->params.data(), p.data(), p.size() * 4));
+  EXPECT_EQ(ToConfigJson(loaded->config), ToConfigJson(c));
+  const json config = ReadJson(d + "/config.json");
+  EXPECT_EQ(config["torch_dtype"], "float32");
+  EXPECT_EQ(config["architectures"], json::array({"Qwen3ForCausalLM"}));
+  EXPECT_EQ(config["head_dim"], 6);
+  EXPECT_EQ(config["eos_token_id"], json::array({2, 3}));
+  const json gen = ReadJson(d + "/generation_config.json");
+  EXPECT_EQ(gen, (json{{"_from_model_config", true}, {"bos_token_id", 1},
+                       {"eos_token_id", {2, 3}}, {"pad_token_id", 0}}));
+
+  // Under the default limit (HF's 5 GB): one file; the shards and the index go.
+  EXPECT_EQ(kDefaultMaxShardBytes, 5000000000u);
+  ASSERT_TRUE(SaveModelDir(d, c, p.data(), nullptr).ok());
+  EXPECT_TRUE(fs::exists(d + "/model.safetensors"));
+  EXPECT_FALSE(fs::exists(d + "/model.safetensors.index.json"));
+  for (const std::string& f : files) EXPECT_FALSE(fs::exists(d + "/" + f)) << f;
+  loaded = LoadModelDir(d);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(0, std::memcmp(loaded->params.data(), p.data(), p.size() * 4));
+  // And back to shards (BF16 this time): model.safetensors goes, since a
+  // loader would prefer it to the index.
+  ASSERT_TRUE(SaveModelDir(d, c, p.data(), nullptr,
+                           {.dtype = StDtype::kBF16, .max_shard_bytes = limit / 2})
+                  .ok());
+  EXPECT_FALSE(fs::exists(d + "/model.safetensors"));
+  loaded = LoadModelDir(d);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  for (size_t k = 0; k < p.size(); ++k) {
+    ASSERT_EQ(loaded->params[k], Bf16ToF32(F32ToBf16(p[k]))) << k;
+  }
+  EXPECT_EQ(ReadJson(d + "/config.json")["torch_dtype"], "bfloat16");
+  EXPECT_EQ(ReadJson(d + "/model.safetensors.index.json")["metadata"]["total_size"], total / 2);
+  // Tied: no lm_head.weight is written.
+  ModelConfig tied = c;
+  tied.tie_word_embeddings = true;
+  const ParamLayout lt(tied);
+  const std::vector<float> pt = RandomParams(lt, 10);
+  ASSERT_TRUE(SaveModelDir(P("tied"), tied, pt.data(), nullptr, {.max_shard_bytes = limit}).ok());
+  EXPECT_FALSE(ReadJson(P("tied/model.safetensors.index.json"))["weight_map"].contains("lm_head.weight"));
+  loaded = LoadModelDir(P("tied"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(0, std::memcmp(loaded->params.data(), pt.data(), pt.size() * 4));
+}
+
+// A model loaded from an HF directory takes its tokenizer files and its
+// generation_config.json along.
+TEST_F(SafetensorsTest, ExportCopiesSourceTokenizerAndGenerationConfig) {
+  const ModelConfig c = TinyConfig();
+  const ParamLayout l(c);
+  const std::vector<float> p = RandomParams(l, 3);
+  const std::string src = P("src");
+  fs::create_directories(src);
+  const std::string tokenizer = R"({"version": "1.0", "model": {"type": "BPE", "vocab": {}}})";
+  const std::string tokenizer_config = R"({"tokenizer_class": "PreTrainedTokenizerFast"})";
+  std::ofstream(src + "/tokenizer.json") << tokenizer;
+  std::ofstream(src + "/tokenizer_config.json") << tokenizer_config;
+  std::ofstream(src + "/generation_config.json")
+      << R"({"do_sample": true, "temperature": 0.7, "eos_token_id": [5, 6]})";
+  ModelConfig with_ids = c;
+  with_ids.bos_token_id = 1;
+  with_ids.eos_token_ids = {2};
+  const std::string out = P("out");
+  CharTokenizer chars = CharTokenizer::Default();
+  ASSERT_TRUE(SaveModelDir(out, with_ids, p.data(), &chars, {.source_dir = src}).ok());
+  EXPECT_EQ(*ReadFileToString(out + "/tokenizer.json"), tokenizer);
+  EXPECT_EQ(*ReadFileToString(out + "/tokenizer_config.json"), tokenizer_config);
+  EXPECT_FALSE(fs::exists(out + "/special_tokens_map.json"));  // not in the source
+  const json gen = ReadJson(out + "/generation_config.json");
+  EXPECT_EQ(gen["temperature"], 0.7);
+  EXPECT_EQ(gen["do_sample"], true);
+  EXPECT_EQ(gen["eos_token_id"], json::array({5, 6}));  // the source's
+  EXPECT_EQ(gen["bos_token_id"], 1);                     // added
+  EXPECT_FALSE(gen.contains("_from_model_config"));
+  auto loaded = LoadModelDir(out);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_FALSE(loaded->tokenizer.has_value());  // a foreign tokenizer: ids only
+  EXPECT_EQ(0, std::memcmp(loaded->params.data(), p.data(), p.size() * 4));
+
+  // Without a source tokenizer, the char tokenizer is written.
+  const std::string out2 = P("out2");
+  ASSERT_TRUE(SaveModelDir(out2, c, p.data(), &chars).ok());
+  EXPECT_EQ(*ReadFileToString(out2 + "/tokenizer.json"), chars.ToJson());
+
+  // A damaged generation_config.json in the source is an error naming it.
+  std::ofstream(src + "/generation_config.json") << "{\"eos_token_id\": ";
+  const absl::Status bad = SaveModelDir(P("out3"), c, p.data(), nullptr, {.source_dir = src});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("generation_config.json"), std::string::npos) << bad;
 }
 
 // Every bad single file: the error is clean and says what is wrong.

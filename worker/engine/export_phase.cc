@@ -1,6 +1,8 @@
-// PHASE_EXPORT: the final model as Hugging Face safetensors + config.json
-// (+ tokenizer.json), written by rank 0 after every rank took part in
-// gathering the full parameters.
+// PHASE_EXPORT: the final model as a Hugging Face model directory
+// (safetensors, sharded above 5 GB, + config.json + generation_config.json
+// + the tokenizer files of the source directory when the job's model came
+// from one, else the char tokenizer's tokenizer.json), written by rank 0
+// after every rank took part in gathering the full parameters.
 #include <filesystem>
 
 #include "worker/engine/phases.h"
@@ -22,18 +24,15 @@ absl::Status ExportModel(JobContext& ctx, ReportPhaseRequest* report) {
   }
   if (ctx.rank == 0) {
     // The char tokenizer is written with the weights; a Hugging Face one's
-    // files (and the model's generation_config.json) are copied, so the
-    // directory loads back with its tokenizer and chat template.
+    // files, the model's generation_config.json and the rest of a source
+    // directory's tokenizer files are copied (SaveOptions::source_dir), so
+    // the directory loads back with its tokenizer and chat template.
     const bool is_char = ctx.tokenizer && ctx.tokenizer->kind() == "char";
     const model::CharTokenizer char_tok = model::CharTokenizer::Default();
-    absl::Status st = model::SaveModelDir(dir, ctx.config, full.data(), is_char ? &char_tok : nullptr);
+    model::SaveOptions save;
+    save.source_dir = ctx.spec().model().from();
+    absl::Status st = model::SaveModelDir(dir, ctx.config, full.data(), is_char ? &char_tok : nullptr, save);
     if (st.ok() && ctx.tokenizer && !is_char) st = ctx.tokenizer->SaveTo(dir);
-    const std::string from = ctx.spec().model().from();
-    std::error_code ec;
-    if (st.ok() && !from.empty() && std::filesystem::exists(from + "/generation_config.json", ec)) {
-      auto text = model::ReadFileToString(from + "/generation_config.json");
-      st = text.ok() ? model::WriteFileAtomic(dir + "/generation_config.json", *text) : text.status();
-    }
     if (!st.ok()) return absl::Status(st.code(), "export to " + dir + ": " + std::string(st.message()));
     report->add_log_lines("exported the model to " + dir);
     (*report->mutable_values())["exported"] = 1;

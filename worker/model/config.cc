@@ -101,12 +101,31 @@ absl::Status ParseRopeScaling(const json& rs, RopeScaling* out) {
   TANDEM_RETURN_IF_ERROR(GetDouble(rs, "beta_slow", &out->beta_slow));
   TANDEM_RETURN_IF_ERROR(
       GetDouble(rs, "attention_factor", &out->attention_factor));
-  for (const char* k : {"low_freq_factor", "high_freq_factor", "mscale",
-                        "mscale_all_dim", "short_factor", "long_factor"}) {
-    if (rs.contains(k) && !rs[k].is_null() && type != "llama3" &&
-        type != "longrope") {
+  TANDEM_RETURN_IF_ERROR(
+      GetDouble(rs, "low_freq_factor", &out->low_freq_factor));
+  TANDEM_RETURN_IF_ERROR(
+      GetDouble(rs, "high_freq_factor", &out->high_freq_factor));
+  if (type == "llama3") {
+    // transformers reads these four keys unconditionally.
+    for (const char* k : {"factor", "low_freq_factor", "high_freq_factor",
+                          "original_max_position_embeddings"}) {
+      if (!rs.contains(k) || rs[k].is_null()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config key 'rope_scaling.", k, "' is required with rope_type llama3"));
+      }
+    }
+  }
+  for (const char* k : {"low_freq_factor", "high_freq_factor"}) {
+    if (rs.contains(k) && !rs[k].is_null() && type != "llama3") {
       return absl::InvalidArgumentError(absl::StrCat(
-          "config key 'rope_scaling." , k, "' is not supported by Tandem"));
+          "config key 'rope_scaling.", k, "' is only used with rope_type llama3, not '",
+          type, "'"));
+    }
+  }
+  for (const char* k : {"mscale", "mscale_all_dim", "short_factor", "long_factor"}) {
+    if (rs.contains(k) && !rs[k].is_null()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config key 'rope_scaling.", k, "' is not supported by Tandem"));
     }
   }
   return absl::OkStatus();
@@ -121,7 +140,7 @@ int ModelConfig::LayerWindow(int layer) const {
                : -1;
   }
   if (sliding_window <= 0) return -1;
-  if (use_sliding_window_set || model_type == "qwen2") {
+  if (QwenFamily() || (model_type == "llama" && use_sliding_window_set)) {
     return use_sliding_window && layer >= max_window_layers ? sliding_window
                                                             : -1;
   }
@@ -138,6 +157,7 @@ kernels::RopeConfig ModelConfig::Rope() const {
     if (t == "linear") r.type = kernels::RopeType::kLinear;
     if (t == "dynamic") r.type = kernels::RopeType::kDynamicNtk;
     if (t == "yarn") r.type = kernels::RopeType::kYarn;
+    if (t == "llama3") r.type = kernels::RopeType::kLlama3;
     r.factor = rope_scaling.factor;
     if (rope_scaling.original_max_position_embeddings > 0) {
       r.original_max_position = rope_scaling.original_max_position_embeddings;
@@ -145,6 +165,8 @@ kernels::RopeConfig ModelConfig::Rope() const {
     r.beta_fast = rope_scaling.beta_fast;
     r.beta_slow = rope_scaling.beta_slow;
     r.attention_factor = rope_scaling.attention_factor;
+    r.low_freq_factor = rope_scaling.low_freq_factor;
+    r.high_freq_factor = rope_scaling.high_freq_factor;
   }
   return r;
 }
@@ -208,8 +230,15 @@ absl::StatusOr<ModelConfig> ParseConfigJson(std::string_view text) {
       c.eos_token_ids.push_back(eos);
     }
   }
+  // HF config classes' defaults where the key is absent (not null).
+  if (!j.contains("sliding_window") &&
+      (c.model_type == "mistral" || c.model_type == "qwen2" || c.model_type == "qwen3")) {
+    c.sliding_window = 4096;
+  }
+  if (c.model_type == "qwen2" || c.model_type == "qwen3") c.max_window_layers = 28;
   TANDEM_RETURN_IF_ERROR(GetInt(j, "sliding_window", &c.sliding_window,
                                 &c.sliding_window_set));
+  if (auto it = j.find("sliding_window"); it != j.end() && it->is_null()) c.sliding_window = 0;
   TANDEM_RETURN_IF_ERROR(GetBool(j, "use_sliding_window",
                                  &c.use_sliding_window,
                                  &c.use_sliding_window_set));
@@ -242,6 +271,20 @@ absl::StatusOr<ModelConfig> ParseConfigJson(std::string_view text) {
     return absl::InvalidArgumentError(
         "config key 'mlp_bias' = true is not supported");
   }
+  if (j.contains("rope_parameters")) {
+    // Newer transformers versions move rope_theta and the scaling here.
+    return absl::InvalidArgumentError(
+        "config key 'rope_parameters' is not supported: give rope_theta and "
+        "rope_scaling instead");
+  }
+  double partial_rotary_factor = 1.0;
+  TANDEM_RETURN_IF_ERROR(
+      GetDouble(j, "partial_rotary_factor", &partial_rotary_factor));
+  if (partial_rotary_factor != 1.0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key 'partial_rotary_factor' = ", partial_rotary_factor,
+        " is not supported (rotary embedding over the whole head only)"));
+  }
   TANDEM_RETURN_IF_ERROR(Validate(c));
   return c;
 }
@@ -251,6 +294,12 @@ absl::Status Validate(const ModelConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("config key '", key, "' = ", value, ": ", why));
   };
+  if (c.model_type != "llama" && c.model_type != "mistral" &&
+      c.model_type != "qwen2" && c.model_type != "qwen3") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key 'model_type' = '", c.model_type,
+        "' is not supported (llama, mistral, qwen2, qwen3)"));
+  }
   if (c.vocab_size <= 0) return bad("vocab_size", c.vocab_size, "must be positive");
   if (c.vocab_size > 4'000'000) return bad("vocab_size", c.vocab_size, "must be <= 4000000");
   if (c.hidden_size <= 0) return bad("hidden_size", c.hidden_size, "must be positive");
@@ -281,10 +330,11 @@ absl::Status Validate(const ModelConfig& c) {
   if (c.max_position_embeddings > (1 << 24)) return bad("max_position_embeddings", c.max_position_embeddings, "must be <= 16777216");
   if (c.has_rope_scaling) {
     const std::string& t = c.rope_scaling.rope_type;
-    if (t != "default" && t != "linear" && t != "dynamic" && t != "yarn") {
+    if (t != "default" && t != "linear" && t != "dynamic" && t != "yarn" &&
+        t != "llama3") {
       return absl::InvalidArgumentError(absl::StrCat(
           "config key 'rope_scaling.rope_type' = '", t,
-          "' is not supported (default, linear, dynamic, yarn)"));
+          "' is not supported (default, linear, dynamic, yarn, llama3)"));
     }
     if (t != "default" && !(c.rope_scaling.factor >= 1.0 &&
                             c.rope_scaling.factor <= 1024)) {
@@ -296,6 +346,20 @@ absl::Status Validate(const ModelConfig& c) {
     }
     if (c.rope_scaling.attention_factor < 0) {
       return bad("rope_scaling.attention_factor", c.rope_scaling.attention_factor, "must be >= 0");
+    }
+    if (t == "llama3") {
+      const RopeScaling& rs = c.rope_scaling;
+      if (rs.original_max_position_embeddings <= 0) {
+        return bad("rope_scaling.original_max_position_embeddings",
+                   rs.original_max_position_embeddings, "must be positive with rope_type llama3");
+      }
+      if (!(rs.low_freq_factor > 0) || !std::isfinite(rs.low_freq_factor)) {
+        return bad("rope_scaling.low_freq_factor", rs.low_freq_factor, "must be > 0");
+      }
+      if (!(rs.high_freq_factor > rs.low_freq_factor) || !std::isfinite(rs.high_freq_factor)) {
+        return bad("rope_scaling.high_freq_factor", rs.high_freq_factor,
+                   absl::StrCat("must be > low_freq_factor (", rs.low_freq_factor, ")"));
+      }
     }
   }
   if (c.sliding_window < 0) return bad("sliding_window", c.sliding_window, "must be >= 0 (0 or null = none)");
@@ -352,6 +416,7 @@ int64_t ParameterCount(const ModelConfig& c) {
   const int64_t d = c.HeadDim(), nh = c.num_attention_heads, nkv = c.KvHeads();
   int64_t layer = 2 * h + nh * d * h + 2 * nkv * d * h + h * nh * d + 3 * h * i;
   if (c.HasQkvBias()) layer += nh * d + 2 * nkv * d;
+  if (c.HasQkNorm()) layer += 2 * d;
   int64_t total = v * h + c.num_hidden_layers * layer + h;
   if (!c.tie_word_embeddings) total += v * h;
   return total;
@@ -359,8 +424,11 @@ int64_t ParameterCount(const ModelConfig& c) {
 
 std::string ToConfigJson(const ModelConfig& c) {
   json j;
-  j["architectures"] = json::array(
-      {c.model_type == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM"});
+  const char* architecture = c.model_type == "qwen2"     ? "Qwen2ForCausalLM"
+                             : c.model_type == "qwen3"   ? "Qwen3ForCausalLM"
+                             : c.model_type == "mistral" ? "MistralForCausalLM"
+                                                         : "LlamaForCausalLM";
+  j["architectures"] = json::array({architecture});
   j["model_type"] = c.model_type;
   j["vocab_size"] = c.vocab_size;
   j["hidden_size"] = c.hidden_size;
@@ -380,6 +448,10 @@ std::string ToConfigJson(const ModelConfig& c) {
       rs["original_max_position_embeddings"] =
           c.rope_scaling.original_max_position_embeddings;
     }
+    if (c.rope_scaling.rope_type == "llama3") {
+      rs["low_freq_factor"] = c.rope_scaling.low_freq_factor;
+      rs["high_freq_factor"] = c.rope_scaling.high_freq_factor;
+    }
     if (c.rope_scaling.rope_type == "yarn") {
       rs["beta_fast"] = c.rope_scaling.beta_fast;
       rs["beta_slow"] = c.rope_scaling.beta_slow;
@@ -395,7 +467,9 @@ std::string ToConfigJson(const ModelConfig& c) {
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["attention_bias"] = c.HasQkvBias();
   j["mlp_bias"] = false;
+  j["attention_dropout"] = 0.0;
   j["initializer_range"] = 0.02;
+  j["use_cache"] = true;
   if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
   if (c.pad_token_id >= 0) j["pad_token_id"] = c.pad_token_id;
   if (c.eos_token_ids.size() == 1) {
@@ -403,11 +477,13 @@ std::string ToConfigJson(const ModelConfig& c) {
   } else if (!c.eos_token_ids.empty()) {
     j["eos_token_id"] = c.eos_token_ids;
   }
-  if (c.sliding_window_set || c.sliding_window > 0) {
+  // Written explicitly for Mistral and Qwen, whose HF config classes
+  // default an absent sliding_window to 4096.
+  if (c.sliding_window_set || c.sliding_window > 0 || c.model_type != "llama") {
     j["sliding_window"] =
         c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
   }
-  if (c.use_sliding_window_set) {
+  if (c.use_sliding_window_set || c.QwenFamily()) {
     j["use_sliding_window"] = c.use_sliding_window;
     j["max_window_layers"] = c.max_window_layers;
   }

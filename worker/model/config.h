@@ -1,11 +1,14 @@
-// ModelConfig: the Hugging Face config.json of a LlamaForCausalLM /
-// Qwen2ForCausalLM model (the fields Tandem uses), parsed, validated and
-// written back.
+// ModelConfig: the Hugging Face config.json of a LlamaForCausalLM,
+// MistralForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM model (the fields
+// Tandem uses), parsed, validated and written back.
 //
 // Parsing accepts the keys HF writes (unknown keys are ignored, as HF does;
-// a few that would change the math - hidden_act other than silu, mlp_bias,
-// unsupported rope types - are rejected). Validate() checks the values and
-// names the offending key in its message. No exceptions escape.
+// those that would change the math - another model_type, hidden_act other
+// than silu, mlp_bias, partial_rotary_factor, unsupported rope types - are
+// rejected). Defaults that differ by model type follow the HF config
+// classes (Mistral: sliding_window 4096 when the key is absent; Qwen2/3:
+// sliding_window 4096, max_window_layers 28). Validate() checks the values
+// and names the offending key in its message. No exceptions escape.
 #pragma once
 
 #include <cstdint>
@@ -21,16 +24,18 @@ namespace tandem::model {
 
 // HF `rope_scaling` (null = none).
 struct RopeScaling {
-  std::string rope_type = "default";  // default | linear | dynamic | yarn
+  std::string rope_type = "default";  // default | linear | dynamic | yarn | llama3
   double factor = 1.0;
   int original_max_position_embeddings = 0;  // 0 = max_position_embeddings
   double beta_fast = 32.0;
   double beta_slow = 1.0;
   double attention_factor = 0.0;  // 0 = HF default (yarn: 0.1 ln(factor) + 1)
+  double low_freq_factor = 0.0;   // llama3 (required there)
+  double high_freq_factor = 0.0;  // llama3 (required there)
 };
 
 struct ModelConfig {
-  std::string model_type = "llama";  // llama | qwen2 (others parsed as llama)
+  std::string model_type = "llama";  // llama | mistral | qwen2 | qwen3
   int vocab_size = 0;
   int hidden_size = 0;
   int intermediate_size = 0;
@@ -44,17 +49,19 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   int max_position_embeddings = 2048;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;  // q/k/v biases (Qwen2 always has them)
+  bool attention_bias = false;  // q/k/v biases (Qwen2 always has them,
+                                // Mistral never)
   int bos_token_id = -1;        // -1 = none
   std::vector<int> eos_token_ids;  // HF allows an int or a list
   int pad_token_id = -1;
   // Sliding-window attention. Per layer: layer_types[i] is "full_attention"
-  // or "sliding_attention" (HF >= 4.53). When layer_types is empty, Qwen2's
+  // or "sliding_attention" (HF >= 4.53). When layer_types is empty, Qwen's
   // use_sliding_window/max_window_layers rule applies (model_type qwen2 or
-  // use_sliding_window given: layers >= max_window_layers slide when
-  // use_sliding_window), else a sliding_window alone applies to all layers
-  // (Mistral style); sliding_window <= 0 = none. Window semantics as HF's
-  // masking_utils: key j visible from query i when i - window < j <= i.
+  // qwen3, or a llama config that gives use_sliding_window: layers >=
+  // max_window_layers slide when use_sliding_window), else a sliding_window
+  // alone applies to all layers (Mistral); sliding_window <= 0 = none.
+  // Window semantics as HF's masking_utils: key j visible from query i when
+  // i - window < j <= i.
   int sliding_window = 0;
   std::vector<std::string> layer_types;
   bool use_sliding_window = false;  // Qwen2
@@ -75,7 +82,14 @@ struct ModelConfig {
     return num_key_value_heads > 0 ? num_key_value_heads
                                    : num_attention_heads;
   }
-  bool HasQkvBias() const { return attention_bias || model_type == "qwen2"; }
+  bool HasQkvBias() const {
+    return model_type == "qwen2" || (model_type != "mistral" && attention_bias);
+  }
+  // Qwen3: RMSNorm over each query and key head (weights [head_dim]) after
+  // the projections (and biases), before RoPE.
+  bool HasQkNorm() const { return model_type == "qwen3"; }
+  // Qwen's sliding-window rule (use_sliding_window, max_window_layers).
+  bool QwenFamily() const { return model_type == "qwen2" || model_type == "qwen3"; }
   // Attention window of layer i for kernels::AttentionParams::window
   // (-1 = full attention).
   int LayerWindow(int layer) const;

@@ -72,6 +72,18 @@ absl::Status WriteFileAtomic(const std::string& path, std::string_view data) {
 
 absl::Status WriteFileAtomicParts(const std::string& path,
                                   const std::vector<std::string_view>& parts) {
+  return WriteFileAtomicStream(path, [&parts](const AtomicWriteFn& write) {
+    for (std::string_view part : parts) {
+      absl::Status st = write(part);
+      if (!st.ok()) return st;
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::Status WriteFileAtomicStream(
+    const std::string& path,
+    const std::function<absl::Status(const AtomicWriteFn& write)>& produce) {
   const std::filesystem::path p(path);
   const std::filesystem::path dir =
       p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
@@ -86,18 +98,20 @@ absl::Status WriteFileAtomicParts(const std::string& path,
   }
   if (fd.get() < 0) return Errno("cannot create", tmp);
   {
-    for (std::string_view part : parts) {
+    const int out = fd.get();
+    absl::Status produced = produce([out, &tmp](std::string_view part) -> absl::Status {
       size_t done = 0;
       while (done < part.size()) {
-        ssize_t n = ::write(fd.get(), part.data() + done, part.size() - done);
+        ssize_t n = ::write(out, part.data() + done, part.size() - done);
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-          absl::Status st = Errno("cannot write", tmp);
-          ::unlink(tmp.c_str());
-          return st;
-        }
+        if (n < 0) return Errno("cannot write", tmp);
         done += static_cast<size_t>(n);
       }
+      return absl::OkStatus();
+    });
+    if (!produced.ok()) {
+      ::unlink(tmp.c_str());
+      return produced;
     }
     if (::fsync(fd.get()) != 0) {
       absl::Status st = Errno("cannot fsync", tmp);

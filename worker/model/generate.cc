@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cmath>
 #include <numeric>
 #include <utility>
@@ -131,7 +132,7 @@ void Generator::Release() {
   kc_.clear();
   vc_.clear();
   for (auto* a : {&x_, &xn_, &q_, &k_, &v_, &attn_, &lse_, &gate_, &up_, &h_,
-                  &hn_, &logits_d_, &cos_d_, &sin_d_}) {
+                  &hn_, &logits_d_, &cos_d_, &sin_d_, &kraw_}) {
     a->reset();
   }
   idx_d_.reset();
@@ -183,9 +184,12 @@ absl::Status Generator::Ensure(int batch, int capacity, int rows) {
     for (const auto& [a, width] : buffers) {
       ok = ok && a->Allocate(mem_, r * static_cast<size_t>(width));
     }
+    const bool qk_norm = config_.HasQkNorm();
+    if (qk_norm) ok = ok && kraw_.Allocate(mem_, r * static_cast<size_t>(KD_));
     if (!ok) {
       return exhausted("activations",
-                       r * (3 * C_ + 2 * HD_ + 2 * KD_ + H_ + 3 * I_) * sizeof(float));
+                       r * (3 * C_ + 2 * HD_ + (qk_norm ? 3 : 2) * KD_ + H_ + 3 * I_) *
+                           sizeof(float));
     }
     rows_cap_ = rows;
   }
@@ -272,13 +276,23 @@ void Generator::Forward(ParamProvider& pp, int rows, const StepIndices& ix,
     ap.head_dim = D_;
     ap.window = config_.LayerWindow(l);
     ops_->rmsnorm_forward(x, P + o.input_norm, rows, C_, eps, xn, lse);
-    ops_->matmul(false, true, rows, HD_, C_, 1.f, xn, C_, P + o.q, C_, 0.f, q, HD_);
-    ops_->matmul(false, true, rows, KD_, C_, 1.f, xn, C_, P + o.k, C_, 0.f, k, KD_);
+    // With q/k norms the projections go to attn (free until the attention)
+    // and kraw_, then the per-head norms write q and k (rstd into lse,
+    // unused).
+    const bool qk_norm = o.q_norm != SIZE_MAX;
+    float* qp = qk_norm ? attn : q;
+    float* kp = qk_norm ? kraw_.data() : k;
+    ops_->matmul(false, true, rows, HD_, C_, 1.f, xn, C_, P + o.q, C_, 0.f, qp, HD_);
+    ops_->matmul(false, true, rows, KD_, C_, 1.f, xn, C_, P + o.k, C_, 0.f, kp, KD_);
     ops_->matmul(false, true, rows, KD_, C_, 1.f, xn, C_, P + o.v, C_, 0.f, v, KD_);
     if (o.q_bias != SIZE_MAX) {
-      ops_->add_bias(q, P + o.q_bias, rows, HD_);
-      ops_->add_bias(k, P + o.k_bias, rows, KD_);
+      ops_->add_bias(qp, P + o.q_bias, rows, HD_);
+      ops_->add_bias(kp, P + o.k_bias, rows, KD_);
       ops_->add_bias(v, P + o.v_bias, rows, KD_);
+    }
+    if (qk_norm) {
+      ops_->rmsnorm_forward(qp, P + o.q_norm, rows * H_, D_, eps, q, lse);
+      ops_->rmsnorm_forward(kp, P + o.k_norm, rows * Hkv_, D_, eps, k, lse);
     }
     ops_->rope_apply(q, ix.positions, rows, H_, D_, cosb, sinb, false);
     ops_->rope_apply(k, ix.positions, rows, Hkv_, D_, cosb, sinb, false);
@@ -359,7 +373,8 @@ absl::StatusOr<GenerationResult> Generator::Generate(
                                                    o.max_new_tokens, ") is more than ", 1 << 22, " positions"));
   }
   const int capacity = static_cast<int>(wanted);
-  if (total > (1 << 24) ||
+  // Per-head rows (lse, q/k norms) are indexed with 32-bit ints.
+  if (total > (1 << 24) || total * H_ > INT32_MAX ||
       static_cast<int64_t>(std::max(B, batch_cap_)) * std::max(capacity, seq_cap_) >=
           (int64_t{1} << 31)) {
     return absl::InvalidArgumentError("generate: prompts too long");

@@ -126,6 +126,8 @@ class Generator {
   // Device scratch: rows_cap_ rows (x_ .. h_), out_cap_ rows (hn_, logits_d_).
   kernels::DeviceArray<float> x_, xn_, q_, k_, v_, attn_, lse_, gate_, up_, h_,
       hn_, logits_d_;
+  // With q/k norms (Qwen3): k before its norm (q's goes through attn_).
+  kernels::DeviceArray<float> kraw_;
   // Device index arrays (one allocation) and their host staging.
   kernels::DeviceArray<int32_t> idx_d_;
   std::vector<int32_t> idx_host_;

@@ -15,7 +15,10 @@ namespace tandem::model {
 
 absl::StatusOr<ModelConfig> ModelConfigFromJob(const tandem::v1::ModelConfig& c) {
   ModelConfig m;
-  m.model_type = c.attention_bias() ? "qwen2" : "llama";
+  m.model_type = !c.model_type().empty() ? c.model_type()
+                 : c.attention_bias()      ? "qwen2"
+                                           : "llama";
+  m.head_dim = c.head_dim();
   m.vocab_size = c.vocab_size();
   m.hidden_size = c.hidden_size();
   m.intermediate_size = c.intermediate_size();
@@ -35,11 +38,19 @@ absl::StatusOr<ModelConfig> ModelConfigFromJob(const tandem::v1::ModelConfig& c)
     if (r.beta_fast() > 0) m.rope_scaling.beta_fast = r.beta_fast();
     if (r.beta_slow() > 0) m.rope_scaling.beta_slow = r.beta_slow();
     m.rope_scaling.attention_factor = r.attention_factor();
+    m.rope_scaling.low_freq_factor = r.low_freq_factor();
+    m.rope_scaling.high_freq_factor = r.high_freq_factor();
   }
   if (c.max_position_embeddings() > 0)
     m.max_position_embeddings = c.max_position_embeddings();
   m.tie_word_embeddings = c.tie_word_embeddings();
   m.attention_bias = c.attention_bias();
+  if (m.model_type == "mistral" && c.sliding_window() > 0 &&
+      c.sliding_window_layers_size() == 0) {
+    // Mistral: the window applies to every layer.
+    m.sliding_window = c.sliding_window();
+    m.sliding_window_set = true;
+  }
   if (c.sliding_window() > 0 && c.sliding_window_layers_size() > 0) {
     m.sliding_window = c.sliding_window();
     m.sliding_window_set = true;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -36,6 +37,7 @@ Model::Model(const ModelConfig& config, kernels::Ops* ops, int max_tokens,
   HD_ = H_ * D_;
   KD_ = Hkv_ * D_;
   lm_chunk_ = std::clamp(262144 / std::max(V_, 1), 8, 1024);
+  qk_norm_ = config.HasQkNorm();
   // A failure here leaves cap_ at 0: the first Forward* retries and reports.
   if (max_tokens > 0) (void)EnsureCapacity(max_tokens);
 }
@@ -75,6 +77,10 @@ absl::Status Model::EnsureCapacity(int t) {
                o_dup = take(T * I_), o_dup2 = take(T * I_), o_rt = take(T),
                o_lm = take(static_cast<size_t>(lm_chunk_) * V_),
                o_logp = take(T), o_ent = take(T), o_dlogp = take(T);
+  const size_t qk = qk_norm_ ? 1 : 0;
+  const size_t o_rq = take(qk * L * T * H_), o_rk = take(qk * L * T * Hkv_),
+               o_qraw = take(qk * T * HD_), o_kraw = take(qk * T * KD_),
+               o_dqraw = take(qk * T * HD_), o_dkraw = take(qk * T * KD_);
   ws_.reset();  // free the old workspace before allocating the larger one
   cap_ = 0;
   have_forward_ = false;
@@ -92,6 +98,10 @@ absl::Status Model::EnsureCapacity(int t) {
   dv_ = b + o_dv; dh_ = b + o_dh; dgate_ = b + o_dgate; dup_ = b + o_dup;
   rstd_tmp_ = b + o_rt; lm_scratch_ = b + o_lm;
   logp_ = b + o_logp; entropy_ = b + o_ent; dlogp_ = b + o_dlogp;
+  if (qk_norm_) {
+    rstdq_ = b + o_rq; rstdk_ = b + o_rk; qraw_ = b + o_qraw; kraw_ = b + o_kraw;
+    dqraw_ = b + o_dqraw; dkraw_ = b + o_dkraw;
+  }
   // Index arrays: tokens, targets, positions (T each) and cu_seqlens, whose
   // size is nseq+1 (grown on demand in Prepare).
   idx_host_.reserve(4 * T + 1);
@@ -241,7 +251,10 @@ absl::Status Model::Prepare(const Batch& batch) {
 absl::Status Model::CheckBatch(const Batch& b) const {
   const size_t T = b.tokens.size();
   if (T == 0) return absl::InvalidArgumentError("batch has no tokens");
-  if (T > (1u << 24)) return absl::InvalidArgumentError("batch too large");
+  // Per-head rows (attention lse, q/k norms) are indexed with 32-bit ints.
+  if (T > (1u << 24) || T * static_cast<size_t>(H_) > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("batch too large: ", T, " tokens"));
+  }
   if (b.targets.size() != T || b.positions.size() != T) {
     return absl::InvalidArgumentError(absl::StrCat(
         "batch: tokens (", T, "), targets (", b.targets.size(),
@@ -274,6 +287,20 @@ absl::Status Model::CheckBatch(const Batch& b) const {
   return absl::OkStatus();
 }
 
+void Model::ProjectQkv(const float* P, const LayerOffsets& o, int T, float* q,
+                       float* k, float* v) {
+  ops_->matmul(false, true, T, HD_, C_, 1.f, xn_, C_, P + o.q, C_, 0.f, q, HD_);
+  ops_->matmul(false, true, T, KD_, C_, 1.f, xn_, C_, P + o.k, C_, 0.f, k, KD_);
+  if (v != nullptr) {
+    ops_->matmul(false, true, T, KD_, C_, 1.f, xn_, C_, P + o.v, C_, 0.f, v, KD_);
+  }
+  if (o.q_bias != SIZE_MAX) {
+    ops_->add_bias(q, P + o.q_bias, T, HD_);
+    ops_->add_bias(k, P + o.k_bias, T, KD_);
+    if (v != nullptr) ops_->add_bias(v, P + o.v_bias, T, KD_);
+  }
+}
+
 void Model::ForwardHidden(ParamProvider& pp, bool recompute_mlp) {
   const int T = T_;
   const size_t TC = static_cast<size_t>(T) * C_;
@@ -303,13 +330,10 @@ void Model::ForwardHidden(ParamProvider& pp, bool recompute_mlp) {
     float* gate = recompute_mlp ? dgate_ : gate_ + lt * I_;
     float* up = recompute_mlp ? dup_ : up_ + lt * I_;
     ops_->rmsnorm_forward(x, P + o.input_norm, T, C_, eps, xn_, rstd1_ + lt);
-    ops_->matmul(false, true, T, HD_, C_, 1.f, xn_, C_, P + o.q, C_, 0.f, q, HD_);
-    ops_->matmul(false, true, T, KD_, C_, 1.f, xn_, C_, P + o.k, C_, 0.f, k, KD_);
-    ops_->matmul(false, true, T, KD_, C_, 1.f, xn_, C_, P + o.v, C_, 0.f, v, KD_);
-    if (o.q_bias != SIZE_MAX) {
-      ops_->add_bias(q, P + o.q_bias, T, HD_);
-      ops_->add_bias(k, P + o.k_bias, T, KD_);
-      ops_->add_bias(v, P + o.v_bias, T, KD_);
+    ProjectQkv(P, o, T, qk_norm_ ? qraw_ : q, qk_norm_ ? kraw_ : k, v);
+    if (qk_norm_) {
+      ops_->rmsnorm_forward(qraw_, P + o.q_norm, T * H_, D_, eps, q, rstdq_ + lt * H_);
+      ops_->rmsnorm_forward(kraw_, P + o.k_norm, T * Hkv_, D_, eps, k, rstdk_ + lt * Hkv_);
     }
     ops_->rope_apply(q, positions_, T, H_, D_, cosb, sinb, false);
     ops_->rope_apply(k, positions_, T, Hkv_, D_, cosb, sinb, false);
@@ -486,17 +510,30 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp,
                              cu_, nseq_, T, dq_, dk_, dv_);
     ops_->rope_apply(dq_, positions_, T, H_, D_, cosb, sinb, true);
     ops_->rope_apply(dk_, positions_, T, Hkv_, D_, cosb, sinb, true);
+    ops_->rmsnorm_forward(x, P + o.input_norm, T, C_, eps, xn_, rstd_tmp_);
+    // Gradients of the projections' outputs (before the q/k norms).
+    const float* dqp = dq_;
+    const float* dkp = dk_;
+    if (qk_norm_) {
+      // The norms' inputs, projected again from xn_ (v is not needed).
+      ProjectQkv(P, o, T, qraw_, kraw_, nullptr);
+      ops_->rmsnorm_backward(dq_, qraw_, P + o.q_norm, rstdq_ + lt * H_, T * H_, D_,
+                             dqraw_, G + o.q_norm);
+      ops_->rmsnorm_backward(dk_, kraw_, P + o.k_norm, rstdk_ + lt * Hkv_, T * Hkv_, D_,
+                             dkraw_, G + o.k_norm);
+      dqp = dqraw_;
+      dkp = dkraw_;
+    }
     if (o.q_bias != SIZE_MAX) {
-      ops_->bias_backward(dq_, T, HD_, G + o.q_bias);
-      ops_->bias_backward(dk_, T, KD_, G + o.k_bias);
+      ops_->bias_backward(dqp, T, HD_, G + o.q_bias);
+      ops_->bias_backward(dkp, T, KD_, G + o.k_bias);
       ops_->bias_backward(dv_, T, KD_, G + o.v_bias);
     }
-    ops_->rmsnorm_forward(x, P + o.input_norm, T, C_, eps, xn_, rstd_tmp_);
-    ops_->matmul(false, false, T, C_, HD_, 1.f, dq_, HD_, P + o.q, C_, 0.f, dxn_, C_);
-    ops_->matmul(false, false, T, C_, KD_, 1.f, dk_, KD_, P + o.k, C_, 1.f, dxn_, C_);
+    ops_->matmul(false, false, T, C_, HD_, 1.f, dqp, HD_, P + o.q, C_, 0.f, dxn_, C_);
+    ops_->matmul(false, false, T, C_, KD_, 1.f, dkp, KD_, P + o.k, C_, 1.f, dxn_, C_);
     ops_->matmul(false, false, T, C_, KD_, 1.f, dv_, KD_, P + o.v, C_, 1.f, dxn_, C_);
-    ops_->matmul(true, false, HD_, C_, T, 1.f, dq_, HD_, xn_, C_, 1.f, G + o.q, C_);
-    ops_->matmul(true, false, KD_, C_, T, 1.f, dk_, KD_, xn_, C_, 1.f, G + o.k, C_);
+    ops_->matmul(true, false, HD_, C_, T, 1.f, dqp, HD_, xn_, C_, 1.f, G + o.q, C_);
+    ops_->matmul(true, false, KD_, C_, T, 1.f, dkp, KD_, xn_, C_, 1.f, G + o.k, C_);
     ops_->matmul(true, false, KD_, C_, T, 1.f, dv_, KD_, xn_, C_, 1.f, G + o.v, C_);
     ops_->rmsnorm_backward(dxn_, x, P + o.input_norm, rstd1_ + lt, T, C_,
                            dtmp_, G + o.input_norm);

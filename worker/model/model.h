@@ -1,7 +1,8 @@
-// Model: the Llama 3 / Qwen2 style decoder (embedding, N x [RMSNorm ->
-// attention (q/k/v/o, RoPE, GQA, optional per-layer sliding window, optional
-// q/k/v biases) -> residual -> RMSNorm -> SwiGLU MLP -> residual], final
-// RMSNorm, tied or untied LM head) over packed batches, forward and backward.
+// Model: the Llama 3 / Mistral / Qwen2 / Qwen3 style decoder (embedding,
+// N x [RMSNorm -> attention (q/k/v/o, optional q/k/v biases, optional
+// per-head RMSNorm of q and k (Qwen3), RoPE, GQA, optional per-layer sliding
+// window) -> residual -> RMSNorm -> SwiGLU MLP -> residual], final RMSNorm,
+// tied or untied LM head) over packed batches, forward and backward.
 //
 // Parameters come from a ParamProvider (param_provider.h) unit by unit, in
 // the flat layout of ParamLayout; the model never owns them. Activations
@@ -49,7 +50,7 @@ struct Batch {
 // Options of Model::Backward.
 struct BackwardOptions {
   // MeCeFO's cheap mode: every layer's attention sub-block (input RMSNorm,
-  // q/k/v and their biases, RoPE, attention, o-proj) is skipped in the
+  // q/k/v, their biases and norms, RoPE, attention, o-proj) is skipped in the
   // backward pass: the residual gradient passes through it unchanged and its
   // parameters get no gradient from this batch. The MLP sub-blocks, the
   // final norm, the LM head and the embedding are differentiated as usual
@@ -135,6 +136,9 @@ class Model {
   absl::Status Prepare(const Batch& batch);
   // Through the final norm; recompute_mlp: see ForwardOptions.
   void ForwardHidden(ParamProvider& params, bool recompute_mlp);
+  // q, k (and v unless nullptr) = projections of xn_ (+ biases) for T rows.
+  void ProjectQkv(const float* P, const LayerOffsets& o, int T, float* q,
+                  float* k, float* v);
   kernels::AttentionParams Attn(int layer) const;
   absl::Status MemoryStatus() const;
 
@@ -168,10 +172,13 @@ class Model {
   int cap_ = 0;
   kernels::DeviceArray<float> ws_;
   float *logp_ = nullptr, *entropy_ = nullptr, *dlogp_ = nullptr;
+  // Per layer: q and k after RoPE (and the q/k norms), v, ...
   float *x_ = nullptr, *xmid_ = nullptr, *q_ = nullptr, *k_ = nullptr,
         *v_ = nullptr, *attn_ = nullptr, *lse_ = nullptr, *gate_ = nullptr,
         *up_ = nullptr, *rstd1_ = nullptr, *rstd2_ = nullptr,
         *rstdf_ = nullptr, *xnf_ = nullptr;
+  // Per layer, with q/k norms: their rstd [T, H] and [T, Hkv].
+  float *rstdq_ = nullptr, *rstdk_ = nullptr;
   // Scratch (also used by backward).
   float *xn_ = nullptr, *hact_ = nullptr, *dres_ = nullptr, *dtmp_ = nullptr,
         *dxn_ = nullptr, *dattn_ = nullptr, *dq_ = nullptr, *dk_ = nullptr,
@@ -186,6 +193,11 @@ class Model {
   kernels::DeviceArray<float> low_rank_ws_;
   float *lr_p_ = nullptr, *lr_a_ = nullptr, *lr_b_ = nullptr;
   std::vector<float> lr_host_;
+  // Scratch with q/k norms: q and k before the norm (the backward
+  // recomputes them from the layer input) and their gradients.
+  float *qraw_ = nullptr, *kraw_ = nullptr, *dqraw_ = nullptr,
+        *dkraw_ = nullptr;
+  bool qk_norm_ = false;
 };
 
 // Masked mean negative log-likelihood: loss = -sum(mask*logp)/sum(mask);

@@ -1,6 +1,7 @@
 #include "worker/model/model_commands.h"
 
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -30,8 +31,9 @@ constexpr int kRuntime = 1;
 
 const char kInitHelp[] =
     "usage: tandemctl model init --config MODEL.yaml|config.json --seed S --out DIR\n"
-    "  Writes a randomly initialised model to DIR: model.safetensors, config.json\n"
-    "  and tokenizer.json when the config says tokenizer: char.\n"
+    "  Writes a randomly initialised model to DIR: model.safetensors (sharded\n"
+    "  above 5 GB), config.json, generation_config.json and tokenizer.json when\n"
+    "  the config says tokenizer: char.\n"
     "  --config FILE   model config (YAML or JSON, Hugging Face config.json keys)\n"
     "  --seed S        initialisation seed (default 0)\n"
     "  --out DIR       output directory (created if missing)\n"
@@ -219,8 +221,10 @@ int ModelInitCommand(const std::vector<std::string>& args) {
   model.InitParams(seed, params.data());
   std::optional<CharTokenizer> tok;
   if (cfg->tokenizer == "char") tok = CharTokenizer::Default();
+  SaveOptions save;
+  save.dtype = dtype;
   absl::Status s = SaveModelDir(f.values["--out"], *cfg, params.data(),
-                                tok ? &*tok : nullptr, dtype);
+                                tok ? &*tok : nullptr, save);
   if (s.ok() && hf) s = text::CopyTokenizerFiles(f.values["--tokenizer"], f.values["--out"]);
   if (!s.ok()) { std::cerr << "model init: " << s.message() << "\n"; return kRuntime; }
   std::cout << "wrote " << f.values["--out"] << ": " << ParameterCount(*cfg)
@@ -296,8 +300,11 @@ int GenerateCommand(const std::vector<std::string>& args) {
     }
   }
 
+  const auto load_start = std::chrono::steady_clock::now();
   auto loaded = LoadModelDir(f.values["--model"]);
   if (!loaded.ok()) { std::cerr << "generate: " << loaded.status().message() << "\n"; return kRuntime; }
+  const double load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   const ModelConfig& cfg = loaded->config;
   std::shared_ptr<const text::Tokenizer> tok;
   if (auto t = text::LoadModelTokenizer(f.values["--model"]); t.ok()) {
@@ -368,6 +375,7 @@ int GenerateCommand(const std::vector<std::string>& args) {
       arr.push_back(s);
     }
     j["samples"] = arr;
+    j["load_seconds"] = load_seconds;
     j["prefill_seconds"] = res->prefill_seconds;
     j["decode_seconds"] = res->decode_seconds;
     j["decode_tokens_per_second"] = tps;
@@ -381,7 +389,8 @@ int GenerateCommand(const std::vector<std::string>& args) {
       if (tok) std::cout << "text: " << decode(g.tokens) << "\n";
       std::cout << "finish: " << (g.finish == FinishReason::kStop ? "stop" : "length") << "\n";
     }
-    std::cerr << "generated " << res->generated_tokens << " tokens in " << secs << " s ("
+    std::cerr << "loaded " << ParameterCount(cfg) << " parameters in " << load_seconds
+              << " s; generated " << res->generated_tokens << " tokens in " << secs << " s ("
               << tps << " tokens/s decode), KV cache " << res->kv_cache_bytes << " bytes\n";
   }
   return 0;

@@ -52,6 +52,12 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
     } else {
       l.q_bias = l.k_bias = l.v_bias = SIZE_MAX;
     }
+    if (c.HasQkNorm()) {
+      l.q_norm = Add(u, p + "self_attn.q_norm.weight", {d}, K::kNorm);
+      l.k_norm = Add(u, p + "self_attn.k_norm.weight", {d}, K::kNorm);
+    } else {
+      l.q_norm = l.k_norm = SIZE_MAX;
+    }
     l.o = Add(u, p + "self_attn.o_proj.weight", {h, nh * d}, K::kMatrix);
     l.post_norm = Add(u, p + "post_attention_layernorm.weight", {h}, K::kNorm);
     l.gate = Add(u, p + "mlp.gate_proj.weight", {inter, h}, K::kMatrix);

@@ -4,8 +4,9 @@
 //   unit 0      model.embed_tokens.weight            (also the LM head if tied)
 //   unit 1+i    model.layers.{i}.input_layernorm.weight,
 //               self_attn.{q,k,v}_proj.weight (+ .bias when the config has
-//               q/k/v biases), self_attn.o_proj.weight,
-//               post_attention_layernorm.weight, mlp.{gate,up,down}_proj.weight
+//               q/k/v biases), self_attn.{q,k}_norm.weight (Qwen3),
+//               self_attn.o_proj.weight, post_attention_layernorm.weight,
+//               mlp.{gate,up,down}_proj.weight
 //   unit L+1    model.norm.weight (+ lm_head.weight when untied)
 // Every tensor starts at a multiple of kAlignFloats floats inside its unit and
 // every unit size is a multiple of kAlignFloats, so unit offsets are aligned
@@ -38,10 +39,11 @@ struct TensorView {
 };
 
 // Offsets (floats, inside the layer's unit) of one decoder layer's tensors.
-// Bias offsets are SIZE_MAX when the layout has no biases.
+// Bias offsets are SIZE_MAX when the layout has no biases, q_norm/k_norm
+// when it has no per-head q/k norms.
 struct LayerOffsets {
-  size_t input_norm, q, k, v, q_bias, k_bias, v_bias, o, post_norm, gate, up,
-      down;
+  size_t input_norm, q, k, v, q_bias, k_bias, v_bias, q_norm, k_norm, o,
+      post_norm, gate, up, down;
 };
 
 class ParamLayout {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -291,6 +292,18 @@ absl::Status SafetensorsFile::ReadF32(const std::string& name, float* out,
   return absl::OkStatus();
 }
 
+void SafetensorsFile::Release(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end() || map_ == nullptr) return;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t begin = (data_start_ + it->second.begin) / page * page;
+  const size_t end = std::min(map_size_, (data_start_ + it->second.end + page - 1) / page * page);
+  if (end > begin) {
+    // Advice only: on failure the pages simply stay until the unmap.
+    (void)::madvise(const_cast<uint8_t*>(map_) + begin, end - begin, MADV_DONTNEED);
+  }
+}
+
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<StTensorToWrite>& tensors,
                               const std::map<std::string, std::string>& metadata,
@@ -322,19 +335,26 @@ absl::Status WriteSafetensors(const std::string& path,
   while ((8 + h.size()) % 8 != 0) h.push_back(' ');
   std::string len(8, '\0');
   for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
-  std::vector<std::string_view> parts = {len, h};
-  std::vector<std::vector<uint16_t>> converted;
-  converted.reserve(tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (dtype == StDtype::kF32) {
-      parts.emplace_back(reinterpret_cast<const char*>(tensors[i].data), sizes[i] * 4);
-    } else {
-      converted.emplace_back(sizes[i]);
-      for (size_t k = 0; k < sizes[i]; ++k) converted.back()[k] = F32ToBf16(tensors[i].data[k]);
-      parts.emplace_back(reinterpret_cast<const char*>(converted.back().data()), sizes[i] * 2);
+  return WriteFileAtomicStream(path, [&](const AtomicWriteFn& write) -> absl::Status {
+    absl::Status st = write(len);
+    if (st.ok()) st = write(h);
+    // BF16: converted through a fixed buffer (4 MiB), tensor by tensor.
+    std::vector<uint16_t> converted(dtype == StDtype::kBF16 ? (size_t{1} << 21) : 0);
+    for (size_t i = 0; st.ok() && i < tensors.size(); ++i) {
+      const float* src = tensors[i].data;
+      if (dtype == StDtype::kF32) {
+        st = write(std::string_view(reinterpret_cast<const char*>(src), sizes[i] * 4));
+        continue;
+      }
+      for (size_t done = 0; st.ok() && done < sizes[i];) {
+        const size_t n = std::min(converted.size(), sizes[i] - done);
+        for (size_t k = 0; k < n; ++k) converted[k] = F32ToBf16(src[done + k]);
+        st = write(std::string_view(reinterpret_cast<const char*>(converted.data()), n * 2));
+        done += n;
+      }
     }
-  }
-  return WriteFileAtomicParts(path, parts);
+    return st;
+  });
 }
 
 absl::Status LoadWeights(const std::string& dir, const ModelConfig& config,
@@ -387,7 +407,8 @@ absl::Status LoadWeights(const std::string& dir, const ModelConfig& config,
                                       config.model_type, ", ", config.num_hidden_layers,
                                       " layers, tie_word_embeddings=",
                                       config.tie_word_embeddings ? "true" : "false",
-                                      ", q/k/v bias=", config.HasQkvBias() ? "true" : "false", ")"));
+                                      ", q/k/v bias=", config.HasQkvBias() ? "true" : "false",
+                                      ", q/k norm=", config.HasQkNorm() ? "true" : "false", ")"));
       }
       if (info.shape != view->shape) {
         return Bad(path, absl::StrCat("tensor '", name, "' has shape ", ShapeStr(info.shape),
@@ -397,6 +418,7 @@ absl::Status LoadWeights(const std::string& dir, const ModelConfig& config,
         return Bad(path, absl::StrCat("tensor '", name, "' appears in more than one file"));
       }
       absl::Status s = f->ReadF32(name, params + view->offset, view->numel);
+      f->Release(name);
       if (!s.ok()) return s;
       // A NaN or Inf weight poisons every step that reads it: refuse at load.
       const float* w = params + view->offset;
@@ -451,26 +473,166 @@ absl::StatusOr<LoadedModel> LoadModelDir(const std::string& dir) {
   return m;
 }
 
+namespace {
+
+// Removes dir/name if it exists; a failure other than "not there" is an
+// error (a stale weight file left behind could be loaded instead).
+absl::Status RemoveIfPresent(const std::filesystem::path& path) {
+  std::error_code ec;
+  std::filesystem::remove(path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot remove ", path.string(), ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+bool IsShardName(const std::string& name) {
+  // model-DDDDD-of-DDDDD.safetensors
+  if (name.size() != 32 || !name.starts_with("model-") || name.substr(11, 4) != "-of-" ||
+      !name.ends_with(".safetensors")) {
+    return false;
+  }
+  for (size_t i : {6, 7, 8, 9, 10, 15, 16, 17, 18, 19}) {
+    if (name[i] < '0' || name[i] > '9') return false;
+  }
+  return true;
+}
+
+// Weight files in `dir` from an earlier save that `keep` does not name.
+absl::Status RemoveStaleShards(const std::filesystem::path& dir,
+                               const std::set<std::string>& keep) {
+  std::error_code ec;
+  std::vector<std::filesystem::path> stale;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (IsShardName(name) && !keep.count(name)) stale.push_back(e.path());
+  }
+  if (ec) return absl::InternalError(absl::StrCat("cannot list ", dir.string(), ": ", ec.message()));
+  for (const auto& p : stale) {
+    absl::Status st = RemoveIfPresent(p);
+    if (!st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+json TokenIdJson(const std::vector<int>& ids) {
+  return ids.size() == 1 ? json(ids[0]) : json(ids);
+}
+
+// generation_config.json: the source's when it has one, with the config's
+// special ids added where missing.
+absl::StatusOr<std::string> GenerationConfigJson(const ModelConfig& c,
+                                                 const std::string& source_dir) {
+  json g = json::object();
+  bool from_source = false;
+  if (!source_dir.empty()) {
+    const std::string path = (std::filesystem::path(source_dir) / "generation_config.json").string();
+    auto text = ReadFileToString(path);
+    if (text.ok()) {
+      auto parsed = ParseStrictJson(*text, "generation_config.json");
+      if (!parsed.ok() || !parsed->is_object()) {
+        return Bad(path, parsed.ok() ? "not a JSON object" : parsed.status().message());
+      }
+      g = std::move(*parsed);
+      from_source = true;
+    } else if (text.status().code() != absl::StatusCode::kNotFound) {
+      return text.status();
+    }
+  }
+  if (!from_source) g["_from_model_config"] = true;
+  if (!g.contains("bos_token_id") && c.bos_token_id >= 0) g["bos_token_id"] = c.bos_token_id;
+  if (!g.contains("eos_token_id") && !c.eos_token_ids.empty()) {
+    g["eos_token_id"] = TokenIdJson(c.eos_token_ids);
+  }
+  if (!g.contains("pad_token_id") && c.pad_token_id >= 0) g["pad_token_id"] = c.pad_token_id;
+  return g.dump(2) + "\n";
+}
+
+}  // namespace
+
 absl::Status SaveModelDir(const std::string& dir, const ModelConfig& config,
                           const float* params, const CharTokenizer* tokenizer,
-                          StDtype dtype) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
-  const ParamLayout layout(config);
-  std::vector<StTensorToWrite> tensors;
-  for (const TensorView& t : layout.tensors()) {
-    tensors.push_back({t.name, t.shape, params + t.offset});
+                          const SaveOptions& options) {
+  namespace fs = std::filesystem;
+  if (options.dtype != StDtype::kF32 && options.dtype != StDtype::kBF16) {
+    return absl::InvalidArgumentError("SaveModelDir: only F32 and BF16 are written");
   }
-  const std::filesystem::path d(dir);
-  absl::Status s = WriteSafetensors((d / "model.safetensors").string(), tensors,
-                                    {{"format", "pt"}}, dtype);
+  if (options.max_shard_bytes == 0) {
+    return absl::InvalidArgumentError("SaveModelDir: max_shard_bytes must be positive");
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  const fs::path d(dir);
+  const ParamLayout layout(config);
+  const size_t esize = StDtypeSize(options.dtype);
+
+  // Shards as HF's save_pretrained forms them.
+  std::vector<std::vector<StTensorToWrite>> shards(1);
+  uint64_t shard_bytes = 0, total_bytes = 0;
+  for (const TensorView& t : layout.tensors()) {
+    const uint64_t bytes = static_cast<uint64_t>(t.numel) * esize;
+    if (!shards.back().empty() && shard_bytes + bytes > options.max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back({t.name, t.shape, params + t.offset});
+    shard_bytes += bytes;
+    total_bytes += bytes;
+  }
+  const std::map<std::string, std::string> metadata = {{"format", "pt"}};
+  const fs::path single = d / "model.safetensors";
+  const fs::path index = d / "model.safetensors.index.json";
+  absl::Status s;
+  if (shards.size() == 1) {
+    // The index goes first: a crash leaves no weights rather than old ones.
+    s = RemoveIfPresent(index);
+    if (s.ok()) s = WriteSafetensors(single.string(), shards[0], metadata, options.dtype);
+    if (s.ok()) s = RemoveStaleShards(d, {});
+  } else {
+    // model.safetensors would win over the index: it goes first.
+    s = RemoveIfPresent(single);
+    const size_t n = shards.size();
+    json weight_map = json::object();
+    std::set<std::string> names;
+    for (size_t i = 0; s.ok() && i < n; ++i) {
+      char name[64];
+      std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", i + 1, n);
+      names.insert(name);
+      for (const StTensorToWrite& t : shards[i]) weight_map[t.name] = name;
+      s = WriteSafetensors((d / name).string(), shards[i], metadata, options.dtype);
+    }
+    if (s.ok()) {
+      json j;
+      j["metadata"] = {{"total_size", total_bytes}};
+      j["weight_map"] = weight_map;
+      s = WriteFileAtomic(index.string(), j.dump(2) + "\n");
+    }
+    if (s.ok()) s = RemoveStaleShards(d, names);
+  }
   if (!s.ok()) return s;
+
   ModelConfig c = config;
-  c.torch_dtype = dtype == StDtype::kBF16 ? "bfloat16" : "float32";
+  c.torch_dtype = options.dtype == StDtype::kBF16 ? "bfloat16" : "float32";
   s = WriteFileAtomic((d / "config.json").string(), ToConfigJson(c));
   if (!s.ok()) return s;
-  if (tokenizer != nullptr) return tokenizer->Save(dir);
+  auto generation = GenerationConfigJson(c, options.source_dir);
+  if (!generation.ok()) return generation.status();
+  s = WriteFileAtomic((d / "generation_config.json").string(), *generation);
+  if (!s.ok()) return s;
+
+  bool copied_tokenizer = false;
+  if (!options.source_dir.empty()) {
+    for (const char* f : kTokenizerFiles) {
+      auto text = ReadFileToString((fs::path(options.source_dir) / f).string());
+      if (!text.ok()) {
+        if (text.status().code() == absl::StatusCode::kNotFound) continue;
+        return text.status();
+      }
+      s = WriteFileAtomic((d / f).string(), *text);
+      if (!s.ok()) return s;
+      copied_tokenizer |= std::string_view(f) == "tokenizer.json";
+    }
+  }
+  if (!copied_tokenizer && tokenizer != nullptr) return tokenizer->Save(dir);
   return absl::OkStatus();
 }
 
