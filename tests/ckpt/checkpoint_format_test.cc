@@ -396,5 +396,20 @@ TEST(CheckpointFormatTest, LatestValidFallsBackAndRetentionKeepsNewest) {
   fs::remove_all(root);
 }
 
+// JSON nested a million deep parses (nlohmann does not recurse) but would
+// overflow the stack when hashed or printed: refused at parse time.
+TEST(CheckpointFormatTest, DeeplyNestedJsonIsRefused) {
+  const std::string dir = TempDir();
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  WriteText(dir + "/manifest.json", R"({"format": "tandem-checkpoint", "version": 1, "extra": )" + deep + "}");
+  auto m = ReadManifest(dir);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kDataLoss);
+  const std::string header = R"({"ranges": [], "arrays": [], "rank": )" + deep + "}";
+  auto st = ReadShard(dir, RawShard(dir, header.size(), header, 0)).status();
+  EXPECT_NE(st.message().find("invalid shard header"), std::string::npos) << st;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace tandem::ckpt

@@ -126,6 +126,19 @@ TEST(ConfigTest, RejectsBadConfigsNamingTheKey) {
   EXPECT_FALSE(ParseConfigJson("").ok());
 }
 
+// JSON nested a million deep parses (nlohmann does not recurse) but printing
+// it in the error message ("must be an integer, got ...") overflowed the
+// stack: refused at parse time. Same for the char tokenizer's file.
+TEST(ConfigTest, DeeplyNestedJsonIsRefused) {
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  auto c = ParseConfigJson(R"({"vocab_size": )" + deep + "}");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("nested deeper than 64 levels"), std::string::npos) << c.status();
+  auto t = CharTokenizer::FromJson(R"({"type": "char", "vocab": )" + deep + "}");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("not a JSON object"), std::string::npos) << t.status();
+}
+
 TEST(ConfigTest, YamlConfigs) {
   for (const char* name : {"tiny", "config-a", "config-b"}) {
     auto c = LoadModelConfigFile(std::string(TANDEM_SOURCE_DIR) + "/configs/models/" + name + ".yaml");

@@ -12,6 +12,7 @@
 #include "common/checkpoint_path.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/file_util.h"
+#include "worker/model/json_util.h"
 
 namespace tandem::ckpt {
 
@@ -157,8 +158,9 @@ absl::StatusOr<ShardState> ReadShard(const std::string& dir, const ShardFileInfo
   if (hlen > kMaxHeader || 16 + static_cast<uint64_t>(hlen) > data->size()) {
     return absl::DataLossError(path + ": header length past the end of the file");
   }
-  json header = json::parse(data->begin() + 16, data->begin() + 16 + hlen, nullptr, false);
-  if (header.is_discarded() || !header.is_object() || !header.contains("ranges") ||
+  auto parsed = model::ParseJsonLimited(std::string_view(*data).substr(16, hlen));
+  json header = parsed.ok() ? *std::move(parsed) : json();
+  if (!header.is_object() || !header.contains("ranges") ||
       !header.contains("arrays") || !header["ranges"].is_array() ||
       !header["arrays"].is_array()) {
     return absl::DataLossError(path + ": invalid shard header");
@@ -235,8 +237,9 @@ absl::Status WriteManifest(const std::string& dir, const Manifest& m) {
 absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {
   auto text = model::ReadFileToString(dir + "/manifest.json");
   if (!text.ok()) return absl::NotFoundError(dir + "/manifest.json is missing");
-  json j = json::parse(*text, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || j.value("format", "") != "tandem-checkpoint") {
+  auto parsed = model::ParseJsonLimited(*text);
+  json j = parsed.ok() ? *std::move(parsed) : json();
+  if (!j.is_object() || j.value("format", "") != "tandem-checkpoint") {
     return absl::DataLossError(dir + "/manifest.json is not a Tandem checkpoint manifest");
   }
   Manifest m;

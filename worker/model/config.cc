@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "worker/model/json_util.h"
 
 namespace tandem::model {
 
@@ -149,13 +150,12 @@ kernels::RopeConfig ModelConfig::Rope() const {
 }
 
 absl::StatusOr<ModelConfig> ParseConfigJson(std::string_view text) {
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
+  auto parsed = ParseJsonLimited(text);
+  if (!parsed.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("config.json is not valid JSON: ", e.what()));
+        absl::StrCat("config.json is not valid JSON: ", parsed.status().message()));
   }
+  const json j = *std::move(parsed);
   if (!j.is_object()) {
     return absl::InvalidArgumentError("config.json must be a JSON object");
   }

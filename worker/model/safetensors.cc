@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/file_util.h"
+#include "worker/model/json_util.h"
 #include "worker/model/param_layout.h"
 
 namespace tandem::model {
@@ -100,13 +101,12 @@ float F16ToF32(uint16_t h) {
 absl::Status ParseSafetensorsHeader(std::string_view text, size_t data_size,
                                     std::map<std::string, StTensorInfo>* tensors,
                                     std::map<std::string, std::string>* metadata) {
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
+  auto parsed = ParseJsonLimited(text);
+  if (!parsed.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("header is not valid JSON: ", e.what()));
+        absl::StrCat("header is not valid JSON: ", parsed.status().message()));
   }
+  const json j = *std::move(parsed);
   if (!j.is_object()) {
     return absl::InvalidArgumentError("header JSON is not an object");
   }
@@ -352,8 +352,9 @@ absl::Status LoadWeights(const std::string& dir, const ModelConfig& config,
   } else if (fs::exists(index, ec)) {
     auto text = ReadFileToString(index.string());
     if (!text.ok()) return text.status();
-    json j = json::parse(*text, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
+    auto parsed = ParseJsonLimited(*text);
+    json j = parsed.ok() ? *std::move(parsed) : json();
+    if (!j.is_object() || !j.contains("weight_map") ||
         !j["weight_map"].is_object()) {
       return Bad(index.string(), "not a JSON object with a \"weight_map\" object");
     }
