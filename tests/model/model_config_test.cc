@@ -126,6 +126,26 @@ TEST(ConfigTest, RejectsBadConfigsNamingTheKey) {
   EXPECT_FALSE(ParseConfigJson("").ok());
 }
 
+// Integers that do not fit an int are refused, not cut to 32 bits (an eos
+// id of 2^32 + 2 passed as 2), and messages show the value as written.
+TEST(ConfigTest, IntegersBeyondIntAreRefused) {
+  json j = BaseJson();
+  j["eos_token_id"] = {2, 4294967298LL};
+  auto c = ParseConfigJson(j.dump());
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("'eos_token_id' = 4294967298 is out of range"), std::string::npos)
+      << c.status();
+  j = BaseJson();
+  j["vocab_size"] = 18446744073709551615ULL;
+  c = ParseConfigJson(j.dump());
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("'vocab_size' = 18446744073709551615 is out of range"), std::string::npos)
+      << c.status();
+  j = BaseJson();
+  j["hidden_size"] = 32.0;  // integral floats are integers
+  EXPECT_TRUE(ParseConfigJson(j.dump()).ok());
+}
+
 // JSON nested a million deep parses (nlohmann does not recurse) but printing
 // it in the error message ("must be an integer, got ...") overflowed the
 // stack: refused at parse time. Same for the char tokenizer's file.
