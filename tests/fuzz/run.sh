@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the fuzz targets (build-fuzz/: clang, libFuzzer, ASan + UBSan,
 # -DTANDEM_FUZZ=ON) and runs each for a bounded time over a copy of its seed
-# corpus (tests/fuzz/README.md).
+# corpus (tests/fuzz/README.md). deploy/test.sh runs it after ctest.
 #   tests/fuzz/run.sh                  every target
 #   tests/fuzz/run.sh rpc safetensors  only these
 #   TANDEM_FUZZ_SECONDS=300 tests/fuzz/run.sh model_config
