@@ -8,11 +8,14 @@
 #ifndef TANDEM_TESTS_FUZZ_FUZZ_UTIL_H_
 #define TANDEM_TESTS_FUZZ_FUZZ_UTIL_H_
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -49,12 +52,21 @@ inline const std::string& ScratchDir(const char* name) {
   return *dir;
 }
 
-// Replaces `path` with exactly `size` bytes of `data`.
+// Replaces `path` with exactly `size` bytes of `data`. Retries system calls
+// that a signal interrupted (libFuzzer's -timeout watchdog is SIGALRM).
 inline void WriteFileOrDie(const std::string& path, const uint8_t* data, size_t size) {
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) Fail("cannot write " + path);
-  if (size > 0 && std::fwrite(data, 1, size, f) != size) Fail("short write to " + path);
-  if (std::fclose(f) != 0) Fail("cannot close " + path);
+  int fd;
+  do {
+    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) Fail("cannot write " + path + ": " + std::strerror(errno));
+  for (size_t done = 0; done < size;) {
+    const ssize_t n = ::write(fd, data + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) Fail("cannot write " + path + ": " + std::strerror(errno));
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
 }
 
 inline void WriteFileOrDie(const std::string& path, std::string_view text) {

@@ -16,9 +16,10 @@
 //
 // Input: up to 8 calls, each [selector][length: 2 bytes, little endian]
 // [request: protobuf wire format]; a request cut short by the end of the
-// input is what is left. Selector bits 0-3 pick the RPC (kRpcs), bits 4-6 who calls
-// (Caller). A credential from a RegisterWorker answer is presented by later
-// calls of caller 2. Timeouts in requests are cut to 1 ms so nothing waits.
+// input is what is left. Selector bits 0-3 pick the RPC (Dispatch), bits
+// 4-6 who calls (kCallers). A credential from a RegisterWorker answer is
+// presented by later calls of caller 2. Timeouts in requests are cut to
+// 1 ms so nothing waits.
 //
 // Left out: the streaming RPCs Attach and WatchJob. Their handlers loop
 // writing to a grpc::ServerWriter until the client goes away (Attach: until
@@ -35,6 +36,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -119,14 +122,14 @@ absl::Status Seed(server::StateStore* store) {
 // them, minus the gRPC server and the threads.
 class InProcessCoordinator {
  public:
-  // A fresh one under dir (emptied first), its state a copy of
-  // seeded_db (a coordinator.db); "" = seed a new state instead.
+  // A fresh one under dir (emptied first) whose coordinator.db holds
+  // seeded_db (the bytes of one); empty = seed a new state instead.
   static std::unique_ptr<InProcessCoordinator> Create(const std::string& dir, const std::string& seeded_db) {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
     std::filesystem::create_directories(dir + "/state", ec);
-    if (!seeded_db.empty()) std::filesystem::copy_file(seeded_db, dir + "/state/coordinator.db", ec);
     if (ec) Fail("cannot prepare " + dir + ": " + ec.message());
+    if (!seeded_db.empty()) WriteFileOrDie(dir + "/state/coordinator.db", seeded_db);
     auto c = std::unique_ptr<InProcessCoordinator>(new InProcessCoordinator);
     c->config_ = common::DefaultCoordinatorConfig();
     c->config_.set_state_dir(dir + "/state");
@@ -254,10 +257,13 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tandem::fuzz;
   static const std::string dir = ScratchDir("rpc");
-  // Seeding takes a dozen SQLite writes; copying the result is cheaper.
+  // Seeding takes a dozen SQLite writes; writing out the result is cheaper.
   static const std::string seeded_db = [] {
     InProcessCoordinator::Create(dir + "/seeded", "");  // closing the store folds its WAL into the file
-    return dir + "/seeded/state/coordinator.db";
+    std::ifstream in(dir + "/seeded/state/coordinator.db", std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (bytes.empty()) Fail("the seeded state database is empty");
+    return bytes;
   }();
   auto coordinator = InProcessCoordinator::Create(dir + "/coordinator", seeded_db);
   Session session{coordinator.get(), ""};

@@ -8,9 +8,10 @@
 #   TANDEM_FUZZ_BUILD_ONLY=1 tests/fuzz/run.sh
 # One target at a time, one process each. A crash, leak, sanitizer report,
 # timeout (> 10 s for one input) or allocation past 2 GB fails the run: the
-# input is saved under build-fuzz/crashes/<target>/ and its path printed,
-# with the way to reproduce it. Exit code: 0 when every target ran clean, 1
-# when one failed, 2 on a usage or build error.
+# input is saved under build-fuzz/crashes/<target>/; its path, the command
+# that replays it, the report and (up to 4 KB) the input in base64 are
+# printed. Exit code: 0 when every target ran clean, 1 when one failed, 2 on
+# a usage or build error.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -68,6 +69,7 @@ if ! [[ -d $scratch_root && -w $scratch_root ]]; then scratch_root=$BUILD; fi
 scratch=$(mktemp -d "$scratch_root/tandem-fuzz.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 export TMPDIR=$scratch
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 
 failed=()
 for t in "${targets[@]}"; do
@@ -90,12 +92,15 @@ for t in "${targets[@]}"; do
   fi
   failed+=("$t")
   echo "fuzz: $t: FAILED (exit $rc) after ${runs:-?} inputs; log: $log" >&2
-  grep -E '^(==[0-9]+==ERROR|SUMMARY|.*runtime error|fuzz target invariant broken|ALARM|==[0-9]+== ERROR)' "$log" \
-    | head -5 >&2 || true
+  # The report: from the first error line, 40 lines (the stack trace).
+  awk '/ERROR: |runtime error|invariant broken|terminate called/ { p = 1 } p && n < 40 { print; n++ }' \
+    "$log" >&2
   for f in "$crashes"/*; do
     [[ -e $f ]] || continue
     echo "fuzz: $t: failing input: $f" >&2
     echo "fuzz:   reproduce: $bin $f" >&2
+    # CI machines do not keep build-fuzz/: the input itself, when small.
+    if (($(stat -c %s "$f") <= 4096)); then echo "fuzz:   input (base64): $(base64 -w0 "$f")" >&2; fi
   done
 done
 echo "fuzz: done in $(($(date +%s) - start)) s"
