@@ -36,18 +36,23 @@ if(TANDEM_ENABLE_CUDA)
 endif()
 message(STATUS "Tandem: CUDA part ${TANDEM_HAVE_CUDA}")
 
-find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(PkgConfig REQUIRED)
-pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
-find_package(GTest CONFIG)
+# The fuzz build (cmake/TandemFuzz.cmake) has no compute core and no tests.
+if(NOT TANDEM_FUZZ)
+  find_package(OpenMP REQUIRED COMPONENTS CXX)
+  pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
+  find_package(GTest CONFIG)
+endif()
 # Tests are built by default; without GoogleTest that is a configure error,
 # never a build that quietly has fewer tests.
 if(TANDEM_BUILD_TESTS AND NOT GTest_FOUND)
   message(FATAL_ERROR "GoogleTest not found: install libgtest-dev libgmock-dev "
     "(deploy/install-deps.sh), or configure with -DTANDEM_BUILD_TESTS=OFF")
 endif()
-find_package(benchmark CONFIG)
-include(GoogleTest)
+if(NOT TANDEM_FUZZ)
+  find_package(benchmark CONFIG)
+  include(GoogleTest)
+endif()
 
 # Warnings for our own targets.
 function(tandem_warnings target)

@@ -18,7 +18,6 @@ using tandem::v1::DeviceKind;
 using tandem::v1::JobKind;
 using tandem::v1::JobSpec;
 
-constexpr double kInf = 1e300;
 constexpr double kMaxSteps = 1e9;
 constexpr double kMaxWorkers = 4096;
 constexpr double kMaxVocab = 1 << 21;

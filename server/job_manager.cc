@@ -1301,9 +1301,10 @@ void JobManager::CompleteSetupLocked(JobRecord* r, double wall) {
   // Where the plan continues: after the restored checkpoint's step.
   double restored = -1, restore_s = 0, source = 0, skipped = 0;
   for (const auto& [rank, rep] : r->reports) {
-    auto get = [&rep](const char* key, double* dst, bool max) {
-      auto it = rep.values().find(key);
-      if (it != rep.values().end()) *dst = max ? std::max(*dst, it->second) : it->second;
+    const auto& values = rep.values();
+    auto get = [&values](const char* key, double* dst, bool max) {
+      auto it = values.find(key);
+      if (it != values.end()) *dst = max ? std::max(*dst, it->second) : it->second;
     };
     if (rank == 0) get("restored_step", &restored, false);
     get("restore_seconds", &restore_s, true);

@@ -422,5 +422,152 @@ TEST(CheckpointFormatTest, LatestValidFallsBackAndRetentionKeepsNewest) {
   fs::remove_all(root);
 }
 
+// Manifests a fuzzer produced (tests/fuzz/corpus/ckpt_manifest): fields of
+// the wrong type or out of range are DataLoss naming the key, never an
+// exception out of ReadManifest or a float cast with undefined behaviour.
+TEST(CheckpointFormatTest, ManifestFieldsOfTheWrongTypeAreDataLoss) {
+  const std::string dir = TempDir();
+  // "format" a number: json::value("format", "") threw type_error.
+  WriteText(dir + "/manifest.json", R"({
+  "config_hash": "0123456789abcdef",
+  "data_cursor": "epoch=0;pos=160",
+  "extra": {
+    "loss": 0.5
+  },
+  "format":  2
+})");
+  auto m = ReadManifest(dir);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(m.status().message().find("not a Tandem checkpoint manifest"), std::string::npos) << m.status();
+
+  // An integer too large for int64_t parses as a float: get<int64_t>() cast
+  // 3.3e47 with undefined behaviour.
+  WriteText(dir + "/manifest.json", R"({
+  "config_hash": "0123456789abcde",
+  "format": "tandem-checkpoint",
+  "generation": 333333333333333333333333333333333333333333333331,
+  "rng_state": "seed=1;counter=40",
+  "step": 20,
+  "total_floats": 8,
+  "version": 1,
+  "world_size": 1,
+  "zero_stage": 0
+})");
+  m = ReadManifest(dir);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(m.status().message().find("'generation' must be an integer"), std::string::npos) << m.status();
+
+  // Every integer field: floats, strings, values that do not fit.
+  const nlohmann::json base = {{"format", "tandem-checkpoint"}, {"version", 1},      {"step", 3},
+                               {"world_size", 1},               {"zero_stage", 0},    {"total_floats", 2},
+                               {"shards", {{{"file", "shard-00000-of-00001.bin"}, {"rank", 0}, {"bytes", 24},
+                                            {"xxh64", "0123456789abcdef"}}}}};
+  WriteText(dir + "/manifest.json", base.dump());
+  ASSERT_TRUE(ReadManifest(dir).ok()) << ReadManifest(dir).status();
+  struct Case {
+    nlohmann::json::json_pointer field;
+    nlohmann::json value;
+    const char* error;
+  };
+  const std::vector<Case> cases = {
+      {"/version"_json_pointer, 1e300, "'version' must be an integer"},
+      {"/step"_json_pointer, 1.5, "'step' must be an integer"},
+      {"/step"_json_pointer, "3", "'step' must be an integer"},
+      {"/world_size"_json_pointer, 4294967297u, "'world_size' must be an integer"},
+      {"/zero_stage"_json_pointer, -1e20, "'zero_stage' must be an integer"},
+      {"/total_floats"_json_pointer, -2, "'total_floats' must be an integer"},
+      {"/total_floats"_json_pointer, 1e30, "'total_floats' must be an integer"},
+      {"/shards/0/rank"_json_pointer, 2147483648u, "'rank' must be an integer"},
+      {"/shards/0/bytes"_json_pointer, -24, "'bytes' must be an integer"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json edited = base;
+    edited[c.field] = c.value;
+    WriteText(dir + "/manifest.json", edited.dump());
+    m = ReadManifest(dir);
+    ASSERT_FALSE(m.ok()) << edited.dump();
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kDataLoss) << edited.dump();
+    EXPECT_NE(m.status().message().find(c.error), std::string::npos) << edited.dump() << ": " << m.status();
+  }
+  fs::remove_all(dir);
+}
+
+// A shard whose ranges hold no floats (a fuzzer's input, in
+// tests/fuzz/corpus/ckpt_shard): memcpy from an empty vector's null data()
+// was undefined behaviour. It reads; its trailing bytes are the error.
+TEST(CheckpointFormatTest, ShardsWithoutFloats) {
+  const std::string dir = TempDir();
+  const std::string header = R"({"arrays":["params"],"ranges":[[7,0]],"rank":0})";
+  auto st = ReadShard(dir, RawShard(dir, header.size(), header, 8)).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("trailing bytes"), std::string::npos) << st;
+  auto empty = ReadShard(dir, RawShard(dir, header.size(), header, 0));
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_TRUE(empty->arrays.at(0).second.empty());
+  fs::remove_all(dir);
+
+  // A whole checkpoint of nothing loads as nothing.
+  const std::string root = TempDir();
+  ShardState none;
+  none.arrays.emplace_back("params", std::vector<float>{});
+  const std::string step = PartialDir(root, 1);
+  auto info = WriteShard(step, 1, none);
+  ASSERT_TRUE(info.ok()) << info.status();
+  Manifest manifest = MakeManifest(1, {*info});
+  manifest.total_floats = 0;
+  ASSERT_TRUE(WriteManifest(step, manifest).ok());
+  auto loaded = LoadCheckpoint(step);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(loaded->arrays.at("params").empty());
+  fs::remove_all(root);
+}
+
+// Shard sizes are claims until the files back them: a manifest that claims
+// huge shards (and so allows a huge total_floats) is refused before
+// LoadCheckpoint sizes anything by it; so is one that counts a file twice.
+TEST(CheckpointFormatTest, ClaimedShardSizesAreCheckedBeforeAllocating) {
+  const std::string root = TempDir();
+  WriteCheckpoint(root, 5, {Shard(0), Shard(1)});
+  const std::string step = FinalDir(root, 5);
+  const auto good = nlohmann::json::parse(ReadText(step + "/manifest.json"));
+
+  auto forged = good;
+  forged["shards"][0]["bytes"] = uint64_t{1} << 60;
+  forged["total_floats"] = uint64_t{1} << 58;
+  WriteText(step + "/manifest.json", Resigned(forged.dump()));
+  auto loaded = LoadCheckpoint(step);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(loaded.status().message().find("bytes, manifest says 1152921504606846976"), std::string::npos)
+      << loaded.status();
+
+  auto twice = good;
+  twice["shards"][1] = twice["shards"][0];
+  twice["shards"][1]["rank"] = 1;
+  WriteText(step + "/manifest.json", Resigned(twice.dump()));
+  loaded = LoadCheckpoint(step);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("lists shard file shard-00000-of-00002.bin twice"), std::string::npos)
+      << loaded.status();
+  fs::remove_all(root);
+}
+
+// JSON nested a million deep parses (nlohmann does not recurse) but would
+// overflow the stack when hashed or printed: refused at parse time.
+TEST(CheckpointFormatTest, DeeplyNestedJsonIsRefused) {
+  const std::string dir = TempDir();
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  WriteText(dir + "/manifest.json", R"({"format": "tandem-checkpoint", "version": 1, "extra": )" + deep + "}");
+  auto m = ReadManifest(dir);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kDataLoss);
+  const std::string header = R"({"ranges": [], "arrays": [], "rank": )" + deep + "}";
+  auto st = ReadShard(dir, RawShard(dir, header.size(), header, 0)).status();
+  EXPECT_NE(st.message().find("invalid shard header"), std::string::npos) << st;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace tandem::ckpt

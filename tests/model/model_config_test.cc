@@ -293,7 +293,7 @@ TEST(ConfigTest, RejectsBadConfigsNamingTheKey) {
       {"unknown model type", [](json& j) { j["model_type"] = "gemma"; }, "model_type"},
       {"partial rotary", [](json& j) { j["partial_rotary_factor"] = 0.5; }, "partial_rotary_factor"},
       {"rope_parameters", [](json& j) { j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}}; }, "rope_parameters"},
-      {"eos list past 32 bits", [](json& j) { j["eos_token_id"] = {2, int64_t{1} << 40}; }, "32-bit integers"},
+      {"eos list past 32 bits", [](json& j) { j["eos_token_id"] = {2, int64_t{1} << 40}; }, "is out of range"},
   };
   for (const BadCase& bc : cases) {
     json j = BaseJson();
@@ -354,6 +354,39 @@ TEST(MemoryEstimateTest, FollowsZeroStagesAndShapes) {
   spec.mutable_train()->set_micro_batch(1 << 30);
   spec.mutable_train()->set_seq_len(1 << 30);
   EXPECT_EQ(EstimateJobMemory(spec, c).total, INT64_MAX);
+}
+
+// Integers that do not fit an int are refused, not cut to 32 bits (an eos
+// id of 2^32 + 2 passed as 2), and messages show the value as written.
+TEST(ConfigTest, IntegersBeyondIntAreRefused) {
+  json j = BaseJson();
+  j["eos_token_id"] = {2, 4294967298LL};
+  auto c = ParseConfigJson(j.dump());
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("'eos_token_id' = 4294967298 is out of range"), std::string::npos)
+      << c.status();
+  j = BaseJson();
+  j["vocab_size"] = 18446744073709551615ULL;
+  c = ParseConfigJson(j.dump());
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("'vocab_size' = 18446744073709551615 is out of range"), std::string::npos)
+      << c.status();
+  j = BaseJson();
+  j["hidden_size"] = 32.0;  // integral floats are integers
+  EXPECT_TRUE(ParseConfigJson(j.dump()).ok());
+}
+
+// JSON nested a million deep parses (nlohmann does not recurse) but printing
+// it in the error message ("must be an integer, got ...") overflowed the
+// stack: refused at parse time. Same for the char tokenizer's file.
+TEST(ConfigTest, DeeplyNestedJsonIsRefused) {
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  auto c = ParseConfigJson(R"({"vocab_size": )" + deep + "}");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("nested deeper than 64 levels"), std::string::npos) << c.status();
+  auto t = CharTokenizer::FromJson(R"({"type": "char", "vocab": )" + deep + "}");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("not a JSON object"), std::string::npos) << t.status();
 }
 
 TEST(ConfigTest, YamlConfigs) {

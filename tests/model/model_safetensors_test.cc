@@ -386,6 +386,33 @@ TEST_F(SafetensorsTest, BadFiles) {
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
 }
 
+// JSON nested a million deep parses (nlohmann does not recurse) but printing
+// it in the error message overflowed the stack: refused at parse time, in
+// the header and in model.safetensors.index.json.
+TEST_F(SafetensorsTest, DeeplyNestedJsonIsRefused) {
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  WriteRaw(P("deep.safetensors"), R"({"a":{"dtype":"F32","shape":)" + deep + R"(,"data_offsets":[0,0]}})", "");
+  auto f = SafetensorsFile::Open(P("deep.safetensors"));
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(f.status().message().find("nested deeper than 64 levels"), std::string::npos) << f.status();
+  // Up to the limit is fine.
+  const std::string shape = std::string(62, '[') + "1" + std::string(62, ']');
+  WriteRaw(P("nested.safetensors"), R"({"a":{"dtype":"F32","shape":)" + shape + R"(,"data_offsets":[0,4]}})",
+           std::string(4, '\0'));
+  f = SafetensorsFile::Open(P("nested.safetensors"));
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("is not a list of non-negative integers"), std::string::npos) << f.status();
+
+  const ModelConfig c = TinyConfig();
+  fs::create_directories(P("dir"));
+  std::ofstream(P("dir/config.json")) << ToConfigJson(c);
+  std::ofstream(P("dir/model.safetensors.index.json")) << R"({"weight_map": )" + deep + "}";
+  auto m = LoadModelDir(P("dir"));
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("weight_map"), std::string::npos) << m.status();
+}
+
 // Model-directory level errors: missing/extra tensors, wrong shapes,
 // impossible config.json.
 TEST_F(SafetensorsTest, BadModelDirs) {

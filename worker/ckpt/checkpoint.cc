@@ -8,6 +8,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
+#include <set>
+#include <utility>
 
 #include "common/checkpoint_path.h"
 #include "nlohmann/json.hpp"
@@ -57,6 +60,35 @@ absl::StatusOr<uint64_t> FromHex(const std::string& s) {
     v = v * 16 + static_cast<uint64_t>(d);
   }
   return v;
+}
+
+// Integer fields of a manifest into *out: nlohmann's get<int>() would
+// convert a float such as 1e300 with undefined behaviour and cut a big
+// integer silently, so only integers that fit T are taken. A missing key
+// leaves *out as it is when `optional`, else is an error.
+template <typename T>
+absl::Status ReadInteger(const json& object, const char* key, T* out, const std::string& where,
+                         bool optional = false) {
+  const auto it = object.is_object() ? object.find(key) : object.end();
+  if (it == object.end()) {
+    return optional ? absl::OkStatus() : absl::DataLossError(where + ": '" + key + "' is missing");
+  }
+  if (it->is_number_unsigned() && std::in_range<T>(it->get<uint64_t>())) {
+    *out = static_cast<T>(it->get<uint64_t>());
+    return absl::OkStatus();
+  }
+  if (it->is_number_integer() && !it->is_number_unsigned() && std::in_range<T>(it->get<int64_t>())) {
+    *out = static_cast<T>(it->get<int64_t>());
+    return absl::OkStatus();
+  }
+  return absl::DataLossError(where + ": '" + key + "' must be an integer in [" +
+                             std::to_string(std::numeric_limits<T>::min()) + ", " +
+                             std::to_string(std::numeric_limits<T>::max()) + "], got " + it->dump());
+}
+
+absl::Status ShardSizeMismatch(const std::string& path, uint64_t actual, uint64_t claimed) {
+  return absl::DataLossError("checkpoint shard " + path + " has " + std::to_string(actual) +
+                             " bytes, manifest says " + std::to_string(claimed) + " (truncated?)");
 }
 
 std::string ManifestChecksum(json j) {
@@ -139,11 +171,7 @@ absl::StatusOr<ShardState> ReadShard(const std::string& dir, const ShardFileInfo
     return absl::NotFoundError("checkpoint shard " + path + " is missing: " +
                                std::string(data.status().message()));
   }
-  if (data->size() != info.bytes) {
-    return absl::DataLossError("checkpoint shard " + path + " has " +
-                               std::to_string(data->size()) + " bytes, manifest says " +
-                               std::to_string(info.bytes) + " (truncated?)");
-  }
+  if (data->size() != info.bytes) return ShardSizeMismatch(path, data->size(), info.bytes);
   if (Xxh64(data->data(), data->size()) != info.xxh64) {
     return absl::DataLossError("checkpoint shard " + path + " fails its xxh64 checksum");
   }
@@ -204,7 +232,7 @@ absl::StatusOr<ShardState> ReadShard(const std::string& dir, const ShardFileInfo
                                  " runs past the end of the file");
     }
     std::vector<float> values(n);
-    std::memcpy(values.data(), data->data() + pos, n * 4);
+    if (n > 0) std::memcpy(values.data(), data->data() + pos, n * 4);  // empty: data() may be null
     pos += n * 4;
     st.arrays.emplace_back(name.get<std::string>(), std::move(values));
   }
@@ -264,17 +292,20 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {
   auto text = model::ReadFileToString(dir + "/manifest.json");
   if (!text.ok()) return absl::NotFoundError(dir + "/manifest.json is missing");
   auto parsed = model::ParseStrictJson(*text, "manifest.json");
-  if (parsed.ok() && !parsed->is_object()) parsed = absl::InvalidArgumentError("not an object");
   if (!parsed.ok() && absl::StrContains(parsed.status().message(), "appears twice")) {
     return absl::DataLossError(dir + "/" + std::string(parsed.status().message()));
   }
   json j = parsed.ok() ? std::move(*parsed) : json();
-  if (!parsed.ok() || j.value("format", "") != "tandem-checkpoint") {
+  const auto format = j.is_object() ? j.find("format") : j.end();
+  if (!j.is_object() || format == j.end() || !format->is_string() ||
+      format->get<std::string>() != "tandem-checkpoint") {
     return absl::DataLossError(dir + "/manifest.json is not a Tandem checkpoint manifest");
   }
   Manifest m;
+  const std::string where = dir + "/manifest.json";
   try {
-    const int version = j.at("version").get<int>();
+    int version = 0;
+    if (absl::Status st = ReadInteger(j, "version", &version, where); !st.ok()) return st;
     if (version < 1 || version > kManifestVersion) {
       return absl::DataLossError(dir + "/manifest.json: unsupported version " + std::to_string(version));
     }
@@ -282,28 +313,36 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {
                          j["checksum"].get<std::string>() != ManifestChecksum(j))) {
       return absl::DataLossError(dir + "/manifest.json fails its checksum (damaged or edited)");
     }
-    m.step = j.at("step").get<int64_t>();
-    m.world_size = j.at("world_size").get<int>();
-    m.zero_stage = j.at("zero_stage").get<int>();
-    m.generation = j.value("generation", int64_t{0});
-    m.policy_version = j.value("policy_version", int64_t{0});
-    m.optimizer_steps = j.value("optimizer_steps", int64_t{0});
-    m.total_floats = j.at("total_floats").get<uint64_t>();
+    for (const absl::Status& st : {ReadInteger(j, "step", &m.step, where),
+                                   ReadInteger(j, "world_size", &m.world_size, where),
+                                   ReadInteger(j, "zero_stage", &m.zero_stage, where),
+                                   ReadInteger(j, "generation", &m.generation, where, /*optional=*/true),
+                                   ReadInteger(j, "policy_version", &m.policy_version, where, true),
+                                   ReadInteger(j, "optimizer_steps", &m.optimizer_steps, where, true),
+                                   ReadInteger(j, "total_floats", &m.total_floats, where)}) {
+      if (!st.ok()) return st;
+    }
     m.config_hash = j.value("config_hash", "");
     m.rng_state = j.value("rng_state", "");
     m.data_cursor = j.value("data_cursor", "");
     if (j.contains("extra")) m.extra = j["extra"].get<std::map<std::string, double>>();
+    std::set<std::string> files;
     for (const auto& s : j.at("shards")) {
       ShardFileInfo info;
       info.file = s.at("file").get<std::string>();
-      info.rank = s.at("rank").get<int>();
-      info.bytes = s.at("bytes").get<uint64_t>();
+      for (const absl::Status& st : {ReadInteger(s, "rank", &info.rank, where + ": shard"),
+                                     ReadInteger(s, "bytes", &info.bytes, where + ": shard")}) {
+        if (!st.ok()) return st;
+      }
       auto h = FromHex(s.at("xxh64").get<std::string>());
       if (!h.ok()) return h.status();
       info.xxh64 = *h;
       if (info.file.find('/') != std::string::npos || info.file.find("..") != std::string::npos) {
         return absl::DataLossError(dir + "/manifest.json: shard file name '" + info.file +
                                    "' leaves the checkpoint directory");
+      }
+      if (!files.insert(info.file).second) {
+        return absl::DataLossError(dir + "/manifest.json lists shard file " + info.file + " twice");
       }
       m.shards.push_back(info);
     }
@@ -351,6 +390,15 @@ absl::Status Publish(const std::string& root, int64_t step) {
 absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir) {
   auto m = ReadManifest(dir);
   if (!m.ok()) return m.status();
+  // ReadManifest bounds total_floats by the shard sizes the manifest claims:
+  // the files must back those claims before anything is sized by it.
+  for (const auto& info : m->shards) {
+    const std::string path = dir + "/" + info.file;
+    std::error_code ec;
+    const uint64_t size = fs::file_size(path, ec);
+    if (ec) return absl::NotFoundError("checkpoint shard " + path + " is missing: " + ec.message());
+    if (size != info.bytes) return ShardSizeMismatch(path, size, info.bytes);
+  }
   LoadedCheckpoint out;
   out.manifest = *m;
   out.dir = dir;
@@ -375,7 +423,7 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir) {
         if (r.offset > m->total_floats || r.count > m->total_floats - r.offset) {
           return absl::DataLossError(dir + "/" + info.file + ": range past total_floats");
         }
-        std::memcpy(full.data() + r.offset, values.data() + pos, r.count * 4);
+        if (r.count > 0) std::memcpy(full.data() + r.offset, values.data() + pos, r.count * 4);
         pos += r.count;
       }
     }

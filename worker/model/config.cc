@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <set>
+#include <utility>
 
 #include "worker/model/strict_json.h"
 #include "absl/strings/str_cat.h"
@@ -14,27 +15,33 @@ namespace {
 
 using nlohmann::json;
 
+// An integral JSON number that fits an int (2.0 counts; 1e10 does not).
+absl::Status ToInt(const json& v, const char* key, int* out) {
+  if (v.is_number_unsigned() || v.is_number_integer()) {
+    const bool fits = v.is_number_unsigned() ? std::in_range<int>(v.get<uint64_t>())
+                                             : std::in_range<int>(v.get<int64_t>());
+    if (!fits) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config key '", key, "' = ", v.dump(), " is out of range"));
+    }
+    *out = v.get<int>();
+  } else if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
+             std::fabs(v.get<double>()) < 2e9) {
+    *out = static_cast<int>(v.get<double>());
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key '", key, "' must be an integer, got ", v.dump()));
+  }
+  return absl::OkStatus();
+}
+
 // Typed readers: a missing or null key leaves *out unchanged; a key of the
 // wrong type is an error naming it.
 absl::Status GetInt(const json& j, const char* key, int* out,
                     bool* present = nullptr) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return absl::OkStatus();
-  if (it->is_number_integer() || it->is_number_unsigned()) {
-    const int64_t v = it->get<int64_t>();
-    if (v < INT32_MIN || v > INT32_MAX) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config key '", key, "' = ", v, " is out of range"));
-    }
-    *out = static_cast<int>(v);
-  } else if (it->is_number_float() &&
-             std::floor(it->get<double>()) == it->get<double>() &&
-             std::fabs(it->get<double>()) < 2e9) {
-    *out = static_cast<int>(it->get<double>());
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config key '", key, "' must be an integer, got ", it->dump()));
-  }
+  if (absl::Status st = ToInt(*it, key, out); !st.ok()) return st;
   if (present != nullptr) *present = true;
   return absl::OkStatus();
 }
@@ -216,13 +223,9 @@ absl::StatusOr<ModelConfig> ParseConfigJson(std::string_view text) {
   if (auto it = j.find("eos_token_id"); it != j.end() && !it->is_null()) {
     if (it->is_array()) {
       for (const auto& e : *it) {
-        if (!e.is_number_integer() || e.get<int64_t>() < INT32_MIN || e.get<int64_t>() > INT32_MAX) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "config key 'eos_token_id' must be an integer or a list of "
-              "32-bit integers, got ",
-              it->dump()));
-        }
-        c.eos_token_ids.push_back(static_cast<int>(e.get<int64_t>()));
+        int eos = -1;
+        TANDEM_RETURN_IF_ERROR(ToInt(e, "eos_token_id", &eos));
+        c.eos_token_ids.push_back(eos);
       }
     } else {
       int eos = -1;

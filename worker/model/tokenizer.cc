@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/file_util.h"
+#include "worker/model/strict_json.h"
 
 namespace tandem::model {
 
@@ -86,9 +87,9 @@ absl::Status CharTokenizer::Save(const std::string& dir) const {
 }
 
 absl::StatusOr<CharTokenizer> CharTokenizer::FromJson(std::string_view text) {
-  nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr,
-                                           /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
+  auto parsed = ParseStrictJson(text, "tokenizer.json");
+  nlohmann::json j = parsed.ok() ? *std::move(parsed) : nlohmann::json();
+  if (!j.is_object()) {
     return absl::InvalidArgumentError("tokenizer.json is not a JSON object");
   }
   if (!j.contains("type") || j["type"] != "char") {
