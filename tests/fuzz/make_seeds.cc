@@ -69,7 +69,9 @@ void SafetensorsSeeds(const fs::path& out, const fs::path& tmp) {
   for (auto [dtype, name] : {std::pair{model::StDtype::kF32, "gen-tiny-f32"},
                              std::pair{model::StDtype::kBF16, "gen-tiny-bf16"}}) {
     const fs::path dir = tmp / name;
-    Check(model::SaveModelDir(dir.string(), config, params.data(), nullptr, dtype), "SaveModelDir");
+    model::SaveOptions save;
+    save.dtype = dtype;
+    Check(model::SaveModelDir(dir.string(), config, params.data(), nullptr, save), "SaveModelDir");
     Write(out / "safetensors" / name, ReadAll(dir / "model.safetensors"));
   }
   // F16 and F64 tensors, metadata and an empty tensor: the other readers.
