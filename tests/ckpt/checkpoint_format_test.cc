@@ -422,12 +422,13 @@ TEST(CheckpointFormatTest, LatestValidFallsBackAndRetentionKeepsNewest) {
   fs::remove_all(root);
 }
 
-// Manifests a fuzzer produced (tests/fuzz/corpus/ckpt_manifest): fields of
-// the wrong type or out of range are DataLoss naming the key, never an
-// exception out of ReadManifest or a float cast with undefined behaviour.
+// Fields of the wrong type or out of range (the first two manifests are in
+// tests/fuzz/corpus/ckpt_manifest) are DataLoss naming the key: no
+// exception leaves ReadManifest, no float is cast to an integer it does not
+// fit.
 TEST(CheckpointFormatTest, ManifestFieldsOfTheWrongTypeAreDataLoss) {
   const std::string dir = TempDir();
-  // "format" a number: json::value("format", "") threw type_error.
+  // "format" a number (json::value("format", "") would throw type_error).
   WriteText(dir + "/manifest.json", R"({
   "config_hash": "0123456789abcdef",
   "data_cursor": "epoch=0;pos=160",
@@ -441,8 +442,8 @@ TEST(CheckpointFormatTest, ManifestFieldsOfTheWrongTypeAreDataLoss) {
   EXPECT_EQ(m.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(m.status().message().find("not a Tandem checkpoint manifest"), std::string::npos) << m.status();
 
-  // An integer too large for int64_t parses as a float: get<int64_t>() cast
-  // 3.3e47 with undefined behaviour.
+  // An integer too large for int64_t parses as a float, 3.3e47, which
+  // get<int64_t>() would cast with undefined behaviour.
   WriteText(dir + "/manifest.json", R"({
   "config_hash": "0123456789abcde",
   "format": "tandem-checkpoint",
@@ -494,9 +495,9 @@ TEST(CheckpointFormatTest, ManifestFieldsOfTheWrongTypeAreDataLoss) {
   fs::remove_all(dir);
 }
 
-// A shard whose ranges hold no floats (a fuzzer's input, in
-// tests/fuzz/corpus/ckpt_shard): memcpy from an empty vector's null data()
-// was undefined behaviour. It reads; its trailing bytes are the error.
+// A shard whose ranges hold no floats (as tests/fuzz/corpus/ckpt_shard/
+// crash-empty-arrays; no memcpy from an empty vector's null data(), which
+// UBSan reports) reads; its trailing bytes are the error.
 TEST(CheckpointFormatTest, ShardsWithoutFloats) {
   const std::string dir = TempDir();
   const std::string header = R"({"arrays":["params"],"ranges":[[7,0]],"rank":0})";

@@ -2,7 +2,7 @@
 // CORPUS/<target>/, with the product's own writers: model.safetensors files
 // of the tiny fixture model, its config.json, checkpoint shards and
 // manifests naming the fixture shards, and RPC call sequences. The other
-// seeds (real configs, hand-made near-valid files, inputs of past crashes)
+// seeds (real configs, hand-made near-valid files, regression inputs)
 // are kept in the repository as they are. Deterministic: rerunning it
 // rewrites the same bytes.
 //   build/bin/fuzz_make_seeds tests/fuzz/corpus

@@ -357,7 +357,7 @@ TEST(MemoryEstimateTest, FollowsZeroStagesAndShapes) {
 }
 
 // Integers that do not fit an int are refused, not cut to 32 bits (an eos
-// id of 2^32 + 2 passed as 2), and messages show the value as written.
+// id of 2^32 + 2 would pass as 2), and messages show the value as written.
 TEST(ConfigTest, IntegersBeyondIntAreRefused) {
   json j = BaseJson();
   j["eos_token_id"] = {2, 4294967298LL};
@@ -377,8 +377,8 @@ TEST(ConfigTest, IntegersBeyondIntAreRefused) {
 }
 
 // JSON nested a million deep parses (nlohmann does not recurse) but printing
-// it in the error message ("must be an integer, got ...") overflowed the
-// stack: refused at parse time. Same for the char tokenizer's file.
+// it in the error message ("must be an integer, got ...") would overflow
+// the stack: refused at parse time. Same for the char tokenizer's file.
 TEST(ConfigTest, DeeplyNestedJsonIsRefused) {
   const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
   auto c = ParseConfigJson(R"({"vocab_size": )" + deep + "}");

@@ -387,8 +387,8 @@ TEST_F(SafetensorsTest, BadFiles) {
 }
 
 // JSON nested a million deep parses (nlohmann does not recurse) but printing
-// it in the error message overflowed the stack: refused at parse time, in
-// the header and in model.safetensors.index.json.
+// it in the error message would overflow the stack: refused at parse time,
+// in the header and in model.safetensors.index.json.
 TEST_F(SafetensorsTest, DeeplyNestedJsonIsRefused) {
   const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
   WriteRaw(P("deep.safetensors"), R"({"a":{"dtype":"F32","shape":)" + deep + R"(,"data_offsets":[0,0]}})", "");
