@@ -5,24 +5,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/tokenizer/status_macros.h"
+#include "worker/tokenizer/json_fields.h"
 #include "worker/tokenizer/utf8.h"
 
 namespace tandem::tokenizer {
 
 namespace {
-
-// Most ids a vocabulary may leave unused below its largest id (bounds the
-// id table a small hostile file can make us allocate).
-constexpr int64_t kMaxUnusedIds = 1 << 20;
-
-std::string Quote(std::string_view s) {
-  std::string q;
-  q.reserve(s.size() + 2);
-  q.push_back('"');
-  q.append(s);
-  q.push_back('"');
-  return q;
-}
 
 // Heap order: lowest rank first, then leftmost.
 struct MergeLess {

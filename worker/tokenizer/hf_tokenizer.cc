@@ -24,19 +24,6 @@ namespace tandem::tokenizer {
 
 namespace {
 
-// Most ids below the largest one that no token may use (bounds the id table
-// a small hostile file can make us allocate).
-constexpr int64_t kMaxUnusedIds = 1 << 20;
-
-std::string Quote(std::string_view s) {
-  std::string q;
-  q.reserve(s.size() + 2);
-  q.push_back('"');
-  q.append(s);
-  q.push_back('"');
-  return q;
-}
-
 // Parses JSON, refusing duplicate object keys (a vocabulary listing a token
 // twice), with errors that name the position.
 absl::StatusOr<Json> ParseJson(std::string_view text) {

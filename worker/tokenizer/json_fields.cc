@@ -5,6 +5,15 @@
 
 namespace tandem::tokenizer {
 
+std::string Quote(std::string_view s) {
+  std::string q;
+  q.reserve(s.size() + 2);
+  q.push_back('"');
+  q.append(s);
+  q.push_back('"');
+  return q;
+}
+
 std::string JsonPath(const std::string& parent, std::string_view key) {
   if (parent.empty()) return std::string(key);
   return parent + "." + std::string(key);

@@ -19,6 +19,13 @@ namespace tandem::tokenizer {
 using Json = nlohmann::json;
 
 // "a.b" / "a[3]".
+// Most ids below a vocabulary's largest one that no token may use (bounds
+// the id tables a small hostile file can make us allocate).
+inline constexpr int64_t kMaxUnusedIds = 1 << 20;
+
+// s in double quotes, for error messages.
+std::string Quote(std::string_view s);
+
 std::string JsonPath(const std::string& parent, std::string_view key);
 std::string JsonPath(const std::string& parent, size_t index);
 
