@@ -324,7 +324,11 @@ absl::Status SetupJob(const EngineOptions& options,
     if (absl::Status st = RestoreFromPeers(ctx, assignment.peer_restore_step(), ranks, report); !st.ok()) return st;
     ctx.last_trained_step = assignment.peer_restore_step();
   } else if (!restore.empty()) {
-    if (absl::Status st = RestoreCheckpoint(ctx, restore, !assignment.restore_from().empty(), report); !st.ok()) return st;
+    // The coordinator also names the job's resume_from as restore_from
+    // (when the job has no checkpoint of its own yet): that one is the
+    // user's checkpoint, written by another job, wherever it lies.
+    const bool own_checkpoint = !assignment.restore_from().empty() && assignment.restore_from() != spec.resume_from();
+    if (absl::Status st = RestoreCheckpoint(ctx, restore, own_checkpoint, report); !st.ok()) return st;
     (*report->mutable_values())["restore_source"] = 2;  // disk
     (*report->mutable_values())["restore_seconds"] =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - restore_start).count();
