@@ -71,6 +71,32 @@ expect_output '"text"'
 # The rendered chat prompt starts with <|im_start|> (151644 in Qwen3).
 grep -q '"prompt_ids":\[151644' "$WORK/out.txt" || { cat "$WORK/out.txt"; fail "--chat did not render the template"; }
 
+# SFT on text data evaluates on data.eval: the loss on its responses and
+# the exact-match fraction, at eval_every and at the last step.
+cat >"$WORK/sft.yaml" <<YAML
+name: text-sft
+kind: sft
+seed: 5
+model: {from: $WORK/base}
+data: {train: $WORK/train.jsonl, eval: $WORK/eval.jsonl, prompt_key: question, chat: true, response_key: answer}
+train: {steps: 4, lr: 1.0e-3, global_batch: 4, micro_batch: 2, eval_every: 2}
+task: {eval_size: 6}
+cluster: {workers: 2}
+YAML
+expect_exit 0 timeout 200 "$TANDEMCTL" run --local --workers 2 --run-dir "$WORK/run-sft" "$WORK/sft.yaml"
+/usr/bin/python3 - "$WORK/run-sft/metrics.jsonl" <<'PY' || { cat "$WORK/run-sft/metrics.jsonl"; fail "SFT did not evaluate on data.eval"; }
+import json, math, sys
+steps = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+ev = {int(s["step"]): s for s in steps if "eval_loss" in s.get("extra", {})}
+assert sorted(ev) == [2, 4], sorted(ev)
+for s in ev.values():
+    assert 0 < s["extra"]["eval_loss"] < 20 and math.isfinite(s["extra"]["eval_loss"]), s
+    assert 0 <= s["extra"]["eval_exact_match"] <= 1, s
+    assert s.get("accuracy", 0) == s["extra"]["eval_exact_match"], s
+# Training lowers the loss on the held-out responses.
+assert ev[4]["extra"]["eval_loss"] < ev[2]["extra"]["eval_loss"], ev
+PY
+
 # Bad data fails at SETUP with file:line.
 printf '{"question": "q", "answer": "#### 1"}\nnot json\n' >"$WORK/bad.jsonl"
 expect_exit 1 timeout 200 "$TANDEMCTL" run --local --workers 1 --run-dir "$WORK/run-bad" "$WORK/job.yaml" \

@@ -46,7 +46,8 @@ absl::Status BuildTextData(JobContext& ctx, const rl::SftTokens& sft_tokens) {
     rl::TextDataOptions eo = o;
     eo.field = "data.eval";
     eo.need_response = false;
-    eo.max_sequence_tokens = 0;
+    // SFT evaluates the loss on eval responses: the same length bound.
+    eo.max_sequence_tokens = grpo ? 0 : o.max_sequence_tokens;
     auto eval = rl::TextDataset::Load(d.eval(), eo, *ctx.tokenizer);
     if (!eval.ok()) return eval.status();
     ctx.eval_data.emplace(std::move(*eval));
