@@ -3,11 +3,13 @@
 # norms, explicit head_dim) with the real Qwen3 tokenizer and chat template
 # (weights from `tandemctl model init --tokenizer`), a generated
 # word-problem JSONL with "#### answer" references, an SFT warm start then
-# GRPO with the gsm8k reward through `tandemctl run --local` on 2 workers. Checks the plumbing, not accuracy:
-# rewards are computed from decoded text (the SCORE log shows the decoded
-# response and the answer read from it), the step metrics carry the text
-# metrics, the export loads back with its tokenizer and chat template, and
-# `tandemctl generate --chat` on it prints text.
+# GRPO with the gsm8k reward through `tandemctl run --local` on 2 workers.
+# Checks the plumbing, not accuracy: rewards are computed from decoded text
+# (the SCORE samples in the job's log - decoded response, the answer read
+# from it, the reward - follow the gsm8k rule), the step metrics carry the
+# text metrics, the export loads back with its tokenizer and chat template,
+# and `tandemctl generate --chat` on it prints text. Then an SFT job
+# evaluates on data.eval, and a bad row fails SETUP naming file and line.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/text_lib.sh"
 make_qwen3_model "$WORK/base"
@@ -51,6 +53,43 @@ assert len(rl) == 2, f"{len(rl)} RL steps with response_chars_mean"
 assert any(s["extra"]["response_chars_mean"] > 0 for s in rl), rl
 assert all(s["extra"]["response_length_mean"] > 0 for s in rl), rl
 PY
+# The rank-0 SCORE samples in the job's log (read back through a
+# coordinator on the run's state) hold the decoded response, the answer the
+# gsm8k rule read from it and the reward: check them against the rule.
+cp -r "$RUN/state" "$WORK/state"
+start_coordinator
+JOB_ID=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['job_id'])" "$RUN/summary.json")
+ctl --output json logs "$JOB_ID" >"$WORK/logs.jsonl" || fail "tandemctl logs failed"
+/usr/bin/python3 - "$WORK/logs.jsonl" "$TOK/tokenizer.json" <<'PY' || fail "the SCORE samples do not follow the gsm8k rule on decoded text"
+import json, re, sys
+specials = [a["content"] for a in json.load(open(sys.argv[2]))["added_tokens"] if a["special"]]
+pat = re.compile(r"step (\d+) sample response \(decoded, (\d+) tokens(, cut at max_new_tokens)?\): '(.*)' "
+                 r"answer (none|'(.*)'), reference '(.*)', reward (-?[0-9.]+)$", re.S)
+num = re.compile(r"-?\$?\d[\d,]*(?:\.\d+)?")
+def norm(x):
+    x = x.replace("$", "").replace(",", "")
+    return x[:-2] if x.endswith(".0") else x
+seen = set()
+for line in open(sys.argv[1]):
+    text = json.loads(line).get("text", "")
+    m = pat.match(text)
+    if not m:
+        continue
+    step, ntok, cut, resp, ans, ans_text, ref, reward = m.groups()
+    seen.add(int(step))
+    assert int(ntok) > 0 and resp, text
+    assert not any(t in resp for t in specials), f"special token in the decoded response: {text}"
+    assert not re.fullmatch(r"[\d ,\[\]]+", resp), f"ids, not text: {text}"
+    ref_answer = norm(ref.rsplit("####", 1)[1].strip())
+    if "####" not in resp:
+        nums = num.findall(resp)
+        want = norm(nums[-1]) if nums else None
+        assert (ans_text if ans != "none" else None) == want, (text, want)
+        assert abs(float(reward) - (1.0 if want == ref_answer else 0.0)) < 1e-6, text
+print("SCORE samples of steps", sorted(seen))
+assert seen == {1, 2}, seen
+PY
+
 for key in reward_mean response_length_mean response_length_max truncated_fraction well_formed_fraction \
     clip_fraction prompts_dropped eval_pass_at_1 eval_mean_at_k; do
   grep -q "\"$key\"" "$RUN/metrics.jsonl" || { cat "$RUN/metrics.jsonl"; fail "metrics.jsonl lacks $key"; }
