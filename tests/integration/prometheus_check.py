@@ -49,6 +49,9 @@ def checks(steps):
          'tandem_grpc_server_handling_seconds_count{grpc_service="tandem.v1.Cluster",grpc_method="ReportPhase"} > 0'),
         ("RPC latency buckets",
          'tandem_grpc_server_handling_seconds_bucket{grpc_method="Heartbeat",le="+Inf"} > 0'),
+        ("the running job's gauges", 'last_over_time(tandem_job_loss{name="prometheus-run"}[5m]) > 0'),
+        ("the running job's phase seconds", 'last_over_time(tandem_job_phase_seconds{phase="sft_step"}[5m]) > 0'),
+        ("the running job's step", 'last_over_time(tandem_job_step{name="prometheus-run"}[5m]) >= 4'),
         ("RPCs by code", 'tandem_grpc_server_handled_total{grpc_method="SubmitJob",grpc_code="OK"} >= 1'),
     ]
 
