@@ -11,7 +11,7 @@ source "$(dirname "$0")/lib.sh"
 require_program prometheus prometheus
 require_program promtool prometheus
 JOB="$TI_DIR/jobs/sft-tiny.yaml"
-STEPS=200
+STEPS=300
 
 start_coordinator --lease-ms 2000 --heartbeat-ms 250 --set reattach_grace_ms=1000 \
   --set replacement_timeout_ms=20000
