@@ -1,10 +1,8 @@
 #include "server/coordinator_metrics.h"
 
 #include <cctype>
-
 #include <set>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "common/job_spec.h"
 #include "server/phase_plan.h"
@@ -43,23 +41,11 @@ std::pair<std::string, std::string> SplitMethod(const std::string& path) {
 }
 
 const char* CodeName(int code) {
-  static const char* const kNames[] = {"OK",
-                                       "CANCELLED",
-                                       "UNKNOWN",
-                                       "INVALID_ARGUMENT",
-                                       "DEADLINE_EXCEEDED",
-                                       "NOT_FOUND",
-                                       "ALREADY_EXISTS",
-                                       "PERMISSION_DENIED",
-                                       "RESOURCE_EXHAUSTED",
-                                       "FAILED_PRECONDITION",
-                                       "ABORTED",
-                                       "OUT_OF_RANGE",
-                                       "UNIMPLEMENTED",
-                                       "INTERNAL",
-                                       "UNAVAILABLE",
-                                       "DATA_LOSS",
-                                       "UNAUTHENTICATED"};
+  static const char* const kNames[] = {
+      "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+      "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+      "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+      "DATA_LOSS", "UNAUTHENTICATED"};
   return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
 }
 
@@ -72,8 +58,8 @@ const std::vector<std::string>& CollectiveKindNames() {
 }
 
 CoordinatorMetrics::CoordinatorMetrics()
-    : steps_("tandem_steps_total", "Training steps completed, by job kind (a step redone after a recovery counts again).",
-             {"kind"}),
+    : steps_("tandem_steps_total",
+             "Training steps completed, by job kind (a step redone after a recovery counts again).", {"kind"}),
       phase_seconds_("tandem_phase_duration_seconds",
                      "Wall time of a phase from issue to the last rank's report, by phase kind.", {"phase"},
                      kPhaseBounds),

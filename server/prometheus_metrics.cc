@@ -79,10 +79,7 @@ void CounterFamily::Render(std::string* out) const {
 
 HistogramFamily::HistogramFamily(std::string name, std::string help, std::vector<std::string> label_names,
                                  std::vector<double> bounds)
-    : name_(std::move(name)),
-      help_(std::move(help)),
-      label_names_(std::move(label_names)),
-      bounds_(std::move(bounds)) {
+    : name_(std::move(name)), help_(std::move(help)), label_names_(std::move(label_names)), bounds_(std::move(bounds)) {
   for (size_t i = 1; i < bounds_.size(); ++i) {
     if (!(bounds_[i - 1] < bounds_[i])) {
       spdlog::critical("histogram {}: bucket bounds not strictly increasing", name_);

@@ -41,8 +41,7 @@ class CounterFamily {
 class HistogramFamily {
  public:
   // bounds: the buckets' upper limits, strictly increasing (CHECKed); +Inf is implied.
-  HistogramFamily(std::string name, std::string help, std::vector<std::string> label_names,
-                  std::vector<double> bounds);
+  HistogramFamily(std::string name, std::string help, std::vector<std::string> label_names, std::vector<double> bounds);
   HistogramFamily(const HistogramFamily&) = delete;
   HistogramFamily& operator=(const HistogramFamily&) = delete;
 

@@ -1,5 +1,6 @@
 #include "server/cli/tensorboard_log.h"
 
+#include <algorithm>
 #include <chrono>
 #include <system_error>
 
@@ -33,8 +34,7 @@ absl::StatusOr<std::unique_ptr<TensorBoardLog>> TensorBoardLog::Create(const fs:
       fs::remove(entry.path(), ec);
     }
   }
-  const double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   auto writer = TfEventsWriter::Create(dir, now);
   if (!writer.ok()) return writer.status();
   return std::unique_ptr<TensorBoardLog>(new TensorBoardLog(std::move(*writer)));

@@ -56,7 +56,7 @@ std::string EncodeScalarsEvent(double wall_time, int64_t step, const Scalars& sc
   std::string summary;
   for (const auto& [tag, value] : scalars) {
     std::string v;
-    PutBytes(&v, 1, tag);  // Summary.Value.tag
+    PutBytes(&v, 1, tag);     // Summary.Value.tag
     PutKey(&v, 2, kFixed32);  // Summary.Value.simple_value
     PutLittleEndian(&v, static_cast<float>(value));
     PutBytes(&summary, 1, v);  // Summary.value
@@ -83,8 +83,7 @@ absl::StatusOr<std::unique_ptr<TfEventsWriter>> TfEventsWriter::Create(const std
                                                                        double wall_time) {
   char host[256] = {};
   if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') std::strcpy(host, "localhost");
-  std::filesystem::path path =
-      dir / absl::StrCat("events.out.tfevents.", static_cast<int64_t>(wall_time), ".", host);
+  std::filesystem::path path = dir / absl::StrCat("events.out.tfevents.", static_cast<int64_t>(wall_time), ".", host);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return absl::UnavailableError(absl::StrCat("cannot create ", path.string()));
   std::unique_ptr<TfEventsWriter> w(new TfEventsWriter(path, std::move(out)));

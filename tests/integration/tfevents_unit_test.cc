@@ -23,13 +23,15 @@ std::string Bytes(std::initializer_list<int> b) {
 TEST(TfEventsTest, ScalarEventWireFormat) {
   // wall_time 1.5 (field 1, fixed64), step 3 (field 2, varint), summary
   // (field 5) { value (1) { tag (1) "a", simple_value (2, fixed32) 2.0f } }.
-  const std::string want = Bytes({0x09, 0, 0, 0, 0, 0, 0, 0xF8, 0x3F, 0x10, 0x03, 0x2A, 0x0A, 0x0A, 0x08, 0x0A,
-                                  0x01, 'a', 0x15, 0, 0, 0, 0x40});
+  const std::string want = Bytes(
+      {0x09, 0, 0, 0, 0, 0, 0, 0xF8, 0x3F, 0x10, 0x03, 0x2A, 0x0A, 0x0A, 0x08, 0x0A, 0x01, 'a', 0x15, 0, 0, 0, 0x40});
   EXPECT_EQ(EncodeScalarsEvent(1.5, 3, {{"a", 2.0}}), want);
   // A negative step is a 10-byte varint (int64, two's complement).
   const std::string e = EncodeScalarsEvent(0, -1, {});
   EXPECT_EQ(e.substr(9, 11), Bytes({0x10, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01}));
-  EXPECT_EQ(EncodeFileVersionEvent(0).substr(9), "\x1a\x0d" "brain.Event:2");
+  EXPECT_EQ(EncodeFileVersionEvent(0).substr(9),
+            "\x1a\x0d"
+            "brain.Event:2");
 }
 
 TEST(TfEventsTest, RecordFraming) {
