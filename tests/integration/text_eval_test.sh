@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Held-out accuracy on text data, with values known in advance: a tiny
+# Eval accuracy on text data, with values known in advance: a tiny
 # Qwen3-layout model (real Qwen3 tokenizer) is warm-started on word
 # problems whose every answer is "#### 7" until it writes exactly that
-# (init.sft.stop_accuracy: 1), so on an eval set whose references are 7, 7,
-# 8 and 9 greedy pass@1 is 0.5 on 2 workers, and so is mean@k at a low
-# temperature. The GRPO step's rollouts all earn the gsm8k reward (answer
-# and format), end by themselves, and are not clipped. An SFT job that
-# starts from the exported model reports eval_exact_match 0.5 on the same
-# eval set.
+# (init.sft.stop_accuracy: 1), so on an eval set of those questions with
+# references 7, 7, 8 and 9 greedy pass@1 is 0.5 on 2 workers, and so is
+# mean@k at a temperature low enough to sample the greedy choice. The GRPO
+# step's rollouts all earn the gsm8k reward (answer and format), end by
+# themselves, and are not clipped. An SFT job that starts from the
+# exported model reports eval_exact_match 0.5 on the same eval set.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/text_lib.sh"
 make_qwen3_model "$WORK/base"
@@ -15,13 +15,14 @@ make_qwen3_model "$WORK/base"
 import json, sys
 work = sys.argv[1]
 names = ["Ann", "Bob", "Cleo", "Dev"]
+questions = [f"{names[i % 4]} has {i + 2} apples. How many are left after some are eaten?" for i in range(16)]
 with open(f"{work}/train.jsonl", "w") as f:
-    for i in range(16):
-        q = f"{names[i % 4]} has {i + 2} apples. How many are left after some are eaten?"
+    for q in questions:
         f.write(json.dumps({"question": q, "answer": "#### 7"}) + "\n")
+# Questions the model was trained on (this checks the metrics, not how the
+# model generalises), with other references.
 with open(f"{work}/eval.jsonl", "w") as f:
-    for i, a in enumerate([7, 7, 8, 9]):
-        q = f"{names[i]} has {i + 30} apples. How many are left after some are eaten?"
+    for q, a in zip(questions, [7, 7, 8, 9]):
         f.write(json.dumps({"question": q, "answer": f"#### {a}"}) + "\n")
 PY
 
@@ -42,7 +43,7 @@ reward: {type: gsm8k, format_reward: 0.5}
 init: {sft: {steps: 150, lr: 1.0e-2, stop_accuracy: 1.0}}
 train: {steps: 1, lr: 1.0e-8, global_batch: 4, micro_batch: 2}
 task: {eval_size: 4}
-rl: {group_size: 2, prompts_per_step: 2, max_new_tokens: 8, temperature: 0.05, kl_coef: 0}
+rl: {group_size: 2, prompts_per_step: 2, max_new_tokens: 8, temperature: 0.001, kl_coef: 0}
 cluster: {workers: 2}
 YAML
 expect_exit 0 timeout 400 "$TANDEMCTL" run --local --workers 2 --run-dir "$WORK/run" "$WORK/job.yaml"
