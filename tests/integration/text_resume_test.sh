@@ -11,7 +11,9 @@
 #    model, bit for bit;
 #  - the same on 1 worker: the same rows (order independent of world size);
 #  - a worker SIGKILLed after step 5: restarted, restored from step 4, the
-#    same rows, metrics and final model.
+#    same rows, metrics and final model;
+#  - SFT on the same rows resumed from its checkpoint of step 4: the same
+#    losses and final model.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/text_lib.sh"
 [[ -n "${TANDEM_PY_GEN:-}" ]] || fail "TANDEM_PY_GEN is not set (the Python stubs of tests/python)"
@@ -158,4 +160,33 @@ grep -q "restoring step 4 from" "$RUN/events.jsonl" ||
   { event_lines <"$RUN/events.jsonl" | tail -n 20 >&2; fail "killed: recovery did not restore step 4"; }
 compare "$RUN" 1 || fail "killed: the order or the metrics differ"
 [[ "$(model_sha "$RUN")" == "$REF" ]] || fail "killed: final model differs from the uninterrupted run"
+log "killed and recovered: same rows, metrics and model"
+
+# SFT on the same rows (4 per step: epochs of 3 steps, so the checkpoint
+# of step 4 lies inside the second epoch and step 7 starts the third):
+# resumed from step 4, the same losses at steps 5-8 and the same model.
+cat >"$WORK/sft.yaml" <<YAML
+name: text-resume-sft
+kind: sft
+seed: 4
+model: {from: $WORK/base}
+data: {train: $WORK/train.jsonl, prompt_key: question, chat: true, response_key: answer, shuffle: true}
+train: {steps: 8, lr: 1.0e-3, global_batch: 4, micro_batch: 2}
+cluster: {workers: 2}
+checkpoint: {every: 4, keep: 3}
+YAML
+expect_exit 0 timeout 300 "$TANDEMCTL" run --local --run-dir "$WORK/sft-ref" "${ARGS[@]}" "$WORK/sft.yaml"
+SFT_CKPT=$(ls -d "$WORK"/sft-ref/checkpoints/*4 2>/dev/null | head -n 1)
+[[ -n "$SFT_CKPT" ]] || fail "sft: no checkpoint of step 4"
+[[ "$(json_get "$SFT_CKPT/manifest.json" 'd["data_cursor"]')" == "step=4 epoch=1 position=4 rows=12" ]] ||
+  fail "sft: data cursor of step 4: $(json_get "$SFT_CKPT/manifest.json" 'd["data_cursor"]')"
+expect_exit 0 timeout 300 "$TANDEMCTL" run --local --run-dir "$WORK/sft-resumed" "${ARGS[@]}" --resume-from "$SFT_CKPT" "$WORK/sft.yaml"
+/usr/bin/python3 - "$WORK/sft-ref/metrics.jsonl" "$WORK/sft-resumed/metrics.jsonl" <<'PY' || fail "sft: resumed losses differ"
+import json, sys
+a, b = ({int(m["step"]): m["loss"] for m in map(json.loads, open(p))} for p in sys.argv[1:3])
+assert sorted(b) == [5, 6, 7, 8], sorted(b)
+assert all(a[s] == b[s] for s in b), (a, b)
+assert len({a[s] for s in a}) == 8, a  # every step its own batch
+PY
+[[ "$(model_sha "$WORK/sft-resumed")" == "$(model_sha "$WORK/sft-ref")" ]] || fail "sft: resumed final model differs"
 log "PASS"
