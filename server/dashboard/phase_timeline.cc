@@ -43,9 +43,11 @@ void PhaseTimeline::CommandSent(const std::string& worker_id, const tandem::v1::
       if (it->worker_id == worker_id && it->command_id == command.phase().command_id()) return;
     }
   }
-  // A worker runs one phase at a time: its open span ends here.
+  // A worker runs one phase at a time: its open span ends here. An abort
+  // ends the generation: every open span of the job ends (a lost worker's
+  // too, which no command reaches any more).
   for (auto& s : job->spans) {
-    if (s.worker_id == worker_id && s.end == 0) {
+    if ((s.worker_id == worker_id || !command.has_phase()) && s.end == 0) {
       s.end = now;
       s.ok = false;
     }

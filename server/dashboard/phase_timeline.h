@@ -1,9 +1,10 @@
 // PhaseTimeline: what each worker ran and when, for the dashboard's phase
 // timeline. Fed from the Cluster service: a span opens when a phase command
 // is written to a worker's stream and closes when the worker's report
-// arrives (start = max(sent, received - reported seconds)); an abort, or a
-// new command to the same worker, closes an open span as not ok; a command
-// sent again (same id) keeps its one span. Times are
+// arrives (start = max(sent, received - reported seconds)); a new command
+// to the same worker closes its open span as not ok, and an abort sent to
+// any worker closes every open span of the job (a lost worker's too); a
+// command sent again (same id) keeps its one span. Times are
 // the coordinator's wall clock, so spans of different workers line up.
 // Also keeps each worker's last reported memory in use (heartbeats).
 // Bounded: at most spans_per_job spans per job (oldest dropped) and

@@ -188,14 +188,19 @@ TEST(PhaseTimelineTest, SpansOpenOnSendCloseOnReport) {
   spans = t.Spans("j", 0);
   ASSERT_EQ(spans.size(), 2u);
   EXPECT_TRUE(spans[0].ok);
-  // An abort ends w2's open span as not ok.
+  // An abort (here to w2) ends every open span of the job as not ok: w1's
+  // (a lost worker's, say) too.
+  t.CommandSent("w1", command("j", "c5", tandem::v1::PHASE_UPDATE, 1));
   tandem::v1::WorkerCommand abort;
   abort.set_abort_job("j");
   clock.AdvanceMs(1000);
   t.CommandSent("w2", abort);
   spans = t.Spans("j", 0);
-  EXPECT_FALSE(spans[1].ok);
-  EXPECT_NEAR(spans[1].end, t0 + 3.0, 1e-6);
+  ASSERT_EQ(spans.size(), 3u);
+  for (int i : {1, 2}) {
+    EXPECT_FALSE(spans[i].ok) << i;
+    EXPECT_NEAR(spans[i].end, t0 + 3.0, 1e-6) << i;
+  }
   // Pings and drains are not phases.
   tandem::v1::WorkerCommand ping;
   ping.set_ping(true);
@@ -208,7 +213,7 @@ TEST(PhaseTimelineTest, SpansOpenOnSendCloseOnReport) {
   // Bounded: the oldest span goes, and the least recently active job.
   t.CommandSent("w1", command("j", "c2", tandem::v1::PHASE_UPDATE, 1));
   EXPECT_EQ(t.Spans("j", 0).size(), 3u);
-  EXPECT_EQ(t.Spans("j", 0).front().worker_id, "w2");
+  EXPECT_EQ(t.Spans("j", 0).front().command_id, "c5");
   EXPECT_EQ(t.Spans("j", t0 + 3.5).size(), 1u);  // those that ended before `since` are left out; open ones stay
   t.CommandSent("w1", command("k", "c1", tandem::v1::PHASE_UPDATE, 1));
   t.CommandSent("w1", command("l", "c1", tandem::v1::PHASE_UPDATE, 1));

@@ -121,8 +121,17 @@ function renderJobs(list) {
   }
 }
 
-// A line chart of [x, y] points into an <svg>; data-points says how many.
-function drawChart(svg, points, xLabel) {
+// A step's name on an x axis: warm-start steps are numbered -1, -2, ...
+function stepLabel(step) {
+  return step < 0 ? 'warm-up ' + (-step) : step === 0 ? 'baseline' : 'step ' + step;
+}
+
+// Training order: the warm start (-1, -2, ...), the baseline (0), then RL steps.
+function stepOrder(step) { return step < 0 ? -1e12 - step : step; }
+
+// A line chart into an <svg>: points are [x, y, label] with x in training
+// order; data-points says how many.
+function drawChart(svg, points) {
   const w = svg.clientWidth || 400, h = svg.clientHeight || 150;
   const m = {l: 48, r: 10, t: 8, b: 22};
   svg.setAttribute('viewBox', `0 0 ${w} ${h}`);
@@ -143,12 +152,12 @@ function drawChart(svg, points, xLabel) {
     svg.append(svgEl('line', {class: 'grid', x1: m.l, x2: w - m.r, y1: sy(y), y2: sy(y)}));
     svg.append(svgEl('text', {x: m.l - 4, y: sy(y) + 3, 'text-anchor': 'end'}, fmtNum(y)));
   }
-  svg.append(svgEl('text', {x: m.l, y: h - 6}, xLabel + ' ' + x0));
-  svg.append(svgEl('text', {x: w - m.r, y: h - 6, 'text-anchor': 'end'}, String(x1)));
+  svg.append(svgEl('text', {x: m.l, y: h - 6}, points[0][2]));
+  svg.append(svgEl('text', {x: w - m.r, y: h - 6, 'text-anchor': 'end'}, points[points.length - 1][2]));
   svg.append(svgEl('polyline', {points: points.map((p) => sx(p[0]).toFixed(1) + ',' + sy(p[1]).toFixed(1)).join(' ')}));
   const last = points[points.length - 1];
   const dot = svgEl('circle', {cx: sx(last[0]), cy: sy(last[1]), r: 3});
-  dot.append(svgEl('title', {}, `step ${last[0]}: ${fmtNum(last[1])}`));
+  dot.append(svgEl('title', {}, `${last[2]}: ${fmtNum(last[1])}`));
   svg.append(dot);
 }
 
@@ -157,14 +166,14 @@ function renderCharts() {
   // Only the newest value per step (a recovery redoes steps).
   const byStep = new Map();
   for (const e of steps) byStep.set(e.metrics.step, e.metrics);
-  const ms = [...byStep.values()].sort((a, b) => a.step - b.step);
-  const series = (f) => ms.filter(f);
-  drawChart(document.getElementById('chart-loss'), series((m) => m.loss !== null && m.loss !== 0).map((m) => [m.step, m.loss]), 'step');
+  const ms = [...byStep.values()].sort((a, b) => stepOrder(a.step) - stepOrder(b.step));
+  const order = new Map(ms.map((m, i) => [m.step, i]));
+  const series = (keep, value) => ms.filter(keep).map((m) => [order.get(m.step), value(m), stepLabel(m.step)]);
+  drawChart(document.getElementById('chart-loss'), series((m) => m.loss !== null && m.loss !== 0, (m) => m.loss));
   drawChart(document.getElementById('chart-reward'),
-            series((m) => 'rollout' in m.phase_seconds || 'score' in m.phase_seconds).map((m) => [m.step, m.reward]), 'step');
-  drawChart(document.getElementById('chart-accuracy'),
-            series((m) => 'eval' in m.phase_seconds || m.accuracy).map((m) => [m.step, m.accuracy]), 'step');
-  drawChart(document.getElementById('chart-tokens'), series((m) => m.tokens_per_s > 0).map((m) => [m.step, m.tokens_per_s]), 'step');
+            series((m) => 'rollout' in m.phase_seconds || 'score' in m.phase_seconds, (m) => m.reward));
+  drawChart(document.getElementById('chart-accuracy'), series((m) => 'eval' in m.phase_seconds || m.accuracy, (m) => m.accuracy));
+  drawChart(document.getElementById('chart-tokens'), series((m) => m.tokens_per_s > 0, (m) => m.tokens_per_s));
 }
 
 // Recovery periods: [start, end] from the "recovered in" events (their
@@ -186,7 +195,7 @@ function renderTimeline(job, now) {
   let windowS = Number(choice);
   if (choice === 'fit') {
     const first = Math.min(now, ...job.spans.map((s) => s.start));
-    windowS = Math.max(10, Math.ceil(now - first + 1));
+    windowS = Math.max(10, (now - first) * 1.02);
   }
   const rows = job.members.slice();
   // Workers that ran spans but are no longer members (replaced) get rows too.
