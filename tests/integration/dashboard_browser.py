@@ -14,6 +14,7 @@ import base64
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,7 +23,7 @@ import urllib.request
 
 import websocket
 
-TIMEOUT_S = 60
+TOTAL_S = 150  # the whole run, browser start to screenshot
 
 
 def fail(msg):
@@ -66,7 +67,16 @@ class Page:
         fail(f"{what}: not true within {timeout_s} s (last value {value!r})")
 
 
+def stop(signum, frame):
+    # SIGTERM (timeout, ctest) and the overall alarm: exit through the
+    # `finally` below, which stops the browser.
+    fail(f"stopped by signal {signum}" if signum != signal.SIGALRM else f"not done within {TOTAL_S} s")
+
+
 def main():
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGALRM, stop)
+    signal.alarm(TOTAL_S)
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     want_recovery = "--recovery" in sys.argv
     if len(args) != 4:
@@ -159,12 +169,28 @@ def main():
                             "workers: document.querySelectorAll('#workers tbody tr').length})")
         print("dashboard ok: " + summary)
     finally:
-        os.killpg(chrome.pid, 15)
+        signal.alarm(0)
         try:
+            os.killpg(chrome.pid, signal.SIGTERM)
             chrome.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            os.killpg(chrome.pid, 9)
+            os.killpg(chrome.pid, signal.SIGKILL)
             chrome.wait(timeout=10)
+        except ProcessLookupError:
+            pass
+        # Chromium's helper processes leave after the main one: wait for the
+        # whole group (5 s), then kill what is left.
+        for _ in range(50):
+            try:
+                os.killpg(chrome.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            try:
+                os.killpg(chrome.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         shutil.rmtree(profile, ignore_errors=True)
 
 
