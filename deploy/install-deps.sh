@@ -25,6 +25,7 @@ TEST_PACKAGES=(
   systemd                                  # systemd-analyze: tests/integration/systemd_verify_test.sh
   python3-jinja2                           # chat-template reference rendering
   clang libclang-rt-14-dev                 # the fuzz step: libFuzzer + sanitizers (tests/fuzz/run.sh)
+  prometheus                               # prometheus + promtool: tests/integration/prometheus_test.sh
   chromium python3-websocket               # the dashboard in a browser (tests/integration/dashboard_browser_test.sh)
 )
 # npm fetches the pinned tokenizer files the tests compare against

@@ -12,8 +12,10 @@
 #include "common/status_util.h"
 #include "server/cluster_service.h"
 #include "server/control_service.h"
+#include "server/coordinator_metrics.h"
 #include "server/dashboard/dashboard.h"
 #include "server/dashboard/phase_timeline.h"
+#include "server/grpc_metrics.h"
 #include "server/job_manager.h"
 #include "server/kv_store.h"
 #include "server/membership.h"
@@ -92,6 +94,7 @@ absl::Status Coordinator::Start() {
   builder.AddListeningPort(config_.listen(), creds, &grpc_port_);
   builder.RegisterService(control_.get());
   builder.RegisterService(cluster_.get());
+  builder.experimental().SetInterceptorCreators(MetricsInterceptorCreators());
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes()));
   builder.SetMaxSendMessageSize(static_cast<int>(config_.max_message_bytes()));
   grpc::ResourceQuota quota("tandem-coordinator");
@@ -119,7 +122,9 @@ absl::Status Coordinator::Start() {
                                              config_.insecure());
     RETURN_IF_ERROR(metrics_->Start(
         config_.metrics_listen(),
-        [this] { return RenderMetrics(jobs_->Snapshot(), membership_->CountByState()); },
+        [this] {
+          return RenderMetrics(jobs_->Snapshot(), membership_->CountByState()) + CoordinatorMetrics::Global().Render();
+        },
         [this] { return serving_.load() && !stopping_.load() && jobs_->loaded() && jobs_->StoreError().empty(); },
         HttpServerOptions{}, [this](HttpServer* http) { dashboard_->Register(http); }));
     metrics_port_ = metrics_->port();

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "common/status_util.h"
+#include "server/coordinator_metrics.h"
 #include "server/recovery.h"
 #include "worker/model/job_model.h"
 #include "server/scheduler.h"
@@ -494,6 +495,7 @@ void JobManager::RecordCheckpointLocked(JobRecord* r, int64_t generation,
   rec.set_time(clock_->WallSeconds());
   auto existing = store_->HasCheckpoint(rec);
   if (existing.ok() && *existing) return;
+  CoordinatorMetrics::Global().CheckpointPublished(published.bytes());
   absl::Status s = store_->AddCheckpoint(rec);
   if (!s.ok()) spdlog::error("job {} checkpoint record: {}", r->job.id(), s.ToString());
   // Rank 0 applies checkpoint.keep right after publishing (ckpt::ApplyRetention):
@@ -983,6 +985,7 @@ void JobManager::RecoverLocked(JobRecord* r) {
     rec->set_wait_seconds(0);
   }
   rec->set_recoveries(rec->recoveries() + 1);
+  CoordinatorMetrics::Global().RecoveryStarted();
   rec->set_reason(reason);
   const std::vector<std::string> old_ids(r->job.worker_ids().begin(), r->job.worker_ids().end());
   std::map<std::string, std::string> old_names;
@@ -1209,6 +1212,7 @@ void JobManager::RecoverLocked(JobRecord* r) {
 
 void JobManager::CompletePhaseLocked(JobRecord* r, const PlannedPhase& phase) {
   const double wall = absl::ToDoubleSeconds(absl::Now() - r->inflight_started);
+  CoordinatorMetrics::Global().PhaseCompleted(phase.phase, wall, r->reports);
   if (phase.phase == tandem::v1::PHASE_CHECKPOINT) {
     r->last_checkpoint_seconds = wall;
     // Every rank keeps its neighbour's shard in memory (worker/engine/peer_snapshot.h).
@@ -1286,6 +1290,7 @@ void JobManager::CompletePhaseLocked(JobRecord* r, const PlannedPhase& phase) {
     if (kind == UnitKind::kBaseline) (*acc.mutable_extra())["baseline"] = 1;
     *r->job.mutable_latest() = acc;
     if (kind == UnitKind::kStep) r->job.set_step(acc.step());
+    if (kind == UnitKind::kStep) CoordinatorMetrics::Global().StepCompleted(r->job.spec().kind());
     PersistLocked(*r);
     std::string summary = kind == UnitKind::kWarmup ? absl::StrCat("warm-start step ", -acc.step(), "/",
                                                                    r->job.spec().init().sft_steps())

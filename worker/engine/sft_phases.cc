@@ -234,6 +234,11 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
     (*m->mutable_extra())["teacher_forced_exact"] = probe_exact;
     (*m->mutable_extra())["warm_start_held"] = hold ? 1 : 0;
   }
+  ReportCollectiveBytes(ctx, m);
+  return absl::OkStatus();
+}
+
+void ReportCollectiveBytes(JobContext& ctx, tandem::v1::StepMetrics* m) {
   for (int k = 0; k < comm::kNumCollectiveKinds; ++k) {
     auto kind = static_cast<comm::CollectiveKind>(k);
     auto b = ctx.collective->bytes(kind);
@@ -243,7 +248,6 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
         static_cast<double>(b.sent);
   }
   ctx.collective->ResetBytes();
-  return absl::OkStatus();
 }
 
 namespace {
