@@ -317,7 +317,10 @@ void HttpServer::Loop() {
         socklen_t len = sizeof addr;
         const int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) break;
-        Connection c{fd, PeerAddress(addr), absl::Now() + options_.request_deadline};
+        Connection c;
+        c.fd = fd;
+        c.peer = PeerAddress(addr);
+        c.deadline = absl::Now() + options_.request_deadline;
         const auto from_peer = std::count_if(conns.begin(), conns.end(), [&](const Connection& o) { return o.peer == c.peer; });
         if (from_peer >= options_.max_connections_per_peer) {
           close(fd);
