@@ -62,10 +62,11 @@ void Dashboard::Register(HttpServer* server) {
     return HttpResponse{302, "text/plain; charset=utf-8", "", {{"Location", kPrefix}}};
   });
   server->Handle(kPrefix, [this](const HttpRequest& r) { return Page(r); });
-  server->Handle("/dashboard/login",
-                 [this](const HttpRequest& r) { return r.method == "POST" ? LoginPost(r) : LoginForm(r); },
-                 /*allow_post=*/true);
-  server->Handle("/dashboard/logout", [this](const HttpRequest& r) { return Logout(r); }, /*allow_post=*/true);
+  server->Handle(
+      "/dashboard/login", [this](const HttpRequest& r) { return r.method == "POST" ? LoginPost(r) : LoginForm(r); },
+      /*allow_post=*/true);
+  server->Handle(
+      "/dashboard/logout", [this](const HttpRequest& r) { return Logout(r); }, /*allow_post=*/true);
   server->HandlePrefix(kStatic, [this](const HttpRequest& r) { return Static(r); });
   server->HandlePrefix(kPrefix, [](const HttpRequest&) { return Text(404, "not found"); });
   server->Handle("/dashboard/api/cluster", [this](const HttpRequest& r) { return Api(r, &DashboardApi::Cluster); });
@@ -77,9 +78,12 @@ void Dashboard::Register(HttpServer* server) {
 HttpResponse Dashboard::Page(const HttpRequest& request) {
   const auto d = access_.Check(request);
   switch (d.verdict) {
-    case DashboardAccess::Verdict::kForbidden: return Text(403, d.message);
-    case DashboardAccess::Verdict::kUnauthenticated: return LoginPage(401, "");
-    case DashboardAccess::Verdict::kAllowed: break;
+    case DashboardAccess::Verdict::kForbidden:
+      return Text(403, d.message);
+    case DashboardAccess::Verdict::kUnauthenticated:
+      return LoginPage(401, "");
+    case DashboardAccess::Verdict::kAllowed:
+      break;
   }
   return Html(200, AssetText("index.html"));
 }
@@ -132,9 +136,12 @@ HttpResponse Dashboard::Api(const HttpRequest& request,
                             HttpResponse (DashboardApi::*call)(const HttpRequest&) const) const {
   const auto d = access_.Check(request);
   switch (d.verdict) {
-    case DashboardAccess::Verdict::kForbidden: return JsonError(absl::PermissionDeniedError(d.message));
-    case DashboardAccess::Verdict::kUnauthenticated: return JsonError(absl::UnauthenticatedError(d.message));
-    case DashboardAccess::Verdict::kAllowed: break;
+    case DashboardAccess::Verdict::kForbidden:
+      return JsonError(absl::PermissionDeniedError(d.message));
+    case DashboardAccess::Verdict::kUnauthenticated:
+      return JsonError(absl::UnauthenticatedError(d.message));
+    case DashboardAccess::Verdict::kAllowed:
+      break;
   }
   return (api_.*call)(request);
 }

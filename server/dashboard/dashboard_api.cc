@@ -93,11 +93,20 @@ HttpResponse JsonResponse(int status, const std::string& json_text) {
 HttpResponse JsonError(const absl::Status& status) {
   int code = 500;
   switch (status.code()) {
-    case absl::StatusCode::kInvalidArgument: code = 400; break;
-    case absl::StatusCode::kUnauthenticated: code = 401; break;
-    case absl::StatusCode::kPermissionDenied: code = 403; break;
-    case absl::StatusCode::kNotFound: code = 404; break;
-    default: break;
+    case absl::StatusCode::kInvalidArgument:
+      code = 400;
+      break;
+    case absl::StatusCode::kUnauthenticated:
+      code = 401;
+      break;
+    case absl::StatusCode::kPermissionDenied:
+      code = 403;
+      break;
+    case absl::StatusCode::kNotFound:
+      code = 404;
+      break;
+    default:
+      break;
   }
   return JsonResponse(code, Dump(json{{"error", std::string(status.message())}}));
 }

@@ -45,8 +45,8 @@ absl::StatusOr<QueryParams> QueryParams::Parse(absl::string_view encoded, const 
   if (encoded.empty()) return params;
   std::vector<absl::string_view> pairs = absl::StrSplit(encoded, '&');
   if (pairs.size() > kMaxParams) {
-    return absl::InvalidArgumentError(absl::StrCat("too many query parameters (", pairs.size(), "; at most ",
-                                                   kMaxParams, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("too many query parameters (", pairs.size(), "; at most ", kMaxParams, ")"));
   }
   for (absl::string_view pair : pairs) {
     if (pair.empty()) continue;
@@ -54,8 +54,8 @@ absl::StatusOr<QueryParams> QueryParams::Parse(absl::string_view encoded, const 
     auto name = PercentDecode(pair.substr(0, eq));
     if (!name.ok()) return absl::InvalidArgumentError(absl::StrCat("query parameter name: ", name.status().message()));
     if (!allowed.count(*name)) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown query parameter '", name->substr(0, 64), "' (allowed: ",
-                                                     absl::StrJoin(allowed, ", "), ")"));
+      return absl::InvalidArgumentError(absl::StrCat("unknown query parameter '", name->substr(0, 64),
+                                                     "' (allowed: ", absl::StrJoin(allowed, ", "), ")"));
     }
     auto value = PercentDecode(eq == absl::string_view::npos ? absl::string_view() : pair.substr(eq + 1));
     if (!value.ok()) return absl::InvalidArgumentError(absl::StrCat(*name, ": ", value.status().message()));
@@ -71,8 +71,7 @@ std::string QueryParams::Get(const std::string& name) const {
   return it == values_.end() ? "" : it->second;
 }
 
-absl::StatusOr<int64_t> QueryParams::GetInt(const std::string& name, int64_t min, int64_t max,
-                                            int64_t fallback) const {
+absl::StatusOr<int64_t> QueryParams::GetInt(const std::string& name, int64_t min, int64_t max, int64_t fallback) const {
   auto it = values_.find(name);
   if (it == values_.end()) return fallback;
   int64_t v = 0;

@@ -86,8 +86,7 @@ TEST(DashboardAccessTest, TokenHeaderAndSessions) {
   DashboardAccess access(kAdmin, /*insecure=*/false, &clock, /*session_lifetime_ms=*/60000, /*max_sessions=*/2);
   using V = DashboardAccess::Verdict;
   EXPECT_EQ(access.Check(From("127.0.0.1")).verdict, V::kUnauthenticated);
-  EXPECT_EQ(access.Check(From("127.0.0.1", {{"authorization", absl::StrCat("Bearer ", kAdmin)}})).verdict,
-            V::kAllowed);
+  EXPECT_EQ(access.Check(From("127.0.0.1", {{"authorization", absl::StrCat("Bearer ", kAdmin)}})).verdict, V::kAllowed);
   EXPECT_EQ(access.Check(From("::1", {{"authorization", absl::StrCat("bearer  ", kAdmin)}})).verdict, V::kAllowed);
   EXPECT_EQ(access.Check(From("127.0.0.1", {{"authorization", "Bearer wrong"}})).verdict, V::kUnauthenticated);
   EXPECT_EQ(access.Check(From("127.0.0.1", {{"authorization", kAdmin}})).verdict, V::kUnauthenticated);
@@ -105,9 +104,9 @@ TEST(DashboardAccessTest, TokenHeaderAndSessions) {
   EXPECT_TRUE(absl::StrContains(cookie, "SameSite=Strict")) << cookie;
   const auto with_cookie = From("127.0.0.1", {{"cookie", absl::StrCat("a=b; ", kSessionCookie, "=", *s)}});
   EXPECT_EQ(access.Check(with_cookie).verdict, V::kAllowed);
-  EXPECT_EQ(access.Check(From("127.0.0.1", {{"cookie", absl::StrCat(kSessionCookie, "=", std::string(64, 'a'))}}))
-                .verdict,
-            V::kUnauthenticated);
+  EXPECT_EQ(
+      access.Check(From("127.0.0.1", {{"cookie", absl::StrCat(kSessionCookie, "=", std::string(64, 'a'))}})).verdict,
+      V::kUnauthenticated);
   // Sessions expire...
   clock.AdvanceMs(60001);
   EXPECT_EQ(access.Check(with_cookie).verdict, V::kUnauthenticated);
@@ -117,7 +116,9 @@ TEST(DashboardAccessTest, TokenHeaderAndSessions) {
   clock.AdvanceMs(10);
   auto c = access.Login(From("127.0.0.1"), kAdmin);
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
-  auto cookie_of = [](const std::string& id) { return From("127.0.0.1", {{"cookie", absl::StrCat(kSessionCookie, "=", id)}}); };
+  auto cookie_of = [](const std::string& id) {
+    return From("127.0.0.1", {{"cookie", absl::StrCat(kSessionCookie, "=", id)}});
+  };
   EXPECT_EQ(access.Check(cookie_of(*c)).verdict, V::kAllowed);
   EXPECT_EQ(static_cast<int>(access.Check(cookie_of(*a)).verdict == V::kAllowed) +
                 static_cast<int>(access.Check(cookie_of(*b)).verdict == V::kAllowed),
@@ -260,7 +261,8 @@ Reply Exchange(int port, const std::string& request) {
   for (absl::string_view line : absl::StrSplit(absl::string_view(raw).substr(0, end), "\r\n")) {
     const size_t colon = line.find(':');
     if (colon != absl::string_view::npos) {
-      r.headers[absl::AsciiStrToLower(line.substr(0, colon))] = std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+      r.headers[absl::AsciiStrToLower(line.substr(0, colon))] =
+          std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
     }
   }
   r.body = raw.substr(end + 4);
@@ -305,8 +307,8 @@ TEST_F(DashboardHttpTest, NoTokenGetsTheLoginPageAndJsonRefuses) {
   EXPECT_TRUE(absl::StrContains(page.body, "<form method=\"post\" action=\"/dashboard/login\"")) << page.body;
   EXPECT_TRUE(absl::StrContains(page.headers["content-security-policy"], "script-src 'self'"));
   EXPECT_EQ(Get("/dashboard").status, 302);
-  for (const char* api : {"/dashboard/api/cluster", "/dashboard/api/jobs", "/dashboard/api/job?id=x",
-                          "/dashboard/api/events?id=x"}) {
+  for (const char* api :
+       {"/dashboard/api/cluster", "/dashboard/api/jobs", "/dashboard/api/job?id=x", "/dashboard/api/events?id=x"}) {
     Reply r = Get(api);
     EXPECT_EQ(r.status, 401) << api;
     EXPECT_EQ(r.headers["content-type"], "application/json") << api;
@@ -355,11 +357,12 @@ TEST_F(DashboardHttpTest, StaticFilesByExactNameOnly) {
   EXPECT_EQ(js.headers["content-type"], "text/javascript; charset=utf-8");
   EXPECT_EQ(js.body, std::string(FindAsset("dashboard.js")->data));
   EXPECT_EQ(Get("/dashboard/static/dashboard.css").status, 200);
-  for (const char* path : {"/dashboard/static/../../../../etc/passwd", "/dashboard/static/..%2f..%2fetc%2fpasswd",
-                           "/dashboard/static/%2e%2e/%2e%2e/etc/passwd", "/dashboard/static/", "/dashboard/static/./dashboard.js",
-                           "/dashboard/static//dashboard.js", "/dashboard/static/dashboard.js/", "/dashboard/static/index.html",
-                           "/dashboard/static/login.html", "/dashboard/../metrics", "/dashboard/static/DASHBOARD.JS",
-                           "/dashboard/static/dashboard.js%00.png", "/dashboard/nothing"}) {
+  for (const char* path :
+       {"/dashboard/static/../../../../etc/passwd", "/dashboard/static/..%2f..%2fetc%2fpasswd",
+        "/dashboard/static/%2e%2e/%2e%2e/etc/passwd", "/dashboard/static/", "/dashboard/static/./dashboard.js",
+        "/dashboard/static//dashboard.js", "/dashboard/static/dashboard.js/", "/dashboard/static/index.html",
+        "/dashboard/static/login.html", "/dashboard/../metrics", "/dashboard/static/DASHBOARD.JS",
+        "/dashboard/static/dashboard.js%00.png", "/dashboard/nothing"}) {
     Reply r = Get(path);
     EXPECT_EQ(r.status, 404) << path << ": " << r.body.substr(0, 80);
     EXPECT_FALSE(absl::StrContains(r.body, "root:")) << path;
@@ -399,7 +402,8 @@ TEST_F(DashboardHttpTest, BadQueryParametersGetClearErrors) {
 TEST_F(DashboardHttpTest, HttpServerRejectsBadPosts) {
   // No length, chunked, too large: refused before any handler runs.
   EXPECT_EQ(Exchange(port_, "POST /dashboard/login HTTP/1.1\r\nHost: t\r\n\r\n").status, 411);
-  EXPECT_EQ(Exchange(port_, "POST /dashboard/login HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n").status, 411);
+  EXPECT_EQ(Exchange(port_, "POST /dashboard/login HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n").status,
+            411);
   EXPECT_EQ(Exchange(port_, "POST /dashboard/login HTTP/1.1\r\nContent-Length: 99999999\r\n\r\nx").status, 413);
   EXPECT_EQ(Exchange(port_, "POST /dashboard/login HTTP/1.1\r\nContent-Length: -1\r\n\r\n").status, 400);
   EXPECT_EQ(Exchange(port_, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n").status, 405);
