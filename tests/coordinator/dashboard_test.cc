@@ -2,7 +2,13 @@
 // session, peers), static files (no traversal), query checks, the phase
 // timeline, and the JSON endpoints of a coordinator running a job with two
 // in-process workers. The browser test is tests/integration/dashboard_browser_test.sh.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <map>
@@ -269,6 +275,45 @@ Reply Exchange(int port, const std::string& request) {
   return r;
 }
 
+// A non-loopback IPv4 address of this machine ("" when it has none).
+std::string NonLoopbackAddress() {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "";
+  std::string found;
+  for (ifaddrs* a = list; a != nullptr && found.empty(); a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    char buf[INET_ADDRSTRLEN] = {0};
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof buf);
+    if (!IsLoopbackAddress(buf)) found = buf;
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+// One request to address:port from that same address (so the server sees
+// a non-loopback peer); the response, "" on error or after 5 s.
+std::string ExchangeWith(const std::string& address, int port, const std::string& request) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in dst{};
+  dst.sin_family = AF_INET;
+  dst.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, address.c_str(), &dst.sin_addr);
+  std::string out;
+  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof dst) == 0 &&
+      send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
+    for (int i = 0; i < 50; ++i) {  // 50 x 100 ms
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+    }
+  }
+  if (fd >= 0) close(fd);
+  return out;
+}
+
 class DashboardHttpTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -320,6 +365,42 @@ TEST_F(DashboardHttpTest, NoTokenGetsTheLoginPageAndJsonRefuses) {
   // The probes and metrics stay open.
   EXPECT_EQ(Get("/healthz").status, 200);
   EXPECT_EQ(Get("/metrics").status, 200);
+}
+
+// Over a real non-loopback connection: refused whatever it presents,
+// unless the coordinator runs with --insecure; the probes stay open.
+TEST(DashboardPeerTest, OtherMachinesAreRefusedWithoutInsecure) {
+  const std::string address = NonLoopbackAddress();
+  ASSERT_FALSE(address.empty()) << "this test needs a non-loopback IPv4 address on some interface of the machine";
+  for (bool insecure : {false, true}) {
+    const std::string dir =
+        test_support::FreshTestDir(insecure ? "tandem_dashboard_insecure" : "tandem_dashboard_peer");
+    auto config = test_support::TestCoordinatorConfig(dir, kAdmin, kJoin);
+    config.set_metrics_listen("0.0.0.0:0");
+    config.set_insecure(insecure);
+    Coordinator coordinator(config);
+    ASSERT_TRUE(coordinator.Start().ok());
+    const int port = coordinator.metrics_port();
+    const std::string bearer = absl::StrCat("Authorization: Bearer ", kAdmin, "\r\n");
+    const std::string api = ExchangeWith(address, port, "GET /dashboard/api/jobs HTTP/1.1\r\n" + bearer + "\r\n");
+    const std::string page = ExchangeWith(address, port, "GET /dashboard/ HTTP/1.1\r\n" + bearer + "\r\n");
+    const std::string login = ExchangeWith(address, port, "GET /dashboard/login HTTP/1.1\r\n\r\n");
+    if (insecure) {
+      EXPECT_EQ(api.rfind("HTTP/1.1 200", 0), 0u) << api.substr(0, 200);
+      EXPECT_EQ(page.rfind("HTTP/1.1 200", 0), 0u) << page.substr(0, 200);
+      EXPECT_EQ(login.rfind("HTTP/1.1 200", 0), 0u) << login.substr(0, 200);
+    } else {
+      EXPECT_EQ(api.rfind("HTTP/1.1 403", 0), 0u) << api.substr(0, 200);
+      EXPECT_TRUE(absl::StrContains(api, "--insecure")) << api;
+      EXPECT_EQ(page.rfind("HTTP/1.1 403", 0), 0u) << page.substr(0, 200);
+      EXPECT_EQ(login.rfind("HTTP/1.1 403", 0), 0u) << login.substr(0, 200);
+      // The same from loopback is served.
+      EXPECT_EQ(Exchange(port, "GET /dashboard/api/jobs HTTP/1.1\r\n" + bearer + "\r\n").status, 200);
+    }
+    EXPECT_EQ(ExchangeWith(address, port, "GET /healthz HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200", 0), 0u);
+    coordinator.Shutdown();
+    std::filesystem::remove_all(dir);
+  }
 }
 
 TEST_F(DashboardHttpTest, LoginFormSetsAnHttpOnlyCookie) {
