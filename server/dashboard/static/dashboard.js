@@ -4,6 +4,8 @@
 
 const POLL_MS = 2000;
 const MAX_EVENT_PAGES = 20;  // per poll: 20 x 256 events
+const MAX_DRAWN_POINTS = 1000;  // per chart; longer series are thinned
+const MAX_EVENTS_KEPT = 2000;   // newest non-step events
 const SVG = 'http://www.w3.org/2000/svg';
 const PHASE_COLORS = {
   setup: '#9aa0a6', sft_step: '#7b61ff', rollout: '#1a73e8', score: '#f9ab00', logprobs: '#12b5cb',
@@ -14,7 +16,8 @@ const PHASE_COLORS = {
 const state = {
   jobId: null,         // the job shown below the tables
   names: {},           // worker id -> name (from the cluster list)
-  events: [],          // its events so far
+  steps: new Map(),    // its step metrics by step (the newest value: a recovery redoes steps)
+  events: [],          // its other events (recoveries, states, checkpoints), newest last
   after: 0,            // last event seq fetched
   job: null,
   now: 0,
@@ -95,6 +98,7 @@ function renderCluster(c) {
 function selectJob(id) {
   if (state.jobId === id) return;
   state.jobId = id;
+  state.steps = new Map();
   state.events = [];
   state.after = 0;
   state.job = null;
@@ -130,13 +134,18 @@ function stepLabel(step) {
 function stepOrder(step) { return step < 0 ? -1e12 - step : step; }
 
 // A line chart into an <svg>: points are [x, y, label] with x in training
-// order; data-points says how many.
+// order; data-points says how many (more than MAX_DRAWN_POINTS are thinned
+// for drawing).
 function drawChart(svg, points) {
   const w = svg.clientWidth || 400, h = svg.clientHeight || 150;
   const m = {l: 48, r: 10, t: 8, b: 22};
   svg.setAttribute('viewBox', `0 0 ${w} ${h}`);
   svg.setAttribute('data-points', String(points.length));
   svg.replaceChildren();
+  if (points.length > MAX_DRAWN_POINTS) {
+    const every = Math.ceil(points.length / MAX_DRAWN_POINTS);
+    points = points.filter((p, i) => i % every === 0 || i === points.length - 1);
+  }
   if (!points.length) {
     svg.append(svgEl('text', {x: w / 2, y: h / 2, 'text-anchor': 'middle'}, 'no data yet'));
     return;
@@ -162,17 +171,12 @@ function drawChart(svg, points) {
 }
 
 function renderCharts() {
-  const steps = state.events.filter((e) => e.kind === 'step' && e.metrics);
-  // Only the newest value per step (a recovery redoes steps).
-  const byStep = new Map();
-  for (const e of steps) byStep.set(e.metrics.step, e.metrics);
-  const ms = [...byStep.values()].sort((a, b) => stepOrder(a.step) - stepOrder(b.step));
+  const ms = [...state.steps.values()].sort((a, b) => stepOrder(a.step) - stepOrder(b.step));
   const order = new Map(ms.map((m, i) => [m.step, i]));
   const series = (keep, value) => ms.filter(keep).map((m) => [order.get(m.step), value(m), stepLabel(m.step)]);
   drawChart(document.getElementById('chart-loss'), series((m) => m.loss !== null && m.loss !== 0, (m) => m.loss));
-  drawChart(document.getElementById('chart-reward'),
-            series((m) => 'rollout' in m.phase_seconds || 'score' in m.phase_seconds, (m) => m.reward));
-  drawChart(document.getElementById('chart-accuracy'), series((m) => 'eval' in m.phase_seconds || m.accuracy, (m) => m.accuracy));
+  drawChart(document.getElementById('chart-reward'), series((m) => m.rl, (m) => m.reward));
+  drawChart(document.getElementById('chart-accuracy'), series((m) => m.evaluated || m.accuracy, (m) => m.accuracy));
   drawChart(document.getElementById('chart-tokens'), series((m) => m.tokens_per_s > 0, (m) => m.tokens_per_s));
 }
 
@@ -284,7 +288,18 @@ async function pollJob() {
   for (let page = 0; page < MAX_EVENT_PAGES; page++) {
     const ev = await getJson(`/dashboard/api/events?id=${id}&after=${state.after}`);
     if (state.jobId !== jobId) return;  // another job was selected meanwhile
-    state.events.push(...ev.events);
+    for (const e of ev.events) {
+      if (e.kind === 'step' && e.metrics) {
+        // Only what the charts need: a long job has many steps.
+        const m = e.metrics;
+        state.steps.set(m.step, {step: m.step, loss: m.loss, reward: m.reward, accuracy: m.accuracy,
+                                 tokens_per_s: m.tokens_per_s, evaluated: 'eval' in m.phase_seconds,
+                                 rl: 'rollout' in m.phase_seconds || 'score' in m.phase_seconds});
+      } else {
+        state.events.push(e);
+      }
+    }
+    if (state.events.length > MAX_EVENTS_KEPT) state.events.splice(0, state.events.length - MAX_EVENTS_KEPT);
     state.after = ev.next;
     if (ev.events.length < 256) break;
   }
