@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <utility>
 
 #include "kernels/tests/test_util.h"
@@ -295,12 +296,25 @@ void AddRope(Table& t) {
 }
 
 // ------------------------------------------------------------- attention --
+// Normal inputs (q, k with std 1.5: sharp softmax rows) for the cases with
+// qk_std > 0, uniform in [-1, 1] otherwise.
+std::vector<float> AttnInput(size_t n, uint64_t seed, float std) {
+  if (std <= 0.f) return RandomVec(n, seed);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.f, std);
+  std::vector<float> v(n);
+  for (float& x : v) x = nd(rng);
+  return v;
+}
+
 void AddAttention(Table& t) {
   struct Case {
     std::vector<int> lens;
     int h, hkv, d;
     bool causal;
     int window;
+    float scale = 0.f;   // 0: 1/sqrt(D)
+    float qk_std = 0.f;  // 0: uniform inputs
   };
   const Case cases[] = {
       {{1}, 4, 4, 32, true, -1},        {{37, 64, 5}, 8, 2, 64, true, -1},
@@ -311,6 +325,30 @@ void AddAttention(Table& t) {
       {{37, 70, 5}, 4, 2, 64, true, -1}, {{100, 29}, 2, 1, 128, true, 16},
       {{130}, 2, 1, 40, false, -1},     {{90}, 2, 2, 16, false, 7},
       {{40}, 2, 1, 256, true, -1},      {{65, 3}, 8, 1, 32, true, 33},
+      // Lengths around the CPU's 64-row tiles, GQA 1-8, odd head dims,
+      // empty sequences in a batch, a custom scale; sharp softmax rows.
+      {{1}, 1, 1, 64, true, -1, 0.f, 1.5f},
+      {{7}, 2, 1, 32, true, -1, 0.f, 1.5f},
+      {{63}, 4, 2, 64, true, -1, 0.f, 1.5f},
+      {{65}, 8, 1, 128, true, -1, 0.f, 1.5f},
+      {{130}, 4, 1, 64, true, -1, 0.f, 1.5f},
+      {{257}, 2, 2, 64, true, -1, 0.f, 1.5f},
+      {{257}, 8, 8, 32, true, -1, 0.f, 1.5f},
+      {{5, 64, 1, 130}, 4, 2, 64, true, -1, 0.f, 1.5f},
+      {{5, 64, 1, 130}, 8, 1, 32, true, -1, 0.f, 1.5f},
+      {{65}, 2, 1, 32, true, 1, 0.f, 1.5f},
+      {{5, 64, 1, 130}, 2, 2, 64, true, 16, 0.f, 1.5f},
+      {{257}, 4, 4, 32, true, 100, 0.f, 1.5f},
+      {{200, 3}, 8, 2, 128, true, 100, 0.f, 1.5f},
+      {{63}, 2, 1, 64, false, -1, 0.f, 1.5f},
+      {{5, 64, 1, 130}, 8, 2, 32, false, -1, 0.f, 1.5f},
+      {{130}, 2, 2, 64, false, 16, 0.f, 1.5f},
+      {{33}, 4, 2, 8, true, -1, 0.f, 1.5f},
+      {{70, 9}, 2, 1, 20, true, 7, 0.f, 1.5f},
+      {{90}, 4, 4, 64, true, -1, 0.3f, 1.5f},
+      {{300}, 16, 8, 64, true, -1, 0.f, 1.5f},
+      {{5, 0, 64, 0}, 4, 1, 64, true, -1, 0.f, 1.5f},
+      {{100, 100, 100, 100}, 4, 2, 32, false, 30, 0.f, 1.5f},
   };
   uint64_t seed = 600;
   for (const Case& c : cases) {
@@ -321,6 +359,8 @@ void AddAttention(Table& t) {
     }
     shape += Fmt(" H%d Hkv%d D%d %s w%d", c.h, c.hkv, c.d,
                  c.causal ? "causal" : "full", c.window);
+    if (c.scale != 0.f) shape += Fmt(" scale%.1f", c.scale);
+    if (c.qk_std > 0.f) shape += Fmt(" normal%.1f", c.qk_std);
     t.push_back({"attention", shape, [=](Ops& ops, DeviceMemory& mem, Ops& ref) {
                    std::vector<int32_t> cu{0};
                    for (int len : c.lens) cu.push_back(cu.back() + len);
@@ -331,11 +371,15 @@ void AddAttention(Table& t) {
                    p.head_dim = c.d;
                    p.causal = c.causal;
                    p.window = c.window;
+                   p.scale = c.scale;
                    const size_t nq = size_t(tt) * c.h * c.d,
                                 nkv = size_t(tt) * c.hkv * c.d,
                                 nl = size_t(tt) * c.h;
-                   auto q = RandomVec(nq, seed), k = RandomVec(nkv, seed + 1),
-                        v = RandomVec(nkv, seed + 2), g = RandomVec(nq, seed + 3);
+                   const float vg_std = c.qk_std > 0.f ? 1.f : 0.f;
+                   auto q = AttnInput(nq, seed, c.qk_std),
+                        k = AttnInput(nkv, seed + 1, c.qk_std),
+                        v = AttnInput(nkv, seed + 2, vg_std),
+                        g = AttnInput(nq, seed + 3, vg_std);
                    // The backward pass reads the reference's out and lse.
                    std::vector<float> out_ref(nq), lse_ref(nl);
                    ref.attention_forward(p, q.data(), k.data(), v.data(),
@@ -353,11 +397,16 @@ void AddAttention(Table& t) {
                    ops.attention_backward(p, dq_in, dk_in, dv_in, d.In(out_ref),
                                           d.In(g), d.In(lse_ref), dcu, nseq, tt,
                                           dq, dk, dv);
-                   return Outputs{{"out", Bound::kReduction, d.Get(out, nq)},
-                                  {"lse", Bound::kReduction, d.Get(lse, nl)},
-                                  {"dq", Bound::kReduction, d.Get(dq, nq)},
-                                  {"dk", Bound::kReduction, d.Get(dk, nkv)},
-                                  {"dv", Bound::kReduction, d.Get(dv, nkv)}};
+                   Outputs o{{"out", Bound::kReduction, d.Get(out, nq)},
+                             {"lse", Bound::kReduction, d.Get(lse, nl)},
+                             {"dq", Bound::kReduction, d.Get(dq, nq)},
+                             {"dk", Bound::kReduction, d.Get(dk, nkv)},
+                             {"dv", Bound::kReduction, d.Get(dv, nkv)}};
+                   // Window 1: each query sees only itself, so dp - delta
+                   // cancels and dq, dk are exact zeros; the cancelling
+                   // terms are O(1).
+                   if (c.window == 1) o[2].cancel_scale = o[3].cancel_scale = 1.0;
+                   return o;
                  }});
     seed += 4;
   }

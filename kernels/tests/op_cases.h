@@ -35,6 +35,9 @@ struct Output {
   Bound bound;
   std::vector<float> values;  // all classes but kDoubleSum
   double scalar = 0.0;        // kDoubleSum
+  // For an output that is exactly 0 in exact arithmetic (terms that cancel):
+  // the terms' magnitude, below which errors compare absolutely.
+  double cancel_scale = 0.0;
 };
 
 struct OpCase {

@@ -46,7 +46,7 @@ double ErrorOf(const Output& got, const Output& want, const Bounds& bounds) {
     diff = std::max(diff, std::fabs(double(g) - double(r)));
     ref = std::max(ref, std::fabs(double(r)));
   }
-  const double den = std::max(ref, bounds.floor);
+  const double den = std::max({ref, bounds.floor, want.cancel_scale});
   return den > 0 ? diff / den : diff;
 }
 

@@ -1,8 +1,8 @@
 // Runs the kernel case table (op_cases.h) against one backend and compares
 // every output with the reference backend's.
 //
-// Error of an output: max_i |got_i - ref_i| / max(max_i |ref_i|, floor)
-// (absolute when the reference is all zero and the floor is 0); non-finite
+// Error of an output: max_i |got_i - ref_i| / max(max_i |ref_i|, floor,
+// cancel_scale) (absolute when all three are 0); non-finite
 // reference values must be matched exactly, a non-finite result elsewhere is
 // an infinite error. kExact outputs count bitwise mismatches (bound 0);
 // kDoubleSum is |got - ref| / |ref|. A backend states its bound per class.
