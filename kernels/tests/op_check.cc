@@ -63,22 +63,54 @@ const std::vector<Output>& ReferenceOutputs(size_t case_index) {
   return it->second;
 }
 
-std::vector<Check> RunCase(size_t case_index, TestBackend& backend) {
-  const std::vector<Output>& want = ReferenceOutputs(case_index);
+std::vector<Output> RunOutputs(size_t case_index, TestBackend& backend,
+                               std::string* note) {
   auto ref = MakeReferenceOps();
-  const std::vector<Output> got =
+  std::vector<Output> got =
       OpCases()[case_index].run(*backend.ops, *backend.memory, *ref);
-  std::string note = backend.error ? backend.error() : "";
-  if (note.empty() && !backend.memory->ok()) note = backend.memory->last_error();
+  *note = backend.error ? backend.error() : "";
+  if (note->empty() && !backend.memory->ok()) *note = backend.memory->last_error();
+  return got;
+}
+
+std::vector<Check> CompareWithReference(size_t case_index,
+                                        const std::vector<Output>& got,
+                                        const Bounds& bounds,
+                                        const std::string& note) {
+  const std::vector<Output>& want = ReferenceOutputs(case_index);
   std::vector<Check> checks;
   for (size_t i = 0; i < want.size(); ++i) {
-    Check c{want[i].name, INFINITY, BoundOf(want[i].bound, backend.bounds), false, note};
+    Check c{want[i].name, INFINITY, BoundOf(want[i].bound, bounds), false, note};
     if (i < got.size() && got[i].name == want[i].name)
-      c.err = ErrorOf(got[i], want[i], backend.bounds);
+      c.err = ErrorOf(got[i], want[i], bounds);
     c.pass = note.empty() && c.err <= c.bound;
     checks.push_back(c);
   }
   return checks;
+}
+
+std::vector<Check> CompareBits(const std::vector<Output>& got,
+                               const std::vector<Output>& want) {
+  std::vector<Check> checks;
+  for (size_t i = 0; i < want.size(); ++i) {
+    Check c{want[i].name + " bits", INFINITY, 0.0, false, ""};
+    if (i < got.size() && got[i].name == want[i].name) {
+      c.err = want[i].bound == Bound::kDoubleSum
+                  ? double(std::memcmp(&got[i].scalar, &want[i].scalar,
+                                       sizeof(double)) != 0)
+                  : ErrorOf(Output{"", Bound::kExact, got[i].values},
+                            Output{"", Bound::kExact, want[i].values}, {});
+    }
+    c.pass = c.err == 0.0;
+    checks.push_back(c);
+  }
+  return checks;
+}
+
+std::vector<Check> RunCase(size_t case_index, TestBackend& backend) {
+  std::string note;
+  const std::vector<Output> got = RunOutputs(case_index, backend, &note);
+  return CompareWithReference(case_index, got, backend.bounds, note);
 }
 
 }  // namespace tandem::kernels::testing
