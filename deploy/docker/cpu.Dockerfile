@@ -1,13 +1,20 @@
-# Tandem container image: Debian 12, multi-stage. The build stage installs
-# the build dependencies with deploy/install-deps.sh and compiles Release;
-# the runtime stage carries only the shared libraries and the three
-# programs, and runs as an unprivileged user.
-#   docker build -f deploy/Dockerfile -t tandem:latest .
-#   docker run --rm tandem:latest tandemctl --help
-# (CPU build. For GPUs build FROM an nvidia/cuda Debian-based devel image with
-# the same steps; the runtime then needs the NVIDIA container toolkit.)
+# Tandem container image for CPU workers and the coordinator: Debian 12,
+# multi-stage. The build stage installs the build dependencies with
+# deploy/install-deps.sh and compiles Release without CUDA; the runtime stage
+# carries only the shared libraries and the three programs, and runs as the
+# unprivileged user tandem (uid/gid 10001, as the Kubernetes manifests'
+# runAsUser). Used by deploy/k8s (image tandem:latest, workers --device=cpu).
+#   docker build -f deploy/docker/cpu.Dockerfile -t tandem:latest .
+#   docker run --rm tandem:latest --help
+# Binaries built elsewhere (same Debian 12 libraries): put tandem-coordinator,
+# tandem-worker and tandemctl in prebuilt/ of the build context and pass
+# --build-arg BINARIES=prebuilt (tests/deploy/container_test.sh does).
+# The CUDA image is deploy/docker/cuda.Dockerfile.
 
-FROM debian:12 AS build
+ARG BASE=debian:12
+ARG BINARIES=build
+
+FROM ${BASE} AS build
 ENV DEBIAN_FRONTEND=noninteractive
 WORKDIR /src
 COPY deploy/install-deps.sh deploy/install-deps.sh
@@ -19,7 +26,12 @@ RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_BUILD_TESTS
  && mkdir -p /out/bin \
  && cp build/bin/tandem-coordinator build/bin/tandem-worker build/bin/tandemctl /out/bin/
 
-FROM debian:12 AS runtime
+FROM ${BASE} AS prebuilt
+COPY prebuilt/tandem-coordinator prebuilt/tandem-worker prebuilt/tandemctl /out/bin/
+
+FROM ${BINARIES} AS binaries
+
+FROM ${BASE} AS runtime
 ENV DEBIAN_FRONTEND=noninteractive
 # Runtime libraries only (the -dev packages of the build stage pull these in).
 RUN apt-get update -q \
@@ -28,11 +40,15 @@ RUN apt-get update -q \
       libgloo0 libsqlite3-0 libgomp1 libabsl20220623 libxxhash0 libpcre2-8-0 libicu72 \
       ca-certificates curl \
  && rm -rf /var/lib/apt/lists/* \
- && groupadd --system tandem && useradd --system --gid tandem --home-dir /var/lib/tandem \
+ && groupadd --gid 10001 tandem \
+ && useradd --uid 10001 --gid tandem --home-dir /var/lib/tandem \
       --create-home --shell /usr/sbin/nologin tandem
-COPY --from=build /out/bin/ /usr/local/bin/
+COPY --from=binaries /out/bin/ /usr/local/bin/
 COPY configs/ /etc/tandem/
-USER tandem:tandem
+# Every library the programs need is here: fail the build otherwise.
+RUN ! ldd /usr/local/bin/tandem-coordinator /usr/local/bin/tandem-worker /usr/local/bin/tandemctl \
+      | grep "not found"
+USER 10001:10001
 WORKDIR /var/lib/tandem
 # gRPC and metrics/health ports of the coordinator.
 EXPOSE 7070 9090
