@@ -20,11 +20,12 @@ checks each container of each workload:
 Then it starts the real coordinator with the manifest's flags (paths moved
 under a temporary root, addresses to 127.0.0.1 with ephemeral ports), GETs
 every httpGet probe path, calls grpc.health.v1 for every grpc probe, and
-starts a real worker with each CPU manifest's flags, which must register IDLE
-with the right device.
+starts a real worker with each manifest's flags, which must register IDLE
+with the right device (a CUDA worker only where a GPU and a CUDA build are;
+the test says so otherwise).
 
-Needs kubectl (Debian: kubernetes-client), python3-yaml, python3-grpcio,
-curl-free (urllib). Environment: TANDEMCTL, TANDEM_COORDINATOR_BIN,
+Needs kubectl (Debian: kubernetes-client), python3-yaml, python3-grpcio and
+python3-protobuf; fails and names the package otherwise. Environment: TANDEMCTL, TANDEM_COORDINATOR_BIN,
 TANDEM_WORKER_BIN, TANDEM_PY_GEN (set by tests/deploy/CMakeLists.txt).
 """
 import json
@@ -64,10 +65,12 @@ def check(cond, msg):
     return cond
 
 
-try:
-    import yaml
-except ImportError:
-    require(False, "/usr/bin/python3 cannot import yaml", "python3-yaml")
+for module, package in (("yaml", "python3-yaml"), ("grpc", "python3-grpcio"), ("google.protobuf", "python3-protobuf")):
+    try:
+        __import__(module)
+    except ImportError:
+        require(False, f"/usr/bin/python3 cannot import {module}", package)
+import yaml  # noqa: E402
 require(shutil.which("kubectl") is not None, "kubectl not found", "kubernetes-client")
 BINS = {p: os.environ[v] for p, v in (("tandem-coordinator", "TANDEM_COORDINATOR_BIN"),
                                         ("tandem-worker", "TANDEM_WORKER_BIN"), ("tandemctl", "TANDEMCTL"))}
@@ -397,6 +400,15 @@ def stop(proc):
             proc.wait(timeout=10)
 
 
+def cuda_here():
+    """A GPU (nvidia-smi lists one) and a worker built with CUDA."""
+    if shutil.which("nvidia-smi") is None:
+        return False
+    gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    ldd = subprocess.run(["ldd", BINS["tandem-worker"]], capture_output=True, text=True, timeout=30)
+    return gpus.returncode == 0 and "GPU" in gpus.stdout and "libcudart" in ldd.stdout
+
+
 def live_checks(variant, spec):
     tmp = tempfile.mkdtemp(prefix=f"tandem-k8s-{variant}.")
     procs = []
@@ -416,8 +428,10 @@ def live_checks(variant, spec):
                                    timeout=30)
                 check(r.returncode == 0, f"deploy/k8s/{variant}: {pk} grpc health: {r.stdout}{r.stderr}")
         for i, w in enumerate(spec["workers"]):
-            if w["device"] != "cpu":
-                continue  # a CUDA worker needs a GPU; its flags were checked against --help
+            if w["device"] == "cuda" and not cuda_here():
+                print(f"{variant}: worker with the manifest's flags not started: no CUDA device or CUDA build "
+                      "here (its flags were checked against --help)")
+                continue
             pod = f"tandem-worker-{i}"
             env_values = {"POD_NAME": pod, "POD_IP": "127.0.0.1"}
             args = []
