@@ -6,30 +6,31 @@
 # runAsUser). Used by deploy/k8s (image tandem:latest, workers --device=cpu).
 #   docker build -f deploy/docker/cpu.Dockerfile -t tandem:latest .
 #   docker run --rm tandem:latest --help
-# Binaries built elsewhere (same Debian 12 libraries): put tandem-coordinator,
-# tandem-worker and tandemctl in prebuilt/ of the build context and pass
-# --build-arg BINARIES=prebuilt (tests/deploy/container_test.sh does).
+# Binaries built elsewhere (same Debian 12 libraries, CUDA off): put
+# tandem-coordinator, tandem-worker and tandemctl in prebuilt/ of the build
+# context and pass --build-arg BINARIES=prebuilt (tests/deploy/container_test.sh
+# does, with deploy/install-deps.sh and configs/ beside them).
 # The CUDA image is deploy/docker/cuda.Dockerfile.
 
 ARG BASE=debian:12
-ARG BINARIES=build
 
 FROM ${BASE} AS build
+# build: compile here; prebuilt: take the programs from prebuilt/ in the context.
+ARG BINARIES=build
 ENV DEBIAN_FRONTEND=noninteractive
 WORKDIR /src
 COPY deploy/install-deps.sh deploy/install-deps.sh
-RUN ./deploy/install-deps.sh && rm -rf /var/lib/apt/lists/*
+RUN if [ "$BINARIES" = build ]; then ./deploy/install-deps.sh && rm -rf /var/lib/apt/lists/*; fi
 COPY . .
-RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_BUILD_TESTS=OFF \
-      -DTANDEM_BUILD_BENCH=OFF -DTANDEM_ENABLE_CUDA=OFF \
- && cmake --build build -j"$(nproc)" --target tandem-coordinator tandem-worker tandemctl \
- && mkdir -p /out/bin \
- && cp build/bin/tandem-coordinator build/bin/tandem-worker build/bin/tandemctl /out/bin/
-
-FROM ${BASE} AS prebuilt
-COPY prebuilt/tandem-coordinator prebuilt/tandem-worker prebuilt/tandemctl /out/bin/
-
-FROM ${BINARIES} AS binaries
+RUN mkdir -p /out/bin \
+ && if [ "$BINARIES" = prebuilt ]; then \
+      cp prebuilt/tandem-coordinator prebuilt/tandem-worker prebuilt/tandemctl /out/bin/; \
+    else \
+      cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_BUILD_TESTS=OFF \
+        -DTANDEM_BUILD_BENCH=OFF -DTANDEM_ENABLE_CUDA=OFF \
+      && cmake --build build -j"$(nproc)" --target tandem-coordinator tandem-worker tandemctl \
+      && cp build/bin/tandem-coordinator build/bin/tandem-worker build/bin/tandemctl /out/bin/; \
+    fi
 
 FROM ${BASE} AS runtime
 ENV DEBIAN_FRONTEND=noninteractive
@@ -43,7 +44,7 @@ RUN apt-get update -q \
  && groupadd --gid 10001 tandem \
  && useradd --uid 10001 --gid tandem --home-dir /var/lib/tandem \
       --create-home --shell /usr/sbin/nologin tandem
-COPY --from=binaries /out/bin/ /usr/local/bin/
+COPY --from=build /out/bin/ /usr/local/bin/
 COPY configs/ /etc/tandem/
 # Every library the programs need is here: fail the build otherwise.
 RUN ! ldd /usr/local/bin/tandem-coordinator /usr/local/bin/tandem-worker /usr/local/bin/tandemctl \

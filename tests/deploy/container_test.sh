@@ -76,9 +76,10 @@ if ldd "$BIN/tandem-worker" | grep -Eq "libcudart|libnccl|libcublas"; then
 fi
 
 # 3. The image: the Dockerfile's runtime stage with these binaries.
-mkdir -p "$WORK/context/prebuilt"
+mkdir -p "$WORK/context/prebuilt" "$WORK/context/deploy"
 cp "$BIN/tandem-coordinator" "$BIN/tandem-worker" "$BIN/tandemctl" "$WORK/context/prebuilt/"
 cp -r "$ROOT/configs" "$WORK/context/"
+cp "$ROOT/deploy/install-deps.sh" "$WORK/context/deploy/"
 log "building $IMAGE from deploy/docker/cpu.Dockerfile"
 "${P[@]}" build --network host "${LIMITS[@]}" --layers -f "$ROOT/deploy/docker/cpu.Dockerfile" \
   --build-arg BASE="$BASE_IMAGE" --build-arg BINARIES=prebuilt -t "$IMAGE" "$WORK/context" \
