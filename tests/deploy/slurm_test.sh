@@ -4,9 +4,10 @@
 #  1. sbatch runs the tiny SFT job with 2 CPU workers to completion; the
 #     batch job exits 0 and the exported model is in the run directory.
 #  2. Preemption: `scancel --signal=TERM` on the worker step of a longer job
-#     makes the workers hand over to a checkpoint and the script requeue the
-#     batch job; the requeued job resumes the same Tandem job from that
-#     checkpoint and finishes.
+#     stops the workers; the script requeues the batch job, and the requeued
+#     run resumes the same Tandem job from its newest checkpoint and finishes.
+#  3. The same with SIGTERM to every step (the coordinator's too), as a
+#     preemption or `--signal=TERM@N` before the time limit sends it.
 # Needs root (slurmd starts job steps as the submitting user): the test fails
 # and says so otherwise. Binaries: TANDEMCTL, TANDEM_COORDINATOR_BIN and
 # TANDEM_WORKER_BIN (tests/deploy/CMakeLists.txt), all in one directory.
@@ -97,46 +98,61 @@ check_model "$WORK/runs/slurm-$J1/final"
 grep -q "SUCCEEDED" "$WORK/slurm-$J1.out" || fail "the batch output does not show the job SUCCEEDED"
 log "job $J1 COMPLETED; model in $WORK/runs/slurm-$J1/final"
 
-log "--- 2. preemption: SIGTERM to the worker step, requeue, resume"
-STEPS=400
-J2=$(submit sft-preempt --set train.steps=$STEPS --set checkpoint.every=25)
-wait_state "$J2" 60 RUNNING
-# Wait until the Tandem job has trained 30 steps (a checkpoint exists).
-deadline=$((SECONDS + 90))
-step=0
-while ((SECONDS < deadline)); do
-  if [[ -s "$WORK/runs/slurm-$J2/job.id" ]]; then
-    TJOB=$(cat "$WORK/runs/slurm-$J2/job.id")
-    step=$(ctl "$J2" status "$TJOB" --output json 2>/dev/null | sed -n 's/.*"step":"\{0,1\}\([0-9]*\).*/\1/p' | head -1)
-    ((${step:-0} >= 30)) && break
+# preempt_and_resume NAME WHAT: runs a 400-step job, sends SIGTERM (scancel
+# --signal=TERM) to WHAT (workers: the worker step; all: every step, as a
+# preemption or --signal=TERM@N does) once it has a checkpoint, and checks
+# that the script requeues the batch job, which resumes the same Tandem job
+# from a checkpoint and finishes.
+preempt_and_resume() {
+  local name=$1 what=$2 steps=400 step=0 job tjob="" target deadline
+  job=$(submit "$name" --set train.steps=$steps --set checkpoint.every=25)
+  wait_state "$job" 60 RUNNING
+  deadline=$((SECONDS + 90))
+  while ((SECONDS < deadline)); do
+    if [[ -s "$WORK/runs/slurm-$job/job.id" ]]; then
+      tjob=$(cat "$WORK/runs/slurm-$job/job.id")
+      step=$(ctl "$job" status "$tjob" --output json 2>/dev/null | sed -n 's/.*"step":"\{0,1\}\([0-9]*\).*/\1/p' | head -1)
+      ((${step:-0} >= 30)) && break
+    fi
+    sleep 0.5
+  done
+  ((${step:-0} >= 30)) || fail "tandem job of slurm job $job did not reach step 30 in 90 s (step ${step:-none})"
+  ((step < steps - 50)) || fail "the job ran too fast to preempt (step $step of $steps)"
+  if [[ $what == workers ]]; then
+    target=$(squeue -h -s -j "$job" -o "%i %j" | awk '$2 == "tandem-workers" { print $1 }')
+    [[ -n "$target" ]] || fail "no tandem-workers step in job $job: $(squeue -s -j "$job" 2>&1)"
+  else
+    target=$job
   fi
-  sleep 0.5
-done
-((${step:-0} >= 30)) || fail "tandem job of slurm job $J2 did not reach step 30 in 90 s (step ${step:-none})"
-((step < STEPS - 50)) || fail "the job ran too fast to preempt (step $step of $STEPS)"
-WSTEP=$(squeue -h -s -j "$J2" -o "%i %j" | awk '$2 == "tandem-workers" { print $1 }')
-[[ -n "$WSTEP" ]] || fail "no tandem-workers step in job $J2: $(squeue -s -j "$J2" 2>&1)"
-log "tandem job $TJOB at step $step; scancel --signal=TERM $WSTEP"
-scancel --signal=TERM "$WSTEP"
-# The script requeues the batch job: it goes back to PENDING with one restart.
-deadline=$((SECONDS + 90))
-while ((SECONDS < deadline)); do
-  [[ $(slurm_field "$J2" Restarts) == 1 ]] && break
-  [[ $(slurm_state "$J2") == COMPLETED || $(slurm_state "$J2") == FAILED ]] && fail "job $J2 ended instead of requeueing"
-  sleep 0.5
-done
-[[ $(slurm_field "$J2" Restarts) == 1 ]] || fail "slurm job $J2 was not requeued within 90 s"
-wait_state "$J2" 60 PENDING RUNNING
-# Slurm holds a requeued job for about 2 minutes (BeginTime); let it start now.
-[[ $(slurm_state "$J2") == PENDING ]] && scontrol update JobId="$J2" StartTime=now
-wait_state "$J2" 180 COMPLETED
-[[ $(slurm_field "$J2" ExitCode) == 0:0 ]] || fail "slurm job $J2 exit $(slurm_field "$J2" ExitCode)"
-OUT="$WORK/slurm-$J2.out"
-grep -q "requeueing slurm job $J2" "$OUT" || fail "the batch output does not show the requeue"
-grep -q "resuming tandem job $TJOB" "$OUT" || fail "the requeued run did not resume tandem job $TJOB"
-grep -q "step $STEPS/$STEPS" "$OUT" || fail "the batch output does not show step $STEPS/$STEPS"
-grep -q "SUCCEEDED" "$OUT" || fail "the batch output does not show the job SUCCEEDED"
-check_model "$WORK/runs/slurm-$J2/final"
-# The resumed job restored a checkpoint from disk instead of starting over.
-grep -Eq "restoring step [0-9]+ from disk" "$OUT" || fail "the resumed job did not restore a checkpoint"
+  log "tandem job $tjob at step $step; scancel --signal=TERM $target"
+  scancel --signal=TERM "$target"
+  # The script requeues the batch job: it goes back to PENDING with one restart.
+  deadline=$((SECONDS + 90))
+  while ((SECONDS < deadline)); do
+    [[ $(slurm_field "$job" Restarts) == 1 ]] && break
+    case $(slurm_state "$job") in COMPLETED | FAILED) fail "job $job ended instead of requeueing" ;; esac
+    sleep 0.5
+  done
+  [[ $(slurm_field "$job" Restarts) == 1 ]] || fail "slurm job $job was not requeued within 90 s"
+  wait_state "$job" 60 PENDING RUNNING
+  # Slurm holds a requeued job for about 2 minutes (BeginTime); let it start now.
+  if [[ $(slurm_state "$job") == PENDING ]]; then scontrol update JobId="$job" StartTime=now; fi
+  wait_state "$job" 180 COMPLETED
+  [[ $(slurm_field "$job" ExitCode) == 0:0 ]] || fail "slurm job $job exit $(slurm_field "$job" ExitCode)"
+  local out="$WORK/slurm-$job.out"
+  grep -q "step ended before tandem job $tjob; requeueing slurm job $job" "$out" ||
+    fail "the batch output does not show the requeue"
+  grep -q "resuming tandem job $tjob" "$out" || fail "the requeued run did not resume tandem job $tjob"
+  grep -q "step $steps/$steps" "$out" || fail "the batch output does not show step $steps/$steps"
+  grep -q "SUCCEEDED" "$out" || fail "the batch output does not show the job SUCCEEDED"
+  check_model "$WORK/runs/slurm-$job/final"
+  # The resumed job restored a checkpoint from disk instead of starting over.
+  grep -Eq "restoring step [0-9]+ from disk" "$out" || fail "the resumed job did not restore a checkpoint"
+  log "job $job requeued once, resumed tandem job $tjob from a checkpoint, COMPLETED"
+}
+
+log "--- 2. preemption: SIGTERM to the worker step, requeue, resume"
+preempt_and_resume sft-preempt-workers workers
+log "--- 3. preemption: SIGTERM to every step (coordinator too), requeue, resume"
+preempt_and_resume sft-preempt-all all
 log "PASS"
