@@ -23,7 +23,8 @@ ARG CUDA_ARCHITECTURES=90
 ENV DEBIAN_FRONTEND=noninteractive
 WORKDIR /src
 COPY deploy/install-deps.sh deploy/install-deps.sh
-RUN ./deploy/install-deps.sh \
+RUN apt-get update -q \
+ && ./deploy/install-deps.sh \
  && apt-get install -y -q --no-install-recommends libnccl-dev \
  && rm -rf /var/lib/apt/lists/*
 COPY . .
