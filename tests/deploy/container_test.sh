@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
-# deploy/docker/cpu.Dockerfile built with podman and run: the image's
-# runtime stage is built on a Debian 12 base image made here with debootstrap
-# (no container registry is needed), with the CPU binaries of this build tree
-# (--build-arg BINARIES=prebuilt), and then `tandemctl run --local` runs the
-# tiny SFT job with 2 workers inside the container (no network, the image's
-# unprivileged user); the exported model comes out through a mounted run
-# directory.
+# deploy/docker/cpu.Dockerfile built with podman and run: the image is built
+# on a Debian 12 base image made here with debootstrap (no container registry
+# is needed), with the CPU programs of this build tree (--build-arg
+# BINARIES=prebuilt), and then `tandemctl run --local` runs the tiny SFT job
+# with 2 workers inside the container (no network, the image's unprivileged
+# user); the exported model comes out through a mounted run directory.
 #
 # Needs root (rootful podman), podman, runc and debootstrap; fails and names
 # what is missing otherwise. Images live in a podman storage of their own,
 # kept between runs: ${TANDEM_CONTAINER_CACHE:-$HOME/.cache/tandem-containers}
-# (the base image, about 200 MB, is made once, about 2 minutes; the runtime
-# layer's apt-get is cached). A build tree compiled with CUDA gets a CPU-only
-# build of the three programs next to it first (<build>-cpu, at the same
-# depth so that ccache's relative paths hit: about a minute warm). Runs with runc and explicit ulimits, which also work where
-# crun cannot (cgroup v1/v2 hybrid hosts, hard limits below podman's defaults).
+# (the base image, about 200 MB, is made once in 2-3 minutes; the runtime
+# stage's apt-get layer is cached). A build tree compiled with CUDA gets a
+# CPU-only build of the three programs next to it first (<build>-cpu, at the
+# same depth so that ccache's relative paths hit: about a minute warm).
+# Podman runs with runc and explicit ulimits, which also work where crun
+# cannot (cgroup v1/v2 hybrid hosts, hard limits below podman's defaults).
 set -euo pipefail
 : "${TANDEMCTL:?}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
