@@ -17,17 +17,20 @@ checks each container of each workload:
   - container ports are the ports in --listen/--metrics-listen and the image
     EXPOSEs them, probes and Services point at them, the workers' --coordinator
     is that Service's gRPC port.
-Then it starts the real coordinator with the manifest's flags (paths moved
-under a temporary root, addresses to 127.0.0.1 with ephemeral ports), GETs
-every httpGet probe path, calls grpc.health.v1 for every grpc probe, and
-starts a real worker with each manifest's flags, which must register IDLE
+A self-check: the same checks on the CPU kustomization with --device=cuda
+must fail. Then it starts the real coordinator with the manifest's flags
+(paths moved under a temporary root, addresses to 127.0.0.1 with ephemeral
+ports), GETs every httpGet probe path, calls grpc.health.v1 for every grpc
+probe, and starts a real worker with each manifest's flags, which must register IDLE
 with the right device (a CUDA worker only where a GPU and a CUDA build are;
 the test says so otherwise).
 
 Needs kubectl (Debian: kubernetes-client), python3-yaml, python3-grpcio and
-python3-protobuf; fails and names the package otherwise. Environment: TANDEMCTL, TANDEM_COORDINATOR_BIN,
-TANDEM_WORKER_BIN, TANDEM_PY_GEN (set by tests/deploy/CMakeLists.txt).
+python3-protobuf; fails and names the package otherwise. Environment:
+TANDEMCTL, TANDEM_COORDINATOR_BIN, TANDEM_WORKER_BIN, TANDEM_PY_GEN (set by
+tests/deploy/CMakeLists.txt).
 """
+import copy
 import json
 import os
 import re
@@ -472,6 +475,21 @@ def live_checks(variant, spec):
             print(f"kept {tmp}", file=sys.stderr)
 
 
+def self_check(docs):
+    """The checks notice a CUDA device flag on the CPU image's workers."""
+    global errors
+    saved, errors = errors, []
+    mutated = copy.deepcopy(docs)
+    for d in mutated:
+        if d["kind"] == "StatefulSet":
+            for c in d["spec"]["template"]["spec"]["containers"]:
+                c["args"] = [a.replace("--device=cpu", "--device=cuda") for a in c.get("args", [])]
+    check_variant("cpu with --device=cuda", mutated)
+    found = [e for e in errors if "--device=cuda on deploy/docker/cpu.Dockerfile" in e]
+    errors = saved
+    check(bool(found), "self-check: --device=cuda on the CPU image's workers went unnoticed")
+
+
 def main():
     k8s = os.path.join(ROOT, "deploy/k8s")
     variants = sorted(d for d in os.listdir(k8s) if os.path.isfile(os.path.join(k8s, d, "kustomization.yaml")))
@@ -480,6 +498,8 @@ def main():
     for v in variants:
         docs = render(os.path.join(k8s, v))
         spec = check_variant(v, docs)
+        if v == "cpu":
+            self_check(docs)
         seen_devices |= {w["device"] for w in spec["workers"]}
         if spec["coordinator"] is not None and not errors:
             live_checks(v, spec)
