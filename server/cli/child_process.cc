@@ -150,9 +150,9 @@ void ChildProcess::KillAndReap() {
 
 void ChildProcess::Stop(std::chrono::milliseconds grace) { StopAll({this}, grace); }
 
-void StopAll(const std::vector<ChildProcess*>& children, std::chrono::milliseconds grace) {
+void StopAll(const std::vector<ChildProcess*>& children, std::chrono::milliseconds grace, int signal) {
   for (ChildProcess* c : children) {
-    if (c != nullptr && c->Running()) kill(-c->pid(), SIGTERM);
+    if (c != nullptr && c->Running()) kill(-c->pid(), signal);
   }
   const auto until = std::chrono::steady_clock::now() + grace;
   while (std::chrono::steady_clock::now() < until) {

@@ -27,6 +27,8 @@
 // exist.
 #pragma once
 
+#include <csignal>
+
 #include <sys/types.h>
 
 #include <chrono>
@@ -78,8 +80,9 @@ class ChildProcess {
   int wait_status_ = 0;
 };
 
-// SIGTERM to every child's group, wait up to grace for all, SIGKILL the rest, reap all.
-void StopAll(const std::vector<ChildProcess*>& children, std::chrono::milliseconds grace);
+// `signal` (SIGTERM unless told) to every child's group, wait up to grace for
+// all, SIGKILL the rest, reap all.
+void StopAll(const std::vector<ChildProcess*>& children, std::chrono::milliseconds grace, int signal = SIGTERM);
 
 // Finds a Tandem program: $env_var, next to this executable, the build-tree
 // layout (server/, worker/daemon/ relative to server/cli/), then $PATH.

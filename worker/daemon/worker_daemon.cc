@@ -100,6 +100,28 @@ void WorkerDaemon::PrepareContext(grpc::ClientContext* ctx, milliseconds timeout
   if (timeout.count() > 0) ctx->set_deadline(std::chrono::system_clock::now() + timeout);
 }
 
+void WorkerDaemon::RequestPreempt() {
+  if (stopping_.load()) return;
+  bool in_job = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (preempting_) return;
+    in_job = registered_ && (!job_id_.empty() || !running_command_id_.empty() || !queue_.empty());
+    if (in_job && options_.preempt_timeout.count() > 0) {
+      preempting_ = true;
+      preempt_deadline_ = absl::Now() + absl::FromChrono(options_.preempt_timeout);
+      cv_.SignalAll();  // the heartbeat thread says so at once
+    }
+  }
+  if (!in_job || options_.preempt_timeout.count() <= 0) {
+    RequestStop();
+    return;
+  }
+  spdlog::info("worker: preempted: asking the coordinator to checkpoint and hand this worker over "
+               "(at most {} s; a second signal stops at once)",
+               std::chrono::duration_cast<std::chrono::seconds>(options_.preempt_timeout).count());
+}
+
 void WorkerDaemon::RequestStop() {
   if (stopping_.exchange(true)) return;
   spdlog::info("worker: stop requested");
@@ -296,17 +318,29 @@ void WorkerDaemon::HeartbeatLoop() {
   int failures = 0;
   while (!stopping_.load()) {
     int64_t interval;
+    bool preempt_expired = false;
     v1::HeartbeatRequest req;
     {
       absl::MutexLock lock(&mu_);
       interval = heartbeat_ms_;
       const absl::Time until = absl::Now() + absl::Milliseconds(interval);
-      while (!stopping_.load() && absl::Now() < until) cv_.WaitWithDeadline(&mu_, until);
+      while (!stopping_.load() && absl::Now() < until && !(preempting_ && !preempt_announced_)) {
+        cv_.WaitWithDeadline(&mu_, until);
+      }
       if (stopping_.load()) return;
-      if (!registered_) continue;
+      preempt_expired = preempting_ && absl::Now() >= preempt_deadline_;
+      if (!preempt_expired && !registered_) continue;
       req.set_worker_id(worker_id_);
       req.set_job_id(job_id_);
       req.set_generation(generation_);
+      req.set_preempting(preempting_);
+      if (preempting_) preempt_announced_ = true;
+    }
+    if (preempt_expired) {
+      spdlog::warn("worker: the coordinator did not release this worker within the preemption timeout; "
+                   "stopping (its job recovers without it)");
+      RequestStop();
+      return;
     }
     req.set_memory_bytes_in_use(ResidentMemoryBytes());
     v1::HeartbeatResponse resp;
@@ -318,6 +352,11 @@ void WorkerDaemon::HeartbeatLoop() {
       if (failures > 0) spdlog::info("worker: heartbeat ok again after {} failures", failures);
       failures = 0;
       if (resp.reregister()) CancelAttach("coordinator asked to re-register");
+      if (req.preempting() && resp.release()) {
+        spdlog::info("worker: released by the coordinator after preemption; stopping");
+        RequestStop();
+        return;
+      }
     } else if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
       CancelAttach("coordinator does not know this worker: " + s.error_message());
     } else if (++failures == 1 || failures % 30 == 0) {
