@@ -10,6 +10,7 @@
 #include "common/auth.h"
 #include "google/protobuf/util/time_util.h"
 #include "worker/daemon/host_info.h"
+#include "worker/model/job_model.h"
 
 namespace tandem::worker {
 namespace {
@@ -175,6 +176,25 @@ void WorkerDaemon::CancelAttach(const std::string& why) {
   spdlog::warn("worker: reconnecting: {}", why);
   registered_ = false;
   if (attach_ctx_ != nullptr) attach_ctx_->TryCancel();
+}
+
+void WorkerDaemon::LogMemoryEstimate(const v1::PhaseCommand& cmd) {
+  // The kernel's OOM killer ends the process without a report: this line,
+  // the last of the log, then says why.
+  v1::JobSpec spec = cmd.assignment().spec();
+  spec.mutable_cluster()->set_workers(std::max(1, cmd.assignment().world_size()));
+  auto config = model::JobModelConfig(spec);
+  if (!config.ok()) return;  // SETUP reports the problem
+  const model::MemoryEstimate need = model::EstimateJobMemory(spec, *config);
+  const int64_t usable = UsableMemoryBytes();
+  if (usable > 0 && need.total > usable) {
+    spdlog::warn("worker: job {} needs about {} on this worker (estimate for {} rank(s)), more than the {} MiB it can use: "
+                 "the allocation may fail, or the kernel's OOM killer may end this process",
+                 cmd.job_id(), need.Describe(), spec.cluster().workers(), usable >> 20);
+  } else {
+    spdlog::info("worker: job {} needs about {} on this worker (estimate for {} rank(s)) of {} MiB usable", cmd.job_id(),
+                 need.Describe(), spec.cluster().workers(), usable >> 20);
+  }
 }
 
 absl::Status WorkerDaemon::RunPhaseCatchingOutOfMemory(const v1::PhaseCommand& cmd, v1::ReportPhaseRequest* report) {
@@ -424,6 +444,7 @@ void WorkerDaemon::RunCommand(const v1::PhaseCommand& cmd) {
   } else {
     spdlog::info("worker: job {} gen {} {} step {} (command {})", cmd.job_id(), cmd.generation(),
                  phase_name, cmd.step(), cmd.command_id());
+    if (cmd.phase() == v1::PHASE_SETUP) LogMemoryEstimate(cmd);
     const auto t0 = Clock::now();
     absl::Status st = RunPhaseCatchingOutOfMemory(cmd, &report);
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();

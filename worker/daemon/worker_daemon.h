@@ -99,6 +99,9 @@ class WorkerDaemon {
 
  private:
   absl::Status Register();
+  // SETUP: logs the job's memory estimate against this worker's usable
+  // memory (a warning when it does not fit).
+  void LogMemoryEstimate(const tandem::v1::PhaseCommand& cmd);
   // engine_->RunPhase, with std::bad_alloc turned into a phase error.
   absl::Status RunPhaseCatchingOutOfMemory(const tandem::v1::PhaseCommand& cmd,
                                            tandem::v1::ReportPhaseRequest* report);
