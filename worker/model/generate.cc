@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 
 namespace tandem::model {
 
@@ -278,8 +279,7 @@ absl::StatusOr<GenerationResult> Generator::Generate(
           (int64_t{1} << 31)) {
     return absl::InvalidArgumentError("generate: prompts too long");
   }
-  absl::Status st = Ensure(B, capacity, static_cast<int>(std::max<int64_t>(total, B)));
-  if (!st.ok()) return st;
+  RETURN_IF_ERROR(Ensure(B, capacity, static_cast<int>(std::max<int64_t>(total, B))));
 
   GenerationResult res;
   res.sequences.resize(B);
@@ -428,8 +428,7 @@ absl::StatusOr<GenerationResult> Generator::Generate(
     in.cache_len = d + 3 * live;
     Step(pp, in, /*out_rows=*/nullptr, live);
   }
-  st = decoder_.MemoryStatus("generate");
-  if (!st.ok()) return st;
+  RETURN_IF_ERROR(decoder_.MemoryStatus("generate"));
   res.decode_seconds = Now() - t0;
   for (const auto& g : res.sequences) res.generated_tokens += g.tokens.size();
   res.kv_cache_bytes = kv_cache_bytes();

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 
 namespace tandem::model {
 
@@ -156,13 +157,11 @@ void Model::MakeProjection(uint64_t seed, int layer, int r) {
 }
 
 absl::Status Model::Prepare(const Batch& batch) {
-  absl::Status s = CheckBatch(batch);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(CheckBatch(batch));
   have_forward_ = false;
   T_ = batch.num_tokens();
   nseq_ = batch.num_seqs();
-  s = EnsureCapacity(T_);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(EnsureCapacity(T_));
   const size_t T = T_;
   const size_t n = 3 * T + batch.cu_seqlens.size();
   if (idx_.size() < n) {
@@ -183,8 +182,8 @@ absl::Status Model::Prepare(const Batch& batch) {
   targets_ = d + T;
   positions_ = d + 2 * T;
   cu_ = d + 3 * T;
-  s = decoder_.EnsureRope(*std::max_element(batch.positions.begin(), batch.positions.end()) + 1);
-  if (!s.ok()) return s;
+  const int32_t max_position = *std::max_element(batch.positions.begin(), batch.positions.end());
+  RETURN_IF_ERROR(decoder_.EnsureRope(max_position + 1));
   return decoder_.MemoryStatus("model");
 }
 
@@ -266,12 +265,8 @@ void Model::ForwardHidden(ParamProvider& pp, bool recompute_mlp) {
 absl::Status Model::ForwardLogprobs(const Batch& batch, ParamProvider& pp,
                                     float* logp, float* entropy,
                                     const ForwardOptions& options) {
-  absl::Status s = Prepare(batch);
-  if (!s.ok()) return s;
-  if (!options.recompute_mlp) {
-    s = EnsureMlpStore(T_);
-    if (!s.ok()) return s;
-  }
+  RETURN_IF_ERROR(Prepare(batch));
+  if (!options.recompute_mlp) RETURN_IF_ERROR(EnsureMlpStore(T_));
   recomputed_mlp_ = options.recompute_mlp;
   ForwardHidden(pp, options.recompute_mlp);
   const int hu = layout().lm_head_unit();
@@ -284,16 +279,14 @@ absl::Status Model::ForwardLogprobs(const Batch& batch, ParamProvider& pp,
   if (entropy != nullptr) {
     mem_->CopyToHost(entropy, entropy_, static_cast<size_t>(T_) * sizeof(float));
   }
-  s = decoder_.MemoryStatus("model");
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(decoder_.MemoryStatus("model"));
   have_forward_ = true;
   return absl::OkStatus();
 }
 
 absl::Status Model::ForwardLogits(const Batch& batch, ParamProvider& pp,
                                   float* logits) {
-  absl::Status s = Prepare(batch);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(Prepare(batch));
   const size_t n = static_cast<size_t>(T_) * d_.V;
   kernels::DeviceArray<float> out;
   if (!out.Allocate(mem_, n)) {
@@ -324,9 +317,7 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp,
   const bool tied = layout().tied();
   const bool recompute = recomputed_mlp_;
   const int rank = std::min(options.low_rank, C);
-  if (rank > 0) {
-    if (absl::Status s = EnsureLowRank(T, rank); !s.ok()) return s;
-  }
+  if (rank > 0) RETURN_IF_ERROR(EnsureLowRank(T, rank));
   mem_->CopyToDevice(dlogp_, dlogp, static_cast<size_t>(T) * sizeof(float));
 
   // LM head and final norm.
