@@ -15,7 +15,10 @@
 // backward reads again or one scratch buffer that every layer reuses, so a
 // forward allocates nothing. Parameters come from a ParamProvider unit by
 // unit (param_provider.h). All pointers are device pointers of memory().
-// One thread at a time.
+// A forward returns nothing: a device error sticks in memory() and
+// MemoryStatus() reports it; inputs are checked by the callers (Model,
+// Generator), so a malformed DecoderInput is a bug and aborts. One thread
+// at a time.
 #pragma once
 
 #include <cstddef>
