@@ -4,6 +4,7 @@
 #include <set>
 #include <utility>
 
+#include "common/base/status_macros.h"
 #include "worker/model/strict_json.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -41,7 +42,7 @@ absl::Status GetInt(const json& j, const char* key, int* out,
                     bool* present = nullptr) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return absl::OkStatus();
-  if (absl::Status st = ToInt(*it, key, out); !st.ok()) return st;
+  RETURN_IF_ERROR(ToInt(*it, key, out));
   if (present != nullptr) *present = true;
   return absl::OkStatus();
 }
@@ -81,12 +82,6 @@ absl::Status GetString(const json& j, const char* key, std::string* out) {
   return absl::OkStatus();
 }
 
-#define TANDEM_RETURN_IF_ERROR(expr)        \
-  do {                                      \
-    absl::Status _st = (expr);              \
-    if (!_st.ok()) return _st;              \
-  } while (0)
-
 absl::Status ParseRopeScaling(const json& rs, RopeScaling* out) {
   if (!rs.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -94,24 +89,21 @@ absl::Status ParseRopeScaling(const json& rs, RopeScaling* out) {
         rs.dump()));
   }
   std::string type;
-  TANDEM_RETURN_IF_ERROR(GetString(rs, "rope_type", &type));
-  if (type.empty()) TANDEM_RETURN_IF_ERROR(GetString(rs, "type", &type));
+  RETURN_IF_ERROR(GetString(rs, "rope_type", &type));
+  if (type.empty()) RETURN_IF_ERROR(GetString(rs, "type", &type));
   if (type.empty()) {
     return absl::InvalidArgumentError(
         "config key 'rope_scaling' needs 'rope_type' (or 'type')");
   }
   out->rope_type = type;
-  TANDEM_RETURN_IF_ERROR(GetDouble(rs, "factor", &out->factor));
-  TANDEM_RETURN_IF_ERROR(GetInt(rs, "original_max_position_embeddings",
+  RETURN_IF_ERROR(GetDouble(rs, "factor", &out->factor));
+  RETURN_IF_ERROR(GetInt(rs, "original_max_position_embeddings",
                                 &out->original_max_position_embeddings));
-  TANDEM_RETURN_IF_ERROR(GetDouble(rs, "beta_fast", &out->beta_fast));
-  TANDEM_RETURN_IF_ERROR(GetDouble(rs, "beta_slow", &out->beta_slow));
-  TANDEM_RETURN_IF_ERROR(
-      GetDouble(rs, "attention_factor", &out->attention_factor));
-  TANDEM_RETURN_IF_ERROR(
-      GetDouble(rs, "low_freq_factor", &out->low_freq_factor));
-  TANDEM_RETURN_IF_ERROR(
-      GetDouble(rs, "high_freq_factor", &out->high_freq_factor));
+  RETURN_IF_ERROR(GetDouble(rs, "beta_fast", &out->beta_fast));
+  RETURN_IF_ERROR(GetDouble(rs, "beta_slow", &out->beta_slow));
+  RETURN_IF_ERROR(GetDouble(rs, "attention_factor", &out->attention_factor));
+  RETURN_IF_ERROR(GetDouble(rs, "low_freq_factor", &out->low_freq_factor));
+  RETURN_IF_ERROR(GetDouble(rs, "high_freq_factor", &out->high_freq_factor));
   if (type == "llama3") {
     // transformers reads these four keys unconditionally.
     for (const char* k : {"factor", "low_freq_factor", "high_freq_factor",
@@ -179,57 +171,51 @@ kernels::RopeConfig ModelConfig::Rope() const {
 }
 
 absl::StatusOr<ModelConfig> ParseConfigJson(std::string_view text) {
-  auto parsed = ParseStrictJson(text, "config.json");
-  if (!parsed.ok()) return parsed.status();
-  const json& j = *parsed;
+  ASSIGN_OR_RETURN(const json j, ParseStrictJson(text, "config.json"));
   if (!j.is_object()) {
     return absl::InvalidArgumentError("config.json must be a JSON object");
   }
   ModelConfig c;
-  TANDEM_RETURN_IF_ERROR(GetString(j, "model_type", &c.model_type));
-  TANDEM_RETURN_IF_ERROR(GetInt(j, "vocab_size", &c.vocab_size));
-  TANDEM_RETURN_IF_ERROR(GetInt(j, "hidden_size", &c.hidden_size));
-  TANDEM_RETURN_IF_ERROR(GetInt(j, "intermediate_size", &c.intermediate_size));
-  TANDEM_RETURN_IF_ERROR(GetInt(j, "num_hidden_layers", &c.num_hidden_layers));
-  TANDEM_RETURN_IF_ERROR(
-      GetInt(j, "num_attention_heads", &c.num_attention_heads));
+  RETURN_IF_ERROR(GetString(j, "model_type", &c.model_type));
+  RETURN_IF_ERROR(GetInt(j, "vocab_size", &c.vocab_size));
+  RETURN_IF_ERROR(GetInt(j, "hidden_size", &c.hidden_size));
+  RETURN_IF_ERROR(GetInt(j, "intermediate_size", &c.intermediate_size));
+  RETURN_IF_ERROR(GetInt(j, "num_hidden_layers", &c.num_hidden_layers));
+  RETURN_IF_ERROR(GetInt(j, "num_attention_heads", &c.num_attention_heads));
   bool kv_present = false;
-  TANDEM_RETURN_IF_ERROR(
-      GetInt(j, "num_key_value_heads", &c.num_key_value_heads, &kv_present));
+  RETURN_IF_ERROR(GetInt(j, "num_key_value_heads", &c.num_key_value_heads, &kv_present));
   if (kv_present && c.num_key_value_heads <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config key 'num_key_value_heads' must be positive, got ",
         c.num_key_value_heads));
   }
   bool hd_present = false;
-  TANDEM_RETURN_IF_ERROR(GetInt(j, "head_dim", &c.head_dim, &hd_present));
+  RETURN_IF_ERROR(GetInt(j, "head_dim", &c.head_dim, &hd_present));
   if (hd_present && c.head_dim <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config key 'head_dim' must be positive, got ", c.head_dim));
   }
-  TANDEM_RETURN_IF_ERROR(GetDouble(j, "rms_norm_eps", &c.rms_norm_eps));
-  TANDEM_RETURN_IF_ERROR(GetDouble(j, "rope_theta", &c.rope_theta));
+  RETURN_IF_ERROR(GetDouble(j, "rms_norm_eps", &c.rms_norm_eps));
+  RETURN_IF_ERROR(GetDouble(j, "rope_theta", &c.rope_theta));
   if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
     c.has_rope_scaling = true;
-    TANDEM_RETURN_IF_ERROR(ParseRopeScaling(*it, &c.rope_scaling));
+    RETURN_IF_ERROR(ParseRopeScaling(*it, &c.rope_scaling));
   }
-  TANDEM_RETURN_IF_ERROR(
-      GetInt(j, "max_position_embeddings", &c.max_position_embeddings));
-  TANDEM_RETURN_IF_ERROR(
-      GetBool(j, "tie_word_embeddings", &c.tie_word_embeddings));
-  TANDEM_RETURN_IF_ERROR(GetBool(j, "attention_bias", &c.attention_bias));
-  TANDEM_RETURN_IF_ERROR(GetInt(j, "bos_token_id", &c.bos_token_id));
-  TANDEM_RETURN_IF_ERROR(GetInt(j, "pad_token_id", &c.pad_token_id));
+  RETURN_IF_ERROR(GetInt(j, "max_position_embeddings", &c.max_position_embeddings));
+  RETURN_IF_ERROR(GetBool(j, "tie_word_embeddings", &c.tie_word_embeddings));
+  RETURN_IF_ERROR(GetBool(j, "attention_bias", &c.attention_bias));
+  RETURN_IF_ERROR(GetInt(j, "bos_token_id", &c.bos_token_id));
+  RETURN_IF_ERROR(GetInt(j, "pad_token_id", &c.pad_token_id));
   if (auto it = j.find("eos_token_id"); it != j.end() && !it->is_null()) {
     if (it->is_array()) {
       for (const auto& e : *it) {
         int eos = -1;
-        TANDEM_RETURN_IF_ERROR(ToInt(e, "eos_token_id", &eos));
+        RETURN_IF_ERROR(ToInt(e, "eos_token_id", &eos));
         c.eos_token_ids.push_back(eos);
       }
     } else {
       int eos = -1;
-      TANDEM_RETURN_IF_ERROR(GetInt(j, "eos_token_id", &eos));
+      RETURN_IF_ERROR(GetInt(j, "eos_token_id", &eos));
       c.eos_token_ids.push_back(eos);
     }
   }
@@ -239,14 +225,13 @@ absl::StatusOr<ModelConfig> ParseConfigJson(std::string_view text) {
     c.sliding_window = 4096;
   }
   if (c.model_type == "qwen2" || c.model_type == "qwen3") c.max_window_layers = 28;
-  TANDEM_RETURN_IF_ERROR(GetInt(j, "sliding_window", &c.sliding_window,
+  RETURN_IF_ERROR(GetInt(j, "sliding_window", &c.sliding_window,
                                 &c.sliding_window_set));
   if (auto it = j.find("sliding_window"); it != j.end() && it->is_null()) c.sliding_window = 0;
-  TANDEM_RETURN_IF_ERROR(GetBool(j, "use_sliding_window",
+  RETURN_IF_ERROR(GetBool(j, "use_sliding_window",
                                  &c.use_sliding_window,
                                  &c.use_sliding_window_set));
-  TANDEM_RETURN_IF_ERROR(
-      GetInt(j, "max_window_layers", &c.max_window_layers));
+  RETURN_IF_ERROR(GetInt(j, "max_window_layers", &c.max_window_layers));
   if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
     if (!it->is_array()) {
       return absl::InvalidArgumentError(
@@ -260,16 +245,16 @@ absl::StatusOr<ModelConfig> ParseConfigJson(std::string_view text) {
       c.layer_types.push_back(e.get<std::string>());
     }
   }
-  TANDEM_RETURN_IF_ERROR(GetString(j, "torch_dtype", &c.torch_dtype));
-  TANDEM_RETURN_IF_ERROR(GetString(j, "tokenizer", &c.tokenizer));
+  RETURN_IF_ERROR(GetString(j, "torch_dtype", &c.torch_dtype));
+  RETURN_IF_ERROR(GetString(j, "tokenizer", &c.tokenizer));
   std::string act = "silu";
-  TANDEM_RETURN_IF_ERROR(GetString(j, "hidden_act", &act));
+  RETURN_IF_ERROR(GetString(j, "hidden_act", &act));
   if (act != "silu") {
     return absl::InvalidArgumentError(absl::StrCat(
         "config key 'hidden_act' = '", act, "' is not supported (only silu)"));
   }
   bool mlp_bias = false;
-  TANDEM_RETURN_IF_ERROR(GetBool(j, "mlp_bias", &mlp_bias));
+  RETURN_IF_ERROR(GetBool(j, "mlp_bias", &mlp_bias));
   if (mlp_bias) {
     return absl::InvalidArgumentError(
         "config key 'mlp_bias' = true is not supported");
@@ -281,14 +266,13 @@ absl::StatusOr<ModelConfig> ParseConfigJson(std::string_view text) {
         "rope_scaling instead");
   }
   double partial_rotary_factor = 1.0;
-  TANDEM_RETURN_IF_ERROR(
-      GetDouble(j, "partial_rotary_factor", &partial_rotary_factor));
+  RETURN_IF_ERROR(GetDouble(j, "partial_rotary_factor", &partial_rotary_factor));
   if (partial_rotary_factor != 1.0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config key 'partial_rotary_factor' = ", partial_rotary_factor,
         " is not supported (rotary embedding over the whole head only)"));
   }
-  TANDEM_RETURN_IF_ERROR(Validate(c));
+  RETURN_IF_ERROR(Validate(c));
   return c;
 }
 
@@ -395,9 +379,9 @@ absl::Status Validate(const ModelConfig& c) {
     }
     return absl::OkStatus();
   };
-  TANDEM_RETURN_IF_ERROR(check_id("bos_token_id", c.bos_token_id));
-  TANDEM_RETURN_IF_ERROR(check_id("pad_token_id", c.pad_token_id));
-  for (int e : c.eos_token_ids) TANDEM_RETURN_IF_ERROR(check_id("eos_token_id", e));
+  RETURN_IF_ERROR(check_id("bos_token_id", c.bos_token_id));
+  RETURN_IF_ERROR(check_id("pad_token_id", c.pad_token_id));
+  for (int e : c.eos_token_ids) RETURN_IF_ERROR(check_id("eos_token_id", e));
   if (!c.tokenizer.empty() && c.tokenizer != "char") {
     return absl::InvalidArgumentError(absl::StrCat(
         "config key 'tokenizer' = '", c.tokenizer,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 
 namespace tandem::model {
 
@@ -74,8 +75,7 @@ absl::Status WriteFileAtomicParts(const std::string& path,
                                   const std::vector<std::string_view>& parts) {
   return WriteFileAtomicStream(path, [&parts](const AtomicWriteFn& write) {
     for (std::string_view part : parts) {
-      absl::Status st = write(part);
-      if (!st.ok()) return st;
+      RETURN_IF_ERROR(write(part));
     }
     return absl::OkStatus();
   });

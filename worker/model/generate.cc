@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 
 namespace tandem::model {
 
@@ -105,21 +106,10 @@ double SampleUniform(uint64_t seed, uint64_t sequence_id, uint64_t token_index) 
 
 Generator::Generator(const ModelConfig& config, kernels::Ops* ops,
                      kernels::DeviceMemory* memory)
-    : config_(config),
-      layout_(config),
+    : decoder_(config, ops, memory),
+      d_(decoder_.dims()),
       ops_(ops),
-      owned_memory_(memory == nullptr ? kernels::MakeHostMemory() : nullptr),
-      mem_(memory == nullptr ? owned_memory_.get() : memory) {
-  C_ = config.hidden_size;
-  H_ = config.num_attention_heads;
-  Hkv_ = config.KvHeads();
-  D_ = config.HeadDim();
-  I_ = config.intermediate_size;
-  V_ = config.vocab_size;
-  L_ = config.num_hidden_layers;
-  HD_ = H_ * D_;
-  KD_ = Hkv_ * D_;
-}
+      mem_(decoder_.memory()) {}
 
 size_t Generator::kv_cache_bytes() const {
   size_t n = 0;
@@ -132,23 +122,20 @@ void Generator::Release() {
   kc_.clear();
   vc_.clear();
   for (auto* a : {&x_, &xn_, &q_, &k_, &v_, &attn_, &lse_, &gate_, &up_, &h_,
-                  &hn_, &logits_d_, &cos_d_, &sin_d_, &kraw_}) {
+                  &hn_, &logits_d_, &kraw_}) {
     a->reset();
   }
   idx_d_.reset();
   u_d_.reset();
   pick_id_d_.reset();
   pick_lp_d_.reset();
-  for (auto* vec : {&logits_, &cos_, &sin_}) {
-    vec->clear();
-    vec->shrink_to_fit();
-  }
+  logits_.clear();
+  logits_.shrink_to_fit();
   idx_host_.clear();
   idx_host_.shrink_to_fit();
   cache_len_.clear();
   batch_cap_ = seq_cap_ = rows_cap_ = out_cap_ = 0;
-  rope_rows_ = 0;
-  rope_key_ = -1;
+  decoder_.ReleaseRope();
 }
 
 absl::Status Generator::Ensure(int batch, int capacity, int rows) {
@@ -163,12 +150,12 @@ absl::Status Generator::Ensure(int batch, int capacity, int rows) {
     seq_cap_ = std::max(capacity, seq_cap_);
     kc_.clear();  // free the old caches first
     vc_.clear();
-    kc_.resize(L_);
-    vc_.resize(L_);
-    const size_t n = static_cast<size_t>(batch_cap_) * seq_cap_ * KD_;
-    for (int l = 0; l < L_; ++l) {
+    kc_.resize(d_.L);
+    vc_.resize(d_.L);
+    const size_t n = static_cast<size_t>(batch_cap_) * seq_cap_ * d_.KD;
+    for (int l = 0; l < d_.L; ++l) {
       if (!kc_[l].Allocate(mem_, n) || !vc_[l].Allocate(mem_, n)) {
-        return exhausted("KV cache", 2 * L_ * n * sizeof(float));
+        return exhausted("KV cache", 2 * d_.L * n * sizeof(float));
       }
     }
     cache_len_.assign(batch_cap_, 0);
@@ -177,27 +164,25 @@ absl::Status Generator::Ensure(int batch, int capacity, int rows) {
     const size_t r = rows;
     bool ok = true;
     using Buffer = std::pair<kernels::DeviceArray<float>*, int>;
-    const Buffer buffers[] = {{&x_, C_},    {&xn_, C_},   {&q_, HD_},
-                              {&k_, KD_},   {&v_, KD_},   {&attn_, HD_},
-                              {&lse_, H_},  {&gate_, I_}, {&up_, I_},
-                              {&h_, I_}};
+    const Buffer buffers[] = {{&x_, d_.C},   {&xn_, d_.C},   {&q_, d_.HD},   {&k_, d_.KD},
+                              {&v_, d_.KD},  {&attn_, d_.HD}, {&lse_, d_.H},  {&gate_, d_.I},
+                              {&up_, d_.I},  {&h_, d_.I}};
     for (const auto& [a, width] : buffers) {
       ok = ok && a->Allocate(mem_, r * static_cast<size_t>(width));
     }
-    const bool qk_norm = config_.HasQkNorm();
-    if (qk_norm) ok = ok && kraw_.Allocate(mem_, r * static_cast<size_t>(KD_));
+    const bool qk_norm = config().HasQkNorm();
+    if (qk_norm) ok = ok && kraw_.Allocate(mem_, r * static_cast<size_t>(d_.KD));
     if (!ok) {
-      return exhausted("activations",
-                       r * (3 * C_ + 2 * HD_ + (qk_norm ? 3 : 2) * KD_ + H_ + 3 * I_) *
-                           sizeof(float));
+      const size_t width = 3 * d_.C + 2 * d_.HD + (qk_norm ? 3 : 2) * d_.KD + d_.H + 3 * d_.I;
+      return exhausted("activations", r * width * sizeof(float));
     }
     rows_cap_ = rows;
   }
   if (batch > out_cap_) {
     const size_t b = batch;
-    if (!hn_.Allocate(mem_, b * C_) || !logits_d_.Allocate(mem_, b * V_) ||
+    if (!hn_.Allocate(mem_, b * d_.C) || !logits_d_.Allocate(mem_, b * d_.V) ||
         !u_d_.Allocate(mem_, b) || !pick_id_d_.Allocate(mem_, b) || !pick_lp_d_.Allocate(mem_, 2 * b)) {
-      return exhausted("logits", b * (C_ + V_ + 5) * sizeof(float));
+      return exhausted("logits", b * (d_.C + d_.V + 5) * sizeof(float));
     }
     out_cap_ = batch;
     u_host_.resize(b);
@@ -212,126 +197,41 @@ absl::Status Generator::Ensure(int batch, int capacity, int rows) {
   }
   if (idx_host_.capacity() < idx_n) idx_host_.reserve(idx_n);
   // Rotary tables for positions 0..capacity-1.
-  const kernels::RopeConfig rc = config_.Rope();
-  const int key = rc.type == kernels::RopeType::kDynamicNtk
-                      ? std::max(capacity, rc.original_max_position)
-                      : 0;
-  if (key != rope_key_ || capacity > rope_rows_) {
-    const int rowsr = std::max(RopeRowsFor(capacity), rope_rows_);
-    const size_t n = static_cast<size_t>(rowsr) * D_ / 2;
-    cos_.assign(n, 0.f);
-    sin_.assign(n, 0.f);
-    kernels::rope_tables(rc, key > 0 ? key : rowsr, rowsr, cos_.data(), sin_.data());
-    if (cos_d_.size() < n || sin_d_.size() < n) {
-      cos_d_.reset();
-      sin_d_.reset();
-      if (!cos_d_.Allocate(mem_, n) || !sin_d_.Allocate(mem_, n)) {
-        return exhausted("rope tables", 2 * n * sizeof(float));
-      }
-    }
-    cos_d_.Upload(cos_.data(), n);
-    sin_d_.Upload(sin_.data(), n);
-    rope_rows_ = rowsr;
-    rope_key_ = key;
+  if (absl::Status st = decoder_.EnsureRope(capacity); !st.ok()) {
+    Release();
+    return st;
   }
-  if (!mem_->ok()) {
-    return absl::InternalError(absl::StrCat("generate: device memory (", mem_->name(),
-                                            "): ", mem_->last_error()));
-  }
-  return absl::OkStatus();
+  return decoder_.MemoryStatus("generate");
 }
 
 void Generator::UploadIndices(size_t n) { idx_d_.Upload(idx_host_.data(), n); }
 
-void Generator::Forward(ParamProvider& pp, int rows, const StepIndices& ix,
-                        int num_seqs, int n_out) {
-  const float eps = static_cast<float>(config_.rms_norm_eps);
-  const bool prefill = ix.cu != nullptr;
-  float* x = x_.data();
-  float* xn = xn_.data();
-  float* q = q_.data();
-  float* k = k_.data();
-  float* v = v_.data();
-  float* attn = attn_.data();
+void Generator::Step(ParamProvider& pp, DecoderInput in, const int32_t* out_rows, int n_out) {
+  const KvCache cache{kc_, vc_, seq_cap_};
+  in.cache = &cache;
+  // One scratch per activation, reused by every layer; the residual is
+  // updated in place. lse_ doubles as the RMSNorms' rstd output (unused)
+  // and attn_ holds q before its norm (free until the attention).
   float* lse = lse_.data();
-  float* gate = gate_.data();
-  float* up = up_.data();
-  float* h = h_.data();
-  const float* cosb = cos_d_.data();
-  const float* sinb = sin_d_.data();
-  {
-    const float* P = pp.AcquireParams(0);
-    pp.Prefetch(1);
-    ops_->embedding_forward(ix.tokens, rows, P + layout_.embed_offset(), C_, x);
-    pp.ReleaseParams(0);
-  }
-  for (int l = 0; l < L_; ++l) {
-    const int unit = layout_.layer_unit(l);
-    const float* P = pp.AcquireParams(unit);
-    pp.Prefetch(unit + 1);
-    const LayerOffsets& o = layout_.layer(l);
-    kernels::AttentionParams ap;
-    ap.num_heads = H_;
-    ap.num_kv_heads = Hkv_;
-    ap.head_dim = D_;
-    ap.window = config_.LayerWindow(l);
-    ops_->rmsnorm_forward(x, P + o.input_norm, rows, C_, eps, xn, lse);
-    // With q/k norms the projections go to attn (free until the attention)
-    // and kraw_, then the per-head norms write q and k (rstd into lse,
-    // unused).
-    const bool qk_norm = o.q_norm != SIZE_MAX;
-    float* qp = qk_norm ? attn : q;
-    float* kp = qk_norm ? kraw_.data() : k;
-    ops_->matmul(false, true, rows, HD_, C_, 1.f, xn, C_, P + o.q, C_, 0.f, qp, HD_);
-    ops_->matmul(false, true, rows, KD_, C_, 1.f, xn, C_, P + o.k, C_, 0.f, kp, KD_);
-    ops_->matmul(false, true, rows, KD_, C_, 1.f, xn, C_, P + o.v, C_, 0.f, v, KD_);
-    if (o.q_bias != SIZE_MAX) {
-      ops_->add_bias(qp, P + o.q_bias, rows, HD_);
-      ops_->add_bias(kp, P + o.k_bias, rows, KD_);
-      ops_->add_bias(v, P + o.v_bias, rows, KD_);
-    }
-    if (qk_norm) {
-      ops_->rmsnorm_forward(qp, P + o.q_norm, rows * H_, D_, eps, q, lse);
-      ops_->rmsnorm_forward(kp, P + o.k_norm, rows * Hkv_, D_, eps, k, lse);
-    }
-    ops_->rope_apply(q, ix.positions, rows, H_, D_, cosb, sinb, false);
-    ops_->rope_apply(k, ix.positions, rows, Hkv_, D_, cosb, sinb, false);
-    // Write the new k/v rows into the caches: a scatter over cache rows
-    // [batch * seq_cap, KD], whose target rows are zero (see Generate), so
-    // the scatter-add is a copy.
-    float* kc = kc_[l].data();
-    float* vc = vc_[l].data();
-    ops_->embedding_backward(ix.kv_rows, rows, k, KD_, kc);
-    ops_->embedding_backward(ix.kv_rows, rows, v, KD_, vc);
-    if (prefill) {
-      ops_->attention_forward(ap, q, k, v, ix.cu, num_seqs, rows, attn, lse);
-    } else {
-      ops_->decode_attention(ap, q, rows, 1, kc, vc, seq_cap_, ix.cache_len, attn);
-    }
-    ops_->matmul(false, true, rows, C_, HD_, 1.f, attn, HD_, P + o.o, HD_, 1.f, x, C_);
-    ops_->rmsnorm_forward(x, P + o.post_norm, rows, C_, eps, xn, lse);
-    ops_->matmul(false, true, rows, I_, C_, 1.f, xn, C_, P + o.gate, C_, 0.f, gate, I_);
-    ops_->matmul(false, true, rows, I_, C_, 1.f, xn, C_, P + o.up, C_, 0.f, up, I_);
-    ops_->swiglu_forward(gate, up, static_cast<size_t>(rows) * I_, h);
-    ops_->matmul(false, true, rows, C_, I_, 1.f, h, I_, P + o.down, I_, 1.f, x, C_);
-    pp.ReleaseParams(unit);
-  }
-  // The output rows: a gather into xn, or rows 0..n_out-1 of x in place.
-  const float* xo = x;
-  if (ix.out_rows != nullptr) {
-    ops_->embedding_forward(ix.out_rows, n_out, x, C_, xn);
-    xo = xn;
-  }
-  const int fu = layout_.final_unit();
-  const float* P = pp.AcquireParams(fu);
-  ops_->rmsnorm_forward(xo, P + layout_.final_norm_offset(), n_out, C_, eps,
-                        hn_.data(), lse);
-  const int hu = layout_.lm_head_unit();
-  const float* W = hu == fu ? P : pp.AcquireParams(hu);
-  ops_->matmul(false, true, n_out, V_, C_, 1.f, hn_.data(), C_, W + layout_.lm_head_offset(),
-               C_, 0.f, logits_d_.data(), V_);
-  if (hu != fu) pp.ReleaseParams(hu);
-  pp.ReleaseParams(fu);
+  DecoderActivations a;
+  a.x = a.xmid = {x_.data(), 0};
+  a.q = {q_.data(), 0};
+  a.k = {k_.data(), 0};
+  a.v = {v_.data(), 0};
+  a.attn = a.q_raw = {attn_.data(), 0};
+  a.lse = a.rstd_in = a.rstd_post = a.rstd_q = a.rstd_k = {lse, 0};
+  a.k_raw = {kraw_.data(), 0};
+  a.gate = {gate_.data(), 0};
+  a.up = {up_.data(), 0};
+  a.xn = xn_.data();
+  a.hact = h_.data();
+  DecoderOutput out;
+  out.rows = n_out;
+  out.select = out_rows;
+  out.xn = hn_.data();
+  out.rstd = lse;
+  decoder_.Forward(pp, in, a, out);
+  decoder_.Logits(pp, hn_.data(), n_out, logits_d_.data());
 }
 
 absl::StatusOr<GenerationResult> Generator::Generate(
@@ -358,9 +258,9 @@ absl::StatusOr<GenerationResult> Generator::Generate(
       return absl::InvalidArgumentError(absl::StrCat("generate: prompt ", b, " is empty"));
     }
     for (int32_t id : prompts[b]) {
-      if (id < 0 || id >= V_) {
+      if (id < 0 || id >= d_.V) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "generate: prompt ", b, " has token id ", id, " outside [0, ", V_, ")"));
+            "generate: prompt ", b, " has token id ", id, " outside [0, ", d_.V, ")"));
       }
     }
     max_len = std::max<int>(max_len, prompts[b].size());
@@ -374,31 +274,25 @@ absl::StatusOr<GenerationResult> Generator::Generate(
   }
   const int capacity = static_cast<int>(wanted);
   // Per-head rows (lse, q/k norms) are indexed with 32-bit ints.
-  if (total > (1 << 24) || total * H_ > INT32_MAX ||
+  if (total > (1 << 24) || total * d_.H > INT32_MAX ||
       static_cast<int64_t>(std::max(B, batch_cap_)) * std::max(capacity, seq_cap_) >=
           (int64_t{1} << 31)) {
     return absl::InvalidArgumentError("generate: prompts too long");
   }
-  absl::Status st = Ensure(B, capacity, static_cast<int>(std::max<int64_t>(total, B)));
-  if (!st.ok()) return st;
-  auto memory_status = [this]() {
-    return mem_->ok() ? absl::OkStatus()
-                      : absl::InternalError(absl::StrCat("generate: device memory (",
-                                                         mem_->name(), "): ",
-                                                         mem_->last_error()));
-  };
+  RETURN_IF_ERROR(Ensure(B, capacity, static_cast<int>(std::max<int64_t>(total, B))));
 
   GenerationResult res;
   res.sequences.resize(B);
   res.prompt_tokens = total;
   std::vector<int32_t> stop = o.stop_ids;
-  if (o.stop_at_eos) stop.insert(stop.end(), config_.eos_token_ids.begin(), config_.eos_token_ids.end());
+  if (o.stop_at_eos) stop.insert(stop.end(), config().eos_token_ids.begin(), config().eos_token_ids.end());
   auto is_stop = [&](int32_t t) { return std::find(stop.begin(), stop.end(), t) != stop.end(); };
 
   // Prefill. The caches of slots 0..B-1 start zeroed: rows at and past a
-  // slot's cache length stay zero (see Forward), here and when compacting.
+  // slot's cache length stay zero (KvCache, decoder.h), here and when
+  // compacting.
   double t0 = Now();
-  const size_t cap_stride = static_cast<size_t>(seq_cap_) * KD_;
+  const size_t cap_stride = static_cast<size_t>(seq_cap_) * d_.KD;
   // idx_host_ = [tokens | positions | kv rows (total each) | out rows B | cu B+1].
   idx_host_.resize(3 * total + 2 * B + 1);
   int32_t* h_tokens = idx_host_.data();
@@ -421,20 +315,21 @@ absl::StatusOr<GenerationResult> Generator::Generate(
     res.kv_cache_bytes = kv_cache_bytes();
     return res;
   }
-  for (int l = 0; l < L_; ++l) {
+  for (int l = 0; l < d_.L; ++l) {
     mem_->SetZero(kc_[l].data(), B * cap_stride * sizeof(float));
     mem_->SetZero(vc_[l].data(), B * cap_stride * sizeof(float));
   }
   UploadIndices(idx_host_.size());
   {
     const int32_t* d = idx_d_.data();
-    StepIndices ix;
-    ix.tokens = d;
-    ix.positions = d + total;
-    ix.kv_rows = d + 2 * total;
-    ix.out_rows = d + 3 * total;
-    ix.cu = d + 3 * total + B;
-    Forward(pp, static_cast<int>(total), ix, B, B);
+    DecoderInput in;
+    in.rows = static_cast<int>(total);
+    in.tokens = d;
+    in.positions = d + total;
+    in.kv_rows = d + 2 * total;
+    in.cu = d + 3 * total + B;
+    in.num_seqs = B;
+    Step(pp, in, /*out_rows=*/d + 3 * total, B);
   }
   res.prefill_seconds = Now() - t0;
   t0 = Now();
@@ -449,7 +344,7 @@ absl::StatusOr<GenerationResult> Generator::Generate(
   std::vector<Pick> picks(B);
   // Without top-k / top-p the backend samples on the device and only ids and
   // log-probs come back; otherwise the logits are sorted on the host.
-  const bool device_sampling = o.greedy || ((o.top_k <= 0 || o.top_k >= V_) && o.top_p >= 1.f);
+  const bool device_sampling = o.greedy || ((o.top_k <= 0 || o.top_k >= d_.V) && o.top_p >= 1.f);
   for (int step = 0; live > 0; ++step) {
     // Sample one token per live slot from the logits of rows 0..live-1.
     for (int s = 0; s < live; ++s) {
@@ -459,7 +354,7 @@ absl::StatusOr<GenerationResult> Generator::Generate(
     }
     if (device_sampling) {
       u_d_.Upload(u_host_.data(), live);
-      ops_->sample_logits(logits_d_.data(), live, V_, o.greedy ? 0.f : o.temperature, u_d_.data(),
+      ops_->sample_logits(logits_d_.data(), live, d_.V, o.greedy ? 0.f : o.temperature, u_d_.data(),
                           pick_id_d_.data(), pick_lp_d_.data(), pick_lp_d_.data() + live);
       pick_id_d_.Download(pick_id_host_.data(), live);
       pick_lp_d_.Download(pick_lp_host_.data(), 2 * static_cast<size_t>(live));
@@ -467,10 +362,10 @@ absl::StatusOr<GenerationResult> Generator::Generate(
         picks[s] = {pick_id_host_[s], pick_lp_host_[s], pick_lp_host_[live + s]};
       }
     } else {
-      if (logits_.size() < static_cast<size_t>(live) * V_) logits_.resize(static_cast<size_t>(B) * V_);
-      logits_d_.Download(logits_.data(), static_cast<size_t>(live) * V_);
+      if (logits_.size() < static_cast<size_t>(live) * d_.V) logits_.resize(static_cast<size_t>(B) * d_.V);
+      logits_d_.Download(logits_.data(), static_cast<size_t>(live) * d_.V);
       for (int s = 0; s < live; ++s) {
-        picks[s] = SampleRow(logits_.data() + static_cast<size_t>(s) * V_, V_, o, u_host_[s], idx, prob);
+        picks[s] = SampleRow(logits_.data() + static_cast<size_t>(s) * d_.V, d_.V, o, u_host_[s], idx, prob);
       }
     }
     for (int s = 0; s < live; ++s) {
@@ -497,9 +392,9 @@ absl::StatusOr<GenerationResult> Generator::Generate(
       if (next[s] < 0) continue;
       if (w != s) {
         // Slots are cap_stride apart and w < s: the ranges do not overlap.
-        const size_t n = static_cast<size_t>(cache_len_[s]) * KD_;
-        const size_t old = static_cast<size_t>(cache_len_[w]) * KD_;
-        for (int l = 0; l < L_; ++l) {
+        const size_t n = static_cast<size_t>(cache_len_[s]) * d_.KD;
+        const size_t old = static_cast<size_t>(cache_len_[w]) * d_.KD;
+        for (int l = 0; l < d_.L; ++l) {
           for (float* c : {kc_[l].data(), vc_[l].data()}) {
             mem_->CopyOnDevice(c + w * cap_stride, c + s * cap_stride, n * sizeof(float));
             if (old > n) mem_->SetZero(c + w * cap_stride + n, (old - n) * sizeof(float));
@@ -525,15 +420,15 @@ absl::StatusOr<GenerationResult> Generator::Generate(
     }
     UploadIndices(idx_host_.size());
     const int32_t* d = idx_d_.data();
-    StepIndices ix;
-    ix.tokens = d;
-    ix.positions = d + live;
-    ix.kv_rows = d + 2 * live;
-    ix.cache_len = d + 3 * live;
-    Forward(pp, live, ix, live, live);
+    DecoderInput in;
+    in.rows = live;
+    in.tokens = d;
+    in.positions = d + live;
+    in.kv_rows = d + 2 * live;
+    in.cache_len = d + 3 * live;
+    Step(pp, in, /*out_rows=*/nullptr, live);
   }
-  st = memory_status();
-  if (!st.ok()) return st;
+  RETURN_IF_ERROR(decoder_.MemoryStatus("generate"));
   res.decode_seconds = Now() - t0;
   for (const auto& g : res.sequences) res.generated_tokens += g.tokens.size();
   res.kv_cache_bytes = kv_cache_bytes();

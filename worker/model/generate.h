@@ -1,6 +1,7 @@
 // Batched generation: prefill (packed varlen forward of all prompts, filling
 // a KV cache [batch, capacity, Hkv, D] per layer) then incremental decode
-// with Ops::decode_attention, one token per live sequence per step.
+// with Ops::decode_attention, one token per live sequence per step; both
+// run the shared Decoder (decoder.h) over one scratch buffer per activation.
 //
 // Sampling: greedy, or temperature -> top-k -> top-p (HF order), drawing
 // one uniform per (seed, sequence id, token index) from a counter-based hash
@@ -34,6 +35,7 @@
 #include "kernels/memory.h"
 #include "kernels/ops.h"
 #include "worker/model/config.h"
+#include "worker/model/decoder.h"
 #include "worker/model/param_layout.h"
 #include "worker/model/param_provider.h"
 
@@ -91,33 +93,21 @@ class Generator {
   size_t kv_cache_bytes() const;
 
  private:
-  // Device index arrays of one Forward.
-  struct StepIndices {
-    const int32_t* tokens = nullptr;     // [rows]
-    const int32_t* positions = nullptr;  // [rows]
-    // [rows]: cache row (slot * seq_cap_ + position) of each row's k/v.
-    const int32_t* kv_rows = nullptr;
-    const int32_t* cu = nullptr;         // prefill: [num_seqs + 1]; nullptr: decode
-    const int32_t* cache_len = nullptr;  // decode: [rows], including the new token
-    const int32_t* out_rows = nullptr;   // [n_out] rows whose logits are wanted;
-                                         // nullptr: rows 0..n_out-1
-  };
-  // Runs `rows` tokens through all layers, writes their k/v into the caches
-  // and the logits of the output rows to logits_d_ [n_out, V]. Prefill: rows
-  // = packed prompt tokens, slot s = sequence s. Decode: one row per live
-  // slot.
-  void Forward(ParamProvider& pp, int rows, const StepIndices& ix, int num_seqs,
-               int n_out);
+  // Runs in.rows tokens through the decoder, writing their k/v into the
+  // caches, and the logits of n_out rows (out_rows, or rows 0..n_out-1) to
+  // logits_d_ [n_out, V]. Prefill: the packed prompts, slot s = sequence s.
+  // Decode: one row per live slot.
+  void Step(ParamProvider& pp, DecoderInput in, const int32_t* out_rows, int n_out);
   absl::Status Ensure(int batch, int capacity, int rows);
   // Uploads idx_host_ (its first n entries) to idx_d_.
   void UploadIndices(size_t n);
 
-  ModelConfig config_;
-  ParamLayout layout_;
-  kernels::Ops* ops_;
-  std::unique_ptr<kernels::DeviceMemory> owned_memory_;
-  kernels::DeviceMemory* mem_;
-  int C_, H_, Hkv_, D_, I_, V_, L_, HD_, KD_;
+  const ModelConfig& config() const { return decoder_.config(); }
+
+  Decoder decoder_;
+  DecoderDims d_;               // decoder_.dims()
+  kernels::Ops* ops_;           // decoder_.ops()
+  kernels::DeviceMemory* mem_;  // decoder_.memory()
 
   int batch_cap_ = 0, seq_cap_ = 0, rows_cap_ = 0, out_cap_ = 0;
   // Device: per layer [batch, cap, Hkv, D].
@@ -141,9 +131,6 @@ class Generator {
   std::vector<double> u_host_;
   std::vector<int32_t> pick_id_host_;
   std::vector<float> pick_lp_host_;
-  std::vector<float> cos_, sin_;
-  kernels::DeviceArray<float> cos_d_, sin_d_;
-  int rope_rows_ = 0, rope_key_ = -1;
 };
 
 // The counter-based uniform in [0, 1) used for sampling (exposed for tests).

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 
 namespace tandem::model {
 
@@ -22,65 +23,39 @@ void Batch::AddSequence(std::span<const int32_t> seq) {
 
 Model::Model(const ModelConfig& config, kernels::Ops* ops, int max_tokens,
              kernels::DeviceMemory* memory)
-    : config_(config),
-      layout_(config),
+    : decoder_(config, ops, memory),
+      d_(decoder_.dims()),
       ops_(ops),
-      owned_memory_(memory == nullptr ? kernels::MakeHostMemory() : nullptr),
-      mem_(memory == nullptr ? owned_memory_.get() : memory) {
-  C_ = config.hidden_size;
-  H_ = config.num_attention_heads;
-  Hkv_ = config.KvHeads();
-  D_ = config.HeadDim();
-  I_ = config.intermediate_size;
-  V_ = config.vocab_size;
-  L_ = config.num_hidden_layers;
-  HD_ = H_ * D_;
-  KD_ = Hkv_ * D_;
-  lm_chunk_ = std::clamp(262144 / std::max(V_, 1), 8, 1024);
+      mem_(decoder_.memory()) {
+  lm_chunk_ = std::clamp(262144 / std::max(d_.V, 1), 8, 1024);
   qk_norm_ = config.HasQkNorm();
   // A failure here leaves cap_ at 0: the first Forward* retries and reports.
   if (max_tokens > 0) (void)EnsureCapacity(max_tokens);
 }
 
-absl::Status Model::MemoryStatus() const {
-  if (mem_->ok()) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("model: device memory (", mem_->name(),
-                                          "): ", mem_->last_error()));
-}
-
-kernels::AttentionParams Model::Attn(int layer) const {
-  kernels::AttentionParams p;
-  p.num_heads = H_;
-  p.num_kv_heads = Hkv_;
-  p.head_dim = D_;
-  p.causal = true;
-  p.window = config_.LayerWindow(layer);
-  return p;
-}
-
 absl::Status Model::EnsureCapacity(int t) {
   if (t <= cap_) return absl::OkStatus();
   const size_t T = static_cast<size_t>(t);
-  const size_t L = L_;
+  const size_t L = d_.L;
   size_t n = 0;
   auto take = [&](size_t count) { size_t o = n; n += (count + 15) / 16 * 16; return o; };
-  const size_t o_x = take((L + 1) * T * C_), o_xmid = take(L * T * C_),
-               o_q = take(L * T * HD_), o_k = take(L * T * KD_),
-               o_v = take(L * T * KD_), o_attn = take(L * T * HD_),
-               o_lse = take(L * T * H_), o_r1 = take(L * T), o_r2 = take(L * T),
-               o_rf = take(T), o_xnf = take(T * C_), o_xn = take(T * C_),
-               o_hact = take(T * I_), o_dres = take(T * C_),
-               o_dtmp = take(T * C_), o_dxn = take(T * C_),
-               o_dattn = take(T * HD_), o_dq = take(T * HD_),
-               o_dk = take(T * KD_), o_dv = take(T * KD_),
-               o_dh = take(T * I_), o_dgate = take(T * I_),
-               o_dup = take(T * I_), o_dup2 = take(T * I_), o_rt = take(T),
-               o_lm = take(static_cast<size_t>(lm_chunk_) * V_),
+  const size_t o_x = take((L + 1) * T * d_.C), o_xmid = take(L * T * d_.C),
+               o_q = take(L * T * d_.HD), o_k = take(L * T * d_.KD),
+               o_v = take(L * T * d_.KD), o_attn = take(L * T * d_.HD),
+               o_lse = take(L * T * d_.H), o_r1 = take(L * T), o_r2 = take(L * T),
+               o_rf = take(T), o_xnf = take(T * d_.C), o_xn = take(T * d_.C),
+               o_hact = take(T * d_.I), o_dres = take(T * d_.C),
+               o_dtmp = take(T * d_.C), o_dxn = take(T * d_.C),
+               o_dattn = take(T * d_.HD), o_dq = take(T * d_.HD),
+               o_dk = take(T * d_.KD), o_dv = take(T * d_.KD),
+               o_dh = take(T * d_.I), o_dgate = take(T * d_.I),
+               o_dup = take(T * d_.I), o_dup2 = take(T * d_.I), o_rt = take(T),
+               o_lm = take(static_cast<size_t>(lm_chunk_) * d_.V),
                o_logp = take(T), o_ent = take(T), o_dlogp = take(T);
   const size_t qk = qk_norm_ ? 1 : 0;
-  const size_t o_rq = take(qk * L * T * H_), o_rk = take(qk * L * T * Hkv_),
-               o_qraw = take(qk * T * HD_), o_kraw = take(qk * T * KD_),
-               o_dqraw = take(qk * T * HD_), o_dkraw = take(qk * T * KD_);
+  const size_t o_rq = take(qk * L * T * d_.H), o_rk = take(qk * L * T * d_.Hkv),
+               o_qraw = take(qk * T * d_.HD), o_kraw = take(qk * T * d_.KD),
+               o_dqraw = take(qk * T * d_.HD), o_dkraw = take(qk * T * d_.KD);
   ws_.reset();  // free the old workspace before allocating the larger one
   cap_ = 0;
   have_forward_ = false;
@@ -111,7 +86,7 @@ absl::Status Model::EnsureCapacity(int t) {
 
 absl::Status Model::EnsureMlpStore(int t) {
   if (t <= mlp_cap_) return absl::OkStatus();
-  const size_t n = static_cast<size_t>(L_) * t * I_;
+  const size_t n = static_cast<size_t>(d_.L) * t * d_.I;
   mlp_.reset();
   mlp_cap_ = 0;
   gate_ = up_ = nullptr;
@@ -130,7 +105,7 @@ absl::Status Model::EnsureMlpStore(int t) {
 absl::Status Model::EnsureLowRank(int t, int r) {
   if (t <= lr_cap_ && r <= lr_rank_) return absl::OkStatus();
   const int tc = std::max(t, lr_cap_), rc = std::max(r, lr_rank_);
-  const size_t n = static_cast<size_t>(rc) * (C_ + tc + I_);
+  const size_t n = static_cast<size_t>(rc) * (d_.C + tc + d_.I);
   low_rank_ws_.reset();
   lr_cap_ = lr_rank_ = 0;
   if (!low_rank_ws_.Allocate(mem_, n)) {
@@ -138,7 +113,7 @@ absl::Status Model::EnsureLowRank(int t, int r) {
         "model: cannot allocate ", n * sizeof(float), " bytes of low-rank gradient scratch"));
   }
   lr_p_ = low_rank_ws_.data();
-  lr_a_ = lr_p_ + static_cast<size_t>(rc) * C_;
+  lr_a_ = lr_p_ + static_cast<size_t>(rc) * d_.C;
   lr_b_ = lr_a_ + static_cast<size_t>(rc) * tc;
   lr_cap_ = tc;
   lr_rank_ = rc;
@@ -146,6 +121,7 @@ absl::Status Model::EnsureLowRank(int t, int r) {
 }
 
 void Model::MakeProjection(uint64_t seed, int layer, int r) {
+  const int C = d_.C;
   // SplitMix64 of (seed, layer): independent streams per layer.
   uint64_t z = seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(layer + 1);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -154,75 +130,38 @@ void Model::MakeProjection(uint64_t seed, int layer, int r) {
   std::mt19937_64 rng(z);
   std::normal_distribution<double> nd(0.0, 1.0);
   // Columns of P, Gram-Schmidt (twice, for orthogonality in fp32) in double.
-  std::vector<double> q(static_cast<size_t>(r) * C_);
+  std::vector<double> q(static_cast<size_t>(r) * C);
   for (int j = 0; j < r; ++j) {
-    double* c = q.data() + static_cast<size_t>(j) * C_;
-    for (int i = 0; i < C_; ++i) c[i] = nd(rng);
+    double* c = q.data() + static_cast<size_t>(j) * C;
+    for (int i = 0; i < C; ++i) c[i] = nd(rng);
     for (int pass = 0; pass < 2; ++pass) {
       for (int k = 0; k < j; ++k) {
-        const double* o = q.data() + static_cast<size_t>(k) * C_;
+        const double* o = q.data() + static_cast<size_t>(k) * C;
         double dot = 0;
-        for (int i = 0; i < C_; ++i) dot += o[i] * c[i];
-        for (int i = 0; i < C_; ++i) c[i] -= dot * o[i];
+        for (int i = 0; i < C; ++i) dot += o[i] * c[i];
+        for (int i = 0; i < C; ++i) c[i] -= dot * o[i];
       }
     }
     double norm = 0;
-    for (int i = 0; i < C_; ++i) norm += c[i] * c[i];
+    for (int i = 0; i < C; ++i) norm += c[i] * c[i];
     norm = std::sqrt(norm);
-    for (int i = 0; i < C_; ++i) c[i] /= norm;
+    for (int i = 0; i < C; ++i) c[i] /= norm;
   }
-  lr_host_.resize(static_cast<size_t>(C_) * r);  // row-major [C, r]
-  for (int i = 0; i < C_; ++i) {
+  lr_host_.resize(static_cast<size_t>(C) * r);  // row-major [C, r]
+  for (int i = 0; i < C; ++i) {
     for (int j = 0; j < r; ++j) {
-      lr_host_[static_cast<size_t>(i) * r + j] = static_cast<float>(q[static_cast<size_t>(j) * C_ + i]);
+      lr_host_[static_cast<size_t>(i) * r + j] = static_cast<float>(q[static_cast<size_t>(j) * C + i]);
     }
   }
   mem_->CopyToDevice(lr_p_, lr_host_.data(), lr_host_.size() * sizeof(float));
 }
 
-absl::Status Model::EnsureRope(int max_position) {
-  const kernels::RopeConfig rc = config_.Rope();
-  const int need = max_position + 1;
-  // Dynamic NTK: HF recomputes the base from the longest sequence in the
-  // forward once it exceeds the original maximum.
-  const int key = rc.type == kernels::RopeType::kDynamicNtk
-                      ? std::max(need, rc.original_max_position)
-                      : 0;
-  if (key == rope_seq_key_ && need <= rope_rows_) return absl::OkStatus();
-  // Sized by the positions in use (grown by doubling), never by
-  // max_position_embeddings: a config may declare millions of positions.
-  const int rows = std::max(RopeRowsFor(need), rope_rows_);
-  const size_t n = static_cast<size_t>(rows) * D_ / 2;
-  cos_.assign(n, 0.f);
-  sin_.assign(n, 0.f);
-  kernels::rope_tables(rc, key > 0 ? key : rows, rows, cos_.data(), sin_.data());
-  rope_rows_ = 0;
-  rope_seq_key_ = -1;
-  if (cos_d_.size() < n || sin_d_.size() < n) {
-    sin_d_.reset();
-    cos_d_.reset();
-    if (!cos_d_.Allocate(mem_, n) || !sin_d_.Allocate(mem_, n)) {
-      cos_d_.reset();
-      sin_d_.reset();
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "model: cannot allocate rope tables of ", 2 * n * sizeof(float), " bytes"));
-    }
-  }
-  cos_d_.Upload(cos_.data(), n);
-  sin_d_.Upload(sin_.data(), n);
-  rope_rows_ = rows;
-  rope_seq_key_ = key;
-  return absl::OkStatus();
-}
-
 absl::Status Model::Prepare(const Batch& batch) {
-  absl::Status s = CheckBatch(batch);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(CheckBatch(batch));
   have_forward_ = false;
   T_ = batch.num_tokens();
   nseq_ = batch.num_seqs();
-  s = EnsureCapacity(T_);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(EnsureCapacity(T_));
   const size_t T = T_;
   const size_t n = 3 * T + batch.cu_seqlens.size();
   if (idx_.size() < n) {
@@ -243,16 +182,16 @@ absl::Status Model::Prepare(const Batch& batch) {
   targets_ = d + T;
   positions_ = d + 2 * T;
   cu_ = d + 3 * T;
-  s = EnsureRope(*std::max_element(batch.positions.begin(), batch.positions.end()));
-  if (!s.ok()) return s;
-  return MemoryStatus();
+  const int32_t max_position = *std::max_element(batch.positions.begin(), batch.positions.end());
+  RETURN_IF_ERROR(decoder_.EnsureRope(max_position + 1));
+  return decoder_.MemoryStatus("model");
 }
 
 absl::Status Model::CheckBatch(const Batch& b) const {
   const size_t T = b.tokens.size();
   if (T == 0) return absl::InvalidArgumentError("batch has no tokens");
   // Per-head rows (attention lse, q/k norms) are indexed with 32-bit ints.
-  if (T > (1u << 24) || T * static_cast<size_t>(H_) > INT32_MAX) {
+  if (T > (1u << 24) || T * static_cast<size_t>(d_.H) > INT32_MAX) {
     return absl::InvalidArgumentError(absl::StrCat("batch too large: ", T, " tokens"));
   }
   if (b.targets.size() != T || b.positions.size() != T) {
@@ -271,13 +210,13 @@ absl::Status Model::CheckBatch(const Batch& b) const {
     }
   }
   for (size_t t = 0; t < T; ++t) {
-    if (b.tokens[t] < 0 || b.tokens[t] >= V_) {
+    if (b.tokens[t] < 0 || b.tokens[t] >= d_.V) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "batch: token id ", b.tokens[t], " at row ", t, " outside [0, ", V_, ")"));
+          "batch: token id ", b.tokens[t], " at row ", t, " outside [0, ", d_.V, ")"));
     }
-    if (b.targets[t] < 0 || b.targets[t] >= V_) {
+    if (b.targets[t] < 0 || b.targets[t] >= d_.V) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "batch: target id ", b.targets[t], " at row ", t, " outside [0, ", V_, ")"));
+          "batch: target id ", b.targets[t], " at row ", t, " outside [0, ", d_.V, ")"));
     }
     if (b.positions[t] < 0 || b.positions[t] >= (1 << 24)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -287,121 +226,77 @@ absl::Status Model::CheckBatch(const Batch& b) const {
   return absl::OkStatus();
 }
 
-void Model::ProjectQkv(const float* P, const LayerOffsets& o, int T, float* q,
-                       float* k, float* v) {
-  ops_->matmul(false, true, T, HD_, C_, 1.f, xn_, C_, P + o.q, C_, 0.f, q, HD_);
-  ops_->matmul(false, true, T, KD_, C_, 1.f, xn_, C_, P + o.k, C_, 0.f, k, KD_);
-  if (v != nullptr) {
-    ops_->matmul(false, true, T, KD_, C_, 1.f, xn_, C_, P + o.v, C_, 0.f, v, KD_);
-  }
-  if (o.q_bias != SIZE_MAX) {
-    ops_->add_bias(q, P + o.q_bias, T, HD_);
-    ops_->add_bias(k, P + o.k_bias, T, KD_);
-    if (v != nullptr) ops_->add_bias(v, P + o.v_bias, T, KD_);
-  }
-}
-
 void Model::ForwardHidden(ParamProvider& pp, bool recompute_mlp) {
-  const int T = T_;
-  const size_t TC = static_cast<size_t>(T) * C_;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
-  const float* cosb = cos_d_.data();
-  const float* sinb = sin_d_.data();
-  {
-    const float* P = pp.AcquireParams(0);
-    pp.Prefetch(1);
-    ops_->embedding_forward(tokens_, T, P + layout_.embed_offset(), C_, x_);
-    pp.ReleaseParams(0);
+  const size_t T = T_;
+  DecoderActivations a;
+  a.x = {x_, T * d_.C};
+  a.xmid = {xmid_, T * d_.C};
+  a.q = {q_, T * d_.HD};
+  a.k = {k_, T * d_.KD};
+  a.v = {v_, T * d_.KD};
+  a.attn = {attn_, T * d_.HD};
+  a.lse = {lse_, T * d_.H};
+  a.rstd_in = {rstd1_, T};
+  a.rstd_post = {rstd2_, T};
+  // Recomputing: the gradient scratch holds each layer's SwiGLU inputs.
+  a.gate = recompute_mlp ? LayerBuffer{dgate_, 0} : LayerBuffer{gate_, T * d_.I};
+  a.up = recompute_mlp ? LayerBuffer{dup_, 0} : LayerBuffer{up_, T * d_.I};
+  if (qk_norm_) {
+    a.q_raw = {qraw_, 0};
+    a.k_raw = {kraw_, 0};
+    a.rstd_q = {rstdq_, T * d_.H};
+    a.rstd_k = {rstdk_, T * d_.Hkv};
   }
-  for (int l = 0; l < L_; ++l) {
-    const int unit = layout_.layer_unit(l);
-    const float* P = pp.AcquireParams(unit);
-    pp.Prefetch(unit + 1);
-    const LayerOffsets& o = layout_.layer(l);
-    const size_t lt = static_cast<size_t>(l) * T;
-    float* x = x_ + l * TC;
-    float* xo = x_ + (l + 1) * TC;
-    float* xmid = xmid_ + l * TC;
-    float* q = q_ + lt * HD_;
-    float* k = k_ + lt * KD_;
-    float* v = v_ + lt * KD_;
-    float* attn = attn_ + lt * HD_;
-    // Recomputing: the gradient scratch holds this layer's SwiGLU inputs.
-    float* gate = recompute_mlp ? dgate_ : gate_ + lt * I_;
-    float* up = recompute_mlp ? dup_ : up_ + lt * I_;
-    ops_->rmsnorm_forward(x, P + o.input_norm, T, C_, eps, xn_, rstd1_ + lt);
-    ProjectQkv(P, o, T, qk_norm_ ? qraw_ : q, qk_norm_ ? kraw_ : k, v);
-    if (qk_norm_) {
-      ops_->rmsnorm_forward(qraw_, P + o.q_norm, T * H_, D_, eps, q, rstdq_ + lt * H_);
-      ops_->rmsnorm_forward(kraw_, P + o.k_norm, T * Hkv_, D_, eps, k, rstdk_ + lt * Hkv_);
-    }
-    ops_->rope_apply(q, positions_, T, H_, D_, cosb, sinb, false);
-    ops_->rope_apply(k, positions_, T, Hkv_, D_, cosb, sinb, false);
-    ops_->attention_forward(Attn(l), q, k, v, cu_, nseq_, T, attn,
-                            lse_ + lt * H_);
-    mem_->CopyOnDevice(xmid, x, TC * sizeof(float));
-    ops_->matmul(false, true, T, C_, HD_, 1.f, attn, HD_, P + o.o, HD_, 1.f, xmid, C_);
-    ops_->rmsnorm_forward(xmid, P + o.post_norm, T, C_, eps, xn_, rstd2_ + lt);
-    ops_->matmul(false, true, T, I_, C_, 1.f, xn_, C_, P + o.gate, C_, 0.f, gate, I_);
-    ops_->matmul(false, true, T, I_, C_, 1.f, xn_, C_, P + o.up, C_, 0.f, up, I_);
-    ops_->swiglu_forward(gate, up, static_cast<size_t>(T) * I_, hact_);
-    mem_->CopyOnDevice(xo, xmid, TC * sizeof(float));
-    ops_->matmul(false, true, T, C_, I_, 1.f, hact_, I_, P + o.down, I_, 1.f, xo, C_);
-    pp.ReleaseParams(unit);
-  }
-  const int fu = layout_.final_unit();
-  const float* P = pp.AcquireParams(fu);
-  if (layout_.tied()) pp.Prefetch(0);  // the LM head comes next
-  ops_->rmsnorm_forward(x_ + L_ * TC, P + layout_.final_norm_offset(), T, C_,
-                        eps, xnf_, rstdf_);
-  pp.ReleaseParams(fu);
+  a.xn = xn_;
+  a.hact = hact_;
+  DecoderInput in;
+  in.rows = T_;
+  in.tokens = tokens_;
+  in.positions = positions_;
+  in.cu = cu_;
+  in.num_seqs = nseq_;
+  DecoderOutput out;
+  out.rows = T_;
+  out.xn = xnf_;
+  out.rstd = rstdf_;
+  decoder_.Forward(pp, in, a, out);
 }
 
 absl::Status Model::ForwardLogprobs(const Batch& batch, ParamProvider& pp,
                                     float* logp, float* entropy,
                                     const ForwardOptions& options) {
-  absl::Status s = Prepare(batch);
-  if (!s.ok()) return s;
-  if (!options.recompute_mlp) {
-    s = EnsureMlpStore(T_);
-    if (!s.ok()) return s;
-  }
+  RETURN_IF_ERROR(Prepare(batch));
+  if (!options.recompute_mlp) RETURN_IF_ERROR(EnsureMlpStore(T_));
   recomputed_mlp_ = options.recompute_mlp;
   ForwardHidden(pp, options.recompute_mlp);
-  const int hu = layout_.lm_head_unit();
+  const int hu = layout().lm_head_unit();
   const float* P = pp.AcquireParams(hu);
-  ops_->lm_head_logprobs_forward(xnf_, P + layout_.lm_head_offset(), targets_,
-                                 T_, C_, V_, lm_chunk_, lm_scratch_, logp_,
+  ops_->lm_head_logprobs_forward(xnf_, P + layout().lm_head_offset(), targets_,
+                                 T_, d_.C, d_.V, lm_chunk_, lm_scratch_, logp_,
                                  entropy != nullptr ? entropy_ : nullptr);
   pp.ReleaseParams(hu);
   mem_->CopyToHost(logp, logp_, static_cast<size_t>(T_) * sizeof(float));
   if (entropy != nullptr) {
     mem_->CopyToHost(entropy, entropy_, static_cast<size_t>(T_) * sizeof(float));
   }
-  s = MemoryStatus();
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(decoder_.MemoryStatus("model"));
   have_forward_ = true;
   return absl::OkStatus();
 }
 
 absl::Status Model::ForwardLogits(const Batch& batch, ParamProvider& pp,
                                   float* logits) {
-  absl::Status s = Prepare(batch);
-  if (!s.ok()) return s;
-  const size_t n = static_cast<size_t>(T_) * V_;
+  RETURN_IF_ERROR(Prepare(batch));
+  const size_t n = static_cast<size_t>(T_) * d_.V;
   kernels::DeviceArray<float> out;
   if (!out.Allocate(mem_, n)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "model: cannot allocate ", n * sizeof(float), " bytes of logits"));
   }
   ForwardHidden(pp, /*recompute_mlp=*/true);  // nothing is kept for a backward
-  const int hu = layout_.lm_head_unit();
-  const float* P = pp.AcquireParams(hu);
-  ops_->matmul(false, true, T_, V_, C_, 1.f, xnf_, C_,
-               P + layout_.lm_head_offset(), C_, 0.f, out.data(), V_);
-  pp.ReleaseParams(hu);
+  decoder_.Logits(pp, xnf_, T_, out.data());
   out.Download(logits, n);
-  return MemoryStatus();
+  return decoder_.MemoryStatus("model");
 }
 
 absl::Status Model::Backward(const float* dlogp, ParamProvider& pp,
@@ -410,91 +305,91 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp,
     return absl::FailedPreconditionError("Backward without a ForwardLogprobs");
   }
   have_forward_ = false;
+  const int C = d_.C, H = d_.H, Hkv = d_.Hkv, D = d_.D, I = d_.I, V = d_.V;
+  const int HD = d_.HD, KD = d_.KD;
   const int T = T_;
-  const size_t TC = static_cast<size_t>(T) * C_;
-  const size_t TI = static_cast<size_t>(T) * I_;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
-  const float* cosb = cos_d_.data();
-  const float* sinb = sin_d_.data();
-  const int fu = layout_.final_unit();
-  const bool tied = layout_.tied();
+  const size_t TC = static_cast<size_t>(T) * C;
+  const size_t TI = static_cast<size_t>(T) * I;
+  const float eps = static_cast<float>(config().rms_norm_eps);
+  const float* cosb = decoder_.rope_cos();
+  const float* sinb = decoder_.rope_sin();
+  const int fu = layout().final_unit();
+  const bool tied = layout().tied();
   const bool recompute = recomputed_mlp_;
-  const int rank = std::min(options.low_rank, C_);
-  if (rank > 0) {
-    if (absl::Status s = EnsureLowRank(T, rank); !s.ok()) return s;
-  }
+  const int rank = std::min(options.low_rank, C);
+  if (rank > 0) RETURN_IF_ERROR(EnsureLowRank(T, rank));
   mem_->CopyToDevice(dlogp_, dlogp, static_cast<size_t>(T) * sizeof(float));
 
   // LM head and final norm.
   const float* Pf = pp.AcquireParams(fu);
   float* Gf = pp.AcquireGrads(fu);
-  pp.Prefetch(layout_.layer_unit(L_ - 1));
+  pp.Prefetch(layout().layer_unit(d_.L - 1));
   const float* Ph = tied ? pp.AcquireParams(0) : Pf;
   float* Gh = tied ? pp.AcquireGrads(0) : Gf;
-  ops_->lm_head_logprobs_backward(xnf_, Ph + layout_.lm_head_offset(),
-                                  targets_, dlogp_, T, C_, V_, lm_chunk_,
-                                  lm_scratch_, dxn_, Gh + layout_.lm_head_offset());
+  ops_->lm_head_logprobs_backward(xnf_, Ph + layout().lm_head_offset(),
+                                  targets_, dlogp_, T, C, V, lm_chunk_,
+                                  lm_scratch_, dxn_, Gh + layout().lm_head_offset());
   if (tied) pp.ReleaseParams(0);
-  ops_->rmsnorm_backward(dxn_, x_ + L_ * TC, Pf + layout_.final_norm_offset(),
-                         rstdf_, T, C_, dres_, Gf + layout_.final_norm_offset());
+  ops_->rmsnorm_backward(dxn_, x_ + d_.L * TC, Pf + layout().final_norm_offset(),
+                         rstdf_, T, C, dres_, Gf + layout().final_norm_offset());
   pp.ReleaseGrads(fu);
   pp.ReleaseParams(fu);
 
-  for (int l = L_ - 1; l >= 0; --l) {
-    const int unit = layout_.layer_unit(l);
+  for (int l = d_.L - 1; l >= 0; --l) {
+    const int unit = layout().layer_unit(l);
     const float* P = pp.AcquireParams(unit);
     float* G = pp.AcquireGrads(unit);
     pp.Prefetch(unit - 1);
-    const LayerOffsets& o = layout_.layer(l);
+    const LayerOffsets& o = layout().layer(l);
     const size_t lt = static_cast<size_t>(l) * T;
     const float* x = x_ + l * TC;
     const float* xmid = xmid_ + l * TC;
-    const float* q = q_ + lt * HD_;
-    const float* k = k_ + lt * KD_;
-    const float* v = v_ + lt * KD_;
-    const float* attn = attn_ + lt * HD_;
+    const float* q = q_ + lt * HD;
+    const float* k = k_ + lt * KD;
+    const float* v = v_ + lt * KD;
+    const float* attn = attn_ + lt * HD;
     // MLP: recompute xn2 and the SwiGLU output (and, when the forward kept
     // no MLP activations, its inputs: the forward's very calls, so the same
     // bits).
-    ops_->rmsnorm_forward(xmid, P + o.post_norm, T, C_, eps, xn_, rstd_tmp_);
-    const float* gate = recompute ? nullptr : gate_ + lt * I_;
-    const float* up = recompute ? nullptr : up_ + lt * I_;
+    ops_->rmsnorm_forward(xmid, P + o.post_norm, T, C, eps, xn_, rstd_tmp_);
+    const float* gate = recompute ? nullptr : gate_ + lt * I;
+    const float* up = recompute ? nullptr : up_ + lt * I;
     float* dgate = dgate_;
     float* dup = dup_;
     if (recompute) {
-      ops_->matmul(false, true, T, I_, C_, 1.f, xn_, C_, P + o.gate, C_, 0.f, dgate_, I_);
-      ops_->matmul(false, true, T, I_, C_, 1.f, xn_, C_, P + o.up, C_, 0.f, dup_, I_);
+      ops_->matmul(false, true, T, I, C, 1.f, xn_, C, P + o.gate, C, 0.f, dgate_, I);
+      ops_->matmul(false, true, T, I, C, 1.f, xn_, C, P + o.up, C, 0.f, dup_, I);
       gate = dgate_;
       up = dup_;
       dgate = hact_;  // free once the down projection's gradient is taken
       dup = dup2_;
     }
     ops_->swiglu_forward(gate, up, TI, hact_);
-    ops_->matmul(false, false, T, I_, C_, 1.f, dres_, C_, P + o.down, I_, 0.f, dh_, I_);
+    ops_->matmul(false, false, T, I, C, 1.f, dres_, C, P + o.down, I, 0.f, dh_, I);
     if (rank > 0) {
       // dW_down ~ P (dres P)^T hact: a = dres P [T, r], b = a^T hact [r, I].
       MakeProjection(options.low_rank_seed, l, rank);
-      ops_->matmul(false, false, T, rank, C_, 1.f, dres_, C_, lr_p_, rank, 0.f, lr_a_, rank);
-      ops_->matmul(true, false, rank, I_, T, 1.f, lr_a_, rank, hact_, I_, 0.f, lr_b_, I_);
-      ops_->matmul(false, false, C_, I_, rank, 1.f, lr_p_, rank, lr_b_, I_, 1.f, G + o.down, I_);
+      ops_->matmul(false, false, T, rank, C, 1.f, dres_, C, lr_p_, rank, 0.f, lr_a_, rank);
+      ops_->matmul(true, false, rank, I, T, 1.f, lr_a_, rank, hact_, I, 0.f, lr_b_, I);
+      ops_->matmul(false, false, C, I, rank, 1.f, lr_p_, rank, lr_b_, I, 1.f, G + o.down, I);
     } else {
-      ops_->matmul(true, false, C_, I_, T, 1.f, dres_, C_, hact_, I_, 1.f, G + o.down, I_);
+      ops_->matmul(true, false, C, I, T, 1.f, dres_, C, hact_, I, 1.f, G + o.down, I);
     }
     ops_->swiglu_backward(dh_, gate, up, TI, dgate, dup);
-    ops_->matmul(false, false, T, C_, I_, 1.f, dgate, I_, P + o.gate, C_, 0.f, dxn_, C_);
-    ops_->matmul(false, false, T, C_, I_, 1.f, dup, I_, P + o.up, C_, 1.f, dxn_, C_);
+    ops_->matmul(false, false, T, C, I, 1.f, dgate, I, P + o.gate, C, 0.f, dxn_, C);
+    ops_->matmul(false, false, T, C, I, 1.f, dup, I, P + o.up, C, 1.f, dxn_, C);
     if (rank > 0) {
       // dW_gate ~ (dgate^T (xn P)) P^T: a = xn P [T, r], b = dgate^T a [I, r].
-      ops_->matmul(false, false, T, rank, C_, 1.f, xn_, C_, lr_p_, rank, 0.f, lr_a_, rank);
-      ops_->matmul(true, false, I_, rank, T, 1.f, dgate, I_, lr_a_, rank, 0.f, lr_b_, rank);
-      ops_->matmul(false, true, I_, C_, rank, 1.f, lr_b_, rank, lr_p_, rank, 1.f, G + o.gate, C_);
-      ops_->matmul(true, false, I_, rank, T, 1.f, dup, I_, lr_a_, rank, 0.f, lr_b_, rank);
-      ops_->matmul(false, true, I_, C_, rank, 1.f, lr_b_, rank, lr_p_, rank, 1.f, G + o.up, C_);
+      ops_->matmul(false, false, T, rank, C, 1.f, xn_, C, lr_p_, rank, 0.f, lr_a_, rank);
+      ops_->matmul(true, false, I, rank, T, 1.f, dgate, I, lr_a_, rank, 0.f, lr_b_, rank);
+      ops_->matmul(false, true, I, C, rank, 1.f, lr_b_, rank, lr_p_, rank, 1.f, G + o.gate, C);
+      ops_->matmul(true, false, I, rank, T, 1.f, dup, I, lr_a_, rank, 0.f, lr_b_, rank);
+      ops_->matmul(false, true, I, C, rank, 1.f, lr_b_, rank, lr_p_, rank, 1.f, G + o.up, C);
     } else {
-      ops_->matmul(true, false, I_, C_, T, 1.f, dgate, I_, xn_, C_, 1.f, G + o.gate, C_);
-      ops_->matmul(true, false, I_, C_, T, 1.f, dup, I_, xn_, C_, 1.f, G + o.up, C_);
+      ops_->matmul(true, false, I, C, T, 1.f, dgate, I, xn_, C, 1.f, G + o.gate, C);
+      ops_->matmul(true, false, I, C, T, 1.f, dup, I, xn_, C, 1.f, G + o.up, C);
     }
-    ops_->rmsnorm_backward(dxn_, xmid, P + o.post_norm, rstd2_ + lt, T, C_,
+    ops_->rmsnorm_backward(dxn_, xmid, P + o.post_norm, rstd2_ + lt, T, C,
                            dtmp_, G + o.post_norm);
     ops_->add_inplace(dres_, dtmp_, TC);
     if (options.skip_attention) {  // the residual carries dres_ through
@@ -504,38 +399,38 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp,
     }
 
     // Attention.
-    ops_->matmul(false, false, T, HD_, C_, 1.f, dres_, C_, P + o.o, HD_, 0.f, dattn_, HD_);
-    ops_->matmul(true, false, C_, HD_, T, 1.f, dres_, C_, attn, HD_, 1.f, G + o.o, HD_);
-    ops_->attention_backward(Attn(l), q, k, v, attn, dattn_, lse_ + lt * H_,
+    ops_->matmul(false, false, T, HD, C, 1.f, dres_, C, P + o.o, HD, 0.f, dattn_, HD);
+    ops_->matmul(true, false, C, HD, T, 1.f, dres_, C, attn, HD, 1.f, G + o.o, HD);
+    ops_->attention_backward(decoder_.Attention(l), q, k, v, attn, dattn_, lse_ + lt * H,
                              cu_, nseq_, T, dq_, dk_, dv_);
-    ops_->rope_apply(dq_, positions_, T, H_, D_, cosb, sinb, true);
-    ops_->rope_apply(dk_, positions_, T, Hkv_, D_, cosb, sinb, true);
-    ops_->rmsnorm_forward(x, P + o.input_norm, T, C_, eps, xn_, rstd_tmp_);
+    ops_->rope_apply(dq_, positions_, T, H, D, cosb, sinb, true);
+    ops_->rope_apply(dk_, positions_, T, Hkv, D, cosb, sinb, true);
+    ops_->rmsnorm_forward(x, P + o.input_norm, T, C, eps, xn_, rstd_tmp_);
     // Gradients of the projections' outputs (before the q/k norms).
     const float* dqp = dq_;
     const float* dkp = dk_;
     if (qk_norm_) {
       // The norms' inputs, projected again from xn_ (v is not needed).
-      ProjectQkv(P, o, T, qraw_, kraw_, nullptr);
-      ops_->rmsnorm_backward(dq_, qraw_, P + o.q_norm, rstdq_ + lt * H_, T * H_, D_,
+      decoder_.ProjectQkv(P, o, T, xn_, qraw_, kraw_, nullptr);
+      ops_->rmsnorm_backward(dq_, qraw_, P + o.q_norm, rstdq_ + lt * H, T * H, D,
                              dqraw_, G + o.q_norm);
-      ops_->rmsnorm_backward(dk_, kraw_, P + o.k_norm, rstdk_ + lt * Hkv_, T * Hkv_, D_,
+      ops_->rmsnorm_backward(dk_, kraw_, P + o.k_norm, rstdk_ + lt * Hkv, T * Hkv, D,
                              dkraw_, G + o.k_norm);
       dqp = dqraw_;
       dkp = dkraw_;
     }
     if (o.q_bias != SIZE_MAX) {
-      ops_->bias_backward(dqp, T, HD_, G + o.q_bias);
-      ops_->bias_backward(dkp, T, KD_, G + o.k_bias);
-      ops_->bias_backward(dv_, T, KD_, G + o.v_bias);
+      ops_->bias_backward(dqp, T, HD, G + o.q_bias);
+      ops_->bias_backward(dkp, T, KD, G + o.k_bias);
+      ops_->bias_backward(dv_, T, KD, G + o.v_bias);
     }
-    ops_->matmul(false, false, T, C_, HD_, 1.f, dqp, HD_, P + o.q, C_, 0.f, dxn_, C_);
-    ops_->matmul(false, false, T, C_, KD_, 1.f, dkp, KD_, P + o.k, C_, 1.f, dxn_, C_);
-    ops_->matmul(false, false, T, C_, KD_, 1.f, dv_, KD_, P + o.v, C_, 1.f, dxn_, C_);
-    ops_->matmul(true, false, HD_, C_, T, 1.f, dqp, HD_, xn_, C_, 1.f, G + o.q, C_);
-    ops_->matmul(true, false, KD_, C_, T, 1.f, dkp, KD_, xn_, C_, 1.f, G + o.k, C_);
-    ops_->matmul(true, false, KD_, C_, T, 1.f, dv_, KD_, xn_, C_, 1.f, G + o.v, C_);
-    ops_->rmsnorm_backward(dxn_, x, P + o.input_norm, rstd1_ + lt, T, C_,
+    ops_->matmul(false, false, T, C, HD, 1.f, dqp, HD, P + o.q, C, 0.f, dxn_, C);
+    ops_->matmul(false, false, T, C, KD, 1.f, dkp, KD, P + o.k, C, 1.f, dxn_, C);
+    ops_->matmul(false, false, T, C, KD, 1.f, dv_, KD, P + o.v, C, 1.f, dxn_, C);
+    ops_->matmul(true, false, HD, C, T, 1.f, dqp, HD, xn_, C, 1.f, G + o.q, C);
+    ops_->matmul(true, false, KD, C, T, 1.f, dkp, KD, xn_, C, 1.f, G + o.k, C);
+    ops_->matmul(true, false, KD, C, T, 1.f, dv_, KD, xn_, C, 1.f, G + o.v, C);
+    ops_->rmsnorm_backward(dxn_, x, P + o.input_norm, rstd1_ + lt, T, C,
                            dtmp_, G + o.input_norm);
     ops_->add_inplace(dres_, dtmp_, TC);
     pp.ReleaseGrads(unit);
@@ -543,21 +438,21 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp,
   }
 
   float* G0 = pp.AcquireGrads(0);
-  ops_->embedding_backward(tokens_, T, dres_, C_, G0 + layout_.embed_offset());
+  ops_->embedding_backward(tokens_, T, dres_, C, G0 + layout().embed_offset());
   if (tied) pp.ReleaseGrads(0);  // the hold taken for the LM head
   pp.ReleaseGrads(0);
-  return MemoryStatus();
+  return decoder_.MemoryStatus("model");
 }
 
 void Model::InitParams(uint64_t seed, float* params) const {
-  std::fill(params, params + layout_.total_floats(), 0.f);
+  std::fill(params, params + layout().total_floats(), 0.f);
   std::mt19937_64 rng(seed);
   constexpr double kTwoPi = 6.283185307179586476925286766559;
   constexpr double kStd = 0.02;  // HF initializer_range
   auto uniform = [&rng]() {  // (0, 1]
     return (static_cast<double>(rng() >> 11) + 1.0) * (1.0 / 9007199254740992.0);
   };
-  for (const TensorView& t : layout_.tensors()) {
+  for (const TensorView& t : layout().tensors()) {
     float* p = params + t.offset;
     switch (t.kind) {
       case TensorView::Kind::kNorm:

@@ -4,8 +4,10 @@
 // window) -> residual -> RMSNorm -> SwiGLU MLP -> residual], final RMSNorm,
 // tied or untied LM head) over packed batches, forward and backward.
 //
-// Parameters come from a ParamProvider (param_provider.h) unit by unit, in
-// the flat layout of ParamLayout; the model never owns them. Activations
+// The forward pass is the shared Decoder (decoder.h); the model adds the
+// loss heads (log-probs, entropy, logits) and the backward pass. Parameters
+// come from a ParamProvider (param_provider.h) unit by unit, in the flat
+// layout of ParamLayout; the model never owns them. Activations
 // needed by Backward live in a workspace owned by the model, sized for
 // `max_tokens` and grown (never shrunk) only when a larger batch arrives.
 //
@@ -27,6 +29,7 @@
 #include "kernels/memory.h"
 #include "kernels/ops.h"
 #include "worker/model/config.h"
+#include "worker/model/decoder.h"
 #include "worker/model/param_layout.h"
 #include "worker/model/param_provider.h"
 
@@ -88,8 +91,8 @@ class Model {
   Model(const ModelConfig& config, kernels::Ops* ops, int max_tokens = 0,
         kernels::DeviceMemory* memory = nullptr);
 
-  const ModelConfig& config() const { return config_; }
-  const ParamLayout& layout() const { return layout_; }
+  const ModelConfig& config() const { return decoder_.config(); }
+  const ParamLayout& layout() const { return decoder_.layout(); }
 
   // Writes logp[t] = log p(targets[t] | tokens[..t]) (and the entropy of the
   // predictive distribution when entropy != nullptr) and keeps what
@@ -116,11 +119,11 @@ class Model {
 
   // Device bytes held by the model (workspace, index arrays, rope tables).
   size_t workspace_bytes() const {
-    return ws_.bytes() + mlp_.bytes() + low_rank_ws_.bytes() + idx_.bytes() + cos_d_.bytes() +
-           sin_d_.bytes();
+    return ws_.bytes() + mlp_.bytes() + low_rank_ws_.bytes() + idx_.bytes() +
+           decoder_.rope_bytes();
   }
   int capacity_tokens() const { return cap_; }
-  kernels::DeviceMemory* memory() const { return mem_; }
+  kernels::DeviceMemory* memory() const { return decoder_.memory(); }
 
  private:
   absl::Status CheckBatch(const Batch& b) const;
@@ -131,23 +134,16 @@ class Model {
   absl::Status EnsureLowRank(int t, int r);
   // P [C, r] for `layer`: orthonormal columns from (seed, layer), uploaded.
   void MakeProjection(uint64_t seed, int layer, int r);
-  absl::Status EnsureRope(int max_position);
   // Checks, grows, uploads the batch and the rope tables.
   absl::Status Prepare(const Batch& batch);
-  // Through the final norm; recompute_mlp: see ForwardOptions.
+  // The decoder through the final norm, keeping every layer's activations
+  // in the workspace; recompute_mlp: see ForwardOptions.
   void ForwardHidden(ParamProvider& params, bool recompute_mlp);
-  // q, k (and v unless nullptr) = projections of xn_ (+ biases) for T rows.
-  void ProjectQkv(const float* P, const LayerOffsets& o, int T, float* q,
-                  float* k, float* v);
-  kernels::AttentionParams Attn(int layer) const;
-  absl::Status MemoryStatus() const;
 
-  ModelConfig config_;
-  ParamLayout layout_;
-  kernels::Ops* ops_;
-  std::unique_ptr<kernels::DeviceMemory> owned_memory_;
-  kernels::DeviceMemory* mem_;
-  int C_, H_, Hkv_, D_, I_, V_, L_, HD_, KD_;
+  Decoder decoder_;
+  DecoderDims d_;                // decoder_.dims()
+  kernels::Ops* ops_;            // decoder_.ops()
+  kernels::DeviceMemory* mem_;   // decoder_.memory()
   int lm_chunk_;
 
   // The current batch on the device: one array [tokens T | targets T |
@@ -160,12 +156,6 @@ class Model {
                 *cu_ = nullptr;
   bool have_forward_ = false;
   bool recomputed_mlp_ = false;  // the last forward kept no gate_/up_
-
-  // Rotary tables: built on the host, uploaded when they change.
-  std::vector<float> cos_, sin_;
-  kernels::DeviceArray<float> cos_d_, sin_d_;
-  int rope_rows_ = 0;
-  int rope_seq_key_ = -1;
 
   // Workspace (one device allocation) and views into it, sized for cap_
   // tokens.

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/base/status_macros.h"
 #include "kernels/backends.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/file_util.h"
@@ -155,12 +156,10 @@ std::string JoinIds(const std::vector<int32_t>& ids, const char* sep) {
 }  // namespace
 
 absl::StatusOr<ModelConfig> LoadModelConfigFile(const std::string& path) {
-  auto text = ReadFileToString(path);
-  if (!text.ok()) return text.status();
-  std::string json_text = *text;
+  ASSIGN_OR_RETURN(std::string json_text, ReadFileToString(path));
   if (path.ends_with(".yaml") || path.ends_with(".yml")) {
     try {
-      YAML::Node root = YAML::Load(*text);
+      YAML::Node root = YAML::Load(json_text);
       if (!root.IsMap()) {
         return absl::InvalidArgumentError(absl::StrCat(path, ": YAML must be a mapping"));
       }

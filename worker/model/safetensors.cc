@@ -14,12 +14,13 @@
 #include <set>
 #include <utility>
 
-#include "worker/model/strict_json.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/file_util.h"
 #include "worker/model/param_layout.h"
+#include "worker/model/strict_json.h"
 
 namespace tandem::model {
 
@@ -103,9 +104,7 @@ float F16ToF32(uint16_t h) {
 absl::Status ParseSafetensorsHeader(std::string_view text, size_t data_size,
                                     std::map<std::string, StTensorInfo>* tensors,
                                     std::map<std::string, std::string>* metadata) {
-  auto parsed = ParseStrictJson(text, "header");
-  if (!parsed.ok()) return parsed.status();
-  const json& j = *parsed;
+  ASSIGN_OR_RETURN(const json j, ParseStrictJson(text, "header"));
   if (!j.is_object()) {
     return absl::InvalidArgumentError("header JSON is not an object");
   }
@@ -368,9 +367,8 @@ absl::Status LoadWeights(const std::string& dir, const ModelConfig& config,
   if (fs::exists(single, ec)) {
     files.push_back(single.string());
   } else if (fs::exists(index, ec)) {
-    auto text = ReadFileToString(index.string());
-    if (!text.ok()) return text.status();
-    auto parsed = ParseStrictJson(*text, "model.safetensors.index.json");
+    ASSIGN_OR_RETURN(const std::string text, ReadFileToString(index.string()));
+    auto parsed = ParseStrictJson(text, "model.safetensors.index.json");
     if (!parsed.ok()) return Bad(index.string(), parsed.status().message());
     json j = std::move(*parsed);
     if (!j.is_object() || !j.contains("weight_map") ||
@@ -392,9 +390,8 @@ absl::Status LoadWeights(const std::string& dir, const ModelConfig& config,
   std::fill(params, params + layout.total_floats(), 0.f);
   std::set<std::string> seen;
   for (const std::string& path : files) {
-    auto f = SafetensorsFile::Open(path);
-    if (!f.ok()) return f.status();
-    for (const auto& [name, info] : f->tensors()) {
+    ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(path));
+    for (const auto& [name, info] : f.tensors()) {
       const TensorView* view = layout.Find(name);
       if (view == nullptr) {
         if (name.size() >= 19 && name.ends_with("rotary_emb.inv_freq")) continue;
@@ -417,9 +414,9 @@ absl::Status LoadWeights(const std::string& dir, const ModelConfig& config,
       if (!seen.insert(name).second) {
         return Bad(path, absl::StrCat("tensor '", name, "' appears in more than one file"));
       }
-      absl::Status s = f->ReadF32(name, params + view->offset, view->numel);
-      f->Release(name);
-      if (!s.ok()) return s;
+      absl::Status s = f.ReadF32(name, params + view->offset, view->numel);
+      f.Release(name);
+      RETURN_IF_ERROR(s);
       // A NaN or Inf weight poisons every step that reads it: refuse at load.
       const float* w = params + view->offset;
       size_t bad = 0, first = 0;
@@ -450,17 +447,15 @@ absl::Status LoadWeights(const std::string& dir, const ModelConfig& config,
 
 absl::StatusOr<LoadedModel> LoadModelDir(const std::string& dir) {
   const std::string cfg_path = (std::filesystem::path(dir) / "config.json").string();
-  auto text = ReadFileToString(cfg_path);
-  if (!text.ok()) return text.status();
-  auto config = ParseConfigJson(*text);
+  ASSIGN_OR_RETURN(const std::string text, ReadFileToString(cfg_path));
+  auto config = ParseConfigJson(text);
   if (!config.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(cfg_path, ": ", config.status().message()));
   }
   LoadedModel m;
   m.config = *std::move(config);
   m.params.assign(ParamLayout(m.config).total_floats(), 0.f);
-  absl::Status s = LoadWeights(dir, m.config, m.params.data());
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(LoadWeights(dir, m.config, m.params.data()));
   if (m.config.tokenizer == "char" ||
       std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) {
     auto tok = CharTokenizer::Load(dir);
@@ -507,8 +502,7 @@ absl::Status RemoveStaleShards(const std::filesystem::path& dir,
   }
   if (ec) return absl::InternalError(absl::StrCat("cannot list ", dir.string(), ": ", ec.message()));
   for (const auto& p : stale) {
-    absl::Status st = RemoveIfPresent(p);
-    if (!st.ok()) return st;
+    RETURN_IF_ERROR(RemoveIfPresent(p));
   }
   return absl::OkStatus();
 }
@@ -608,16 +602,13 @@ absl::Status SaveModelDir(const std::string& dir, const ModelConfig& config,
     }
     if (s.ok()) s = RemoveStaleShards(d, names);
   }
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(s);
 
   ModelConfig c = config;
   c.torch_dtype = options.dtype == StDtype::kBF16 ? "bfloat16" : "float32";
-  s = WriteFileAtomic((d / "config.json").string(), ToConfigJson(c));
-  if (!s.ok()) return s;
-  auto generation = GenerationConfigJson(c, options.source_dir);
-  if (!generation.ok()) return generation.status();
-  s = WriteFileAtomic((d / "generation_config.json").string(), *generation);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(WriteFileAtomic((d / "config.json").string(), ToConfigJson(c)));
+  ASSIGN_OR_RETURN(const std::string generation, GenerationConfigJson(c, options.source_dir));
+  RETURN_IF_ERROR(WriteFileAtomic((d / "generation_config.json").string(), generation));
 
   bool copied_tokenizer = false;
   if (!options.source_dir.empty()) {
@@ -627,8 +618,7 @@ absl::Status SaveModelDir(const std::string& dir, const ModelConfig& config,
         if (text.status().code() == absl::StatusCode::kNotFound) continue;
         return text.status();
       }
-      s = WriteFileAtomic((d / f).string(), *text);
-      if (!s.ok()) return s;
+      RETURN_IF_ERROR(WriteFileAtomic((d / f).string(), *text));
       copied_tokenizer |= std::string_view(f) == "tokenizer.json";
     }
   }

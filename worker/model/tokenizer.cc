@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/file_util.h"
 #include "worker/model/strict_json.h"
@@ -109,9 +110,8 @@ absl::StatusOr<CharTokenizer> CharTokenizer::FromJson(std::string_view text) {
 
 absl::StatusOr<CharTokenizer> CharTokenizer::Load(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "tokenizer.json").string();
-  auto text = ReadFileToString(path);
-  if (!text.ok()) return text.status();
-  auto t = FromJson(*text);
+  ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path));
+  auto t = FromJson(text);
   if (!t.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": ", t.status().message()));
