@@ -140,6 +140,6 @@ PY
 printf '{"question": "q", "answer": "#### 1"}\nnot json\n' >"$WORK/bad.jsonl"
 expect_exit 1 timeout 200 "$TANDEMCTL" run --local --workers 1 --run-dir "$WORK/run-bad" "$WORK/job.yaml" \
   --set data.train="$WORK/bad.jsonl"
-grep -q "bad.jsonl:2: not valid JSON" "$WORK/out.txt" "$WORK/run-bad"/*.log ||
+grep -q "bad.jsonl:2: row is not valid JSON" "$WORK/out.txt" "$WORK/run-bad"/*.log ||
   { cat "$WORK/out.txt"; fail "the bad row is not named by file:line"; }
 log "PASS"
