@@ -7,10 +7,10 @@
 #include <thread>
 
 #include "server/clock.h"
-#include "server/kv_store.h"
-#include "server/membership.h"
-#include "server/scheduler.h"
-#include "server/state_store.h"
+#include "server/store/kv_store.h"
+#include "server/membership/membership.h"
+#include "server/scheduler/scheduler.h"
+#include "server/store/state_store.h"
 
 namespace tandem::server {
 namespace {

@@ -1,8 +1,8 @@
-// Recovery policy (server/recovery.h): pure decisions, no processes.
+// Recovery policy (server/recovery/policy.h): pure decisions, no processes.
 #include <gtest/gtest.h>
 
-#include "server/phase_plan.h"
-#include "server/recovery.h"
+#include "server/jobs/phase_plan.h"
+#include "server/recovery/policy.h"
 
 namespace tandem::server {
 namespace {

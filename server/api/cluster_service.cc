@@ -1,19 +1,14 @@
-#include "server/cluster_service.h"
+#include "server/api/cluster_service.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
-#include "server/request_checks.h"
+#include "server/api/request_checks.h"
+#include "server/api/rpc_status.h"
 #include "spdlog/spdlog.h"
 
 namespace tandem::server {
 
 using common::ToGrpcStatus;
-
-#define TANDEM_RPC_CHECK(expr)                                \
-  do {                                                        \
-    ::absl::Status rpc_status_ = (expr);                      \
-    if (!rpc_status_.ok()) return ToGrpcStatus(rpc_status_); \
-  } while (0)
 
 namespace {
 

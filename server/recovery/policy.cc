@@ -1,4 +1,4 @@
-#include "server/recovery.h"
+#include "server/recovery/policy.h"
 
 #include <algorithm>
 #include <filesystem>

@@ -1,4 +1,4 @@
-#include "server/state_store.h"
+#include "server/store/state_store.h"
 
 #include <sqlite3.h>
 

@@ -14,7 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "server/phase_plan.h"
+#include "server/jobs/phase_plan.h"
 #include "tandem/v1/cluster.pb.h"
 #include "tandem/v1/control.pb.h"
 #include "tandem/v1/job.pb.h"

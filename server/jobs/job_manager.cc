@@ -1,4 +1,4 @@
-#include "server/job_manager.h"
+#include "server/jobs/job_manager.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,9 +13,9 @@
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "common/status_util.h"
-#include "server/recovery.h"
+#include "server/recovery/policy.h"
 #include "worker/model/job_model.h"
-#include "server/scheduler.h"
+#include "server/scheduler/scheduler.h"
 #include "spdlog/spdlog.h"
 
 namespace tandem::server {
