@@ -188,6 +188,15 @@ grpc::Status ClusterService::ReportPhase(grpc::ServerContext* ctx, const tandem:
     return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat("phase: unknown value ", req->phase())));
   }
   TANDEM_RPC_CHECK(CheckText("error", req->error(), 64 * 1024));
+  TANDEM_RPC_CHECK(CheckText("failure.message", req->failure().message(), 64 * 1024));
+  if (!tandem::v1::PhaseFailureKind_IsValid(req->failure().kind())) {
+    return ToGrpcStatus(
+        absl::InvalidArgumentError(absl::StrCat("failure.kind: unknown value ", req->failure().kind())));
+  }
+  if (!tandem::v1::RestoreSource_IsValid(req->setup().restore_source())) {
+    return ToGrpcStatus(
+        absl::InvalidArgumentError(absl::StrCat("setup.restore_source: unknown value ", req->setup().restore_source())));
+  }
   TANDEM_RPC_CHECK(CheckMetrics("metrics", req->metrics()));
   if (req->values_size() > 256) return ToGrpcStatus(absl::InvalidArgumentError("values: at most 256 entries"));
   if (req->checkpoints_size() > 64) {

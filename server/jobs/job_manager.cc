@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
+#include "common/phase_failure.h"
 #include "common/status_util.h"
 #include "server/recovery/policy.h"
 #include "worker/model/job_model.h"
@@ -469,9 +470,7 @@ absl::Status JobManager::OnReport(const tandem::v1::ReportPhaseRequest& report) 
   // A communicator failure (a peer died, a collective timed out or was
   // aborted) is the cluster's, not the job's: recover without waiting for
   // the other ranks, which may hang on the dead peer until aborted.
-  const bool restore_error = report.phase() == tandem::v1::PHASE_SETUP &&
-                             absl::StrContains(report.error(), "restore");
-  if (!report.ok() && !restore_error && (report.retryable() || IsRetryableError(report.error()))) {
+  if (common::ReportFailureKind(report) == tandem::v1::PHASE_FAILURE_KIND_RETRYABLE) {
     RequestRecoveryLocked(r,
                           absl::StrCat(report.step() != 0 ? absl::StrCat("step ", report.step(), " ") : "",
                                        "phase ", PhaseUpperName(report.phase()), " failed on worker ",
@@ -757,7 +756,7 @@ void JobManager::RunJob(JobRecord* r) {
         EventLocked(r, "recovery", absl::StrCat("peer-memory restore failed (", what, "): falling back to disk"));
         RequestRecoveryLocked(r, what, "");
       } else if (phase.phase == tandem::v1::PHASE_SETUP && in_recovery && !rec->restore_from().empty() &&
-                 absl::StrContains(rep.error(), "restore")) {
+                 common::ReportFailureKind(rep) == tandem::v1::PHASE_FAILURE_KIND_RESTORE_FAILED) {
         const std::string bad = rec->restore_from();
         rec->add_bad_checkpoints(bad);
         EventLocked(r, "recovery",
@@ -1213,10 +1212,7 @@ void JobManager::CompletePhaseLocked(JobRecord* r, const PlannedPhase& phase) {
     r->last_checkpoint_seconds = wall;
     // Every rank keeps its neighbour's shard in memory (worker/engine/peer_snapshot.h).
     bool all_copied = r->reports.size() > 1;
-    for (const auto& [rank, rep] : r->reports) {
-      auto it = rep.values().find("peer_copy");
-      all_copied = all_copied && it != rep.values().end() && it->second > 0;
-    }
+    for (const auto& [rank, rep] : r->reports) all_copied = all_copied && rep.checkpoint().peer_copy();
     if (all_copied) {
       r->job.mutable_recovery()->set_peer_copy_step(phase.step);
       r->job.mutable_recovery()->set_peer_copy_world(r->job.worker_ids_size());
@@ -1299,28 +1295,25 @@ void JobManager::CompletePhaseLocked(JobRecord* r, const PlannedPhase& phase) {
 
 void JobManager::CompleteSetupLocked(JobRecord* r, double wall) {
   // Where the plan continues: after the restored checkpoint's step.
-  double restored = -1, restore_s = 0, source = 0, skipped = 0;
+  int64_t restored = -1, skipped = 0;
+  double restore_s = 0;
+  int source = tandem::v1::RESTORE_SOURCE_UNSPECIFIED;
   for (const auto& [rank, rep] : r->reports) {
-    const auto& values = rep.values();
-    auto get = [&values](const char* key, double* dst, bool max) {
-      auto it = values.find(key);
-      if (it != values.end()) *dst = max ? std::max(*dst, it->second) : it->second;
-    };
-    if (rank == 0) get("restored_step", &restored, false);
-    get("restore_seconds", &restore_s, true);
-    get("restore_source", &source, true);
-    get("checkpoints_skipped", &skipped, true);
+    const tandem::v1::SetupResult& setup = rep.setup();
+    if (rank == 0 && setup.restored()) restored = setup.restored_step();
+    restore_s = std::max(restore_s, setup.restore_seconds());
+    source = std::max<int>(source, setup.restore_source());
+    skipped = std::max(skipped, setup.checkpoints_skipped());
   }
   r->inflight.reset();
   r->reports.clear();
   auto* rec = r->job.mutable_recovery();
   r->cursor = r->plan->Next(r->cursor);
   const bool live = rec->live_restore() && rec->has_last_trained();
-  const bool live_inflight = live && rec->has_inflight_trained() &&
-                             static_cast<int64_t>(std::llround(restored)) == rec->inflight_trained_step();
+  const bool live_inflight = live && rec->has_inflight_trained() && restored == rec->inflight_trained_step();
   const int64_t restored_step = live_inflight ? rec->inflight_trained_step()
                                 : live        ? rec->last_trained_step()
-                                : restored >= 0 ? static_cast<int64_t>(restored)
+                                : restored >= 0 ? restored
                                                 : -1;
   if (live) {
     // The survivors kept the state after this training phase: continue
@@ -1342,7 +1335,8 @@ void JobManager::CompleteSetupLocked(JobRecord* r, double wall) {
   } else {
     rec->set_has_last_trained(false);
   }
-  const char* from = live ? "live memory" : source == 1 ? "peer memory" : restored_step >= 0 ? "disk" : "scratch";
+  const bool from_peer = source == tandem::v1::RESTORE_SOURCE_PEER;
+  const char* from = live ? "live memory" : from_peer ? "peer memory" : restored_step >= 0 ? "disk" : "scratch";
   if (skipped > 0) {
     EventLocked(r, "recovery", absl::StrCat(skipped, " newer checkpoint(s) failed verification; used step ",
                                             restored_step));
@@ -1361,7 +1355,10 @@ void JobManager::CompleteSetupLocked(JobRecord* r, double wall) {
     x["wait_seconds"] = rec->wait_seconds();
     x["rendezvous_seconds"] = rendezvous;
     x["restore_seconds"] = restore_s;
-    x["restore_source"] = live ? 3 : source == 1 ? 1 : restored_step >= 0 ? 2 : 0;  // 1 peer, 2 disk, 3 live, 0 scratch
+    x["restore_source"] = live                ? tandem::v1::RESTORE_SOURCE_LIVE
+                          : from_peer         ? tandem::v1::RESTORE_SOURCE_PEER
+                          : restored_step >= 0 ? tandem::v1::RESTORE_SOURCE_DISK
+                                              : tandem::v1::RESTORE_SOURCE_UNSPECIFIED;
     x["degraded"] = rec->degraded_logical_world() > 0 ? 1 : 0;
     x["steps_redone"] = static_cast<double>(redone);
     x["world_size"] = r->job.worker_ids_size();

@@ -16,15 +16,15 @@
 // restarted coordinator continues from the cursor.
 //
 // Recovery (issue 6, policy in recovery.h): a lost worker (lease expired,
-// re-registered without the job's state), a communicator failure reported
-// by any rank (ReportPhaseRequest.retryable or a collective error text), or
+// re-registered without the job's state), a failure of kind RETRYABLE
+// reported by any rank (ReportPhaseRequest.failure), or
 // a phase timeout puts the job RECOVERING: generation += 1, every old
 // member is told abort_job, the driver waits (replacement timeout) for the
 // survivors plus idle replacements - or continues with fewer ranks when
 // cluster.min_workers allows - then re-issues SETUP to every rank with the
 // restore source (peer memory when possible, else the newest recorded disk
 // checkpoint, else scratch) and continues the plan after the restored step
-// (SETUP's values["restored_step"]). A restore that fails marks that source
+// (SETUP's result.restored_step). A restore that fails marks that source
 // bad and recovers again with the next one. Preempting workers (heartbeat
 // `preempting`) are handed over at the next step boundary after a
 // checkpoint when it fits the budget. Events of kind "recovery" carry the

@@ -27,16 +27,6 @@ RecoveryPolicy EffectiveRecoveryPolicy(const tandem::v1::CoordinatorConfig& conf
   return p;
 }
 
-bool IsRetryableError(const std::string& error) {
-  const std::string e = absl::AsciiStrToLower(error);
-  for (const char* needle : {"gloo", "nccl", "collective", "communicator", "aborted", "timed out", "timeout",
-                             "deadline", "connection", "peer", "rendezvous", "store rpc", "unavailable",
-                             "superseded", "holds no state"}) {
-    if (absl::StrContains(e, needle)) return true;
-  }
-  return false;
-}
-
 std::optional<RankPlan> PlanRanks(const std::vector<std::string>& old_ids,
                                   const std::map<std::string, std::string>& old_names,
                                   const std::set<std::string>& survivors, const std::vector<Candidate>& idle,

@@ -240,7 +240,7 @@ TEST(GrpoPhasesTest, RestoredRunIsBitIdentical) {
   std::filesystem::remove_all(dir + "/final");
   EngineCluster again(2, "job-grpo-resume");
   auto rep = again.SetupOk(spec, ckpt::FinalDir(dir + "/ckpt", 2));
-  EXPECT_EQ(rep.values().at("restored_step"), 2);
+  EXPECT_EQ(rep.setup().restored_step(), 2);
   for (int s = 3; s <= 4; ++s) {
     const StepFigures f = RlStep(again, s);
     EXPECT_EQ(f.reward, first[s - 1].reward) << "step " << s;

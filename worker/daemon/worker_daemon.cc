@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "common/auth.h"
+#include "common/phase_failure.h"
 #include "google/protobuf/util/time_util.h"
 #include "worker/daemon/host_info.h"
 
@@ -353,6 +354,9 @@ void WorkerDaemon::JobLoop() {
       report.set_step(cmd.step());
       report.set_ok(false);
       report.set_error("worker " + options_.name + " is shutting down");
+      report.mutable_failure()->set_kind(v1::PHASE_FAILURE_KIND_FATAL);
+      report.mutable_failure()->set_code(static_cast<int>(absl::StatusCode::kUnavailable));
+      report.mutable_failure()->set_message(report.error());
       SendReport(report);
       continue;
     }
@@ -402,6 +406,8 @@ void WorkerDaemon::RunCommand(const v1::PhaseCommand& cmd) {
     } else {
       report.set_ok(false);
       report.set_error(Truncate(std::string(st.message()), kMaxErrorChars));
+      *report.mutable_failure() = common::ToPhaseFailure(st, kMaxErrorChars);
+      report.set_retryable(report.failure().kind() == v1::PHASE_FAILURE_KIND_RETRYABLE);
       spdlog::error("worker: {} step {} failed: {}", phase_name, cmd.step(), st.ToString());
     }
     // Bound what goes over the wire: the coordinator limits message sizes.

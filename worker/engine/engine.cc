@@ -5,6 +5,7 @@
 #include <mutex>
 #include <optional>
 
+#include "common/phase_failure.h"
 #include "worker/engine/disagg.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/live_restore.h"
@@ -58,10 +59,9 @@ class JobEngineImpl final : public JobEngine {
     report->set_ok(st.ok());
     if (!st.ok()) {
       report->set_error(std::string(st.message()));
-      // The communicator's failures (a peer died, a timeout, an abort) make
-      // the coordinator recover instead of failing the job.
-      report->set_retryable(absl::IsAborted(st) || absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st) ||
-                            absl::IsCancelled(st));
+      // The kind decides what the coordinator does (common/phase_failure.h).
+      *report->mutable_failure() = common::ToPhaseFailure(st);
+      report->set_retryable(report->failure().kind() == tandem::v1::PHASE_FAILURE_KIND_RETRYABLE);
     }
     last_command_id_ = cmd.command_id();
     last_report_ = *report;
@@ -138,9 +138,11 @@ class JobEngineImpl final : public JobEngine {
     }
     if (ctx == nullptr || ctx->assignment.job_id() != cmd.job_id() ||
         ctx->assignment.generation() != cmd.generation()) {
-      return absl::FailedPreconditionError(
-          "worker holds no state for job " + cmd.job_id() + " generation " +
-          std::to_string(cmd.generation()) + " (SETUP missing or superseded)");
+      // The coordinator re-issues SETUP through a recovery.
+      return common::WithFailureKind(
+          absl::FailedPreconditionError("worker holds no state for job " + cmd.job_id() + " generation " +
+                                        std::to_string(cmd.generation()) + " (SETUP missing or superseded)"),
+          tandem::v1::PHASE_FAILURE_KIND_RETRYABLE);
     }
     if (ctx->disagg) {  // disaggregated mode: role-specific phases (disagg.h)
       if (auto st = RunDisaggPhase(*ctx, cmd, report)) return *st;
