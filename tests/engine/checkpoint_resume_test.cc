@@ -225,7 +225,7 @@ TEST(CheckpointResumeTest, CorruptNewestFallsBackToPrevious) {
       auto res = direct.Setup(Spec(2, 2, dir), ckpt::FinalDir(root, kK));
       ASSERT_FALSE(res[0].status.ok()) << what;
       // The coordinator marks the checkpoint bad and falls back on this kind.
-      EXPECT_EQ(res[0].report.failure().kind(), tandem::v1::PHASE_FAILURE_KIND_RESTORE_FAILED) << what;
+      EXPECT_EQ(common::FailureKindOf(res[0].status), tandem::v1::PHASE_FAILURE_KIND_RESTORE_FAILED) << what;
       EXPECT_NE(res[0].status.message().find(ckpt::ShardFileName(1, 2)), std::string::npos)
           << res[0].status;
     }
@@ -255,8 +255,7 @@ TEST(CheckpointResumeTest, RecoveryRefusesCheckpointsFromElsewhere) {
     auto res = again.Setup(Spec(1, 0, dir), path);
     ASSERT_FALSE(res[0].status.ok()) << path;
     EXPECT_EQ(res[0].status.code(), absl::StatusCode::kDataLoss) << res[0].status;
-    EXPECT_EQ(res[0].report.failure().kind(), tandem::v1::PHASE_FAILURE_KIND_RESTORE_FAILED);
-    EXPECT_EQ(res[0].report.failure().code(), static_cast<int>(absl::StatusCode::kDataLoss));
+    EXPECT_EQ(common::FailureKindOf(res[0].status), tandem::v1::PHASE_FAILURE_KIND_RESTORE_FAILED);
     EXPECT_NE(res[0].status.message().find("its manifest says step 2, which lives at " + fs::path(own).lexically_normal().string()), std::string::npos)
         << res[0].status;
   }

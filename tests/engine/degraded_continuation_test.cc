@@ -102,7 +102,7 @@ void FailDuringStep(EngineCluster& c, const std::vector<int>& survivors, int64_t
   for (auto& t : threads) t.join();
   for (size_t i = 0; i < out.size(); ++i) {
     EXPECT_FALSE(out[i].status.ok()) << "survivor " << i << " finished a step its peer never ran";
-    EXPECT_TRUE(out[i].report.retryable()) << out[i].status;
+    EXPECT_EQ(common::FailureKindOf(out[i].status), tandem::v1::PHASE_FAILURE_KIND_RETRYABLE) << out[i].status;
   }
 }
 
@@ -335,7 +335,7 @@ TEST(DegradedContinuationTest, WrongStepFailsEveryRank) {
     ASSERT_FALSE(res[r].status.ok()) << r;
     EXPECT_EQ(res[r].status.message().rfind("live restore: ", 0), 0u) << res[r].status;
     EXPECT_NE(res[r].status.message().find("holds step 2, not 3"), std::string::npos) << res[r].status;
-    EXPECT_FALSE(res[r].report.ok());
+    EXPECT_EQ(common::FailureKindOf(res[r].status), tandem::v1::PHASE_FAILURE_KIND_RESTORE_FAILED);
   }
   // The state was not lost to anything but the failed SETUP: a normal
   // recovery (here: a fresh start) works on the same engines.
