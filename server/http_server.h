@@ -1,5 +1,6 @@
-// A small HTTP/1.1 server for the coordinator's unauthenticated port
-// (/metrics, /healthz, /readyz): GET and HEAD only, one response per
+// A small HTTP/1.1 server for the coordinator's HTTP port (/metrics,
+// /healthz, /readyz, the dashboard): GET and HEAD, POST with a
+// Content-Length body where a route allows it, one response per
 // connection. Built so that slow or hostile clients cannot keep the probes
 // from being answered:
 // - one poll() loop reads and writes every connection without blocking: a
@@ -9,7 +10,8 @@
 // - at most max_connections are open; when full, a new connection evicts
 //   the oldest one still sending its request (a slow client's), so probes
 //   get in; at most max_connections_per_peer from one address;
-// - requests over max_request_bytes get 431, malformed ones 400.
+// - requests over max_request_bytes get 431 (413 when the body is too
+//   large), malformed ones 400.
 // Handlers run on the loop thread: keep them fast. HttpServer owns the
 // thread; Stop() (or the destructor) joins it. Thread-safe.
 #pragma once
@@ -19,16 +21,31 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 
 namespace tandem::server {
 
+struct HttpRequest {
+  std::string method;  // GET, HEAD or POST
+  std::string path;    // without the query
+  std::string query;   // after '?', still percent-encoded
+  std::string peer;    // the client's address (127.0.0.1, ::1, ...)
+  std::map<std::string, std::string> headers;  // lower-case names; first one wins
+  std::string body;    // POST only
+
+  // The header's value, "" when absent (`name` in lower case).
+  std::string Header(const std::string& name) const;
+};
+
 struct HttpResponse {
   int status = 200;
   std::string content_type = "text/plain; charset=utf-8";
   std::string body;
+  std::vector<std::pair<std::string, std::string>> headers = {};  // extra ones (Set-Cookie, Location, ...)
 };
 
 struct HttpServerOptions {
@@ -41,6 +58,7 @@ struct HttpServerOptions {
 class HttpServer {
  public:
   using Handler = std::function<HttpResponse()>;
+  using RequestHandler = std::function<HttpResponse(const HttpRequest&)>;
 
   explicit HttpServer(HttpServerOptions options = {});
   ~HttpServer();
@@ -49,6 +67,12 @@ class HttpServer {
 
   // Before Start: serves GET/HEAD `path` (exact match; the query is ignored).
   void Get(const std::string& path, Handler handler);
+  // Before Start: serves GET/HEAD `path` (exact match), and POST too when
+  // `allow_post`.
+  void Handle(const std::string& path, RequestHandler handler, bool allow_post = false);
+  // Before Start: serves GET/HEAD of every path under `prefix` (which ends
+  // in '/') that has no exact route; the longest prefix wins.
+  void HandlePrefix(const std::string& prefix, RequestHandler handler);
   // Binds host:port (port 0 = ephemeral; host may be an IPv6 literal) and
   // starts the loop thread.
   absl::Status Start(const std::string& host, int port);
@@ -58,8 +82,16 @@ class HttpServer {
  private:
   void Loop();
 
+  struct Route {
+    RequestHandler handler;
+    bool allow_post = false;
+  };
+  // The response to one complete request (`raw`: request line, headers, body).
+  HttpResponse Respond(const std::string& raw, const std::string& peer, bool* head) const;
+
   const HttpServerOptions options_;
-  std::map<std::string, Handler> handlers_;
+  std::map<std::string, Route> routes_;
+  std::map<std::string, RequestHandler> prefixes_;
   int listen_fd_ = -1;
   int wake_pipe_[2] = {-1, -1};
   int port_ = 0;

@@ -85,7 +85,8 @@ MetricsServer::MetricsServer() = default;
 MetricsServer::~MetricsServer() { Stop(); }
 
 absl::Status MetricsServer::Start(const std::string& listen, std::function<std::string()> metrics,
-                                  std::function<bool()> ready, HttpServerOptions options) {
+                                  std::function<bool()> ready, HttpServerOptions options,
+                                  std::function<void(HttpServer*)> add_routes) {
   auto colon = listen.rfind(':');
   int port = 0;
   if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port)) {
@@ -102,6 +103,7 @@ absl::Status MetricsServer::Start(const std::string& listen, std::function<std::
     const bool ok = ready();
     return HttpResponse{ok ? 200 : 503, "text/plain", ok ? "ready\n" : "not ready\n"};
   });
+  if (add_routes) add_routes(server_.get());
   if (absl::Status st = server_->Start(host, port); !st.ok()) {
     return absl::UnavailableError(absl::StrCat("metrics: cannot bind ", listen, ": ", st.message()));
   }

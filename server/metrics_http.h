@@ -29,9 +29,11 @@ class MetricsServer {
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
-  // listen "host:port" (port 0 = ephemeral).
+  // listen "host:port" (port 0 = ephemeral). add_routes (optional) adds
+  // more routes to the same server before it starts (the dashboard).
   absl::Status Start(const std::string& listen, std::function<std::string()> metrics,
-                     std::function<bool()> ready, HttpServerOptions options = {});
+                     std::function<bool()> ready, HttpServerOptions options = {},
+                     std::function<void(HttpServer*)> add_routes = nullptr);
   int port() const { return port_; }
   void Stop();
 

@@ -1,7 +1,8 @@
 // GuardedMemory and the guarded Ops: allocator behaviour, copies, the faults
 // that prove the device discipline (host access of a device pointer, a host
-// pointer handed to an op, use after free, out of bounds), and
-// guarded(CpuOps) == CpuOps bit for bit.
+// pointer handed to an op, use after free, out of bounds). That
+// guarded(CpuOps) == CpuOps bit for bit is checked over the kernel case
+// table by kernels_ops_test (cpu_guarded).
 #include "kernels/guarded/guarded_memory.h"
 
 #include <gtest/gtest.h>
@@ -22,7 +23,6 @@
 namespace tandem::kernels {
 namespace {
 
-using testing::RandomIds;
 using testing::RandomVec;
 
 constexpr size_t kCap = size_t{64} << 20;
@@ -40,12 +40,6 @@ std::vector<T> Down(const DeviceArray<T>& a) {
   std::vector<T> host(a.size());
   a.Download(host.data(), host.size());
   return host;
-}
-
-template <typename T>
-bool SameBits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() &&
-         std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
 TEST(GuardedMemoryTest, AllocateAlignFreeCoalesce) {
@@ -226,231 +220,14 @@ TEST_F(GuardedDeathTest, TwoThreadsInOneOpsInstanceAbort) {
       "entered by two threads at once");
 }
 
-// ---- guarded(CpuOps) == CpuOps, bit for bit.
+// ---- The guarded Ops. guarded(CpuOps) == CpuOps bit for bit, for every
+// case of the kernel case table: kernels_ops_test (cpu_guarded).
 
-class GuardedOpsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    mem_ = MakeGuardedMemory(kCap);
-    cpu_ = MakeCpuOps(1);
-    guarded_ = MakeGuardedOps(MakeCpuOps(1), mem_.get());
-  }
-  template <typename T>
-  DeviceArray<T> D(const std::vector<T>& v) {
-    return Up<T>(mem_.get(), v);
-  }
-  std::unique_ptr<GuardedMemory> mem_;
-  std::unique_ptr<Ops> cpu_, guarded_;
-};
-
-TEST_F(GuardedOpsTest, Name) {
-  EXPECT_EQ(std::string(guarded_->name()),
-            std::string("guarded(") + cpu_->name() + ")");
-}
-
-TEST_F(GuardedOpsTest, MatmulAllTransposes) {
-  const int m = 13, n = 17, k = 29, ld_pad = 3;
-  for (int ta = 0; ta < 2; ++ta) {
-    for (int tb = 0; tb < 2; ++tb) {
-      const int lda = (ta ? m : k) + ld_pad, ldb = (tb ? k : n) + ld_pad;
-      const int ldc = n + ld_pad;
-      const auto a = RandomVec(static_cast<size_t>(ta ? k : m) * lda, 2);
-      const auto b = RandomVec(static_cast<size_t>(tb ? n : k) * ldb, 3);
-      auto c = RandomVec(static_cast<size_t>(m) * ldc, 4);
-      auto da = D(a), db = D(b), dc = D(c);
-      cpu_->matmul(ta, tb, m, n, k, 0.7f, a.data(), lda, b.data(), ldb, 0.3f,
-                   c.data(), ldc);
-      guarded_->matmul(ta, tb, m, n, k, 0.7f, da.data(), lda, db.data(), ldb,
-                       0.3f, dc.data(), ldc);
-      EXPECT_TRUE(SameBits(Down(dc), c)) << ta << tb;
-    }
-  }
-}
-
-TEST_F(GuardedOpsTest, AttentionForwardBackward) {
-  AttentionParams p;
-  p.num_heads = 4;
-  p.num_kv_heads = 2;
-  p.head_dim = 16;
-  const std::vector<int32_t> cu = {0, 11, 30, 37};
-  const int t = 37, ns = 3;
-  const size_t qn = size_t{t} * 4 * 16, kn = size_t{t} * 2 * 16;
-  const auto q = RandomVec(qn, 5), k = RandomVec(kn, 6), v = RandomVec(kn, 7);
-  const auto dout = RandomVec(qn, 8);
-  std::vector<float> out(qn), lse(t * 4), dq(qn), dk(kn), dv(kn);
-  auto d_q = D(q), d_k = D(k), d_v = D(v), d_dout = D(dout);
-  auto d_cu = D(cu);
-  auto d_out = D(out), d_lse = D(lse);
-  auto d_dq = D(dq), d_dk = D(dk), d_dv = D(dv);
-  for (int window : {-1, 5}) {
-    p.window = window;
-    cpu_->attention_forward(p, q.data(), k.data(), v.data(), cu.data(), ns, t,
-                            out.data(), lse.data());
-    guarded_->attention_forward(p, d_q.data(), d_k.data(), d_v.data(),
-                                d_cu.data(), ns, t, d_out.data(), d_lse.data());
-    EXPECT_TRUE(SameBits(Down(d_out), out));
-    EXPECT_TRUE(SameBits(Down(d_lse), lse));
-    cpu_->attention_backward(p, q.data(), k.data(), v.data(), out.data(),
-                             dout.data(), lse.data(), cu.data(), ns, t,
-                             dq.data(), dk.data(), dv.data());
-    guarded_->attention_backward(p, d_q.data(), d_k.data(), d_v.data(),
-                                 d_out.data(), d_dout.data(), d_lse.data(),
-                                 d_cu.data(), ns, t, d_dq.data(), d_dk.data(),
-                                 d_dv.data());
-    EXPECT_TRUE(SameBits(Down(d_dq), dq));
-    EXPECT_TRUE(SameBits(Down(d_dk), dk));
-    EXPECT_TRUE(SameBits(Down(d_dv), dv));
-  }
-  // Decode over a cache: batch 2, 3 new tokens each.
-  const int batch = 2, n_new = 3, cap = 20;
-  const std::vector<int32_t> len = {9, 20};
-  const auto dq2 = RandomVec(size_t{batch} * n_new * 4 * 16, 9);
-  const auto kc = RandomVec(size_t{batch} * cap * 2 * 16, 10);
-  const auto vc = RandomVec(size_t{batch} * cap * 2 * 16, 11);
-  std::vector<float> o(dq2.size());
-  auto d_q2 = D(dq2), d_kc = D(kc), d_vc = D(vc), d_o = D(o);
-  auto d_len = D(len);
-  p.window = -1;
-  cpu_->decode_attention(p, dq2.data(), batch, n_new, kc.data(), vc.data(), cap,
-                         len.data(), o.data());
-  guarded_->decode_attention(p, d_q2.data(), batch, n_new, d_kc.data(),
-                             d_vc.data(), cap, d_len.data(), d_o.data());
-  EXPECT_TRUE(SameBits(Down(d_o), o));
-}
-
-TEST_F(GuardedOpsTest, LmHeadForwardBackward) {
-  const int t = 23, c = 24, v = 51, chunk = 8;
-  const auto h = RandomVec(size_t{t} * c, 12), w = RandomVec(size_t{v} * c, 13);
-  const auto targets = RandomIds(t, 0, v - 1, 14);
-  const auto dlogp = RandomVec(t, 15);
-  std::vector<float> scratch(size_t{chunk} * v), logp(t), ent(t);
-  std::vector<float> dh(size_t{t} * c), dw = RandomVec(size_t{v} * c, 16);
-  auto d_h = D(h), d_w = D(w), d_dl = D(dlogp);
-  auto d_tg = D(targets);
-  auto d_s = D(scratch), d_lp = D(logp), d_e = D(ent), d_dh = D(dh),
-       d_dw = D(dw);
-  cpu_->lm_head_logprobs_forward(h.data(), w.data(), targets.data(), t, c, v,
-                                 chunk, scratch.data(), logp.data(),
-                                 ent.data());
-  guarded_->lm_head_logprobs_forward(d_h.data(), d_w.data(), d_tg.data(), t, c,
-                                     v, chunk, d_s.data(), d_lp.data(),
-                                     d_e.data());
-  EXPECT_TRUE(SameBits(Down(d_lp), logp));
-  EXPECT_TRUE(SameBits(Down(d_e), ent));
-  // entropy == nullptr stays nullptr.
-  guarded_->lm_head_logprobs_forward(d_h.data(), d_w.data(), d_tg.data(), t, c,
-                                     v, chunk, d_s.data(), d_lp.data(),
-                                     nullptr);
-  EXPECT_TRUE(SameBits(Down(d_lp), logp));
-  cpu_->lm_head_logprobs_backward(h.data(), w.data(), targets.data(),
-                                  dlogp.data(), t, c, v, chunk, scratch.data(),
-                                  dh.data(), dw.data());
-  guarded_->lm_head_logprobs_backward(d_h.data(), d_w.data(), d_tg.data(),
-                                      d_dl.data(), t, c, v, chunk, d_s.data(),
-                                      d_dh.data(), d_dw.data());
-  EXPECT_TRUE(SameBits(Down(d_dh), dh));
-  EXPECT_TRUE(SameBits(Down(d_dw), dw));
-}
-
-TEST_F(GuardedOpsTest, AdamwAndElementwise) {
-  const size_t n = 1001;
-  auto p = RandomVec(n, 17), m = RandomVec(n, 18, 0, 0.1);
-  auto v = RandomVec(n, 19, 0, 0.1);
-  const auto g = RandomVec(n, 20);
-  auto d_p = D(p), d_m = D(m), d_v = D(v), d_g = D(g);
-  for (int64_t step = 1; step <= 3; ++step) {
-    cpu_->adamw_step(p.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f,
-                     0.999f, 1e-8f, 0.01f, step);
-    guarded_->adamw_step(d_p.data(), d_g.data(), d_m.data(), d_v.data(), n,
-                         1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, step);
-  }
-  EXPECT_TRUE(SameBits(Down(d_p), p));
-  EXPECT_TRUE(SameBits(Down(d_m), m));
-  EXPECT_TRUE(SameBits(Down(d_v), v));
-  EXPECT_EQ(guarded_->sum_squares(d_p.data(), n),
-            cpu_->sum_squares(p.data(), n));
-  cpu_->scale(p.data(), 0.5f, n);
-  guarded_->scale(d_p.data(), 0.5f, n);
-  cpu_->add_inplace(p.data(), g.data(), n);
-  guarded_->add_inplace(d_p.data(), d_g.data(), n);
-  EXPECT_TRUE(SameBits(Down(d_p), p));
-  std::vector<uint16_t> b(n);
-  std::vector<float> f(n);
-  auto d_b = D(b);
-  auto d_f = D(f);
-  cpu_->float_to_bf16(p.data(), b.data(), n);
-  cpu_->bf16_to_float(b.data(), f.data(), n);
-  guarded_->float_to_bf16(d_p.data(), d_b.data(), n);
-  guarded_->bf16_to_float(d_b.data(), d_f.data(), n);
-  EXPECT_TRUE(SameBits(Down(d_b), b));
-  EXPECT_TRUE(SameBits(Down(d_f), f));
-}
-
-TEST_F(GuardedOpsTest, EmbeddingRmsnormRopeSwiglu) {
-  const int t = 19, c = 32, vocab = 40, nh = 2, d = 16;
-  const auto ids = RandomIds(t, 0, vocab - 1, 21);
-  const auto table = RandomVec(size_t{vocab} * c, 22);
-  std::vector<float> x(size_t{t} * c), y(x.size()), rstd(t), dx(x.size());
-  auto dtable = RandomVec(table.size(), 23);
-  const auto w = RandomVec(c, 24), dy = RandomVec(x.size(), 25);
-  auto dw = RandomVec(c, 26);
-  auto d_ids = D(ids);
-  auto d_table = D(table), d_x = D(x), d_y = D(y), d_rstd = D(rstd),
-       d_dx = D(dx), d_dtable = D(dtable), d_w = D(w), d_dy = D(dy),
-       d_dw = D(dw);
-  cpu_->embedding_forward(ids.data(), t, table.data(), c, x.data());
-  guarded_->embedding_forward(d_ids.data(), t, d_table.data(), c, d_x.data());
-  EXPECT_TRUE(SameBits(Down(d_x), x));
-  cpu_->rmsnorm_forward(x.data(), w.data(), t, c, 1e-5f, y.data(), rstd.data());
-  guarded_->rmsnorm_forward(d_x.data(), d_w.data(), t, c, 1e-5f, d_y.data(),
-                            d_rstd.data());
-  EXPECT_TRUE(SameBits(Down(d_y), y));
-  cpu_->rmsnorm_backward(dy.data(), x.data(), w.data(), rstd.data(), t, c,
-                         dx.data(), dw.data());
-  guarded_->rmsnorm_backward(d_dy.data(), d_x.data(), d_w.data(), d_rstd.data(),
-                             t, c, d_dx.data(), d_dw.data());
-  EXPECT_TRUE(SameBits(Down(d_dx), dx));
-  EXPECT_TRUE(SameBits(Down(d_dw), dw));
-  cpu_->embedding_backward(ids.data(), t, dy.data(), c, dtable.data());
-  guarded_->embedding_backward(d_ids.data(), t, d_dy.data(), c,
-                               d_dtable.data());
-  EXPECT_TRUE(SameBits(Down(d_dtable), dtable));
-
-  // Rope on [t, nh, d] (= x viewed as [19, 2, 16]) with positions 5..23.
-  RopeConfig rc;
-  rc.head_dim = d;
-  const int max_pos = 30;
-  std::vector<float> cs(size_t{max_pos} * d / 2), sn(cs.size());
-  rope_tables(rc, max_pos, max_pos, cs.data(), sn.data());
-  std::vector<int32_t> pos(t);
-  for (int i = 0; i < t; ++i) pos[i] = i + 5;
-  auto d_pos = D(pos);
-  auto d_cs = D(cs), d_sn = D(sn);
-  for (bool inverse : {false, true}) {
-    cpu_->rope_apply(x.data(), pos.data(), t, nh, d, cs.data(), sn.data(),
-                     inverse);
-    guarded_->rope_apply(d_x.data(), d_pos.data(), t, nh, d, d_cs.data(),
-                         d_sn.data(), inverse);
-    EXPECT_TRUE(SameBits(Down(d_x), x));
-  }
-  std::vector<float> h(x.size()), dg(x.size()), du(x.size());
-  auto d_h = D(h), d_dg = D(dg), d_du = D(du);
-  cpu_->swiglu_forward(x.data(), y.data(), x.size(), h.data());
-  guarded_->swiglu_forward(d_x.data(), d_y.data(), x.size(), d_h.data());
-  EXPECT_TRUE(SameBits(Down(d_h), h));
-  cpu_->swiglu_backward(dy.data(), x.data(), y.data(), x.size(), dg.data(),
-                        du.data());
-  guarded_->swiglu_backward(d_dy.data(), d_x.data(), d_y.data(), x.size(),
-                            d_dg.data(), d_du.data());
-  EXPECT_TRUE(SameBits(Down(d_dg), dg));
-  EXPECT_TRUE(SameBits(Down(d_du), du));
-  // add_bias / bias_backward on [t, c].
-  cpu_->add_bias(y.data(), w.data(), t, c);
-  guarded_->add_bias(d_y.data(), d_w.data(), t, c);
-  EXPECT_TRUE(SameBits(Down(d_y), y));
-  cpu_->bias_backward(dy.data(), t, c, dw.data());
-  guarded_->bias_backward(d_dy.data(), t, c, d_dw.data());
-  EXPECT_TRUE(SameBits(Down(d_dw), dw));
+TEST(GuardedOpsTest, Name) {
+  auto mem = MakeGuardedMemory(kCap);
+  auto guarded = MakeGuardedOps(MakeCpuOps(1), mem.get());
+  EXPECT_EQ(std::string(guarded->name()),
+            std::string("guarded(") + MakeCpuOps(1)->name() + ")");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "common/status_util.h"
 #include "server/api/request_checks.h"
 #include "server/api/rpc_status.h"
+#include "server/dashboard/phase_timeline.h"
 #include "spdlog/spdlog.h"
 
 namespace tandem::server {
@@ -109,6 +110,7 @@ grpc::Status ClusterService::Heartbeat(grpc::ServerContext* ctx, const tandem::v
     return grpc::Status::OK;
   }
   TANDEM_RPC_CHECK(s);
+  if (timeline_) timeline_->MemoryReported(req->worker_id(), req->memory_bytes_in_use());
   if (req->preempting()) {
     // Graceful preemption: the job hands this worker over at its next step
     // boundary; once it is out of every job it may exit.
@@ -158,6 +160,7 @@ grpc::Status ClusterService::Attach(grpc::ServerContext* ctx, const tandem::v1::
         result = grpc::Status(grpc::StatusCode::CANCELLED, "worker went away");
         break;
       }
+      if (timeline_) timeline_->CommandSent(req->worker_id(), command);
       continue;
     }
     idle_ms += 200;
@@ -216,6 +219,7 @@ grpc::Status ClusterService::ReportPhase(grpc::ServerContext* ctx, const tandem:
     TANDEM_RPC_CHECK(CheckText(absl::StrCat("log_lines[", i, "]"), req->log_lines(i), 4096));
   }
   TANDEM_RPC_CHECK(jobs_->OnReport(*req));
+  if (timeline_) timeline_->ReportReceived(*req);
   return grpc::Status::OK;
 }
 

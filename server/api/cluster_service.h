@@ -20,11 +20,20 @@
 
 namespace tandem::server {
 
+class PhaseTimeline;
+
 class ClusterService final : public tandem::v1::Cluster::Service {
  public:
   ClusterService(const tandem::v1::CoordinatorConfig& config, JobManager* jobs, Membership* membership,
-                 KvStore* kv, const common::TokenAuthenticator* auth, const std::atomic<bool>* stopping)
-      : config_(config), jobs_(jobs), membership_(membership), kv_(kv), auth_(auth), stopping_(stopping) {}
+                 KvStore* kv, const common::TokenAuthenticator* auth, const std::atomic<bool>* stopping,
+                 PhaseTimeline* timeline = nullptr)
+      : config_(config),
+        jobs_(jobs),
+        membership_(membership),
+        kv_(kv),
+        auth_(auth),
+        stopping_(stopping),
+        timeline_(timeline) {}
 
   grpc::Status RegisterWorker(grpc::ServerContext* ctx, const tandem::v1::RegisterWorkerRequest* req,
                               tandem::v1::RegisterWorkerResponse* resp) override;
@@ -59,6 +68,7 @@ class ClusterService final : public tandem::v1::Cluster::Service {
   KvStore* kv_;
   const common::TokenAuthenticator* auth_;
   const std::atomic<bool>* stopping_;
+  PhaseTimeline* timeline_;  // optional: phase commands and reports for the dashboard
 };
 
 }  // namespace tandem::server

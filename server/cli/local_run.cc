@@ -35,6 +35,7 @@
 #include "server/cli/job_file.h"
 #include "server/cli/job_follow.h"
 #include "server/cli/signal_watch.h"
+#include "server/cli/tensorboard_log.h"
 #include "server/cli/worker_supervisor.h"
 
 namespace tandem::cli {
@@ -312,6 +313,33 @@ std::string WhyNotRestarted(const SupervisorEvent& e) {
   return e.note;
 }
 
+// The run's TensorBoard event files (tensorboard_log.h); a file that cannot
+// be written costs the TensorBoard view, never the run: one warning.
+class TensorBoardScalars {
+ public:
+  explicit TensorBoardScalars(const fs::path& dir) {
+    auto log = TensorBoardLog::Create(dir);
+    if (log.ok()) {
+      log_ = std::move(*log);
+    } else {
+      Warn(log.status());
+    }
+  }
+  void Record(const nlohmann::json& step) {
+    if (!log_) return;
+    if (absl::Status st = log_->Record(step); !st.ok()) {
+      Warn(st);
+      log_.reset();
+    }
+  }
+
+ private:
+  static void Warn(const absl::Status& st) {
+    std::cerr << "tandemctl: warning: no TensorBoard events for this run: " << st.message() << "\n";
+  }
+  std::unique_ptr<TensorBoardLog> log_;
+};
+
 // Merges a later report of the same step into an earlier one (EVAL adds accuracy).
 void MergeStep(v1::StepMetrics* into, const v1::StepMetrics& from) {
   v1::StepMetrics merged = *into;
@@ -581,7 +609,9 @@ int CmdRunLocal(const Args& args) {
   if (!json) {
     std::cerr << "tandemctl: coordinator at " << cluster.grpc_address() << " (metrics http://"
               << cluster.metrics_address() << "/metrics), " << workers << " " << device
-              << " worker(s) x " << threads << " thread(s); run dir " << dir.string() << "\n";
+              << " worker(s) x " << threads << " thread(s); run dir " << dir.string() << "\n"
+              << "tandemctl: dashboard http://" << cluster.metrics_address() << "/dashboard/ (log in with "
+              << (dir / "admin.token").string() << ")\n";
   }
   // gRPC from here on; restarts fork on the supervisor thread (safe with
   // gRPC running: child_process.h).
@@ -642,6 +672,7 @@ int CmdRunLocal(const Args& args) {
 
   std::map<int64_t, v1::StepMetrics> steps;
   std::ofstream metrics(dir / "metrics.jsonl", std::ios::trunc);
+  TensorBoardScalars tensorboard(dir);
   v1::Job final_job;
   grpc::Status s = FollowJob(
       client, sresp.job_id(), /*from_start=*/true,
@@ -651,6 +682,7 @@ int CmdRunLocal(const Args& args) {
           const bool is_new = steps.count(step) == 0;
           MergeStep(&steps[step], ev.metrics());
           if (is_new) metrics << StepJson(ev.metrics()).dump() << "\n" << std::flush;
+          tensorboard.Record(StepJson(steps[step]));
           if (!json) progress.Step(job, steps[step]);
         } else if (ev.kind() == "state" || ev.kind() == "recovery" || ev.kind() == "worker" ||
                    ev.kind() == "warm_start") {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "common/checkpoint_path.h"
 #include "common/phase_failure.h"
+#include "server/coordinator_metrics.h"
 #include "server/jobs/job_limits.h"
 #include "server/jobs/job_manager.h"
 #include "server/jobs/phase_commands.h"
@@ -89,6 +90,7 @@ void JobManager::RecordCheckpointLocked(JobRecord* r, int64_t generation,
   rec.set_time(clock_->WallSeconds());
   auto existing = store_->HasCheckpoint(rec);
   if (existing.ok() && *existing) return;
+  CoordinatorMetrics::Global().CheckpointPublished(published.bytes());
   absl::Status s = store_->AddCheckpoint(rec);
   if (!s.ok()) spdlog::error("job {} checkpoint record: {}", r->job.id(), s.ToString());
   // Rank 0 applies checkpoint.keep right after publishing (ckpt::ApplyRetention):
@@ -265,6 +267,7 @@ void JobManager::RunJob(JobRecord* r) {
 
 void JobManager::CompletePhaseLocked(JobRecord* r, const PlannedPhase& phase) {
   const double wall = absl::ToDoubleSeconds(absl::Now() - r->inflight_started);
+  CoordinatorMetrics::Global().PhaseCompleted(phase.phase, wall, r->reports);
   if (phase.phase == tandem::v1::PHASE_CHECKPOINT) {
     r->last_checkpoint_seconds = wall;
     // Every rank keeps its neighbour's shard in memory (worker/engine/peer_snapshot.h).
@@ -339,6 +342,7 @@ void JobManager::CompletePhaseLocked(JobRecord* r, const PlannedPhase& phase) {
     if (kind == UnitKind::kBaseline) (*acc.mutable_extra())["baseline"] = 1;
     *r->job.mutable_latest() = acc;
     if (kind == UnitKind::kStep) r->job.set_step(acc.step());
+    if (kind == UnitKind::kStep) CoordinatorMetrics::Global().StepCompleted(r->job.spec().kind());
     PersistLocked(*r);
     std::string summary = kind == UnitKind::kWarmup ? absl::StrCat("warm-start step ", -acc.step(), "/",
                                                                    r->job.spec().init().sft_steps())

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "server/coordinator_metrics.h"
 #include "server/jobs/job_manager.h"
 #include "server/recovery/policy.h"
 #include "spdlog/spdlog.h"
@@ -287,6 +288,7 @@ void JobManager::RecoverLocked(JobRecord* r) {
     rec->set_wait_seconds(0);
   }
   rec->set_recoveries(rec->recoveries() + 1);
+  CoordinatorMetrics::Global().RecoveryStarted();
   rec->set_reason(reason);
   const std::vector<std::string> old_ids(r->job.worker_ids().begin(), r->job.worker_ids().end());
   std::map<std::string, std::string> old_names;

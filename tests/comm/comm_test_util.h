@@ -1,37 +1,16 @@
-// Test helpers: run N ranks as N threads over one InMemoryStore.
+// Helpers of the comm tests: the ranks-as-threads runner and per-rank data.
 #pragma once
 
-#include <functional>
 #include <random>
-#include <thread>
 #include <vector>
 
-#include "gtest/gtest.h"
-#include "worker/comm/collective.h"
+#include "tests/support/run_ranks.h"
 
 namespace tandem::comm::testing {
 
-inline CollectiveOptions TestOptions(std::chrono::milliseconds timeout =
-                                         std::chrono::milliseconds(20000)) {
-  CollectiveOptions o;
-  o.address = "127.0.0.1";
-  o.timeout = timeout;
-  return o;
-}
-
-// Runs fn(collective) on `n` threads, one rank each.
-inline void RunRanks(int n, const std::function<void(Collective&)>& fn) {
-  InMemoryStore store;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      auto c = MakeCollective("gloo", store, r, n, TestOptions());
-      ASSERT_TRUE(c.ok()) << c.status();
-      fn(**c);
-    });
-  }
-  for (auto& t : threads) t.join();
-}
+// N ranks as N threads over one store: tests/support/run_ranks.h.
+using ::tandem::testing::RunRanks;
+using ::tandem::testing::TestOptions;
 
 // Deterministic per-(rank, i) values.
 inline std::vector<float> Values(int rank, size_t n, int salt = 0) {

@@ -23,18 +23,11 @@ constexpr size_t kCap = size_t{256} << 20;
 // Runs fn(guarded collective, its memory) on n threads, one rank each.
 void RunGuarded(int n,
                 const std::function<void(Collective&, GuardedMemory&)>& fn) {
-  InMemoryStore store;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      auto mem = kernels::MakeGuardedMemory(kCap);
-      auto c = MakeCollective("gloo", store, r, n, TestOptions());
-      ASSERT_TRUE(c.ok()) << c.status();
-      auto g = MakeGuardedCollective(std::move(*c), mem.get());
-      fn(*g, *mem);
-    });
-  }
-  for (auto& t : threads) t.join();
+  ::tandem::testing::RunRankThreads(n, [&](int, std::unique_ptr<Collective> c) {
+    auto mem = kernels::MakeGuardedMemory(kCap);
+    auto g = MakeGuardedCollective(std::move(c), mem.get());
+    fn(*g, *mem);
+  });
 }
 
 DeviceArray<float> Up(GuardedMemory& mem, const std::vector<float>& v) {

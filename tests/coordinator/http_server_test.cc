@@ -81,6 +81,53 @@ TEST_F(HttpServerTest, AnswersAndRefusesClearly) {
   EXPECT_EQ(HttpGet(server_->port(), "/readyz").status, 200);
 }
 
+// Routes that see the request: method, query, headers (lower-case names),
+// peer and a POST body (with Content-Length); extra response headers;
+// prefix routes, the longest prefix winning over shorter ones.
+TEST_F(HttpServerTest, RequestsReachHandlersWithHeadersAndBodies) {
+  server_ = std::make_unique<HttpServer>(HttpServerOptions{.max_request_bytes = 4096});
+  server_->Handle(
+      "/echo",
+      [](const HttpRequest& r) {
+        return HttpResponse{200, "text/plain",
+                            r.method + "|" + r.path + "|" + r.query + "|" + r.Header("x-thing") + "|" + r.peer + "|" +
+                                r.body,
+                            {{"Set-Cookie", "a=b; HttpOnly"}}};
+      },
+      /*allow_post=*/true);
+  server_->HandlePrefix("/files/", [](const HttpRequest& r) { return HttpResponse{200, "text/plain", "files:" + r.path}; });
+  server_->HandlePrefix("/files/deep/", [](const HttpRequest& r) { return HttpResponse{200, "text/plain", "deep"}; });
+  ASSERT_TRUE(server_->Start("127.0.0.1", 0).ok());
+  const int port = server_->port();
+  const std::string get = RawExchange(port, "GET /echo?a=1 HTTP/1.1\r\nX-Thing:  v1 \r\nx-thing: v2\r\n\r\n");
+  EXPECT_NE(get.find("\r\nSet-Cookie: a=b; HttpOnly\r\n"), std::string::npos) << get;
+  EXPECT_NE(get.find("\r\n\r\nGET|/echo|a=1|v1|127.0.0.1|"), std::string::npos) << get;
+  const std::string post = RawExchange(port, "POST /echo HTTP/1.1\r\nContent-Length: 7\r\n\r\ntoken=x");
+  EXPECT_NE(post.find("\r\n\r\nPOST|/echo|||127.0.0.1|token=x"), std::string::npos) << post;
+  // A body that arrives in pieces is waited for.
+  const int fd = test_support::ConnectLoopback(port);
+  ASSERT_GE(fd, 0);
+  const std::string part1 = "POST /echo HTTP/1.1\r\nContent-Length: 10\r\n\r\n01234";
+  ASSERT_EQ(send(fd, part1.data(), part1.size(), MSG_NOSIGNAL), static_cast<ssize_t>(part1.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(send(fd, "56789", 5, MSG_NOSIGNAL), 5);
+  std::string got;
+  char buf[1024];
+  for (int i = 0; i < 50; ++i) {
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  EXPECT_NE(got.find("POST|/echo|||127.0.0.1|0123456789"), std::string::npos) << got;
+  EXPECT_EQ(RawExchange(port, "POST /echo HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 411", 0), 0u);
+  EXPECT_EQ(RawExchange(port, "POST /echo HTTP/1.1\r\nContent-Length: 5000\r\n\r\nx").rfind("HTTP/1.1 413", 0), 0u);
+  EXPECT_EQ(HttpGet(port, "/files/a/b").body, "files:/files/a/b");
+  EXPECT_EQ(HttpGet(port, "/files/deep/x").body, "deep");
+  EXPECT_EQ(HttpGet(port, "/files").status, 404);
+  EXPECT_EQ(RawExchange(port, "POST /files/a HTTP/1.1\r\nContent-Length: 0\r\n\r\n").rfind("HTTP/1.1 405", 0), 0u);
+}
+
 // Slow clients hold slots, never the server: probes are answered at once,
 // and every slow connection ends by the absolute deadline however it trickles.
 TEST_F(HttpServerTest, SlowClientsCannotStarveProbes) {

@@ -340,6 +340,11 @@ TEST(JobSpecDataTest, DataAndRewardRules) {
             "data.train: needs model.from: a model directory with its tokenizer.json");
   EXPECT_EQ(ErrorOf(kDataJob, {"data.train=''"}), "data.train: required when other data keys are set");
   EXPECT_EQ(ErrorOf(kDataJob, {"rl.stop=[\"\"]"}), "rl.stop[0]: must not be empty");
+  // Text data runs co-located: a disaggregated placement is refused (tandemctl
+  // validate and SubmitJob share this check; tests/python covers SubmitJob).
+  EXPECT_EQ(ErrorOf(kDataJob, {"cluster.workers=2", "placement={mode: disaggregated, rollout_workers: 1, "
+                               "train_workers: 1}"}),
+            "data.train: is not supported with placement.mode: disaggregated yet");
   EXPECT_EQ(ErrorOf(kDataJob, {"data.chat=true", "data.prompt_key=''", "data.messages_key=m"}),
             "data.chat: only with data.prompt_key");
   // task.data is SFT data: a GRPO job on it is refused at submit.

@@ -259,6 +259,15 @@ TEST(CheckpointResumeTest, RecoveryRefusesCheckpointsFromElsewhere) {
     EXPECT_NE(res[0].status.message().find("its manifest says step 2, which lives at " + fs::path(own).lexically_normal().string()), std::string::npos)
         << res[0].status;
   }
+  // The job's own resume_from is a checkpoint of another job: wherever it
+  // lies, it restores when the coordinator names it as restore_from too.
+  {
+    JobSpec spec = Spec(1, 0, dir);
+    spec.set_resume_from(copied);
+    EngineCluster again(1, "job-resume-from");
+    auto rep = again.SetupOk(spec, copied);
+    EXPECT_EQ(rep.setup().restored_step(), 2);
+  }
   // A checkpoint of the right shape written for another model section.
   fs::remove_all(renamed);
   {

@@ -30,6 +30,7 @@
 #include "common/job_spec.h"
 #include "common/phase_failure.h"
 #include "tandem/v1/cluster.pb.h"
+#include "tests/support/tiny_model.h"
 #include "worker/comm/store.h"
 #include "worker/engine/engine.h"
 #include "worker/model/safetensors.h"
@@ -45,25 +46,14 @@ struct RankResult {
   ReportPhaseRequest report;
 };
 
-// A tiny char-level model (about 27k parameters) on 2-digit addition.
+// The tiny model (tests/support/tiny_model.yaml) on 2-digit addition.
 inline std::string TinySftYaml() {
   return R"(
 name: engine-test
 kind: sft
 seed: 11
 model:
-  config:
-    vocab_size: 99
-    hidden_size: 32
-    intermediate_size: 64
-    num_hidden_layers: 2
-    num_attention_heads: 4
-    num_key_value_heads: 2
-    max_position_embeddings: 32
-    tokenizer: char
-    bos_token_id: 1
-    eos_token_id: 2
-    pad_token_id: 0
+  config: )" + ::tandem::testing::TinyModelFlowMap() + R"(
 task: {name: arithmetic, op: add, digits: 2, eval_size: 24}
 train: {steps: 20, lr: 3.0e-3, global_batch: 12, micro_batch: 2, warmup_steps: 2, seq_len: 16}
 cluster: {workers: 1, zero_stage: 0, threads_per_worker: 1}
@@ -78,18 +68,7 @@ name: engine-grpo-test
 kind: grpo
 seed: 5
 model:
-  config:
-    vocab_size: 99
-    hidden_size: 32
-    intermediate_size: 64
-    num_hidden_layers: 2
-    num_attention_heads: 4
-    num_key_value_heads: 2
-    max_position_embeddings: 32
-    tokenizer: char
-    bos_token_id: 1
-    eos_token_id: 2
-    pad_token_id: 0
+  config: )" + ::tandem::testing::TinyModelFlowMap() + R"(
 task: {name: arithmetic, op: add, digits: 1, eval_size: 16, format_reward: 0.5}
 train: {steps: 20, lr: 3.0e-3, global_batch: 16, micro_batch: 4, warmup_steps: 0, seq_len: 16}
 rl: {group_size: 4, prompts_per_step: 4, max_new_tokens: 4, kl_coef: 0.01, temperature: 1.0}

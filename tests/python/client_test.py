@@ -243,6 +243,20 @@ class ControlContractTest(unittest.TestCase):
             if err.code() == invalid and field:
                 self.assertIn(field.split(".")[0], err.details(), "error should name the field")
 
+    def test_text_data_with_disaggregated_placement_is_refused(self):
+        # Text data runs co-located only: SubmitJob refuses the pair with the field and the reason.
+        spec = tiny_spec(name="py-data-disagg", workers=2)
+        spec.kind = job_pb2.JOB_KIND_GRPO
+        spec.task.Clear()
+        spec.model.Clear()
+        setattr(spec.model, "from", "/models/tiny")
+        spec.data.train, spec.data.prompt_key, spec.data.answer_key = "/data/train.jsonl", "question", "answer"
+        spec.reward.type = "gsm8k"
+        spec.placement.mode, spec.placement.rollout_workers, spec.placement.train_workers = "disaggregated", 1, 1
+        err = self.assertCode([grpc.StatusCode.INVALID_ARGUMENT], self.coord.control.SubmitJob,
+                              control_pb2.SubmitJobRequest(spec=spec), metadata=self.admin())
+        self.assertIn("data.train: is not supported with placement.mode: disaggregated", err.details())
+
     def test_bad_requests(self):
         notfound = [grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT]
         self.assertCode(notfound, self.coord.control.GetJob, control_pb2.GetJobRequest(job_id="no-such-job"),

@@ -12,14 +12,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/backends.h"
 #include "kernels/bf16.h"
+#include "tests/support/run_ranks.h"
 #include "tests/zero/zero_test_model.h"
 #include "worker/comm/collective.h"
 #include "worker/model/model.h"
@@ -28,22 +27,7 @@
 namespace tandem::zero {
 namespace {
 
-// Runs `fn(collective)` on n threads, one rank each.
-void RunRanks(int n, const std::function<void(comm::Collective&)>& fn) {
-  comm::InMemoryStore store;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      comm::CollectiveOptions o;
-      o.timeout = std::chrono::milliseconds(20000);
-      auto c = comm::MakeCollective("gloo", store, r, n, o);
-      ASSERT_TRUE(c.ok()) << c.status();
-      fn(**c);
-    });
-  }
-  for (auto& t : threads) t.join();
-}
-
+using ::tandem::testing::RunRanks;
 using test_model::kPrompt;
 using test_model::MakeSequence;
 using test_model::TinyConfig;

@@ -18,13 +18,13 @@
 #include <memory>
 #include <string>
 #include <tuple>
-#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/backends.h"
 #include "kernels/guarded/guarded_memory.h"
 #include "kernels/memory.h"
+#include "tests/support/run_ranks.h"
 #include "tests/zero/zero_test_model.h"
 #include "worker/comm/collective.h"
 #include "worker/comm/guarded_collective.h"
@@ -55,32 +55,23 @@ struct Backend {
 
 // Runs fn(backend) on n threads, one rank each, over Gloo on 127.0.0.1.
 void RunRanks(int n, bool guarded, const std::function<void(Backend&)>& fn) {
-  comm::InMemoryStore store;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      comm::CollectiveOptions o;
-      o.timeout = std::chrono::milliseconds(20000);
-      auto c = comm::MakeCollective("gloo", store, r, n, o);
-      ASSERT_TRUE(c.ok()) << c.status();
-      Backend b;
-      if (guarded) {
-        b.guarded = kernels::MakeGuardedMemory(kCapacity);
-        b.memory = b.guarded.get();
-        b.ops = kernels::MakeGuardedOps(kernels::MakeCpuOps(1), b.guarded.get());
-        b.comm_ops = kernels::MakeGuardedOps(kernels::MakeCpuOps(1), b.guarded.get());
-        b.comm = comm::MakeGuardedCollective(std::move(*c), b.guarded.get());
-      } else {
-        b.host = kernels::MakeHostMemory();
-        b.memory = b.host.get();
-        b.ops = kernels::MakeCpuOps(1);
-        b.comm_ops = kernels::MakeCpuOps(1);
-        b.comm = std::move(*c);
-      }
-      fn(b);
-    });
-  }
-  for (auto& t : threads) t.join();
+  ::tandem::testing::RunRankThreads(n, [&](int, std::unique_ptr<comm::Collective> c) {
+    Backend b;
+    if (guarded) {
+      b.guarded = kernels::MakeGuardedMemory(kCapacity);
+      b.memory = b.guarded.get();
+      b.ops = kernels::MakeGuardedOps(kernels::MakeCpuOps(1), b.guarded.get());
+      b.comm_ops = kernels::MakeGuardedOps(kernels::MakeCpuOps(1), b.guarded.get());
+      b.comm = comm::MakeGuardedCollective(std::move(c), b.guarded.get());
+    } else {
+      b.host = kernels::MakeHostMemory();
+      b.memory = b.host.get();
+      b.ops = kernels::MakeCpuOps(1);
+      b.comm_ops = kernels::MakeCpuOps(1);
+      b.comm = std::move(c);
+    }
+    fn(b);
+  });
 }
 
 ZeroOptions OptionsFor(Backend& b, int stage, Precision precision,

@@ -7,10 +7,10 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
-#include <thread>
 
 #include "gtest/gtest.h"
 #include "kernels/backends.h"
+#include "tests/support/run_ranks.h"
 #include "worker/comm/collective.h"
 #include "worker/zero/zero_optimizer.h"
 
@@ -167,21 +167,7 @@ struct RankResult {
   std::vector<double> norms;
 };
 
-// Runs `fn(rank, collective)` on n threads.
-void RunRanks(int n, const std::function<void(comm::Collective&)>& fn) {
-  comm::InMemoryStore store;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      comm::CollectiveOptions o;
-      o.timeout = std::chrono::milliseconds(20000);
-      auto c = comm::MakeCollective("gloo", store, r, n, o);
-      ASSERT_TRUE(c.ok()) << c.status();
-      fn(**c);
-    });
-  }
-  for (auto& t : threads) t.join();
-}
+using ::tandem::testing::RunRanks;
 
 class StageRanks : public ::testing::TestWithParam<std::tuple<int, int>> {};
 

@@ -43,6 +43,11 @@ absl::Status FinishCheckpoints(JobContext& ctx, ReportPhaseRequest* report, bool
 // Largest `value` over all ranks (small integers).
 absl::StatusOr<int64_t> MaxOverRanks(JobContext& ctx, int64_t value);
 
+// Puts this rank's bytes sent per collective kind since the previous call
+// into m->extra["bytes_sent_<kind>"] (kinds it used) and resets the counts.
+// Called once per training step (the coordinator sums them over ranks).
+void ReportCollectiveBytes(JobContext& ctx, tandem::v1::StepMetrics* m);
+
 // Sums `values` over all ranks in place (no-op for one rank).
 absl::Status AllreduceSum(JobContext& ctx, std::vector<double>& values);
 

@@ -55,7 +55,8 @@ absl::Status BuildTextData(JobContext& ctx, const rl::SftTokens& sft_tokens) {
     rl::TextDataOptions eo = o;
     eo.field = "data.eval";
     eo.need_response = false;
-    eo.max_sequence_tokens = 0;
+    // SFT evaluates the loss on eval responses: the same length bound.
+    eo.max_sequence_tokens = grpo ? 0 : o.max_sequence_tokens;
     auto eval = rl::TextDataset::Load(d.eval(), eo, *ctx.tokenizer);
     if (!eval.ok()) return eval.status();
     ctx.eval_data.emplace(std::move(*eval));
@@ -335,7 +336,11 @@ absl::Status SetupJob(const EngineOptions& options,
     }
     ctx.last_trained_step = assignment.peer_restore_step();
   } else if (!restore.empty()) {
-    if (absl::Status st = RestoreCheckpoint(ctx, restore, !assignment.restore_from().empty(), report); !st.ok()) {
+    // The coordinator also names the job's resume_from as restore_from
+    // (when the job has no checkpoint of its own yet): that one is the
+    // user's checkpoint, written by another job, wherever it lies.
+    const bool own_checkpoint = !assignment.restore_from().empty() && assignment.restore_from() != spec.resume_from();
+    if (absl::Status st = RestoreCheckpoint(ctx, restore, own_checkpoint, report); !st.ok()) {
       return RestoreFailure(st);
     }
     auto* result = report->mutable_setup();

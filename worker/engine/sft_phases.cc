@@ -234,6 +234,11 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
     (*m->mutable_extra())["teacher_forced_exact"] = probe_exact;
     (*m->mutable_extra())["warm_start_held"] = hold ? 1 : 0;
   }
+  ReportCollectiveBytes(ctx, m);
+  return absl::OkStatus();
+}
+
+void ReportCollectiveBytes(JobContext& ctx, tandem::v1::StepMetrics* m) {
   for (int k = 0; k < comm::kNumCollectiveKinds; ++k) {
     auto kind = static_cast<comm::CollectiveKind>(k);
     auto b = ctx.collective->bytes(kind);
@@ -243,7 +248,6 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
         static_cast<double>(b.sent);
   }
   ctx.collective->ResetBytes();
-  return absl::OkStatus();
 }
 
 namespace {
@@ -311,10 +315,65 @@ absl::Status EvaluateTextData(JobContext& ctx, int64_t step, ReportPhaseRequest*
   (*report->mutable_values())["eval_examples"] = sums[1];
   return absl::OkStatus();
 }
+// SFT on text data: the training loss on data.eval's responses (mean over
+// response tokens and eos, as SFT_STEP counts it) and the fraction of rows
+// whose whole response is the greedy continuation (every token's
+// probability > 1/2 under teacher forcing). Full weights are gathered once
+// (BeginInference), so ranks with different numbers of rows issue no
+// per-layer collectives.
+absl::Status EvaluateTextLoss(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
+  const auto& spec = ctx.spec();
+  std::vector<rl::SftExample> rows;
+  const int64_t limit = spec.task().eval_size() > 0 ? spec.task().eval_size() : 100;
+  for (const rl::TextRow& row : ctx.eval_data->rows()) {
+    if (static_cast<int64_t>(rows.size()) >= limit) break;
+    if (!row.response_ids.empty()) rows.push_back({row.prompt_ids, row.response_ids});
+  }
+  if (rows.empty()) {
+    report->add_log_lines("eval skipped: data.eval has no rows with a response (data.response_key)");
+    return absl::OkStatus();
+  }
+  const rl::IndexRange mine = MyRange(ctx, static_cast<int64_t>(rows.size()));
+  const int64_t micro = std::max(1, spec.train().micro_batch());
+  double nll = 0, tokens = 0, exact = 0, examples = 0;
+  if (absl::Status st = ctx.zero->BeginInference(); !st.ok()) return st;
+  std::vector<float> logp;
+  absl::Status st;
+  for (const rl::IndexRange& mb : rl::MicroBatches(mine, micro)) {
+    std::vector<rl::SftExample> ex(rows.begin() + mb.begin, rows.begin() + mb.end);
+    rl::PackedBatch packed = rl::PackSft(ex, ctx.dataset->tokens().bos, ctx.dataset->tokens().eos);
+    model::Batch batch = ToModelBatch(packed);
+    logp.assign(batch.num_tokens(), 0.f);
+    st = ctx.model->ForwardLogprobs(batch, ctx.zero->inference_view(), logp.data());
+    if (!st.ok()) break;
+    for (int i = 0; i < batch.num_tokens(); ++i) {
+      if (packed.loss_mask[i] == 0.f) continue;
+      nll -= static_cast<double>(logp[i]);
+      tokens += 1;
+    }
+    CountTeacherForcedExact(packed, logp, &exact, &examples);
+  }
+  ctx.zero->EndInference();
+  if (!st.ok()) return st;
+  std::vector<double> sums = {nll, tokens, exact, examples};
+  if (absl::Status s = AllreduceSum(ctx, sums); !s.ok()) return s;
+  const double exact_fraction = sums[3] > 0 ? sums[2] / sums[3] : 0;
+  auto* m = report->mutable_metrics();
+  m->set_step(step);
+  m->set_accuracy(exact_fraction);
+  (*m->mutable_extra())["eval_loss"] = sums[1] > 0 ? sums[0] / sums[1] : 0;
+  (*m->mutable_extra())["eval_exact_match"] = exact_fraction;
+  (*report->mutable_values())["accuracy"] = exact_fraction;
+  (*report->mutable_values())["eval_examples"] = sums[3];
+  return absl::OkStatus();
+}
 }  // namespace
 
 absl::Status Evaluate(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
   if (ctx.eval_data && ctx.reward) return EvaluateTextData(ctx, step, report);
+  if (ctx.eval_data && ctx.dataset && ctx.spec().kind() == tandem::v1::JOB_KIND_SFT) {
+    return EvaluateTextLoss(ctx, step, report);
+  }
   if (!ctx.task) {
     report->add_log_lines("eval skipped: nothing to score against (a built-in task, or data.eval with reward.type)");
     return absl::OkStatus();

@@ -67,7 +67,8 @@ if [ -z "$BIN" ]; then
     esac
   }
   export -f compile
-  SRCS=(kernels/*.cc kernels/ref/*.cc kernels/cuda/*.cu kernels/tests/gpu/*.cc)
+  SRCS=(kernels/*.cc kernels/ref/*.cc kernels/cuda/*.cu kernels/tests/op_cases.cc
+        kernels/tests/op_check.cc kernels/tests/gpu/*.cc)
   if printf '%s\n' "${SRCS[@]}" | xargs -P "$JOBS" -I{} bash -c 'compile "$1"' _ {} \
         >>"$LOG" 2>&1 &&
      timeout 120 nvcc -o "$FB/kernels_gpu_test" "$FB"/*.o -lcublas -lcudart ${OMP:+-Xcompiler $OMP} \

@@ -1,0 +1,226 @@
+#include "kernels/cuda/emu/cuda_emu.h"
+// The emulator must come first: it defines the CUDA keywords.
+#include "kernels/cuda/emu/emu_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "kernels/backends.h"
+#include "kernels/cuda/attention_bwd_kernel.cuh"
+#include "kernels/cuda/attention_fwd_kernel.cuh"
+#include "kernels/cuda/decode_attention_kernel.cuh"
+#include "kernels/cuda/lm_head_kernel.cuh"
+#include "kernels/cuda/optimizer_kernel.cuh"
+#include "kernels/cuda/rmsnorm_kernel.cuh"
+#include "kernels/cuda/sample_kernel.cuh"
+
+namespace tandem::kernels {
+namespace {
+
+float Scale(const AttentionParams& p) {
+  return p.scale != 0.f ? p.scale : 1.f / sqrtf(static_cast<float>(p.head_dim));
+}
+
+class EmuOps final : public Ops {
+ public:
+  const char* name() const override { return "cuda-emu"; }
+
+  void attention_forward(const AttentionParams& p, const float* q,
+                         const float* k, const float* v, const int32_t* cu,
+                         int nseq, int t, float* out, float* lse) override {
+    if (t <= 0 || nseq <= 0) return;
+    const cuda::AttnFwdArgs a{q,          k,           v,
+                              out,        lse,         cu,
+                              nseq,       p.num_heads, p.num_kv_heads,
+                              p.head_dim, p.causal,    p.window,
+                              Scale(p)};
+    cuda::DispatchAttnTiles(p.head_dim, [&]<int kMaxD, int kBr, int kBc>() {
+      tandem_emu::Launch(dim3(cuda::TileGridX(t, nseq, kBr), p.num_heads),
+                         dim3(cuda::kAttnThreads),
+                         cuda::FwdSmemBytes<kMaxD, kBr, kBc>(),
+                         [&] { cuda::AttnFwdKernel<kMaxD, kBr, kBc>(a); });
+    });
+  }
+
+  // dq is zeroed (atomics accumulate into it); dk and dv are left as they
+  // are, so a key row the kernel never writes shows up.
+  void attention_backward(const AttentionParams& p, const float* q,
+                          const float* k, const float* v, const float* out,
+                          const float* dout, const float* lse,
+                          const int32_t* cu, int nseq, int t, float* dq,
+                          float* dk, float* dv) override {
+    if (t <= 0 || nseq <= 0) return;
+    const size_t rows = size_t(t) * p.num_heads;
+    std::vector<float> delta(rows);
+    std::fill(dq, dq + rows * p.head_dim, 0.f);
+    tandem_emu::Launch(
+        dim3(cuda::GridFor(rows * cuda::kWarp, 256, 65535u * 4u)), dim3(256), 0,
+        [&] { cuda::AttnDeltaKernel(out, dout, rows, p.head_dim, delta.data()); });
+    const cuda::AttnBwdArgs a{q,        k,           v,
+                              dout,     lse,         delta.data(),
+                              dq,       dk,          dv,
+                              cu,       nseq,        p.num_heads,
+                              p.num_kv_heads, p.head_dim, p.causal,
+                              p.window, Scale(p)};
+    cuda::DispatchAttnTiles(p.head_dim, [&]<int kMaxD, int kBr, int kBc>() {
+      tandem_emu::Launch(dim3(cuda::TileGridX(t, nseq, kBc), p.num_kv_heads),
+                         dim3(cuda::kAttnThreads),
+                         cuda::BwdSmemBytes<kMaxD, kBr, kBc>(),
+                         [&] { cuda::AttnBwdKernel<kMaxD, kBr, kBc>(a); });
+    });
+  }
+
+  void decode_attention(const AttentionParams& p, const float* q, int batch,
+                        int n_new, const float* k_cache, const float* v_cache,
+                        int cap, const int32_t* cache_len, float* out) override {
+    if (batch <= 0 || n_new <= 0) return;
+    const cuda::DecodeArgs a{q,           k_cache,        v_cache,    cache_len,
+                             out,         n_new,          cap,        p.num_heads,
+                             p.num_kv_heads, p.head_dim,  p.window,   Scale(p)};
+    cuda::DispatchDecode(p.head_dim, [&]<int kMaxD>() {
+      tandem_emu::Launch(dim3(p.num_heads, n_new, batch),
+                         dim3(cuda::kDecodeWarps * cuda::kWarp), 0,
+                         [&] { cuda::DecodeKernel<kMaxD>(a); });
+    });
+  }
+
+  void rmsnorm_forward(const float* x, const float* w, int t, int c, float eps,
+                       float* y, float* rstd) override {
+    if (t <= 0 || c <= 0) return;
+    tandem_emu::Launch(dim3(t), dim3(cuda::RowThreads(c)), 0, [&] {
+      cuda::RmsnormForwardKernel(x, w, c, eps, y, rstd);
+    });
+  }
+
+  void rmsnorm_backward(const float* dy, const float* x, const float* w,
+                        const float* rstd, int t, int c, float* dx,
+                        float* dw) override {
+    if (t <= 0 || c <= 0) return;
+    tandem_emu::Launch(dim3(t), dim3(cuda::RowThreads(c)), 0, [&] {
+      cuda::RmsnormBackwardDxKernel(dy, x, w, rstd, c, dx);
+    });
+    tandem_emu::Launch(dim3((c + cuda::kDwThreads - 1) / cuda::kDwThreads,
+                            (t + cuda::kDwRows - 1) / cuda::kDwRows),
+                       dim3(cuda::kDwThreads), 0, [&] {
+                         cuda::RmsnormBackwardDwKernel(dy, x, rstd, t, c, dw);
+                       });
+  }
+
+  // As CudaOps: per chunk of tokens a GEMM into scratch, then the row kernels.
+  void lm_head_logprobs_forward(const float* h, const float* w,
+                                const int32_t* targets, int t, int c, int v,
+                                int chunk, float* scratch, float* logp,
+                                float* entropy) override {
+    for (int t0 = 0; t0 < t; t0 += chunk) {
+      const int n = std::min(chunk, t - t0);
+      gemm_->matmul(false, true, n, v, c, 1.f, h + size_t(t0) * c, c, w, c, 0.f,
+                    scratch, v);
+      tandem_emu::Launch(dim3(n), dim3(cuda::kLmThreads), 0, [&] {
+        cuda::LogprobRowKernel(scratch, v, targets + t0, logp + t0,
+                               entropy != nullptr ? entropy + t0 : nullptr);
+      });
+    }
+  }
+
+  void lm_head_logprobs_backward(const float* h, const float* w,
+                                 const int32_t* targets, const float* dlogp,
+                                 int t, int c, int v, int chunk, float* scratch,
+                                 float* dh, float* dw) override {
+    for (int t0 = 0; t0 < t; t0 += chunk) {
+      const int n = std::min(chunk, t - t0);
+      const float* hc = h + size_t(t0) * c;
+      gemm_->matmul(false, true, n, v, c, 1.f, hc, c, w, c, 0.f, scratch, v);
+      tandem_emu::Launch(dim3(n), dim3(cuda::kLmThreads), 0, [&] {
+        cuda::DlogitsRowKernel(scratch, v, targets + t0, dlogp + t0);
+      });
+      gemm_->matmul(false, false, n, c, v, 1.f, scratch, v, w, c, 0.f,
+                    dh + size_t(t0) * c, c);
+      gemm_->matmul(true, false, v, c, n, 1.f, scratch, v, hc, c, 1.f, dw, c);
+    }
+  }
+
+  double sum_squares(const float* g, size_t n) override {
+    if (n == 0) return 0.0;
+    double slot = 0.0;
+    tandem_emu::Launch(dim3(cuda::GridFor(n, cuda::kOptThreads, 1024)),
+                       dim3(cuda::kOptThreads), 0,
+                       [&] { cuda::SumSquaresKernel(g, n, &slot); });
+    return slot;
+  }
+
+  void adamw_step(float* p, const float* g, float* m, float* v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float wd,
+                  int64_t step) override {
+    if (n == 0) return;
+    const double bc1 = 1.0 - std::pow(double(beta1), double(step));
+    const double bc2 = 1.0 - std::pow(double(beta2), double(step));
+    tandem_emu::Launch(dim3(cuda::GridFor(n, cuda::kOptThreads)),
+                       dim3(cuda::kOptThreads), 0, [&] {
+                         cuda::AdamwKernel(p, g, m, v, n, lr, beta1, beta2, eps,
+                                           wd, float(1.0 / bc1),
+                                           float(1.0 / bc2));
+                       });
+  }
+
+  void sample_logits(const float* logits, int rows, int v, float temperature,
+                     const double* uniforms, int32_t* ids, float* logp_sample,
+                     float* logp_raw) override {
+    if (rows <= 0 || v <= 0) return;
+    tandem_emu::Launch(dim3(rows), dim3(cuda::kSampleThreads), 0, [&] {
+      cuda::SampleRowKernel(logits, v, temperature, uniforms, ids, logp_sample,
+                            logp_raw);
+    });
+  }
+
+  // Ops without block-cooperative kernels: not emulated.
+  void matmul(bool, bool, int, int, int, float, const float*, int, const float*,
+              int, float, float*, int) override { Unsupported("matmul"); }
+  void embedding_forward(const int32_t*, int, const float*, int, float*) override {
+    Unsupported("embedding_forward");
+  }
+  void embedding_backward(const int32_t*, int, const float*, int, float*) override {
+    Unsupported("embedding_backward");
+  }
+  void swiglu_forward(const float*, const float*, size_t, float*) override {
+    Unsupported("swiglu_forward");
+  }
+  void swiglu_backward(const float*, const float*, const float*, size_t, float*,
+                       float*) override { Unsupported("swiglu_backward"); }
+  void add_inplace(float*, const float*, size_t) override { Unsupported("add_inplace"); }
+  void add_bias(float*, const float*, int, int) override { Unsupported("add_bias"); }
+  void bias_backward(const float*, int, int, float*) override {
+    Unsupported("bias_backward");
+  }
+  void rope_apply(float*, const int32_t*, int, int, int, const float*,
+                  const float*, bool) override { Unsupported("rope_apply"); }
+  void scale(float*, float, size_t) override { Unsupported("scale"); }
+  void float_to_bf16(const float*, uint16_t*, size_t) override {
+    Unsupported("float_to_bf16");
+  }
+  void bf16_to_float(const uint16_t*, float*, size_t) override {
+    Unsupported("bf16_to_float");
+  }
+
+ private:
+  [[noreturn]] static void Unsupported(const char* op) {
+    std::fprintf(stderr, "cuda-emu: %s has no emulated kernel\n", op);
+    std::abort();
+  }
+
+  std::unique_ptr<Ops> gemm_ = MakeReferenceOps();
+};
+
+}  // namespace
+
+std::unique_ptr<Ops> MakeEmuOps() { return std::make_unique<EmuOps>(); }
+
+bool EmuSupports(const std::string& op) {
+  return op == "attention" || op == "decode_attention" || op == "rmsnorm" ||
+         op == "lm_head" || op == "sum_squares" || op == "adamw" ||
+         op == "sample_logits";
+}
+
+}  // namespace tandem::kernels
