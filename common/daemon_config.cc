@@ -55,6 +55,7 @@ const YamlProtoOptions& WorkerOptions() {
         {.path = "threads", .min = 0, .max = 1024},
         {.path = "log_level", .one_of = {"trace", "debug", "info", "warn", "error", "off"}},
         {.path = "device_index", .min = 0, .max = 1024},
+        {.path = "preempt_timeout_ms", .min = 0, .max = 3.6e6},
         {.path = "log_max_bytes", .min = 4096, .max = 1e12},
         {.path = "log_max_files", .min = 1, .max = 1000},
     };
@@ -131,6 +132,9 @@ const std::vector<DaemonFlag>& WorkerFlags() {
       {"tls-ca", "tls_ca", "PEM CA to verify the coordinator (enables TLS)"},
       {"tls-cert", "tls_cert", "PEM client certificate (mutual TLS)"},
       {"tls-key", "tls_key", "PEM client key (mutual TLS)"},
+      {"preempt-timeout-ms", "preempt_timeout_ms",
+       "SIGTERM in a job: wait this long for the coordinator to checkpoint and release the worker; "
+       "a second SIGTERM or SIGINT stops at once; 0 = stop at once [25000]"},
       {"log-level", "log_level", "trace|debug|info|warn|error [info]"},
       {"log-file", "log_file", "also log to this file"},
   };
@@ -236,6 +240,9 @@ WorkerDaemonConfig DefaultWorkerConfig() {
   c.set_coordinator("127.0.0.1:7070");
   c.set_device("cpu");
   c.set_data_address("127.0.0.1");
+  // Below the usual grace of orchestrators (Kubernetes and Slurm's KillWait:
+  // 30 s) so the worker leaves on its own before a SIGKILL.
+  c.set_preempt_timeout_ms(25000);
   c.set_log_level("info");
   c.set_log_max_bytes(64 << 20);
   c.set_log_max_files(5);

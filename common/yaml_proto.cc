@@ -72,11 +72,48 @@ absl::Status CheckNumber(const std::string& path, double v, const FieldRule* rul
   return absl::OkStatus();
 }
 
+// Well-formed UTF-8 (no overlong forms, surrogates or code points past
+// U+10FFFF), as protobuf requires of string fields.
+bool IsValidUtf8(absl::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    int n;
+    uint32_t cp;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+      n = 1, cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      n = 2, cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      n = 3, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (s.size() - i <= static_cast<size_t>(n)) return false;
+    for (int k = 1; k <= n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff))) {
+      return false;
+    }
+    i += n + 1;
+  }
+  return true;
+}
+
 absl::Status CheckString(const std::string& path, absl::string_view s, const FieldRule* rule) {
   size_t max_len = rule ? rule->max_len : 4096;
   if (s.size() > max_len) {
     return Bad(path, absl::StrCat("too long (", s.size(), " chars; at most ", max_len, ")"));
   }
+  // Invalid bytes would be printed back as U+FFFD and fail protobuf's own
+  // check when the message is sent.
+  if (!IsValidUtf8(s)) return Bad(path, "is not valid UTF-8");
   if (rule && !rule->one_of.empty()) {
     for (auto allowed : rule->one_of) {
       if (s == allowed) return absl::OkStatus();

@@ -6,7 +6,7 @@
 # "skipped: N (...)" and fails when a test skipped for another reason
 # (deploy/test-summary.sh). Then the fuzz step (tests/fuzz/run.sh: builds
 # build-fuzz/ with clang and runs every fuzz target TANDEM_FUZZ_SECONDS,
-# default 30, each); it is left out when ctest arguments pick a subset,
+# default 20, each); it is left out when ctest arguments pick a subset,
 # unless TANDEM_FUZZ_SECONDS is set, and TANDEM_FUZZ_SECONDS=0 leaves it out.
 # Exit code: ctest's, else 1 for such a skip, else the fuzz step's.
 set -euo pipefail

@@ -13,10 +13,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace tandem::cli {
 namespace fs = std::filesystem;
@@ -87,6 +91,7 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(const ChildSpe
   auto child = std::unique_ptr<ChildProcess>(new ChildProcess());
   child->pid_ = pid;
   child->name_ = fs::path(spec.path).filename().string();
+  child->oom_kills_at_start_ = CgroupOomKills();
   if (spec.pipe_stdout) {
     close(pipe_fds[1]);
     child->stdout_fd_ = pipe_fds[0];
@@ -125,7 +130,50 @@ std::string ChildProcess::ExitReason() {
   const char* descr = sigdescr_np(WTERMSIG(wait_status_));  // thread safe, unlike strsignal
   std::string name = descr != nullptr ? descr : "unknown signal";
   if (!name.empty()) name[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(name[0])));
-  return absl::StrCat(text, ": ", name, WCOREDUMP(wait_status_) ? " (core dumped)" : "");
+  std::string oom;
+  if (WTERMSIG(wait_status_) == SIGKILL && oom_kills_at_start_) {
+    // The kernel's OOM killer sends SIGKILL and leaves no other trace the
+    // parent can see: its count for the cgroup tells that it struck.
+    const std::optional<int64_t> now = CgroupOomKills();
+    if (now && *now > *oom_kills_at_start_) {
+      oom = absl::StrCat(" (out of memory: the kernel's OOM killer killed ", *now - *oom_kills_at_start_,
+                         " process(es) of this cgroup while it ran)");
+    }
+  }
+  return absl::StrCat(text, ": ", name, WCOREDUMP(wait_status_) ? " (core dumped)" : "", oom);
+}
+
+std::optional<int64_t> ParseOomKillCount(std::string_view text) {
+  for (absl::string_view line : absl::StrSplit(absl::string_view(text.data(), text.size()), '\n')) {
+    int64_t n = 0;
+    if (absl::ConsumePrefix(&line, "oom_kill ") && absl::SimpleAtoi(line, &n) && n >= 0) return n;
+  }
+  return std::nullopt;
+}
+
+std::optional<int64_t> CgroupOomKills() {
+  // This process's cgroup ("0::/path" on v2, "N:...memory...:/path" on v1),
+  // then the root of the mount, which is this cgroup under a cgroup
+  // namespace (containers).
+  std::vector<std::string> files;
+  std::ifstream self("/proc/self/cgroup");
+  for (std::string line; std::getline(self, line);) {
+    std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (parts.size() != 3) continue;
+    if (parts[0] == "0" && parts[1].empty()) files.push_back("/sys/fs/cgroup" + parts[2] + "/memory.events");
+    for (absl::string_view c : absl::StrSplit(parts[1], ',')) {
+      if (c == "memory") files.push_back("/sys/fs/cgroup/memory" + parts[2] + "/memory.oom_control");
+    }
+  }
+  files.push_back("/sys/fs/cgroup/memory.events");
+  files.push_back("/sys/fs/cgroup/memory/memory.oom_control");
+  for (const std::string& f : files) {
+    std::ifstream in(f);
+    if (!in) continue;
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (auto n = ParseOomKillCount(text)) return n;
+  }
+  return std::nullopt;
 }
 
 bool ChildProcess::ExitedCleanly() {
@@ -150,9 +198,9 @@ void ChildProcess::KillAndReap() {
 
 void ChildProcess::Stop(std::chrono::milliseconds grace) { StopAll({this}, grace); }
 
-void StopAll(const std::vector<ChildProcess*>& children, std::chrono::milliseconds grace) {
+void StopAll(const std::vector<ChildProcess*>& children, std::chrono::milliseconds grace, int signal) {
   for (ChildProcess* c : children) {
-    if (c != nullptr && c->Running()) kill(-c->pid(), SIGTERM);
+    if (c != nullptr && c->Running()) kill(-c->pid(), signal);
   }
   const auto until = std::chrono::steady_clock::now() + grace;
   while (std::chrono::steady_clock::now() < until) {

@@ -27,11 +27,16 @@
 // exist.
 #pragma once
 
+#include <csignal>
+
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -60,7 +65,9 @@ class ChildProcess {
   // Exit description once exited ("exit 0", "signal 9"); "" while running.
   std::string ExitText();
   // The same with the signal's name ("exit 2", "signal 9: killed",
-  // "signal 11: segmentation fault (core dumped)"); "" while running.
+  // "signal 11: segmentation fault (core dumped)"); "" while running. A
+  // SIGKILL while the kernel's OOM killer killed processes of this cgroup
+  // says so: "signal 9: killed (out of memory: ...)".
   std::string ExitReason();
   // True once exited with status 0; false while running or after a failure.
   bool ExitedCleanly();
@@ -76,10 +83,20 @@ class ChildProcess {
   int stdout_fd_ = -1;
   bool reaped_ = false;
   int wait_status_ = 0;
+  std::optional<int64_t> oom_kills_at_start_;  // CgroupOomKills() at Start
 };
 
-// SIGTERM to every child's group, wait up to grace for all, SIGKILL the rest, reap all.
-void StopAll(const std::vector<ChildProcess*>& children, std::chrono::milliseconds grace);
+// How many processes the kernel's OOM killer has killed in this process's
+// memory cgroup (the "oom_kill N" line of cgroup v2's memory.events, or of
+// v1's memory.oom_control); nullopt where the kernel does not say. Children
+// of tandemctl share its cgroup.
+std::optional<int64_t> CgroupOomKills();
+// The N of the "oom_kill N" line of such a file; nullopt without one.
+std::optional<int64_t> ParseOomKillCount(std::string_view text);
+
+// `signal` (SIGTERM unless told) to every child's group, wait up to grace for
+// all, SIGKILL the rest, reap all.
+void StopAll(const std::vector<ChildProcess*>& children, std::chrono::milliseconds grace, int signal = SIGTERM);
 
 // Finds a Tandem program: $env_var, next to this executable, the build-tree
 // layout (server/, worker/daemon/ relative to server/cli/), then $PATH.

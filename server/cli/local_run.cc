@@ -106,8 +106,8 @@ class LocalCluster {
   void Shutdown() {
     monitor_stop_.store(true);
     if (monitor_.joinable()) monitor_.join();
-    // Workers first get their SIGTERM with the coordinator still up (they
-    // report and leave), then the coordinator. Supervision ends before.
+    // Workers first get their stop signal with the coordinator still up
+    // (they report and leave), then the coordinator. Supervision ends before.
     if (supervisor_) supervisor_->Stop();
     if (coordinator_) StopAll({coordinator_.get()}, kStopGrace);
     if (drain_.joinable()) drain_.join();  // the pipe is at EOF now

@@ -183,7 +183,9 @@ void WorkerSupervisor::StopAllLocked() {
   for (Slot& s : slots_) {
     if (s.child != nullptr) all.push_back(s.child.get());
   }
-  StopAll(all, options_.stop_grace);
+  // SIGINT, not SIGTERM: the whole run is ending, so the workers stop at once
+  // instead of asking the coordinator for a graceful handover.
+  StopAll(all, options_.stop_grace, SIGINT);
   for (Slot& s : slots_) s.restart_at.reset();
 }
 

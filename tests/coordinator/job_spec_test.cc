@@ -98,6 +98,7 @@ TEST(JobSpecTest, BadInputsNameTheField) {
   EXPECT_EQ(ErrorOf(base + "\noutput_dir: " + megabyte + "\n"),
             "output_dir: too long (1048576 chars; at most 4096)");
   EXPECT_EQ(ErrorOf(std::string(5 << 20, '#')), "job file: too large (5242880 bytes; at most 4194304)");
+  EXPECT_EQ(ErrorOf(base, {"output_dir=/tmp/\xff"}), "output_dir: is not valid UTF-8");
   EXPECT_EQ(ErrorOf(base, {"name=bad name!"}), "name: 'bad name!' must be 1-128 characters of A-Z a-z 0-9 . _ -");
   EXPECT_EQ(ErrorOf(base, {"train.global_batch=30"}),
             "train.global_batch: 30 is not divisible by train.micro_batch * workers = 8 * 2 = 16");
@@ -303,6 +304,17 @@ TEST(DaemonConfigTest, FileFlagsAndErrors) {
   EXPECT_EQ(LoadWorkerConfig("", {"device=tpu"}).status().message(),
             "config: device: 'tpu' is not allowed; allowed: cpu, cuda, cpu-guarded");
   EXPECT_TRUE(LoadWorkerConfig("", {"device=cpu-guarded"}).ok());
+  // Strings must be UTF-8: invalid bytes would print back as U+FFFD, longer
+  // than the limit (found by the daemon_config fuzz target).
+  {
+    std::ofstream(path) << "coordinator: 127.0.0.1\xff\xff:7070\nname: caf\xc3\xa9\n";
+  }
+  EXPECT_EQ(LoadWorkerConfig(path).status().message(), path + ": coordinator: is not valid UTF-8");
+  EXPECT_EQ(LoadWorkerConfig("", {"name=w\xc0\x80"}).status().message(), "config: name: is not valid UTF-8");
+  EXPECT_EQ(LoadWorkerConfig("", {"name=w\xed\xa0\x80"}).status().message(), "config: name: is not valid UTF-8");
+  auto accented = LoadWorkerConfig("", {"name=caf\xc3\xa9-\xf0\x9f\x98\x80"});
+  ASSERT_TRUE(accented.ok()) << accented.status();
+  EXPECT_EQ(accented->name(), "caf\xc3\xa9-\xf0\x9f\x98\x80");
   std::remove(path.c_str());
 }
 

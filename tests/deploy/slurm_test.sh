@@ -146,6 +146,11 @@ preempt_and_resume() {
   grep -q "step $steps/$steps" "$out" || fail "the batch output does not show step $steps/$steps"
   grep -q "SUCCEEDED" "$out" || fail "the batch output does not show the job SUCCEEDED"
   check_model "$WORK/runs/slurm-$job/final"
+  if [[ $what == workers ]]; then
+    # The workers asked to leave (graceful preemption) instead of being lost.
+    grep -q "is being preempted: handing it over at the next step boundary" "$out" ||
+      fail "the workers did not announce their preemption to the coordinator"
+  fi
   # The resumed job restored a checkpoint from disk instead of starting over.
   grep -Eq "restoring step [0-9]+ from disk" "$out" || fail "the resumed job did not restore a checkpoint"
   log "job $job requeued once, resumed tandem job $tjob from a checkpoint, COMPLETED"

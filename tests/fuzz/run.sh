@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 BUILD=$ROOT/build-fuzz
-SECONDS_PER_TARGET=${TANDEM_FUZZ_SECONDS:-30}
+SECONDS_PER_TARGET=${TANDEM_FUZZ_SECONDS:-20}
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/tandem-ccache}"
 export CCACHE_BASEDIR="$ROOT"
 
@@ -29,8 +29,12 @@ declare -A MAX_LEN=(
   [ckpt_manifest]=4096
   [ckpt_shard]=4096
   [rpc]=2048
+  [tokenizer_json]=16384
+  [chat_template]=8192
+  [daemon_config]=8192
+  [jsonl_row]=4096
 )
-ALL=(safetensors model_config job_yaml ckpt_manifest ckpt_shard rpc)
+ALL=(safetensors model_config job_yaml ckpt_manifest ckpt_shard rpc tokenizer_json chat_template daemon_config jsonl_row)
 
 targets=("$@")
 if ((${#targets[@]} == 0)); then targets=("${ALL[@]}"); fi

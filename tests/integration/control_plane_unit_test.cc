@@ -178,6 +178,15 @@ TEST(ChildProcessTest, StopsWithSigtermAndEscalatesToSigkill) {
   EXPECT_FALSE((*stubborn)->ExitedCleanly());
 }
 
+TEST(ChildProcessTest, OomKillCountOfCgroupFiles) {
+  // cgroup v2 memory.events and v1 memory.oom_control.
+  EXPECT_EQ(cli::ParseOomKillCount("low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 0\n"), 2);
+  EXPECT_EQ(cli::ParseOomKillCount("oom_kill_disable 0\nunder_oom 0\noom_kill 17\n"), 17);
+  EXPECT_EQ(cli::ParseOomKillCount("oom_kill_disable 0\nunder_oom 0\n"), std::nullopt);  // kernels before 4.13
+  EXPECT_EQ(cli::ParseOomKillCount("oom_kill x\n"), std::nullopt);
+  EXPECT_EQ(cli::ParseOomKillCount(""), std::nullopt);
+}
+
 TEST(ChildProcessTest, ExitReasonAndInheritedDescriptors) {
   const std::string log = ::testing::TempDir() + "/fds.log";
   std::remove(log.c_str());

@@ -491,6 +491,11 @@ def main():
             all_rec.extend(recs)
             ok = sha == ref_sha
             why = f"weights {'identical to' if ok else 'DIFFER from'} the reference"
+            if sc == "sigterm" and "preempted (SIGTERM)" not in text:
+                # The worker asked to leave; the job handed it over at a step
+                # boundary instead of finding it lost.
+                ok = False
+                why += "; no event says the worker was preempted (SIGTERM): it was lost instead"
             for path in expect_unusable:
                 said = [l for l in text.splitlines() if f"checkpoint {path} is unusable" in l]
                 if said:

@@ -101,6 +101,11 @@ TEST(SftDatasetTest, ErrorsNameTheLine) {
   EXPECT_TRUE(Contains(e, "train.seq_len 8")) << e;
   e = Error("{}");
   EXPECT_TRUE(Contains(e, "empty object")) << e;
+  // A hostile row: deep nesting and duplicate keys are refused, not parsed.
+  e = Error("{\"text\": \"a\"}\n{\"ids\": " + std::string(100000, '[') + std::string(100000, ']') + "}\n");
+  EXPECT_EQ(e, "data.jsonl:2: row: nested deeper than 64 levels");
+  e = Error("{\"ids\": [1], \"ids\": [2]}");
+  EXPECT_EQ(e, "data.jsonl:1: row: key 'ids' appears twice in one object");
 }
 
 class TempDir {

@@ -49,7 +49,7 @@ TEST(TextDataTest, RowsAndExtraFields) {
 
 TEST(TextDataTest, BadRowsNameFileAndLine) {
   const std::string good = "{\"question\": \"q\", \"answer\": \"a\"}\n";
-  EXPECT_EQ(Message(good + "{not json\n", Rl()), "d.jsonl:2: not valid JSON");
+  EXPECT_EQ(Message(good + "{not json\n", Rl()).rfind("d.jsonl:2: row is not valid JSON: ", 0), 0u);
   EXPECT_EQ(Message(good + "[1]\n", Rl()), "d.jsonl:2: expected a JSON object, got array");
   EXPECT_EQ(Message(good + "{\"answer\": \"a\"}\n", Rl()), "d.jsonl:2: missing key \"question\" (prompt)");
   EXPECT_EQ(Message(good + "{\"question\": \"q\"}\n", Rl()),
@@ -71,7 +71,7 @@ TEST(TextDataTest, SkipBadRowsCounts) {
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->size(), 1);
   EXPECT_EQ(d->stats().bad_rows_skipped, 2);
-  EXPECT_EQ(d->stats().first_bad_row, "d.jsonl:2: not valid JSON");
+  EXPECT_EQ(d->stats().first_bad_row.rfind("d.jsonl:2: row is not valid JSON", 0), 0u) << d->stats().first_bad_row;
 }
 
 TEST(TextDataTest, PromptOverflow) {
@@ -112,6 +112,24 @@ TEST(TextDataTest, FileErrors) {
   EXPECT_EQ(skipped->size(), 2);
   EXPECT_EQ(skipped->rows()[1].line, 3);
   std::filesystem::remove_all(dir);
+}
+
+TEST(TextDataTest, DeepRowsAndDuplicateKeysAreRefused) {
+  const std::string dir = std::filesystem::temp_directory_path() / ("text_data_deep_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream f(dir + "/deep.jsonl");
+    f << "{\"question\": \"q\", \"answer\": \"a\"}\n";
+    f << "{\"question\": \"q\", \"answer\": \"a\", \"x\": " << std::string(100000, '[')
+      << std::string(100000, ']') << "}\n";
+  }
+  auto tok = text::MakeCharTokenizer();
+  auto deep = TextDataset::Load(dir + "/deep.jsonl", Rl(), *tok);
+  EXPECT_EQ(deep.status().message(), dir + "/deep.jsonl:2: row: nested deeper than 64 levels");
+  std::filesystem::remove_all(dir);
+  // Two readers could otherwise see two different rows.
+  EXPECT_EQ(Message("{\"question\": \"q\", \"answer\": \"a\", \"question\": \"r\"}\n", Rl()),
+            "d.jsonl:1: row: key 'question' appears twice in one object");
 }
 
 TEST(TextDataTest, SftResponses) {

@@ -177,6 +177,25 @@ TEST(TokenizerFiles, DuplicateVocabulary) {
   EXPECT_ERROR(Error(j), "model.vocab: \"ab\" and \"abc\" both have id 5");
 }
 
+TEST(TokenizerFiles, DeepNestingIsRefused) {
+  // Normalizers nest (Sequence of Sequence ...) and load recursively: a
+  // hostile file nested 50000 deep overflowed the stack.
+  std::string text = Base().dump();
+  const std::string key = "\"normalizer\":null";
+  ASSERT_NE(text.find(key), std::string::npos);
+  std::string deep;
+  for (int i = 0; i < 50000; ++i) deep += "{\"type\":\"Sequence\",\"normalizers\":[";
+  deep += "{\"type\":\"Lowercase\"}";
+  for (int i = 0; i < 50000; ++i) deep += "]}";
+  text.replace(text.find(key), key.size(), "\"normalizer\":" + deep);
+  auto t = HfTokenizer::FromJson(text);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(), "tokenizer.json: nested deeper than 64 levels");
+  auto c = HfTokenizer::FromJson(Base().dump(), "{\"x\":" + std::string(100000, '[') + std::string(100000, ']') + "}");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "tokenizer_config.json: nested deeper than 64 levels");
+}
+
 TEST(TokenizerFiles, MergesNamingUnknownTokens) {
   json j = Base();
   j["model"]["merges"][0] = "a x";

@@ -70,7 +70,7 @@ class DictData {
   // Inserts or replaces; a replaced key keeps its first position.
   void Set(const std::string& key, Value value);
   const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
-  size_t size() const { return items_.size(); }
+  size_t size() const;  // defined below Value (clang needs Value complete)
   int depth() const { return depth_; }
   void Clear();
 
@@ -181,6 +181,8 @@ class Value {
                CallRep>
       rep_;
 };
+
+inline size_t DictData::size() const { return items_.size(); }
 
 // Python's type name: "str", "NoneType", "generator", ...
 std::string TypeName(const Value& v);

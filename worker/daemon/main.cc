@@ -1,8 +1,10 @@
 // tandem-worker: one per device. Reads configs/worker.yaml (--config) and
 // flags (see --help), registers with the coordinator, runs the phases it is
-// told to run with the job engine, and stops cleanly on SIGTERM/SIGINT: the
-// phase in progress gets a grace period, is reported, and the process exits
-// within a bound (a watchdog enforces it). Exit codes: 0 clean stop, 1
+// told to run with the job engine. SIGTERM in a job is a preemption: the
+// worker keeps working until the coordinator has checkpointed and released it
+// (--preempt-timeout-ms at most); SIGINT, a second signal, or SIGTERM with no
+// job stop it cleanly: the phase in progress gets a grace period, is
+// reported, and the process exits within a bound (a watchdog enforces it). Exit codes: 0 clean stop, 1
 // runtime error, 2 bad flags or config, 5 credentials rejected.
 #include <fcntl.h>
 #include <signal.h>
@@ -30,7 +32,8 @@
 namespace {
 
 constexpr auto kShutdownGrace = std::chrono::seconds(20);
-// Hard bound after the first signal: grace + report retries + slack.
+// Hard bound after the first signal, beyond the preemption timeout: grace +
+// report retries + slack.
 constexpr auto kExitWatchdog = std::chrono::seconds(45);
 
 int g_signal_pipe[2] = {-1, -1};
@@ -122,6 +125,7 @@ int main(int argc, char** argv) {
   options.credentials = *creds;
   options.version = TANDEM_VERSION;
   options.shutdown_grace = kShutdownGrace;
+  options.preempt_timeout = std::chrono::milliseconds(config->preempt_timeout_ms());
   worker::EngineOptions engine_options;
   engine_options.coordinator_address = config->coordinator();
   engine_options.auth_token = *token;
@@ -146,14 +150,21 @@ int main(int argc, char** argv) {
       const ssize_t n = read(g_signal_pipe[0], &b, 1);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0 || b == 0) return;  // 0: main's stop byte
-      spdlog::info("tandem-worker: received {}, stopping", strsignal(b));
-      daemon.RequestStop();
+      if (b == SIGTERM && first) {
+        // Graceful preemption: leave at the job's next step boundary.
+        spdlog::info("tandem-worker: received {}", strsignal(b));
+        daemon.RequestPreempt();
+      } else {
+        spdlog::info("tandem-worker: received {}, stopping", strsignal(b));
+        daemon.RequestStop();
+      }
       if (!first) continue;
       first = false;
       // Watchdog: whatever hangs, the process ends within the bound.
-      std::thread([] {
-        std::this_thread::sleep_for(kExitWatchdog);
-        spdlog::error("tandem-worker: did not stop within {} s; exiting", kExitWatchdog.count());
+      const auto bound = kExitWatchdog + std::chrono::duration_cast<std::chrono::seconds>(options.preempt_timeout);
+      std::thread([bound] {
+        std::this_thread::sleep_for(bound);
+        spdlog::error("tandem-worker: did not stop within {} s; exiting", bound.count());
         spdlog::shutdown();
         _exit(1);
       }).detach();

@@ -12,6 +12,7 @@
 #include "google/protobuf/util/time_util.h"
 #include "worker/daemon/host_info.h"
 #include "worker/daemon/report_envelope.h"
+#include "worker/model/job_model.h"
 
 namespace tandem::worker {
 namespace {
@@ -91,6 +92,28 @@ void WorkerDaemon::PrepareContext(grpc::ClientContext* ctx, milliseconds timeout
   if (timeout.count() > 0) ctx->set_deadline(std::chrono::system_clock::now() + timeout);
 }
 
+void WorkerDaemon::RequestPreempt() {
+  if (stopping_.load()) return;
+  bool in_job = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (preempting_) return;
+    in_job = registered_ && (!job_id_.empty() || !running_command_id_.empty() || !queue_.empty());
+    if (in_job && options_.preempt_timeout.count() > 0) {
+      preempting_ = true;
+      preempt_deadline_ = absl::Now() + absl::FromChrono(options_.preempt_timeout);
+      cv_.SignalAll();  // the heartbeat thread says so at once
+    }
+  }
+  if (!in_job || options_.preempt_timeout.count() <= 0) {
+    RequestStop();
+    return;
+  }
+  spdlog::info("worker: preempted: asking the coordinator to checkpoint and hand this worker over "
+               "(at most {} s; a second signal stops at once)",
+               std::chrono::duration_cast<std::chrono::seconds>(options_.preempt_timeout).count());
+}
+
 void WorkerDaemon::RequestStop() {
   if (stopping_.exchange(true)) return;
   spdlog::info("worker: stop requested");
@@ -144,6 +167,25 @@ void WorkerDaemon::CancelAttach(const std::string& why) {
   spdlog::warn("worker: reconnecting: {}", why);
   registered_ = false;
   if (attach_ctx_ != nullptr) attach_ctx_->TryCancel();
+}
+
+void WorkerDaemon::LogMemoryEstimate(const v1::PhaseCommand& cmd) {
+  // The kernel's OOM killer ends the process without a report: this line,
+  // the last of the log, then says why.
+  v1::JobSpec spec = cmd.assignment().spec();
+  spec.mutable_cluster()->set_workers(std::max(1, cmd.assignment().world_size()));
+  auto config = model::JobModelConfig(spec);
+  if (!config.ok()) return;  // SETUP reports the problem
+  const model::MemoryEstimate need = model::EstimateJobMemory(spec, *config);
+  const int64_t usable = UsableMemoryBytes();
+  if (usable > 0 && need.total > usable) {
+    spdlog::warn("worker: job {} needs about {} on this worker (estimate for {} rank(s)), more than the {} MiB it can use: "
+                 "the allocation may fail, or the kernel's OOM killer may end this process",
+                 cmd.job_id(), need.Describe(), spec.cluster().workers(), usable >> 20);
+  } else {
+    spdlog::info("worker: job {} needs about {} on this worker (estimate for {} rank(s)) of {} MiB usable", cmd.job_id(),
+                 need.Describe(), spec.cluster().workers(), usable >> 20);
+  }
 }
 
 absl::Status WorkerDaemon::RunPhaseCatchingOutOfMemory(const v1::PhaseCommand& cmd, v1::ReportPhaseRequest* report) {
@@ -287,17 +329,29 @@ void WorkerDaemon::HeartbeatLoop() {
   int failures = 0;
   while (!stopping_.load()) {
     int64_t interval;
+    bool preempt_expired = false;
     v1::HeartbeatRequest req;
     {
       absl::MutexLock lock(&mu_);
       interval = heartbeat_ms_;
       const absl::Time until = absl::Now() + absl::Milliseconds(interval);
-      while (!stopping_.load() && absl::Now() < until) cv_.WaitWithDeadline(&mu_, until);
+      while (!stopping_.load() && absl::Now() < until && !(preempting_ && !preempt_announced_)) {
+        cv_.WaitWithDeadline(&mu_, until);
+      }
       if (stopping_.load()) return;
-      if (!registered_) continue;
+      preempt_expired = preempting_ && absl::Now() >= preempt_deadline_;
+      if (!preempt_expired && !registered_) continue;
       req.set_worker_id(worker_id_);
       req.set_job_id(job_id_);
       req.set_generation(generation_);
+      req.set_preempting(preempting_);
+      if (preempting_) preempt_announced_ = true;
+    }
+    if (preempt_expired) {
+      spdlog::warn("worker: the coordinator did not release this worker within the preemption timeout; "
+                   "stopping (its job recovers without it)");
+      RequestStop();
+      return;
     }
     req.set_memory_bytes_in_use(ResidentMemoryBytes());
     v1::HeartbeatResponse resp;
@@ -309,6 +363,11 @@ void WorkerDaemon::HeartbeatLoop() {
       if (failures > 0) spdlog::info("worker: heartbeat ok again after {} failures", failures);
       failures = 0;
       if (resp.reregister()) CancelAttach("coordinator asked to re-register");
+      if (req.preempting() && resp.release()) {
+        spdlog::info("worker: released by the coordinator after preemption; stopping");
+        RequestStop();
+        return;
+      }
     } else if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
       CancelAttach("coordinator does not know this worker: " + s.error_message());
     } else if (++failures == 1 || failures % 30 == 0) {
@@ -372,6 +431,7 @@ void WorkerDaemon::RunCommand(const v1::PhaseCommand& cmd) {
   } else {
     spdlog::info("worker: job {} gen {} {} step {} (command {})", cmd.job_id(), cmd.generation(),
                  phase_name, cmd.step(), cmd.command_id());
+    if (cmd.phase() == v1::PHASE_SETUP) LogMemoryEstimate(cmd);
     const auto t0 = Clock::now();
     absl::Status st = RunPhaseCatchingOutOfMemory(cmd, &report);
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();

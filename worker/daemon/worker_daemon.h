@@ -14,7 +14,8 @@
 // is aborted; the phase is reported either way and Run() returns within
 // about shutdown_grace + 2 * rpc_timeout. A SETUP in progress is aborted at
 // once instead (a leaving worker must not join a new rendezvous; its peers
-// recover without it either way).
+// recover without it either way). RequestPreempt() is the gentler way out:
+// see there.
 //
 // The channel reconnects with short backoffs (100 ms initial, 1 s maximum;
 // 5 s minimum connect timeout), and retries wait on the channel itself
@@ -62,6 +63,8 @@ struct WorkerDaemonOptions {
   BackoffPolicy reconnect{std::chrono::milliseconds(100), std::chrono::milliseconds(1000)};
   std::chrono::milliseconds rpc_timeout{10000};
   std::chrono::milliseconds shutdown_grace{20000};
+  // RequestPreempt() in a job: how long to keep working for a release.
+  std::chrono::milliseconds preempt_timeout{25000};
   std::chrono::milliseconds report_retry_limit{600000};
   int max_message_bytes = 64 << 20;
 };
@@ -85,11 +88,20 @@ class WorkerDaemon {
   // Thread safe, idempotent; not async-signal safe (call it from a thread
   // that waited for the signal).
   void RequestStop();
+  // Graceful preemption (SIGTERM): in a job, the worker keeps running phases
+  // and heartbeats `preempting`; the coordinator checkpoints and hands it over
+  // at the next step boundary, then releases it and the daemon stops. Stops at
+  // once when the worker holds no job, and after `preempt_timeout` at the
+  // latest. Thread safe; not async-signal safe.
+  void RequestPreempt();
 
   std::string worker_id() const;
 
  private:
   absl::Status Register();
+  // SETUP: logs the job's memory estimate against this worker's usable
+  // memory (a warning when it does not fit).
+  void LogMemoryEstimate(const tandem::v1::PhaseCommand& cmd);
   // engine_->RunPhase, with std::bad_alloc turned into a phase error.
   absl::Status RunPhaseCatchingOutOfMemory(const tandem::v1::PhaseCommand& cmd,
                                            tandem::v1::ReportPhaseRequest* report);
@@ -129,6 +141,9 @@ class WorkerDaemon {
   std::string running_command_id_ ABSL_GUARDED_BY(mu_);
   bool running_setup_ ABSL_GUARDED_BY(mu_) = false;  // the running command is a SETUP
   std::string job_id_ ABSL_GUARDED_BY(mu_);
+  bool preempting_ ABSL_GUARDED_BY(mu_) = false;
+  bool preempt_announced_ ABSL_GUARDED_BY(mu_) = false;  // a heartbeat said so
+  absl::Time preempt_deadline_ ABSL_GUARDED_BY(mu_);
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   // Last finished command and its report (resent on a repeated command id).
   std::string last_command_id_ ABSL_GUARDED_BY(mu_);

@@ -8,12 +8,14 @@
 
 namespace tandem::model {
 
-absl::StatusOr<nlohmann::json> ParseStrictJson(std::string_view text, absl::string_view what) {
-  using json = nlohmann::json;
+namespace {
+
+template <typename json>
+absl::StatusOr<json> ParseStrict(std::string_view text, absl::string_view what) {
   std::vector<std::set<std::string>> keys;  // one set per open object
   std::vector<bool> is_object;              // per open container
   std::string error;
-  auto callback = [&](int depth, json::parse_event_t event, json& parsed) {
+  auto callback = [&](int depth, typename json::parse_event_t event, json& parsed) {
     if (!error.empty()) return false;
     switch (event) {
       case json::parse_event_t::object_start:
@@ -33,8 +35,8 @@ absl::StatusOr<nlohmann::json> ParseStrictJson(std::string_view text, absl::stri
         }
         break;
       case json::parse_event_t::key:
-        if (!keys.empty() && !keys.back().insert(parsed.get<std::string>()).second) {
-          error = absl::StrCat("key '", parsed.get<std::string>(), "' appears twice in one object");
+        if (!keys.empty() && !keys.back().insert(parsed.template get<std::string>()).second) {
+          error = absl::StrCat("key '", parsed.template get<std::string>(), "' appears twice in one object");
           return false;
         }
         break;
@@ -49,12 +51,22 @@ absl::StatusOr<nlohmann::json> ParseStrictJson(std::string_view text, absl::stri
     // Parse again with exceptions for nlohmann's message (line and column).
     try {
       (void)json::parse(text.begin(), text.end());
-    } catch (const json::exception& e) {
+    } catch (const typename json::exception& e) {
       return absl::InvalidArgumentError(absl::StrCat(what, " is not valid JSON: ", e.what()));
     }
     return absl::InvalidArgumentError(absl::StrCat(what, " is not valid JSON"));
   }
   return j;
+}
+
+}  // namespace
+
+absl::StatusOr<nlohmann::json> ParseStrictJson(std::string_view text, absl::string_view what) {
+  return ParseStrict<nlohmann::json>(text, what);
+}
+
+absl::StatusOr<nlohmann::ordered_json> ParseStrictOrderedJson(std::string_view text, absl::string_view what) {
+  return ParseStrict<nlohmann::ordered_json>(text, what);
 }
 
 }  // namespace tandem::model

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "worker/model/strict_json.h"
 #include "worker/rl/counter_rng.h"
 
 namespace tandem::rl {
@@ -101,10 +102,10 @@ absl::StatusOr<std::vector<int32_t>> ParseText(
 absl::StatusOr<SftExample> ParseLine(std::string_view line,
                                      const model::CharTokenizer* tok,
                                      const SftTokens& tokens) {
-  nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-  if (j.is_discarded()) {
-    return absl::InvalidArgumentError("not valid JSON");
-  }
+  // Strict: no duplicate keys, bounded nesting (a row is untrusted input).
+  auto parsed = model::ParseStrictJson(line, "row");
+  if (!parsed.ok()) return parsed.status();
+  nlohmann::json j = *std::move(parsed);
   if (!j.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat("expected a JSON object, got ", j.type_name()));

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "worker/model/strict_json.h"
 #include "worker/rl/sft_data.h"
 
 namespace tandem::rl {
@@ -56,8 +57,10 @@ absl::StatusOr<Json> Messages(const Json& row, const std::string& key) {
 
 absl::StatusOr<TextRow> ParseRow(std::string_view line, const TextDataOptions& o,
                                  const text::Tokenizer& tok) {
-  Json j = Json::parse(line, nullptr, false);
-  if (j.is_discarded()) return absl::InvalidArgumentError("not valid JSON");
+  // Strict: no duplicate keys, bounded nesting (a row is untrusted input).
+  auto parsed = model::ParseStrictOrderedJson(line, "row");
+  if (!parsed.ok()) return parsed.status();
+  Json j = *std::move(parsed);
   if (!j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat("expected a JSON object, got ", j.type_name()));
   }

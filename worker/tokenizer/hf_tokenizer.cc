@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "worker/model/strict_json.h"  // kMaxJsonDepth
 #include "worker/tokenizer/added_tokens.h"
 #include "worker/tokenizer/bpe.h"
 #include "worker/tokenizer/decoder.h"
@@ -25,7 +26,9 @@ namespace tandem::tokenizer {
 namespace {
 
 // Parses JSON, refusing duplicate object keys (a vocabulary listing a token
-// twice), with errors that name the position.
+// twice) and nesting deeper than model::kMaxJsonDepth (the loaders recurse
+// into nested normalizers, pre-tokenizers and decoders), with errors that
+// name the position.
 absl::StatusOr<Json> ParseJson(std::string_view text) {
   struct Frame {
     bool is_object;
@@ -49,13 +52,17 @@ absl::StatusOr<Json> ParseJson(std::string_view text) {
     }
     return out.empty() ? std::string("the top-level object") : out;
   };
-  Json::parser_callback_t cb = [&](int, Json::parse_event_t event, Json& parsed) {
+  std::string too_deep;
+  Json::parser_callback_t cb = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (!too_deep.empty()) return false;
     switch (event) {
       case Json::parse_event_t::object_start:
-        stack.push_back({true, "", {}});
-        break;
       case Json::parse_event_t::array_start:
-        stack.push_back({false, "", {}});
+        if (depth >= model::kMaxJsonDepth) {
+          too_deep = absl::StrCat("nested deeper than ", model::kMaxJsonDepth, " levels");
+          return false;
+        }
+        stack.push_back({event == Json::parse_event_t::object_start, "", {}});
         break;
       case Json::parse_event_t::object_end:
       case Json::parse_event_t::array_end:
@@ -80,6 +87,7 @@ absl::StatusOr<Json> ParseJson(std::string_view text) {
   } catch (const Json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("not valid JSON: ", e.what()));
   }
+  if (!too_deep.empty()) return absl::InvalidArgumentError(too_deep);
   if (!duplicate.empty()) return absl::InvalidArgumentError(duplicate);
   return j;
 }
