@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_split.h"
 #include "common/job_spec.h"
-#include "server/phase_plan.h"
+#include "server/jobs/phase_plan.h"
 
 namespace tandem::server {
 namespace {

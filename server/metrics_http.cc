@@ -5,8 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
-#include "server/job_manager.h"
-#include "server/phase_plan.h"
+#include "server/jobs/job_manager.h"
+#include "server/jobs/phase_plan.h"
 
 namespace tandem::server {
 namespace {

@@ -7,10 +7,10 @@
 #include "nlohmann/json.hpp"
 #include "server/dashboard/phase_timeline.h"
 #include "server/dashboard/query_params.h"
-#include "server/job_manager.h"
-#include "server/membership.h"
-#include "server/phase_plan.h"
-#include "server/request_checks.h"
+#include "server/jobs/job_manager.h"
+#include "server/membership/membership.h"
+#include "server/jobs/phase_plan.h"
+#include "server/api/request_checks.h"
 
 namespace tandem::server {
 namespace {

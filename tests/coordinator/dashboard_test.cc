@@ -27,7 +27,7 @@
 #include "server/dashboard/dashboard_access.h"
 #include "server/dashboard/phase_timeline.h"
 #include "server/dashboard/query_params.h"
-#include "server/job_manager.h"
+#include "server/jobs/job_manager.h"
 #include "tests/support/coordinator_harness.h"
 #include "tests/support/fake_worker.h"
 #include "tests/support/http_client.h"

@@ -18,8 +18,8 @@
 #include "common/checkpoint_path.h"
 #include "common/daemon_config.h"
 #include "server/coordinator.h"
-#include "server/job_manager.h"
-#include "server/state_store.h"
+#include "server/jobs/job_manager.h"
+#include "server/store/state_store.h"
 #include "tandem/v1/cluster.grpc.pb.h"
 #include "tandem/v1/control.grpc.pb.h"
 #include "tests/support/coordinator_harness.h"
@@ -433,8 +433,9 @@ TEST_F(CoordinatorTest, WarmStartThatReachesItsStopAccuracyEndsEarly) {
 TEST_F(CoordinatorTest, FailedPhaseFailsTheJobNamingStepPhaseWorkerRank) {
   AddWorker("alpha");
   auto* b = AddWorker("beta");
-  b->fail = [](const tandem::v1::PhaseCommand& c, std::string* error) {
-    *error = "boom";
+  b->fail = [](const tandem::v1::PhaseCommand& c, tandem::v1::PhaseFailure* failure) {
+    failure->set_kind(tandem::v1::PHASE_FAILURE_KIND_FATAL);
+    failure->set_message("boom");
     return c.phase() == tandem::v1::PHASE_SFT_STEP && c.step() == 2;
   };
   std::string id = Submit(SftSpec(2, 4));
@@ -852,8 +853,9 @@ TEST_F(CoordinatorTest, CheckpointPublishedBeforeAFailedPhaseIsRecorded) {
                                             tandem::v1::ReportPhaseRequest* report) {
     publisher.Fill(w, cmd, report);
   });
-  a->fail = [](const tandem::v1::PhaseCommand& c, std::string* error) {
-    *error = "boom";
+  a->fail = [](const tandem::v1::PhaseCommand& c, tandem::v1::PhaseFailure* failure) {
+    failure->set_kind(tandem::v1::PHASE_FAILURE_KIND_FATAL);
+    failure->set_message("boom");
     return c.phase() == tandem::v1::PHASE_SFT_STEP && c.step() == 3;
   };
   auto spec = SftSpec(1, 4);

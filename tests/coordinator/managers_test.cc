@@ -7,10 +7,10 @@
 #include <thread>
 
 #include "server/clock.h"
-#include "server/kv_store.h"
-#include "server/membership.h"
-#include "server/scheduler.h"
-#include "server/state_store.h"
+#include "server/store/kv_store.h"
+#include "server/membership/membership.h"
+#include "server/scheduler/scheduler.h"
+#include "server/store/state_store.h"
 
 namespace tandem::server {
 namespace {
@@ -74,6 +74,24 @@ TEST(StateStoreTest, RoundTripAndReopen) {
   EXPECT_TRUE((*(*store)->ListCheckpoints("j-000001")).empty());
   ASSERT_TRUE((*store)->DeleteWorker("w-1").ok());
   EXPECT_TRUE((*store)->LoadWorkers()->empty());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(StateStoreTest, PruneEventsKeepsTheNewestAndTheirNumbers) {
+  const std::string dir = FreshDir("events");
+  auto store = StateStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  tandem::v1::JobEvent e;
+  e.set_job_id("j-000001");
+  e.set_kind("step");
+  for (int i = 1; i <= 5; ++i) ASSERT_EQ(*(*store)->AppendEvent(e), i);
+  ASSERT_TRUE((*store)->PruneEvents("j-000001", 3).ok());
+  auto left = (*store)->ListEvents("j-000001", 0, 10);
+  ASSERT_TRUE(left.ok());
+  ASSERT_EQ(left->size(), 2u);
+  EXPECT_EQ((*left)[0].seq, 4);
+  EXPECT_EQ(*(*store)->AppendEvent(e), 6);  // numbering continues
+  EXPECT_EQ(*(*store)->LastEventSeq("j-000001"), 6);
   std::filesystem::remove_all(dir);
 }
 

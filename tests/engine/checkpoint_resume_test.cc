@@ -70,8 +70,8 @@ Trace RunSteps(EngineCluster& cluster, const std::string& dir, int first, int la
     t.losses[s - 1] = step.metrics().loss();
     if (std::find(ckpt_steps.begin(), ckpt_steps.end(), s) != ckpt_steps.end()) {
       auto rep = cluster.RunOk(PHASE_CHECKPOINT, s);
-      EXPECT_TRUE(rep.values().contains("checkpoint_blocked_s"));
-      EXPECT_GT(rep.values().at("checkpoint_snapshot_bytes"), 0);
+      EXPECT_TRUE(rep.has_checkpoint());
+      EXPECT_GT(rep.checkpoint().snapshot_bytes(), 0);
       note(rep);
     }
     if (std::find(flush_steps.begin(), flush_steps.end(), s) != flush_steps.end()) {
@@ -105,7 +105,7 @@ TEST(CheckpointResumeTest, SameWorldResumeIsBitIdentical) {
 
     EngineCluster again(world, "job-resume");
     auto rep = again.SetupOk(Spec(world, stage, dir), ck);
-    EXPECT_EQ(rep.values().at("restored_step"), kK);
+    EXPECT_EQ(rep.setup().restored_step(), kK);
     EXPECT_TRUE(HasLine(rep, "restored step 4"));
     Trace resumed = RunSteps(again, dir, kK + 1, 2 * kK, {});
     for (int s = kK + 1; s <= 2 * kK; ++s) {
@@ -139,7 +139,7 @@ void CheckReshard(const std::vector<ReshardCase>& cases) {
     fs::remove_all(dir + "/final");
     EngineCluster again(c.to_world, "job-reshard");
     auto rep = again.SetupOk(Spec(c.to_world, c.to_stage, dir), dir + "/ckpt");
-    EXPECT_EQ(rep.values().at("restored_step"), kK);
+    EXPECT_EQ(rep.setup().restored_step(), kK);
     Trace resumed = RunSteps(again, dir, kK + 1, 2 * kK, {});
     double worst = 0;
     for (int s = kK + 1; s <= 2 * kK; ++s) {
@@ -206,9 +206,9 @@ TEST(CheckpointResumeTest, CorruptNewestFallsBackToPrevious) {
     damage(shard);
     EngineCluster again(2, "job-corrupt");
     auto rep = again.SetupOk(Spec(2, 2, dir), root);
-    ASSERT_TRUE(rep.values().contains("restored_step")) << what;
-    EXPECT_EQ(rep.values().at("restored_step"), 2) << what;
-    EXPECT_EQ(rep.values().at("checkpoints_skipped"), 1) << what;
+    ASSERT_TRUE(rep.setup().restored()) << what;
+    EXPECT_EQ(rep.setup().restored_step(), 2) << what;
+    EXPECT_EQ(rep.setup().checkpoints_skipped(), 1) << what;
     EXPECT_TRUE(HasLine(rep, "checkpoint skipped (falling back to an older one): " +
                                  ckpt::FinalDir(root, kK)))
         << what;
@@ -224,6 +224,8 @@ TEST(CheckpointResumeTest, CorruptNewestFallsBackToPrevious) {
       EngineCluster direct(2, "job-direct");
       auto res = direct.Setup(Spec(2, 2, dir), ckpt::FinalDir(root, kK));
       ASSERT_FALSE(res[0].status.ok()) << what;
+      // The coordinator marks the checkpoint bad and falls back on this kind.
+      EXPECT_EQ(common::FailureKindOf(res[0].status), tandem::v1::PHASE_FAILURE_KIND_RESTORE_FAILED) << what;
       EXPECT_NE(res[0].status.message().find(ckpt::ShardFileName(1, 2)), std::string::npos)
           << res[0].status;
     }
@@ -253,6 +255,7 @@ TEST(CheckpointResumeTest, RecoveryRefusesCheckpointsFromElsewhere) {
     auto res = again.Setup(Spec(1, 0, dir), path);
     ASSERT_FALSE(res[0].status.ok()) << path;
     EXPECT_EQ(res[0].status.code(), absl::StatusCode::kDataLoss) << res[0].status;
+    EXPECT_EQ(common::FailureKindOf(res[0].status), tandem::v1::PHASE_FAILURE_KIND_RESTORE_FAILED);
     EXPECT_NE(res[0].status.message().find("its manifest says step 2, which lives at " + fs::path(own).lexically_normal().string()), std::string::npos)
         << res[0].status;
   }
@@ -263,7 +266,7 @@ TEST(CheckpointResumeTest, RecoveryRefusesCheckpointsFromElsewhere) {
     spec.set_resume_from(copied);
     EngineCluster again(1, "job-resume-from");
     auto rep = again.SetupOk(spec, copied);
-    EXPECT_EQ(rep.values().at("restored_step"), 2);
+    EXPECT_EQ(rep.setup().restored_step(), 2);
   }
   // A checkpoint of the right shape written for another model section.
   fs::remove_all(renamed);

@@ -102,7 +102,7 @@ void FailDuringStep(EngineCluster& c, const std::vector<int>& survivors, int64_t
   for (auto& t : threads) t.join();
   for (size_t i = 0; i < out.size(); ++i) {
     EXPECT_FALSE(out[i].status.ok()) << "survivor " << i << " finished a step its peer never ran";
-    EXPECT_TRUE(out[i].report.retryable()) << out[i].status;
+    EXPECT_EQ(common::FailureKindOf(out[i].status), tandem::v1::PHASE_FAILURE_KIND_RETRYABLE) << out[i].status;
   }
 }
 
@@ -155,9 +155,9 @@ std::vector<double> DegradedRun(bool cheap, int lost, bool grow_back, const std:
         if (line.find("kept the live state") != std::string::npos) *setup_line = line;
       }
     }
-    EXPECT_EQ(res[r].report.values().at("restore_source"), 3);
-    EXPECT_EQ(res[r].report.values().at("restored_step"), kFailAfter);
-    EXPECT_TRUE(res[r].report.values().contains("restore_seconds"));
+    EXPECT_EQ(res[r].report.setup().restore_source(), tandem::v1::RESTORE_SOURCE_LIVE);
+    EXPECT_EQ(res[r].report.setup().restored_step(), kFailAfter);
+    EXPECT_GT(res[r].report.setup().restore_seconds(), 0);
     EXPECT_TRUE(HasLine(res[r].report, "kept the live state of step 3")) << r;
   }
   const int last_degraded = grow_back ? kGrowBack : kSteps;
@@ -170,7 +170,7 @@ std::vector<double> DegradedRun(bool cheap, int lost, bool grow_back, const std:
     c.RunOk(PHASE_CHECKPOINT, kGrowBack);
     WaitForCheckpoint(dir + "/ckpt", kGrowBack);
     auto rep = c.SetupOk(spec, ckpt::FinalDir(dir + "/ckpt", kGrowBack));
-    EXPECT_EQ(rep.values().at("restored_step"), kGrowBack);
+    EXPECT_EQ(rep.setup().restored_step(), kGrowBack);
     for (int s = kGrowBack + 1; s <= kSteps; ++s) {
       losses[s - 1] = c.RunOk(PHASE_SFT_STEP, s).metrics().loss();
     }
@@ -335,7 +335,7 @@ TEST(DegradedContinuationTest, WrongStepFailsEveryRank) {
     ASSERT_FALSE(res[r].status.ok()) << r;
     EXPECT_EQ(res[r].status.message().rfind("live restore: ", 0), 0u) << res[r].status;
     EXPECT_NE(res[r].status.message().find("holds step 2, not 3"), std::string::npos) << res[r].status;
-    EXPECT_FALSE(res[r].report.ok());
+    EXPECT_EQ(common::FailureKindOf(res[r].status), tandem::v1::PHASE_FAILURE_KIND_RESTORE_FAILED);
   }
   // The state was not lost to anything but the failed SETUP: a normal
   // recovery (here: a fresh start) works on the same engines.
@@ -363,7 +363,7 @@ TEST(DegradedContinuationTest, InflightStepIsAcceptedWhenEveryRankHoldsIt) {
   });
   for (size_t r = 0; r < res.size(); ++r) {
     ASSERT_TRUE(res[r].status.ok()) << res[r].status;
-    EXPECT_EQ(res[r].report.values().at("restored_step"), 3.0);
+    EXPECT_EQ(res[r].report.setup().restored_step(), 3.0);
   }
   c.RunOk(PHASE_SFT_STEP, 4);
   fs::remove_all(dir);
@@ -471,7 +471,7 @@ void ContinueOnRankZero(EngineCluster& c, const JobSpec& spec, int64_t step) {
     a.set_own_logical_rank(0);
   });
   ASSERT_TRUE(res[0].status.ok()) << res[0].status;
-  EXPECT_EQ(res[0].report.values().at("restore_source"), 3);
+  EXPECT_EQ(res[0].report.setup().restore_source(), tandem::v1::RESTORE_SOURCE_LIVE);
 }
 
 TEST(DegradedContinuationTest, GrpoSurvivorMatchesFaultFreeRun) {

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common/job_spec.h"
+#include "common/phase_failure.h"
 #include "tandem/v1/cluster.pb.h"
 #include "tests/support/tiny_model.h"
 #include "worker/comm/store.h"

@@ -39,7 +39,7 @@ TEST(SetupAbortTest, AbortEndsASetupWaitingForAMissingPeer) {
   const auto done = Clock::now();
   aborter.join();
   EXPECT_EQ(st.code(), absl::StatusCode::kAborted) << st;
-  EXPECT_TRUE(report.retryable());
+  EXPECT_EQ(common::FailureKindOf(st), tandem::v1::PHASE_FAILURE_KIND_RETRYABLE);
   EXPECT_LT(std::chrono::duration<double>(done - fired_at).count(), 1.0)
       << "SETUP returned " << std::chrono::duration<double>(done - t0).count() << " s after it started";
   EXPECT_EQ(cluster.engine(0).current_job(), "");

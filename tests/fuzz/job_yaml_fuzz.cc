@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_split.h"
 #include "common/job_spec.h"
-#include "server/phase_plan.h"
+#include "server/jobs/phase_plan.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

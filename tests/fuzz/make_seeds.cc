@@ -230,7 +230,14 @@ void RpcSeeds(const fs::path& out) {
     report.set_ok(false);
     report.set_error("collective timed out");
     report.set_retryable(true);
+    report.mutable_failure()->set_kind(v1::PHASE_FAILURE_KIND_RETRYABLE);
+    report.mutable_failure()->set_code(4);  // DEADLINE_EXCEEDED
+    report.mutable_failure()->set_message("collective timed out");
     report.clear_checkpoints();
+    AddCall(&in, 10, 1, report);
+    report.set_phase(v1::PHASE_SETUP);
+    report.mutable_failure()->set_kind(v1::PHASE_FAILURE_KIND_RESTORE_FAILED);
+    report.mutable_setup()->set_checkpoints_skipped(1);
     AddCall(&in, 10, 1, report);
     Write(d / "gen-report-phase", in);
   }

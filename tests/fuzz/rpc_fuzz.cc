@@ -1,5 +1,5 @@
-// Fuzz target: every unary RPC of the coordinator (server/control_service.h,
-// server/cluster_service.h), called in process on the real handlers with a
+// Fuzz target: every unary RPC of the coordinator (server/api/control_service.h,
+// server/api/cluster_service.h), called in process on the real handlers with a
 // default-constructed grpc::ServerContext and a request parsed from the
 // input, as gRPC hands one over after decoding the wire bytes.
 //
@@ -47,12 +47,12 @@
 #include "common/daemon_config.h"
 #include "common/job_spec.h"
 #include "server/clock.h"
-#include "server/cluster_service.h"
-#include "server/control_service.h"
-#include "server/job_manager.h"
-#include "server/kv_store.h"
-#include "server/membership.h"
-#include "server/state_store.h"
+#include "server/api/cluster_service.h"
+#include "server/api/control_service.h"
+#include "server/jobs/job_manager.h"
+#include "server/store/kv_store.h"
+#include "server/membership/membership.h"
+#include "server/store/state_store.h"
 #include "spdlog/spdlog.h"
 #include "tests/fuzz/fixtures.h"
 #include "tests/fuzz/fuzz_util.h"

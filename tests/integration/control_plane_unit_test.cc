@@ -20,9 +20,48 @@
 #include "server/cli/worker_supervisor.h"
 #include "worker/daemon/backoff.h"
 #include "worker/daemon/host_info.h"
+#include "worker/daemon/report_envelope.h"
+#include "common/phase_failure.h"
 
 namespace tandem {
 namespace {
+
+// The daemon seals every report the same way: identity from the command,
+// the outcome as ok/error/typed failure, bounded log lines.
+TEST(ReportEnvelopeTest, SealsIdentityOutcomeAndBounds) {
+  v1::PhaseCommand cmd;
+  cmd.set_command_id("j-000001/g2/u3/p1");
+  cmd.set_job_id("j-000001");
+  cmd.set_generation(2);
+  cmd.set_phase(v1::PHASE_UPDATE);
+  cmd.set_step(3);
+  v1::ReportPhaseRequest report;
+  report.mutable_metrics()->set_loss(0.5);  // the engine's result stays
+  for (size_t i = 0; i < worker::kMaxReportLogLines + 10; ++i) report.add_log_lines(std::string(5000, 'x'));
+  worker::SealReport("w-1", cmd,
+                     common::WithFailureKind(absl::FailedPreconditionError("gloo: communicator broken"),
+                                             v1::PHASE_FAILURE_KIND_RETRYABLE),
+                     1.5, &report);
+  EXPECT_EQ(report.worker_id(), "w-1");
+  EXPECT_EQ(report.command_id(), "j-000001/g2/u3/p1");
+  EXPECT_EQ(report.generation(), 2);
+  EXPECT_EQ(report.phase(), v1::PHASE_UPDATE);
+  EXPECT_EQ(report.step(), 3);
+  EXPECT_EQ(report.seconds(), 1.5);
+  EXPECT_EQ(report.metrics().loss(), 0.5);
+  EXPECT_FALSE(report.ok());
+  EXPECT_EQ(report.error(), "gloo: communicator broken");
+  EXPECT_EQ(report.failure().kind(), v1::PHASE_FAILURE_KIND_RETRYABLE);
+  EXPECT_EQ(report.failure().code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_TRUE(report.retryable());
+  EXPECT_EQ(static_cast<size_t>(report.log_lines_size()), worker::kMaxReportLogLines);
+  EXPECT_EQ(report.log_lines(0).size(), worker::kMaxReportLineChars + 3);
+  worker::SealReport("w-1", cmd, absl::OkStatus(), 2.0, &report);
+  EXPECT_TRUE(report.ok());
+  EXPECT_TRUE(report.error().empty());
+  EXPECT_FALSE(report.has_failure());
+  EXPECT_FALSE(report.retryable());
+}
 
 using std::chrono::milliseconds;
 

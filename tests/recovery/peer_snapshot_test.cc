@@ -167,7 +167,7 @@ std::vector<float> WithFailure(int world, int stage, int lost, bool peer, double
     auto ck = ranks.Run(tandem::v1::PHASE_CHECKPOINT, kCheckpoint, nullptr);
     for (auto& r : ck) {
       EXPECT_TRUE(r.status.ok()) << r.status;
-      EXPECT_EQ(r.report.values().at("peer_copy"), 1);
+      EXPECT_TRUE(r.report.checkpoint().peer_copy());
     }
     TrainStep(ranks, kCheckpoint + 1, grpo);  // redone after the failure
     ranks.RunOk(tandem::v1::PHASE_EXPORT, kCheckpoint + 1);     // drains the background write
@@ -177,9 +177,9 @@ std::vector<float> WithFailure(int world, int stage, int lost, bool peer, double
     auto setup = peer ? ranks.Setup(spec, disk, kCheckpoint, {lost}) : ranks.Setup(spec, disk, 0, {});
     for (auto& s : setup) {
       EXPECT_TRUE(s.status.ok()) << s.status;
-      EXPECT_EQ(s.report.values().at("restored_step"), kCheckpoint);
+      EXPECT_EQ(s.report.setup().restored_step(), kCheckpoint);
     }
-    *source = setup[0].report.values().at("restore_source");
+    *source = setup[0].report.setup().restore_source();
     for (int s = kCheckpoint + 1; s <= kSteps; ++s) TrainStep(ranks, s, grpo);
     ranks.RunOk(tandem::v1::PHASE_EXPORT, kSteps);
     w = LoadExported(dir + "/final");

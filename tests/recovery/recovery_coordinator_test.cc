@@ -24,8 +24,8 @@
 #include "common/auth.h"
 #include "common/daemon_config.h"
 #include "server/coordinator.h"
-#include "server/job_manager.h"
-#include "server/recovery.h"
+#include "server/jobs/job_manager.h"
+#include "server/recovery/policy.h"
 #include "tandem/v1/cluster.grpc.pb.h"
 #include "tandem/v1/control.grpc.pb.h"
 #include "tests/support/coordinator_harness.h"
@@ -54,6 +54,22 @@ struct Shared {
 
 using Worker = test_support::FakeWorker;
 
+void Fail(tandem::v1::ReportPhaseRequest* report, tandem::v1::PhaseFailureKind kind, const std::string& message) {
+  report->set_ok(false);
+  report->set_error(message);
+  report->mutable_failure()->set_kind(kind);
+  report->mutable_failure()->set_message(message);
+}
+
+void Restored(tandem::v1::ReportPhaseRequest* report, int64_t step, tandem::v1::RestoreSource source,
+              double seconds) {
+  auto* setup = report->mutable_setup();
+  setup->set_restored(true);
+  setup->set_restored_step(step);
+  setup->set_restore_source(source);
+  setup->set_restore_seconds(seconds);
+}
+
 // Answers like the engine at the protocol level: SETUP reports restored_step
 // for the restore source it is given (a checkpoint in shared->corrupt fails
 // its checksum), CHECKPOINT reports peer_copy and, on rank 0, the published
@@ -62,22 +78,17 @@ void EngineLikeReport(Shared* shared, Worker& w, const tandem::v1::PhaseCommand&
                       tandem::v1::ReportPhaseRequest* report) {
   if (shared->phase_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(shared->phase_sleep_ms));
   if (!report->ok()) return;
-  auto& values = *report->mutable_values();
   if (cmd.phase() == tandem::v1::PHASE_SETUP) {
     const auto& a = cmd.assignment();
     if (a.live_restore()) {
       if (shared->live_restore_fails) {
-        report->set_ok(false);
-        report->set_error(absl::StrCat("live restore: rank ", a.rank(), " holds step 99, not ", a.live_restore_step()));
+        Fail(report, tandem::v1::PHASE_FAILURE_KIND_RESTORE_FAILED,
+             absl::StrCat("live restore: rank ", a.rank(), " holds step 99, not ", a.live_restore_step()));
       } else {
-        values["restored_step"] = static_cast<double>(a.live_restore_step());
-        values["restore_source"] = 3;
-        values["restore_seconds"] = 0.001;
+        Restored(report, a.live_restore_step(), tandem::v1::RESTORE_SOURCE_LIVE, 0.001);
       }
     } else if (a.peer_restore_step() > 0) {
-      values["restored_step"] = static_cast<double>(a.peer_restore_step());
-      values["restore_source"] = 1;
-      values["restore_seconds"] = 0.01;
+      Restored(report, a.peer_restore_step(), tandem::v1::RESTORE_SOURCE_PEER, 0.01);
     } else if (!a.restore_from().empty()) {
       bool corrupt;
       {
@@ -85,18 +96,15 @@ void EngineLikeReport(Shared* shared, Worker& w, const tandem::v1::PhaseCommand&
         corrupt = shared->corrupt.count(a.restore_from()) > 0;
       }
       if (corrupt) {
-        report->set_ok(false);
-        report->set_error(
-            absl::StrCat("restore from ", a.restore_from(), ": shard-00000-of-00002.bin: checksum mismatch"));
+        Fail(report, tandem::v1::PHASE_FAILURE_KIND_RESTORE_FAILED,
+             absl::StrCat("restore from ", a.restore_from(), ": shard-00000-of-00002.bin: checksum mismatch"));
       } else {
-        values["restored_step"] = static_cast<double>(StepFromCheckpointPath(a.restore_from()));
-        values["restore_source"] = 2;
-        values["restore_seconds"] = 0.02;
+        Restored(report, StepFromCheckpointPath(a.restore_from()), tandem::v1::RESTORE_SOURCE_DISK, 0.02);
       }
     }
   }
   if (cmd.phase() == tandem::v1::PHASE_CHECKPOINT) {
-    values["peer_copy"] = 1;
+    report->mutable_checkpoint()->set_peer_copy(true);
     if (w.last_assignment().rank() == 0) {
       auto* published = report->add_checkpoints();
       published->set_step(cmd.step());
@@ -282,8 +290,9 @@ TEST_F(RecoveryTest, CheckpointWhoseRestoreKillsWorkersIsMarkedBad) {
   // heartbeating) restoring step 4's checkpoint.
   for (const char* name : {"alpha", "beta", "gamma", "delta"}) {
     Worker* w = AddWorker(name);
-    w->fail = [w](const tandem::v1::PhaseCommand& c, std::string* error) {
-      *error = "gloo: allreduce failed: Connection reset by peer";
+    w->fail = [w](const tandem::v1::PhaseCommand& c, tandem::v1::PhaseFailure* failure) {
+      failure->set_kind(tandem::v1::PHASE_FAILURE_KIND_RETRYABLE);
+      failure->set_message("gloo: allreduce failed: Connection reset by peer");
       return c.generation() == 1 && c.phase() == tandem::v1::PHASE_SFT_STEP && c.step() == 5 &&
              w->last_assignment().rank() == 1;
     };
@@ -315,8 +324,9 @@ TEST_F(RecoveryTest, CheckpointWhoseRestoreKillsWorkersIsMarkedBad) {
 TEST_F(RecoveryTest, CorruptNewestCheckpointFallsBackToThePreviousOne) {
   AddWorker("alpha");
   auto* b = AddWorker("beta");
-  b->fail = [](const tandem::v1::PhaseCommand& c, std::string* error) {
-    *error = "gloo: allreduce failed: Connection reset by peer";
+  b->fail = [](const tandem::v1::PhaseCommand& c, tandem::v1::PhaseFailure* failure) {
+    failure->set_kind(tandem::v1::PHASE_FAILURE_KIND_RETRYABLE);
+    failure->set_message("gloo: allreduce failed: Connection reset by peer");
     return c.generation() == 1 && c.phase() == tandem::v1::PHASE_SFT_STEP && c.step() == 5;
   };
   auto spec = Spec(2, 6, 2);
@@ -340,8 +350,9 @@ TEST_F(RecoveryTest, CorruptNewestCheckpointFallsBackToThePreviousOne) {
 TEST_F(RecoveryTest, TransientCommunicatorFailureRecoversInPlaceFromOwnCopies) {
   auto* a = AddWorker("alpha");
   auto* b = AddWorker("beta");
-  a->fail = [](const tandem::v1::PhaseCommand& c, std::string* error) {
-    *error = "gloo: allreduce timed out";
+  a->fail = [](const tandem::v1::PhaseCommand& c, tandem::v1::PhaseFailure* failure) {
+    failure->set_kind(tandem::v1::PHASE_FAILURE_KIND_RETRYABLE);
+    failure->set_message("gloo: allreduce timed out");
     return c.generation() == 1 && c.phase() == tandem::v1::PHASE_SFT_STEP && c.step() == 3;
   };
   std::string id = Submit(Spec(2, 4, 2));
@@ -355,6 +366,65 @@ TEST_F(RecoveryTest, TransientCommunicatorFailureRecoversInPlaceFromOwnCopies) {
   EXPECT_TRUE(absl::StrContains(recovered->message(), "from peer memory; resuming at step 3 (0 steps redone)"))
       << recovered->message();
   EXPECT_EQ(a->last_assignment().peer_restore_ranks_size(), 0);
+}
+
+// The coordinator acts on the reported kind, not on the words of the message.
+TEST_F(RecoveryTest, FatalFailureFailsTheJobWhateverItsMessageSays) {
+  AddWorker("alpha");
+  auto* b = AddWorker("beta");
+  b->fail = [](const tandem::v1::PhaseCommand& c, tandem::v1::PhaseFailure* failure) {
+    failure->set_kind(tandem::v1::PHASE_FAILURE_KIND_FATAL);
+    failure->set_message("gloo: allreduce failed: Connection reset by peer");
+    return c.phase() == tandem::v1::PHASE_SFT_STEP && c.step() == 2;
+  };
+  std::string id = Submit(Spec(2, 4, 1));
+  auto job = WaitFor(id, Done);
+  auto events = Events(id);
+  ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_FAILED) << Dump(events);
+  EXPECT_EQ(job.generation(), 1);
+  EXPECT_FALSE(HasEvent(events, "recovering")) << Dump(events);
+}
+
+TEST_F(RecoveryTest, RetryableFailureRecoversWhateverItsMessageSays) {
+  AddWorker("alpha");
+  auto* b = AddWorker("beta");
+  b->fail = [](const tandem::v1::PhaseCommand& c, tandem::v1::PhaseFailure* failure) {
+    failure->set_kind(tandem::v1::PHASE_FAILURE_KIND_RETRYABLE);
+    failure->set_message("boom");
+    return c.generation() == 1 && c.phase() == tandem::v1::PHASE_SFT_STEP && c.step() == 2;
+  };
+  std::string id = Submit(Spec(2, 4, 1));
+  auto job = WaitFor(id, Done);
+  auto events = Events(id);
+  ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_SUCCEEDED) << job.reason() << Dump(events);
+  EXPECT_EQ(job.generation(), 2);
+  EXPECT_TRUE(HasEvent(events, "failed on worker")) << Dump(events);
+}
+
+// Only a RESTORE_FAILED SETUP marks its checkpoint bad: a SETUP that fails
+// for another reason while restoring fails the job and keeps the checkpoint.
+TEST_F(RecoveryTest, OnlyARestoreFailureMarksTheCheckpointBad) {
+  AddWorker("alpha");
+  auto* b = AddWorker("beta");
+  b->fail = [](const tandem::v1::PhaseCommand& c, tandem::v1::PhaseFailure* failure) {
+    if (c.generation() == 1) {
+      failure->set_kind(tandem::v1::PHASE_FAILURE_KIND_RETRYABLE);
+      failure->set_message("collective aborted");
+      return c.phase() == tandem::v1::PHASE_SFT_STEP && c.step() == 3;
+    }
+    failure->set_kind(tandem::v1::PHASE_FAILURE_KIND_FATAL);
+    failure->set_message("restore from the checkpoint: this worker's model code is out of date");
+    return c.phase() == tandem::v1::PHASE_SETUP;
+  };
+  auto spec = Spec(2, 4, 2);
+  spec.mutable_recovery()->set_no_peer_copies(true);
+  std::string id = Submit(spec);
+  auto job = WaitFor(id, Done);
+  auto events = Events(id);
+  ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_FAILED) << Dump(events);
+  EXPECT_TRUE(absl::StrContains(job.reason(), "model code is out of date")) << job.reason();
+  EXPECT_FALSE(HasEvent(events, "is unusable")) << Dump(events);
+  EXPECT_EQ(job.generation(), 2);
 }
 
 TEST_F(RecoveryTest, ElasticJobContinuesWithFewerRanks) {

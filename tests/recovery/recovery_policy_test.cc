@@ -1,21 +1,11 @@
-// Recovery policy (server/recovery.h): pure decisions, no processes.
+// Recovery policy (server/recovery/policy.h): pure decisions, no processes.
 #include <gtest/gtest.h>
 
-#include "server/phase_plan.h"
-#include "server/recovery.h"
+#include "server/jobs/phase_plan.h"
+#include "server/recovery/policy.h"
 
 namespace tandem::server {
 namespace {
-
-TEST(RecoveryPolicyTest, RetryableErrorsAreTheCommunicators) {
-  EXPECT_TRUE(IsRetryableError("gloo: allreduce failed: Connection reset by peer"));
-  EXPECT_TRUE(IsRetryableError("job aborted on this worker"));
-  EXPECT_TRUE(IsRetryableError("collective timed out after 60 s"));
-  EXPECT_TRUE(IsRetryableError("store rpc get: deadline exceeded"));
-  EXPECT_FALSE(IsRetryableError("model.from: no such file"));
-  EXPECT_FALSE(IsRetryableError("restore from /x: checksum mismatch in shard-00000"));
-  EXPECT_FALSE(IsRetryableError("boom"));
-}
 
 TEST(RecoveryPolicyTest, SurvivorsKeepRanksAndRestartedWorkersTakeTheirOwn) {
   const std::vector<std::string> old = {"w-1", "w-2", "w-3"};

@@ -147,9 +147,12 @@ void FakeWorker::Handle(Cluster::Stub* stub, const tandem::v1::PhaseCommand& cmd
     report.set_peak_memory_bytes(1000 + cmd.step());
     report.mutable_metrics()->set_loss(cmd.step() > 0 ? 1.0 / cmd.step() : 0);
     report.add_log_lines(absl::StrCat(options_.name, " ran ", tandem::v1::Phase_Name(cmd.phase())));
-    std::string error;
-    report.set_ok(!(fail && fail(cmd, &error)));
-    report.set_error(error);
+    tandem::v1::PhaseFailure failure;
+    report.set_ok(!(fail && fail(cmd, &failure)));
+    if (!report.ok()) {
+      report.set_error(failure.message());
+      *report.mutable_failure() = std::move(failure);
+    }
     if (options_.fill) options_.fill(*this, cmd, &report);
     if (options_.cache_reports) {
       absl::MutexLock l(&mu_);

@@ -52,7 +52,8 @@ class FakeWorker {
   // Ends both threads; nothing more is reported (like kill -9).
   void Stop();
 
-  std::function<bool(const tandem::v1::PhaseCommand&, std::string*)> fail;  // true -> report error
+  // true -> report the phase failed with *failure (kind, message).
+  std::function<bool(const tandem::v1::PhaseCommand&, tandem::v1::PhaseFailure*)> fail;
   std::function<bool(const tandem::v1::PhaseCommand&)> stall;               // true -> never answer
   std::atomic<bool> heartbeats_on{true};
   std::atomic<bool> preempting{false};  // sent in every heartbeat

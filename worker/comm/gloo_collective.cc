@@ -55,6 +55,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/phase_failure.h"
 #include "worker/comm/abort_signal.h"
 #include "worker/comm/backends_internal.h"
 #include "worker/comm/gloo_store.h"
@@ -626,9 +627,12 @@ class GlooCollective final : public Collective {
           absl::StrCat("gloo: ", std::string(op), " failed: communicator aborted"));
     }
     if (broken_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "gloo: ", std::string(op), " failed: communicator broken by an earlier error (",
-          first_error_, "); create a new one"));
+      // The cluster's failure: the job recovers with a new communicator.
+      return common::WithFailureKind(
+          absl::FailedPreconditionError(absl::StrCat("gloo: ", std::string(op),
+                                                     " failed: communicator broken by an earlier error (",
+                                                     first_error_, "); create a new one")),
+          tandem::v1::PHASE_FAILURE_KIND_RETRYABLE);
     }
     try {
       return fn();

@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/auth.h"
+#include "common/phase_failure.h"
 #include "absl/strings/str_cat.h"
 #include "tandem/v1/cluster.grpc.pb.h"
 
@@ -14,8 +15,11 @@ namespace {
 
 absl::Status FromGrpc(const grpc::Status& s, std::string_view what) {
   if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat("store rpc ", std::string(what), ": ", s.error_message()));
+  // Whatever the code, a rendezvous store that fails is the cluster's
+  // failure (a coordinator restart, a generation moved on): the job recovers.
+  return common::WithFailureKind(absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                                              absl::StrCat("store rpc ", std::string(what), ": ", s.error_message())),
+                                 tandem::v1::PHASE_FAILURE_KIND_RETRYABLE);
 }
 
 class GrpcStore final : public Store {

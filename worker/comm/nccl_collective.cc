@@ -33,14 +33,17 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/phase_failure.h"
 #include "worker/comm/backends_internal.h"
 
 namespace tandem::comm {
 namespace {
 
+// NCCL's and its CUDA calls' failures are the cluster's: the job recovers.
 absl::Status CudaError(std::string_view what, cudaError_t e) {
-  return absl::InternalError(
-      absl::StrCat("nccl: ", std::string(what), ": cuda error ", cudaGetErrorString(e)));
+  return common::WithFailureKind(
+      absl::InternalError(absl::StrCat("nccl: ", std::string(what), ": cuda error ", cudaGetErrorString(e))),
+      tandem::v1::PHASE_FAILURE_KIND_RETRYABLE);
 }
 
 absl::Status NcclError(std::string_view what, ncclResult_t r) {
@@ -209,12 +212,12 @@ class NcclCollective final : public Collective {
     } else {
       auto v = scoped.Get("id", options.timeout);
       if (!v.ok()) {
-        return absl::Status(v.status().code(),
-                            absl::StrCat("nccl: rendezvous failed: ",
-                                         v.status().message()));
+        return common::WithFailureKind(common::WithPrefix(v.status(), "nccl: rendezvous failed: "),
+                                       tandem::v1::PHASE_FAILURE_KIND_RETRYABLE);
       }
       if (v->size() != sizeof(id)) {
-        return absl::DataLossError("nccl: rendezvous failed: bad unique id");
+        return common::WithFailureKind(absl::DataLossError("nccl: rendezvous failed: bad unique id"),
+                                       tandem::v1::PHASE_FAILURE_KIND_RETRYABLE);
       }
       std::memcpy(&id, v->data(), sizeof(id));
     }
@@ -421,8 +424,10 @@ class NcclCollective final : public Collective {
           absl::StrCat("nccl: ", std::string(op), " failed: communicator aborted"));
     }
     if (broken_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "nccl: ", std::string(op), " failed: communicator broken by an earlier error"));
+      return common::WithFailureKind(
+          absl::FailedPreconditionError(
+              absl::StrCat("nccl: ", std::string(op), " failed: communicator broken by an earlier error")),
+          tandem::v1::PHASE_FAILURE_KIND_RETRYABLE);
     }
     return absl::OkStatus();
   }

@@ -8,8 +8,10 @@
 #include <utility>
 
 #include "common/auth.h"
+#include "common/phase_failure.h"
 #include "google/protobuf/util/time_util.h"
 #include "worker/daemon/host_info.h"
+#include "worker/daemon/report_envelope.h"
 #include "worker/model/job_model.h"
 
 namespace tandem::worker {
@@ -20,9 +22,6 @@ using std::chrono::milliseconds;
 namespace v1 = tandem::v1;
 
 constexpr size_t kMaxQueuedCommands = 256;
-constexpr size_t kMaxLogLines = 256;
-constexpr size_t kMaxLineChars = 4096;
-constexpr size_t kMaxErrorChars = 16384;
 constexpr int kNotFoundRetries = 20;  // report before re-registration finished
 
 v1::DeviceKind DeviceKindOf(const std::string& device) {
@@ -46,14 +45,6 @@ bool IsTransient(grpc::StatusCode code) {
 
 absl::Status ToAbsl(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
-
-std::string Truncate(std::string s, size_t n) {
-  if (s.size() > n) {
-    s.resize(n);
-    s += "...";
-  }
-  return s;
 }
 
 }  // namespace
@@ -404,14 +395,10 @@ void WorkerDaemon::JobLoop() {
     if (!run) {
       // Not started before the stop: report it failed without running it.
       v1::ReportPhaseRequest report;
-      report.set_worker_id(worker_id());
-      report.set_command_id(cmd.command_id());
-      report.set_job_id(cmd.job_id());
-      report.set_generation(cmd.generation());
-      report.set_phase(cmd.phase());
-      report.set_step(cmd.step());
-      report.set_ok(false);
-      report.set_error("worker " + options_.name + " is shutting down");
+      SealReport(worker_id(), cmd,
+                 common::WithFailureKind(absl::UnavailableError("worker " + options_.name + " is shutting down"),
+                                         v1::PHASE_FAILURE_KIND_FATAL),
+                 0, &report);
       SendReport(report);
       continue;
     }
@@ -448,28 +435,9 @@ void WorkerDaemon::RunCommand(const v1::PhaseCommand& cmd) {
     const auto t0 = Clock::now();
     absl::Status st = RunPhaseCatchingOutOfMemory(cmd, &report);
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    report.set_worker_id(worker_id());
-    report.set_command_id(cmd.command_id());
-    report.set_job_id(cmd.job_id());
-    report.set_generation(cmd.generation());
-    report.set_phase(cmd.phase());
-    report.set_step(cmd.step());
-    if (report.seconds() <= 0) report.set_seconds(seconds);
     if (report.peak_memory_bytes() <= 0) report.set_peak_memory_bytes(ResidentMemoryBytes());
-    if (st.ok()) {
-      report.set_ok(true);
-      report.clear_error();
-    } else {
-      report.set_ok(false);
-      report.set_error(Truncate(std::string(st.message()), kMaxErrorChars));
-      spdlog::error("worker: {} step {} failed: {}", phase_name, cmd.step(), st.ToString());
-    }
-    // Bound what goes over the wire: the coordinator limits message sizes.
-    auto* lines = report.mutable_log_lines();
-    if (static_cast<size_t>(lines->size()) > kMaxLogLines) {
-      lines->DeleteSubrange(0, lines->size() - static_cast<int>(kMaxLogLines));
-    }
-    for (auto& line : *lines) line = Truncate(std::move(line), kMaxLineChars);
+    SealReport(worker_id(), cmd, st, seconds, &report);
+    if (!st.ok()) spdlog::error("worker: {} step {} failed: {}", phase_name, cmd.step(), st.ToString());
     report.add_log_lines(fmt::format("{}: {} step {} {} in {:.3f} s", options_.name, phase_name,
                                      cmd.step(), st.ok() ? "done" : "FAILED", report.seconds()));
   }

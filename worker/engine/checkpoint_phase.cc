@@ -184,8 +184,8 @@ absl::Status Checkpoint(JobContext& ctx, int64_t step, ReportPhaseRequest* repor
     c->published.push_back(std::move(published));
     return absl::OkStatus();
   });
-  (*report->mutable_values())["checkpoint_blocked_s"] = blocked;
-  (*report->mutable_values())["checkpoint_snapshot_bytes"] = snapshot_bytes;
+  report->mutable_checkpoint()->set_blocked_seconds(blocked);
+  report->mutable_checkpoint()->set_snapshot_bytes(static_cast<int64_t>(snapshot_bytes));
   report->mutable_metrics()->set_step(step);
   return absl::OkStatus();
 }
@@ -201,7 +201,7 @@ absl::Status RestoreCheckpoint(JobContext& ctx, const std::string& path, bool ow
     for (const auto& s : skipped) {
       report->add_log_lines("checkpoint skipped (falling back to an older one): " + s);
     }
-    (*report->mutable_values())["checkpoints_skipped"] = static_cast<double>(skipped.size());
+    report->mutable_setup()->set_checkpoints_skipped(static_cast<int64_t>(skipped.size()));
   }
   if (!loaded.ok()) {
     return absl::Status(loaded.status().code(),
@@ -273,7 +273,8 @@ absl::Status RestoreCheckpoint(JobContext& ctx, const std::string& path, bool ow
   ctx.zero->set_step_count(m.optimizer_steps);
   ctx.optimizer_steps = m.optimizer_steps;
   ctx.policy_version = m.policy_version;
-  (*report->mutable_values())["restored_step"] = static_cast<double>(m.step);
+  report->mutable_setup()->set_restored(true);
+  report->mutable_setup()->set_restored_step(m.step);
   report->add_log_lines("restored step " + std::to_string(m.step) + " from " + loaded->dir +
                         " (written by " + std::to_string(m.world_size) + " ranks, ZeRO stage " +
                         std::to_string(m.zero_stage) + ")");

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/phase_failure.h"
 #include "worker/engine/phases.h"
 #include "worker/engine/spec_convert.h"
 
@@ -335,7 +336,7 @@ absl::StatusOr<disagg::RolloutBatch> DisaggState::TakeBatch(int64_t step, comm::
       ready_.pop_front();
       return b;
     }
-    if (!error_.ok()) return absl::Status(error_.code(), "async rollout: " + std::string(error_.message()));
+    if (!error_.ok()) return common::WithPrefix(error_, "async rollout: ");
     if (stop_) return absl::AbortedError("async rollout aborted");
     if (!thread_.joinable()) {
       return absl::FailedPreconditionError(absl::StrCat("ROLLOUT for step ", step, " before any SYNC_WEIGHTS"));

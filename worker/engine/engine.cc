@@ -1,10 +1,10 @@
-// The job engine: one JobContext at a time, phases dispatched by kind, the
-// last report cached by command id so a command re-sent after a coordinator
-// restart is answered without running twice.
-#include <chrono>
+// The job engine: one JobContext at a time, phases dispatched by kind. It
+// fills each phase's result; the worker daemon seals the report (identity,
+// outcome, typed failure) and answers a re-sent command from its cache.
 #include <mutex>
 #include <optional>
 
+#include "common/phase_failure.h"
 #include "worker/engine/disagg.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/live_restore.h"
@@ -24,17 +24,7 @@ class JobEngineImpl final : public JobEngine {
 
   absl::Status RunPhase(const tandem::v1::PhaseCommand& cmd,
                         ReportPhaseRequest* report) override {
-    if (!cmd.command_id().empty() && cmd.command_id() == last_command_id_) {
-      *report = last_report_;  // already ran: same answer
-      return last_status_;
-    }
-    const auto start = std::chrono::steady_clock::now();
     ResetPeakRss();
-    report->set_command_id(cmd.command_id());
-    report->set_job_id(cmd.job_id());
-    report->set_generation(cmd.generation());
-    report->set_phase(cmd.phase());
-    report->set_step(cmd.step());
     absl::Status st = Dispatch(cmd, report);
     {
       // Checkpoints published in the background since the last report.
@@ -51,21 +41,8 @@ class JobEngineImpl final : public JobEngine {
         }
       }
     }
-    report->set_seconds(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     report->set_peak_memory_bytes(PeakRssBytes());
     report->mutable_metrics()->set_peak_memory_bytes(PeakRssBytes());
-    report->set_ok(st.ok());
-    if (!st.ok()) {
-      report->set_error(std::string(st.message()));
-      // The communicator's failures (a peer died, a timeout, an abort) make
-      // the coordinator recover instead of failing the job.
-      report->set_retryable(absl::IsAborted(st) || absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st) ||
-                            absl::IsCancelled(st));
-    }
-    last_command_id_ = cmd.command_id();
-    last_report_ = *report;
-    last_status_ = st;
     return st;
   }
 
@@ -138,9 +115,11 @@ class JobEngineImpl final : public JobEngine {
     }
     if (ctx == nullptr || ctx->assignment.job_id() != cmd.job_id() ||
         ctx->assignment.generation() != cmd.generation()) {
-      return absl::FailedPreconditionError(
-          "worker holds no state for job " + cmd.job_id() + " generation " +
-          std::to_string(cmd.generation()) + " (SETUP missing or superseded)");
+      // The coordinator re-issues SETUP through a recovery.
+      return common::WithFailureKind(
+          absl::FailedPreconditionError("worker holds no state for job " + cmd.job_id() + " generation " +
+                                        std::to_string(cmd.generation()) + " (SETUP missing or superseded)"),
+          tandem::v1::PHASE_FAILURE_KIND_RETRYABLE);
     }
     if (ctx->disagg) {  // disaggregated mode: role-specific phases (disagg.h)
       if (auto st = RunDisaggPhase(*ctx, cmd, report)) return *st;
@@ -190,9 +169,6 @@ class JobEngineImpl final : public JobEngine {
   // The abort signal of the SETUP in progress (null otherwise); guarded by mu_.
   std::shared_ptr<comm::AbortSignal> setup_abort_;
   bool aborted_ = false;
-  std::string last_command_id_;
-  ReportPhaseRequest last_report_;
-  absl::Status last_status_;
 };
 
 }  // namespace

@@ -43,9 +43,12 @@ struct EngineOptions {
 class JobEngine {
  public:
   virtual ~JobEngine() = default;
-  // Executes cmd. On success fills `report` (ok=true, metrics, values,
-  // seconds, peak memory). A returned error means the phase failed; the
-  // caller reports it with the message.
+  // Executes cmd and fills the phase's result in `report`: metrics, values,
+  // the typed setup or checkpoint result, checkpoints published since the
+  // last call, log lines, peak memory. The returned status is the outcome;
+  // a failure carries its kind (common/phase_failure.h). The caller owns the
+  // report's envelope (identity, ok, error, failure: worker/daemon/
+  // report_envelope.h) and answering a re-sent command: every call runs.
   virtual absl::Status RunPhase(const tandem::v1::PhaseCommand& cmd,
                                 tandem::v1::ReportPhaseRequest* report) = 0;
   // Drops all state of the current job (communicators aborted first).

@@ -249,9 +249,11 @@ absl::Status LiveRestore(JobContext& ctx, int64_t step, std::optional<int64_t> i
   ctx.last_trained_step = step;
   *live = LiveState::Missing("already restored");  // frees the copies
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  (*report->mutable_values())["restored_step"] = static_cast<double>(step);
-  (*report->mutable_values())["restore_source"] = 3;  // live
-  (*report->mutable_values())["restore_seconds"] = secs;
+  auto* setup = report->mutable_setup();
+  setup->set_restored(true);
+  setup->set_restored_step(step);
+  setup->set_restore_source(tandem::v1::RESTORE_SOURCE_LIVE);
+  setup->set_restore_seconds(secs);
   const auto& a = ctx.assignment;
   std::string shares;
   if (a.logical_world_size() > 0) {

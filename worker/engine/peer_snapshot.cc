@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/phase_failure.h"
 #include "worker/engine/job_context.h"
 #include "worker/engine/phases.h"
 
@@ -172,16 +173,19 @@ absl::Status ExchangePeerCopies(JobContext& ctx, SnapshotShard own, tandem::v1::
     if (absl::Status st = SendShard(ctx, &own, next); !st.ok()) return st;
   }
   if (!received || received->rank != prev || received->step != own.step) {
-    return absl::DataLossError("peer copy: rank " + std::to_string(prev) + " sent no copy of step " +
-                               std::to_string(own.step));
+    // A peer that died or lags is the cluster's failure: the job recovers.
+    return common::WithFailureKind(absl::DataLossError("peer copy: rank " + std::to_string(prev) +
+                                                       " sent no copy of step " + std::to_string(own.step)),
+                                   tandem::v1::PHASE_FAILURE_KIND_RETRYABLE);
   }
   const size_t bytes = own.bytes() + received->bytes();
   ctx.peer->KeepOnly(ctx.assignment.job_id());
   ctx.peer->own() = std::move(own);
   ctx.peer->neighbour() = std::move(received);
-  (*report->mutable_values())["peer_copy"] = 1;
-  (*report->mutable_values())["peer_copy_seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
-  (*report->mutable_values())["peer_copy_bytes"] = static_cast<double>(bytes);
+  auto* result = report->mutable_checkpoint();
+  result->set_peer_copy(true);
+  result->set_peer_copy_seconds(std::chrono::duration<double>(Clock::now() - t0).count());
+  result->set_peer_copy_bytes(static_cast<int64_t>(bytes));
   return absl::OkStatus();
 }
 
@@ -266,9 +270,11 @@ absl::Status RestoreFromPeers(JobContext& ctx, int64_t step, const std::vector<i
   peer.KeepOnly(ctx.assignment.job_id());
   if (listed(ctx.rank)) peer.own() = std::move(*shard);
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  (*report->mutable_values())["restored_step"] = static_cast<double>(step);
-  (*report->mutable_values())["restore_source"] = 1;
-  (*report->mutable_values())["restore_seconds"] = secs;
+  auto* setup = report->mutable_setup();
+  setup->set_restored(true);
+  setup->set_restored_step(step);
+  setup->set_restore_source(tandem::v1::RESTORE_SOURCE_PEER);
+  setup->set_restore_seconds(secs);
   report->add_log_lines("restored step " + std::to_string(step) + " from peer memory" +
                         (listed(ctx.rank) ? " (shard received from rank " + std::to_string(next) + ")" : " (own copy)") +
                         " in " + std::to_string(secs) + " s");

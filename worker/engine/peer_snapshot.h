@@ -68,7 +68,7 @@ class PeerSnapshots {
 };
 
 // Checkpoint side: keeps `own` and swaps copies with the neighbours; fills
-// report values peer_copy = 1, peer_copy_seconds, peer_copy_bytes.
+// the report's CheckpointResult (peer_copy, peer_copy_seconds, peer_copy_bytes).
 absl::Status ExchangePeerCopies(JobContext& ctx, SnapshotShard own, tandem::v1::ReportPhaseRequest* report);
 
 // SETUP side (see above); fills restored_step, restore_source = 1 (peer),

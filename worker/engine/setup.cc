@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "common/phase_failure.h"
 #include "worker/model/job_model.h"
 #include "worker/comm/grpc_store.h"
 #include "worker/engine/data_shares.h"
@@ -17,6 +18,14 @@
 namespace tandem::worker {
 
 namespace {
+
+// A restore that failed for its own reasons (a damaged checkpoint, copies
+// that do not fit) is RESTORE_FAILED: the coordinator tries the next source.
+// A failure of the cluster while restoring stays RETRYABLE.
+absl::Status RestoreFailure(const absl::Status& st) {
+  if (common::FailureKindOf(st) == tandem::v1::PHASE_FAILURE_KIND_RETRYABLE) return st;
+  return common::WithFailureKind(st, tandem::v1::PHASE_FAILURE_KIND_RESTORE_FAILED);
+}
 
 // data.train / data.eval: JSONL rows through the model's tokenizer.
 absl::Status BuildTextData(JobContext& ctx, const rl::SftTokens& sft_tokens) {
@@ -319,24 +328,27 @@ absl::Status SetupJob(const EngineOptions& options,
                                                assignment.live_restore_allow_inflight()
                                                    ? std::optional<int64_t>(assignment.live_restore_inflight_step())
                                                    : std::nullopt,
-                                               live, report); !st.ok()) return st;
+                                               live, report); !st.ok()) return RestoreFailure(st);
   } else if (assignment.peer_restore_step() > 0) {
     std::vector<int> ranks(assignment.peer_restore_ranks().begin(), assignment.peer_restore_ranks().end());
-    if (absl::Status st = RestoreFromPeers(ctx, assignment.peer_restore_step(), ranks, report); !st.ok()) return st;
+    if (absl::Status st = RestoreFromPeers(ctx, assignment.peer_restore_step(), ranks, report); !st.ok()) {
+      return RestoreFailure(st);
+    }
     ctx.last_trained_step = assignment.peer_restore_step();
   } else if (!restore.empty()) {
     // The coordinator also names the job's resume_from as restore_from
     // (when the job has no checkpoint of its own yet): that one is the
     // user's checkpoint, written by another job, wherever it lies.
     const bool own_checkpoint = !assignment.restore_from().empty() && assignment.restore_from() != spec.resume_from();
-    if (absl::Status st = RestoreCheckpoint(ctx, restore, own_checkpoint, report); !st.ok()) return st;
-    (*report->mutable_values())["restore_source"] = 2;  // disk
-    (*report->mutable_values())["restore_seconds"] =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - restore_start).count();
-    // A checkpoint of step s holds the state after training phase s.
-    if (auto it = report->values().find("restored_step"); it != report->values().end()) {
-      ctx.last_trained_step = static_cast<int64_t>(it->second);
+    if (absl::Status st = RestoreCheckpoint(ctx, restore, own_checkpoint, report); !st.ok()) {
+      return RestoreFailure(st);
     }
+    auto* result = report->mutable_setup();
+    result->set_restore_source(tandem::v1::RESTORE_SOURCE_DISK);
+    result->set_restore_seconds(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - restore_start).count());
+    // A checkpoint of step s holds the state after training phase s.
+    if (result->restored()) ctx.last_trained_step = result->restored_step();
   }
   auto mem = ctx.zero->memory();
   (*report->mutable_values())["param_bytes"] = static_cast<double>(mem.param_bytes);

@@ -1,20 +1,15 @@
-#include "server/cluster_service.h"
+#include "server/api/cluster_service.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
+#include "server/api/request_checks.h"
+#include "server/api/rpc_status.h"
 #include "server/dashboard/phase_timeline.h"
-#include "server/request_checks.h"
 #include "spdlog/spdlog.h"
 
 namespace tandem::server {
 
 using common::ToGrpcStatus;
-
-#define TANDEM_RPC_CHECK(expr)                                \
-  do {                                                        \
-    ::absl::Status rpc_status_ = (expr);                      \
-    if (!rpc_status_.ok()) return ToGrpcStatus(rpc_status_); \
-  } while (0)
 
 namespace {
 
@@ -196,6 +191,15 @@ grpc::Status ClusterService::ReportPhase(grpc::ServerContext* ctx, const tandem:
     return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat("phase: unknown value ", req->phase())));
   }
   TANDEM_RPC_CHECK(CheckText("error", req->error(), 64 * 1024));
+  TANDEM_RPC_CHECK(CheckText("failure.message", req->failure().message(), 64 * 1024));
+  if (!tandem::v1::PhaseFailureKind_IsValid(req->failure().kind())) {
+    return ToGrpcStatus(
+        absl::InvalidArgumentError(absl::StrCat("failure.kind: unknown value ", req->failure().kind())));
+  }
+  if (!tandem::v1::RestoreSource_IsValid(req->setup().restore_source())) {
+    return ToGrpcStatus(
+        absl::InvalidArgumentError(absl::StrCat("setup.restore_source: unknown value ", req->setup().restore_source())));
+  }
   TANDEM_RPC_CHECK(CheckMetrics("metrics", req->metrics()));
   if (req->values_size() > 256) return ToGrpcStatus(absl::InvalidArgumentError("values: at most 256 entries"));
   if (req->checkpoints_size() > 64) {

@@ -7,8 +7,8 @@
 #include <atomic>
 
 #include "common/auth.h"
-#include "server/job_manager.h"
-#include "server/membership.h"
+#include "server/jobs/job_manager.h"
+#include "server/membership/membership.h"
 #include "tandem/v1/control.grpc.pb.h"
 
 namespace tandem::server {

@@ -1,4 +1,14 @@
-// JobManager: the job registry and the job driver.
+// JobManager: the job registry and the job drivers.
+//
+// Where each part lives:
+//   job_manager.cc   registry (submit, get, list, cancel, events, logs),
+//                    retention, the scheduler thread
+//   job_driver.cc    one driver thread per running job: issues the phases,
+//                    takes the reports, completes phases and the job
+//   job_recovery.cc  the recovery state machine (losses, preemption, grow
+//                    back, degraded continuation)
+//   phase_plan.h, phase_commands.h, step_metrics.h: pure functions it uses;
+//   server/recovery/policy.h: the pure recovery decisions.
 //
 // Registry: submit (validated, defaults filled, persisted PENDING), get,
 // list, cancel, events (WatchJob) and logs. Scheduler thread: gang-schedules
@@ -7,24 +17,26 @@
 // workers' command queues (membership.h), waits for every rank's
 // ReportPhase (per-phase timeout), records per-phase wall time and peak
 // memory, persists the cursor after every phase, and emits "step" events.
+// Each job stores at most kMaxEventsPerJob events and kMaxLogLinesPerJob log
+// lines (job_limits.h); finished jobs go by the retention settings.
 //
-// Command ids are deterministic ("<job>/g<generation>/u<unit>/p<sub>"): a
-// phase re-issued after a coordinator restart or a re-attach carries the
-// same id, and a worker that already ran it answers from its cached report.
+// Command ids are deterministic (phase_commands.h): a phase re-issued after
+// a coordinator restart or a re-attach carries the same id, and a worker
+// that already ran it answers from its cached report.
 // A failed phase fails the job with a reason naming the step, phase, worker
 // and rank. Shutdown() stops the drivers without changing job states: a
 // restarted coordinator continues from the cursor.
 //
-// Recovery (issue 6, policy in recovery.h): a lost worker (lease expired,
-// re-registered without the job's state), a communicator failure reported
-// by any rank (ReportPhaseRequest.retryable or a collective error text), or
+// Recovery (policy in server/recovery/policy.h): a lost worker (lease expired,
+// re-registered without the job's state), a failure of kind RETRYABLE
+// reported by any rank (ReportPhaseRequest.failure), or
 // a phase timeout puts the job RECOVERING: generation += 1, every old
 // member is told abort_job, the driver waits (replacement timeout) for the
 // survivors plus idle replacements - or continues with fewer ranks when
 // cluster.min_workers allows - then re-issues SETUP to every rank with the
 // restore source (peer memory when possible, else the newest recorded disk
 // checkpoint, else scratch) and continues the plan after the restored step
-// (SETUP's values["restored_step"]). A restore that fails marks that source
+// (SETUP's result.restored_step). A restore that fails marks that source
 // bad and recovers again with the next one. Preempting workers (heartbeat
 // `preempting`) are handed over at the next step boundary after a
 // checkpoint when it fits the budget. Events of kind "recovery" carry the
@@ -34,8 +46,12 @@
 // A job below cluster.workers (degraded or elastic) grows back at a step
 // boundary when idle workers exist: checkpoint, flush, recovery from it.
 //
-// Locking: mu_ guards all job records; JobManager calls Membership, KvStore
-// and StateStore while holding mu_, never the reverse. Thread-safe.
+// Locking: mu_ guards all job records. Lock order, one direction only:
+// JobManager::mu_ -> Membership's, KvStore's and StateStore's own mutexes;
+// those never call back into JobManager (the coordinator's reaper thread
+// hands Membership's expired leases over after Membership's lock is released). StateStore writes (SQLite, fsync)
+// happen under mu_ today, so one job's write delays the others' reports.
+// Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -51,10 +67,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "server/clock.h"
-#include "server/kv_store.h"
-#include "server/membership.h"
-#include "server/phase_plan.h"
-#include "server/state_store.h"
+#include "server/store/kv_store.h"
+#include "server/membership/membership.h"
+#include "server/jobs/phase_plan.h"
+#include "server/store/state_store.h"
 #include "tandem/v1/cluster.pb.h"
 #include "tandem/v1/config.pb.h"
 #include "tandem/v1/control.pb.h"
@@ -134,7 +150,7 @@ class JobManager {
     int64_t acc_unit = -1;
     std::thread runner;
     bool runner_done = false;
-    // Recovery (issue 6).
+    // Recovery (job_recovery.cc).
     std::string recover_reason;        // non-empty: the driver recovers next
     double recover_requested_at = 0;   // wall seconds
     std::set<std::string> suspects;    // members to replace
@@ -156,7 +172,6 @@ class JobManager {
   void ScheduleOnce();
   void StartRunnerLocked(JobRecord* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunJob(JobRecord* r);
-  tandem::v1::WorkerCommand CommandForRank(const JobRecord& r, int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CompletePhaseLocked(JobRecord* r, const PlannedPhase& phase) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CompleteSetupLocked(JobRecord* r, double wall) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Asks the driver to recover; `suspect` (may be empty) is replaced.

@@ -1,4 +1,4 @@
-#include "server/membership.h"
+#include "server/membership/membership.h"
 
 #include "common/auth.h"
 

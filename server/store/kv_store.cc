@@ -1,4 +1,4 @@
-#include "server/kv_store.h"
+#include "server/store/kv_store.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"

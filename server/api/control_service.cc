@@ -1,18 +1,13 @@
-#include "server/control_service.h"
+#include "server/api/control_service.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
-#include "server/request_checks.h"
+#include "server/api/request_checks.h"
+#include "server/api/rpc_status.h"
 
 namespace tandem::server {
 
 using common::ToGrpcStatus;
-
-#define TANDEM_RPC_CHECK(expr)                      \
-  do {                                              \
-    ::absl::Status rpc_status_ = (expr);            \
-    if (!rpc_status_.ok()) return ToGrpcStatus(rpc_status_); \
-  } while (0)
 
 grpc::Status ControlService::SubmitJob(grpc::ServerContext* ctx, const tandem::v1::SubmitJobRequest* req,
                                        tandem::v1::SubmitJobResponse* resp) {

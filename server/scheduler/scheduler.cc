@@ -1,4 +1,4 @@
-#include "server/scheduler.h"
+#include "server/scheduler/scheduler.h"
 
 #include <algorithm>
 #include <set>

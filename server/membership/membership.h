@@ -30,7 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "server/clock.h"
-#include "server/state_store.h"
+#include "server/store/state_store.h"
 #include "tandem/v1/cluster.pb.h"
 #include "tandem/v1/config.pb.h"
 

@@ -1,4 +1,4 @@
-#include "server/state_store.h"
+#include "server/store/state_store.h"
 
 #include <sqlite3.h>
 
@@ -337,6 +337,16 @@ absl::Status StateStore::AddCheckpoint(const tandem::v1::CheckpointRecord& recor
   s.Bind(4, record.path());
   s.BindBlob(5, record.SerializeAsString());
   return s.Run("add checkpoint");
+}
+
+absl::Status StateStore::PruneEvents(const std::string& job_id, int64_t through) {
+  RETURN_IF_ERROR(WriteGate());
+  absl::MutexLock lock(&mu_);
+  Stmt s(db_, "DELETE FROM events WHERE job_id = ? AND seq <= ?");
+  RETURN_IF_ERROR(s.status("prune events"));
+  s.Bind(1, job_id);
+  s.Bind(2, through);
+  return s.Run("prune events");
 }
 
 absl::Status StateStore::PruneCheckpoints(const std::string& job_id, int64_t keep) {

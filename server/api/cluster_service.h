@@ -12,9 +12,9 @@
 #include <atomic>
 
 #include "common/auth.h"
-#include "server/job_manager.h"
-#include "server/kv_store.h"
-#include "server/membership.h"
+#include "server/jobs/job_manager.h"
+#include "server/store/kv_store.h"
+#include "server/membership/membership.h"
 #include "tandem/v1/cluster.grpc.pb.h"
 #include "tandem/v1/config.pb.h"
 

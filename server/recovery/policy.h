@@ -36,10 +36,6 @@ struct RecoveryPolicy {
 RecoveryPolicy EffectiveRecoveryPolicy(const tandem::v1::CoordinatorConfig& config,
                                        const tandem::v1::JobSpec& spec);
 
-// True when a phase error is the communicator's (a peer died, a collective
-// timed out or was aborted, the rendezvous store went away): the job recovers.
-bool IsRetryableError(const std::string& error);
-
 // A candidate worker for the new generation.
 struct Candidate {
   std::string id;

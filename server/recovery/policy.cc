@@ -1,4 +1,4 @@
-#include "server/recovery.h"
+#include "server/recovery/policy.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -25,16 +25,6 @@ RecoveryPolicy EffectiveRecoveryPolicy(const tandem::v1::CoordinatorConfig& conf
   const int workers = std::max(1, spec.cluster().workers());
   p.min_workers = spec.cluster().min_workers() > 0 ? std::min(spec.cluster().min_workers(), workers) : workers;
   return p;
-}
-
-bool IsRetryableError(const std::string& error) {
-  const std::string e = absl::AsciiStrToLower(error);
-  for (const char* needle : {"gloo", "nccl", "collective", "communicator", "aborted", "timed out", "timeout",
-                             "deadline", "connection", "peer", "rendezvous", "store rpc", "unavailable",
-                             "superseded", "holds no state"}) {
-    if (absl::StrContains(e, needle)) return true;
-  }
-  return false;
 }
 
 std::optional<RankPlan> PlanRanks(const std::vector<std::string>& old_ids,

@@ -1,4 +1,4 @@
-#include "server/phase_plan.h"
+#include "server/jobs/phase_plan.h"
 
 #include "absl/strings/ascii.h"
 

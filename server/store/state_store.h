@@ -14,7 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "server/phase_plan.h"
+#include "server/jobs/phase_plan.h"
 #include "tandem/v1/cluster.pb.h"
 #include "tandem/v1/control.pb.h"
 #include "tandem/v1/job.pb.h"
@@ -60,6 +60,9 @@ class StateStore {
   absl::StatusOr<std::vector<StoredEvent>> ListEvents(const std::string& job_id, int64_t after_seq,
                                                       int limit);
   absl::StatusOr<int64_t> LastEventSeq(const std::string& job_id);
+  // Forgets the job's events with seq <= through (the oldest); seq numbers
+  // of the others do not change.
+  absl::Status PruneEvents(const std::string& job_id, int64_t through);
 
   // Assigns seq to each line; returns the last one.
   absl::StatusOr<int64_t> AppendLogs(const std::string& job_id, std::vector<tandem::v1::LogLine> lines);

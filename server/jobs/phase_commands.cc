@@ -1,0 +1,70 @@
+#include "server/jobs/phase_commands.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "server/store/kv_store.h"
+
+namespace tandem::server {
+
+tandem::v1::PhaseCommand MakePhaseCommand(const tandem::v1::Job& job, PhaseCursor cursor, const PlannedPhase& phase,
+                                          bool unplanned, int64_t deadline_ms) {
+  tandem::v1::PhaseCommand cmd;
+  cmd.set_command_id(unplanned ? absl::StrCat(job.id(), "/g", job.generation(), "/u", cursor.unit, "/x",
+                                              PhaseName(phase.phase), phase.step)
+                               : absl::StrCat(job.id(), "/g", job.generation(), "/u", cursor.unit, "/p", cursor.sub));
+  cmd.set_job_id(job.id());
+  cmd.set_generation(job.generation());
+  cmd.set_phase(phase.phase);
+  cmd.set_step(phase.step);
+  cmd.set_deadline_ms(deadline_ms);
+  return cmd;
+}
+
+tandem::v1::WorkerCommand CommandForRank(const tandem::v1::Job& job, const tandem::v1::PhaseCommand& inflight, int rank,
+                                         const std::string& runs_dir) {
+  tandem::v1::WorkerCommand command;
+  auto* cmd = command.mutable_phase();
+  *cmd = inflight;
+  if (cmd->phase() == tandem::v1::PHASE_SETUP) {
+    const auto& spec = job.spec();
+    auto* a = cmd->mutable_assignment();
+    a->set_job_id(job.id());
+    *a->mutable_spec() = spec;
+    a->set_rank(rank);
+    a->set_world_size(job.worker_ids_size());
+    a->set_generation(job.generation());
+    a->set_store_prefix(KvStore::ScopeName(job.id(), job.generation()));
+    if (spec.placement().mode() == "disaggregated") {
+      a->set_role(rank < spec.placement().train_workers() ? "train" : "rollout");
+    }
+    const auto& rec = job.recovery();
+    a->set_restore_from(!rec.restore_from().empty() ? rec.restore_from() : spec.resume_from());
+    if (rec.peer_restore_step() > 0) {
+      a->set_peer_restore_step(rec.peer_restore_step());
+      for (int pr : rec.peer_restore_ranks()) a->add_peer_restore_ranks(pr);
+    }
+    if (rec.live_restore() && rec.has_last_trained()) {
+      a->set_live_restore(true);
+      a->set_live_restore_step(rec.last_trained_step());
+      if (rec.has_inflight_trained()) {
+        a->set_live_restore_allow_inflight(true);
+        a->set_live_restore_inflight_step(rec.inflight_trained_step());
+      }
+    }
+    const int logical_world = rec.degraded_logical_world();
+    if (logical_world > 0 && rec.logical_begin_size() == job.worker_ids_size() &&
+        rec.logical_own_size() == job.worker_ids_size()) {
+      a->set_logical_world_size(logical_world);
+      a->set_logical_rank_begin(rec.logical_begin(rank));
+      a->set_logical_rank_end(rank + 1 < rec.logical_begin_size() ? rec.logical_begin(rank + 1) : logical_world);
+      a->set_own_logical_rank(rec.logical_own(rank));
+    }
+    std::error_code ec;
+    a->set_run_dir((std::filesystem::absolute(runs_dir, ec) / job.id()).string());
+  }
+  return command;
+}
+
+
+}  // namespace tandem::server
