@@ -158,6 +158,7 @@ class JobManager {
     std::set<std::string> preempting;  // members that asked to leave
     std::map<std::string, int> restore_losses;  // workers lost while restoring each checkpoint
     int64_t preempt_checkpoint_step = -1;
+    int64_t preempt_flush_step = -1;
     std::optional<PlannedPhase> extra;  // an unplanned phase issued before the cursor's
     double last_checkpoint_seconds = 0;
     // Growing back (an elastic or degraded job below cluster.workers with

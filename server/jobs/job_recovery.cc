@@ -95,11 +95,12 @@ bool JobManager::HandlePreemptionLocked(JobRecord* r) {
   }
   const RecoveryPolicy policy = EffectiveRecoveryPolicy(config_, r->job.spec());
   const int64_t step = r->job.step();
-  int64_t newest = r->job.recovery().peer_copy_step();
+  int64_t newest_on_disk = -1;
   auto records = store_->ListCheckpoints(r->job.id());
   if (records.ok()) {
-    for (const auto& c : *records) newest = std::max(newest, c.step());
+    for (const auto& c : *records) newest_on_disk = std::max(newest_on_disk, c.step());
   }
+  const int64_t newest = std::max(r->job.recovery().peer_copy_step(), newest_on_disk);
   const bool fits = r->last_checkpoint_seconds * 1000.0 <= static_cast<double>(policy.preempt_checkpoint_budget_ms);
   if (step > 0 && step > newest && r->preempt_checkpoint_step != step && fits &&
       !r->job.spec().checkpoint().dir().empty()) {
@@ -108,6 +109,15 @@ bool JobManager::HandlePreemptionLocked(JobRecord* r) {
     EventLocked(r, "checkpoint", absl::StrCat("checkpoint of step ", step, " before handing over preempted worker ",
                                               absl::StrJoin(leaving, ", ")));
     return false;  // the driver issues it now
+  }
+  // The peer copy leaves with the workers when every member is preempted at
+  // once (a whole allocation ends): the checkpoint's background write must be
+  // on disk before the handover. One flush; if the write failed, hand over
+  // anyway and recover from the newest checkpoint there is.
+  if (r->preempt_checkpoint_step == step && newest_on_disk < step && r->preempt_flush_step != step) {
+    r->preempt_flush_step = step;
+    r->extra = PlannedPhase{tandem::v1::PHASE_FLUSH_CHECKPOINTS, step};
+    return false;
   }
   std::string reason = absl::StrCat("worker ", absl::StrJoin(leaving, ", "), " preempted (SIGTERM)");
   if (step > newest && !fits) {

@@ -18,6 +18,7 @@
 
 #include "common/checkpoint_path.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -50,6 +51,9 @@ struct Shared {
   std::set<std::string> corrupt ABSL_GUARDED_BY(mu);  // restore from these fails
   std::atomic<bool> live_restore_fails{false};         // SETUP with live_restore fails
   std::atomic<int> phase_sleep_ms{0};                  // every answer takes this long
+  // Checkpoints are published by the next FLUSH_CHECKPOINTS, as a real
+  // worker's background write is, instead of with their CHECKPOINT report.
+  std::atomic<bool> publish_on_flush{false};
 };
 
 using Worker = test_support::FakeWorker;
@@ -103,8 +107,10 @@ void EngineLikeReport(Shared* shared, Worker& w, const tandem::v1::PhaseCommand&
       }
     }
   }
-  if (cmd.phase() == tandem::v1::PHASE_CHECKPOINT) {
-    report->mutable_checkpoint()->set_peer_copy(true);
+  if (cmd.phase() == tandem::v1::PHASE_CHECKPOINT) report->mutable_checkpoint()->set_peer_copy(true);
+  const auto publishing =
+      shared->publish_on_flush.load() ? tandem::v1::PHASE_FLUSH_CHECKPOINTS : tandem::v1::PHASE_CHECKPOINT;
+  if (cmd.phase() == publishing) {
     if (w.last_assignment().rank() == 0) {
       auto* published = report->add_checkpoints();
       published->set_step(cmd.step());
@@ -475,6 +481,7 @@ TEST_F(RecoveryTest, PreemptedWorkerIsHandedOverAfterACheckpoint) {
   };
   a->stall = slow;
   b->stall = slow;
+  shared_.publish_on_flush = true;
   std::string id = Submit(Spec(2, 10, 0));
   WaitFor(id, [](const auto& j) { return j.step() >= 2; });
   auto* spare = AddWorker("gamma");
@@ -492,6 +499,17 @@ TEST_F(RecoveryTest, PreemptedWorkerIsHandedOverAfterACheckpoint) {
   EXPECT_TRUE(absl::StrContains(recovered->message(), "(0 steps redone)")) << recovered->message();
   for (int i = 0; i < 40 && !b->released; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_TRUE(b->released);
+  // The preemption's checkpoint reached the disk before the handover (the
+  // peer copy leaves with the workers when all of them are preempted): beta's
+  // last phases are that CHECKPOINT and then a FLUSH_CHECKPOINTS of its step,
+  // which publishes it.
+  auto phases = b->phases();
+  ASSERT_GE(phases.size(), 2u);
+  const std::string& checkpoint = phases[phases.size() - 2];
+  const std::string& flush = phases.back();
+  EXPECT_TRUE(absl::StartsWith(checkpoint, "PHASE_CHECKPOINT(")) << absl::StrJoin(phases, " ");
+  EXPECT_EQ(flush, absl::StrCat("PHASE_FLUSH_CHECKPOINTS", checkpoint.substr(checkpoint.find('('))))
+      << absl::StrJoin(phases, " ");
 }
 
 // Degraded continuation (recovery.degraded, ZeRO-0): no wait for a
