@@ -79,3 +79,17 @@ with open(f"{work}/{name}.jsonl", "w") as f:
         f.write(json.dumps(row) + "\n")
 PY
 }
+
+# start_reward_server: starts tests/integration/reward_server.py (a real
+# gRPC RewardService that records every request in $WORK/requests.jsonl)
+# and sets PORT to where it listens.
+start_reward_server() {
+  [[ -n "${TANDEM_PY_GEN:-}" ]] || fail "TANDEM_PY_GEN is not set (the Python stubs of tests/python)"
+  setsid /usr/bin/python3 "$TI_DIR/reward_server.py" "$WORK/requests.jsonl" \
+    >"$WORK/reward-server.out" 2>"$WORK/reward-server.log" &
+  STARTED_PIDS+=($!)
+  server_ready() { grep -q '^listening ' "$WORK/reward-server.out"; }
+  wait_until 30 server_ready || { cat "$WORK/reward-server.log" >&2; fail "the reward server did not start"; }
+  PORT=$(sed -n 's/^listening //p' "$WORK/reward-server.out")
+  log "reward server on 127.0.0.1:$PORT"
+}

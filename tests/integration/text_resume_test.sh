@@ -16,16 +16,10 @@
 #    losses and final model.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/text_lib.sh"
-[[ -n "${TANDEM_PY_GEN:-}" ]] || fail "TANDEM_PY_GEN is not set (the Python stubs of tests/python)"
 make_qwen3_model "$WORK/base"
 make_word_problems "$WORK" train 12
 
-setsid /usr/bin/python3 "$TI_DIR/reward_server.py" "$WORK/requests.jsonl" \
-  >"$WORK/reward-server.out" 2>"$WORK/reward-server.log" &
-STARTED_PIDS+=($!)
-server_ready() { grep -q '^listening ' "$WORK/reward-server.out"; }
-wait_until 30 server_ready || { cat "$WORK/reward-server.log" >&2; fail "the reward server did not start"; }
-PORT=$(sed -n 's/^listening //p' "$WORK/reward-server.out")
+start_reward_server
 
 cat >"$WORK/job.yaml" <<YAML
 name: text-resume
