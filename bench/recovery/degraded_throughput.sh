@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Throughput under a failure with degraded continuation (MeCeFO, issue 6).
+# Throughput under a failure with degraded continuation (MeCeFO).
 #
 # Usage: bench/recovery/degraded_throughput.sh [BIN_DIR]   (default build/bin)
 #

@@ -5,7 +5,7 @@
 //   bench_sft --config B --workers 2 --stage 2 --steps 5 [--warmup 1]
 //             [--precision fp32|bf16]
 //
-// Config B (issue 2): vocab 4096, hidden 512, 8 layers, 8 heads, 4 KV heads,
+// Config B: vocab 4096, hidden 512, 8 layers, 8 heads, 4 KV heads,
 // intermediate 1376; a global batch of 4 sequences of 512 tokens split
 // across the ranks (N=2: 2 sequences each), loss on every token. "tiny" is a
 // 2-layer hidden-64 model for smoke runs.

@@ -127,7 +127,7 @@ class Membership {
   // waited meanwhile in the RPC queue get their turn.
   std::vector<LostWorker> ExpireLeases();
 
-  // Recovery (issue 6).
+  // Recovery.
   // True when the worker is attached with a valid lease and still in job_id.
   bool InJobAndAlive(const std::string& worker_id, const std::string& job_id) const;
   // Makes worker_ids (index = rank) the members of job_id: each must be IDLE

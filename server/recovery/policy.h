@@ -1,4 +1,4 @@
-// Recovery policy (issue 6): the pure decisions the job driver makes when a
+// Recovery policy: the pure decisions the job driver makes when a
 // worker of a running job is lost - which failures are the communicator's
 // (recover) rather than the job's (fail), which ranks the new generation
 // has, whether the lost ranks' state can come from a neighbour's memory

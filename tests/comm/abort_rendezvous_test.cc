@@ -1,4 +1,4 @@
-// Abortable rendezvous (issue 6): AbortSignal, AbortableStore, and
+// Abortable rendezvous: AbortSignal, AbortableStore, and
 // MakeCollective("gloo") cut short by CollectiveOptions::abort from another
 // thread - when a peer never shows up, and when a peer published its address
 // and then stopped (as a process killed in its SETUP does). Every abort must

@@ -459,7 +459,7 @@ TEST_F(CoordinatorTest, PendingReasonCancelAndLostWorker) {
   std::string id = Submit(SftSpec(1, 2));
   WaitFor(id, [](const auto& j) { return j.state() == tandem::v1::JOB_STATE_RUNNING; });
   a->heartbeats_on = false;
-  // Issue 6: a lost worker makes the job recover (generation bumped) instead
+  // A lost worker makes the job recover (generation bumped) instead
   // of failing; this worker keeps coming back and stalling, so cancel it.
   job = WaitFor(id, [](const auto& j) { return j.recovery().recoveries() >= 1 && j.generation() >= 2; });
   EXPECT_NE(job.recovery().reason().find("rank 0 lost: lease expired"), std::string::npos) << job.recovery().reason();

@@ -1,4 +1,4 @@
-// Checkpoints through the engine (issue 6): PHASE_CHECKPOINT at step k,
+// Checkpoints through the engine: PHASE_CHECKPOINT at step k,
 // restore in PHASE_SETUP and continue to 2k.
 //  - same world size and stage: bit-identical final weights and losses;
 //  - different N / stage (resharding): losses continue within fp32 tolerance;

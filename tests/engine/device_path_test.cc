@@ -1,5 +1,5 @@
 // The device code path (model, ZeRO, generation and KL reference in backend
-// memory; issue 4's GPU training path) run on the CPU through the
+// memory; the GPU training path) run on the CPU through the
 // cpu-guarded device: every buffer lives in GuardedMemory, whose device
 // addresses fault on any host access, and every op argument must be a
 // device pointer. The same jobs on the plain cpu device must give the same

@@ -1,4 +1,4 @@
-// GRPO phases through the engine (issue 5): ROLLOUT -> SCORE -> LOGPROBS ->
+// GRPO phases through the engine: ROLLOUT -> SCORE -> LOGPROBS ->
 // UPDATE in order on a tiny model; a phase out of order fails naming the
 // phase; resident memory does not grow over 50 phase cycles; a short seeded
 // run (SFT warm start, then GRPO) improves reward; N=1 and N=2 produce the
@@ -214,7 +214,7 @@ TEST(GrpoPhasesTest, SameTrajectoriesForOneAndTwoRanks) {
   }
 }
 
-// Issue 6 determinism for RL: CHECKPOINT after GRPO step 2, continue to 4;
+// Determinism for RL: CHECKPOINT after GRPO step 2, continue to 4;
 // a second cluster restored from that checkpoint redoes steps 3-4 with the
 // same rollouts, rewards and final weights, bit for bit.
 TEST(GrpoPhasesTest, RestoredRunIsBitIdentical) {

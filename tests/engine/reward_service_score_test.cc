@@ -1,4 +1,4 @@
-// An external reward service in GRPO SCORE (issue 5): real in-process gRPC
+// An external reward service in GRPO SCORE: real in-process gRPC
 // RewardService servers. A working one supplies the rewards; a slow one makes
 // SCORE fail promptly with a clear timeout error (no hang); an erroring one
 // makes SCORE fail naming the service.

@@ -1,4 +1,4 @@
-// JobEngine::Abort() during a SETUP in progress (issue 6): a rank whose peer
+// JobEngine::Abort() during a SETUP in progress: a rank whose peer
 // never joins the rendezvous is blocked in SETUP (collective timeout 30 s);
 // Abort() from another thread (abort_job, the daemon's shutdown) must make it
 // return Aborted within 1 s, and the engine must set up normally afterwards.

@@ -1,4 +1,4 @@
-// Data-parallel SFT equality (issue 4): the same SFT job run with N = 1, 2, 3
+// Data-parallel SFT equality: the same SFT job run with N = 1, 2, 3
 // ranks and each ZeRO stage 0-3 gives the same per-step loss (relative
 // difference <= 1e-5 at each of 20 steps) and the same final weights within
 // fp32 tolerance as N = 1 stage 0. Prints the largest differences.

@@ -1,4 +1,4 @@
-// ZeRO memory per rank (issue 4): the param/grad/optimizer bytes every rank
+// ZeRO memory per rank: the param/grad/optimizer bytes every rank
 // reports from PHASE_SETUP match the fp32 formulas of zero_optimizer.h
 //   stage 0: 4Ψ + 4Ψ + 8Ψ          = 16Ψ
 //   stage 1: 4Ψ + 4Ψ + 8Ψ/N        = 8Ψ + 8Ψ/N

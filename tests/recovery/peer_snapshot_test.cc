@@ -1,4 +1,4 @@
-// Engine side of recovery (issue 6): N JobEngines on N threads over real
+// Engine side of recovery: N JobEngines on N threads over real
 // Gloo on 127.0.0.1 (tests/engine/engine_test_util.h's pattern). A rank is
 // lost after a checkpoint: a fresh engine replaces it, the survivor is
 // aborted, and the new generation restores

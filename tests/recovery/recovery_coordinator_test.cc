@@ -1,4 +1,4 @@
-// Coordinator recovery paths end to end in-process (issue 6): an in-process
+// Coordinator recovery paths end to end in-process: an in-process
 // coordinator on 127.0.0.1 and fake workers (tests/support) against the
 // Cluster service that behave like the engine at the protocol level (SETUP reports
 // restored_step for the restore source it is given, CHECKPOINT reports a

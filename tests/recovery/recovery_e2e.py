@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Recovery with real processes on 127.0.0.1 (issue 6), bounded.
+"""Recovery with real processes on 127.0.0.1, bounded.
 
 Starts tandem-coordinator and tandem-worker processes (a local supervisor
 restarts a worker that dies, as systemd or Kubernetes would), runs a tiny job

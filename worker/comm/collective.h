@@ -163,7 +163,7 @@ struct CollectiveOptions {
   // Gloo: once every rank has arrived in the store, the pairwise TCP
   // connects and the barrier after them must each finish within
   // min(timeout, connect_timeout); a peer that died after arriving costs
-  // about this much, not `timeout` (previously up to 5x `timeout`).
+  // about this much, not `timeout` (Gloo alone waits up to 5x `timeout`).
   Timeout connect_timeout{10000};
 };
 

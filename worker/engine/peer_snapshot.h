@@ -1,4 +1,4 @@
-// In-memory peer copies of the training state (Gemini-style, issue 6).
+// In-memory peer copies of the training state (Gemini-style).
 //
 // After each PHASE_CHECKPOINT every rank keeps its own shard (parameters,
 // Adam moments and, for a GRPO job with a KL term, the KL reference policy,
