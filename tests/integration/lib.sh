@@ -217,3 +217,18 @@ signal_and_wait() {
   done
 }
 expect_output() { grep -q -- "$1" "$WORK/out.txt" || { cat "$WORK/out.txt" >&2; fail "output lacks '$1'"; }; }
+
+# worker_pid NAME RUN: the pid of the tandem-worker of run dir RUN with --name NAME (from /proc:
+# its token file lies in the run dir).
+worker_pid() {
+  local name=$1 run=$2 p args
+  for p in /proc/[0-9]*; do
+    args=$(tr '\0' '\n' <"$p/cmdline" 2>/dev/null) || continue
+    [[ "$(head -n 1 <<<"$args")" == *tandem-worker ]] || continue
+    grep -qxF -- "$run/join.token" <<<"$args" || continue
+    [[ "$(grep -A1 -xF -- --name <<<"$args" | tail -n 1)" == "$name" ]] || continue
+    echo "${p#/proc/}"
+    return 0
+  done
+  return 1
+}

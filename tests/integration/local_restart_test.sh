@@ -16,20 +16,6 @@ show() { cat "$1" >&2 || ls -la "$WORK" >&2 || true; }
 no_leftovers() { [[ -z "$(leftovers "$1")" ]]; }
 last_step() { tail -n 1 "$1/metrics.jsonl" 2>/dev/null | sed -n 's/.*"step":\([0-9]*\).*/\1/p'; }
 step_at_least() { local s; s=$(last_step "$1"); [[ -n "$s" ]] && ((s >= $2)); }
-# The pid of the tandem-worker of run dir RUN with --name NAME (from /proc:
-# its token file lies in the run dir).
-worker_pid() {
-  local name=$1 run=$2 p args
-  for p in /proc/[0-9]*; do
-    args=$(tr '\0' '\n' <"$p/cmdline" 2>/dev/null) || continue
-    [[ "$(head -n 1 <<<"$args")" == *tandem-worker ]] || continue
-    grep -qxF -- "$run/join.token" <<<"$args" || continue
-    [[ "$(grep -A1 -xF -- --name <<<"$args" | tail -n 1)" == "$name" ]] || continue
-    echo "${p#/proc/}"
-    return 0
-  done
-  return 1
-}
 # json_get FILE PY_EXPR: evaluates PY_EXPR with d = the parsed JSON file.
 json_get() { /usr/bin/python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 # events_of RUN KIND: the events.jsonl lines of that kind.

@@ -122,18 +122,6 @@ compare "$RUN" 5 rows || fail "resume on 1 worker: the order differs"
 log "resumed from step 4 on 1 worker: same rows"
 
 # A worker killed after step 5 (the checkpoint of step 4 is the newest).
-worker_pid() {
-  local name=$1 run=$2 p args
-  for p in /proc/[0-9]*; do
-    args=$(tr '\0' '\n' <"$p/cmdline" 2>/dev/null) || continue
-    [[ "$(head -n 1 <<<"$args")" == *tandem-worker ]] || continue
-    grep -qxF -- "$run/join.token" <<<"$args" || continue
-    [[ "$(grep -A1 -xF -- --name <<<"$args" | tail -n 1)" == "$name" ]] || continue
-    echo "${p#/proc/}"
-    return 0
-  done
-  return 1
-}
 last_step() { tail -n 1 "$1/metrics.jsonl" 2>/dev/null | sed -n 's/.*"step":\([0-9]*\).*/\1/p'; }
 step_at_least() { local s; s=$(last_step "$1"); [[ -n "$s" ]] && ((s >= $2)); }
 RUN="$WORK/killed"
