@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "common/daemon_config.h"
@@ -304,6 +305,14 @@ TEST(DaemonConfigTest, FileFlagsAndErrors) {
   EXPECT_EQ(LoadWorkerConfig("", {"device=tpu"}).status().message(),
             "config: device: 'tpu' is not allowed; allowed: cpu, cuda, cpu-guarded");
   EXPECT_TRUE(LoadWorkerConfig("", {"device=cpu-guarded"}).ok());
+  // Graceful preemption's bound: default 25 s, 0 = stop at once, no negatives.
+  EXPECT_EQ(LoadWorkerConfig("", {})->preempt_timeout_ms(), 25000);
+  EXPECT_EQ(LoadWorkerConfig("", {"preempt_timeout_ms=0"})->preempt_timeout_ms(), 0);
+  for (const char* bad : {"preempt_timeout_ms=-1", "preempt_timeout_ms=3600001", "preempt_timeout_ms=soon"}) {
+    auto c = LoadWorkerConfig("", {bad});
+    EXPECT_FALSE(c.ok()) << bad;
+    EXPECT_TRUE(absl::StrContains(c.status().message(), "preempt_timeout_ms")) << c.status();
+  }
   // Strings must be UTF-8: invalid bytes would print back as U+FFFD, longer
   // than the limit (found by the daemon_config fuzz target).
   {
