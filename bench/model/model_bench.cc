@@ -39,6 +39,19 @@ struct Shape {
 constexpr Shape kA = {"A", 512, 256, 4, 8, 2, 688, 8, 256};
 constexpr Shape kB = {"B", 4096, 512, 8, 8, 4, 1376, 4, 512};
 
+// The benchmark's micro-batch: s.batch sequences of s.seq + 1 random tokens
+// (seed 0, so every mode sees the same one).
+tandem::model::Batch RandomBatch(const Shape& s) {
+  std::mt19937 rng(0);
+  tandem::model::Batch batch;
+  for (int b = 0; b < s.batch; ++b) {
+    std::vector<int32_t> seq(s.seq + 1);
+    for (auto& t : seq) t = static_cast<int32_t>(rng() % s.vocab);
+    batch.AddSequence(seq);
+  }
+  return batch;
+}
+
 ModelConfig ToConfig(const Shape& s) {
   ModelConfig c;
   c.vocab_size = s.vocab;
@@ -81,13 +94,7 @@ void Train(const Shape& s, tandem::kernels::Ops* ops, int iters, double ceiling)
       m(layout.total_floats(), 0.f), v(layout.total_floats(), 0.f);
   model.InitParams(1, params.data());
   tandem::model::FlatParamProvider pp(layout, params.data(), grads.data());
-  std::mt19937 rng(0);
-  tandem::model::Batch batch;
-  for (int b = 0; b < s.batch; ++b) {
-    std::vector<int32_t> seq(s.seq + 1);
-    for (auto& t : seq) t = static_cast<int32_t>(rng() % s.vocab);
-    batch.AddSequence(seq);
-  }
+  tandem::model::Batch batch = RandomBatch(s);
   const int T = batch.num_tokens();
   std::vector<float> logp(T), mask(T, 1.f), dlogp(T);
   std::vector<double> times;
@@ -167,13 +174,7 @@ void MeCeFO(const Shape& s, tandem::kernels::Ops* ops, int iters) {
   std::vector<float> params(layout.total_floats()), grads(layout.total_floats(), 0.f);
   models[0]->InitParams(1, params.data());
   tandem::model::FlatParamProvider pp(layout, params.data(), grads.data());
-  std::mt19937 rng(0);
-  tandem::model::Batch batch;
-  for (int b = 0; b < s.batch; ++b) {
-    std::vector<int32_t> seq(s.seq + 1);
-    for (auto& t : seq) t = static_cast<int32_t>(rng() % s.vocab);
-    batch.AddSequence(seq);
-  }
+  tandem::model::Batch batch = RandomBatch(s);
   const int T = batch.num_tokens();
   std::vector<float> logp(T), mask(T, 1.f), dlogp(T);
   std::vector<std::vector<double>> times(kModes);
