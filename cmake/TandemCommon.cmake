@@ -62,3 +62,27 @@ endfunction()
 
 # Fast math on hot CPU loops is opt-in per target; we want AVX2/FMA at least.
 set(TANDEM_CPU_FLAGS -march=x86-64-v3 -mtune=znver3)
+
+# tandem_add_subdirectories(DIR...): the folders of this CMakeLists.txt that
+# join the build, in order. The list is the whole truth: a listed folder
+# without a CMakeLists.txt, and a folder with one that is not listed, are
+# configure errors naming the folder and the list to fix. A macro, so that
+# the folders see (and may set) the caller's variables.
+macro(tandem_add_subdirectories)
+  set(_tandem_listed ${ARGN})
+  file(GLOB _tandem_children RELATIVE ${CMAKE_CURRENT_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR}/*/CMakeLists.txt)
+  foreach(_tandem_child ${_tandem_children})
+    get_filename_component(_tandem_child ${_tandem_child} DIRECTORY)
+    if(NOT _tandem_child IN_LIST _tandem_listed)
+      message(FATAL_ERROR "${CMAKE_CURRENT_SOURCE_DIR}/${_tandem_child} has a CMakeLists.txt but is not in the "
+        "list of folders in ${CMAKE_CURRENT_LIST_FILE}: add it there")
+    endif()
+  endforeach()
+  foreach(_tandem_child ${_tandem_listed})
+    if(NOT EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/${_tandem_child}/CMakeLists.txt)
+      message(FATAL_ERROR "${CMAKE_CURRENT_SOURCE_DIR}/${_tandem_child}/CMakeLists.txt not found: the folder "
+        "${_tandem_child} is listed in ${CMAKE_CURRENT_LIST_FILE} but missing from the source tree")
+    endif()
+    add_subdirectory(${_tandem_child})
+  endforeach()
+endmacro()
