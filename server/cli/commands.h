@@ -18,6 +18,7 @@ int CmdCancel(const Args& args);       // cancel JOB [--reason TEXT]
 int CmdCheckpoints(const Args& args);  // checkpoints JOB
 int CmdWatch(const Args& args);        // watch JOB
 int CmdLogs(const Args& args);         // logs JOB [-f]
+int CmdEvents(const Args& args);       // events JOB
 int CmdWorkers(const Args& args);      // workers
 int CmdDrain(const Args& args);        // drain WORKER
 int CmdRunLocal(const Args& args);     // run --local [--workers N] [--run-dir DIR] JOB.yaml [--set k=v]

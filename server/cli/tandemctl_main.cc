@@ -25,6 +25,7 @@ constexpr char kUsage[] =
     "  status JOB                              state, progress, latest metrics\n"
     "  watch JOB                               live progress; exits with the job's outcome\n"
     "  logs JOB [-f]                           job log lines (coordinator and workers)\n"
+    "  events JOB                              every recorded event of a job, oldest first\n"
     "  cancel JOB                              cancel a job\n"
     "  checkpoints JOB                         checkpoints of a job\n"
     "Cluster:\n"
@@ -85,6 +86,7 @@ int main(int argc, char** argv) {
   if (cmd == "status") return CmdStatus(rest);
   if (cmd == "watch") return CmdWatch(rest);
   if (cmd == "logs") return CmdLogs(rest);
+  if (cmd == "events") return CmdEvents(rest);
   if (cmd == "cancel") return CmdCancel(rest);
   if (cmd == "checkpoints") return CmdCheckpoints(rest);
   if (cmd == "workers") return CmdWorkers(rest);
