@@ -79,19 +79,22 @@ healthy
 # traded back and forth), the second is refused with a clear error.
 start_worker twin
 wait_until 30 workers_idle_at_least 1 || fail "worker did not register"
-FIRST=$LAST_WORKER_PID
 twin_id() { ctl workers --output json | grep -o '"id":"w-[0-9]*","name":"twin"' | head -1; }
 ID_BEFORE=$(twin_id)
 [[ -n $ID_BEFORE ]] || { ctl workers --output json; fail "twin not listed"; }
-start_worker twin
-SECOND=$LAST_WORKER_PID
-wait_until 30 grep -q "is held by live worker" "$WORK/worker-twin.log" || fail "second twin not refused clearly"
-sleep 3
+REFUSED=(tandem_grpc_server_handled_total 'grpc_method="RegisterWorker"' 'grpc_code="ALREADY_EXISTS"')
+REFUSED_BEFORE=$(metric_sum "${REFUSED[@]}")
+start_worker twin-again --name twin   # the launcher's member twin-again, a worker named twin
+# The second twin retries: once the coordinator has refused it three times
+# (its RegisterWorker calls counted in /metrics), the first still holds the name.
+wait_until 60 metric_above "${REFUSED[0]}" $((REFUSED_BEFORE + 2)) "${REFUSED[@]:1}" ||
+  fail "the second twin was not refused 3 times: $(metric_sum "${REFUSED[@]}") refusals"
+grep -q "is held by live worker" "$WORK/worker-twin-again.log" || fail "second twin not refused clearly"
 n=$(ctl workers --output json | grep -c '"name":"twin"' || true)
 ((n == 1)) || { ctl workers; fail "name 'twin' listed $n times"; }
 [[ $(twin_id) == "$ID_BEFORE" ]] || fail "twin identity changed: $ID_BEFORE -> $(twin_id)"
-kill -TERM -- "-$SECOND" 2>/dev/null || true
-kill -TERM -- "-$FIRST" 2>/dev/null || true
+kill_member TERM twin-again
+kill_member TERM twin
 healthy
 
 # A job too large for its worker. Submitted while no worker is there to
@@ -105,15 +108,12 @@ sed -e 's/hidden_size: 32/hidden_size: 2048/' -e 's/intermediate_size: 64/interm
 wait_until 30 sh -c "! '$TANDEMCTL' --coordinator '$GRPC_ADDR' --token-file '$WORK/admin.token' workers | grep -q IDLE" ||
   fail "workers still idle"
 BIG=$(ctl submit "$WORK/big.yaml" --set name=too-big)
-(ulimit -v 3000000; exec setsid "$TANDEM_WORKER_BIN" --coordinator "$GRPC_ADDR" --name small --device cpu \
-  --data-address 127.0.0.1 --threads 1 --token-file "$WORK/join.token") >>"$WORK/worker-small.log" 2>&1 &
-SMALL=$!
-STARTED_PIDS+=("$SMALL")
+cluster start-worker small --rlimit-as 3072000000 >/dev/null || fail "worker small did not start"
 wait_until 120 sh -c "'$TANDEMCTL' --coordinator '$GRPC_ADDR' --token-file '$WORK/admin.token' status '$BIG' | grep -q FAILED" ||
   { ctl status "$BIG"; fail "too-big job did not fail"; }
 ctl status "$BIG" >"$WORK/out.txt" 2>&1 || true
 expect_output "out of memory in PHASE_SETUP"
-kill -0 "$SMALL" || fail "the memory-limited worker died instead of reporting"
+[[ $(cluster exit-code small) == running ]] || fail "the memory-limited worker died instead of reporting"
 # Its log says before the SETUP that the job does not fit (the last line a
 # worker the kernel's OOM killer ends would leave).
 grep -q "needs about .* on this worker (estimate for 1 rank(s)), more than the [0-9]* MiB it can use" \
@@ -126,17 +126,22 @@ SMALL_BYTES=$(ctl workers --output json | grep -o '"name":"small"[^}]*' | grep -
 SMALL_GIB=$(awk -v b="$SMALL_BYTES" 'BEGIN { printf "%.1f GiB", b / 1073741824 }')
 expect_exit 1 ctl submit "$WORK/big.yaml" --set name=too-big-again
 expect_output "the largest cpu worker has $SMALL_GIB"
-kill -TERM -- "-$SMALL" 2>/dev/null || kill -TERM "$SMALL" 2>/dev/null || true
+kill_member TERM small
 healthy
 
 # Clients that drop streams mid-way: watch and logs -f killed while streaming.
 ID=$(ctl submit "$JOB" --workers 4 --set name=stream-drop)   # stays PENDING (1 worker)
+LOG_CALLS=(tandem_grpc_server_handled_total 'grpc_method="GetJobLogs"')
 for sig in INT KILL; do
-  "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/admin.token" watch "$ID" >/dev/null 2>&1 &
+  before=$(metric_sum "${LOG_CALLS[@]}")
+  "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/admin.token" watch "$ID" >"$WORK/drop-$sig.txt" 2>&1 &
   W=$!
   "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/admin.token" logs -f "$ID" >/dev/null 2>&1 &
   L=$!
-  sleep 1
+  # Both are streaming: watch has printed the job's snapshot, logs -f has
+  # polled (its GetJobLogs calls are counted in /metrics).
+  wait_until 30 test -s "$WORK/drop-$sig.txt" || fail "watch printed nothing"
+  wait_until 30 metric_above "${LOG_CALLS[0]}" "$before" "${LOG_CALLS[1]}" || fail "logs -f made no call"
   signal_and_wait "$sig" $W $L
   healthy
 done

@@ -66,8 +66,7 @@ ROWS=$(tail -n +2 "$WORK/out.txt")
 if grep -vE " [0-9.]+ (B|KiB|MiB|GiB|TiB) " <<<"$ROWS" >&2; then fail "a table row without a size"; fi
 
 log "SIGKILL coordinator $COORD_PID, restart on the same state dir"
-kill -KILL -- "-$COORD_PID"
-wait "$COORD_PID" 2>/dev/null || true
+stop_member KILL coordinator
 start_coordinator
 ctl checkpoints "$ID" --output json >"$WORK/after-restart.json" || fail "tandemctl checkpoints failed after restart"
 diff "$WORK/checkpoints.json" "$WORK/after-restart.json" >&2 || fail "checkpoint records changed across the restart"

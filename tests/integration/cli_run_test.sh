@@ -41,10 +41,15 @@ ID=$(ctl submit "$JOB" --workers 4 --set name=sft-cancelled)  # 4 > 2 workers: s
 wait_until 10 job_in_state "$ID" PENDING || fail "job not PENDING"
 expect_exit 0 ctl status "$ID"
 expect_output "needs"
-( sleep 1; ctl cancel "$ID" >/dev/null ) &
-CANCELLER=$!
-expect_exit 3 timeout 60 "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/admin.token" watch "$ID"
-wait "$CANCELLER"
+timeout 60 "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/admin.token" watch "$ID" \
+  >"$WORK/cancel-watch.txt" 2>&1 &
+WATCHER=$!
+# Cancelled while watch follows it: watch has printed the job's snapshot.
+wait_until 30 test -s "$WORK/cancel-watch.txt" || fail "watch printed nothing"
+expect_exit 0 ctl cancel "$ID"
+rc=0
+wait "$WATCHER" || rc=$?
+((rc == 3)) || { cat "$WORK/cancel-watch.txt" >&2; fail "watch of a cancelled job exited $rc, not 3"; }
 # drain: the worker takes no new job
 expect_exit 0 ctl drain w1
 expect_output "DRAINING"

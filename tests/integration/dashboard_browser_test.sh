@@ -15,10 +15,8 @@ OUT="${TANDEM_TEST_OUT:-$WORK/out}"
 mkdir -p "$OUT"
 
 start_coordinator --lease-ms 2000 --heartbeat-ms 250 --set reattach_grace_ms=1000 --set replacement_timeout_ms=20000
-declare -A PIDS
 for w in alpha beta gamma; do
   start_worker "$w"
-  PIDS[$w]=$LAST_WORKER_PID
 done
 wait_until 60 workers_idle_at_least 3 || fail "3 workers did not register"
 
@@ -47,10 +45,8 @@ victim=$(curl -sf --max-time 10 -H "Authorization: Bearer $(cat "$WORK/admin.tok
   "http://$METRICS_ADDR/dashboard/api/job?id=$ID" |
   /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["job"]["members"][1]["name"])') ||
   fail "cannot read the job's members from /dashboard/api/job"
-pid=${PIDS[$victim]:-}
-[[ -n "$pid" ]] || fail "no process for worker '$victim'"
-log "killing member $victim (pid $pid)"
-kill -KILL "$pid"
+log "killing member $victim (pid $(member_pid "$victim"))"
+kill_member KILL "$victim"
 wait_until 90 event_seen dash "recovered in" || fail "no recovery within 90 s: $(job_events dash | tail -8)"
 now=$(followed_step dash)
 wait_until 60 step_at_least dash $((now + 8)) || fail "no steps after the recovery"

@@ -23,7 +23,7 @@ STEPS=${STEPS:-1200}
 start_coordinator --lease-ms 8000 --heartbeat-ms 500
 start_worker a
 start_worker b
-VICTIM=$LAST_WORKER_PID
+VICTIM=$LAST_WORKER
 wait_until 30 workers_idle_at_least 2 || fail "workers did not register"
 COMMON=(--workers 2 --set cluster.zero_stage=0 --set "train.steps=$STEPS" --set train.lr=3e-4 --set checkpoint.every=50
         --set checkpoint.keep=2 --set task.eval_size=8)
@@ -52,7 +52,7 @@ ID=$(ctl submit "$JOB" "${COMMON[@]}" --set name=degraded --set recovery.degrade
 follow_job deg "$ID"
 WATCH=$FOLLOW_PID
 wait_until 60 step_at_least deg 120 || fail "job made no progress"
-kill -KILL -- "-$VICTIM"
+kill_member KILL "$VICTIM"
 log "killed worker b at step $(followed_step deg)"
 wait_until 30 event_seen deg "degraded: generation" || fail "no degraded continuation"
 # The spare starts as soon as the survivor has finished a step on its own:
@@ -83,13 +83,13 @@ python3 "$TI_DIR/compare_safetensors.py" "$WORK/ref/model.safetensors" "$WORK/de
 
 # An elastic ZeRO-2 job (min_workers 1) shrinks after its replacement timeout
 # and grows back, from a checkpoint of the current step, when a worker is idle.
-VICTIM2=$LAST_WORKER_PID  # worker c
+VICTIM2=$LAST_WORKER  # worker c
 EL=$(ctl submit "$JOB" "${COMMON[@]}" --set name=elastic --set cluster.zero_stage=2 --set cluster.min_workers=1 \
   --set recovery.replacement_timeout_ms=1000 --set "output_dir=$WORK/el")
 follow_job el "$EL"
 WATCH=$FOLLOW_PID
 wait_until 60 step_at_least el 120 || fail "elastic job made no progress"
-kill -KILL -- "-$VICTIM2"
+kill_member KILL "$VICTIM2"
 log "killed worker c at step $(followed_step el)"
 wait_until 30 event_seen el "elastic: 1 of 2 ranks" || fail "no elastic continuation"
 # As above: the new worker starts once the shrunk job has finished a step.

@@ -37,13 +37,13 @@ log "reference job done, final loss $REF_LOSS"
 spare=0
 for stage in "${STAGES[@]}"; do
   # The victim: whichever of the two idle workers started last.
-  VICTIM=$LAST_WORKER_PID
+  VICTIM=$LAST_WORKER
   ID=$(ctl submit "$JOB" "${COMMON[@]}" --set "cluster.zero_stage=$stage" --set recovery.degraded=true \
     --set "name=degraded-zero$stage" --set "output_dir=$WORK/z$stage")
   follow_job "z$stage" "$ID"
   WATCH=$FOLLOW_PID
   wait_until 60 step_at_least "z$stage" 40 || fail "stage $stage: job made no progress"
-  kill -KILL -- "-$VICTIM"
+  kill_member KILL "$VICTIM"
   log "stage $stage: killed a worker at step $(followed_step "z$stage")"
   wait "$WATCH" || fail "stage $stage: degraded job did not succeed: $(job_events "z$stage" | tail -5)"
   job_in_state "$ID" SUCCEEDED || fail "stage $stage: job is $(job_state "$ID")"

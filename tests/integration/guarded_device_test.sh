@@ -10,9 +10,7 @@ JOB="$TI_DIR/jobs/sft-tiny.yaml"
 
 start_coordinator
 start_worker g0 --device cpu-guarded
-G0=$LAST_WORKER_PID
 start_worker g1 --device cpu-guarded
-G1=$LAST_WORKER_PID
 wait_until 30 workers_idle_at_least 2 || fail "guarded workers did not register"
 
 run_job() {  # run_job NAME DEVICE: the job on the 2 idle workers, exported to $WORK/NAME
@@ -27,7 +25,7 @@ run_job() {  # run_job NAME DEVICE: the job on the 2 idle workers, exported to $
 
 log "--- guarded workers"
 run_job guarded cpu-guarded
-signal_and_wait TERM "$G0" "$G1"
+signal_and_wait TERM g0 g1
 
 log "--- cpu workers"
 start_worker c0

@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # Shared helpers for the integration tests: real tandem-coordinator,
 # tandem-worker and tandemctl processes on 127.0.0.1 with ephemeral ports.
-# Every process started here is in its own process group and is stopped by
-# the EXIT trap; every wait is bounded. Binaries come from the environment
-# (set by tests/integration/CMakeLists.txt): TANDEMCTL,
-# TANDEM_COORDINATOR_BIN, TANDEM_WORKER_BIN; optional TANDEM_PY_GEN for the
-# gRPC health check. What the helpers call (curl, and the Python gRPC
-# client when TANDEM_PY_GEN is set) must be installed: the test fails and
-# names the package otherwise (tests/support/require.sh).
+# The coordinator and the workers are started, signalled and stopped by the
+# one launcher of test clusters, tests/support/cluster.py (its command line,
+# rooted in $WORK; its description is $WORK/cluster.json); anything else a
+# test starts runs in its own process group. The EXIT trap stops it all;
+# every wait is bounded. Binaries come from the environment (set by
+# tests/integration/CMakeLists.txt): TANDEMCTL, TANDEM_COORDINATOR_BIN,
+# TANDEM_WORKER_BIN; optional TANDEM_PY_GEN for the gRPC health check. What
+# the helpers call (python3, curl, and the Python gRPC client when
+# TANDEM_PY_GEN is set) must be installed: the test fails and names the
+# package otherwise (tests/support/require.sh).
 set -euo pipefail
 
 : "${TANDEMCTL:?}" "${TANDEM_COORDINATOR_BIN:?}" "${TANDEM_WORKER_BIN:?}"
 TI_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$TI_DIR/../support/require.sh"
 require_program curl curl
+require_program /usr/bin/python3 python3
 if [[ -n "${TANDEM_PY_GEN:-}" ]]; then
   require_python_module grpc python3-grpcio
   require_python_module google.protobuf python3-protobuf
@@ -26,6 +30,8 @@ GRPC_ADDR=""
 METRICS_ADDR=""
 COORD_PID=""
 
+# cluster CMD ARGS: tests/support/cluster.py CMD on this test's cluster.
+cluster() { /usr/bin/python3 "$TI_DIR/../support/cluster.py" "$1" --dir "$WORK" "${@:2}"; }
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 fail() {
   log "FAIL: $*"
@@ -45,6 +51,7 @@ fail() {
 cleanup() {
   local rc=$?
   set +e
+  [[ -f "$WORK/cluster.json" ]] && cluster down >/dev/null
   for pid in "${STARTED_PIDS[@]}"; do kill -TERM -- "-$pid" 2>/dev/null; done
   for _ in $(seq 1 100); do
     local alive=0
@@ -63,47 +70,39 @@ trap cleanup EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
 
-# make_tokens: admin.token and join.token (0600) in $WORK.
-make_tokens() {
-  umask 077
-  head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$WORK/admin.token"
-  head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$WORK/join.token"
-}
-
-# start_coordinator [extra flags]: starts it on $WORK/state, waits for the ready line.
+# start_coordinator [extra flags]: starts it (through the launcher) on
+# $WORK/state and waits until /readyz answers; sets COORD_PID, GRPC_ADDR,
+# METRICS_ADDR. Started again after it stopped, it listens on the same gRPC
+# port (the workers' address stays valid); new flags replace the old ones.
 start_coordinator() {
-  [[ -f "$WORK/admin.token" ]] || make_tokens
-  : > "$WORK/coordinator.out"
-  setsid "$TANDEM_COORDINATOR_BIN" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
-    --state-dir "$WORK/state" --admin-token-file "$WORK/admin.token" \
-    --join-token-file "$WORK/join.token" "$@" \
-    >>"$WORK/coordinator.out" 2>>"$WORK/coordinator.log" &
-  COORD_PID=$!
-  STARTED_PIDS+=("$COORD_PID")
-  local line=""
-  for _ in $(seq 1 300); do
-    line=$(grep -m1 '^tandem-coordinator listening' "$WORK/coordinator.out" || true)
-    [[ -n "$line" ]] && break
-    kill -0 "$COORD_PID" 2>/dev/null || fail "coordinator exited during start-up"
-    sleep 0.1
-  done
-  [[ -n "$line" ]] || fail "coordinator printed no ready line in 30 s"
-  GRPC_ADDR=$(sed -n 's/.*grpc=\([^ ]*\).*/\1/p' <<<"$line")
-  METRICS_ADDR=$(sed -n 's/.*metrics=\([^ ]*\).*/\1/p' <<<"$line")
-  : > "$WORK/coordinator.out"  # the next start appends a fresh ready line
+  cluster start-coordinator -- "$@" >/dev/null || fail "coordinator did not start"
+  COORD_PID=$(cluster get members.coordinator.pid)
+  GRPC_ADDR=$(cluster get grpc)
+  METRICS_ADDR=$(cluster get metrics)
   log "coordinator pid $COORD_PID grpc=$GRPC_ADDR metrics=$METRICS_ADDR"
 }
 
-# start_worker NAME [extra flags]: prints nothing; sets LAST_WORKER_PID.
+# start_worker NAME [extra flags]: starts it (through the launcher), does not
+# wait for it to register; sets LAST_WORKER (its name) and LAST_WORKER_PID.
 start_worker() {
   local name=$1
   shift
-  setsid "$TANDEM_WORKER_BIN" --coordinator "$GRPC_ADDR" --name "$name" --device cpu \
-    --data-address 127.0.0.1 --threads 1 --token-file "$WORK/join.token" "$@" \
-    >>"$WORK/worker-$name.log" 2>&1 &
-  LAST_WORKER_PID=$!
-  STARTED_PIDS+=("$LAST_WORKER_PID")
+  cluster start-worker "$name" -- "$@" >/dev/null || fail "worker $name did not start"
+  LAST_WORKER=$name
+  LAST_WORKER_PID=$(member_pid "$name")
 }
+
+# member_pid NAME: the pid of a member of the cluster ("coordinator" or a worker's name).
+member_pid() { cluster get "members.$1.pid"; }
+# kill_member SIG NAME: sends SIG to the member; returns at once.
+kill_member() { cluster signal "$2" --signal "$1" >/dev/null; }
+# stop_member SIG NAME [SECONDS]: sends SIG, waits (15 s by default) until the
+# member ended (else fails the test); sets LAST_RC to its exit code.
+stop_member() {
+  LAST_RC=$(cluster signal "$2" --signal "$1" --wait-exit "${3:-15}") || fail "$2 still running after SIG$1"
+}
+# wait_workers STATE SECONDS NAME...: until each named worker is listed in STATE.
+wait_workers() { cluster wait-workers --state "$1" --timeout "$2" "${@:3}" >/dev/null; }
 
 # ctl ARGS: tandemctl against the test coordinator with the admin token.
 ctl() { "$TANDEMCTL" --coordinator "$GRPC_ADDR" --token-file "$WORK/admin.token" "$@"; }
@@ -166,6 +165,22 @@ event_lines() {
 # job_events NAME: the followed job's events so far, one "[kind] message" line each.
 job_events() { event_lines <"$WORK/events-$1.jsonl"; }
 
+# metric_sum NAME [TEXT...]: the sum of the coordinator's /metrics samples of
+# NAME whose line contains every TEXT (e.g. 'grpc_method="GetJobLogs"').
+metric_sum() {
+  local name=$1
+  shift
+  local IFS=$'\x1f'
+  curl -sf --max-time 5 "http://$METRICS_ADDR/metrics" |
+    NAME="$name" TEXTS="$*" awk 'BEGIN { n = split(ENVIRON["TEXTS"], t, "\x1f") }
+      index($0, ENVIRON["NAME"] "{") == 1 || $1 == ENVIRON["NAME"] {
+        for (i = 1; i <= n; i++) if (!index($0, t[i])) next
+        s += $NF
+      }
+      END { print s + 0 }'
+}
+metric_above() { (($(metric_sum "$1" "${@:3}") > $2)); }
+
 # Number of workers in STATE (IDLE, BUSY, LOST, ...).
 workers_in_state() { ctl workers --output json | grep -c "\"state\":\"WORKER_STATE_$1\"" || true; }
 workers_idle_at_least() { (($(workers_in_state IDLE) >= $1)); }
@@ -197,14 +212,21 @@ expect_exit() {
     fail "expected exit $want, got $got: $*"
   fi
 }
-# signal_and_wait SIG PID...: sends SIG, waits up to 15 s for each PID to exit
-# (then SIGKILL and fail). Returns nothing; sets LAST_RCS to their exit codes.
+# signal_and_wait SIG PID|NAME...: sends SIG, waits up to 15 s for each to
+# exit (then SIGKILL and fail): a PID is a child of this shell, a NAME a
+# member of the cluster. Returns nothing; sets LAST_RCS to their exit codes.
 signal_and_wait() {
   local sig=$1
   shift
-  kill "-$sig" "$@" 2>/dev/null || true
+  local pids=() names=() x
+  for x in "$@"; do if [[ $x =~ ^[0-9]+$ ]]; then pids+=("$x"); else names+=("$x"); fi; done
+  ((${#pids[@]} == 0)) || kill "-$sig" "${pids[@]}" 2>/dev/null || true
+  for x in "${names[@]}"; do kill_member "$sig" "$x"; done
   LAST_RCS=()
-  for pid in "$@"; do
+  for x in "${names[@]}"; do
+    LAST_RCS+=("$(cluster wait-exit "$x" --timeout 15)") || fail "$x still running 15 s after SIG$sig"
+  done
+  for pid in "${pids[@]}"; do
     local n=0
     while kill -0 "$pid" 2>/dev/null && ((n < 150)); do sleep 0.1; n=$((n + 1)); done
     if kill -0 "$pid" 2>/dev/null; then

@@ -15,10 +15,8 @@ STEPS=300
 
 start_coordinator --lease-ms 2000 --heartbeat-ms 250 --set reattach_grace_ms=1000 \
   --set replacement_timeout_ms=20000
-declare -A PID_OF
 for name in a b c; do
   start_worker "$name"
-  PID_OF[$name]=$LAST_WORKER_PID
 done
 wait_until 30 workers_idle_at_least 3 || fail "workers did not register"
 
@@ -74,8 +72,8 @@ for line in sys.stdin:
     if w.get("state") == "WORKER_STATE_BUSY":
         print(w["name"]); break')
 [[ -n "$VICTIM" ]] || fail "no busy worker to kill"
-log "killing worker $VICTIM (pid ${PID_OF[$VICTIM]})"
-kill -KILL -- "-${PID_OF[$VICTIM]}"
+log "killing worker $VICTIM (pid $(member_pid "$VICTIM"))"
+kill_member KILL "$VICTIM"
 wait "$FOLLOW_PID" || fail "job did not succeed: $(job_state "$ID")"
 event_seen run "recovered in" || { job_events run >&2; fail "no recovery event"; }
 

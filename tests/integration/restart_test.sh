@@ -14,12 +14,11 @@ wait_until 10 job_in_state "$PENDING" PENDING || fail "job not PENDING"
 WID=$(ctl workers --output json | sed -n 's/.*"id":"\([^"]*\)".*"name":"r0".*/\1/p' | head -1)
 
 log "SIGKILL coordinator $COORD_PID"
-kill -KILL -- "-$COORD_PID"
-wait "$COORD_PID" 2>/dev/null || true
-sleep 1
+stop_member KILL coordinator
 OLD_GRPC=$GRPC_ADDR
-# Same state dir, same port (the worker's address must stay valid).
-start_coordinator --listen "$OLD_GRPC" --lease-ms 3000 --heartbeat-ms 300 || fail "restart failed"
+# Same state dir, same port (the worker's address must stay valid): the
+# launcher starts it again on the port it had.
+start_coordinator --lease-ms 3000 --heartbeat-ms 300
 [[ "$GRPC_ADDR" == "$OLD_GRPC" ]] || fail "restarted on $GRPC_ADDR, not $OLD_GRPC"
 healthy
 expect_exit 0 ctl jobs

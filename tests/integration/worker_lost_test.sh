@@ -9,14 +9,13 @@ start_coordinator --lease-ms 2000 --heartbeat-ms 250 --set reattach_grace_ms=100
   --set replacement_timeout_ms=1000
 start_worker a
 start_worker b
-VICTIM=$LAST_WORKER_PID
 wait_until 30 workers_idle_at_least 2 || fail "workers did not register"
 ID=$(ctl submit "$JOB" --workers 2 --set train.steps=100000 --set name=lose-a-worker)
 wait_until 60 job_in_state "$ID" RUNNING || fail "job did not start"
 # Past SETUP: a few steps done, so the loss hits a training step.
 job_step_at_least() { (($(ctl status "$1" --output json | sed -n 's/.*"step":"\{0,1\}\([0-9]*\).*/\1/p' | head -1) >= $2)); }
 wait_until 60 job_step_at_least "$ID" 2 || fail "job made no progress"
-kill -KILL -- "-$VICTIM"
+kill_member KILL b
 # RECOVERING first (no spare worker), then FAILED after the replacement timeout.
 wait_until 30 job_in_state "$ID" FAILED || fail "job is $(job_state "$ID") after the worker died"
 expect_exit 0 ctl status "$ID"
@@ -34,11 +33,8 @@ healthy
 # bound (a SETUP in progress is aborted at once; any other phase gets 20 s
 # of grace, then the abort ends it promptly). The 45 s exit watchdog must
 # never be what ends it.
-SURVIVOR=${STARTED_PIDS[1]}
 TERM_AT=$(date +%s.%N)
-kill -TERM -- "-$SURVIVOR"
-for _ in $(seq 1 250); do kill -0 "$SURVIVOR" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$SURVIVOR" 2>/dev/null && fail "worker still running 25 s after SIGTERM"
+stop_member TERM a 25
 log "survivor exited $(awk -v a="$TERM_AT" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }') s after SIGTERM"
 healthy
 log "PASS"
