@@ -1,12 +1,17 @@
 #!/usr/bin/python3
 """Recovery with real processes on 127.0.0.1, bounded.
 
-Starts tandem-coordinator and tandem-worker processes (a local supervisor
-restarts a worker that dies, as systemd or Kubernetes would), runs a tiny job
-once without faults for the reference weights, then once per scenario with
-faults, and compares the sha256 of the exported safetensors. Faults are timed
-from the workers' own phase log lines ("worker: job J gen G PHASE_X step S"),
-so they land in the phase named, however fast the job runs:
+Starts tandem-coordinator and tandem-worker processes through the test
+cluster launcher (tests/support/cluster.py), whose supervisor restarts a
+worker that dies, as systemd or Kubernetes would; runs a tiny job once
+without faults for the reference weights, then once per scenario with
+faults, and compares the sha256 of the exported safetensors. What happened is
+read from the job's events (`tandemctl events`): the recoveries with their
+timings, the preemption, the unusable checkpoints. Faults are fired when a
+worker starts the phase named; the one signal that lands a kill inside a
+phase of a few milliseconds is the worker's own line as the phase starts
+("worker: job J gen G PHASE_X step S"), so that line times the faults and
+nothing else:
 
   kill-worker        kill -9 a busy worker mid-run (restarted by the supervisor)
   kill-spare         kill -9 a busy worker; an idle spare replaces it
@@ -30,7 +35,6 @@ Python standard library; every wait is bounded (--limit per job).
   tests/recovery/recovery_e2e.py --bin build/bin [--kind grpo] [--scenarios kill-worker,chaos]
 """
 import argparse
-import ctypes
 import glob
 import hashlib
 import json
@@ -40,13 +44,12 @@ import re
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 
-TOKEN = "e2e-recovery-token"
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import cluster as launcher  # noqa: E402  tests/support/cluster.py
 
 MODEL = """
 seed: 7
@@ -86,14 +89,6 @@ rl: {{group_size: 4, prompts_per_step: 4, clip: 0.2, kl_coef: 0.0, max_new_token
 """ + MODEL,
 }
 
-def _die_with_parent():
-    """Child processes get SIGKILL when the harness dies, however it dies."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 PHASE_LINE = re.compile(r"worker: job (\S+) gen (\d+) (PHASE_\w+) step (-?\d+)")
 
 
@@ -102,18 +97,19 @@ def log(*a):
 
 
 class PhaseWatch:
-    """Follows the workers' logs from the moment it is made; yields phase starts."""
+    """Follows the workers' logs from the moment it is made; yields phase
+    starts (the trigger of the faults, never what a scenario checks)."""
 
     def __init__(self, root):
         self.root = root
         self.pos = {}
         self.rest = {}
         self.history = []
-        for path in glob.glob(os.path.join(root, "w*.log")):
+        for path in glob.glob(os.path.join(root, "worker-*.log")):
             self.pos[path] = os.path.getsize(path)
 
     def read(self):
-        for path in sorted(glob.glob(os.path.join(self.root, "w*.log"))):
+        for path in sorted(glob.glob(os.path.join(self.root, "worker-*.log"))):
             with open(path, "rb") as f:
                 f.seek(self.pos.get(path, 0))
                 data = f.read()
@@ -121,7 +117,7 @@ class PhaseWatch:
             text = self.rest.get(path, "") + data.decode("utf-8", "replace")
             lines = text.split("\n")
             self.rest[path] = lines.pop()
-            name = os.path.basename(path)[:-4]
+            name = os.path.basename(path)[len("worker-"):-len(".log")]
             for line in lines:
                 m = PHASE_LINE.search(line)
                 if m:
@@ -132,121 +128,44 @@ class PhaseWatch:
         """The first phase start matching pred logged after this call."""
         self.read()
         seen = len(self.history)
-        deadline = time.time() + limit
-        while time.time() < deadline:
+        def match():
+            nonlocal seen
             self.read()
             for ev in self.history[seen:]:
                 if pred(ev):
                     return ev
             seen = len(self.history)
-            time.sleep(0.005)
-        raise RuntimeError(f"timed out after {limit}s waiting for {what}")
+            return None
+
+        return launcher.wait_for(match, limit, what, interval=0.005)
 
     def members(self, job_id, gen):
         self.read()
         return {e["worker"] for e in self.history if e["job"] == job_id and e["gen"] == gen}
 
 
-class Cluster:
-    def __init__(self, bindir, root, workers, spares):
-        self.bin = bindir
-        self.root = root
-        self.port = None
-        self.coord = None
-        self.stop = False
-        self.workers = {}  # name -> Popen
-        self.restart = {}  # name -> bool (supervised)
-        self.logs = []
-        self.lock = threading.Lock()
-        with open(os.path.join(root, "token"), "w") as f:
-            f.write(TOKEN + "\n")
-        self.start_coordinator()
-        for i in range(workers + spares):
-            self.start_worker(f"w{i}")
-        self.sup = threading.Thread(target=self.supervise, daemon=True)
-        self.sup.start()
+def start_cluster(bindir, root, workers, spares):
+    """A coordinator and workers w0.. (the last `spares` of them idle spares),
+    supervised: a worker that ends is started again."""
+    c = launcher.Cluster(root, bins=launcher.default_bins(bindir))
+    c.start_coordinator(["--lease-ms", "2000", "--heartbeat-ms", "250", "--set", "replacement_timeout_ms=30000"])
+    names = [f"w{i}" for i in range(workers + spares)]
+    for n in names:
+        c.start_worker(n)
+    c.wait_workers(names, timeout=60)
+    c.supervise()
+    return c
 
-    def start_coordinator(self):
-        listen = f"127.0.0.1:{self.port or 0}"
-        logf = open(os.path.join(self.root, "coordinator.log"), "a")
-        self.logs.append(logf)
-        self.coord = subprocess.Popen(
-            [os.path.join(self.bin, "tandem-coordinator"), "--listen", listen, "--metrics-listen", "",
-             "--state-dir", os.path.join(self.root, "state"), "--admin-token-file", os.path.join(self.root, "token"),
-             "--join-token-file", os.path.join(self.root, "token"), "--lease-ms", "2000", "--heartbeat-ms", "250",
-             "--set", "replacement_timeout_ms=30000"],
-            stdout=subprocess.PIPE, stderr=logf, text=True, preexec_fn=_die_with_parent)
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            line = self.coord.stdout.readline()
-            m = re.search(r"grpc=([\d.]+):(\d+)", line or "")
-            if m:
-                self.port = int(m.group(2))
-                threading.Thread(target=self.coord.stdout.read, daemon=True).start()
-                return
-            if self.coord.poll() is not None:
-                break
-        raise RuntimeError("coordinator did not start; see coordinator.log")
 
-    def start_worker(self, name):
-        logf = open(os.path.join(self.root, f"{name}.log"), "a")
-        self.logs.append(logf)
-        p = subprocess.Popen(
-            [os.path.join(self.bin, "tandem-worker"), "--coordinator", f"127.0.0.1:{self.port}", "--name", name,
-             "--threads", "1", "--token-file", os.path.join(self.root, "token"), "--data-address", "127.0.0.1"],
-            stdout=logf, stderr=logf, preexec_fn=_die_with_parent)
-        with self.lock:
-            self.workers[name] = p
-            self.restart[name] = True
+def signal_worker(cluster, name, sig, restart=True):
+    """Sends sig to a worker; restart=False leaves it down once it ends."""
+    cluster.set_supervised(name, restart)
+    return cluster.send_signal(name, sig)
 
-    def supervise(self):
-        while not self.stop:
-            time.sleep(0.2)
-            with self.lock:
-                dead = [n for n, p in self.workers.items() if p.poll() is not None and self.restart[n]]
-            for n in dead:
-                if not self.stop:
-                    self.start_worker(n)
 
-    def ctl(self, *args, timeout=30):
-        r = subprocess.run([os.path.join(self.bin, "tandemctl"), "--coordinator", f"127.0.0.1:{self.port}",
-                            "--token-file", os.path.join(self.root, "token"), *args],
-                           capture_output=True, text=True, timeout=timeout)
-        return r
-
-    def job(self, job_id):
-        r = self.ctl("status", job_id, "--output", "json")
-        if r.returncode not in (0, 1, 2, 3, 4, 5) or not r.stdout.strip():
-            return None
-        try:
-            return json.loads(r.stdout.strip().splitlines()[0])
-        except json.JSONDecodeError:
-            return None
-
-    def signal_worker(self, name, sig, restart=True):
-        with self.lock:
-            p = self.workers[name]
-            self.restart[name] = restart
-        p.send_signal(sig)
-        return p.pid
-
-    def close(self):
-        self.stop = True
-        with self.lock:
-            procs = list(self.workers.values())
-        for p in procs + [self.coord]:
-            if p and p.poll() is None:
-                p.send_signal(signal.SIGCONT)
-                p.terminate()
-        for p in procs + [self.coord]:
-            if p:
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-        for f in self.logs:
-            f.close()
+def job_of(cluster, job_id):
+    got = cluster.ctl_json("status", job_id)
+    return got[0] if got else None
 
 
 def state_of(job):
@@ -262,18 +181,19 @@ def submit(cluster, spec_path):
     return d.get("job_id") or d.get("jobId")
 
 
-def wait(cluster, job_id, pred, limit):
-    deadline = time.time() + limit
-    job = None
-    while time.time() < deadline:
-        try:
-            job = cluster.job(job_id)
-        except Exception:  # coordinator restarting
-            job = None
-        if job and pred(job):
-            return job
-        time.sleep(0.1)
-    raise RuntimeError(f"timed out after {limit}s waiting on {job_id}: {job}")
+def wait_ended(cluster, job_id, limit):
+    """The job once it is SUCCEEDED, FAILED or CANCELLED (a coordinator
+    restarting in between answers nothing for a while)."""
+    last = {}
+
+    def ended():
+        last["job"] = job_of(cluster, job_id)
+        return last["job"] if state_of(last["job"]) in ("succeeded", "failed", "cancelled") else None
+
+    try:
+        return launcher.wait_for(ended, limit, f"job {job_id} to end", interval=0.1)
+    except launcher.ClusterError as e:
+        raise RuntimeError(f"{e}: {last.get('job')}") from None
 
 
 def weights_sha(out):
@@ -287,19 +207,32 @@ def weights_sha(out):
     return h.hexdigest()
 
 
-def job_log(cluster, job_id):
-    return cluster.ctl("logs", job_id).stdout
+def job_events(cluster, job_id):
+    """Every event recorded for the (ended) job, oldest first."""
+    r = cluster.ctl("--output", "json", "events", job_id, timeout=60)
+    if r.returncode != 0:
+        raise RuntimeError(f"tandemctl events {job_id} failed ({r.returncode}): {r.stderr.strip()}")
+    return [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
 
 
-def recoveries(text):
+def recovery_messages(events):
+    return [e.get("message", "") for e in events if e.get("kind") == "recovery"]
+
+
+SOURCES = {1: "peer", 2: "disk", 3: "live"}  # tandem.v1.RestoreSource
+
+
+def recoveries(events):
+    """The completed recoveries: "recovery" events with their timings in metrics.extra."""
     out = []
-    for line in text.splitlines():
-        m = re.search(r"recovered in ([\d.]+) s: detect ([\d.]+) s, wait ([\d.]+) s, rendezvous ([\d.]+) s, "
-                      r"restore ([\d.]+) s from (\S+ ?\S*); resuming at step (\d+) \((\d+) steps? redone\)", line)
-        if m:
-            out.append({"total": float(m.group(1)), "detect": float(m.group(2)), "wait": float(m.group(3)),
-                        "rendezvous": float(m.group(4)), "restore": float(m.group(5)), "from": m.group(6),
-                        "redone": int(m.group(8)), "line": line.strip()})
+    for e in events:
+        x = (e.get("metrics") or {}).get("extra") or {}
+        if e.get("kind") != "recovery" or "recovery_seconds" not in x:
+            continue
+        out.append({"total": x["recovery_seconds"], "detect": x.get("detect_seconds", 0),
+                    "wait": x.get("wait_seconds", 0), "rendezvous": x.get("rendezvous_seconds", 0),
+                    "restore": x.get("restore_seconds", 0), "from": SOURCES.get(int(x.get("restore_source", 0)), "scratch"),
+                    "redone": int(x.get("steps_redone", 0)), "line": e.get("message", "")})
     return out
 
 
@@ -313,7 +246,7 @@ def in_job(job_id, phases=None, min_step=1):
 
 def kill_at(cluster, watch, job_id, phases, min_step, sig=signal.SIGKILL, restart=True, limit=120):
     ev = watch.wait(in_job(job_id, phases, min_step), limit, f"{phases or 'any phase'} at step >= {min_step}")
-    pid = cluster.signal_worker(ev["worker"], sig, restart)
+    pid = signal_worker(cluster, ev["worker"], sig, restart)
     log(f"  {signal.Signals(sig).name} worker {ev['worker']} (pid {pid}) in {ev['phase']} step {ev['step']} "
         f"gen {ev['gen']}")
     return ev
@@ -321,16 +254,14 @@ def kill_at(cluster, watch, job_id, phases, min_step, sig=signal.SIGKILL, restar
 
 def kill_coordinator(cluster, watch, job_id, min_step, limit=120):
     ev = watch.wait(in_job(job_id, None, min_step), limit, f"step >= {min_step}")
-    log(f"  SIGKILL coordinator (pid {cluster.coord.pid}) while {ev['worker']} is in {ev['phase']} step {ev['step']}")
-    cluster.coord.kill()
-    cluster.coord.wait()
-    time.sleep(0.5)
-    cluster.start_coordinator()
+    log(f"  SIGKILL coordinator (pid {cluster.pid(launcher.COORDINATOR)}) while {ev['worker']} is in {ev['phase']} "
+        f"step {ev['step']}")
+    cluster.kill(launcher.COORDINATOR)
+    cluster.restart(launcher.COORDINATOR)  # same port and state dir
 
 
 def recorded_checkpoints(cluster, job_id):
-    r = cluster.ctl("checkpoints", job_id, "--output", "json")
-    return sorted({int(s) for s in re.findall(r"step-0*(\d+)", r.stdout)})
+    return sorted({int(c["step"]) for c in cluster.ctl_json("checkpoints", job_id)})
 
 
 def corrupt(path, how):
@@ -360,22 +291,26 @@ def corrupt_rounds(cluster, watch, job_id, args, modes, expect):
         # The job is at a step past at least two checkpoints of this generation.
         ev = watch.wait(in_job(job_id, None, step + 2 * args.every), 120, f"step >= {step + 2 * args.every}")
         gen = ev["gen"]
-        members = watch.members(job_id, gen)
-        deadline = time.time() + 10
-        while len(members) < args.workers and time.time() < deadline:
-            time.sleep(0.005)
-            members = watch.members(job_id, gen)
+        members = launcher.wait_for(lambda: len(watch.members(job_id, gen)) >= args.workers and
+                                    watch.members(job_id, gen), 10, f"every member of generation {gen} to start a phase",
+                                    interval=0.005)
         for n in members:
-            cluster.signal_worker(n, signal.SIGSTOP)
-        time.sleep(0.5)  # reports already sent are recorded
-        steps = recorded_checkpoints(cluster, job_id)
-        if len(steps) < 2:
-            raise RuntimeError(f"corrupt-checkpoint: only {steps} recorded")
+            signal_worker(cluster, n, signal.SIGSTOP)
+        # Frozen mid-step; two checkpoints at least are recorded.
+        steps = launcher.wait_for(lambda: (lambda s: len(s) >= 2 and s)(recorded_checkpoints(cluster, job_id)), 10,
+                                  "two recorded checkpoints", interval=0.1)
         newest = os.path.join(ckpt_root(cluster, job_id), f"step-{steps[-1]:08d}")
         shard = corrupt(newest, how)
         expect.append(newest)
+        # A newer checkpoint on disk may have its record still on the way from
+        # the frozen workers: damaged as well, so that no recovery restores
+        # from it, whenever its record lands.
+        for d in sorted(glob.glob(os.path.join(ckpt_root(cluster, job_id), "step-*"))):
+            m = re.search(r"step-0*(\d+)$", d)
+            if m and int(m.group(1)) > steps[-1] and glob.glob(os.path.join(d, "shard-*.bin")):
+                log(f"  {how}: {os.path.basename(d)} (not recorded yet) damaged too: {corrupt(d, how)}")
         for n in sorted(members):
-            cluster.signal_worker(n, signal.SIGKILL)
+            signal_worker(cluster, n, signal.SIGKILL)
         log(f"  {how}: {os.path.basename(newest)}/{shard} damaged (recorded {steps}); SIGKILL {sorted(members)} "
             f"(job at step {ev['step']} gen {gen})")
         step = steps[-1] + 1
@@ -410,8 +345,7 @@ def run_job(cluster, root, tag, args, fault=None):
     t0 = time.time()
     if fault:
         fault(cluster, watch, job_id)
-    job = wait(cluster, job_id, lambda j: state_of(j) in ("succeeded", "failed", "cancelled"),
-               max(10, args.limit - (time.time() - t0)))
+    job = wait_ended(cluster, job_id, max(10, args.limit - (time.time() - t0)))
     if state_of(job) != "succeeded":
         raise RuntimeError(f"{tag}: job {job_id} ended {state_of(job)}: {job.get('reason')}")
     return job_id, weights_sha(out), time.time() - t0
@@ -438,11 +372,12 @@ def main():
     log("run dir", root)
     failures = 0
     t_start = time.time()
-    cluster = Cluster(os.path.abspath(args.bin), root, args.workers, spares=1)
+    cluster = None
     mid = args.steps // 2
     upd = ["PHASE_UPDATE"] if args.kind == "grpo" else ["PHASE_SFT_STEP"]
     try:
-        time.sleep(1.0)
+        cluster = start_cluster(os.path.abspath(args.bin), root, args.workers, spares=1)
+        names = sorted(n for n, m in cluster.desc["members"].items() if m["kind"] == "worker")
         ref_id, ref_sha, ref_s = run_job(cluster, root, "reference", args)
         log(f"reference {args.kind} {ref_id}: {args.steps} steps in {ref_s:.1f} s, weights sha256 {ref_sha[:16]}")
         all_rec = []
@@ -475,31 +410,31 @@ def main():
                 log("unknown scenario", sc)
                 failures += 1
                 continue
-            # Every killed worker comes back (supervised) before the next scenario.
-            with cluster.lock:
-                for n in cluster.restart:
-                    cluster.restart[n] = True
-            time.sleep(1.0)
+            # Every killed worker comes back (supervised) and is idle before the next scenario.
+            for n in names:
+                cluster.set_supervised(n, True)
             try:
+                cluster.wait_workers(names, timeout=60)
                 job_id, sha, secs = run_job(cluster, root, sc, args, fault)
             except Exception as e:  # noqa: BLE001 - report and continue
                 log(f"FAIL {sc}: {e}")
                 failures += 1
                 continue
-            text = job_log(cluster, job_id)
-            recs = recoveries(text)
+            events = job_events(cluster, job_id)
+            said = recovery_messages(events)
+            recs = recoveries(events)
             all_rec.extend(recs)
             ok = sha == ref_sha
             why = f"weights {'identical to' if ok else 'DIFFER from'} the reference"
-            if sc == "sigterm" and "preempted (SIGTERM)" not in text:
+            if sc == "sigterm" and not any("preempted (SIGTERM)" in m for m in said):
                 # The worker asked to leave; the job handed it over at a step
                 # boundary instead of finding it lost.
                 ok = False
                 why += "; no event says the worker was preempted (SIGTERM): it was lost instead"
             for path in expect_unusable:
-                said = [l for l in text.splitlines() if f"checkpoint {path} is unusable" in l]
-                if said:
-                    log("   ", said[0][said[0].find("checkpoint "):])
+                unusable = [m for m in said if f"checkpoint {path} is unusable" in m]
+                if unusable:
+                    log("   ", unusable[0][unusable[0].find("checkpoint "):])
                 else:
                     ok = False
                     why += f"; no event says {os.path.basename(path)} is unusable"
@@ -509,7 +444,7 @@ def main():
             failures += 0 if ok else 1
             log(f"{'PASS' if ok else 'FAIL'} {sc} {job_id}: {secs:.1f} s, {len(recs)} recoveries, {why}")
             for r in recs:
-                log("   ", r["line"][r["line"].find("recovered in"):])
+                log("   ", r["line"])
             if sc == "chaos" and recs:
                 tot = [r["total"] for r in recs]
                 log(f"  chaos: {len(recs)} recoveries, recovery time median {statistics.median(tot):.2f} s, "
@@ -526,7 +461,8 @@ def main():
         log("FAIL: stopped by a signal")
         failures += 1
     finally:
-        cluster.close()
+        if cluster:
+            cluster.down()
         if failures:
             for path in sorted(glob.glob(os.path.join(root, "*.log"))):
                 with open(path, errors="replace") as f:

@@ -30,10 +30,10 @@ def main():
     ap.add_argument("--bin", default="build/bin")
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="tandem-slow-exit-")
-    c = e.Cluster(os.path.abspath(args.bin), root, 2, spares=0)
+    c = None
     took = None
     try:
-        time.sleep(1.0)
+        c = e.start_cluster(os.path.abspath(args.bin), root, 2, spares=0)
         spec = os.path.join(root, "job.yaml")
         with open(spec, "w") as f:
             f.write(e.JOBS["sft"].format(steps=400, workers=2, every=2, out=os.path.join(root, "out")))
@@ -42,21 +42,30 @@ def main():
         victim = e.kill_at(c, watch, job, None, 4)["worker"]  # restarted by the supervisor
         watch.wait(lambda x: x["job"] == job and x["worker"] == victim and x["phase"] == "PHASE_SETUP"
                    and x["gen"] >= 2, 30, "the restarted worker's SETUP")
-        c.signal_worker(victim, signal.SIGKILL, restart=False)
+        e.signal_worker(c, victim, signal.SIGKILL, restart=False)
         e.log(f"  SIGKILL restarted {victim} in its SETUP")
+        survivor = "w1" if victim == "w0" else "w0"
+        # The survivor's SETUP of that generation has started; what is
+        # reproduced is its rendezvous waiting for the dead peer, which no
+        # event shows: a while inside it is the condition of the repro.
+        def survivor_setup(x):
+            return x["job"] == job and x["worker"] == survivor and x["phase"] == "PHASE_SETUP" and x["gen"] >= 2
+
+        watch.read()
+        if not any(survivor_setup(x) for x in watch.history):
+            watch.wait(survivor_setup, 30, "the survivor's SETUP")
         time.sleep(1.5)
-        survivor = [n for n in c.workers if n != victim][0]
-        p = c.workers[survivor]
         t0 = time.time()
-        c.signal_worker(survivor, signal.SIGTERM, restart=False)
+        e.signal_worker(c, survivor, signal.SIGTERM, restart=False)
         try:
-            p.wait(timeout=60)
-        except Exception:  # noqa: BLE001
-            pass
+            rc = c.wait_exit(survivor, timeout=60)
+        except e.launcher.ClusterError:
+            rc = None
         took = time.time() - t0
-        e.log(f"survivor {survivor} exited {took:.1f} s after SIGTERM (rc {p.returncode})")
+        e.log(f"survivor {survivor} exited {took:.1f} s after SIGTERM (rc {rc})")
     finally:
-        c.close()
+        if c:
+            c.down()
         shutil.rmtree(root, ignore_errors=True)
     return 0 if took is not None and took < 20 else 1
 

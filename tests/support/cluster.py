@@ -164,11 +164,12 @@ class Cluster:
 
     # ---- description
     def save(self):
-        tmp = os.path.join(self.root, "cluster.json.tmp")
-        with open(tmp, "w") as f:
-            json.dump(self.desc, f, indent=1, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, os.path.join(self.root, "cluster.json"))
+        with self.lock:
+            tmp = os.path.join(self.root, "cluster.json.tmp")
+            with open(tmp, "w") as f:
+                json.dump(self.desc, f, indent=1, sort_keys=True)
+                f.write("\n")
+            os.replace(tmp, os.path.join(self.root, "cluster.json"))
 
     @property
     def grpc(self):
