@@ -231,7 +231,8 @@ def recoveries(events):
             continue
         out.append({"total": x["recovery_seconds"], "detect": x.get("detect_seconds", 0),
                     "wait": x.get("wait_seconds", 0), "rendezvous": x.get("rendezvous_seconds", 0),
-                    "restore": x.get("restore_seconds", 0), "from": SOURCES.get(int(x.get("restore_source", 0)), "scratch"),
+                    "restore": x.get("restore_seconds", 0),
+                    "from": SOURCES.get(int(x.get("restore_source", 0)), "scratch"),
                     "redone": int(x.get("steps_redone", 0)), "line": e.get("message", "")})
     return out
 
@@ -291,9 +292,9 @@ def corrupt_rounds(cluster, watch, job_id, args, modes, expect):
         # The job is at a step past at least two checkpoints of this generation.
         ev = watch.wait(in_job(job_id, None, step + 2 * args.every), 120, f"step >= {step + 2 * args.every}")
         gen = ev["gen"]
-        members = launcher.wait_for(lambda: len(watch.members(job_id, gen)) >= args.workers and
-                                    watch.members(job_id, gen), 10, f"every member of generation {gen} to start a phase",
-                                    interval=0.005)
+        members = launcher.wait_for(
+            lambda: len(watch.members(job_id, gen)) >= args.workers and watch.members(job_id, gen), 10,
+            f"every member of generation {gen} to start a phase", interval=0.005)
         for n in members:
             signal_worker(cluster, n, signal.SIGSTOP)
         # Frozen mid-step; two checkpoints at least are recorded.
