@@ -273,7 +273,8 @@ TEST_F(RecoveryTest, RestartedWorkerTakesItsRankBackFromDisk) {
   WaitFor(id, [](const auto& j) { return j.step() == 3; });
   const std::string old_id = b->id();
   b->Stop();
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // The coordinator has seen beta go before it comes back.
+  WaitFor(id, [](const auto& j) { return j.state() == tandem::v1::JOB_STATE_RECOVERING; });
   auto* b2 = AddWorker("beta");  // restarted by its supervisor: same name, fresh state
   auto job = WaitFor(id, Done);
   auto events = Events(id);
@@ -485,7 +486,7 @@ TEST_F(RecoveryTest, PreemptedWorkerIsHandedOverAfterACheckpoint) {
   std::string id = Submit(Spec(2, 10, 0));
   WaitFor(id, [](const auto& j) { return j.step() >= 2; });
   auto* spare = AddWorker("gamma");
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_TRUE(test_support::WaitForWorker(control_.get(), kToken, "gamma", tandem::v1::WORKER_STATE_IDLE, 10000, 25));
   b->preempting = true;  // SIGTERM on beta
   auto job = WaitFor(id, Done);
   auto events = Events(id);

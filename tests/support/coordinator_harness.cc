@@ -65,4 +65,23 @@ tandem::v1::Job WaitForJob(tandem::v1::Control::Stub* control, const std::string
   return job;
 }
 
+bool WaitForWorker(tandem::v1::Control::Stub* control, const std::string& token, const std::string& name,
+                   tandem::v1::WorkerState state, int ms, int poll_ms) {
+  std::string seen = "not listed";
+  for (int waited = 0; waited <= ms; waited += poll_ms) {
+    tandem::v1::ListWorkersResponse resp;
+    if (control->ListWorkers(AuthContext(token).get(), tandem::v1::ListWorkersRequest(), &resp).ok()) {
+      for (const auto& w : resp.workers()) {
+        if (w.name() != name) continue;
+        if (w.state() == state) return true;
+        seen = tandem::v1::WorkerState_Name(w.state());
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
+  }
+  ADD_FAILURE() << "worker " << name << " not " << tandem::v1::WorkerState_Name(state) << " within " << ms
+                << " ms: " << seen;
+  return false;
+}
+
 }  // namespace tandem::test_support

@@ -29,6 +29,10 @@ tandem::v1::Job GetJob(tandem::v1::Control::Stub* control, const std::string& to
 // Polls GetJob every poll_ms until pred holds or ms pass (then ADD_FAILURE).
 tandem::v1::Job WaitForJob(tandem::v1::Control::Stub* control, const std::string& token, const std::string& id,
                            const std::function<bool(const tandem::v1::Job&)>& pred, int ms, int poll_ms);
+// Polls ListWorkers every poll_ms until the worker named `name` is in
+// `state`, at most ms (then ADD_FAILURE); returns whether it got there.
+bool WaitForWorker(tandem::v1::Control::Stub* control, const std::string& token, const std::string& name,
+                   tandem::v1::WorkerState state, int ms, int poll_ms);
 
 }  // namespace tandem::test_support
 
