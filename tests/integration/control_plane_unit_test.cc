@@ -164,7 +164,17 @@ TEST(ChildProcessTest, StopsWithSigtermAndEscalatesToSigkill) {
   ASSERT_TRUE(stubborn.ok()) << stubborn.status();
   EXPECT_TRUE((*polite)->Running());
   EXPECT_EQ(getpgid((*polite)->pid()), (*polite)->pid()) << "own process group";
-  usleep(200 * 1000);
+  // The stubborn one has set its trap once it has started its child.
+  const std::string children =
+      "/proc/" + std::to_string((*stubborn)->pid()) + "/task/" + std::to_string((*stubborn)->pid()) + "/children";
+  bool trapped = false;
+  for (int i = 0; i < 500 && !trapped; ++i) {
+    std::ifstream in(children);
+    pid_t child = 0;
+    trapped = static_cast<bool>(in >> child);
+    if (!trapped) usleep(10 * 1000);
+  }
+  ASSERT_TRUE(trapped) << "bash started no child in 5 s";
   const auto t0 = std::chrono::steady_clock::now();
   cli::StopAll({polite->get(), stubborn->get()}, milliseconds(500));
   const auto took = std::chrono::steady_clock::now() - t0;
@@ -326,6 +336,8 @@ TEST_F(SupervisorTest, ExitBeforeRestartsAreAllowedIsFinal) {
   ASSERT_TRUE(sup.Start({Member("early", "exit 2")}).ok());
   ASSERT_TRUE(WaitFor([&] { return !sup.Down().empty(); }));
   sup.AllowRestarts();
+  // What is tested is that nothing happens: no restart comes a while after
+  // restarts are allowed.
   usleep(200 * 1000);
   EXPECT_EQ(sup.Down().front().note, "during start-up");
   EXPECT_EQ(sup.restart_count(), 0);
@@ -357,7 +369,7 @@ TEST_F(SupervisorTest, StopEndsAMemberRestartedMomentsBeforeAndItsGroup) {
   EXPECT_GE(n, 1);
   // Nothing restarts after Stop().
   const size_t after = Events().size();
-  usleep(200 * 1000);
+  usleep(200 * 1000);  // what is tested is that nothing happens for a while
   EXPECT_EQ(Events().size(), after);
 }
 
@@ -366,9 +378,16 @@ TEST_F(SupervisorTest, StopDuringTheBackoffDoesNotRestart) {
   slow.initial_backoff = milliseconds(10000);
   slow.max_backoff = milliseconds(10000);
   cli::WorkerSupervisor sup(slow, Collect());
-  ASSERT_TRUE(sup.Start({Member("a", "sleep 0.1; exit 1"), Member("b", "sleep 30")}).ok());
+  const std::string a_pid = ::testing::TempDir() + "/sup-a-pid.txt";
+  std::remove(a_pid.c_str());
+  ASSERT_TRUE(sup.Start({Member("a", "echo $$ > " + a_pid + "; sleep 0.1; exit 1"), Member("b", "sleep 30")}).ok());
   sup.AllowRestarts();
-  usleep(400 * 1000);  // a has exited and waits for its restart
+  // a has exited, the supervisor has reaped it, and it waits for its restart.
+  ASSERT_TRUE(WaitFor([&] {
+    std::ifstream in(a_pid);
+    pid_t p = 0;
+    return static_cast<bool>(in >> p) && kill(p, 0) != 0;
+  }));
   const auto t0 = std::chrono::steady_clock::now();
   sup.Stop();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
