@@ -56,6 +56,12 @@ class HttpServerTest : public ::testing::Test {
     }
     return closed;
   }
+  // Until at least n connections are closed by the server (5 s at most).
+  void WaitClosedByServer(int n) {
+    for (int i = 0; i < 500 && ClosedByServer() < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
 
   std::unique_ptr<HttpServer> server_;
   std::vector<int> open_;
@@ -109,7 +115,7 @@ TEST_F(HttpServerTest, RequestsReachHandlersWithHeadersAndBodies) {
   ASSERT_GE(fd, 0);
   const std::string part1 = "POST /echo HTTP/1.1\r\nContent-Length: 10\r\n\r\n01234";
   ASSERT_EQ(send(fd, part1.data(), part1.size(), MSG_NOSIGNAL), static_cast<ssize_t>(part1.size()));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the pause is what is tested
   ASSERT_EQ(send(fd, "56789", 5, MSG_NOSIGNAL), 5);
   std::string got;
   char buf[1024];
@@ -140,12 +146,12 @@ TEST_F(HttpServerTest, SlowClientsCannotStarveProbes) {
     auto r = HttpGet(server_->port(), "/readyz", 1000);
     EXPECT_EQ(r.status, 200) << "probe " << i;
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500)) << "probe " << i;
-    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the clients' slowness is what is tested
   }
   // Trickling until well past the deadline: every one was closed.
   while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(3000)) {
     Trickle();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // as above
   }
   EXPECT_EQ(ClosedByServer(), 60);
 }
@@ -157,15 +163,15 @@ TEST_F(HttpServerTest, ConnectionLimitsEvictSlowClientsAndCapOnePeer) {
   OpenSlowClients(12, "127.0.0.2");
   OpenSlowClients(4, "127.0.0.3");
   OpenSlowClients(4, "127.0.0.2");  // over the per-peer cap: closed at once
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  WaitClosedByServer(4);
   EXPECT_EQ(ClosedByServer(), 4);
   for (int i = 0; i < 5; ++i) {
     auto r = HttpGet(server_->port(), "/readyz", 1000);
     EXPECT_EQ(r.status, 200) << "probe " << i;
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   // The first probe found the server full and evicted the oldest slow
   // client; the later ones found the slot it left when it finished.
+  WaitClosedByServer(4 + 1);
   EXPECT_EQ(ClosedByServer(), 4 + 1);
 }
 
