@@ -8,14 +8,11 @@ our C++ client. Also sends bad input (bad fields, huge strings, missing or
 wrong tokens, a second registration, streams dropped mid-way) and checks the
 daemon stays healthy after each. Every wait is bounded.
 
-Environment: TANDEM_PY_GEN (generated stubs), TANDEM_COORDINATOR_BIN.
+Environment: TANDEM_PY_GEN (generated stubs), TANDEM_COORDINATOR_BIN,
+TANDEM_WORKER_BIN, TANDEMCTL (tests/support/cluster.py).
 """
 import os
-import secrets
-import select
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,6 +20,9 @@ import unittest
 import urllib.request
 
 sys.path.insert(0, os.environ["TANDEM_PY_GEN"])
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+
+import cluster as launcher  # noqa: E402  tests/support/cluster.py
 
 import grpc  # noqa: E402
 from tandem.v1 import cluster_pb2, cluster_pb2_grpc, control_pb2, control_pb2_grpc, job_pb2  # noqa: E402
@@ -46,60 +46,32 @@ def tiny_spec(name="py-sft", workers=1, steps=3):
 
 
 class Coordinator:
-    """A tandem-coordinator child process in its own process group."""
+    """A tandem-coordinator started by the test-cluster launcher
+    (tests/support/cluster.py): 127.0.0.1, ephemeral ports, fresh tokens,
+    returns once /readyz answers."""
 
     def __init__(self, workdir):
         self.dir = workdir
-        self.admin = secrets.token_hex(32)
-        self.join = secrets.token_hex(32)
-        for fname, tok in (("admin.token", self.admin), ("join.token", self.join)):
-            path = os.path.join(workdir, fname)
-            with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-                f.write(tok + "\n")
-        self.log = open(os.path.join(workdir, "coordinator.log"), "wb")
-        self.proc = subprocess.Popen(
-            [os.environ["TANDEM_COORDINATOR_BIN"], "--listen", "127.0.0.1:0",
-             "--metrics-listen", "127.0.0.1:0", "--state-dir", os.path.join(workdir, "state"),
-             "--admin-token-file", os.path.join(workdir, "admin.token"),
-             "--join-token-file", os.path.join(workdir, "join.token")],
-            stdout=subprocess.PIPE, stderr=self.log, start_new_session=True)
-        self.grpc_addr = self.metrics_addr = None
-        deadline = time.time() + 30
-        buf = b""
-        while time.time() < deadline and self.grpc_addr is None:
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
-            if not ready:
-                if self.proc.poll() is not None:
-                    break
-                continue
-            chunk = os.read(self.proc.stdout.fileno(), 4096)
-            if not chunk:
-                break
-            buf += chunk
-            for line in buf.decode(errors="replace").splitlines():
-                if line.startswith("tandem-coordinator listening"):
-                    for field in line.split():
-                        if field.startswith("grpc="):
-                            self.grpc_addr = field[5:]
-                        if field.startswith("metrics="):
-                            self.metrics_addr = field[8:]
-        if self.grpc_addr is None:
-            self.stop()
-            raise RuntimeError("coordinator did not become ready; see " + self.log.name)
+        self.cluster = launcher.Cluster(workdir, bins=launcher.default_bins())
+        self.cluster.start_coordinator()
+        with open(self.cluster.desc["admin_token_file"]) as f:
+            self.admin = f.read().strip()
+        with open(self.cluster.desc["join_token_file"]) as f:
+            self.join = f.read().strip()
+        self.grpc_addr = self.cluster.grpc
+        self.metrics_addr = self.cluster.metrics
         self.channel = grpc.insecure_channel(self.grpc_addr)
         self.control = control_pb2_grpc.ControlStub(self.channel)
-        self.cluster = cluster_pb2_grpc.ClusterStub(self.channel)
+        self.cluster_stub = cluster_pb2_grpc.ClusterStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
 
+    def running(self):
+        return self.cluster.running(launcher.COORDINATOR)
+
     def stop(self):
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=5)
-        self.log.close()
+        """Stops it; its exit code."""
+        self.cluster.down()
+        return self.cluster.exit_code(launcher.COORDINATOR)
 
 
 def md(token):
@@ -114,8 +86,7 @@ class ControlContractTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        cls.coord.stop()
-        rc = cls.coord.proc.returncode
+        rc = cls.coord.stop()
         shutil.rmtree(cls.tmp, ignore_errors=True)
         assert rc is not None
 
@@ -131,7 +102,7 @@ class ControlContractTest(unittest.TestCase):
         return md(self.coord.join) + (("x-tandem-worker-credential", registered.worker_credential),)
 
     def assertHealthy(self):
-        self.assertIsNone(self.coord.proc.poll(), "coordinator exited")
+        self.assertTrue(self.coord.running(), "coordinator exited")
         resp = self.coord.health.Check(health_pb2.HealthCheckRequest(service=""), timeout=RPC_TIMEOUT)
         self.assertEqual(resp.status, health_pb2.HealthCheckResponse.SERVING)
         if self.coord.metrics_addr:
@@ -148,7 +119,7 @@ class ControlContractTest(unittest.TestCase):
         return cm.exception
 
     def register(self, name, credential="", timeout=RPC_TIMEOUT):
-        return self.coord.cluster.RegisterWorker(
+        return self.coord.cluster_stub.RegisterWorker(
             cluster_pb2.RegisterWorkerRequest(name=name, host="py-host", device=job_pb2.DEVICE_KIND_CPU,
                                               device_count=1, memory_bytes=1 << 30, version="py",
                                               data_address="127.0.0.1", worker_credential=credential),
@@ -204,7 +175,7 @@ class ControlContractTest(unittest.TestCase):
         named = [w for w in workers.workers if w.name == "py-twice"]
         self.assertEqual(len(named), 1)
         self.assertEqual(named[0].host, "py-host")
-        hb = self.coord.cluster.Heartbeat(cluster_pb2.HeartbeatRequest(worker_id=a.worker_id),
+        hb = self.coord.cluster_stub.Heartbeat(cluster_pb2.HeartbeatRequest(worker_id=a.worker_id),
                                           metadata=self.worker(a), timeout=RPC_TIMEOUT)
         self.assertFalse(hb.reregister)
         self.assertHealthy()
@@ -220,7 +191,7 @@ class ControlContractTest(unittest.TestCase):
         # A worker (join) token cannot call Control.
         self.assertCode(auth + [grpc.StatusCode.PERMISSION_DENIED], self.coord.control.ListJobs,
                         control_pb2.ListJobsRequest(), metadata=self.join())
-        self.assertCode(auth, self.coord.cluster.RegisterWorker,
+        self.assertCode(auth, self.coord.cluster_stub.RegisterWorker,
                         cluster_pb2.RegisterWorkerRequest(name="nope", device=job_pb2.DEVICE_KIND_CPU))
 
     # -- bad input -------------------------------------------------------
@@ -269,10 +240,10 @@ class ControlContractTest(unittest.TestCase):
                         control_pb2.DrainWorkerRequest(worker="no-such-worker"), metadata=self.admin())
         # Without its credential a worker call is refused; an unknown worker
         # is told to register again (or refused), never crashes anything.
-        self.assertCode([grpc.StatusCode.UNAUTHENTICATED], self.coord.cluster.Heartbeat,
+        self.assertCode([grpc.StatusCode.UNAUTHENTICATED], self.coord.cluster_stub.Heartbeat,
                         cluster_pb2.HeartbeatRequest(worker_id="w-unknown"), metadata=self.join())
         try:
-            hb = self.coord.cluster.Heartbeat(cluster_pb2.HeartbeatRequest(worker_id="w-unknown"),
+            hb = self.coord.cluster_stub.Heartbeat(cluster_pb2.HeartbeatRequest(worker_id="w-unknown"),
                                               metadata=self.join() + (("x-tandem-worker-credential", "f" * 64),),
                                               timeout=RPC_TIMEOUT)
             self.assertTrue(hb.reregister)
@@ -283,7 +254,7 @@ class ControlContractTest(unittest.TestCase):
         self.assertCode([grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INVALID_ARGUMENT],
                         self.coord.control.GetJob, control_pb2.GetJobRequest(job_id="z" * (80 << 20)),
                         metadata=self.admin())
-        self.assertCode([grpc.StatusCode.INVALID_ARGUMENT], self.coord.cluster.RegisterWorker,
+        self.assertCode([grpc.StatusCode.INVALID_ARGUMENT], self.coord.cluster_stub.RegisterWorker,
                         cluster_pb2.RegisterWorkerRequest(name="n" * 100000, device=job_pb2.DEVICE_KIND_CPU),
                         metadata=self.join())
 
@@ -298,14 +269,17 @@ class ControlContractTest(unittest.TestCase):
             call.cancel()
         w = self.register("py-attach")
         for _ in range(3):
-            call = self.coord.cluster.Attach(cluster_pb2.AttachRequest(worker_id=w.worker_id), metadata=self.worker(w))
+            call = self.coord.cluster_stub.Attach(cluster_pb2.AttachRequest(worker_id=w.worker_id),
+                                                  metadata=self.worker(w))
+            # Attach sends nothing until there is a command, so no event says
+            # the stream is open: a moment open, then dropped, is the scenario.
             time.sleep(0.2)
             call.cancel()
         # A fresh channel that vanishes while streaming.
         ch = grpc.insecure_channel(self.coord.grpc_addr)
         stub = control_pb2_grpc.ControlStub(ch)
         call = stub.WatchJob(control_pb2.WatchJobRequest(job_id=job.job_id), metadata=self.admin())
-        time.sleep(0.2)
+        self.assertEqual(next(call).job_id, job.job_id)  # streaming: the snapshot came
         ch.close()
         self.coord.control.CancelJob(control_pb2.CancelJobRequest(job_id=job.job_id), metadata=self.admin(),
                                      timeout=RPC_TIMEOUT)
