@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -288,6 +289,8 @@ TEST_F(CoordinatorTest, BadInputAndCredentialsGetClearErrors) {
     attach.set_worker_id("w-1");
     auto ctx = WorkerCtx(kJoin, credential);
     auto reader = cluster_->Attach(ctx.get(), attach);
+    // Attach sends nothing until there is a command, so no event says the
+    // stream is open: a moment open, then dropped, is the scenario.
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     ctx->TryCancel();
     tandem::v1::WorkerCommand c;
@@ -880,7 +883,13 @@ TEST_F(CoordinatorTest, RestartContinuesRunningJobFromCursor) {
   a->stall = stall;
   std::string id = Submit(SftSpec(2, 3));
   WaitFor(id, [](const auto& j) { return j.step() == 1; });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Step 2 is in flight: beta has run it, alpha holds it.
+  auto ran_step2 = [b] {
+    const auto p = b->phases();
+    return std::find(p.begin(), p.end(), "PHASE_SFT_STEP(2)") != p.end();
+  };
+  for (int i = 0; i < 400 && !ran_step2(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  ASSERT_TRUE(ran_step2()) << "beta never ran step 2";
   // Restart on the same state dir and port while step 2 is in flight.
   std::string port = address().substr(address().rfind(':') + 1);
   coordinator_.reset();

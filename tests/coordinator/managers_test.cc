@@ -290,7 +290,9 @@ TEST(MembershipTest, SupersededStreamLeavesCommandsForTheNewStream) {
   std::thread old_stream([&] {
     old_result = queue->Pop(old_epoch, 10000, &old_got);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the old stream waits in Pop
+  // The old stream waits in Pop (nothing observable says so; the new attach
+  // must end that wait whether it started or not).
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   tandem::v1::RegisterWorkerRequest again = Reg("a");
   again.set_worker_id("w-1");
   again.set_worker_credential(first->credential);
