@@ -73,7 +73,8 @@ trap 'exit 130' INT
 # start_coordinator [extra flags]: starts it (through the launcher) on
 # $WORK/state and waits until /readyz answers; sets COORD_PID, GRPC_ADDR,
 # METRICS_ADDR. Started again after it stopped, it listens on the same gRPC
-# port (the workers' address stays valid); new flags replace the old ones.
+# port (the workers' address stays valid), with the flags it had unless new
+# ones are given.
 start_coordinator() {
   cluster start-coordinator -- "$@" >/dev/null || fail "coordinator did not start"
   COORD_PID=$(cluster get members.coordinator.pid)
