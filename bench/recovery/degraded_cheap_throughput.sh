@@ -32,12 +32,9 @@ echo "|---|---|---|---|---|---|---|"
 n=0
 for mode in ${MODES:-exact cheap cheap-lr}; do
   n=$((n + 1))
-  PIDS=()
   for w in a b c d; do
     start_worker "$w$n"
-    PIDS+=("$LAST_WORKER_PID")
   done
-  VICTIM=${PIDS[3]}
   wait_until 30 workers_idle_at_least 4 || fail "workers did not register"
   extra=()
   [[ $mode == cheap* ]] && extra+=(--set recovery.degraded_cheap_backward=true)
@@ -51,12 +48,10 @@ for mode in ${MODES:-exact cheap cheap-lr}; do
   for _ in $(seq 1 1200); do steps_seen && break; sleep 0.5; done
   steps_seen || fail "no progress"
   KILL_T=$(date +%s.%N)
-  kill -KILL -- "-$VICTIM"
+  kill_member KILL "d$n"
   wait "$WATCH" || true
   job_in_state "$ID" SUCCEEDED || fail "$mode job is $(job_state "$ID")"
-  for p in "${PIDS[@]:0:3}"; do kill -TERM -- "-$p" 2>/dev/null || true; done
-  wait_until 30 bash -c "! kill -0 ${PIDS[0]} 2>/dev/null && ! kill -0 ${PIDS[1]} 2>/dev/null && ! kill -0 ${PIDS[2]} 2>/dev/null" ||
-    fail "workers did not stop"
+  signal_and_wait TERM "a$n" "b$n" "c$n"
   python3 - "$WORK/events-$mode.jsonl" "$KILL_T" "$mode" <<'PY'
 import json, statistics, sys
 path, kill_t, mode = sys.argv[1], float(sys.argv[2]), sys.argv[3]

@@ -27,9 +27,7 @@ n=0
 for mode in ${MODES:-exact cheap}; do
   n=$((n + 1))
   start_worker "a$n"
-  SURVIVOR=$LAST_WORKER_PID
   start_worker "b$n"
-  VICTIM=$LAST_WORKER_PID
   wait_until 30 workers_idle_at_least 2 || fail "workers did not register"
   extra=()
   [[ $mode == cheap ]] && extra=(--set recovery.degraded_cheap_backward=true)
@@ -43,15 +41,13 @@ for mode in ${MODES:-exact cheap}; do
   for _ in $(seq 1 600); do steps_seen && break; sleep 0.5; done
   steps_seen || fail "no progress"
   KILL_T=$(date +%s.%N)
-  kill -KILL -- "-$VICTIM"
+  kill_member KILL "b$n"
   sleep "$DEGRADED_S"
   start_worker "c$n"
-  SPARE=$LAST_WORKER_PID
   wait "$WATCH" || true
   job_in_state "$ID" SUCCEEDED || fail "$mode job is $(job_state "$ID")"
   # No idle worker may be left for the next mode.
-  kill -TERM -- "-$SURVIVOR" "-$SPARE" 2>/dev/null || true
-  wait_until 30 bash -c "! kill -0 $SURVIVOR 2>/dev/null && ! kill -0 $SPARE 2>/dev/null" || fail "workers did not stop"
+  signal_and_wait TERM "a$n" "c$n"
   python3 - "$WORK/events-$mode.jsonl" "$KILL_T" "$mode" <<'PY'
 import json, sys
 path, kill_t, mode = sys.argv[1], float(sys.argv[2]), sys.argv[3]
