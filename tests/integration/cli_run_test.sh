@@ -50,6 +50,12 @@ expect_exit 0 ctl cancel "$ID"
 rc=0
 wait "$WATCHER" || rc=$?
 ((rc == 3)) || { cat "$WORK/cancel-watch.txt" >&2; fail "watch of a cancelled job exited $rc, not 3"; }
+# Its events, oldest first: the submission's state first, the cancellation last.
+expect_exit 0 ctl events "$ID" --output json
+[[ $(head -n 1 "$WORK/out.txt") == *'"kind":"state"'* ]] || { cat "$WORK/out.txt" >&2; fail "first event not a state"; }
+[[ $(tail -n 1 "$WORK/out.txt") == *JOB_STATE_CANCELLED* ]] || { cat "$WORK/out.txt" >&2; fail "last event not CANCELLED"; }
+expect_exit 0 ctl events "$ID"
+expect_output "^\[state\] "
 # drain: the worker takes no new job
 expect_exit 0 ctl drain w1
 expect_output "DRAINING"
