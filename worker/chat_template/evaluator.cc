@@ -1,3 +1,5 @@
+// One file on purpose: the interpreter is one mutually recursive walk over
+// the AST (statements, expressions, calls, loops and macros; see evaluator.h).
 #include "worker/chat_template/evaluator.h"
 
 #include <algorithm>

@@ -1,5 +1,7 @@
 // jinja2's filters and tests (the ones chat templates use) with
 // transformers' tojson.
+// One file on purpose: the name -> function tables and the functions they
+// name, sharing the attribute getter, number parsing and lazy generators.
 #include <algorithm>
 #include <cerrno>
 #include <cmath>

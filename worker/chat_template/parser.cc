@@ -1,3 +1,5 @@
+// One file on purpose: a recursive-descent parser whose statement and
+// expression rules call each other (grammar in parser.h).
 #include "worker/chat_template/parser.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// One file on purpose: the Value type's constructors, Python semantics
+// (equality, ordering, truth, repr, str) and JSON conversion (value.h).
 #include "worker/chat_template/value.h"
 
 #include <algorithm>
