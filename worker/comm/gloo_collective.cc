@@ -32,6 +32,9 @@
 //  3. a Gloo barrier, also bounded by connect_timeout (abortable as any
 //     collective). The context then gets the full timeout for later calls.
 // An abort during any step returns Aborted within about one slice (200 ms).
+//
+// One file on purpose: one backend class whose operations share Run(), the
+// abort registry of waiting buffers and the ring helpers.
 #include <algorithm>
 #include <bit>
 #include <cstring>
