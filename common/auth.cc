@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/base/status_macros.h"
 #include "common/yaml_proto.h"
 
 namespace tandem::common {
@@ -152,17 +153,13 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
       : ca_file.empty()   ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
                           : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
   grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-  auto cert = ReadPem(cert_file, "tls.cert");
-  if (!cert.ok()) return cert.status();
-  auto key = ReadPem(key_file, "tls.key");
-  if (!key.ok()) return key.status();
-  pair.cert_chain = *cert;
-  pair.private_key = *key;
+  ASSIGN_OR_RETURN(auto cert, ReadPem(cert_file, "tls.cert"));
+  ASSIGN_OR_RETURN(auto key, ReadPem(key_file, "tls.key"));
+  pair.cert_chain = cert;
+  pair.private_key = key;
   options.pem_key_cert_pairs.push_back(pair);
   if (!ca_file.empty()) {
-    auto ca = ReadPem(ca_file, "tls.ca");
-    if (!ca.ok()) return ca.status();
-    options.pem_root_certs = *ca;
+    ASSIGN_OR_RETURN(options.pem_root_certs, ReadPem(ca_file, "tls.ca"));
   }
   return grpc::SslServerCredentials(options);
 }
@@ -171,16 +168,12 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
     const std::string& ca_file, const std::string& cert_file, const std::string& key_file) {
   if (ca_file.empty()) return grpc::InsecureChannelCredentials();
   grpc::SslCredentialsOptions options;
-  auto ca = ReadPem(ca_file, "tls ca");
-  if (!ca.ok()) return ca.status();
-  options.pem_root_certs = *ca;
+  ASSIGN_OR_RETURN(options.pem_root_certs, ReadPem(ca_file, "tls ca"));
   if (!cert_file.empty()) {
-    auto cert = ReadPem(cert_file, "tls cert");
-    if (!cert.ok()) return cert.status();
-    auto key = ReadPem(key_file, "tls key");
-    if (!key.ok()) return key.status();
-    options.pem_cert_chain = *cert;
-    options.pem_private_key = *key;
+    ASSIGN_OR_RETURN(auto cert, ReadPem(cert_file, "tls cert"));
+    ASSIGN_OR_RETURN(auto key, ReadPem(key_file, "tls key"));
+    options.pem_cert_chain = cert;
+    options.pem_private_key = key;
   }
   return grpc::SslCredentials(options);
 }

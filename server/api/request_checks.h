@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 
 namespace tandem::server {
 
@@ -42,7 +43,7 @@ inline absl::Status CheckText(const std::string& field, const std::string& value
 // the length, no control characters but tab, so a value cannot forge log
 // lines or break `tandemctl` tables.
 inline absl::Status CheckLine(const std::string& field, const std::string& value, size_t max_bytes) {
-  if (absl::Status st = CheckText(field, value, max_bytes); !st.ok()) return st;
+  RETURN_IF_ERROR(CheckText(field, value, max_bytes));
   for (unsigned char c : value) {
     if ((c < 0x20 && c != '\t') || c == 0x7f) {
       return absl::InvalidArgumentError(

@@ -1,4 +1,3 @@
-#include <tuple>
 #include "server/cli/control_client.h"
 
 #include <grpcpp/grpcpp.h>
@@ -7,10 +6,12 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <tuple>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "absl/strings/ascii.h"
+#include "common/base/status_macros.h"
 #include "server/cli/exit_codes.h"
 
 namespace tandem::cli {
@@ -29,9 +30,8 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path, const char* w
 }  // namespace
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  auto text = ReadSmallFile(path, "token");
-  if (!text.ok()) return text.status();
-  std::string token(absl::StripAsciiWhitespace(text->substr(0, text->find('\n'))));
+  ASSIGN_OR_RETURN(auto text, ReadSmallFile(path, "token"));
+  std::string token(absl::StripAsciiWhitespace(text.substr(0, text.find('\n'))));
   if (token.empty()) return absl::InvalidArgumentError(absl::StrCat("token file ", path, " is empty"));
   return token;
 }
@@ -41,9 +41,7 @@ absl::StatusOr<ClientOptions> ClientOptionsFromArgs(const ParsedArgs& args) {
   if (const char* env = std::getenv("TANDEM_COORDINATOR"); env != nullptr && *env) o.coordinator = env;
   if (args.Has("coordinator")) o.coordinator = args.Get("coordinator");
   if (args.Has("token-file")) {
-    auto token = ReadTokenFile(args.Get("token-file"));
-    if (!token.ok()) return token.status();
-    o.token = *token;
+    ASSIGN_OR_RETURN(o.token, ReadTokenFile(args.Get("token-file")));
   } else if (const char* env = std::getenv("TANDEM_ADMIN_TOKEN"); env != nullptr && *env) {
     o.token = std::string(absl::StripAsciiWhitespace(env));
   }
@@ -52,9 +50,7 @@ absl::StatusOr<ClientOptions> ClientOptionsFromArgs(const ParsedArgs& args) {
     if (const char* env = std::getenv("TANDEM_TLS_CA"); env != nullptr) ca = env;
   }
   if (!ca.empty()) {
-    auto pem = ReadSmallFile(ca, "CA");
-    if (!pem.ok()) return pem.status();
-    o.tls_ca_pem = *pem;
+    ASSIGN_OR_RETURN(o.tls_ca_pem, ReadSmallFile(ca, "CA"));
   }
   for (auto [flag, env, out] : {std::tuple{"tls-cert", "TANDEM_TLS_CERT", &o.tls_cert_pem},
                                 std::tuple{"tls-key", "TANDEM_TLS_KEY", &o.tls_key_pem}}) {
@@ -63,9 +59,8 @@ absl::StatusOr<ClientOptions> ClientOptionsFromArgs(const ParsedArgs& args) {
       if (const char* e = std::getenv(env); e != nullptr) path = e;
     }
     if (path.empty()) continue;
-    auto pem = ReadSmallFile(path, flag);
-    if (!pem.ok()) return pem.status();
-    *out = *pem;
+    ASSIGN_OR_RETURN(auto pem, ReadSmallFile(path, flag));
+    *out = pem;
   }
   if (o.tls_cert_pem.empty() != o.tls_key_pem.empty()) {
     return absl::InvalidArgumentError("--tls-cert and --tls-key go together (mutual TLS)");

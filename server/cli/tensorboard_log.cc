@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 
 namespace tandem::cli {
 namespace fs = std::filesystem;
@@ -35,9 +36,8 @@ absl::StatusOr<std::unique_ptr<TensorBoardLog>> TensorBoardLog::Create(const fs:
     }
   }
   const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  auto writer = TfEventsWriter::Create(dir, now);
-  if (!writer.ok()) return writer.status();
-  return std::unique_ptr<TensorBoardLog>(new TensorBoardLog(std::move(*writer)));
+  ASSIGN_OR_RETURN(auto writer, TfEventsWriter::Create(dir, now));
+  return std::unique_ptr<TensorBoardLog>(new TensorBoardLog(std::move(writer)));
 }
 
 absl::Status TensorBoardLog::Record(const nlohmann::json& step) {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/crc32c.h"
 
 namespace tandem::cli {
@@ -87,7 +88,7 @@ absl::StatusOr<std::unique_ptr<TfEventsWriter>> TfEventsWriter::Create(const std
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return absl::UnavailableError(absl::StrCat("cannot create ", path.string()));
   std::unique_ptr<TfEventsWriter> w(new TfEventsWriter(path, std::move(out)));
-  if (absl::Status st = w->Append(EncodeFileVersionEvent(wall_time)); !st.ok()) return st;
+  RETURN_IF_ERROR(w->Append(EncodeFileVersionEvent(wall_time)));
   return w;
 }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/auth.h"
+#include "common/base/status_macros.h"
 
 namespace tandem::server {
 namespace {
@@ -106,8 +107,7 @@ absl::StatusOr<std::string> DashboardAccess::Login(const HttpRequest& request, c
   if (token.empty() || !common::ConstantTimeEquals(token, admin_token_)) {
     return absl::UnauthenticatedError("wrong token: the dashboard needs the admin token");
   }
-  auto session = common::GenerateToken();
-  if (!session.ok()) return session.status();
+  ASSIGN_OR_RETURN(auto session, common::GenerateToken());
   const int64_t now = clock_->NowMs();
   absl::MutexLock lock(&mu_);
   for (auto it = sessions_.begin(); it != sessions_.end();) {
@@ -118,8 +118,8 @@ absl::StatusOr<std::string> DashboardAccess::Login(const HttpRequest& request, c
     sessions_.erase(std::min_element(sessions_.begin(), sessions_.end(),
                                      [](const auto& a, const auto& b) { return a.second < b.second; }));
   }
-  sessions_[common::CredentialDigest(*session)] = now + session_lifetime_ms_;
-  return *session;
+  sessions_[common::CredentialDigest(session)] = now + session_lifetime_ms_;
+  return session;
 }
 
 void DashboardAccess::Logout(const HttpRequest& request) {

@@ -4,13 +4,14 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "common/base/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "server/api/request_checks.h"
 #include "server/dashboard/phase_timeline.h"
 #include "server/dashboard/query_params.h"
 #include "server/jobs/job_manager.h"
-#include "server/membership/membership.h"
 #include "server/jobs/phase_plan.h"
-#include "server/api/request_checks.h"
+#include "server/membership/membership.h"
 
 namespace tandem::server {
 namespace {
@@ -80,7 +81,7 @@ std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 absl::StatusOr<std::string> JobIdParam(const QueryParams& q) {
   const std::string id = q.Get("id");
-  if (absl::Status st = CheckId("id", id); !st.ok()) return st;
+  RETURN_IF_ERROR(CheckId("id", id));
   return id;
 }
 

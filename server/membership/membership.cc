@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/base/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace tandem::server {
@@ -73,11 +74,10 @@ void Membership::Persist(const WorkerInfo& info) {
 
 absl::Status Membership::Load() {
   if (store_ == nullptr) return absl::OkStatus();
-  auto workers = store_->LoadWorkers();
-  if (!workers.ok()) return workers.status();
+  ASSIGN_OR_RETURN(auto workers, store_->LoadWorkers());
   absl::MutexLock lock(&mu_);
   const int64_t grace = std::max(config_.lease_ms(), config_.reattach_grace_ms());
-  for (auto& w : *workers) {
+  for (auto& w : workers) {
     Entry e;
     e.info = w.info;
     e.credential_digest = w.credential_digest;
@@ -126,9 +126,7 @@ absl::StatusOr<RegisterResult> Membership::Register(const tandem::v1::RegisterWo
   RegisterResult result;
   std::string credential = proven ? req.worker_credential() : "";
   if (credential.empty()) {
-    auto fresh = common::GenerateToken();
-    if (!fresh.ok()) return fresh.status();
-    credential = *fresh;
+    ASSIGN_OR_RETURN(credential, common::GenerateToken());
   }
   const double now = clock_->WallSeconds();
   if (e == nullptr) {

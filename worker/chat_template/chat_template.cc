@@ -6,10 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
+#include "worker/chat_template/absl_view.h"
 #include "worker/chat_template/ast.h"
 #include "worker/chat_template/evaluator.h"
 #include "worker/chat_template/parser.h"
-#include "worker/chat_template/status_macros.h"
 
 namespace tandem::chat_template {
 namespace {
@@ -39,7 +40,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }
 
 absl::StatusOr<Json> ReadJson(const std::string& path) {
-  CT_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   try {
     return Json::parse(text);
   } catch (const Json::parse_error& e) {
@@ -78,8 +79,8 @@ absl::StatusOr<std::string> PickTemplate(const Json& t, std::string_view name, c
 }  // namespace
 
 absl::StatusOr<ChatTemplate> ChatTemplate::Parse(std::string_view source, const Limits& limits) {
-  CT_ASSIGN_OR_RETURN(TemplateAst ast, ParseTemplate(source, limits));
-  CT_RETURN_IF_ERROR(FoldConstants(&ast, limits));
+  ASSIGN_OR_RETURN(TemplateAst ast, ParseTemplate(source, limits));
+  RETURN_IF_ERROR(FoldConstants(&ast, limits));
   return ChatTemplate(std::make_shared<const TemplateAst>(std::move(ast)), limits);
 }
 
@@ -88,7 +89,7 @@ absl::StatusOr<std::string> ChatTemplate::Render(const Json& messages, bool add_
   if (!messages.is_array()) return absl::InvalidArgumentError("messages must be a JSON array");
   if (!extra.is_object()) return absl::InvalidArgumentError("template variables must be a JSON object");
   DictData vars;
-  CT_ASSIGN_OR_RETURN(Value msgs, JsonValue(messages, "messages"));
+  ASSIGN_OR_RETURN(Value msgs, JsonValue(messages, "messages"));
   vars.Set("messages", msgs);
   vars.Set("tools", Value::None());
   vars.Set("documents", Value::None());
@@ -97,34 +98,34 @@ absl::StatusOr<std::string> ChatTemplate::Render(const Json& messages, bool add_
     if (key == "messages" || key == "add_generation_prompt") {
       return absl::InvalidArgumentError(absl::StrCat("template variable '", key, "' is set by the renderer"));
     }
-    CT_ASSIGN_OR_RETURN(Value v, JsonValue(value, key));
+    ASSIGN_OR_RETURN(Value v, JsonValue(value, key));
     vars.Set(key, std::move(v));
   }
   Interpreter interp(limits_, now_);
   std::string out;
-  CT_RETURN_IF_ERROR(interp.Render(*ast_, vars, &out));
+  RETURN_IF_ERROR(interp.Render(*ast_, vars, &out));
   return out;
 }
 
 absl::StatusOr<TokenizerChatTemplate> LoadTokenizerChatTemplate(const std::string& dir,
                                                                 std::string_view name) {
   const std::string config_path = dir + "/tokenizer_config.json";
-  CT_ASSIGN_OR_RETURN(Json config, ReadJson(config_path));
+  ASSIGN_OR_RETURN(Json config, ReadJson(config_path));
   if (!config.is_object())
     return absl::InvalidArgumentError(absl::StrCat(config_path, ": not a JSON object"));
   TokenizerChatTemplate out;
   const std::string jinja_path = dir + "/chat_template.jinja";
   const std::string json_path = dir + "/chat_template.json";
   if (FileExists(jinja_path)) {
-    CT_ASSIGN_OR_RETURN(out.source, ReadFile(jinja_path));
+    ASSIGN_OR_RETURN(out.source, ReadFile(jinja_path));
   } else if (FileExists(json_path)) {
-    CT_ASSIGN_OR_RETURN(Json j, ReadJson(json_path));
+    ASSIGN_OR_RETURN(Json j, ReadJson(json_path));
     if (!j.is_object() || !j.contains("chat_template")) {
       return absl::InvalidArgumentError(absl::StrCat(json_path, ": has no \"chat_template\""));
     }
-    CT_ASSIGN_OR_RETURN(out.source, PickTemplate(j["chat_template"], name, json_path));
+    ASSIGN_OR_RETURN(out.source, PickTemplate(j["chat_template"], name, json_path));
   } else if (config.contains("chat_template") && !config["chat_template"].is_null()) {
-    CT_ASSIGN_OR_RETURN(out.source, PickTemplate(config["chat_template"], name, config_path));
+    ASSIGN_OR_RETURN(out.source, PickTemplate(config["chat_template"], name, config_path));
   } else {
     return absl::NotFoundError(
         absl::StrCat(dir, ": no chat template (no chat_template.jinja, no chat_template.json, ",

@@ -1,3 +1,5 @@
+// One file on purpose: the interpreter is one mutually recursive walk over
+// the AST (statements, expressions, calls, loops and macros; see evaluator.h).
 #include "worker/chat_template/evaluator.h"
 
 #include <algorithm>
@@ -5,9 +7,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "worker/chat_template/absl_view.h"
 #include "worker/chat_template/builtins.h"
 #include "worker/chat_template/lexer.h"
-#include "worker/chat_template/status_macros.h"
 #include "worker/chat_template/text.h"
 
 namespace tandem::chat_template {
@@ -200,7 +203,7 @@ absl::Status Interpreter::Append(std::string_view text, std::string* out) {
 absl::Status Interpreter::Render(const TemplateAst& ast, const DictData& variables, std::string* out) {
   variables_ = &variables;
   auto root = std::make_shared<Scope>();
-  CT_ASSIGN_OR_RETURN(Flow flow, Exec(ast.body, root, out));
+  ASSIGN_OR_RETURN(Flow flow, Exec(ast.body, root, out));
   (void)flow;
   return absl::OkStatus();
 }
@@ -220,7 +223,7 @@ Value Interpreter::Lookup(const std::string& name, const ScopePtr& scope) const 
 // ---- attribute and item access ----
 
 absl::StatusOr<Value> Interpreter::GetAttr(const Value& obj, std::string_view name) {
-  CT_RETURN_IF_ERROR(Step());
+  RETURN_IF_ERROR(Step());
   const std::string missing = absl::StrCat("'", ObjectTypeRepr(obj), "' has no attribute '", AV(name), "'");
   switch (obj.kind()) {
     case Kind::kUndefined:
@@ -248,7 +251,7 @@ absl::StatusOr<Value> Interpreter::GetAttr(const Value& obj, std::string_view na
 }
 
 absl::StatusOr<Value> Interpreter::GetItem(const Value& obj, const Value& key) {
-  CT_RETURN_IF_ERROR(Step());
+  RETURN_IF_ERROR(Step());
   if (obj.is_undefined()) return UndefinedError(obj);
   switch (obj.kind()) {
     case Kind::kDict:
@@ -309,7 +312,7 @@ absl::StatusOr<Value> Interpreter::EvalSlice(const Value& obj, const Expr& slice
   bool bad_bound = false;
   for (int k = 0; k < 3; ++k) {
     if (!slice.operands[k]) continue;
-    CT_ASSIGN_OR_RETURN(Value v, Eval(*slice.operands[k], scope));
+    ASSIGN_OR_RETURN(Value v, Eval(*slice.operands[k], scope));
     if (v.is_none()) continue;
     if (!v.is_integer_like()) {
       bad_bound = true;
@@ -345,13 +348,13 @@ absl::StatusOr<Value> Interpreter::EvalSlice(const Value& obj, const Expr& slice
       std::vector<char32_t> cps = text::Decode(s);
       pick(static_cast<int64_t>(cps.size()), [&](size_t i) { text::AppendUtf8(cps[i], &out); });
     }
-    CT_RETURN_IF_ERROR(ChargeString(out.size()));
+    RETURN_IF_ERROR(ChargeString(out.size()));
     return Value::String(std::move(out));
   }
   const auto& items = obj.list().items;
   std::vector<Value> out;
   pick(static_cast<int64_t>(items.size()), [&](size_t i) { out.push_back(items[i]); });
-  CT_RETURN_IF_ERROR(ChargeList(out.size()));
+  RETURN_IF_ERROR(ChargeList(out.size()));
   return Value::List(std::move(out), obj.list().kind);
 }
 
@@ -372,7 +375,7 @@ absl::StatusOr<Value> Interpreter::CallFilter(std::string_view name, const Value
       return absl::UnimplementedError(absl::StrCat("filter '", AV(name), "' is not supported"));
     return absl::InvalidArgumentError(absl::StrCat("no filter named '", AV(name), "'"));
   }
-  CT_RETURN_IF_ERROR(Step());
+  RETURN_IF_ERROR(Step());
   return fn(*this, input, args);
 }
 
@@ -383,7 +386,7 @@ absl::StatusOr<bool> Interpreter::CallTest(std::string_view name, const Value& i
       return absl::UnimplementedError(absl::StrCat("test '", AV(name), "' is not supported"));
     return absl::InvalidArgumentError(absl::StrCat("no test named '", AV(name), "'"));
   }
-  CT_RETURN_IF_ERROR(Step());
+  RETURN_IF_ERROR(Step());
   return fn(*this, input, args);
 }
 
@@ -419,7 +422,7 @@ absl::StatusOr<Value> Interpreter::CallMacro(const Stmt& macro, const ScopePtr& 
   for (size_t i = 0; i < n; ++i) {
     if (bound[i]) continue;
     if (i >= first_default) {
-      CT_ASSIGN_OR_RETURN(Value d, Eval(*macro.defaults[i - first_default], scope));
+      ASSIGN_OR_RETURN(Value d, Eval(*macro.defaults[i - first_default], scope));
       scope->vars[macro.params[i]] = std::move(d);
     } else {
       scope->vars[macro.params[i]] =
@@ -430,18 +433,18 @@ absl::StatusOr<Value> Interpreter::CallMacro(const Stmt& macro, const ScopePtr& 
   std::string out;
   absl::StatusOr<Flow> flow = Exec(macro.body, scope, &out);
   --call_depth_;
-  if (!flow.ok()) return flow.status();
+  RETURN_IF_ERROR(flow.status());
   return Value::String(std::move(out));
 }
 
 absl::Status Interpreter::EvalArgs(const Expr& e, size_t first, const ScopePtr& scope, CallArgs* args) {
   args->line = e.line;
   for (size_t i = first; i < e.operands.size(); ++i) {
-    CT_ASSIGN_OR_RETURN(Value v, Eval(*e.operands[i], scope));
+    ASSIGN_OR_RETURN(Value v, Eval(*e.operands[i], scope));
     args->positional.push_back(std::move(v));
   }
   for (const auto& k : e.keywords) {
-    CT_ASSIGN_OR_RETURN(Value v, Eval(*k.value, scope));
+    ASSIGN_OR_RETURN(Value v, Eval(*k.value, scope));
     args->keyword.emplace_back(k.name, std::move(v));
   }
   return absl::OkStatus();
@@ -472,13 +475,13 @@ absl::StatusOr<Value> Interpreter::Arith(BinaryOp op, const Value& a, const Valu
       }
       if (nums) return Value::Float(a.as_double() + b.as_double());
       if (a.is_string() && b.is_string()) {
-        CT_RETURN_IF_ERROR(ChargeString(a.str().size() + b.str().size()));
+        RETURN_IF_ERROR(ChargeString(a.str().size() + b.str().size()));
         return Value::String(a.str() + b.str());
       }
       if (IsSeq(a, false) && IsSeq(b, false) && a.list().kind == b.list().kind) {
         std::vector<Value> items = a.list().items;
         items.insert(items.end(), b.list().items.begin(), b.list().items.end());
-        CT_RETURN_IF_ERROR(ChargeList(items.size()));
+        RETURN_IF_ERROR(ChargeList(items.size()));
         return Value::List(std::move(items), a.list().kind);
       }
       if (a.is_string() || IsSeq(a, false)) {
@@ -523,7 +526,7 @@ absl::StatusOr<Value> Interpreter::Arith(BinaryOp op, const Value& a, const Valu
         if (!s.empty() && static_cast<uint64_t>(n) > limits_.max_output_bytes / s.size()) {
           return ChargeString(limits_.max_output_bytes + 1);
         }
-        CT_RETURN_IF_ERROR(ChargeString(s.size() * static_cast<size_t>(n)));
+        RETURN_IF_ERROR(ChargeString(s.size() * static_cast<size_t>(n)));
         std::string out;
         out.reserve(s.size() * static_cast<size_t>(n));
         for (int64_t i = 0; i < n; ++i) out += s;
@@ -534,7 +537,7 @@ absl::StatusOr<Value> Interpreter::Arith(BinaryOp op, const Value& a, const Valu
           static_cast<uint64_t>(n) > static_cast<uint64_t>(limits_.max_loop_iterations) / items.size()) {
         return ChargeList(static_cast<size_t>(limits_.max_loop_iterations) + 1);
       }
-      CT_RETURN_IF_ERROR(ChargeList(items.size() * static_cast<size_t>(n)));
+      RETURN_IF_ERROR(ChargeList(items.size() * static_cast<size_t>(n)));
       std::vector<Value> out;
       for (int64_t i = 0; i < n; ++i) out.insert(out.end(), items.begin(), items.end());
       return Value::List(std::move(out), seq->list().kind);
@@ -600,9 +603,9 @@ absl::StatusOr<Value> Interpreter::Arith(BinaryOp op, const Value& a, const Valu
 }
 
 absl::StatusOr<Value> Interpreter::EvalCompare(const Expr& e, const ScopePtr& scope) {
-  CT_ASSIGN_OR_RETURN(Value left, Eval(*e.operands[0], scope));
+  ASSIGN_OR_RETURN(Value left, Eval(*e.operands[0], scope));
   for (size_t i = 0; i < e.compare_ops.size(); ++i) {
-    CT_ASSIGN_OR_RETURN(Value right, Eval(*e.operands[i + 1], scope));
+    ASSIGN_OR_RETURN(Value right, Eval(*e.operands[i + 1], scope));
     bool result = false;
     switch (e.compare_ops[i]) {
       case CompareOp::kEq:
@@ -613,14 +616,14 @@ absl::StatusOr<Value> Interpreter::EvalCompare(const Expr& e, const ScopePtr& sc
         break;
       case CompareOp::kIn:
       case CompareOp::kNotIn: {
-        CT_ASSIGN_OR_RETURN(bool in, Contains(right, left));
+        ASSIGN_OR_RETURN(bool in, Contains(right, left));
         result = e.compare_ops[i] == CompareOp::kIn ? in : !in;
         break;
       }
       default: {
         static const char* kNames[] = {"==", "!=", "<", "<=", ">", ">="};
         const CompareOp op = e.compare_ops[i];
-        CT_ASSIGN_OR_RETURN(int c, Compare(left, right, kNames[static_cast<int>(op)]));
+        ASSIGN_OR_RETURN(int c, Compare(left, right, kNames[static_cast<int>(op)]));
         if (c == 2) {
           result = false;
         } else if (op == CompareOp::kLt) {
@@ -641,7 +644,7 @@ absl::StatusOr<Value> Interpreter::EvalCompare(const Expr& e, const ScopePtr& sc
 }
 
 absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, const ScopePtr& scope) {
-  CT_RETURN_IF_ERROR(Step());
+  RETURN_IF_ERROR(Step());
   switch (e.type) {
     case ExprType::kConst:
       return e.constant;
@@ -652,7 +655,7 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, const ScopePtr& scop
     case ExprType::kTuple: {
       std::vector<Value> items;
       for (const auto& o : e.operands) {
-        CT_ASSIGN_OR_RETURN(Value v, Eval(*o, scope));
+        ASSIGN_OR_RETURN(Value v, Eval(*o, scope));
         items.push_back(std::move(v));
       }
       Value l = Value::List(std::move(items), e.type == ExprType::kList ? SeqKind::kList : SeqKind::kTuple);
@@ -664,8 +667,8 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, const ScopePtr& scop
     case ExprType::kDict: {
       auto d = std::make_shared<DictData>();
       for (size_t i = 0; i + 1 < e.operands.size(); i += 2) {
-        CT_ASSIGN_OR_RETURN(Value k, Eval(*e.operands[i], scope));
-        CT_ASSIGN_OR_RETURN(Value v, Eval(*e.operands[i + 1], scope));
+        ASSIGN_OR_RETURN(Value k, Eval(*e.operands[i], scope));
+        ASSIGN_OR_RETURN(Value v, Eval(*e.operands[i + 1], scope));
         if (!k.is_string()) {
           return absl::UnimplementedError(
               absl::StrCat("dict keys of type '", TypeName(k), "' are not supported (only str)"));
@@ -678,22 +681,22 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, const ScopePtr& scop
       return Value::Dict(std::move(d));
     }
     case ExprType::kGetattr: {
-      CT_ASSIGN_OR_RETURN(Value obj, Eval(*e.operands[0], scope));
+      ASSIGN_OR_RETURN(Value obj, Eval(*e.operands[0], scope));
       return GetAttr(obj, e.name);
     }
     case ExprType::kGetitem: {
-      CT_ASSIGN_OR_RETURN(Value obj, Eval(*e.operands[0], scope));
+      ASSIGN_OR_RETURN(Value obj, Eval(*e.operands[0], scope));
       if (e.operands[1]->type == ExprType::kSlice) return EvalSlice(obj, *e.operands[1], scope);
-      CT_ASSIGN_OR_RETURN(Value key, Eval(*e.operands[1], scope));
+      ASSIGN_OR_RETURN(Value key, Eval(*e.operands[1], scope));
       return GetItem(obj, key);
     }
     case ExprType::kSlice:
       return absl::InvalidArgumentError("a slice outside a subscript");
     case ExprType::kCall: {
       if (const_mode_) return NotConstant();
-      CT_ASSIGN_OR_RETURN(Value callee, Eval(*e.operands[0], scope));
+      ASSIGN_OR_RETURN(Value callee, Eval(*e.operands[0], scope));
       CallArgs args;
-      CT_RETURN_IF_ERROR(EvalArgs(e, 1, scope, &args));
+      RETURN_IF_ERROR(EvalArgs(e, 1, scope, &args));
       return CallValue(callee, args);
     }
     case ExprType::kFilter: {
@@ -702,21 +705,21 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, const ScopePtr& scop
                           e.name == "selectattr" || e.name == "rejectattr")) {
         return NotConstant();
       }
-      CT_ASSIGN_OR_RETURN(Value input, Eval(*e.operands[0], scope));
+      ASSIGN_OR_RETURN(Value input, Eval(*e.operands[0], scope));
       CallArgs args;
-      CT_RETURN_IF_ERROR(EvalArgs(e, 1, scope, &args));
+      RETURN_IF_ERROR(EvalArgs(e, 1, scope, &args));
       return CallFilter(e.name, input, args);
     }
     case ExprType::kTest: {
-      CT_ASSIGN_OR_RETURN(Value input, Eval(*e.operands[0], scope));
+      ASSIGN_OR_RETURN(Value input, Eval(*e.operands[0], scope));
       CallArgs args;
-      CT_RETURN_IF_ERROR(EvalArgs(e, 1, scope, &args));
-      CT_ASSIGN_OR_RETURN(bool r, CallTest(e.name, input, args));
+      RETURN_IF_ERROR(EvalArgs(e, 1, scope, &args));
+      ASSIGN_OR_RETURN(bool r, CallTest(e.name, input, args));
       return Value::Bool(r);
     }
     case ExprType::kNeg:
     case ExprType::kPos: {
-      CT_ASSIGN_OR_RETURN(Value v, Eval(*e.operands[0], scope));
+      ASSIGN_OR_RETURN(Value v, Eval(*e.operands[0], scope));
       if (v.is_undefined()) return UndefinedError(v);
       if (v.is_integer_like()) {
         if (e.type == ExprType::kPos) return Value::Int(v.as_int());
@@ -729,34 +732,34 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, const ScopePtr& scop
                                     ": '", TypeName(v), "'"));
     }
     case ExprType::kNot: {
-      CT_ASSIGN_OR_RETURN(Value v, Eval(*e.operands[0], scope));
+      ASSIGN_OR_RETURN(Value v, Eval(*e.operands[0], scope));
       return Value::Bool(!Truthy(v));
     }
     case ExprType::kBinary: {
-      CT_ASSIGN_OR_RETURN(Value a, Eval(*e.operands[0], scope));
-      CT_ASSIGN_OR_RETURN(Value b, Eval(*e.operands[1], scope));
+      ASSIGN_OR_RETURN(Value a, Eval(*e.operands[0], scope));
+      ASSIGN_OR_RETURN(Value b, Eval(*e.operands[1], scope));
       return Arith(e.binary_op, a, b);
     }
     case ExprType::kAnd:
     case ExprType::kOr: {
-      CT_ASSIGN_OR_RETURN(Value a, Eval(*e.operands[0], scope));
+      ASSIGN_OR_RETURN(Value a, Eval(*e.operands[0], scope));
       if (Truthy(a) == (e.type == ExprType::kOr)) return a;
       return Eval(*e.operands[1], scope);
     }
     case ExprType::kConcat: {
       std::string out;
       for (const auto& o : e.operands) {
-        CT_ASSIGN_OR_RETURN(Value v, Eval(*o, scope));
-        CT_ASSIGN_OR_RETURN(std::string s, ToStr(v));
+        ASSIGN_OR_RETURN(Value v, Eval(*o, scope));
+        ASSIGN_OR_RETURN(std::string s, ToStr(v));
         out += s;
-        CT_RETURN_IF_ERROR(ChargeString(out.size()));
+        RETURN_IF_ERROR(ChargeString(out.size()));
       }
       return Value::String(std::move(out));
     }
     case ExprType::kCompare:
       return EvalCompare(e, scope);
     case ExprType::kCondExpr: {
-      CT_ASSIGN_OR_RETURN(Value test, Eval(*e.operands[0], scope));
+      ASSIGN_OR_RETURN(Value test, Eval(*e.operands[0], scope));
       if (Truthy(test)) return Eval(*e.operands[1], scope);
       if (e.operands[2]) return Eval(*e.operands[2], scope);
       return Value::Undefined(absl::StrCat("the inline if-expression on line ", e.line,
@@ -785,7 +788,7 @@ absl::Status Interpreter::Assign(const Target& t, const Value& v, const ScopePtr
       return absl::OkStatus();
     case Target::Kind::kTuple: {
       if (v.is_undefined()) return UndefinedError(v);
-      CT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
+      ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
       if (items.size() < t.items.size()) {
         return TypeError(absl::StrCat("not enough values to unpack (expected ", t.items.size(), ", got ",
                                       items.size(), ")"));
@@ -793,7 +796,7 @@ absl::Status Interpreter::Assign(const Target& t, const Value& v, const ScopePtr
       if (items.size() > t.items.size()) {
         return TypeError(absl::StrCat("too many values to unpack (expected ", t.items.size(), ")"));
       }
-      for (size_t i = 0; i < items.size(); ++i) CT_RETURN_IF_ERROR(Assign(t.items[i], items[i], scope));
+      for (size_t i = 0; i < items.size(); ++i) RETURN_IF_ERROR(Assign(t.items[i], items[i], scope));
       return absl::OkStatus();
     }
     case Target::Kind::kNamespaceAttr: {
@@ -813,7 +816,7 @@ absl::Status Interpreter::Assign(const Target& t, const Value& v, const ScopePtr
 
 absl::StatusOr<Interpreter::Flow> Interpreter::ExecFor(const Stmt& s, const ScopePtr& scope,
                                                        std::string* out) {
-  CT_ASSIGN_OR_RETURN(Value iterable, Eval(*s.expr, scope));
+  ASSIGN_OR_RETURN(Value iterable, Eval(*s.expr, scope));
   absl::StatusOr<std::vector<Value>> all = Iterate(iterable);
   if (!all.ok()) return AtLine(s.expr->line, all.status());
   std::vector<Value> items;
@@ -821,8 +824,8 @@ absl::StatusOr<Interpreter::Flow> Interpreter::ExecFor(const Stmt& s, const Scop
     for (Value& item : *all) {
       auto fscope = std::make_shared<Scope>();
       fscope->parent = scope;
-      CT_RETURN_IF_ERROR(Assign(s.target, item, fscope));
-      CT_ASSIGN_OR_RETURN(Value keep, Eval(*s.filter, fscope));
+      RETURN_IF_ERROR(Assign(s.target, item, fscope));
+      ASSIGN_OR_RETURN(Value keep, Eval(*s.filter, fscope));
       if (Truthy(keep)) items.push_back(std::move(item));
     }
   } else {
@@ -837,10 +840,10 @@ absl::StatusOr<Interpreter::Flow> Interpreter::ExecFor(const Stmt& s, const Scop
       return absl::ResourceExhaustedError(
           absl::StrCat("loops ran more than ", limits_.max_loop_iterations, " iterations in all"));
     }
-    CT_RETURN_IF_ERROR(Step());
+    RETURN_IF_ERROR(Step());
     auto iter_scope = std::make_shared<Scope>();
     iter_scope->parent = scope;
-    CT_RETURN_IF_ERROR(Assign(s.target, items[static_cast<size_t>(i)], iter_scope));
+    RETURN_IF_ERROR(Assign(s.target, items[static_cast<size_t>(i)], iter_scope));
     auto loop = std::make_shared<ObjectData>();
     loop->type_name = "LoopContext";
     DictData& a = loop->attrs;
@@ -863,14 +866,14 @@ absl::StatusOr<Interpreter::Flow> Interpreter::ExecFor(const Stmt& s, const Scop
             return args.positional[static_cast<size_t>(i) % args.positional.size()];
           }));
     iter_scope->vars["loop"] = Value::Object(std::move(loop));
-    CT_ASSIGN_OR_RETURN(Flow flow, Exec(s.body, iter_scope, out));
+    ASSIGN_OR_RETURN(Flow flow, Exec(s.body, iter_scope, out));
     if (flow == Flow::kBreak) break;
     if (flow == Flow::kNormal) completed_an_iteration = true;
   }
   if (!completed_an_iteration && !s.else_body.empty()) {
     auto else_scope = std::make_shared<Scope>();
     else_scope->parent = scope;
-    CT_ASSIGN_OR_RETURN(Flow flow, Exec(s.else_body, else_scope, out));
+    ASSIGN_OR_RETURN(Flow flow, Exec(s.else_body, else_scope, out));
     return flow;
   }
   return Flow::kNormal;
@@ -878,40 +881,40 @@ absl::StatusOr<Interpreter::Flow> Interpreter::ExecFor(const Stmt& s, const Scop
 
 absl::StatusOr<Interpreter::Flow> Interpreter::ExecStmt(const Stmt& s, const ScopePtr& scope,
                                                         std::string* out) {
-  CT_RETURN_IF_ERROR(Step());
+  RETURN_IF_ERROR(Step());
   switch (s.type) {
     case StmtType::kOutput:
       for (const auto& item : s.output) {
         if (!item.expr) {
-          CT_RETURN_IF_ERROR(Append(item.text, out));
+          RETURN_IF_ERROR(Append(item.text, out));
           continue;
         }
-        CT_ASSIGN_OR_RETURN(Value v, Eval(*item.expr, scope));
+        ASSIGN_OR_RETURN(Value v, Eval(*item.expr, scope));
         absl::StatusOr<std::string> str = ToStr(v);
         if (!str.ok()) return AtLine(item.expr->line, str.status());
-        CT_RETURN_IF_ERROR(Append(*str, out));
+        RETURN_IF_ERROR(Append(*str, out));
       }
       return Flow::kNormal;
     case StmtType::kIf:
       for (const auto& branch : s.branches) {
-        CT_ASSIGN_OR_RETURN(Value test, Eval(*branch.test, scope));
+        ASSIGN_OR_RETURN(Value test, Eval(*branch.test, scope));
         if (Truthy(test)) return Exec(branch.body, scope, out);
       }
       return Exec(s.else_body, scope, out);
     case StmtType::kFor:
       return ExecFor(s, scope, out);
     case StmtType::kSet: {
-      CT_ASSIGN_OR_RETURN(Value v, Eval(*s.expr, scope));
-      CT_RETURN_IF_ERROR(Assign(s.target, v, scope));
+      ASSIGN_OR_RETURN(Value v, Eval(*s.expr, scope));
+      RETURN_IF_ERROR(Assign(s.target, v, scope));
       return Flow::kNormal;
     }
     case StmtType::kSetBlock: {
       auto inner = std::make_shared<Scope>();
       inner->parent = scope;
       std::string captured;
-      CT_ASSIGN_OR_RETURN(Flow flow, Exec(s.body, inner, &captured));
+      ASSIGN_OR_RETURN(Flow flow, Exec(s.body, inner, &captured));
       (void)flow;
-      CT_RETURN_IF_ERROR(Assign(s.target, Value::String(std::move(captured)), scope));
+      RETURN_IF_ERROR(Assign(s.target, Value::String(std::move(captured)), scope));
       return Flow::kNormal;
     }
     case StmtType::kMacro: {

@@ -1,5 +1,7 @@
-// jinja2's filters and tests (the ones chat templates use) with
-// transformers' tojson.
+// jinja2's filters (the ones chat templates use) with transformers' tojson;
+// the tests (`x is defined`) are in tests.cc, as in jinja2's own modules.
+// One file on purpose: the name -> function table and the filters it names,
+// sharing the attribute getter, number parsing and lazy generators.
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -8,9 +10,9 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "worker/chat_template/builtins.h"
 #include "worker/chat_template/evaluator.h"
-#include "worker/chat_template/status_macros.h"
 #include "worker/chat_template/text.h"
 
 namespace tandem::chat_template {
@@ -48,11 +50,11 @@ struct AttrGetter {
 
   absl::StatusOr<Value> Get(Interpreter& interp, Value item) const {
     for (const Value& part : parts) {
-      CT_ASSIGN_OR_RETURN(item, interp.GetItem(item, part));
+      ASSIGN_OR_RETURN(item, interp.GetItem(item, part));
       if (default_value && !default_value->is_none() && item.is_undefined()) item = *default_value;
     }
     if (ignore_case && item.is_string()) {
-      CT_ASSIGN_OR_RETURN(std::string lower, text::ChangeCase(item.str(), text::CaseOp::kLower));
+      ASSIGN_OR_RETURN(std::string lower, text::ChangeCase(item.str(), text::CaseOp::kLower));
       item = Value::String(std::move(lower));
     }
     return item;
@@ -197,7 +199,7 @@ absl::StatusOr<Value> LazyGenerator(F compute) {
 // ---- filters ----
 
 absl::StatusOr<Value> FAbs(Interpreter&, const Value& in, CallArgs& args) {
-  CT_RETURN_IF_ERROR(BindArgs("abs", args, {}, {}).status());
+  RETURN_IF_ERROR(BindArgs("abs", args, {}, {}).status());
   if (in.is_integer_like()) {
     if (in.as_int() == INT64_MIN)
       return absl::UnimplementedError("integers beyond 64 bits are not supported");
@@ -208,9 +210,9 @@ absl::StatusOr<Value> FAbs(Interpreter&, const Value& in, CallArgs& args) {
 }
 
 absl::StatusOr<Value> CaseFilter(const Value& in, CallArgs& args, text::CaseOp op, std::string_view name) {
-  CT_RETURN_IF_ERROR(BindArgs(name, args, {}, {}).status());
-  CT_ASSIGN_OR_RETURN(std::string s, SoftStr(in));
-  CT_ASSIGN_OR_RETURN(s, text::ChangeCase(s, op));
+  RETURN_IF_ERROR(BindArgs(name, args, {}, {}).status());
+  ASSIGN_OR_RETURN(std::string s, SoftStr(in));
+  ASSIGN_OR_RETURN(s, text::ChangeCase(s, op));
   return Value::String(std::move(s));
 }
 
@@ -228,43 +230,43 @@ absl::StatusOr<Value> FTitle(Interpreter&, const Value& in, CallArgs& args) {
 }
 
 absl::StatusOr<Value> FLength(Interpreter&, const Value& in, CallArgs& args) {
-  CT_RETURN_IF_ERROR(BindArgs("length", args, {}, {}).status());
-  CT_ASSIGN_OR_RETURN(int64_t n, Length(in));
+  RETURN_IF_ERROR(BindArgs("length", args, {}, {}).status());
+  ASSIGN_OR_RETURN(int64_t n, Length(in));
   return Value::Int(n);
 }
 
 absl::StatusOr<Value> FDefault(Interpreter&, const Value& in, CallArgs& args) {
-  CT_ASSIGN_OR_RETURN(auto a, BindArgs("default", args, {"default_value", "boolean"},
+  ASSIGN_OR_RETURN(auto a, BindArgs("default", args, {"default_value", "boolean"},
                                        {Value::String(""), Value::Bool(false)}));
   if (in.is_undefined() || (Truthy(a[1]) && !Truthy(in))) return a[0];
   return in;
 }
 
 absl::StatusOr<Value> FFirst(Interpreter&, const Value& in, CallArgs& args) {
-  CT_RETURN_IF_ERROR(BindArgs("first", args, {}, {}).status());
+  RETURN_IF_ERROR(BindArgs("first", args, {}, {}).status());
   if (in.kind() == Kind::kIterator) {
     IteratorData& it = in.iter();
     if (it.pos < it.items.size()) return it.items[it.pos++];
     if (!it.error.ok()) return it.error;
     return Value::Undefined("No first item, sequence was empty.");
   }
-  CT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
+  ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
   if (items.empty()) return Value::Undefined("No first item, sequence was empty.");
   return items.front();
 }
 
 absl::StatusOr<Value> FLast(Interpreter&, const Value& in, CallArgs& args) {
-  CT_RETURN_IF_ERROR(BindArgs("last", args, {}, {}).status());
+  RETURN_IF_ERROR(BindArgs("last", args, {}, {}).status());
   if (in.kind() == Kind::kIterator) {
     return TypeError(absl::StrCat("'", TypeName(in), "' object is not reversible"));
   }
-  CT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
+  ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
   if (items.empty()) return Value::Undefined("No last item, sequence was empty.");
   return items.back();
 }
 
 absl::StatusOr<Value> FFloat(Interpreter&, const Value& in, CallArgs& args) {
-  CT_ASSIGN_OR_RETURN(auto a, BindArgs("float", args, {"default"}, {Value::Float(0.0)}));
+  ASSIGN_OR_RETURN(auto a, BindArgs("float", args, {"default"}, {Value::Float(0.0)}));
   if (in.is_undefined()) return absl::InvalidArgumentError(in.undefined_message());
   if (in.is_number()) return Value::Float(in.as_double());
   if (in.is_string()) {
@@ -274,11 +276,11 @@ absl::StatusOr<Value> FFloat(Interpreter&, const Value& in, CallArgs& args) {
 }
 
 absl::StatusOr<Value> FInt(Interpreter&, const Value& in, CallArgs& args) {
-  CT_ASSIGN_OR_RETURN(auto a, BindArgs("int", args, {"default", "base"}, {Value::Int(0), Value::Int(10)}));
+  ASSIGN_OR_RETURN(auto a, BindArgs("int", args, {"default", "base"}, {Value::Int(0), Value::Int(10)}));
   if (in.is_undefined()) return absl::InvalidArgumentError(in.undefined_message());
   if (in.is_integer_like()) return Value::Int(in.as_int());
   if (in.kind() == Kind::kFloat) {
-    CT_ASSIGN_OR_RETURN(auto i, FloatToInt(in.as_double()));
+    ASSIGN_OR_RETURN(auto i, FloatToInt(in.as_double()));
     return i ? Value::Int(*i) : a[0];
   }
   if (in.is_string()) {
@@ -287,7 +289,7 @@ absl::StatusOr<Value> FInt(Interpreter&, const Value& in, CallArgs& args) {
     if (auto i = ParsePyInt(in.str(), a[1].as_int(), &overflow)) return Value::Int(*i);
     if (overflow) return absl::UnimplementedError("integers beyond 64 bits are not supported");
     if (auto d = ParsePyFloat(in.str())) {
-      CT_ASSIGN_OR_RETURN(auto i, FloatToInt(*d));
+      ASSIGN_OR_RETURN(auto i, FloatToInt(*d));
       if (i) return Value::Int(*i);
     }
   }
@@ -295,7 +297,7 @@ absl::StatusOr<Value> FInt(Interpreter&, const Value& in, CallArgs& args) {
 }
 
 absl::StatusOr<Value> FIndent(Interpreter& interp, const Value& in, CallArgs& args) {
-  CT_ASSIGN_OR_RETURN(auto a, BindArgs("indent", args, {"width", "first", "blank"},
+  ASSIGN_OR_RETURN(auto a, BindArgs("indent", args, {"width", "first", "blank"},
                                        {Value::Int(4), Value::Bool(false), Value::Bool(false)}));
   if (in.is_undefined()) return absl::InvalidArgumentError(in.undefined_message());
   if (!in.is_string())
@@ -324,12 +326,12 @@ absl::StatusOr<Value> FIndent(Interpreter& interp, const Value& in, CallArgs& ar
     }
   }
   if (Truthy(a[1])) rv = indention + rv;
-  CT_RETURN_IF_ERROR(interp.ChargeString(rv.size()));
+  RETURN_IF_ERROR(interp.ChargeString(rv.size()));
   return Value::String(std::move(rv));
 }
 
 absl::StatusOr<Value> FItems(Interpreter&, const Value& in, CallArgs& args) {
-  CT_RETURN_IF_ERROR(BindArgs("items", args, {}, {}).status());
+  RETURN_IF_ERROR(BindArgs("items", args, {}, {}).status());
   return LazyGenerator([&](std::vector<Value>* out) -> absl::Status {
     if (in.is_undefined()) return absl::OkStatus();
     if (in.kind() != Kind::kDict) return TypeError("Can only get item pairs from a mapping.");
@@ -340,75 +342,75 @@ absl::StatusOr<Value> FItems(Interpreter&, const Value& in, CallArgs& args) {
 }
 
 absl::StatusOr<Value> FJoin(Interpreter& interp, const Value& in, CallArgs& args) {
-  CT_ASSIGN_OR_RETURN(auto a, BindArgs("join", args, {"d", "attribute"}, {Value::String(""), Value::None()}));
-  CT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
-  CT_ASSIGN_OR_RETURN(std::string sep, SoftStr(a[0]));
+  ASSIGN_OR_RETURN(auto a, BindArgs("join", args, {"d", "attribute"}, {Value::String(""), Value::None()}));
+  ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
+  ASSIGN_OR_RETURN(std::string sep, SoftStr(a[0]));
   std::optional<AttrGetter> getter;
   if (!a[1].is_none()) {
-    CT_ASSIGN_OR_RETURN(getter, AttrGetter::Make(a[1]));
+    ASSIGN_OR_RETURN(getter, AttrGetter::Make(a[1]));
   }
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) {
     Value item = items[i];
     if (getter) {
-      CT_ASSIGN_OR_RETURN(item, getter->Get(interp, item));
+      ASSIGN_OR_RETURN(item, getter->Get(interp, item));
     }
-    CT_ASSIGN_OR_RETURN(std::string s, SoftStr(item));
+    ASSIGN_OR_RETURN(std::string s, SoftStr(item));
     if (i > 0) out += sep;
     out += s;
-    CT_RETURN_IF_ERROR(interp.ChargeString(out.size()));
+    RETURN_IF_ERROR(interp.ChargeString(out.size()));
   }
   return Value::String(std::move(out));
 }
 
 absl::StatusOr<Value> FList(Interpreter&, const Value& in, CallArgs& args) {
-  CT_RETURN_IF_ERROR(BindArgs("list", args, {}, {}).status());
-  CT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
+  RETURN_IF_ERROR(BindArgs("list", args, {}, {}).status());
+  ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
   return Value::List(std::move(items));
 }
 
 absl::StatusOr<Value> FString(Interpreter&, const Value& in, CallArgs& args) {
-  CT_RETURN_IF_ERROR(BindArgs("string", args, {}, {}).status());
-  CT_ASSIGN_OR_RETURN(std::string s, SoftStr(in));
+  RETURN_IF_ERROR(BindArgs("string", args, {}, {}).status());
+  ASSIGN_OR_RETURN(std::string s, SoftStr(in));
   return Value::String(std::move(s));
 }
 
 absl::StatusOr<Value> FTrim(Interpreter&, const Value& in, CallArgs& args) {
-  CT_ASSIGN_OR_RETURN(auto a, BindArgs("trim", args, {"chars"}, {Value::None()}));
-  CT_ASSIGN_OR_RETURN(std::string s, SoftStr(in));
+  ASSIGN_OR_RETURN(auto a, BindArgs("trim", args, {"chars"}, {Value::None()}));
+  ASSIGN_OR_RETURN(std::string s, SoftStr(in));
   if (!a[0].is_none() && !a[0].is_string()) return TypeError("strip arg must be None or str");
   return Value::String(text::Strip(s, text::StripSide::kBoth, a[0].is_none() ? nullptr : &a[0].str()));
 }
 
 absl::StatusOr<Value> FReplace(Interpreter& interp, const Value& in, CallArgs& args) {
-  CT_ASSIGN_OR_RETURN(auto a, BindArgs("replace", args, {"old", "new", "count"}, {Value::None()}));
-  CT_ASSIGN_OR_RETURN(std::string s, SoftStr(in));
-  CT_ASSIGN_OR_RETURN(std::string from, SoftStr(a[0]));
-  CT_ASSIGN_OR_RETURN(std::string to, SoftStr(a[1]));
+  ASSIGN_OR_RETURN(auto a, BindArgs("replace", args, {"old", "new", "count"}, {Value::None()}));
+  ASSIGN_OR_RETURN(std::string s, SoftStr(in));
+  ASSIGN_OR_RETURN(std::string from, SoftStr(a[0]));
+  ASSIGN_OR_RETURN(std::string to, SoftStr(a[1]));
   int64_t count = -1;
   if (!a[2].is_none()) {
     if (!a[2].is_integer_like()) return TypeError("'count' must be an integer");
     count = a[2].as_int();
   }
   std::string out = text::Replace(s, from, to, count);
-  CT_RETURN_IF_ERROR(interp.ChargeString(out.size()));
+  RETURN_IF_ERROR(interp.ChargeString(out.size()));
   return Value::String(std::move(out));
 }
 
 absl::StatusOr<Value> FReverse(Interpreter&, const Value& in, CallArgs& args) {
-  CT_RETURN_IF_ERROR(BindArgs("reverse", args, {}, {}).status());
+  RETURN_IF_ERROR(BindArgs("reverse", args, {}, {}).status());
   if (in.is_string()) {
     std::vector<char32_t> cps = text::Decode(in.str());
     std::reverse(cps.begin(), cps.end());
     return Value::String(text::Encode(cps, 0, cps.size()));
   }
   if (in.kind() == Kind::kIterator) {
-    CT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
+    ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
     std::reverse(items.begin(), items.end());
     return Value::List(std::move(items));
   }
   if (in.is_undefined() || in.kind() == Kind::kList || in.kind() == Kind::kDict) {
-    CT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
+    ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
     std::reverse(items.begin(), items.end());
     return Value::Iterator("reversed", std::move(items));
   }
@@ -416,7 +418,7 @@ absl::StatusOr<Value> FReverse(Interpreter&, const Value& in, CallArgs& args) {
 }
 
 absl::StatusOr<Value> FRound(Interpreter&, const Value& in, CallArgs& args) {
-  CT_ASSIGN_OR_RETURN(
+  ASSIGN_OR_RETURN(
       auto a, BindArgs("round", args, {"precision", "method"}, {Value::Int(0), Value::String("common")}));
   if (!a[1].is_string() || (a[1].str() != "common" && a[1].str() != "ceil" && a[1].str() != "floor")) {
     return absl::InvalidArgumentError("method must be common, ceil or floor");
@@ -450,7 +452,7 @@ absl::StatusOr<Value> FRound(Interpreter&, const Value& in, CallArgs& args) {
 }
 
 absl::StatusOr<Value> FToJson(Interpreter& interp, const Value& in, CallArgs& args) {
-  CT_ASSIGN_OR_RETURN(auto a,
+  ASSIGN_OR_RETURN(auto a,
                       BindArgs("tojson", args, {"ensure_ascii", "indent", "separators", "sort_keys"},
                                {Value::Bool(false), Value::None(), Value::None(), Value::Bool(false)}));
   JsonOptions o;
@@ -463,22 +465,22 @@ absl::StatusOr<Value> FToJson(Interpreter& interp, const Value& in, CallArgs& ar
     return TypeError(absl::StrCat("can't multiply sequence by non-int of type '", TypeName(a[1]), "'"));
   }
   if (!a[2].is_none()) {
-    CT_ASSIGN_OR_RETURN(std::vector<Value> seps, Iterate(a[2]));
+    ASSIGN_OR_RETURN(std::vector<Value> seps, Iterate(a[2]));
     if (seps.size() != 2 || !seps[0].is_string() || !seps[1].is_string()) {
       return TypeError("separators must be a pair of strings");
     }
     o.separators.emplace(seps[0].str(), seps[1].str());
   }
   o.sort_keys = Truthy(a[3]);
-  CT_ASSIGN_OR_RETURN(std::string out, ToJson(in, o));
-  CT_RETURN_IF_ERROR(interp.ChargeString(out.size()));
+  ASSIGN_OR_RETURN(std::string out, ToJson(in, o));
+  RETURN_IF_ERROR(interp.ChargeString(out.size()));
   return Value::String(std::move(out));
 }
 
 absl::StatusOr<Value> FMap(Interpreter& interp, const Value& in, CallArgs& args) {
   return LazyGenerator([&](std::vector<Value>* out) -> absl::Status {
     if (!Truthy(in)) return absl::OkStatus();
-    CT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
+    ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
     if (args.positional.empty()) {
       std::optional<Value> attribute, default_value;
       for (auto& [k, v] : args.keyword) {
@@ -491,10 +493,10 @@ absl::StatusOr<Value> FMap(Interpreter& interp, const Value& in, CallArgs& args)
         }
       }
       if (!attribute) return absl::InvalidArgumentError("map requires a filter argument");
-      CT_ASSIGN_OR_RETURN(AttrGetter getter, AttrGetter::Make(*attribute));
+      ASSIGN_OR_RETURN(AttrGetter getter, AttrGetter::Make(*attribute));
       getter.default_value = default_value;
       for (const Value& item : items) {
-        CT_ASSIGN_OR_RETURN(Value v, getter.Get(interp, item));
+        ASSIGN_OR_RETURN(Value v, getter.Get(interp, item));
         out->push_back(std::move(v));
       }
       return absl::OkStatus();
@@ -506,7 +508,7 @@ absl::StatusOr<Value> FMap(Interpreter& interp, const Value& in, CallArgs& args)
       sub.line = args.line;
       sub.positional.assign(args.positional.begin() + 1, args.positional.end());
       sub.keyword = args.keyword;
-      CT_ASSIGN_OR_RETURN(Value v, interp.CallFilter(name, item, sub));
+      ASSIGN_OR_RETURN(Value v, interp.CallFilter(name, item, sub));
       out->push_back(std::move(v));
     }
     return absl::OkStatus();
@@ -521,7 +523,7 @@ absl::StatusOr<Value> SelectOrReject(Interpreter& interp, const Value& in, CallA
     size_t off = 0;
     if (lookup_attr) {
       if (args.positional.empty()) return absl::InvalidArgumentError("Missing parameter for attribute name");
-      CT_ASSIGN_OR_RETURN(getter, AttrGetter::Make(args.positional[0]));
+      ASSIGN_OR_RETURN(getter, AttrGetter::Make(args.positional[0]));
       off = 1;
     }
     std::optional<std::string> test;
@@ -529,11 +531,11 @@ absl::StatusOr<Value> SelectOrReject(Interpreter& interp, const Value& in, CallA
       if (!args.positional[off].is_string()) return TypeError("the test name must be a string");
       test = args.positional[off].str();
     }
-    CT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
+    ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
     for (const Value& item : items) {
       Value v = item;
       if (getter) {
-        CT_ASSIGN_OR_RETURN(v, getter->Get(interp, item));
+        ASSIGN_OR_RETURN(v, getter->Get(interp, item));
       }
       bool ok;
       if (test) {
@@ -542,7 +544,7 @@ absl::StatusOr<Value> SelectOrReject(Interpreter& interp, const Value& in, CallA
         sub.positional.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(off) + 1,
                               args.positional.end());
         sub.keyword = args.keyword;
-        CT_ASSIGN_OR_RETURN(ok, interp.CallTest(*test, v, sub));
+        ASSIGN_OR_RETURN(ok, interp.CallTest(*test, v, sub));
       } else {
         ok = Truthy(v);
       }
@@ -587,18 +589,18 @@ absl::Status SortBy(std::vector<std::pair<std::vector<Value>, Value>>* keyed, bo
 }
 
 absl::StatusOr<Value> FSort(Interpreter& interp, const Value& in, CallArgs& args) {
-  CT_ASSIGN_OR_RETURN(auto a, BindArgs("sort", args, {"reverse", "case_sensitive", "attribute"},
+  ASSIGN_OR_RETURN(auto a, BindArgs("sort", args, {"reverse", "case_sensitive", "attribute"},
                                        {Value::Bool(false), Value::Bool(false), Value::None()}));
-  CT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
+  ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
   std::vector<AttrGetter> getters;
   if (a[2].is_string()) {
     static const std::string kComma = ",";
     for (const std::string& part : text::Split(a[2].str(), &kComma, -1, false)) {
-      CT_ASSIGN_OR_RETURN(AttrGetter g, AttrGetter::Make(Value::String(part)));
+      ASSIGN_OR_RETURN(AttrGetter g, AttrGetter::Make(Value::String(part)));
       getters.push_back(std::move(g));
     }
   } else {
-    CT_ASSIGN_OR_RETURN(AttrGetter g, AttrGetter::Make(a[2]));
+    ASSIGN_OR_RETURN(AttrGetter g, AttrGetter::Make(a[2]));
     getters.push_back(std::move(g));
   }
   std::vector<std::pair<std::vector<Value>, Value>> keyed;
@@ -606,20 +608,20 @@ absl::StatusOr<Value> FSort(Interpreter& interp, const Value& in, CallArgs& args
     std::vector<Value> key;
     for (AttrGetter& g : getters) {
       g.ignore_case = !Truthy(a[1]);
-      CT_ASSIGN_OR_RETURN(Value k, g.Get(interp, item));
+      ASSIGN_OR_RETURN(Value k, g.Get(interp, item));
       key.push_back(std::move(k));
     }
     keyed.emplace_back(std::move(key), item);
   }
-  CT_RETURN_IF_ERROR(interp.ChargeList(keyed.size() * 8));
-  CT_RETURN_IF_ERROR(SortBy(&keyed, Truthy(a[0])));
+  RETURN_IF_ERROR(interp.ChargeList(keyed.size() * 8));
+  RETURN_IF_ERROR(SortBy(&keyed, Truthy(a[0])));
   std::vector<Value> out;
   for (auto& kv : keyed) out.push_back(std::move(kv.second));
   return Value::List(std::move(out));
 }
 
 absl::StatusOr<Value> FDictSort(Interpreter& interp, const Value& in, CallArgs& args) {
-  CT_ASSIGN_OR_RETURN(auto a, BindArgs("dictsort", args, {"case_sensitive", "by", "reverse"},
+  ASSIGN_OR_RETURN(auto a, BindArgs("dictsort", args, {"case_sensitive", "by", "reverse"},
                                        {Value::Bool(false), Value::String("key"), Value::Bool(false)}));
   if (in.kind() != Kind::kDict)
     return TypeError(absl::StrCat("'", TypeName(in), "' object has no attribute 'items'"));
@@ -635,33 +637,33 @@ absl::StatusOr<Value> FDictSort(Interpreter& interp, const Value& in, CallArgs& 
   for (const auto& [k, v] : in.dict().items()) {
     Value key = pos == 0 ? Value::String(k) : v;
     if (!Truthy(a[0]) && key.is_string()) {
-      CT_ASSIGN_OR_RETURN(std::string lower, text::ChangeCase(key.str(), text::CaseOp::kLower));
+      ASSIGN_OR_RETURN(std::string lower, text::ChangeCase(key.str(), text::CaseOp::kLower));
       key = Value::String(std::move(lower));
     }
     keyed.emplace_back(std::vector<Value>{key}, Value::List({Value::String(k), v}, SeqKind::kTuple));
   }
-  CT_RETURN_IF_ERROR(interp.ChargeList(keyed.size() * 8));
-  CT_RETURN_IF_ERROR(SortBy(&keyed, Truthy(a[2])));
+  RETURN_IF_ERROR(interp.ChargeList(keyed.size() * 8));
+  RETURN_IF_ERROR(SortBy(&keyed, Truthy(a[2])));
   std::vector<Value> out;
   for (auto& kv : keyed) out.push_back(std::move(kv.second));
   return Value::List(std::move(out));
 }
 
 absl::StatusOr<Value> FUnique(Interpreter& interp, const Value& in, CallArgs& args) {
-  CT_ASSIGN_OR_RETURN(
+  ASSIGN_OR_RETURN(
       auto a, BindArgs("unique", args, {"case_sensitive", "attribute"}, {Value::Bool(false), Value::None()}));
   return LazyGenerator([&](std::vector<Value>* out) -> absl::Status {
-    CT_ASSIGN_OR_RETURN(AttrGetter getter, AttrGetter::Make(a[1]));
+    ASSIGN_OR_RETURN(AttrGetter getter, AttrGetter::Make(a[1]));
     getter.ignore_case = !Truthy(a[0]);
-    CT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
+    ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
     std::vector<Value> seen;
     for (const Value& item : items) {
-      CT_ASSIGN_OR_RETURN(Value key, getter.Get(interp, item));
+      ASSIGN_OR_RETURN(Value key, getter.Get(interp, item));
       if (key.kind() == Kind::kDict || key.kind() == Kind::kNamespace ||
           (key.kind() == Kind::kList && key.list().kind == SeqKind::kList)) {
         return TypeError(absl::StrCat("unhashable type: '", TypeName(key), "'"));
       }
-      CT_RETURN_IF_ERROR(interp.ChargeList(seen.size()));
+      RETURN_IF_ERROR(interp.ChargeList(seen.size()));
       bool dup = false;
       for (const Value& s : seen) dup = dup || Equals(s, key);
       if (dup) continue;
@@ -673,17 +675,17 @@ absl::StatusOr<Value> FUnique(Interpreter& interp, const Value& in, CallArgs& ar
 }
 
 absl::StatusOr<Value> MinMax(Interpreter& interp, const Value& in, CallArgs& args, bool max) {
-  CT_ASSIGN_OR_RETURN(auto a, BindArgs(max ? "max" : "min", args, {"case_sensitive", "attribute"},
+  ASSIGN_OR_RETURN(auto a, BindArgs(max ? "max" : "min", args, {"case_sensitive", "attribute"},
                                        {Value::Bool(false), Value::None()}));
-  CT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
+  ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
   if (items.empty()) return Value::Undefined("No aggregated item, sequence was empty.");
-  CT_ASSIGN_OR_RETURN(AttrGetter getter, AttrGetter::Make(a[1]));
+  ASSIGN_OR_RETURN(AttrGetter getter, AttrGetter::Make(a[1]));
   getter.ignore_case = !Truthy(a[0]);
   size_t best = 0;
-  CT_ASSIGN_OR_RETURN(Value best_key, getter.Get(interp, items[0]));
+  ASSIGN_OR_RETURN(Value best_key, getter.Get(interp, items[0]));
   for (size_t i = 1; i < items.size(); ++i) {
-    CT_ASSIGN_OR_RETURN(Value key, getter.Get(interp, items[i]));
-    CT_ASSIGN_OR_RETURN(int c, Compare(key, best_key, max ? ">" : "<"));
+    ASSIGN_OR_RETURN(Value key, getter.Get(interp, items[i]));
+    ASSIGN_OR_RETURN(int c, Compare(key, best_key, max ? ">" : "<"));
     if ((max && c == 1) || (!max && c == -1)) {
       best = i;
       best_key = key;
@@ -718,125 +720,23 @@ absl::StatusOr<Value> Add(const Value& a, const Value& b) {
 }
 
 absl::StatusOr<Value> FSum(Interpreter& interp, const Value& in, CallArgs& args) {
-  CT_ASSIGN_OR_RETURN(auto a, BindArgs("sum", args, {"attribute", "start"}, {Value::None(), Value::Int(0)}));
+  ASSIGN_OR_RETURN(auto a, BindArgs("sum", args, {"attribute", "start"}, {Value::None(), Value::Int(0)}));
   if (a[1].is_string()) return TypeError("sum() can't sum strings [use ''.join(seq) instead]");
-  CT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
-  CT_ASSIGN_OR_RETURN(AttrGetter getter, AttrGetter::Make(a[0]));
+  ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
+  ASSIGN_OR_RETURN(AttrGetter getter, AttrGetter::Make(a[0]));
   Value total = a[1];
   for (const Value& item : items) {
-    CT_ASSIGN_OR_RETURN(Value v, getter.Get(interp, item));
-    CT_ASSIGN_OR_RETURN(total, Add(total, v));
-    if (total.kind() == Kind::kList) CT_RETURN_IF_ERROR(interp.ChargeList(total.list().items.size()));
+    ASSIGN_OR_RETURN(Value v, getter.Get(interp, item));
+    ASSIGN_OR_RETURN(total, Add(total, v));
+    if (total.kind() == Kind::kList) RETURN_IF_ERROR(interp.ChargeList(total.list().items.size()));
   }
   return total;
-}
-
-// ---- tests ----
-
-absl::StatusOr<bool> NoArgs(std::string_view name, CallArgs& args) {
-  CT_RETURN_IF_ERROR(BindArgs(name, args, {}, {}).status());
-  return true;
-}
-
-#define CT_SIMPLE_TEST(fn, name, expr)                                    \
-  absl::StatusOr<bool> fn(Interpreter&, const Value& v, CallArgs& args) { \
-    CT_RETURN_IF_ERROR(NoArgs(name, args).status());                      \
-    return (expr);                                                        \
-  }
-
-CT_SIMPLE_TEST(TDefined, "defined", !v.is_undefined())
-CT_SIMPLE_TEST(TUndefined, "undefined", v.is_undefined())
-CT_SIMPLE_TEST(TNone, "none", v.is_none())
-CT_SIMPLE_TEST(TBoolean, "boolean", v.kind() == Kind::kBool)
-CT_SIMPLE_TEST(TTrue, "true", v.kind() == Kind::kBool && v.as_bool())
-CT_SIMPLE_TEST(TFalse, "false", v.kind() == Kind::kBool && !v.as_bool())
-CT_SIMPLE_TEST(TInteger, "integer", v.kind() == Kind::kInt)
-CT_SIMPLE_TEST(TFloat, "float", v.kind() == Kind::kFloat)
-CT_SIMPLE_TEST(TNumber, "number", v.is_number())
-CT_SIMPLE_TEST(TString, "string", v.is_string())
-CT_SIMPLE_TEST(TMapping, "mapping", v.kind() == Kind::kDict)
-CT_SIMPLE_TEST(TCallable, "callable",
-               v.kind() == Kind::kCallable || v.kind() == Kind::kUndefined || v.kind() == Kind::kObject)
-CT_SIMPLE_TEST(TIterable, "iterable",
-               v.kind() == Kind::kUndefined || v.is_string() || v.kind() == Kind::kList ||
-                   v.kind() == Kind::kDict || v.kind() == Kind::kIterator || v.kind() == Kind::kObject)
-CT_SIMPLE_TEST(TSequence, "sequence",
-               v.kind() == Kind::kUndefined || v.is_string() || v.kind() == Kind::kDict ||
-                   (v.kind() == Kind::kList &&
-                    (v.list().kind == SeqKind::kList || v.list().kind == SeqKind::kTuple ||
-                     v.list().kind == SeqKind::kRange)))
-
-#undef CT_SIMPLE_TEST
-
-// value % 2 == want (Python modulo), as jinja2's odd / even tests.
-absl::StatusOr<bool> Parity(const Value& v, CallArgs& args, std::string_view name, int64_t want) {
-  CT_RETURN_IF_ERROR(NoArgs(name, args).status());
-  if (v.is_undefined()) return absl::InvalidArgumentError(v.undefined_message());
-  if (v.is_integer_like()) {
-    int64_t r = v.as_int() % 2;
-    if (r < 0) r += 2;
-    return r == want;
-  }
-  if (v.kind() == Kind::kFloat) {
-    const double m = std::fmod(v.as_double(), 2.0);
-    const double r = m < 0 ? m + 2.0 : m;
-    return r == static_cast<double>(want);
-  }
-  if (v.is_string()) return absl::UnimplementedError("string formatting with % is not supported");
-  return TypeError(absl::StrCat("unsupported operand type(s) for %: '", TypeName(v), "' and 'int'"));
-}
-
-absl::StatusOr<bool> TOdd(Interpreter&, const Value& v, CallArgs& a) { return Parity(v, a, "odd", 1); }
-absl::StatusOr<bool> TEven(Interpreter&, const Value& v, CallArgs& a) { return Parity(v, a, "even", 0); }
-
-absl::StatusOr<bool> TDivisibleBy(Interpreter&, const Value& v, CallArgs& args) {
-  CT_ASSIGN_OR_RETURN(auto a, BindArgs("divisibleby", args, {"num"}, {}));
-  if (v.is_undefined()) return absl::InvalidArgumentError(v.undefined_message());
-  if (!v.is_number() || !a[0].is_number()) {
-    return TypeError(
-        absl::StrCat("unsupported operand type(s) for %: '", TypeName(v), "' and '", TypeName(a[0]), "'"));
-  }
-  if (a[0].as_double() == 0) return TypeError("integer division or modulo by zero");
-  if (v.is_integer_like() && a[0].is_integer_like()) {
-    if (a[0].as_int() == -1) return true;
-    return v.as_int() % a[0].as_int() == 0;
-  }
-  return std::fmod(v.as_double(), a[0].as_double()) == 0;
-}
-
-absl::StatusOr<bool> CompareTest(const Value& v, CallArgs& args, std::string_view op) {
-  CT_ASSIGN_OR_RETURN(auto a, BindArgs(op, args, {"other"}, {}));
-  if (op == "==") return Equals(v, a[0]);
-  if (op == "!=") return !Equals(v, a[0]);
-  CT_ASSIGN_OR_RETURN(int c, Compare(v, a[0], op));
-  if (c == 2) return false;
-  if (op == "<") return c < 0;
-  if (op == "<=") return c <= 0;
-  if (op == ">") return c > 0;
-  return c >= 0;
-}
-
-absl::StatusOr<bool> TEq(Interpreter&, const Value& v, CallArgs& a) { return CompareTest(v, a, "=="); }
-absl::StatusOr<bool> TNe(Interpreter&, const Value& v, CallArgs& a) { return CompareTest(v, a, "!="); }
-absl::StatusOr<bool> TLt(Interpreter&, const Value& v, CallArgs& a) { return CompareTest(v, a, "<"); }
-absl::StatusOr<bool> TLe(Interpreter&, const Value& v, CallArgs& a) { return CompareTest(v, a, "<="); }
-absl::StatusOr<bool> TGt(Interpreter&, const Value& v, CallArgs& a) { return CompareTest(v, a, ">"); }
-absl::StatusOr<bool> TGe(Interpreter&, const Value& v, CallArgs& a) { return CompareTest(v, a, ">="); }
-
-absl::StatusOr<bool> TIn(Interpreter&, const Value& v, CallArgs& args) {
-  CT_ASSIGN_OR_RETURN(auto a, BindArgs("in", args, {"seq"}, {}));
-  return Contains(a[0], v);
 }
 
 struct FilterEntry {
   std::string_view name;
   FilterFn fn;
 };
-struct TestEntry {
-  std::string_view name;
-  TestFn fn;
-};
-
 constexpr FilterEntry kFilters[] = {
     {"abs", FAbs},
     {"capitalize", FCapitalize},
@@ -874,47 +774,10 @@ constexpr FilterEntry kFilters[] = {
     {"upper", FUpper},
 };
 
-constexpr TestEntry kTests[] = {
-    {"boolean", TBoolean},
-    {"callable", TCallable},
-    {"defined", TDefined},
-    {"divisibleby", TDivisibleBy},
-    {"eq", TEq},
-    {"equalto", TEq},
-    {"==", TEq},
-    {"ne", TNe},
-    {"!=", TNe},
-    {"even", TEven},
-    {"false", TFalse},
-    {"float", TFloat},
-    {"ge", TGe},
-    {">=", TGe},
-    {"gt", TGt},
-    {">", TGt},
-    {"greaterthan", TGt},
-    {"in", TIn},
-    {"integer", TInteger},
-    {"iterable", TIterable},
-    {"le", TLe},
-    {"<=", TLe},
-    {"lt", TLt},
-    {"<", TLt},
-    {"lessthan", TLt},
-    {"mapping", TMapping},
-    {"none", TNone},
-    {"number", TNumber},
-    {"odd", TOdd},
-    {"sequence", TSequence},
-    {"string", TString},
-    {"true", TTrue},
-    {"undefined", TUndefined},
-};
-
 constexpr std::string_view kJinjaOnlyFilters[] = {
     "attr",     "batch",     "center", "e",         "escape",   "filesizeformat", "forceescape",
     "format",   "groupby",   "pprint", "random",    "safe",     "slice",          "striptags",
     "truncate", "urlencode", "urlize", "wordcount", "wordwrap", "xmlattr"};
-constexpr std::string_view kJinjaOnlyTests[] = {"escaped", "filter", "test", "lower", "upper", "sameas"};
 
 }  // namespace
 
@@ -925,24 +788,9 @@ FilterFn FindFilter(std::string_view name) {
   return nullptr;
 }
 
-TestFn FindTest(std::string_view name) {
-  for (const auto& t : kTests) {
-    if (t.name == name) return t.fn;
-  }
-  return nullptr;
-}
-
 bool IsJinjaFilter(std::string_view name) {
   if (FindFilter(name) != nullptr) return true;
   for (auto n : kJinjaOnlyFilters) {
-    if (n == name) return true;
-  }
-  return false;
-}
-
-bool IsJinjaTest(std::string_view name) {
-  if (FindTest(name) != nullptr) return true;
-  for (auto n : kJinjaOnlyTests) {
     if (n == name) return true;
   }
   return false;

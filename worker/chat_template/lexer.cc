@@ -5,7 +5,8 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
-#include "worker/chat_template/status_macros.h"
+#include "common/base/status_macros.h"
+#include "worker/chat_template/absl_view.h"
 #include "worker/chat_template/text.h"
 
 namespace tandem::chat_template {
@@ -259,17 +260,11 @@ class Lexer {
       if (sign != 0) ++after;
       if (raw_end != std::string::npos) {
         line_starting_ = src_[raw_end - 1] == '\n';
-        auto next = Raw(raw_end, LineAt(open));
-        if (!next.ok()) return next.status();
-        pos = *next;
+        ASSIGN_OR_RETURN(pos, Raw(raw_end, LineAt(open)));
       } else if (kind == '#') {
-        auto next = Comment(after, LineAt(open));
-        if (!next.ok()) return next.status();
-        pos = *next;
+        ASSIGN_OR_RETURN(pos, Comment(after, LineAt(open)));
       } else {
-        auto next = Tag(after, kind == '{', open);
-        if (!next.ok()) return next.status();
-        pos = *next;
+        ASSIGN_OR_RETURN(pos, Tag(after, kind == '{', open));
       }
     }
     tokens_.push_back(Token{TokenType::kEof, "", 0, 0, LineAt(src_.size())});
@@ -458,9 +453,8 @@ class Lexer {
           ++e;
         }
         if (e >= src_.size()) return Error(line, "unterminated string literal");
-        auto decoded = DecodeStringLiteral(std::string_view(src_).substr(pos + 1, e - pos - 1), line);
-        if (!decoded.ok()) return decoded.status();
-        tokens_.push_back(Token{TokenType::kString, std::move(*decoded), 0, 0, line});
+        ASSIGN_OR_RETURN(auto decoded, DecodeStringLiteral(std::string_view(src_).substr(pos + 1, e - pos - 1), line));
+        tokens_.push_back(Token{TokenType::kString, std::move(decoded), 0, 0, line});
         pos = e + 1;
         continue;
       }

@@ -2,9 +2,10 @@
 #include <ctime>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "worker/chat_template/absl_view.h"
 #include "worker/chat_template/builtins.h"
 #include "worker/chat_template/evaluator.h"
-#include "worker/chat_template/status_macros.h"
 #include "worker/chat_template/text.h"
 
 namespace tandem::chat_template {
@@ -45,25 +46,25 @@ Value Strings(const std::vector<std::string>& parts) {
 }
 
 absl::StatusOr<Value> Strip(const Value& self, CallArgs& args, text::StripSide side, std::string_view name) {
-  CT_ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"chars"}, {Value::None()}));
-  CT_ASSIGN_OR_RETURN(const std::string* chars, OptStrArg(name, a[0]));
+  ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"chars"}, {Value::None()}));
+  ASSIGN_OR_RETURN(const std::string* chars, OptStrArg(name, a[0]));
   return Value::String(text::Strip(self.str(), side, chars));
 }
 
 absl::StatusOr<Value> SplitMethod(Interpreter& interp, const Value& self, CallArgs& args, bool right) {
   const char* name = right ? "rsplit" : "split";
-  CT_ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"sep", "maxsplit"}, {Value::None(), Value::Int(-1)}));
-  CT_ASSIGN_OR_RETURN(const std::string* sep, OptStrArg(name, a[0]));
-  CT_ASSIGN_OR_RETURN(int64_t maxsplit, IntArg(name, a[1]));
+  ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"sep", "maxsplit"}, {Value::None(), Value::Int(-1)}));
+  ASSIGN_OR_RETURN(const std::string* sep, OptStrArg(name, a[0]));
+  ASSIGN_OR_RETURN(int64_t maxsplit, IntArg(name, a[1]));
   if (sep != nullptr && sep->empty()) return absl::InvalidArgumentError("empty separator");
   std::vector<std::string> parts = text::Split(self.str(), sep, maxsplit, right);
-  CT_RETURN_IF_ERROR(interp.ChargeList(parts.size()));
+  RETURN_IF_ERROR(interp.ChargeList(parts.size()));
   return Strings(parts);
 }
 
 absl::StatusOr<Value> AffixTest(const Value& self, CallArgs& args, bool prefix) {
   const char* name = prefix ? "startswith" : "endswith";
-  CT_ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"affix"}, {}));
+  ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"affix"}, {}));
   std::vector<std::string> options;
   if (a[0].is_string()) {
     options.push_back(a[0].str());
@@ -85,8 +86,8 @@ absl::StatusOr<Value> AffixTest(const Value& self, CallArgs& args, bool prefix) 
 }
 
 absl::StatusOr<Value> Find(const Value& self, CallArgs& args, bool right, bool raise, std::string_view name) {
-  CT_ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"sub"}, {}));
-  CT_ASSIGN_OR_RETURN(std::string sub, StrArg(name, a[0]));
+  ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"sub"}, {}));
+  ASSIGN_OR_RETURN(std::string sub, StrArg(name, a[0]));
   const std::string& s = self.str();
   const size_t pos = right ? s.rfind(sub) : s.find(sub);
   if (pos == std::string::npos) {
@@ -97,15 +98,15 @@ absl::StatusOr<Value> Find(const Value& self, CallArgs& args, bool right, bool r
 }
 
 absl::StatusOr<Value> CaseMethod(const Value& self, CallArgs& args, text::CaseOp op, std::string_view name) {
-  CT_RETURN_IF_ERROR(BindArgs(name, args, {}, {}).status());
-  CT_ASSIGN_OR_RETURN(std::string s, text::ChangeCase(self.str(), op));
+  RETURN_IF_ERROR(BindArgs(name, args, {}, {}).status());
+  ASSIGN_OR_RETURN(std::string s, text::ChangeCase(self.str(), op));
   return Value::String(std::move(s));
 }
 
 // str.isxxx() for ASCII text; non-ASCII text is refused (Unicode tables).
 absl::StatusOr<Value> CharClass(const Value& self, CallArgs& args, std::string_view name,
                                 bool (*pred)(char)) {
-  CT_RETURN_IF_ERROR(BindArgs(name, args, {}, {}).status());
+  RETURN_IF_ERROR(BindArgs(name, args, {}, {}).status());
   const std::string& s = self.str();
   if (!text::IsAscii(s)) {
     return absl::UnimplementedError(absl::StrCat("str.", AV(name), "() of non-ASCII text is not supported"));
@@ -127,9 +128,9 @@ absl::StatusOr<Value> StrMethod(Interpreter& interp, const Value& self, std::str
   if (name == "split") return SplitMethod(interp, self, args, false);
   if (name == "rsplit") return SplitMethod(interp, self, args, true);
   if (name == "splitlines") {
-    CT_ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"keepends"}, {Value::Bool(false)}));
+    ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"keepends"}, {Value::Bool(false)}));
     std::vector<std::string> parts = text::SplitLines(self.str(), Truthy(a[0]));
-    CT_RETURN_IF_ERROR(interp.ChargeList(parts.size()));
+    RETURN_IF_ERROR(interp.ChargeList(parts.size()));
     return Strings(parts);
   }
   if (name == "startswith") return AffixTest(self, args, true);
@@ -139,12 +140,12 @@ absl::StatusOr<Value> StrMethod(Interpreter& interp, const Value& self, std::str
   if (name == "capitalize") return CaseMethod(self, args, CaseOp::kCapitalize, name);
   if (name == "title") return CaseMethod(self, args, CaseOp::kTitleMethod, name);
   if (name == "replace") {
-    CT_ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"old", "new", "count"}, {Value::Int(-1)}));
-    CT_ASSIGN_OR_RETURN(std::string from, StrArg(name, a[0]));
-    CT_ASSIGN_OR_RETURN(std::string to, StrArg(name, a[1]));
-    CT_ASSIGN_OR_RETURN(int64_t count, IntArg(name, a[2]));
+    ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"old", "new", "count"}, {Value::Int(-1)}));
+    ASSIGN_OR_RETURN(std::string from, StrArg(name, a[0]));
+    ASSIGN_OR_RETURN(std::string to, StrArg(name, a[1]));
+    ASSIGN_OR_RETURN(int64_t count, IntArg(name, a[2]));
     std::string out = text::Replace(self.str(), from, to, count);
-    CT_RETURN_IF_ERROR(interp.ChargeString(out.size()));
+    RETURN_IF_ERROR(interp.ChargeString(out.size()));
     return Value::String(std::move(out));
   }
   if (name == "find") return Find(self, args, false, false, name);
@@ -152,8 +153,8 @@ absl::StatusOr<Value> StrMethod(Interpreter& interp, const Value& self, std::str
   if (name == "index") return Find(self, args, false, true, name);
   if (name == "rindex") return Find(self, args, true, true, name);
   if (name == "count") {
-    CT_ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"sub"}, {}));
-    CT_ASSIGN_OR_RETURN(std::string sub, StrArg(name, a[0]));
+    ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"sub"}, {}));
+    ASSIGN_OR_RETURN(std::string sub, StrArg(name, a[0]));
     const std::string& s = self.str();
     if (sub.empty()) return Value::Int(static_cast<int64_t>(text::CodePointCount(s)) + 1);
     int64_t n = 0;
@@ -161,8 +162,8 @@ absl::StatusOr<Value> StrMethod(Interpreter& interp, const Value& self, std::str
     return Value::Int(n);
   }
   if (name == "join") {
-    CT_ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"iterable"}, {}));
-    CT_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(a[0]));
+    ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"iterable"}, {}));
+    ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(a[0]));
     std::string out;
     for (size_t i = 0; i < items.size(); ++i) {
       if (!items[i].is_string()) {
@@ -171,13 +172,13 @@ absl::StatusOr<Value> StrMethod(Interpreter& interp, const Value& self, std::str
       }
       if (i > 0) out += self.str();
       out += items[i].str();
-      CT_RETURN_IF_ERROR(interp.ChargeString(out.size()));
+      RETURN_IF_ERROR(interp.ChargeString(out.size()));
     }
     return Value::String(std::move(out));
   }
   if (name == "removeprefix" || name == "removesuffix") {
-    CT_ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"affix"}, {}));
-    CT_ASSIGN_OR_RETURN(std::string affix, StrArg(name, a[0]));
+    ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"affix"}, {}));
+    ASSIGN_OR_RETURN(std::string affix, StrArg(name, a[0]));
     const std::string& s = self.str();
     if (name == "removeprefix" && s.starts_with(affix)) return Value::String(s.substr(affix.size()));
     if (name == "removesuffix" && !affix.empty() && s.ends_with(affix)) {
@@ -186,8 +187,8 @@ absl::StatusOr<Value> StrMethod(Interpreter& interp, const Value& self, std::str
     return self;
   }
   if (name == "partition" || name == "rpartition") {
-    CT_ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"sep"}, {}));
-    CT_ASSIGN_OR_RETURN(std::string sep, StrArg(name, a[0]));
+    ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"sep"}, {}));
+    ASSIGN_OR_RETURN(std::string sep, StrArg(name, a[0]));
     if (sep.empty()) return absl::InvalidArgumentError("empty separator");
     const std::string& s = self.str();
     const bool right = name == "rpartition";
@@ -203,7 +204,7 @@ absl::StatusOr<Value> StrMethod(Interpreter& interp, const Value& self, std::str
     return Value::List(std::move(parts), SeqKind::kTuple);
   }
   if (name == "isspace") {
-    CT_RETURN_IF_ERROR(BindArgs(name, args, {}, {}).status());
+    RETURN_IF_ERROR(BindArgs(name, args, {}, {}).status());
     const std::vector<char32_t> cps = text::Decode(self.str());
     if (cps.empty()) return Value::Bool(false);
     for (char32_t c : cps) {
@@ -229,7 +230,7 @@ absl::StatusOr<Value> StrMethod(Interpreter& interp, const Value& self, std::str
 absl::StatusOr<Value> DictMethod(const Value& self, std::string_view name, CallArgs& args) {
   const DictData& d = self.dict();
   if (name == "get") {
-    CT_ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"key", "default"}, {Value::None()}));
+    ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"key", "default"}, {Value::None()}));
     if (a[0].is_string()) {
       if (const Value* v = d.Find(a[0].str())) return *v;
     } else if (a[0].kind() == Kind::kList && a[0].list().kind != SeqKind::kTuple) {
@@ -238,7 +239,7 @@ absl::StatusOr<Value> DictMethod(const Value& self, std::string_view name, CallA
     return a[1];
   }
   if (name == "items" || name == "keys" || name == "values") {
-    CT_RETURN_IF_ERROR(BindArgs(name, args, {}, {}).status());
+    RETURN_IF_ERROR(BindArgs(name, args, {}, {}).status());
     std::vector<Value> out;
     for (const auto& [k, v] : d.items()) {
       if (name == "items") {
@@ -253,7 +254,7 @@ absl::StatusOr<Value> DictMethod(const Value& self, std::string_view name, CallA
     return Value::List(std::move(out), kind);
   }
   if (name == "copy") {
-    CT_RETURN_IF_ERROR(BindArgs(name, args, {}, {}).status());
+    RETURN_IF_ERROR(BindArgs(name, args, {}, {}).status());
     return self;
   }
   return absl::UnimplementedError(absl::StrCat("dict.", AV(name), "() is not supported"));
@@ -262,7 +263,7 @@ absl::StatusOr<Value> DictMethod(const Value& self, std::string_view name, CallA
 absl::StatusOr<Value> ListMethod(const Value& self, std::string_view name, CallArgs& args) {
   const auto& items = self.list().items;
   if (name == "index" || name == "count") {
-    CT_ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"value"}, {}));
+    ASSIGN_OR_RETURN(auto a, BindArgs(name, args, {"value"}, {}));
     int64_t n = 0;
     for (size_t i = 0; i < items.size(); ++i) {
       if (!Equals(items[i], a[0])) continue;
@@ -313,9 +314,9 @@ absl::StatusOr<std::vector<std::pair<std::string, Value>>> DictArgs(std::string_
     if (src.kind() == Kind::kDict) {
       for (const auto& kv : src.dict().items()) out.push_back(kv);
     } else {
-      CT_ASSIGN_OR_RETURN(std::vector<Value> pairs, Iterate(src));
+      ASSIGN_OR_RETURN(std::vector<Value> pairs, Iterate(src));
       for (const Value& p : pairs) {
-        CT_ASSIGN_OR_RETURN(std::vector<Value> kv, Iterate(p));
+        ASSIGN_OR_RETURN(std::vector<Value> kv, Iterate(p));
         if (kv.size() != 2) return TypeError("dictionary update sequence element has the wrong length");
         if (!kv[0].is_string()) {
           return absl::UnimplementedError(
@@ -335,7 +336,7 @@ absl::StatusOr<Value> GlobalRange(Interpreter& interp, CallArgs& args) {
   if (n < 1 || n > 3) return TypeError(absl::StrCat("range expected 1 to 3 arguments, got ", n));
   int64_t v[3] = {0, 0, 1};
   for (size_t i = 0; i < n; ++i) {
-    CT_ASSIGN_OR_RETURN(v[i], IntArg("range", args.positional[i]));
+    ASSIGN_OR_RETURN(v[i], IntArg("range", args.positional[i]));
   }
   int64_t start = 0, stop = v[0], step = 1;
   if (n >= 2) {
@@ -351,7 +352,7 @@ absl::StatusOr<Value> GlobalRange(Interpreter& interp, CallArgs& args) {
     return absl::ResourceExhaustedError(
         "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
   }
-  CT_RETURN_IF_ERROR(interp.ChargeList(static_cast<size_t>(count)));
+  RETURN_IF_ERROR(interp.ChargeList(static_cast<size_t>(count)));
   std::vector<Value> items;
   for (__int128 i = 0; i < count; ++i) items.push_back(Value::Int(static_cast<int64_t>(start + i * step)));
   std::string repr = step == 1 ? absl::StrCat("range(", start, ", ", stop, ")")
@@ -360,7 +361,7 @@ absl::StatusOr<Value> GlobalRange(Interpreter& interp, CallArgs& args) {
 }
 
 absl::StatusOr<Value> GlobalNamespace(Interpreter& interp, CallArgs& args) {
-  CT_ASSIGN_OR_RETURN(auto pairs, DictArgs("namespace", args));
+  ASSIGN_OR_RETURN(auto pairs, DictArgs("namespace", args));
   auto d = std::make_shared<DictData>();
   for (auto& [k, v] : pairs) d->Set(k, v);
   if (d->depth() > kMaxValueDepth) {
@@ -371,7 +372,7 @@ absl::StatusOr<Value> GlobalNamespace(Interpreter& interp, CallArgs& args) {
 }
 
 absl::StatusOr<Value> GlobalDict(Interpreter&, CallArgs& args) {
-  CT_ASSIGN_OR_RETURN(auto pairs, DictArgs("dict", args));
+  ASSIGN_OR_RETURN(auto pairs, DictArgs("dict", args));
   auto d = std::make_shared<DictData>();
   for (auto& [k, v] : pairs) d->Set(k, v);
   if (d->depth() > kMaxValueDepth) {
@@ -381,14 +382,14 @@ absl::StatusOr<Value> GlobalDict(Interpreter&, CallArgs& args) {
 }
 
 absl::StatusOr<Value> GlobalRaise(Interpreter&, CallArgs& args) {
-  CT_ASSIGN_OR_RETURN(auto a, BindArgs("raise_exception", args, {"message"}, {}));
-  CT_ASSIGN_OR_RETURN(std::string message, ToStr(a[0]));
+  ASSIGN_OR_RETURN(auto a, BindArgs("raise_exception", args, {"message"}, {}));
+  ASSIGN_OR_RETURN(std::string message, ToStr(a[0]));
   return absl::InvalidArgumentError(absl::StrCat("raise_exception: ", message));
 }
 
 absl::StatusOr<Value> GlobalStrftimeNow(Interpreter& interp, CallArgs& args) {
-  CT_ASSIGN_OR_RETURN(auto a, BindArgs("strftime_now", args, {"format"}, {}));
-  CT_ASSIGN_OR_RETURN(std::string format, StrArg("strftime_now", a[0]));
+  ASSIGN_OR_RETURN(auto a, BindArgs("strftime_now", args, {"format"}, {}));
+  ASSIGN_OR_RETURN(std::string format, StrArg("strftime_now", a[0]));
   if (format.empty()) return Value::String("");
   const std::tm now = interp.Now();
   std::string buf(format.size() * 4 + 64, '\0');

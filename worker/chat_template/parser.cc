@@ -1,3 +1,5 @@
+// One file on purpose: a recursive-descent parser whose statement and
+// expression rules call each other (grammar in parser.h).
 #include "worker/chat_template/parser.h"
 
 #include <algorithm>
@@ -6,9 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
+#include "worker/chat_template/absl_view.h"
 #include "worker/chat_template/builtins.h"
 #include "worker/chat_template/lexer.h"
-#include "worker/chat_template/status_macros.h"
 
 namespace tandem::chat_template {
 namespace {
@@ -35,7 +38,7 @@ class Parser {
 
   absl::StatusOr<TemplateAst> Parse() {
     TemplateAst ast;
-    CT_ASSIGN_OR_RETURN(ast.body, Subparse(nullptr));
+    ASSIGN_OR_RETURN(ast.body, Subparse(nullptr));
     return ast;
   }
 
@@ -178,8 +181,8 @@ class Parser {
         Next();
       } else if (t.type == TokenType::kVariableBegin) {
         Next();
-        CT_ASSIGN_OR_RETURN(ExprPtr e, ParseTuple(false, true, {}, false));
-        CT_RETURN_IF_ERROR(Expect(TokenType::kVariableEnd, "'}}'"));
+        ASSIGN_OR_RETURN(ExprPtr e, ParseTuple(false, true, {}, false));
+        RETURN_IF_ERROR(Expect(TokenType::kVariableEnd, "'}}'"));
         pending.push_back(OutputItem{"", std::move(e)});
       } else if (t.type == TokenType::kBlockBegin) {
         flush();
@@ -188,9 +191,9 @@ class Parser {
             std::find(ends->begin(), ends->end(), Cur().text) != ends->end()) {
           return body;
         }
-        CT_ASSIGN_OR_RETURN(StmtPtr s, ParseStatement());
+        ASSIGN_OR_RETURN(StmtPtr s, ParseStatement());
         body.push_back(std::move(s));
-        CT_RETURN_IF_ERROR(Expect(TokenType::kBlockEnd, "'%}'"));
+        RETURN_IF_ERROR(Expect(TokenType::kBlockEnd, "'%}'"));
       } else {
         return SyntaxError(t.line, absl::StrCat("unexpected '", Describe(t), "'"));
       }
@@ -209,11 +212,11 @@ class Parser {
   // stream is left at the end tag's name (consumed with drop_needle).
   absl::StatusOr<Body> ParseStatements(const std::string& tag, int line, const Ends& ends, bool drop_needle) {
     SkipOp(":");
-    CT_RETURN_IF_ERROR(Expect(TokenType::kBlockEnd, "'%}'"));
+    RETURN_IF_ERROR(Expect(TokenType::kBlockEnd, "'%}'"));
     DepthGuard guard(this);
     if (guard.exceeded()) return NestingError(line);
     open_.push_back(OpenBlock{tag, line, ends});
-    CT_ASSIGN_OR_RETURN(Body body, Subparse(&ends));
+    ASSIGN_OR_RETURN(Body body, Subparse(&ends));
     open_.pop_back();
     if (Cur().type == TokenType::kEof) {
       return SyntaxError(Cur().line, absl::StrCat("unexpected end of template: '", tag, "' on line ", line,
@@ -240,7 +243,7 @@ class Parser {
       s->line = line;
       const int saved = loop_depth_;
       loop_depth_ = 0;
-      CT_ASSIGN_OR_RETURN(s->body, ParseStatements("generation", line, {"endgeneration"}, true));
+      ASSIGN_OR_RETURN(s->body, ParseStatements("generation", line, {"endgeneration"}, true));
       loop_depth_ = saved;
       return s;
     }
@@ -269,20 +272,20 @@ class Parser {
     s->type = StmtType::kFor;
     s->line = Cur().line;
     Next();
-    CT_ASSIGN_OR_RETURN(s->target, ParseAssignTarget(true, false, {"in"}, false));
-    CT_RETURN_IF_ERROR(ExpectName("in"));
-    CT_ASSIGN_OR_RETURN(s->expr, ParseTuple(false, false, {"recursive"}, false));
+    ASSIGN_OR_RETURN(s->target, ParseAssignTarget(true, false, {"in"}, false));
+    RETURN_IF_ERROR(ExpectName("in"));
+    ASSIGN_OR_RETURN(s->expr, ParseTuple(false, false, {"recursive"}, false));
     if (SkipName("if")) {
-      CT_ASSIGN_OR_RETURN(s->filter, ParseExpression(true));
+      ASSIGN_OR_RETURN(s->filter, ParseExpression(true));
     }
     if (IsName(Cur(), "recursive")) return Unsupported(Cur().line, "a recursive loop");
     ++loop_depth_;
-    CT_ASSIGN_OR_RETURN(s->body, ParseStatements("for", s->line, {"endfor", "else"}, false));
+    ASSIGN_OR_RETURN(s->body, ParseStatements("for", s->line, {"endfor", "else"}, false));
     --loop_depth_;
     const bool has_else = IsName(Cur(), "else");
     Next();
     if (has_else) {
-      CT_ASSIGN_OR_RETURN(s->else_body, ParseStatements("for", s->line, {"endfor"}, true));
+      ASSIGN_OR_RETURN(s->else_body, ParseStatements("for", s->line, {"endfor"}, true));
     }
     // jinja2 refuses, at compile time, any assignment to `loop` inside a loop.
     if (const Target* t = LoopAssignment(s->target)) {
@@ -325,14 +328,14 @@ class Parser {
     Next();
     while (true) {
       IfBranch branch;
-      CT_ASSIGN_OR_RETURN(branch.test, ParseTuple(false, false, {}, false));
-      CT_ASSIGN_OR_RETURN(branch.body, ParseStatements("if", s->line, {"elif", "else", "endif"}, false));
+      ASSIGN_OR_RETURN(branch.test, ParseTuple(false, false, {}, false));
+      ASSIGN_OR_RETURN(branch.body, ParseStatements("if", s->line, {"elif", "else", "endif"}, false));
       s->branches.push_back(std::move(branch));
       const std::string tag = Cur().text;
       Next();
       if (tag == "elif") continue;
       if (tag == "else") {
-        CT_ASSIGN_OR_RETURN(s->else_body, ParseStatements("if", s->line, {"endif"}, true));
+        ASSIGN_OR_RETURN(s->else_body, ParseStatements("if", s->line, {"endif"}, true));
       }
       break;
     }
@@ -343,15 +346,15 @@ class Parser {
     auto s = std::make_unique<Stmt>();
     s->line = Cur().line;
     Next();
-    CT_ASSIGN_OR_RETURN(s->target, ParseAssignTarget(true, false, {}, true));
+    ASSIGN_OR_RETURN(s->target, ParseAssignTarget(true, false, {}, true));
     if (SkipOp("=")) {
       s->type = StmtType::kSet;
-      CT_ASSIGN_OR_RETURN(s->expr, ParseTuple(false, true, {}, false));
+      ASSIGN_OR_RETURN(s->expr, ParseTuple(false, true, {}, false));
       return s;
     }
     if (IsOp(Cur(), "|")) return Unsupported(Cur().line, "a filter on a block set");
     s->type = StmtType::kSetBlock;
-    CT_ASSIGN_OR_RETURN(s->body, ParseStatements("set", s->line, {"endset"}, true));
+    ASSIGN_OR_RETURN(s->body, ParseStatements("set", s->line, {"endset"}, true));
     return s;
   }
 
@@ -361,8 +364,8 @@ class Parser {
     s->line = Cur().line;
     Next();
     while (Cur().type != TokenType::kBlockEnd) {
-      if (!s->output.empty()) CT_RETURN_IF_ERROR(ExpectOp(","));
-      CT_ASSIGN_OR_RETURN(ExprPtr e, ParseExpression(true));
+      if (!s->output.empty()) RETURN_IF_ERROR(ExpectOp(","));
+      ASSIGN_OR_RETURN(ExprPtr e, ParseExpression(true));
       s->output.push_back(OutputItem{"", std::move(e)});
     }
     return s;
@@ -373,25 +376,25 @@ class Parser {
     s->type = StmtType::kMacro;
     s->line = Cur().line;
     Next();
-    CT_ASSIGN_OR_RETURN(s->name, ExpectAnyName());
+    ASSIGN_OR_RETURN(s->name, ExpectAnyName());
     if (IsConstantName(s->name)) return SyntaxError(s->line, "can't assign to 'const'");
-    CT_RETURN_IF_ERROR(ExpectOp("("));
+    RETURN_IF_ERROR(ExpectOp("("));
     while (!IsOp(Cur(), ")")) {
-      if (!s->params.empty()) CT_RETURN_IF_ERROR(ExpectOp(","));
-      CT_ASSIGN_OR_RETURN(std::string param, ExpectAnyName());
+      if (!s->params.empty()) RETURN_IF_ERROR(ExpectOp(","));
+      ASSIGN_OR_RETURN(std::string param, ExpectAnyName());
       if (IsConstantName(param)) return SyntaxError(s->line, "can't assign to 'const'");
       if (SkipOp("=")) {
-        CT_ASSIGN_OR_RETURN(ExprPtr d, ParseExpression(true));
+        ASSIGN_OR_RETURN(ExprPtr d, ParseExpression(true));
         s->defaults.push_back(std::move(d));
       } else if (!s->defaults.empty()) {
         return SyntaxError(Cur().line, "non-default argument follows default argument");
       }
       s->params.push_back(std::move(param));
     }
-    CT_RETURN_IF_ERROR(ExpectOp(")"));
+    RETURN_IF_ERROR(ExpectOp(")"));
     const int saved = loop_depth_;
     loop_depth_ = 0;
-    CT_ASSIGN_OR_RETURN(s->body, ParseStatements("macro", s->line, {"endmacro"}, true));
+    ASSIGN_OR_RETURN(s->body, ParseStatements("macro", s->line, {"endmacro"}, true));
     loop_depth_ = saved;
     for (std::string_view special : {"varargs", "kwargs", "caller"}) {
       if (BodyReads(s->body, special)) {
@@ -441,7 +444,7 @@ class Parser {
     if (e.type == ExprType::kTuple) {
       t.kind = Target::Kind::kTuple;
       for (const auto& item : e.operands) {
-        CT_ASSIGN_OR_RETURN(Target sub, ToTarget(*item));
+        ASSIGN_OR_RETURN(Target sub, ToTarget(*item));
         t.items.push_back(std::move(sub));
       }
       return t;
@@ -459,14 +462,14 @@ class Parser {
       t.name = Cur().text;
       Next();
       Next();
-      CT_ASSIGN_OR_RETURN(t.attr, ExpectAnyName());
+      ASSIGN_OR_RETURN(t.attr, ExpectAnyName());
       return t;
     }
     ExprPtr e;
     if (with_tuple) {
-      CT_ASSIGN_OR_RETURN(e, ParseTuple(true, true, extra_end, false));
+      ASSIGN_OR_RETURN(e, ParseTuple(true, true, extra_end, false));
     } else {
-      CT_ASSIGN_OR_RETURN(e, ParsePrimary());
+      ASSIGN_OR_RETURN(e, ParsePrimary());
     }
     return ToTarget(*e);
   }
@@ -488,13 +491,13 @@ class Parser {
     std::vector<ExprPtr> items;
     bool is_tuple = false;
     while (true) {
-      if (!items.empty()) CT_RETURN_IF_ERROR(ExpectOp(","));
+      if (!items.empty()) RETURN_IF_ERROR(ExpectOp(","));
       if (IsTupleEnd(extra_end)) break;
       ExprPtr item;
       if (simplified) {
-        CT_ASSIGN_OR_RETURN(item, ParsePrimary());
+        ASSIGN_OR_RETURN(item, ParsePrimary());
       } else {
-        CT_ASSIGN_OR_RETURN(item, ParseExpression(with_condexpr));
+        ASSIGN_OR_RETURN(item, ParseExpression(with_condexpr));
       }
       items.push_back(std::move(item));
       if (IsOp(Cur(), ",")) {
@@ -520,18 +523,18 @@ class Parser {
     DepthGuard guard(this);
     if (guard.exceeded()) return NestingError(Cur().line);
     int line = Cur().line;
-    CT_ASSIGN_OR_RETURN(ExprPtr expr1, ParseOr());
+    ASSIGN_OR_RETURN(ExprPtr expr1, ParseOr());
     while (SkipName("if")) {
-      CT_ASSIGN_OR_RETURN(ExprPtr expr2, ParseOr());
+      ASSIGN_OR_RETURN(ExprPtr expr2, ParseOr());
       ExprPtr expr3;
       if (SkipName("else")) {
-        CT_ASSIGN_OR_RETURN(expr3, ParseCondExpr());
+        ASSIGN_OR_RETURN(expr3, ParseCondExpr());
       }
       ExprPtr c = NewExpr(ExprType::kCondExpr, line);
       c->operands.push_back(std::move(expr2));
       c->operands.push_back(std::move(expr1));
       c->operands.push_back(std::move(expr3));
-      CT_ASSIGN_OR_RETURN(expr1, Done(std::move(c)));
+      ASSIGN_OR_RETURN(expr1, Done(std::move(c)));
       line = Cur().line;
     }
     return expr1;
@@ -546,10 +549,10 @@ class Parser {
 
   absl::StatusOr<ExprPtr> ParseOr() {
     int line = Cur().line;
-    CT_ASSIGN_OR_RETURN(ExprPtr left, ParseAnd());
+    ASSIGN_OR_RETURN(ExprPtr left, ParseAnd());
     while (SkipName("or")) {
-      CT_ASSIGN_OR_RETURN(ExprPtr right, ParseAnd());
-      CT_ASSIGN_OR_RETURN(left, Binary(ExprType::kOr, line, std::move(left), std::move(right)));
+      ASSIGN_OR_RETURN(ExprPtr right, ParseAnd());
+      ASSIGN_OR_RETURN(left, Binary(ExprType::kOr, line, std::move(left), std::move(right)));
       line = Cur().line;
     }
     return left;
@@ -557,10 +560,10 @@ class Parser {
 
   absl::StatusOr<ExprPtr> ParseAnd() {
     int line = Cur().line;
-    CT_ASSIGN_OR_RETURN(ExprPtr left, ParseNot());
+    ASSIGN_OR_RETURN(ExprPtr left, ParseNot());
     while (SkipName("and")) {
-      CT_ASSIGN_OR_RETURN(ExprPtr right, ParseNot());
-      CT_ASSIGN_OR_RETURN(left, Binary(ExprType::kAnd, line, std::move(left), std::move(right)));
+      ASSIGN_OR_RETURN(ExprPtr right, ParseNot());
+      ASSIGN_OR_RETURN(left, Binary(ExprType::kAnd, line, std::move(left), std::move(right)));
       line = Cur().line;
     }
     return left;
@@ -572,7 +575,7 @@ class Parser {
       if (guard.exceeded()) return NestingError(Cur().line);
       const int line = Cur().line;
       Next();
-      CT_ASSIGN_OR_RETURN(ExprPtr operand, ParseNot());
+      ASSIGN_OR_RETURN(ExprPtr operand, ParseNot());
       ExprPtr e = NewExpr(ExprType::kNot, line);
       e->operands.push_back(std::move(operand));
       return Done(std::move(e));
@@ -582,7 +585,7 @@ class Parser {
 
   absl::StatusOr<ExprPtr> ParseCompare() {
     int line = Cur().line;
-    CT_ASSIGN_OR_RETURN(ExprPtr expr, ParseMath1());
+    ASSIGN_OR_RETURN(ExprPtr expr, ParseMath1());
     ExprPtr cmp;
     static const std::pair<std::string_view, CompareOp> kOps[] = {
         {"==", CompareOp::kEq}, {"!=", CompareOp::kNe}, {"<", CompareOp::kLt},
@@ -603,7 +606,7 @@ class Parser {
       } else {
         break;
       }
-      CT_ASSIGN_OR_RETURN(ExprPtr operand, ParseMath1());
+      ASSIGN_OR_RETURN(ExprPtr operand, ParseMath1());
       if (!cmp) {
         cmp = NewExpr(ExprType::kCompare, line);
         cmp->operands.push_back(std::move(expr));
@@ -618,19 +621,19 @@ class Parser {
   }
 
   absl::StatusOr<ExprPtr> Arith(BinaryOp op, int line, ExprPtr left, ExprPtr right) {
-    CT_ASSIGN_OR_RETURN(ExprPtr e, Binary(ExprType::kBinary, line, std::move(left), std::move(right)));
+    ASSIGN_OR_RETURN(ExprPtr e, Binary(ExprType::kBinary, line, std::move(left), std::move(right)));
     e->binary_op = op;
     return e;
   }
 
   absl::StatusOr<ExprPtr> ParseMath1() {
     int line = Cur().line;
-    CT_ASSIGN_OR_RETURN(ExprPtr left, ParseConcat());
+    ASSIGN_OR_RETURN(ExprPtr left, ParseConcat());
     while (IsOp(Cur(), "+") || IsOp(Cur(), "-")) {
       const BinaryOp op = Cur().text == "+" ? BinaryOp::kAdd : BinaryOp::kSub;
       Next();
-      CT_ASSIGN_OR_RETURN(ExprPtr right, ParseConcat());
-      CT_ASSIGN_OR_RETURN(left, Arith(op, line, std::move(left), std::move(right)));
+      ASSIGN_OR_RETURN(ExprPtr right, ParseConcat());
+      ASSIGN_OR_RETURN(left, Arith(op, line, std::move(left), std::move(right)));
       line = Cur().line;
     }
     return left;
@@ -638,12 +641,12 @@ class Parser {
 
   absl::StatusOr<ExprPtr> ParseConcat() {
     const int line = Cur().line;
-    CT_ASSIGN_OR_RETURN(ExprPtr first, ParseMath2());
+    ASSIGN_OR_RETURN(ExprPtr first, ParseMath2());
     if (!IsOp(Cur(), "~")) return first;
     ExprPtr c = NewExpr(ExprType::kConcat, line);
     c->operands.push_back(std::move(first));
     while (SkipOp("~")) {
-      CT_ASSIGN_OR_RETURN(ExprPtr next, ParseMath2());
+      ASSIGN_OR_RETURN(ExprPtr next, ParseMath2());
       c->operands.push_back(std::move(next));
     }
     return Done(std::move(c));
@@ -651,7 +654,7 @@ class Parser {
 
   absl::StatusOr<ExprPtr> ParseMath2() {
     int line = Cur().line;
-    CT_ASSIGN_OR_RETURN(ExprPtr left, ParsePow());
+    ASSIGN_OR_RETURN(ExprPtr left, ParsePow());
     while (true) {
       BinaryOp op;
       if (IsOp(Cur(), "*")) {
@@ -666,8 +669,8 @@ class Parser {
         break;
       }
       Next();
-      CT_ASSIGN_OR_RETURN(ExprPtr right, ParsePow());
-      CT_ASSIGN_OR_RETURN(left, Arith(op, line, std::move(left), std::move(right)));
+      ASSIGN_OR_RETURN(ExprPtr right, ParsePow());
+      ASSIGN_OR_RETURN(left, Arith(op, line, std::move(left), std::move(right)));
       line = Cur().line;
     }
     return left;
@@ -675,10 +678,10 @@ class Parser {
 
   absl::StatusOr<ExprPtr> ParsePow() {
     int line = Cur().line;
-    CT_ASSIGN_OR_RETURN(ExprPtr left, ParseUnary(true));
+    ASSIGN_OR_RETURN(ExprPtr left, ParseUnary(true));
     while (SkipOp("**")) {
-      CT_ASSIGN_OR_RETURN(ExprPtr right, ParseUnary(true));
-      CT_ASSIGN_OR_RETURN(left, Arith(BinaryOp::kPow, line, std::move(left), std::move(right)));
+      ASSIGN_OR_RETURN(ExprPtr right, ParseUnary(true));
+      ASSIGN_OR_RETURN(left, Arith(BinaryOp::kPow, line, std::move(left), std::move(right)));
       line = Cur().line;
     }
     return left;
@@ -692,16 +695,16 @@ class Parser {
     if (IsOp(Cur(), "-") || IsOp(Cur(), "+")) {
       const ExprType type = Cur().text == "-" ? ExprType::kNeg : ExprType::kPos;
       Next();
-      CT_ASSIGN_OR_RETURN(ExprPtr operand, ParseUnary(false));
+      ASSIGN_OR_RETURN(ExprPtr operand, ParseUnary(false));
       node = NewExpr(type, line);
       node->operands.push_back(std::move(operand));
-      CT_ASSIGN_OR_RETURN(node, Done(std::move(node)));
+      ASSIGN_OR_RETURN(node, Done(std::move(node)));
     } else {
-      CT_ASSIGN_OR_RETURN(node, ParsePrimary());
+      ASSIGN_OR_RETURN(node, ParsePrimary());
     }
-    CT_ASSIGN_OR_RETURN(node, ParsePostfix(std::move(node)));
+    ASSIGN_OR_RETURN(node, ParsePostfix(std::move(node)));
     if (with_filter) {
-      CT_ASSIGN_OR_RETURN(node, ParseFilterExpr(std::move(node)));
+      ASSIGN_OR_RETURN(node, ParseFilterExpr(std::move(node)));
     }
     return node;
   }
@@ -744,35 +747,35 @@ class Parser {
     }
     if (IsOp(t, "(")) {
       Next();
-      CT_ASSIGN_OR_RETURN(ExprPtr e, ParseTuple(false, true, {}, true));
-      CT_RETURN_IF_ERROR(ExpectOp(")"));
+      ASSIGN_OR_RETURN(ExprPtr e, ParseTuple(false, true, {}, true));
+      RETURN_IF_ERROR(ExpectOp(")"));
       return e;
     }
     if (IsOp(t, "[")) {
       Next();
       ExprPtr e = NewExpr(ExprType::kList, line);
       while (!IsOp(Cur(), "]")) {
-        if (!e->operands.empty()) CT_RETURN_IF_ERROR(ExpectOp(","));
+        if (!e->operands.empty()) RETURN_IF_ERROR(ExpectOp(","));
         if (IsOp(Cur(), "]")) break;
-        CT_ASSIGN_OR_RETURN(ExprPtr item, ParseExpression(true));
+        ASSIGN_OR_RETURN(ExprPtr item, ParseExpression(true));
         e->operands.push_back(std::move(item));
       }
-      CT_RETURN_IF_ERROR(ExpectOp("]"));
+      RETURN_IF_ERROR(ExpectOp("]"));
       return Done(std::move(e));
     }
     if (IsOp(t, "{")) {
       Next();
       ExprPtr e = NewExpr(ExprType::kDict, line);
       while (!IsOp(Cur(), "}")) {
-        if (!e->operands.empty()) CT_RETURN_IF_ERROR(ExpectOp(","));
+        if (!e->operands.empty()) RETURN_IF_ERROR(ExpectOp(","));
         if (IsOp(Cur(), "}")) break;
-        CT_ASSIGN_OR_RETURN(ExprPtr key, ParseExpression(true));
-        CT_RETURN_IF_ERROR(ExpectOp(":"));
-        CT_ASSIGN_OR_RETURN(ExprPtr value, ParseExpression(true));
+        ASSIGN_OR_RETURN(ExprPtr key, ParseExpression(true));
+        RETURN_IF_ERROR(ExpectOp(":"));
+        ASSIGN_OR_RETURN(ExprPtr value, ParseExpression(true));
         e->operands.push_back(std::move(key));
         e->operands.push_back(std::move(value));
       }
-      CT_RETURN_IF_ERROR(ExpectOp("}"));
+      RETURN_IF_ERROR(ExpectOp("}"));
       return Done(std::move(e));
     }
     return SyntaxError(line, absl::StrCat("unexpected '", Describe(t), "'"));
@@ -781,9 +784,9 @@ class Parser {
   absl::StatusOr<ExprPtr> ParsePostfix(ExprPtr node) {
     while (true) {
       if (IsOp(Cur(), ".") || IsOp(Cur(), "[")) {
-        CT_ASSIGN_OR_RETURN(node, ParseSubscript(std::move(node)));
+        ASSIGN_OR_RETURN(node, ParseSubscript(std::move(node)));
       } else if (IsOp(Cur(), "(")) {
-        CT_ASSIGN_OR_RETURN(node, ParseCall(std::move(node)));
+        ASSIGN_OR_RETURN(node, ParseCall(std::move(node)));
       } else {
         return node;
       }
@@ -793,11 +796,11 @@ class Parser {
   absl::StatusOr<ExprPtr> ParseFilterExpr(ExprPtr node) {
     while (true) {
       if (IsOp(Cur(), "|")) {
-        CT_ASSIGN_OR_RETURN(node, ParseFilter(std::move(node)));
+        ASSIGN_OR_RETURN(node, ParseFilter(std::move(node)));
       } else if (IsName(Cur(), "is")) {
-        CT_ASSIGN_OR_RETURN(node, ParseTest(std::move(node)));
+        ASSIGN_OR_RETURN(node, ParseTest(std::move(node)));
       } else if (IsOp(Cur(), "(")) {
-        CT_ASSIGN_OR_RETURN(node, ParseCall(std::move(node)));
+        ASSIGN_OR_RETURN(node, ParseCall(std::move(node)));
       } else {
         return node;
       }
@@ -826,11 +829,11 @@ class Parser {
     }
     std::vector<ExprPtr> args;
     while (!IsOp(Cur(), "]")) {
-      if (!args.empty()) CT_RETURN_IF_ERROR(ExpectOp(","));
-      CT_ASSIGN_OR_RETURN(ExprPtr a, ParseSubscribed());
+      if (!args.empty()) RETURN_IF_ERROR(ExpectOp(","));
+      ASSIGN_OR_RETURN(ExprPtr a, ParseSubscribed());
       args.push_back(std::move(a));
     }
-    CT_RETURN_IF_ERROR(ExpectOp("]"));
+    RETURN_IF_ERROR(ExpectOp("]"));
     if (args.size() != 1) return Unsupported(t.line, "a subscript that is not one index or slice");
     ExprPtr e = NewExpr(ExprType::kGetitem, t.line);
     e->operands.push_back(std::move(node));
@@ -845,7 +848,7 @@ class Parser {
       Next();
       args.push_back(nullptr);
     } else {
-      CT_ASSIGN_OR_RETURN(ExprPtr node, ParseExpression(true));
+      ASSIGN_OR_RETURN(ExprPtr node, ParseExpression(true));
       if (!IsOp(Cur(), ":")) return node;
       Next();
       args.push_back(std::move(node));
@@ -854,7 +857,7 @@ class Parser {
     if (IsOp(Cur(), ":")) {
       args.push_back(nullptr);
     } else if (!at_end()) {
-      CT_ASSIGN_OR_RETURN(ExprPtr stop, ParseExpression(true));
+      ASSIGN_OR_RETURN(ExprPtr stop, ParseExpression(true));
       args.push_back(std::move(stop));
     } else {
       args.push_back(nullptr);
@@ -862,7 +865,7 @@ class Parser {
     if (IsOp(Cur(), ":")) {
       Next();
       if (!at_end()) {
-        CT_ASSIGN_OR_RETURN(ExprPtr step, ParseExpression(true));
+        ASSIGN_OR_RETURN(ExprPtr step, ParseExpression(true));
         args.push_back(std::move(step));
       } else {
         args.push_back(nullptr);
@@ -878,11 +881,11 @@ class Parser {
   // `(args, name=value)` appended to e's operands and keywords.
   absl::Status ParseCallArgs(Expr* e) {
     const int line = Cur().line;
-    CT_RETURN_IF_ERROR(ExpectOp("("));
+    RETURN_IF_ERROR(ExpectOp("("));
     bool require_comma = false;
     while (!IsOp(Cur(), ")")) {
       if (require_comma) {
-        CT_RETURN_IF_ERROR(ExpectOp(","));
+        RETURN_IF_ERROR(ExpectOp(","));
         if (IsOp(Cur(), ")")) break;
       }
       if (IsOp(Cur(), "*") || IsOp(Cur(), "**")) {
@@ -895,11 +898,11 @@ class Parser {
         }
         Next();
         Next();
-        CT_ASSIGN_OR_RETURN(ExprPtr value, ParseExpression(true));
+        ASSIGN_OR_RETURN(ExprPtr value, ParseExpression(true));
         e->keywords.push_back(Keyword{std::move(key), std::move(value)});
       } else {
         if (!e->keywords.empty()) return SyntaxError(line, "invalid syntax for function call expression");
-        CT_ASSIGN_OR_RETURN(ExprPtr value, ParseExpression(true));
+        ASSIGN_OR_RETURN(ExprPtr value, ParseExpression(true));
         e->operands.push_back(std::move(value));
       }
       require_comma = true;
@@ -910,14 +913,14 @@ class Parser {
   absl::StatusOr<ExprPtr> ParseCall(ExprPtr node) {
     ExprPtr e = NewExpr(ExprType::kCall, Cur().line);
     e->operands.push_back(std::move(node));
-    CT_RETURN_IF_ERROR(ParseCallArgs(e.get()));
+    RETURN_IF_ERROR(ParseCallArgs(e.get()));
     return Done(std::move(e));
   }
 
   absl::StatusOr<std::string> DottedName() {
-    CT_ASSIGN_OR_RETURN(std::string name, ExpectAnyName());
+    ASSIGN_OR_RETURN(std::string name, ExpectAnyName());
     while (SkipOp(".")) {
-      CT_ASSIGN_OR_RETURN(std::string part, ExpectAnyName());
+      ASSIGN_OR_RETURN(std::string part, ExpectAnyName());
       absl::StrAppend(&name, ".", part);
     }
     return name;
@@ -926,7 +929,7 @@ class Parser {
   absl::StatusOr<ExprPtr> ParseFilter(ExprPtr node) {
     while (SkipOp("|")) {
       const int line = Cur().line;
-      CT_ASSIGN_OR_RETURN(std::string name, DottedName());
+      ASSIGN_OR_RETURN(std::string name, DottedName());
       if (FindFilter(name) == nullptr) {
         if (IsJinjaFilter(name)) return Unsupported(line, absl::StrCat("filter '", name, "'"));
         return SyntaxError(line, absl::StrCat("unknown filter '", name, "'"));
@@ -934,8 +937,8 @@ class Parser {
       ExprPtr e = NewExpr(ExprType::kFilter, line);
       e->name = std::move(name);
       e->operands.push_back(std::move(node));
-      if (IsOp(Cur(), "(")) CT_RETURN_IF_ERROR(ParseCallArgs(e.get()));
-      CT_ASSIGN_OR_RETURN(node, Done(std::move(e)));
+      if (IsOp(Cur(), "(")) RETURN_IF_ERROR(ParseCallArgs(e.get()));
+      ASSIGN_OR_RETURN(node, Done(std::move(e)));
     }
     return node;
   }
@@ -944,7 +947,7 @@ class Parser {
     const int line = Cur().line;
     Next();  // is
     const bool negated = SkipName("not");
-    CT_ASSIGN_OR_RETURN(std::string name, DottedName());
+    ASSIGN_OR_RETURN(std::string name, DottedName());
     if (FindTest(name) == nullptr) {
       if (IsJinjaTest(name)) return Unsupported(line, absl::StrCat("test '", name, "'"));
       return SyntaxError(line, absl::StrCat("unknown test '", name, "'"));
@@ -954,16 +957,16 @@ class Parser {
     e->operands.push_back(std::move(node));
     const Token& c = Cur();
     if (IsOp(c, "(")) {
-      CT_RETURN_IF_ERROR(ParseCallArgs(e.get()));
+      RETURN_IF_ERROR(ParseCallArgs(e.get()));
     } else if ((c.type == TokenType::kName || c.type == TokenType::kString || c.type == TokenType::kInteger ||
                 c.type == TokenType::kFloat || IsOp(c, "[") || IsOp(c, "{")) &&
                !IsName(c, "else") && !IsName(c, "or") && !IsName(c, "and")) {
       if (IsName(c, "is")) return SyntaxError(c.line, "you cannot chain multiple tests with is");
-      CT_ASSIGN_OR_RETURN(ExprPtr arg, ParsePrimary());
-      CT_ASSIGN_OR_RETURN(arg, ParsePostfix(std::move(arg)));
+      ASSIGN_OR_RETURN(ExprPtr arg, ParsePrimary());
+      ASSIGN_OR_RETURN(arg, ParsePostfix(std::move(arg)));
       e->operands.push_back(std::move(arg));
     }
-    CT_ASSIGN_OR_RETURN(e, Done(std::move(e)));
+    ASSIGN_OR_RETURN(e, Done(std::move(e)));
     if (!negated) return e;
     ExprPtr n = NewExpr(ExprType::kNot, line);
     n->operands.push_back(std::move(e));
@@ -981,7 +984,7 @@ class Parser {
 }  // namespace
 
 absl::StatusOr<TemplateAst> ParseTemplate(std::string_view source, const Limits& limits) {
-  CT_ASSIGN_OR_RETURN(std::vector<Token> tokens, Tokenize(source));
+  ASSIGN_OR_RETURN(std::vector<Token> tokens, Tokenize(source));
   return Parser(std::move(tokens), limits).Parse();
 }
 

@@ -1,10 +1,13 @@
+// One file on purpose: the Value type's constructors, Python semantics
+// (equality, ordering, truth, repr, str) and JSON conversion (value.h).
 #include "worker/chat_template/value.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "worker/chat_template/status_macros.h"
+#include "common/base/status_macros.h"
+#include "worker/chat_template/absl_view.h"
 #include "worker/chat_template/text.h"
 
 namespace tandem::chat_template {
@@ -80,7 +83,7 @@ absl::StatusOr<std::string> ReprItems(const std::vector<Value>& items, int depth
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) {
     if (i > 0) out.append(", ");
-    CT_ASSIGN_OR_RETURN(std::string r, ReprAt(items[i], depth + 1));
+    ASSIGN_OR_RETURN(std::string r, ReprAt(items[i], depth + 1));
     out.append(r);
   }
   return out;
@@ -94,7 +97,7 @@ absl::StatusOr<std::string> ReprDict(const DictData& d, int depth) {
     first = false;
     out.append(text::ReprString(k));
     out.append(": ");
-    CT_ASSIGN_OR_RETURN(std::string r, ReprAt(item, depth + 1));
+    ASSIGN_OR_RETURN(std::string r, ReprAt(item, depth + 1));
     out.append(r);
   }
   out.append("}");
@@ -116,7 +119,7 @@ absl::StatusOr<std::string> ReprAt(const Value& v, int depth) {
       return text::ReprString(v.str());
     case Kind::kList: {
       const ListData& l = v.list();
-      CT_ASSIGN_OR_RETURN(std::string inner, ReprItems(l.items, depth));
+      ASSIGN_OR_RETURN(std::string inner, ReprItems(l.items, depth));
       switch (l.kind) {
         case SeqKind::kList:
           return absl::StrCat("[", inner, "]");
@@ -136,7 +139,7 @@ absl::StatusOr<std::string> ReprAt(const Value& v, int depth) {
     case Kind::kDict:
       return ReprDict(v.dict(), depth);
     case Kind::kNamespace: {
-      CT_ASSIGN_OR_RETURN(std::string inner, ReprDict(v.ns(), depth));
+      ASSIGN_OR_RETURN(std::string inner, ReprDict(v.ns(), depth));
       return absl::StrCat("<Namespace ", inner, ">");
     }
     case Kind::kIterator:
@@ -201,7 +204,7 @@ struct JsonWriter {
         for (size_t i = 0; i < l.items.size(); ++i) {
           if (i > 0) out.append(item_sep);
           if (options.indent) Newline(level + 1);
-          CT_RETURN_IF_ERROR(Write(l.items[i], level + 1));
+          RETURN_IF_ERROR(Write(l.items[i], level + 1));
         }
         if (options.indent) Newline(level);
         out.push_back(']');
@@ -225,7 +228,7 @@ struct JsonWriter {
           if (options.indent) Newline(level + 1);
           text::AppendJsonString(items[i]->first, options.ensure_ascii, &out);
           out.append(key_sep);
-          CT_RETURN_IF_ERROR(Write(items[i]->second, level + 1));
+          RETURN_IF_ERROR(Write(items[i]->second, level + 1));
         }
         if (options.indent) Newline(level);
         out.push_back('}');
@@ -261,7 +264,7 @@ absl::StatusOr<Value> FromJsonAt(const nlohmann::ordered_json& j, int depth) {
       std::vector<Value> items;
       items.reserve(j.size());
       for (const auto& e : j) {
-        CT_ASSIGN_OR_RETURN(Value v, FromJsonAt(e, depth + 1));
+        ASSIGN_OR_RETURN(Value v, FromJsonAt(e, depth + 1));
         items.push_back(std::move(v));
       }
       return Value::List(std::move(items));
@@ -269,7 +272,7 @@ absl::StatusOr<Value> FromJsonAt(const nlohmann::ordered_json& j, int depth) {
     case nlohmann::ordered_json::value_t::object: {
       auto d = std::make_shared<DictData>();
       for (const auto& [k, e] : j.items()) {
-        CT_ASSIGN_OR_RETURN(Value v, FromJsonAt(e, depth + 1));
+        ASSIGN_OR_RETURN(Value v, FromJsonAt(e, depth + 1));
         d->Set(k, std::move(v));
       }
       return Value::Dict(std::move(d));
@@ -574,7 +577,7 @@ absl::StatusOr<std::string> ToJson(const Value& v, const JsonOptions& options) {
     w.item_sep = options.separators->first;
     w.key_sep = options.separators->second;
   }
-  CT_RETURN_IF_ERROR(w.Write(v, 0));
+  RETURN_IF_ERROR(w.Write(v, 0));
   return std::move(w.out);
 }
 

@@ -12,9 +12,10 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/match.h"
+#include "common/base/status_macros.h"
 #include "common/checkpoint_path.h"
 #include "nlohmann/json.hpp"
-#include "absl/strings/match.h"
 #include "worker/model/file_util.h"
 #include "worker/model/strict_json.h"
 
@@ -160,7 +161,7 @@ absl::StatusOr<ShardFileInfo> WriteShard(const std::string& dir, int world_size,
   const uint64_t sum = XXH64_digest(xs);
   XXH64_freeState(xs);
   const std::string file = ShardFileName(state.rank, world_size);
-  if (absl::Status st = model::WriteFileAtomicParts(dir + "/" + file, parts); !st.ok()) return st;
+  RETURN_IF_ERROR(model::WriteFileAtomicParts(dir + "/" + file, parts));
   return ShardFileInfo{file, state.rank, bytes, sum};
 }
 
@@ -305,7 +306,7 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {
   const std::string where = dir + "/manifest.json";
   try {
     int version = 0;
-    if (absl::Status st = ReadInteger(j, "version", &version, where); !st.ok()) return st;
+    RETURN_IF_ERROR(ReadInteger(j, "version", &version, where));
     if (version < 1 || version > kManifestVersion) {
       return absl::DataLossError(dir + "/manifest.json: unsupported version " + std::to_string(version));
     }
@@ -320,7 +321,7 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {
                                    ReadInteger(j, "policy_version", &m.policy_version, where, true),
                                    ReadInteger(j, "optimizer_steps", &m.optimizer_steps, where, true),
                                    ReadInteger(j, "total_floats", &m.total_floats, where)}) {
-      if (!st.ok()) return st;
+      RETURN_IF_ERROR(st);
     }
     m.config_hash = j.value("config_hash", "");
     m.rng_state = j.value("rng_state", "");
@@ -332,11 +333,9 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {
       info.file = s.at("file").get<std::string>();
       for (const absl::Status& st : {ReadInteger(s, "rank", &info.rank, where + ": shard"),
                                      ReadInteger(s, "bytes", &info.bytes, where + ": shard")}) {
-        if (!st.ok()) return st;
+        RETURN_IF_ERROR(st);
       }
-      auto h = FromHex(s.at("xxh64").get<std::string>());
-      if (!h.ok()) return h.status();
-      info.xxh64 = *h;
+      ASSIGN_OR_RETURN(info.xxh64, FromHex(s.at("xxh64").get<std::string>()));
       if (info.file.find('/') != std::string::npos || info.file.find("..") != std::string::npos) {
         return absl::DataLossError(dir + "/manifest.json: shard file name '" + info.file +
                                    "' leaves the checkpoint directory");
@@ -379,7 +378,7 @@ absl::StatusOr<uint64_t> CheckpointBytes(const std::string& dir, const Manifest&
 
 absl::Status Publish(const std::string& root, int64_t step) {
   const std::string from = PartialDir(root, step), to = FinalDir(root, step);
-  if (absl::Status st = FsyncPath(from); !st.ok()) return st;
+  RETURN_IF_ERROR(FsyncPath(from));
   std::error_code ec;
   if (fs::exists(to, ec)) fs::remove_all(to, ec);  // a redone step replaces its old copy
   fs::rename(from, to, ec);
@@ -388,11 +387,10 @@ absl::Status Publish(const std::string& root, int64_t step) {
 }
 
 absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir) {
-  auto m = ReadManifest(dir);
-  if (!m.ok()) return m.status();
+  ASSIGN_OR_RETURN(auto m, ReadManifest(dir));
   // ReadManifest bounds total_floats by the shard sizes the manifest claims:
   // the files must back those claims before anything is sized by it.
-  for (const auto& info : m->shards) {
+  for (const auto& info : m.shards) {
     const std::string path = dir + "/" + info.file;
     std::error_code ec;
     const uint64_t size = fs::file_size(path, ec);
@@ -400,35 +398,34 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir) {
     if (size != info.bytes) return ShardSizeMismatch(path, size, info.bytes);
   }
   LoadedCheckpoint out;
-  out.manifest = *m;
+  out.manifest = m;
   out.dir = dir;
-  std::vector<uint8_t> covered(m->total_floats, 0);
+  std::vector<uint8_t> covered(m.total_floats, 0);
   std::vector<std::string> array_names;  // every shard must hold the same arrays
-  for (const auto& info : m->shards) {
-    auto shard = ReadShard(dir, info);
-    if (!shard.ok()) return shard.status();
+  for (const auto& info : m.shards) {
+    ASSIGN_OR_RETURN(auto shard, ReadShard(dir, info));
     std::vector<std::string> names;
-    for (const auto& a : shard->arrays) names.push_back(a.first);
-    if (&info == &m->shards.front()) {
+    for (const auto& a : shard.arrays) names.push_back(a.first);
+    if (&info == &m.shards.front()) {
       array_names = names;
     } else if (names != array_names) {
       return absl::DataLossError(dir + "/" + info.file +
                                  ": holds different arrays than the first shard");
     }
-    for (const auto& [name, values] : shard->arrays) {
+    for (const auto& [name, values] : shard.arrays) {
       auto& full = out.arrays[name];
-      if (full.empty()) full.assign(m->total_floats, 0.f);
+      if (full.empty()) full.assign(m.total_floats, 0.f);
       uint64_t pos = 0;
-      for (const Range& r : shard->ranges) {
-        if (r.offset > m->total_floats || r.count > m->total_floats - r.offset) {
+      for (const Range& r : shard.ranges) {
+        if (r.offset > m.total_floats || r.count > m.total_floats - r.offset) {
           return absl::DataLossError(dir + "/" + info.file + ": range past total_floats");
         }
         if (r.count > 0) std::memcpy(full.data() + r.offset, values.data() + pos, r.count * 4);
         pos += r.count;
       }
     }
-    for (const Range& r : shard->ranges) {
-      if (r.offset > m->total_floats || r.count > m->total_floats - r.offset) {
+    for (const Range& r : shard.ranges) {
+      if (r.offset > m.total_floats || r.count > m.total_floats - r.offset) {
         return absl::DataLossError(dir + "/" + info.file + ": range past total_floats");
       }
       for (uint64_t i = r.offset; i < r.offset + r.count; ++i) {

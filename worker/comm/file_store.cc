@@ -14,6 +14,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 
 namespace tandem::comm {
 namespace {
@@ -111,7 +112,7 @@ absl::StatusOr<int64_t> FileStore::Add(std::string_view key, int64_t delta) {
   }
   flock(fd, LOCK_UN);
   close(fd);
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(status);
   return value;
 }
 

@@ -32,6 +32,9 @@
 //  3. a Gloo barrier, also bounded by connect_timeout (abortable as any
 //     collective). The context then gets the full timeout for later calls.
 // An abort during any step returns Aborted within about one slice (200 ms).
+//
+// One file on purpose: one backend class whose operations share Run(), the
+// abort registry of waiting buffers and the ring helpers.
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -55,6 +58,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/base/status_macros.h"
 #include "common/phase_failure.h"
 #include "worker/comm/abort_signal.h"
 #include "worker/comm/backends_internal.h"
@@ -672,8 +676,7 @@ class GlooCollective final : public Collective {
 absl::StatusOr<std::unique_ptr<Collective>> MakeGlooCollective(
     Store& store, int rank, int size, const CollectiveOptions& options) {
   auto c = std::make_unique<GlooCollective>(rank, size, options.timeout);
-  absl::Status s = c->Connect(store, options);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(c->Connect(store, options));
   return std::unique_ptr<Collective>(std::move(c));
 }
 

@@ -5,9 +5,10 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "common/auth.h"
-#include "common/phase_failure.h"
 #include "absl/strings/str_cat.h"
+#include "common/auth.h"
+#include "common/base/status_macros.h"
+#include "common/phase_failure.h"
 #include "tandem/v1/cluster.grpc.pb.h"
 
 namespace tandem::comm {
@@ -51,8 +52,7 @@ class GrpcStore final : public Store {
     tandem::v1::StoreGetResponse resp;
     grpc::ClientContext ctx;
     Prepare(&ctx, timeout);
-    absl::Status s = FromGrpc(stub_->StoreGet(&ctx, req, &resp), "StoreGet");
-    if (!s.ok()) return s;
+    RETURN_IF_ERROR(FromGrpc(stub_->StoreGet(&ctx, req, &resp), "StoreGet"));
     return std::move(*resp.mutable_value());
   }
 
@@ -64,8 +64,7 @@ class GrpcStore final : public Store {
     tandem::v1::StoreAddResponse resp;
     grpc::ClientContext ctx;
     Prepare(&ctx, std::chrono::milliseconds(0));
-    absl::Status s = FromGrpc(stub_->StoreAdd(&ctx, req, &resp), "StoreAdd");
-    if (!s.ok()) return s;
+    RETURN_IF_ERROR(FromGrpc(stub_->StoreAdd(&ctx, req, &resp), "StoreAdd"));
     return resp.value();
   }
 
@@ -88,9 +87,7 @@ class GrpcStore final : public Store {
     tandem::v1::StoreDeleteResponse resp;
     grpc::ClientContext ctx;
     Prepare(&ctx, std::chrono::milliseconds(0));
-    absl::Status s =
-        FromGrpc(stub_->StoreDelete(&ctx, req, &resp), "StoreDelete");
-    if (!s.ok()) return s;
+    RETURN_IF_ERROR(FromGrpc(stub_->StoreDelete(&ctx, req, &resp), "StoreDelete"));
     return resp.deleted();
   }
 

@@ -33,6 +33,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/phase_failure.h"
 #include "worker/comm/backends_internal.h"
 
@@ -51,16 +52,14 @@ absl::Status NcclError(std::string_view what, ncclResult_t r) {
       absl::StrCat("nccl: ", std::string(what), " failed: ", ncclGetErrorString(r)));
 }
 
-#define TANDEM_CUDA_RETURN(what, expr)          \
-  do {                                          \
-    cudaError_t cuda_err_ = (expr);                    \
-    if (cuda_err_ != cudaSuccess) return CudaError(what, cuda_err_); \
-  } while (0)
-#define TANDEM_NCCL_RETURN(what, expr)          \
-  do {                                          \
-    ncclResult_t r_ = (expr);                   \
-    if (r_ != ncclSuccess) return NcclError(what, r_); \
-  } while (0)
+// OK on success, else the error above: for RETURN_IF_ERROR.
+absl::Status CudaStatus(std::string_view what, cudaError_t e) {
+  return e == cudaSuccess ? absl::OkStatus() : CudaError(what, e);
+}
+
+absl::Status NcclStatus(std::string_view what, ncclResult_t r) {
+  return r == ncclSuccess ? absl::OkStatus() : NcclError(what, r);
+}
 
 // RAII owners (move-only).
 class Stream {
@@ -70,8 +69,8 @@ class Stream {
   Stream& operator=(const Stream&) = delete;
   ~Stream() { if (s_) cudaStreamDestroy(s_); }
   absl::Status Create() {
-    TANDEM_CUDA_RETURN("stream create",
-                       cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
+    RETURN_IF_ERROR(CudaStatus("stream create",
+                               cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)));
     return absl::OkStatus();
   }
   cudaStream_t get() const { return s_; }
@@ -86,8 +85,8 @@ class Event {
   Event& operator=(const Event&) = delete;
   ~Event() { if (e_) cudaEventDestroy(e_); }
   absl::Status Create() {
-    TANDEM_CUDA_RETURN("event create",
-                       cudaEventCreateWithFlags(&e_, cudaEventDisableTiming));
+    RETURN_IF_ERROR(CudaStatus("event create",
+                               cudaEventCreateWithFlags(&e_, cudaEventDisableTiming)));
     return absl::OkStatus();
   }
   cudaEvent_t get() const { return e_; }
@@ -111,9 +110,9 @@ class StagingBuffer {
       p_ = nullptr;
       capacity_ = 0;
     }
-    TANDEM_CUDA_RETURN(absl::StrCat("cudaMalloc of ", want,
-                                    " bytes for host staging"),
-                       cudaMalloc(&p_, want));
+    RETURN_IF_ERROR(CudaStatus(absl::StrCat("cudaMalloc of ", want,
+                                            " bytes for host staging"),
+                               cudaMalloc(&p_, want)));
     capacity_ = want;
     return absl::OkStatus();
   }
@@ -152,8 +151,8 @@ class DeviceBuffer {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   ~DeviceBuffer() { if (p_) cudaFree(p_); }
   absl::Status Allocate(size_t bytes) {
-    TANDEM_CUDA_RETURN("cudaMalloc", cudaMalloc(&p_, bytes));
-    TANDEM_CUDA_RETURN("cudaMemset", cudaMemset(p_, 0, bytes));
+    RETURN_IF_ERROR(CudaStatus("cudaMalloc", cudaMalloc(&p_, bytes)));
+    RETURN_IF_ERROR(CudaStatus("cudaMemset", cudaMemset(p_, 0, bytes)));
     return absl::OkStatus();
   }
   float* get() const { return static_cast<float*>(p_); }
@@ -199,16 +198,14 @@ class NcclCollective final : public Collective {
       : Collective(rank, size), device_(device) {}
 
   absl::Status Init(Store& store, const CollectiveOptions& options) {
-    TANDEM_CUDA_RETURN("cudaSetDevice", cudaSetDevice(device_));
+    RETURN_IF_ERROR(CudaStatus("cudaSetDevice", cudaSetDevice(device_)));
     // The unique-id wait is abortable (options.abort); ncclCommInitRank is not.
     AbortableStore abortable(&store, options.abort);
     PrefixStore scoped(options.prefix + "/nccl", &abortable);
     ncclUniqueId id;
     if (rank() == 0) {
-      TANDEM_NCCL_RETURN("ncclGetUniqueId", ncclGetUniqueId(&id));
-      absl::Status s = scoped.Set(
-          "id", std::string_view(reinterpret_cast<const char*>(&id), sizeof(id)));
-      if (!s.ok()) return s;
+      RETURN_IF_ERROR(NcclStatus("ncclGetUniqueId", ncclGetUniqueId(&id)));
+      RETURN_IF_ERROR(scoped.Set("id", std::string_view(reinterpret_cast<const char*>(&id), sizeof(id))));
     } else {
       auto v = scoped.Get("id", options.timeout);
       if (!v.ok()) {
@@ -221,11 +218,11 @@ class NcclCollective final : public Collective {
       }
       std::memcpy(&id, v->data(), sizeof(id));
     }
-    TANDEM_NCCL_RETURN("ncclCommInitRank",
-                       ncclCommInitRank(comm_.out(), size(), id, rank()));
-    if (auto s = stream_.Create(); !s.ok()) return s;
-    if (auto s = done_.Create(); !s.ok()) return s;
-    if (auto s = ready_.Create(); !s.ok()) return s;
+    RETURN_IF_ERROR(NcclStatus("ncclCommInitRank",
+                               ncclCommInitRank(comm_.out(), size(), id, rank())));
+    RETURN_IF_ERROR(stream_.Create());
+    RETURN_IF_ERROR(done_.Create());
+    RETURN_IF_ERROR(ready_.Create());
     return scratch_.Allocate(sizeof(float));
   }
 
@@ -234,13 +231,13 @@ class NcclCollective final : public Collective {
   absl::Status allreduce(float* data, size_t n, ReduceOp op,
                          Timeout timeout) override {
     BusyScope busy(this);
-    if (auto s = Check("allreduce"); !s.ok()) return s;
+    RETURN_IF_ERROR(Check("allreduce"));
     if (n == 0) return absl::OkStatus();
     Region d{data, n * 4, true, true};
-    if (auto s = Begin("allreduce", {&d}); !s.ok()) return s;
-    TANDEM_NCCL_RETURN("allreduce",
-                       ncclAllReduce(d.dev, d.dev, n, ncclFloat, ToNccl(op),
-                                     comm_.get(), stream_.get()));
+    RETURN_IF_ERROR(Begin("allreduce", {&d}));
+    RETURN_IF_ERROR(NcclStatus("allreduce",
+                               ncclAllReduce(d.dev, d.dev, n, ncclFloat, ToNccl(op),
+                                             comm_.get(), stream_.get())));
     const uint64_t moved = 2 * (size() - 1) * n * 4 / size();
     return Finish("allreduce", CollectiveKind::kAllreduce, moved, moved,
                   timeout, {&d});
@@ -250,7 +247,7 @@ class NcclCollective final : public Collective {
                               const std::vector<size_t>& counts,
                               Timeout timeout) override {
     BusyScope busy(this);
-    if (auto s = Check("reduce_scatter"); !s.ok()) return s;
+    RETURN_IF_ERROR(Check("reduce_scatter"));
     if (counts.size() != static_cast<size_t>(size())) {
       return absl::InvalidArgumentError("nccl: reduce_scatter failed: counts");
     }
@@ -259,18 +256,18 @@ class NcclCollective final : public Collective {
     if (total == 0) return absl::OkStatus();
     Region ri{in, total * 4, true, false};
     Region ro{out, counts[rank()] * 4, false, true};
-    if (auto s = Begin("reduce_scatter", {&ri, &ro}); !s.ok()) return s;
+    RETURN_IF_ERROR(Begin("reduce_scatter", {&ri, &ro}));
     in = static_cast<const float*>(ri.dev);
     out = static_cast<float*>(ro.dev);
     const bool even = std::all_of(counts.begin(), counts.end(),
                                   [&](size_t c) { return c == counts[0]; });
     if (even) {
-      TANDEM_NCCL_RETURN("reduce_scatter",
-                         ncclReduceScatter(in, out, counts[0], ncclFloat,
-                                           ncclSum, comm_.get(),
-                                           stream_.get()));
+      RETURN_IF_ERROR(NcclStatus("reduce_scatter",
+                                 ncclReduceScatter(in, out, counts[0], ncclFloat,
+                                                   ncclSum, comm_.get(),
+                                                   stream_.get())));
     } else {
-      TANDEM_NCCL_RETURN("reduce_scatter", ncclGroupStart());
+      RETURN_IF_ERROR(NcclStatus("reduce_scatter", ncclGroupStart()));
       size_t off = 0;
       for (int r = 0; r < size(); ++r) {
         if (counts[r] > 0) {
@@ -283,7 +280,7 @@ class NcclCollective final : public Collective {
         }
         off += counts[r];
       }
-      TANDEM_NCCL_RETURN("reduce_scatter", ncclGroupEnd());
+      RETURN_IF_ERROR(NcclStatus("reduce_scatter", ncclGroupEnd()));
     }
     const uint64_t moved = (size() - 1) * total * 4 / size();
     return Finish("reduce_scatter", CollectiveKind::kReduceScatter, moved,
@@ -294,7 +291,7 @@ class NcclCollective final : public Collective {
                          const std::vector<size_t>& counts,
                          Timeout timeout) override {
     BusyScope busy(this);
-    if (auto s = Check("allgather"); !s.ok()) return s;
+    RETURN_IF_ERROR(Check("allgather"));
     if (counts.size() != static_cast<size_t>(size())) {
       return absl::InvalidArgumentError("nccl: allgather failed: counts");
     }
@@ -310,7 +307,7 @@ class NcclCollective final : public Collective {
     Region ro{out, total * 4, false, true};
     if (alias && IsHostPointer(out)) {
       ro.copy_in = true;
-      if (auto s = Begin("allgather", {&ro}); !s.ok()) return s;
+      RETURN_IF_ERROR(Begin("allgather", {&ro}));
       ri.dev = static_cast<char*>(ro.dev) + (in_c - out_c);
     } else if (auto s = Begin("allgather", {&ri, &ro}); !s.ok()) {
       return s;
@@ -320,11 +317,11 @@ class NcclCollective final : public Collective {
     const bool even = std::all_of(counts.begin(), counts.end(),
                                   [&](size_t c) { return c == counts[0]; });
     if (even) {
-      TANDEM_NCCL_RETURN("allgather",
-                         ncclAllGather(in, out, counts[0], ncclFloat,
-                                       comm_.get(), stream_.get()));
+      RETURN_IF_ERROR(NcclStatus("allgather",
+                                 ncclAllGather(in, out, counts[0], ncclFloat,
+                                               comm_.get(), stream_.get())));
     } else {
-      TANDEM_NCCL_RETURN("allgather", ncclGroupStart());
+      RETURN_IF_ERROR(NcclStatus("allgather", ncclGroupStart()));
       size_t off = 0;
       for (int r = 0; r < size(); ++r) {
         if (counts[r] > 0) {
@@ -338,7 +335,7 @@ class NcclCollective final : public Collective {
         }
         off += counts[r];
       }
-      TANDEM_NCCL_RETURN("allgather", ncclGroupEnd());
+      RETURN_IF_ERROR(NcclStatus("allgather", ncclGroupEnd()));
     }
     const uint64_t sent = (size() - 1) * total * 4 / size();
     return Finish("allgather", CollectiveKind::kAllgather, sent,
@@ -348,16 +345,16 @@ class NcclCollective final : public Collective {
   absl::Status broadcast(float* data, size_t n, int root,
                          Timeout timeout) override {
     BusyScope busy(this);
-    if (auto s = Check("broadcast"); !s.ok()) return s;
+    RETURN_IF_ERROR(Check("broadcast"));
     if (root < 0 || root >= size()) {
       return absl::InvalidArgumentError("nccl: broadcast failed: bad root");
     }
     if (n == 0) return absl::OkStatus();
     Region d{data, n * 4, true, true};
-    if (auto s = Begin("broadcast", {&d}); !s.ok()) return s;
-    TANDEM_NCCL_RETURN("broadcast",
-                       ncclBroadcast(d.dev, d.dev, n, ncclFloat, root,
-                                     comm_.get(), stream_.get()));
+    RETURN_IF_ERROR(Begin("broadcast", {&d}));
+    RETURN_IF_ERROR(NcclStatus("broadcast",
+                               ncclBroadcast(d.dev, d.dev, n, ncclFloat, root,
+                                             comm_.get(), stream_.get())));
     // Ring broadcast: every rank but the last in the ring forwards once.
     const int vrank = (rank() - root + size()) % size();
     return Finish("broadcast", CollectiveKind::kBroadcast,
@@ -367,42 +364,42 @@ class NcclCollective final : public Collective {
 
   absl::Status barrier(Timeout timeout) override {
     BusyScope busy(this);
-    if (auto s = Check("barrier"); !s.ok()) return s;
-    if (auto s = Begin("barrier", {}); !s.ok()) return s;
-    TANDEM_NCCL_RETURN("barrier",
-                       ncclAllReduce(scratch_.get(), scratch_.get(), 1,
-                                     ncclFloat, ncclSum, comm_.get(),
-                                     stream_.get()));
+    RETURN_IF_ERROR(Check("barrier"));
+    RETURN_IF_ERROR(Begin("barrier", {}));
+    RETURN_IF_ERROR(NcclStatus("barrier",
+                               ncclAllReduce(scratch_.get(), scratch_.get(), 1,
+                                             ncclFloat, ncclSum, comm_.get(),
+                                             stream_.get())));
     return Finish("barrier", CollectiveKind::kBarrier, 0, 0, timeout, {});
   }
 
   absl::Status send(const void* data, size_t bytes, int peer, uint32_t tag,
                     Timeout timeout) override {
     BusyScope busy(this);
-    if (auto s = Check("send"); !s.ok()) return s;
+    RETURN_IF_ERROR(Check("send"));
     if (peer < 0 || peer >= size() || peer == rank()) {
       return absl::InvalidArgumentError("nccl: send failed: bad peer");
     }
     if (bytes == 0) return absl::OkStatus();
     Region d{data, bytes, true, false};
-    if (auto s = Begin("send", {&d}); !s.ok()) return s;
-    TANDEM_NCCL_RETURN("send", ncclSend(d.dev, bytes, ncclChar, peer,
-                                        comm_.get(), stream_.get()));
+    RETURN_IF_ERROR(Begin("send", {&d}));
+    RETURN_IF_ERROR(NcclStatus("send", ncclSend(d.dev, bytes, ncclChar, peer,
+                                                comm_.get(), stream_.get())));
     return Finish("send", CollectiveKind::kSendRecv, bytes, 0, timeout, {});
   }
 
   absl::Status recv(void* data, size_t bytes, int peer, uint32_t tag,
                     Timeout timeout) override {
     BusyScope busy(this);
-    if (auto s = Check("recv"); !s.ok()) return s;
+    RETURN_IF_ERROR(Check("recv"));
     if (peer < 0 || peer >= size() || peer == rank()) {
       return absl::InvalidArgumentError("nccl: recv failed: bad peer");
     }
     if (bytes == 0) return absl::OkStatus();
     Region d{data, bytes, false, true};
-    if (auto s = Begin("recv", {&d}); !s.ok()) return s;
-    TANDEM_NCCL_RETURN("recv", ncclRecv(d.dev, bytes, ncclChar, peer,
-                                        comm_.get(), stream_.get()));
+    RETURN_IF_ERROR(Begin("recv", {&d}));
+    RETURN_IF_ERROR(NcclStatus("recv", ncclRecv(d.dev, bytes, ncclChar, peer,
+                                                comm_.get(), stream_.get())));
     return Finish("recv", CollectiveKind::kSendRecv, 0, bytes, timeout, {&d});
   }
 
@@ -573,8 +570,7 @@ class NcclCollective final : public Collective {
 absl::StatusOr<std::unique_ptr<Collective>> MakeNcclCollective(
     Store& store, int rank, int size, const CollectiveOptions& options) {
   auto c = std::make_unique<NcclCollective>(rank, size, options.device);
-  absl::Status s = c->Init(store, options);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(c->Init(store, options));
   return std::unique_ptr<Collective>(std::move(c));
 }
 

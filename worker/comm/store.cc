@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/base/status_macros.h"
 
 namespace tandem::comm {
 
@@ -104,7 +105,7 @@ absl::Status AbortableStore::CheckAborted() const {
 }
 
 absl::Status AbortableStore::Set(std::string_view key, std::string_view value) {
-  if (absl::Status st = CheckAborted(); !st.ok()) return st;
+  RETURN_IF_ERROR(CheckAborted());
   return base_->Set(key, value);
 }
 
@@ -119,12 +120,12 @@ absl::StatusOr<std::string> AbortableStore::Get(
     }
     return st;
   }
-  if (absl::Status st = CheckAborted(); !st.ok()) return st;
+  RETURN_IF_ERROR(CheckAborted());
   return base_->Get(key, slice_);
 }
 
 absl::StatusOr<int64_t> AbortableStore::Add(std::string_view key, int64_t delta) {
-  if (absl::Status st = CheckAborted(); !st.ok()) return st;
+  RETURN_IF_ERROR(CheckAborted());
   return base_->Add(key, delta);
 }
 
@@ -134,13 +135,13 @@ absl::Status AbortableStore::Wait(const std::vector<std::string>& keys,
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + timeout;
   while (true) {
-    if (absl::Status st = CheckAborted(); !st.ok()) return st;
+    RETURN_IF_ERROR(CheckAborted());
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - Clock::now());
     const auto slice = std::clamp(left, std::chrono::milliseconds(1), slice_);
     absl::Status st = base_->Wait(keys, slice);
     if (!absl::IsDeadlineExceeded(st)) {
-      if (absl::Status ab = CheckAborted(); !ab.ok()) return ab;
+      RETURN_IF_ERROR(CheckAborted());
       return st;
     }
     if (Clock::now() >= deadline) {
@@ -151,7 +152,7 @@ absl::Status AbortableStore::Wait(const std::vector<std::string>& keys,
 }
 
 absl::StatusOr<bool> AbortableStore::Delete(std::string_view key) {
-  if (absl::Status st = CheckAborted(); !st.ok()) return st;
+  RETURN_IF_ERROR(CheckAborted());
   return base_->Delete(key);
 }
 

@@ -3,7 +3,8 @@
 // tensor) and atomic, streamed writing (F32, or BF16 on request). Plus the
 // Hugging Face model directory: config.json + model.safetensors (or
 // model-XXXXX-of-YYYYY.safetensors with model.safetensors.index.json) +
-// generation_config.json + the tokenizer files.
+// generation_config.json + the tokenizer files (implemented in
+// hf_model_dir.cc).
 //
 // A bad file gives an InvalidArgument (NotFound for a missing file) whose
 // message names the file and the problem; nothing crashes. SafetensorsFile

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 
 namespace tandem::rl {
 
@@ -390,16 +391,12 @@ absl::StatusOr<std::unique_ptr<VerifiableReward>> VerifiableReward::Create(const
   }
   if (t == "regex") {
     if (options.pattern.empty()) return absl::InvalidArgumentError("reward.pattern: required with type regex");
-    auto p = Pcre2Pattern::Compile(options.pattern, "reward.pattern");
-    if (!p.ok()) return p.status();
-    r->pattern_ = std::move(*p);
+    ASSIGN_OR_RETURN(r->pattern_, Pcre2Pattern::Compile(options.pattern, "reward.pattern"));
   } else if (!options.pattern.empty()) {
     return absl::InvalidArgumentError("reward.pattern: only for type regex");
   }
   if (!options.format_pattern.empty()) {
-    auto p = Pcre2Pattern::Compile(options.format_pattern, "reward.format_pattern");
-    if (!p.ok()) return p.status();
-    r->format_ = std::move(*p);
+    ASSIGN_OR_RETURN(r->format_, Pcre2Pattern::Compile(options.format_pattern, "reward.format_pattern"));
   }
   return r;
 }

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/strict_json.h"
 #include "worker/rl/counter_rng.h"
@@ -103,9 +104,7 @@ absl::StatusOr<SftExample> ParseLine(std::string_view line,
                                      const model::CharTokenizer* tok,
                                      const SftTokens& tokens) {
   // Strict: no duplicate keys, bounded nesting (a row is untrusted input).
-  auto parsed = model::ParseStrictJson(line, "row");
-  if (!parsed.ok()) return parsed.status();
-  nlohmann::json j = *std::move(parsed);
+  ASSIGN_OR_RETURN(nlohmann::json j, model::ParseStrictJson(line, "row"));
   if (!j.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat("expected a JSON object, got ", j.type_name()));
@@ -127,39 +126,33 @@ absl::StatusOr<SftExample> ParseLine(std::string_view line,
       return absl::InvalidArgumentError(
           "the text form needs exactly \"prompt\" and \"completion\"");
     }
-    auto p = ParseText(j["prompt"], "prompt", tok);
-    if (!p.ok()) return p.status();
-    auto c = ParseText(j["completion"], "completion", tok);
-    if (!c.ok()) return c.status();
-    ex.prompt_ids = std::move(*p);
-    ex.completion_ids = std::move(*c);
+    ASSIGN_OR_RETURN(auto p, ParseText(j["prompt"], "prompt", tok));
+    ASSIGN_OR_RETURN(auto c, ParseText(j["completion"], "completion", tok));
+    ex.prompt_ids = std::move(p);
+    ex.completion_ids = std::move(c);
   } else if (has("text")) {
     if (j.size() != 1) {
       return absl::InvalidArgumentError("\"text\" cannot be mixed with other keys");
     }
-    auto c = ParseText(j["text"], "text", tok);
-    if (!c.ok()) return c.status();
-    if (c->empty()) return absl::InvalidArgumentError("\"text\" is empty");
-    ex.completion_ids = std::move(*c);
+    ASSIGN_OR_RETURN(auto c, ParseText(j["text"], "text", tok));
+    if (c.empty()) return absl::InvalidArgumentError("\"text\" is empty");
+    ex.completion_ids = std::move(c);
   } else if (has("prompt_ids") || has("completion_ids")) {
     if (!has("prompt_ids") || !has("completion_ids") || j.size() != 2) {
       return absl::InvalidArgumentError(
           "the id form needs exactly \"prompt_ids\" and \"completion_ids\"");
     }
-    auto p = ParseIds(j["prompt_ids"], "prompt_ids", tokens);
-    if (!p.ok()) return p.status();
-    auto c = ParseIds(j["completion_ids"], "completion_ids", tokens);
-    if (!c.ok()) return c.status();
-    ex.prompt_ids = std::move(*p);
-    ex.completion_ids = std::move(*c);
+    ASSIGN_OR_RETURN(auto p, ParseIds(j["prompt_ids"], "prompt_ids", tokens));
+    ASSIGN_OR_RETURN(auto c, ParseIds(j["completion_ids"], "completion_ids", tokens));
+    ex.prompt_ids = std::move(p);
+    ex.completion_ids = std::move(c);
   } else if (has("ids")) {
     if (j.size() != 1) {
       return absl::InvalidArgumentError("\"ids\" cannot be mixed with other keys");
     }
-    auto c = ParseIds(j["ids"], "ids", tokens);
-    if (!c.ok()) return c.status();
-    if (c->empty()) return absl::InvalidArgumentError("\"ids\" is empty");
-    ex.completion_ids = std::move(*c);
+    ASSIGN_OR_RETURN(auto c, ParseIds(j["ids"], "ids", tokens));
+    if (c.empty()) return absl::InvalidArgumentError("\"ids\" is empty");
+    ex.completion_ids = std::move(c);
   } else {
     return absl::InvalidArgumentError(
         "empty object; expected {\"prompt\",\"completion\"}, {\"text\"}, "
@@ -196,7 +189,7 @@ absl::StatusOr<SftDataset> SftDataset::FromTask(
     std::shared_ptr<const Task> task, const model::CharTokenizer& tok,
     const SftTokens& tokens, uint64_t seed) {
   if (task == nullptr) return absl::InvalidArgumentError("no task given");
-  if (absl::Status s = CheckTokens(tokens); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckTokens(tokens));
   const int longest = task->max_prompt_chars() + task->max_answer_chars() + 2;
   if (tokens.seq_len > 0 && longest > tokens.seq_len) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -215,7 +208,7 @@ absl::StatusOr<SftDataset> SftDataset::FromTask(
 absl::StatusOr<SftDataset> SftDataset::FromJsonlText(
     std::string_view text, std::string_view name,
     const model::CharTokenizer* tok, const SftTokens& tokens, uint64_t seed) {
-  if (absl::Status s = CheckTokens(tokens); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckTokens(tokens));
   SftDataset d;
   d.tokens_ = tokens;
   d.seed_ = seed;
@@ -286,7 +279,7 @@ absl::StatusOr<SftDataset> SftDataset::FromJsonlFile(
 absl::StatusOr<SftDataset> SftDataset::FromExamples(std::vector<SftExample> examples,
                                                     const SftTokens& tokens, uint64_t seed,
                                                     bool shuffle) {
-  if (absl::Status s = CheckTokens(tokens); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckTokens(tokens));
   if (examples.empty()) return absl::InvalidArgumentError("no examples");
   SftDataset d;
   d.examples_ = std::move(examples);

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/strict_json.h"
 #include "worker/rl/sft_data.h"
@@ -58,9 +59,7 @@ absl::StatusOr<Json> Messages(const Json& row, const std::string& key) {
 absl::StatusOr<TextRow> ParseRow(std::string_view line, const TextDataOptions& o,
                                  const text::Tokenizer& tok) {
   // Strict: no duplicate keys, bounded nesting (a row is untrusted input).
-  auto parsed = model::ParseStrictOrderedJson(line, "row");
-  if (!parsed.ok()) return parsed.status();
-  Json j = *std::move(parsed);
+  ASSIGN_OR_RETURN(Json j, model::ParseStrictOrderedJson(line, "row"));
   if (!j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat("expected a JSON object, got ", j.type_name()));
   }
@@ -69,9 +68,7 @@ absl::StatusOr<TextRow> ParseRow(std::string_view line, const TextDataOptions& o
   bool has_response = false;
   bool chat_rendered = false;
   if (!o.messages_key.empty()) {
-    auto msgs = Messages(j, o.messages_key);
-    if (!msgs.ok()) return msgs.status();
-    Json prompt = *msgs;
+    ASSIGN_OR_RETURN(Json prompt, Messages(j, o.messages_key));
     if (!prompt.empty() && prompt.back()["role"] == "assistant") {
       // The final assistant turn is the response, never part of the prompt.
       if (o.response_key.empty()) {
@@ -84,36 +81,27 @@ absl::StatusOr<TextRow> ParseRow(std::string_view line, const TextDataOptions& o
     if (!o.system_prompt.empty() && prompt.front()["role"] != "system") {
       prompt.insert(prompt.begin(), Json{{"role", "system"}, {"content", o.system_prompt}});
     }
-    auto text = tok.ApplyChatTemplate(prompt, /*add_generation_prompt=*/true);
-    if (!text.ok()) return text.status();
-    row.prompt = std::move(*text);
+    ASSIGN_OR_RETURN(row.prompt, tok.ApplyChatTemplate(prompt, /*add_generation_prompt=*/true));
     chat_rendered = true;
   } else {
-    auto text = StringField(j, o.prompt_key, "prompt");
-    if (!text.ok()) return text.status();
+    ASSIGN_OR_RETURN(auto text, StringField(j, o.prompt_key, "prompt"));
     if (o.chat) {
       Json prompt = Json::array();
       if (!o.system_prompt.empty()) prompt.push_back(Json{{"role", "system"}, {"content", o.system_prompt}});
-      prompt.push_back(Json{{"role", "user"}, {"content", *text}});
-      auto rendered = tok.ApplyChatTemplate(prompt, /*add_generation_prompt=*/true);
-      if (!rendered.ok()) return rendered.status();
-      row.prompt = std::move(*rendered);
+      prompt.push_back(Json{{"role", "user"}, {"content", text}});
+      ASSIGN_OR_RETURN(row.prompt, tok.ApplyChatTemplate(prompt, /*add_generation_prompt=*/true));
       chat_rendered = true;
     } else {
-      row.prompt = o.system_prompt.empty() ? *text : o.system_prompt + "\n\n" + *text;
+      row.prompt = o.system_prompt.empty() ? text : o.system_prompt + "\n\n" + text;
     }
   }
   if (o.need_answer) {
-    auto a = StringField(j, o.answer_key, "reference answer");
-    if (!a.ok()) return a.status();
-    row.answer = std::move(*a);
+    ASSIGN_OR_RETURN(row.answer, StringField(j, o.answer_key, "reference answer"));
   } else if (!o.answer_key.empty() && j.contains(o.answer_key) && j[o.answer_key].is_string()) {
     row.answer = j[o.answer_key].get<std::string>();
   }
   if (!o.response_key.empty() && (o.need_response || j.contains(o.response_key))) {
-    auto r = StringField(j, o.response_key, "response");
-    if (!r.ok()) return r.status();
-    response = std::move(*r);
+    ASSIGN_OR_RETURN(response, StringField(j, o.response_key, "response"));
     has_response = true;
   }
   if (o.need_response && !has_response) {

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "worker/chat_template/chat_template.h"
 #include "worker/model/file_util.h"
 #include "worker/tokenizer/hf_tokenizer.h"
@@ -119,10 +120,9 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(const nlohmann::ordered
 std::shared_ptr<const Tokenizer> MakeCharTokenizer() { return std::make_shared<CharText>(); }
 
 absl::StatusOr<std::shared_ptr<const Tokenizer>> LoadHfTokenizer(const std::string& dir) {
-  auto tok = tokenizer::HfTokenizer::LoadDir(dir);
-  if (!tok.ok()) return tok.status();
-  auto out = std::make_shared<HfText>(std::move(*tok), dir);
-  if (absl::Status st = out->LoadChatTemplate(); !st.ok()) return st;
+  ASSIGN_OR_RETURN(auto tok, tokenizer::HfTokenizer::LoadDir(dir));
+  auto out = std::make_shared<HfText>(std::move(tok), dir);
+  RETURN_IF_ERROR(out->LoadChatTemplate());
   return std::shared_ptr<const Tokenizer>(std::move(out));
 }
 
@@ -130,12 +130,11 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> LoadModelTokenizer(const std::s
   const std::string path = dir + "/tokenizer.json";
   std::error_code ec;
   if (!fs::exists(path, ec)) return absl::NotFoundError(absl::StrCat(dir, ": no tokenizer.json"));
-  auto text = model::ReadFileToString(path);
-  if (!text.ok()) return text.status();
+  ASSIGN_OR_RETURN(auto text, model::ReadFileToString(path));
   // The char tokenizer's file is a small object with "type": "char".
-  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (!j.is_discarded() && j.is_object() && j.contains("type") && j["type"] == "char") {
-    auto c = model::CharTokenizer::FromJson(*text);
+    auto c = model::CharTokenizer::FromJson(text);
     if (!c.ok()) return absl::Status(c.status().code(), absl::StrCat(path, ": ", c.status().message()));
     return MakeCharTokenizer();
   }
@@ -146,9 +145,8 @@ absl::StatusOr<std::vector<int32_t>> GenerationConfigEosIds(const std::string& d
   const std::string path = dir + "/generation_config.json";
   std::error_code ec;
   if (!fs::exists(path, ec)) return std::vector<int32_t>{};
-  auto text = model::ReadFileToString(path);
-  if (!text.ok()) return text.status();
-  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+  ASSIGN_OR_RETURN(auto text, model::ReadFileToString(path));
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
   }
@@ -165,7 +163,7 @@ absl::StatusOr<std::vector<int32_t>> GenerationConfigEosIds(const std::string& d
   };
   if (it->is_array()) {
     for (const auto& v : *it) {
-      if (absl::Status st = add(v); !st.ok()) return st;
+      RETURN_IF_ERROR(add(v));
     }
   } else if (absl::Status st = add(*it); !st.ok()) {
     return st;
@@ -183,11 +181,8 @@ absl::Status CopyTokenizerFiles(const std::string& from, const std::string& to) 
   for (const char* name : kTokenizerFiles) {
     const fs::path src = fs::path(from) / name;
     if (!fs::exists(src, ec)) continue;
-    auto data = model::ReadFileToString(src.string());
-    if (!data.ok()) return data.status();
-    if (absl::Status st = model::WriteFileAtomic((fs::path(to) / name).string(), *data); !st.ok()) {
-      return st;
-    }
+    ASSIGN_OR_RETURN(auto data, model::ReadFileToString(src.string()));
+    RETURN_IF_ERROR(model::WriteFileAtomic((fs::path(to) / name).string(), data));
   }
   return absl::OkStatus();
 }

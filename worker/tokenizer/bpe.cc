@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
-#include "worker/tokenizer/status_macros.h"
+#include "common/base/status_macros.h"
 #include "worker/tokenizer/json_fields.h"
 #include "worker/tokenizer/utf8.h"
 
@@ -24,7 +24,7 @@ struct MergeLess {
 
 absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& j,
                                                             const std::string& path) {
-  TOK_RETURN_IF_ERROR(CheckFields(j, path,
+  RETURN_IF_ERROR(CheckFields(j, path,
                                   {"type", "dropout", "unk_token", "continuing_subword_prefix",
                                    "end_of_word_suffix", "fuse_unk", "byte_fallback",
                                    "ignore_merges", "vocab", "merges"}));
@@ -37,12 +37,12 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& j,
                        " is not supported (only null or 0: encoding is deterministic)"));
     }
   }
-  TOK_ASSIGN_OR_RETURN(m->fuse_unk_, ReadBool(j, path, "fuse_unk", false));
-  TOK_ASSIGN_OR_RETURN(m->byte_fallback_, ReadBool(j, path, "byte_fallback", false));
-  TOK_ASSIGN_OR_RETURN(m->ignore_merges_, ReadBool(j, path, "ignore_merges", false));
-  TOK_ASSIGN_OR_RETURN(std::optional<std::string> prefix,
+  ASSIGN_OR_RETURN(m->fuse_unk_, ReadBool(j, path, "fuse_unk", false));
+  ASSIGN_OR_RETURN(m->byte_fallback_, ReadBool(j, path, "byte_fallback", false));
+  ASSIGN_OR_RETURN(m->ignore_merges_, ReadBool(j, path, "ignore_merges", false));
+  ASSIGN_OR_RETURN(std::optional<std::string> prefix,
                        ReadOptionalString(j, path, "continuing_subword_prefix"));
-  TOK_ASSIGN_OR_RETURN(std::optional<std::string> suffix,
+  ASSIGN_OR_RETURN(std::optional<std::string> suffix,
                        ReadOptionalString(j, path, "end_of_word_suffix"));
   m->continuing_subword_prefix_ = prefix.value_or("");
   m->end_of_word_suffix_ = suffix.value_or("");
@@ -56,7 +56,7 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& j,
   for (auto it = vocab->begin(); it != vocab->end(); ++it) {
     const std::string entry = absl::StrCat(vocab_path, "[", Quote(it.key()), "]");
     if (it.key().empty()) return absl::InvalidArgumentError(vocab_path + ": a token is empty");
-    TOK_ASSIGN_OR_RETURN(const int64_t id, ReadIntValue(it.value(), entry, 0, kMaxTokenId));
+    ASSIGN_OR_RETURN(const int64_t id, ReadIntValue(it.value(), entry, 0, kMaxTokenId));
     max_id = std::max(max_id, id);
   }
   if (max_id + 1 - static_cast<int64_t>(vocab->size()) > kMaxUnusedIds) {
@@ -89,7 +89,7 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& j,
     m->byte_fallback_ids_[b] = m->TokenToId(name).value_or(-1);
   }
 
-  TOK_ASSIGN_OR_RETURN(std::optional<std::string> unk, ReadOptionalString(j, path, "unk_token"));
+  ASSIGN_OR_RETURN(std::optional<std::string> unk, ReadOptionalString(j, path, "unk_token"));
   if (unk.has_value()) {
     m->unk_id_ = m->TokenToId(*unk);
     if (!m->unk_id_) {

@@ -1,8 +1,8 @@
 #include "worker/tokenizer/decoder.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "worker/tokenizer/byte_level.h"
-#include "worker/tokenizer/status_macros.h"
 #include "worker/tokenizer/utf8.h"
 
 namespace tandem::tokenizer {
@@ -40,71 +40,71 @@ absl::StatusOr<Decoder> Decoder::FromJson(const Json& j, const std::string& path
   Decoder d;
   if (j.is_null()) return d;
   d.present_ = true;
-  TOK_RETURN_IF_ERROR(Append(j, path, &d.steps_));
+  RETURN_IF_ERROR(Append(j, path, &d.steps_));
   for (const Step& s : d.steps_) d.has_byte_fallback_ = d.has_byte_fallback_ || s.kind == Kind::kByteFallback;
   return d;
 }
 
 absl::Status Decoder::Append(const Json& j, const std::string& path, std::vector<Step>* steps) {
-  TOK_ASSIGN_OR_RETURN(const std::string type, ReadType(j, path));
+  ASSIGN_OR_RETURN(const std::string type, ReadType(j, path));
   if (type == "Sequence") {
-    TOK_RETURN_IF_ERROR(CheckFields(j, path, {"type", "decoders"}));
+    RETURN_IF_ERROR(CheckFields(j, path, {"type", "decoders"}));
     const Json* list = FindField(j, "decoders");
     const std::string list_path = JsonPath(path, "decoders");
     if (list == nullptr || !list->is_array()) {
       return JsonTypeError(list_path, "an array", list ? *list : Json());
     }
     for (size_t i = 0; i < list->size(); ++i) {
-      TOK_RETURN_IF_ERROR(Append((*list)[i], JsonPath(list_path, i), steps));
+      RETURN_IF_ERROR(Append((*list)[i], JsonPath(list_path, i), steps));
     }
     return absl::OkStatus();
   }
   if (type == "ByteLevel") {
     // The pre-tokenizer's options; they do not change decoding.
-    TOK_RETURN_IF_ERROR(
+    RETURN_IF_ERROR(
         CheckFields(j, path, {"type", "add_prefix_space", "trim_offsets", "use_regex"}));
     for (const char* key : {"add_prefix_space", "trim_offsets", "use_regex"}) {
-      TOK_RETURN_IF_ERROR(ReadBool(j, path, key, false).status());
+      RETURN_IF_ERROR(ReadBool(j, path, key, false).status());
     }
     steps->push_back(Step{Kind::kByteLevel});
     return absl::OkStatus();
   }
   if (type == "Replace") {
-    TOK_RETURN_IF_ERROR(CheckFields(j, path, {"type", "pattern", "content"}));
+    RETURN_IF_ERROR(CheckFields(j, path, {"type", "pattern", "content"}));
     Step s{Kind::kReplace};
     const Json* pattern = FindField(j, "pattern");
     if (pattern == nullptr) return absl::InvalidArgumentError(JsonPath(path, "pattern") + " is missing");
-    TOK_ASSIGN_OR_RETURN(Pattern p, Pattern::FromJson(*pattern, JsonPath(path, "pattern")));
+    ASSIGN_OR_RETURN(Pattern p, Pattern::FromJson(*pattern, JsonPath(path, "pattern")));
     s.pattern = std::make_shared<const Pattern>(std::move(p));
-    TOK_ASSIGN_OR_RETURN(s.text, ReadString(j, path, "content"));
+    ASSIGN_OR_RETURN(s.text, ReadString(j, path, "content"));
     steps->push_back(std::move(s));
     return absl::OkStatus();
   }
   if (type == "ByteFallback" || type == "Fuse") {
-    TOK_RETURN_IF_ERROR(CheckFields(j, path, {"type"}));
+    RETURN_IF_ERROR(CheckFields(j, path, {"type"}));
     steps->push_back(Step{type == "Fuse" ? Kind::kFuse : Kind::kByteFallback});
     return absl::OkStatus();
   }
   if (type == "Strip") {
-    TOK_RETURN_IF_ERROR(CheckFields(j, path, {"type", "content", "start", "stop"}));
+    RETURN_IF_ERROR(CheckFields(j, path, {"type", "content", "start", "stop"}));
     Step s{Kind::kStrip};
-    TOK_ASSIGN_OR_RETURN(s.text, ReadChar(j, path, "content", " "));
-    TOK_ASSIGN_OR_RETURN(const int64_t start, ReadInt(j, path, "start", 0, 0, 1 << 20));
-    TOK_ASSIGN_OR_RETURN(const int64_t stop, ReadInt(j, path, "stop", 0, 0, 1 << 20));
+    ASSIGN_OR_RETURN(s.text, ReadChar(j, path, "content", " "));
+    ASSIGN_OR_RETURN(const int64_t start, ReadInt(j, path, "start", 0, 0, 1 << 20));
+    ASSIGN_OR_RETURN(const int64_t stop, ReadInt(j, path, "stop", 0, 0, 1 << 20));
     s.start = static_cast<size_t>(start);
     s.stop = static_cast<size_t>(stop);
     steps->push_back(std::move(s));
     return absl::OkStatus();
   }
   if (type == "Metaspace") {
-    TOK_RETURN_IF_ERROR(CheckFields(
+    RETURN_IF_ERROR(CheckFields(
         j, path, {"type", "replacement", "prepend_scheme", "split", "add_prefix_space", "str_rep"}));
     Step s{Kind::kMetaspace};
-    TOK_ASSIGN_OR_RETURN(s.text, ReadChar(j, path, "replacement", "\u2581"));
-    TOK_ASSIGN_OR_RETURN(const std::optional<std::string> scheme,
+    ASSIGN_OR_RETURN(s.text, ReadChar(j, path, "replacement", "\u2581"));
+    ASSIGN_OR_RETURN(const std::optional<std::string> scheme,
                          ReadOptionalString(j, path, "prepend_scheme"));
-    TOK_ASSIGN_OR_RETURN(const bool add_prefix_space, ReadBool(j, path, "add_prefix_space", true));
-    TOK_RETURN_IF_ERROR(ReadBool(j, path, "split", true).status());
+    ASSIGN_OR_RETURN(const bool add_prefix_space, ReadBool(j, path, "add_prefix_space", true));
+    RETURN_IF_ERROR(ReadBool(j, path, "split", true).status());
     if (scheme.has_value() && *scheme != "always" && *scheme != "first" && *scheme != "never") {
       return absl::InvalidArgumentError(absl::StrCat(
           JsonPath(path, "prepend_scheme"), " \"", *scheme,

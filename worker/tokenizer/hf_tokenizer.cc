@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
 #include "worker/model/strict_json.h"  // kMaxJsonDepth
 #include "worker/tokenizer/added_tokens.h"
 #include "worker/tokenizer/bpe.h"
@@ -18,7 +19,6 @@
 #include "worker/tokenizer/normalizer.h"
 #include "worker/tokenizer/post_processor.h"
 #include "worker/tokenizer/pre_tokenizer.h"
-#include "worker/tokenizer/status_macros.h"
 #include "worker/tokenizer/utf8.h"
 
 namespace tandem::tokenizer {
@@ -184,7 +184,7 @@ struct HfTokenizer::Impl {
 };
 
 absl::Status HfTokenizer::Impl::Build(const Json& tj) {
-  TOK_RETURN_IF_ERROR(CheckFields(tj, "",
+  RETURN_IF_ERROR(CheckFields(tj, "",
                                   {"version", "truncation", "padding", "added_tokens", "normalizer",
                                    "pre_tokenizer", "model", "post_processor", "decoder"}));
   if (const Json* v = FindField(tj, "version"); v != nullptr && !v->is_string()) {
@@ -199,14 +199,14 @@ absl::Status HfTokenizer::Impl::Build(const Json& tj) {
   }
   const Json* model_json = FindField(tj, "model");
   if (model_json == nullptr) return absl::InvalidArgumentError("model is missing");
-  TOK_ASSIGN_OR_RETURN(const std::string model_type, ReadType(*model_json, "model"));
+  ASSIGN_OR_RETURN(const std::string model_type, ReadType(*model_json, "model"));
   if (model_type != "BPE") return UnsupportedType("model", model_type, "BPE");
-  TOK_ASSIGN_OR_RETURN(model, BpeModel::FromJson(*model_json, "model"));
-  TOK_ASSIGN_OR_RETURN(normalizer, Normalizer::FromJson(FieldOrNull(tj, "normalizer"), "normalizer"));
-  TOK_ASSIGN_OR_RETURN(pre_tokenizer,
+  ASSIGN_OR_RETURN(model, BpeModel::FromJson(*model_json, "model"));
+  ASSIGN_OR_RETURN(normalizer, Normalizer::FromJson(FieldOrNull(tj, "normalizer"), "normalizer"));
+  ASSIGN_OR_RETURN(pre_tokenizer,
                        PreTokenizer::FromJson(FieldOrNull(tj, "pre_tokenizer"), "pre_tokenizer"));
-  TOK_ASSIGN_OR_RETURN(decoder, Decoder::FromJson(FieldOrNull(tj, "decoder"), "decoder"));
-  TOK_RETURN_IF_ERROR(ReadAddedTokens(tj));
+  ASSIGN_OR_RETURN(decoder, Decoder::FromJson(FieldOrNull(tj, "decoder"), "decoder"));
+  RETURN_IF_ERROR(ReadAddedTokens(tj));
 
   // id -> text, over the model's vocabulary and the added tokens.
   int64_t limit = model->id_limit();
@@ -236,7 +236,7 @@ absl::Status HfTokenizer::Impl::Build(const Json& tj) {
   }
 
   auto known = [this](int32_t id) { return Known(id); };
-  TOK_ASSIGN_OR_RETURN(post_processor, PostProcessor::FromJson(FieldOrNull(tj, "post_processor"),
+  ASSIGN_OR_RETURN(post_processor, PostProcessor::FromJson(FieldOrNull(tj, "post_processor"),
                                                                "post_processor", known));
   return absl::OkStatus();
 }
@@ -250,24 +250,24 @@ absl::Status HfTokenizer::Impl::ReadAddedTokens(const Json& tj) {
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string path = JsonPath("added_tokens", i);
     const Json& e = list[i];
-    TOK_RETURN_IF_ERROR(CheckFields(
+    RETURN_IF_ERROR(CheckFields(
         e, path, {"id", "content", "single_word", "lstrip", "rstrip", "normalized", "special"}));
     AddedToken t;
     const Json* id = FindField(e, "id");
     if (id == nullptr) return absl::InvalidArgumentError(JsonPath(path, "id") + " is missing");
-    TOK_ASSIGN_OR_RETURN(const int64_t id64, ReadIntValue(*id, JsonPath(path, "id"), 0, kMaxTokenId));
+    ASSIGN_OR_RETURN(const int64_t id64, ReadIntValue(*id, JsonPath(path, "id"), 0, kMaxTokenId));
     t.id = static_cast<int32_t>(id64);
-    TOK_ASSIGN_OR_RETURN(t.content, ReadString(e, path, "content"));
+    ASSIGN_OR_RETURN(t.content, ReadString(e, path, "content"));
     if (t.content.empty()) return absl::InvalidArgumentError(JsonPath(path, "content") + " is empty");
-    TOK_ASSIGN_OR_RETURN(const bool single_word, ReadBool(e, path, "single_word", false));
+    ASSIGN_OR_RETURN(const bool single_word, ReadBool(e, path, "single_word", false));
     if (single_word) {
       return absl::InvalidArgumentError(
           absl::StrCat(JsonPath(path, "single_word"), " true is not supported"));
     }
-    TOK_ASSIGN_OR_RETURN(t.lstrip, ReadBool(e, path, "lstrip", false));
-    TOK_ASSIGN_OR_RETURN(t.rstrip, ReadBool(e, path, "rstrip", false));
-    TOK_ASSIGN_OR_RETURN(t.special, ReadBool(e, path, "special", false));
-    TOK_ASSIGN_OR_RETURN(t.normalized, ReadBool(e, path, "normalized", !t.special));
+    ASSIGN_OR_RETURN(t.lstrip, ReadBool(e, path, "lstrip", false));
+    ASSIGN_OR_RETURN(t.rstrip, ReadBool(e, path, "rstrip", false));
+    ASSIGN_OR_RETURN(t.special, ReadBool(e, path, "special", false));
+    ASSIGN_OR_RETURN(t.normalized, ReadBool(e, path, "normalized", !t.special));
     if (auto prev = by_id.find(t.id); prev != by_id.end()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": id ", t.id, " is already ",
                                                      Quote(added[prev->second].content)));
@@ -296,7 +296,7 @@ absl::Status HfTokenizer::Impl::ReadAddedTokens(const Json& tj) {
 absl::Status HfTokenizer::Impl::ReadConfig(const Json& cj) {
   if (!cj.is_object()) return JsonTypeError("(top level)", "an object", cj);
   auto resolve = [this, &cj](const char* key, std::optional<int32_t>* out) -> absl::Status {
-    TOK_ASSIGN_OR_RETURN(const std::optional<std::string> text,
+    ASSIGN_OR_RETURN(const std::optional<std::string> text,
                          ConfigTokenText(FieldOrNull(cj, key), key));
     if (!text) return absl::OkStatus();
     *out = Lookup(*text);
@@ -306,17 +306,17 @@ absl::Status HfTokenizer::Impl::ReadConfig(const Json& cj) {
     }
     return absl::OkStatus();
   };
-  TOK_RETURN_IF_ERROR(resolve("bos_token", &bos));
-  TOK_RETURN_IF_ERROR(resolve("eos_token", &eos));
-  TOK_RETURN_IF_ERROR(resolve("pad_token", &pad));
-  TOK_RETURN_IF_ERROR(resolve("unk_token", &unk));
+  RETURN_IF_ERROR(resolve("bos_token", &bos));
+  RETURN_IF_ERROR(resolve("eos_token", &eos));
+  RETURN_IF_ERROR(resolve("pad_token", &pad));
+  RETURN_IF_ERROR(resolve("unk_token", &unk));
 
   const Json& extra = FieldOrNull(cj, "additional_special_tokens");
   if (!extra.is_null()) {
     if (!extra.is_array()) return JsonTypeError("additional_special_tokens", "an array", extra);
     for (size_t i = 0; i < extra.size(); ++i) {
       const std::string path = JsonPath("additional_special_tokens", i);
-      TOK_ASSIGN_OR_RETURN(const std::optional<std::string> text, ConfigTokenText(extra[i], path));
+      ASSIGN_OR_RETURN(const std::optional<std::string> text, ConfigTokenText(extra[i], path));
       if (!text) continue;
       const std::optional<int32_t> id = Lookup(*text);
       if (!id) {
@@ -342,7 +342,7 @@ absl::Status HfTokenizer::Impl::ReadConfig(const Json& cj) {
         id = std::stoll(it.key());
       }
       if (id < 0) return absl::InvalidArgumentError(path + ": the key is not a token id");
-      TOK_ASSIGN_OR_RETURN(const std::optional<std::string> text, ConfigTokenText(it.value(), path));
+      ASSIGN_OR_RETURN(const std::optional<std::string> text, ConfigTokenText(it.value(), path));
       if (!text) continue;
       if (!Known(static_cast<int32_t>(id)) || *id_table[static_cast<size_t>(id)] != *text) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -353,15 +353,15 @@ absl::Status HfTokenizer::Impl::ReadConfig(const Json& cj) {
     }
   }
 
-  TOK_ASSIGN_OR_RETURN(clean_up, ReadBool(cj, "", "clean_up_tokenization_spaces", false));
-  TOK_ASSIGN_OR_RETURN(const bool split_special, ReadBool(cj, "", "split_special_tokens", false));
+  ASSIGN_OR_RETURN(clean_up, ReadBool(cj, "", "clean_up_tokenization_spaces", false));
+  ASSIGN_OR_RETURN(const bool split_special, ReadBool(cj, "", "split_special_tokens", false));
 
   // add_bos_token / add_eos_token replace the post-processor.
   const Json* add_bos = FindField(cj, "add_bos_token");
   const Json* add_eos = FindField(cj, "add_eos_token");
   if ((add_bos && !add_bos->is_null()) || (add_eos && !add_eos->is_null())) {
-    TOK_ASSIGN_OR_RETURN(const bool want_bos, ReadBool(cj, "", "add_bos_token", false));
-    TOK_ASSIGN_OR_RETURN(const bool want_eos, ReadBool(cj, "", "add_eos_token", false));
+    ASSIGN_OR_RETURN(const bool want_bos, ReadBool(cj, "", "add_bos_token", false));
+    ASSIGN_OR_RETURN(const bool want_eos, ReadBool(cj, "", "add_eos_token", false));
     if (want_bos && !bos) return absl::InvalidArgumentError("add_bos_token is true but bos_token is not set");
     if (want_eos && !eos) return absl::InvalidArgumentError("add_eos_token is true but eos_token is not set");
     post_processor = PostProcessor::BosEos(want_bos ? bos : std::nullopt, want_eos ? eos : std::nullopt);
@@ -374,9 +374,9 @@ absl::Status HfTokenizer::Impl::ReadConfig(const Json& cj) {
   } else if (tmpl.is_array()) {
     for (size_t i = 0; i < tmpl.size(); ++i) {
       const std::string path = JsonPath("chat_template", i);
-      TOK_RETURN_IF_ERROR(CheckFields(tmpl[i], path, {"name", "template"}));
-      TOK_ASSIGN_OR_RETURN(const std::string name, ReadString(tmpl[i], path, "name"));
-      TOK_ASSIGN_OR_RETURN(chat_templates[name], ReadString(tmpl[i], path, "template"));
+      RETURN_IF_ERROR(CheckFields(tmpl[i], path, {"name", "template"}));
+      ASSIGN_OR_RETURN(const std::string name, ReadString(tmpl[i], path, "name"));
+      ASSIGN_OR_RETURN(chat_templates[name], ReadString(tmpl[i], path, "template"));
     }
     if (auto it = chat_templates.find("default"); it != chat_templates.end()) {
       chat_template = it->second;
@@ -415,8 +415,8 @@ absl::StatusOr<HfTokenizer> HfTokenizer::FromJson(std::string_view tokenizer_jso
     cj = std::move(*parsed);
   }
   auto impl = std::make_unique<Impl>();
-  TOK_RETURN_IF_ERROR(Annotate(impl->Build(*tj), "tokenizer.json: "));
-  TOK_RETURN_IF_ERROR(Annotate(impl->ReadConfig(cj), "tokenizer_config.json: "));
+  RETURN_IF_ERROR(Annotate(impl->Build(*tj), "tokenizer.json: "));
+  RETURN_IF_ERROR(Annotate(impl->ReadConfig(cj), "tokenizer_config.json: "));
   return HfTokenizer(std::move(impl));
 }
 
@@ -427,15 +427,15 @@ absl::StatusOr<HfTokenizer> HfTokenizer::LoadDir(const std::string& dir) {
   if (!fs::is_directory(root, ec)) {
     return absl::NotFoundError(absl::StrCat("tokenizer directory ", dir, " does not exist"));
   }
-  TOK_ASSIGN_OR_RETURN(const std::string tokenizer_json, ReadFile(root / "tokenizer.json"));
+  ASSIGN_OR_RETURN(const std::string tokenizer_json, ReadFile(root / "tokenizer.json"));
   std::string config_json;
   if (fs::exists(root / "tokenizer_config.json", ec)) {
-    TOK_ASSIGN_OR_RETURN(config_json, ReadFile(root / "tokenizer_config.json"));
+    ASSIGN_OR_RETURN(config_json, ReadFile(root / "tokenizer_config.json"));
   }
   auto tok = FromJson(tokenizer_json, config_json);
   if (!tok.ok()) return Annotate(tok.status(), absl::StrCat(dir, ": "));
   if (fs::exists(root / "chat_template.jinja", ec)) {
-    TOK_ASSIGN_OR_RETURN(std::string tmpl, ReadFile(root / "chat_template.jinja"));
+    ASSIGN_OR_RETURN(std::string tmpl, ReadFile(root / "chat_template.jinja"));
     tok->impl_->chat_template = tmpl;
     tok->impl_->chat_templates["default"] = std::move(tmpl);
   }

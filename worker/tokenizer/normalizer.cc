@@ -3,7 +3,7 @@
 #include <unicode/bytestream.h>
 #include <unicode/normalizer2.h>
 
-#include "worker/tokenizer/status_macros.h"
+#include "common/base/status_macros.h"
 
 namespace tandem::tokenizer {
 
@@ -21,26 +21,26 @@ bool IsAscii(std::string_view s) {
 absl::StatusOr<Normalizer> Normalizer::FromJson(const Json& j, const std::string& path) {
   Normalizer n;
   if (j.is_null()) return n;
-  TOK_RETURN_IF_ERROR(Append(j, path, &n.steps_));
+  RETURN_IF_ERROR(Append(j, path, &n.steps_));
   return n;
 }
 
 absl::Status Normalizer::Append(const Json& j, const std::string& path, std::vector<Step>* steps) {
-  TOK_ASSIGN_OR_RETURN(const std::string type, ReadType(j, path));
+  ASSIGN_OR_RETURN(const std::string type, ReadType(j, path));
   if (type == "Sequence") {
-    TOK_RETURN_IF_ERROR(CheckFields(j, path, {"type", "normalizers"}));
+    RETURN_IF_ERROR(CheckFields(j, path, {"type", "normalizers"}));
     const Json* list = FindField(j, "normalizers");
     const std::string list_path = JsonPath(path, "normalizers");
     if (list == nullptr || !list->is_array()) {
       return JsonTypeError(list_path, "an array", list ? *list : Json());
     }
     for (size_t i = 0; i < list->size(); ++i) {
-      TOK_RETURN_IF_ERROR(Append((*list)[i], JsonPath(list_path, i), steps));
+      RETURN_IF_ERROR(Append((*list)[i], JsonPath(list_path, i), steps));
     }
     return absl::OkStatus();
   }
   if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
-    TOK_RETURN_IF_ERROR(CheckFields(j, path, {"type"}));
+    RETURN_IF_ERROR(CheckFields(j, path, {"type"}));
     UErrorCode status = U_ZERO_ERROR;
     const icu::Normalizer2* form = type == "NFC"   ? icu::Normalizer2::getNFCInstance(status)
                                    : type == "NFD" ? icu::Normalizer2::getNFDInstance(status)
@@ -56,20 +56,20 @@ absl::Status Normalizer::Append(const Json& j, const std::string& path, std::vec
     return absl::OkStatus();
   }
   if (type == "Prepend") {
-    TOK_RETURN_IF_ERROR(CheckFields(j, path, {"type", "prepend"}));
+    RETURN_IF_ERROR(CheckFields(j, path, {"type", "prepend"}));
     Step s{Kind::kPrepend};
-    TOK_ASSIGN_OR_RETURN(s.text, ReadString(j, path, "prepend"));
+    ASSIGN_OR_RETURN(s.text, ReadString(j, path, "prepend"));
     steps->push_back(std::move(s));
     return absl::OkStatus();
   }
   if (type == "Replace") {
-    TOK_RETURN_IF_ERROR(CheckFields(j, path, {"type", "pattern", "content"}));
+    RETURN_IF_ERROR(CheckFields(j, path, {"type", "pattern", "content"}));
     Step s{Kind::kReplace};
     const Json* pattern = FindField(j, "pattern");
     if (pattern == nullptr) return absl::InvalidArgumentError(JsonPath(path, "pattern") + " is missing");
-    TOK_ASSIGN_OR_RETURN(Pattern p, Pattern::FromJson(*pattern, JsonPath(path, "pattern")));
+    ASSIGN_OR_RETURN(Pattern p, Pattern::FromJson(*pattern, JsonPath(path, "pattern")));
     s.pattern = std::make_shared<const Pattern>(std::move(p));
-    TOK_ASSIGN_OR_RETURN(s.text, ReadString(j, path, "content"));
+    ASSIGN_OR_RETURN(s.text, ReadString(j, path, "content"));
     steps->push_back(std::move(s));
     return absl::OkStatus();
   }

@@ -1,7 +1,7 @@
 #include "worker/tokenizer/pattern.h"
 
 #include "absl/strings/str_cat.h"
-#include "worker/tokenizer/status_macros.h"
+#include "common/base/status_macros.h"
 
 namespace tandem::tokenizer {
 
@@ -12,10 +12,10 @@ absl::StatusOr<Pattern> Pattern::FromJson(const Json& j, const std::string& path
   }
   Pattern p;
   if (j.contains("String")) {
-    TOK_ASSIGN_OR_RETURN(p.source_, ReadString(j, path, "String"));
+    ASSIGN_OR_RETURN(p.source_, ReadString(j, path, "String"));
     return p;
   }
-  TOK_ASSIGN_OR_RETURN(p.source_, ReadString(j, path, "Regex"));
+  ASSIGN_OR_RETURN(p.source_, ReadString(j, path, "Regex"));
   auto re = Regex::Compile(p.source_);
   if (!re.ok()) return Annotate(re.status(), absl::StrCat(JsonPath(path, "Regex"), ": "));
   p.regex_ = std::move(*re);
@@ -31,7 +31,7 @@ absl::StatusOr<Pattern> Pattern::Literal(std::string_view text) {
 absl::StatusOr<Pattern> Pattern::FromRegex(std::string_view regex) {
   Pattern p;
   p.source_ = std::string(regex);
-  TOK_ASSIGN_OR_RETURN(Regex re, Regex::Compile(regex));
+  ASSIGN_OR_RETURN(Regex re, Regex::Compile(regex));
   p.regex_ = std::move(re);
   return p;
 }

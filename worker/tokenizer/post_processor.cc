@@ -1,8 +1,8 @@
 #include "worker/tokenizer/post_processor.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "worker/tokenizer/bpe.h"
-#include "worker/tokenizer/status_macros.h"
 
 namespace tandem::tokenizer {
 
@@ -21,9 +21,9 @@ absl::Status ReadItem(const Json& item, const std::string& path, std::string* na
   const std::string key = special ? "SpecialToken" : "Sequence";
   const std::string inner_path = JsonPath(path, key);
   const Json& inner = item[key];
-  TOK_RETURN_IF_ERROR(CheckFields(inner, inner_path, {"id", "type_id"}));
-  TOK_ASSIGN_OR_RETURN(const std::string id, ReadString(inner, inner_path, "id"));
-  TOK_RETURN_IF_ERROR(ReadInt(inner, inner_path, "type_id", 0, 0, 1 << 20).status());
+  RETURN_IF_ERROR(CheckFields(inner, inner_path, {"id", "type_id"}));
+  ASSIGN_OR_RETURN(const std::string id, ReadString(inner, inner_path, "id"));
+  RETURN_IF_ERROR(ReadInt(inner, inner_path, "type_id", 0, 0, 1 << 20).status());
   if (special) {
     *name = id;
   } else {
@@ -42,7 +42,7 @@ absl::StatusOr<PostProcessor> PostProcessor::FromJson(
     const Json& j, const std::string& path, const std::function<bool(int32_t)>& known_id) {
   PostProcessor p;
   if (j.is_null()) return p;
-  TOK_RETURN_IF_ERROR(Append(j, path, known_id, &p.templates_));
+  RETURN_IF_ERROR(Append(j, path, known_id, &p.templates_));
   return p;
 }
 
@@ -58,31 +58,31 @@ PostProcessor PostProcessor::BosEos(std::optional<int32_t> bos, std::optional<in
 absl::Status PostProcessor::Append(const Json& j, const std::string& path,
                                    const std::function<bool(int32_t)>& known_id,
                                    std::vector<Template>* templates) {
-  TOK_ASSIGN_OR_RETURN(const std::string type, ReadType(j, path));
+  ASSIGN_OR_RETURN(const std::string type, ReadType(j, path));
   if (type == "Sequence") {
-    TOK_RETURN_IF_ERROR(CheckFields(j, path, {"type", "processors"}));
+    RETURN_IF_ERROR(CheckFields(j, path, {"type", "processors"}));
     const Json* list = FindField(j, "processors");
     const std::string list_path = JsonPath(path, "processors");
     if (list == nullptr || !list->is_array()) {
       return JsonTypeError(list_path, "an array", list ? *list : Json());
     }
     for (size_t i = 0; i < list->size(); ++i) {
-      TOK_RETURN_IF_ERROR(Append((*list)[i], JsonPath(list_path, i), known_id, templates));
+      RETURN_IF_ERROR(Append((*list)[i], JsonPath(list_path, i), known_id, templates));
     }
     return absl::OkStatus();
   }
   if (type == "ByteLevel") {
-    TOK_RETURN_IF_ERROR(
+    RETURN_IF_ERROR(
         CheckFields(j, path, {"type", "add_prefix_space", "trim_offsets", "use_regex"}));
     for (const char* key : {"add_prefix_space", "trim_offsets", "use_regex"}) {
-      TOK_RETURN_IF_ERROR(ReadBool(j, path, key, false).status());
+      RETURN_IF_ERROR(ReadBool(j, path, key, false).status());
     }
     return absl::OkStatus();
   }
   if (type != "TemplateProcessing") {
     return UnsupportedType(path, type, "TemplateProcessing, ByteLevel, Sequence");
   }
-  TOK_RETURN_IF_ERROR(CheckFields(j, path, {"type", "single", "pair", "special_tokens"}));
+  RETURN_IF_ERROR(CheckFields(j, path, {"type", "single", "pair", "special_tokens"}));
 
   // special_tokens: name -> ids.
   const std::string specials_path = JsonPath(path, "special_tokens");
@@ -92,8 +92,8 @@ absl::Status PostProcessor::Append(const Json& j, const std::string& path,
   }
   for (auto it = specials->begin(); it != specials->end(); ++it) {
     const std::string sp = JsonPath(specials_path, it.key());
-    TOK_RETURN_IF_ERROR(CheckFields(it.value(), sp, {"id", "ids", "tokens"}));
-    TOK_RETURN_IF_ERROR(ReadString(it.value(), sp, "id").status());
+    RETURN_IF_ERROR(CheckFields(it.value(), sp, {"id", "ids", "tokens"}));
+    RETURN_IF_ERROR(ReadString(it.value(), sp, "id").status());
     const Json* ids = FindField(it.value(), "ids");
     const Json* tokens = FindField(it.value(), "tokens");
     if (ids == nullptr || !ids->is_array()) {
@@ -107,7 +107,7 @@ absl::Status PostProcessor::Append(const Json& j, const std::string& path,
     }
     for (size_t i = 0; i < ids->size(); ++i) {
       const std::string ip = JsonPath(JsonPath(sp, "ids"), i);
-      TOK_ASSIGN_OR_RETURN(const int64_t id, ReadIntValue((*ids)[i], ip, 0, kMaxTokenId));
+      ASSIGN_OR_RETURN(const int64_t id, ReadIntValue((*ids)[i], ip, 0, kMaxTokenId));
       if (!known_id(static_cast<int32_t>(id))) {
         return absl::InvalidArgumentError(absl::StrCat(ip, ": no token has id ", id));
       }
@@ -130,7 +130,7 @@ absl::Status PostProcessor::Append(const Json& j, const std::string& path,
     for (size_t i = 0; i < items->size(); ++i) {
       const std::string ip = JsonPath(tp, i);
       std::string name, sequence;
-      TOK_RETURN_IF_ERROR(ReadItem((*items)[i], ip, &name, &sequence));
+      RETURN_IF_ERROR(ReadItem((*items)[i], ip, &name, &sequence));
       if (!sequence.empty()) {
         if (is_single && sequence != "A") {
           return absl::InvalidArgumentError(

@@ -1,8 +1,8 @@
 #include "worker/tokenizer/pre_tokenizer.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "worker/tokenizer/byte_level.h"
-#include "worker/tokenizer/status_macros.h"
 
 namespace tandem::tokenizer {
 
@@ -17,33 +17,33 @@ constexpr char kGpt2Pattern[] =
 absl::StatusOr<PreTokenizer> PreTokenizer::FromJson(const Json& j, const std::string& path) {
   PreTokenizer p;
   if (j.is_null()) return p;
-  TOK_RETURN_IF_ERROR(Append(j, path, &p.stages_));
+  RETURN_IF_ERROR(Append(j, path, &p.stages_));
   return p;
 }
 
 absl::Status PreTokenizer::Append(const Json& j, const std::string& path,
                                   std::vector<Stage>* stages) {
-  TOK_ASSIGN_OR_RETURN(const std::string type, ReadType(j, path));
+  ASSIGN_OR_RETURN(const std::string type, ReadType(j, path));
   if (type == "Sequence") {
-    TOK_RETURN_IF_ERROR(CheckFields(j, path, {"type", "pretokenizers"}));
+    RETURN_IF_ERROR(CheckFields(j, path, {"type", "pretokenizers"}));
     const Json* list = FindField(j, "pretokenizers");
     const std::string list_path = JsonPath(path, "pretokenizers");
     if (list == nullptr || !list->is_array()) {
       return JsonTypeError(list_path, "an array", list ? *list : Json());
     }
     for (size_t i = 0; i < list->size(); ++i) {
-      TOK_RETURN_IF_ERROR(Append((*list)[i], JsonPath(list_path, i), stages));
+      RETURN_IF_ERROR(Append((*list)[i], JsonPath(list_path, i), stages));
     }
     return absl::OkStatus();
   }
   if (type == "Split") {
-    TOK_RETURN_IF_ERROR(CheckFields(j, path, {"type", "pattern", "behavior", "invert"}));
+    RETURN_IF_ERROR(CheckFields(j, path, {"type", "pattern", "behavior", "invert"}));
     Stage s{Kind::kSplit};
     const Json* pattern = FindField(j, "pattern");
     if (pattern == nullptr) return absl::InvalidArgumentError(JsonPath(path, "pattern") + " is missing");
-    TOK_ASSIGN_OR_RETURN(Pattern pat, Pattern::FromJson(*pattern, JsonPath(path, "pattern")));
+    ASSIGN_OR_RETURN(Pattern pat, Pattern::FromJson(*pattern, JsonPath(path, "pattern")));
     s.pattern = std::make_shared<const Pattern>(std::move(pat));
-    TOK_ASSIGN_OR_RETURN(const std::string behavior, ReadString(j, path, "behavior"));
+    ASSIGN_OR_RETURN(const std::string behavior, ReadString(j, path, "behavior"));
     if (behavior == "Removed") {
       s.behavior = Behavior::kRemoved;
     } else if (behavior == "Isolated") {
@@ -60,39 +60,39 @@ absl::Status PreTokenizer::Append(const Json& j, const std::string& path,
           "\" is not supported (supported: Removed, Isolated, MergedWithPrevious, "
           "MergedWithNext, Contiguous)"));
     }
-    TOK_ASSIGN_OR_RETURN(s.invert, ReadBool(j, path, "invert", false));
+    ASSIGN_OR_RETURN(s.invert, ReadBool(j, path, "invert", false));
     stages->push_back(std::move(s));
     return absl::OkStatus();
   }
   if (type == "ByteLevel") {
-    TOK_RETURN_IF_ERROR(
+    RETURN_IF_ERROR(
         CheckFields(j, path, {"type", "add_prefix_space", "trim_offsets", "use_regex"}));
     Stage s{Kind::kByteLevel};
-    TOK_ASSIGN_OR_RETURN(s.add_prefix_space, ReadBool(j, path, "add_prefix_space", true));
+    ASSIGN_OR_RETURN(s.add_prefix_space, ReadBool(j, path, "add_prefix_space", true));
     // trim_offsets only moves offsets, which are not produced here.
-    TOK_ASSIGN_OR_RETURN(bool trim_offsets, ReadBool(j, path, "trim_offsets", true));
+    ASSIGN_OR_RETURN(bool trim_offsets, ReadBool(j, path, "trim_offsets", true));
     (void)trim_offsets;
-    TOK_ASSIGN_OR_RETURN(const bool use_regex, ReadBool(j, path, "use_regex", true));
+    ASSIGN_OR_RETURN(const bool use_regex, ReadBool(j, path, "use_regex", true));
     if (use_regex) {
-      TOK_ASSIGN_OR_RETURN(Pattern pat, Pattern::FromRegex(kGpt2Pattern));
+      ASSIGN_OR_RETURN(Pattern pat, Pattern::FromRegex(kGpt2Pattern));
       s.pattern = std::make_shared<const Pattern>(std::move(pat));
     }
     stages->push_back(std::move(s));
     return absl::OkStatus();
   }
   if (type == "Metaspace") {
-    TOK_RETURN_IF_ERROR(CheckFields(
+    RETURN_IF_ERROR(CheckFields(
         j, path, {"type", "replacement", "prepend_scheme", "split", "add_prefix_space", "str_rep"}));
     Stage s{Kind::kMetaspace};
-    TOK_ASSIGN_OR_RETURN(s.replacement, ReadChar(j, path, "replacement", "\u2581"));
+    ASSIGN_OR_RETURN(s.replacement, ReadChar(j, path, "replacement", "\u2581"));
     if (const Json* rep = FindField(j, "str_rep"); rep != nullptr) {
-      TOK_ASSIGN_OR_RETURN(const std::string str_rep, ReadChar(j, path, "str_rep", ""));
+      ASSIGN_OR_RETURN(const std::string str_rep, ReadChar(j, path, "str_rep", ""));
       if (str_rep != s.replacement) {
         return absl::InvalidArgumentError(
             absl::StrCat(JsonPath(path, "str_rep"), " differs from replacement"));
       }
     }
-    TOK_ASSIGN_OR_RETURN(const std::optional<std::string> scheme,
+    ASSIGN_OR_RETURN(const std::optional<std::string> scheme,
                          ReadOptionalString(j, path, "prepend_scheme"));
     const Json* aps = FindField(j, "add_prefix_space");
     if (aps != nullptr && !aps->is_boolean()) {
@@ -116,8 +116,8 @@ absl::Status PreTokenizer::Append(const Json& j, const std::string& path,
       return absl::InvalidArgumentError(absl::StrCat(
           path, ": add_prefix_space false contradicts prepend_scheme \"", *scheme, "\""));
     }
-    TOK_ASSIGN_OR_RETURN(s.split, ReadBool(j, path, "split", true));
-    TOK_ASSIGN_OR_RETURN(Pattern pat, Pattern::Literal(s.replacement));
+    ASSIGN_OR_RETURN(s.split, ReadBool(j, path, "split", true));
+    ASSIGN_OR_RETURN(Pattern pat, Pattern::Literal(s.replacement));
     s.pattern = std::make_shared<const Pattern>(std::move(pat));
     stages->push_back(std::move(s));
     return absl::OkStatus();
