@@ -54,7 +54,8 @@ JobDriver::JobDriver(const DriverServices& services, StoredJob stored)
       seq_(stored.seq) {
   absl::MutexLock lock(&mu_);
   job_ = std::move(stored.job);
-  cursor_ = stored.cursor;
+  state_ = std::move(stored.driver);
+  cursor_ = {state_.cursor_unit(), state_.cursor_sub()};
   PublishLocked();
 }
 
@@ -246,7 +247,9 @@ void JobDriver::PublishLocked() {
 
 absl::Status JobDriver::PersistLocked() {
   PublishLocked();
-  absl::Status s = store_->PutJob(job_, cursor_, seq_);
+  state_.set_cursor_unit(cursor_.unit);
+  state_.set_cursor_sub(cursor_.sub);
+  absl::Status s = store_->PutJob(job_, state_, seq_);
   if (!s.ok()) spdlog::error("persist job {}: {}", id_, s.ToString());
   host_->NoteStoreWrite(s);
   return s;

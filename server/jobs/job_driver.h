@@ -1,8 +1,10 @@
 // JobDriver: one job's record and, while the job runs, its driver thread.
 //
 // Each job has one JobDriver (owned by the registry, JobManager). It holds
-// the job's user-facing record (Job), its phase plan and cursor, the phase
-// in flight with the ranks' reports, and the recovery bookkeeping. While the
+// the job's user-facing record (Job), its own persisted DriverState (phase
+// cursor, restore sources, recovery cursors; driver_state.proto, never sent
+// to clients), the phase plan, the phase in flight with the ranks' reports,
+// and the in-memory recovery bookkeeping. While the
 // job is RUNNING or RECOVERING the driver's thread (owned and joined by the
 // driver) issues the PhasePlan phase by phase through the workers' command
 // queues (membership.h), waits for every rank's ReportPhase (per-phase
@@ -54,6 +56,7 @@
 #include "server/store/state_store.h"
 #include "tandem/v1/cluster.pb.h"
 #include "tandem/v1/config.pb.h"
+#include "tandem/v1/driver_state.pb.h"
 #include "tandem/v1/job.pb.h"
 
 namespace tandem::server {
@@ -182,7 +185,10 @@ class JobDriver {
   tandem::v1::Job view_ ABSL_GUARDED_BY(view_mu_);
 
   mutable absl::Mutex mu_;
-  tandem::v1::Job job_ ABSL_GUARDED_BY(mu_);
+  tandem::v1::Job job_ ABSL_GUARDED_BY(mu_);  // what users see
+  // The driver's own persisted state (restore sources, recovery cursors);
+  // its cursor fields are written from cursor_ when persisted.
+  tandem::v1::DriverState state_ ABSL_GUARDED_BY(mu_);
   PhaseCursor cursor_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<PhasePlan> plan_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -37,12 +37,11 @@ void JobDriver::OnWorkerLost(const LostWorker& lost) {
   // it (a file damaged in a way the loader does not catch): the second loss
   // restoring the same checkpoint marks it bad, and recovery falls back to
   // the one before.
-  auto* rec = job_.mutable_recovery();
-  if (inflight_ && inflight_->phase() == tandem::v1::PHASE_SETUP && !rec->restore_from().empty()) {
-    const std::string path = rec->restore_from();
-    const auto& bad = rec->bad_checkpoints();
+  if (inflight_ && inflight_->phase() == tandem::v1::PHASE_SETUP && !state_.restore_from().empty()) {
+    const std::string path = state_.restore_from();
+    const auto& bad = state_.bad_checkpoints();
     if (++restore_losses_[path] >= 2 && std::find(bad.begin(), bad.end(), path) == bad.end()) {
-      rec->add_bad_checkpoints(path);
+      state_.add_bad_checkpoints(path);
       EventLocked("recovery",
                   absl::StrCat("checkpoint ", path, " is unusable (", restore_losses_[path],
                                " workers were lost while restoring it): falling back to the previous one"));
@@ -95,7 +94,7 @@ bool JobDriver::HandlePreemptionLocked() {
   if (records.ok()) {
     for (const auto& c : *records) newest_on_disk = std::max(newest_on_disk, c.step());
   }
-  const int64_t newest = std::max(job_.recovery().peer_copy_step(), newest_on_disk);
+  const int64_t newest = std::max(state_.peer_copy_step(), newest_on_disk);
   const bool fits = last_checkpoint_seconds_ * 1000.0 <= static_cast<double>(policy.preempt_checkpoint_budget_ms);
   if (step > 0 && step > newest && preempt_checkpoint_step_ != step && fits &&
       !job_.spec().checkpoint().dir().empty()) {
@@ -146,7 +145,7 @@ bool JobDriver::HandleGrowBackLocked() {
   int64_t newest = -1;
   auto records = store_->ListCheckpoints(job_.id());
   if (records.ok()) {
-    const auto& bad_list = job_.recovery().bad_checkpoints();
+    const auto& bad_list = state_.bad_checkpoints();
     auto usable = ChooseCheckpoint(*records, std::set<std::string>(bad_list.begin(), bad_list.end()));
     if (usable) newest = usable->step();
   }
@@ -190,8 +189,8 @@ bool JobDriver::RecoverDegradedLocked(const std::vector<std::string>& old_ids,
     surviving_ranks.push_back(static_cast<int>(i));
     ids.push_back(old_ids[i]);
   }
-  const std::vector<int> old_begin(rec->logical_begin().begin(), rec->logical_begin().end());
-  const std::vector<int> old_own(rec->logical_own().begin(), rec->logical_own().end());
+  const std::vector<int> old_begin(state_.logical_begin().begin(), state_.logical_begin().end());
+  const std::vector<int> old_own(state_.logical_own().begin(), state_.logical_own().end());
   const LogicalShares shares =
       DegradedShares(rec->degraded_logical_world() > 0 ? old_begin : std::vector<int>{},
                      rec->degraded_logical_world() > 0 ? old_own : std::vector<int>{}, surviving_ranks,
@@ -215,39 +214,39 @@ bool JobDriver::RecoverDegradedLocked(const std::vector<std::string>& old_ids,
   }
   const bool was_degraded = rec->degraded_logical_world() > 0;
   rec->set_degraded_logical_world(logical_world);
-  rec->clear_logical_begin();
-  rec->clear_logical_own();
+  state_.clear_logical_begin();
+  state_.clear_logical_own();
   for (size_t i = 0; i < shares.begin.size(); ++i) {
-    rec->add_logical_begin(shares.begin[i]);
-    rec->add_logical_own(shares.own[i]);
+    state_.add_logical_begin(shares.begin[i]);
+    state_.add_logical_own(shares.own[i]);
   }
   if (!was_degraded) rec->set_degraded_since_step(job_.step() + 1);
   // Restore source: the live state (no rollback), else disk, else scratch.
   std::string source;
-  rec->set_peer_restore_step(0);
-  rec->clear_peer_restore_ranks();
-  rec->set_restore_from("");
-  if (!rec->live_failed() && rec->has_last_trained()) {
-    rec->set_live_restore(true);
-    source = absl::StrCat("the survivors' live state of step ", rec->last_trained_step(), " (no rollback)");
+  state_.set_peer_restore_step(0);
+  state_.clear_peer_restore_ranks();
+  state_.set_restore_from("");
+  if (!state_.live_failed() && state_.has_last_trained()) {
+    state_.set_live_restore(true);
+    source = absl::StrCat("the survivors' live state of step ", state_.last_trained_step(), " (no rollback)");
   } else {
-    rec->set_live_restore(false);
-    std::set<std::string> bad(rec->bad_checkpoints().begin(), rec->bad_checkpoints().end());
+    state_.set_live_restore(false);
+    std::set<std::string> bad(state_.bad_checkpoints().begin(), state_.bad_checkpoints().end());
     std::optional<tandem::v1::CheckpointRecord> disk;
     auto records = store_->ListCheckpoints(job_.id());
     if (records.ok()) disk = ChooseCheckpoint(*records, bad);
     if (disk) {
-      rec->set_restore_from(disk->path());
+      state_.set_restore_from(disk->path());
       source = absl::StrCat("step ", disk->step(), " from disk ", disk->path());
     } else if (!job_.spec().resume_from().empty() && !bad.count(job_.spec().resume_from())) {
-      rec->set_restore_from(job_.spec().resume_from());
+      state_.set_restore_from(job_.spec().resume_from());
       source = absl::StrCat("disk ", job_.spec().resume_from());
     } else {
       source = "from scratch (no training step completed yet)";
     }
   }
-  rec->set_peer_copy_step(0);
-  rec->set_peer_copy_world(0);
+  state_.set_peer_copy_step(0);
+  state_.set_peer_copy_world(0);
   job_.clear_worker_ids();
   for (const auto& id : ids) job_.add_worker_ids(id);
   cursor_ = {};
@@ -287,9 +286,9 @@ void JobDriver::RecoverLocked() {
   const bool continuing = rec->started_at() > 0;  // a previous attempt of this recovery failed
   if (!continuing) {
     rec->set_started_at(recover_requested_at_ > 0 ? recover_requested_at_ : clock_->WallSeconds());
-    rec->set_steps_before(job_.step());
-    rec->set_peer_failed(false);
-    rec->set_live_failed(false);
+    state_.set_steps_before(job_.step());
+    state_.set_peer_failed(false);
+    state_.set_live_failed(false);
     rec->set_wait_seconds(0);
   }
   rec->set_recoveries(rec->recoveries() + 1);
@@ -373,22 +372,22 @@ void JobDriver::RecoverLocked() {
       return;
     }
     survivors = alive_members();
-    rec->set_has_inflight_trained(false);
+    state_.set_has_inflight_trained(false);
     if (inflight_training && !survivors.empty()) {
       const PhaseCursor next = plan_->Next(inflight_cursor);
       if (absl::c_all_of(survivors, [&](const std::string& id) { return finished_inflight.count(id) > 0; })) {
-        rec->set_has_last_trained(true);
-        rec->set_last_trained_step(inflight_training->step);
-        rec->set_last_trained_next_unit(next.unit);
-        rec->set_last_trained_next_sub(next.sub);
+        state_.set_has_last_trained(true);
+        state_.set_last_trained_step(inflight_training->step);
+        state_.set_last_trained_next_unit(next.unit);
+        state_.set_last_trained_next_sub(next.sub);
       } else {
         // A rank may have finished the step although its report says it
         // failed (a collective after the optimizer step broke): SETUP
         // accepts the in-flight step when every survivor holds it.
-        rec->set_has_inflight_trained(true);
-        rec->set_inflight_trained_step(inflight_training->step);
-        rec->set_inflight_next_unit(next.unit);
-        rec->set_inflight_next_sub(next.sub);
+        state_.set_has_inflight_trained(true);
+        state_.set_inflight_trained_step(inflight_training->step);
+        state_.set_inflight_next_unit(next.unit);
+        state_.set_inflight_next_sub(next.sub);
       }
     }
     if (RecoverDegradedLocked(old_ids, survivors)) {
@@ -457,7 +456,7 @@ void JobDriver::RecoverLocked() {
 
   // Restore source: peer memory, else the newest good disk checkpoint, else
   // the job's resume_from, else scratch.
-  std::set<std::string> bad(rec->bad_checkpoints().begin(), rec->bad_checkpoints().end());
+  std::set<std::string> bad(state_.bad_checkpoints().begin(), state_.bad_checkpoints().end());
   std::optional<tandem::v1::CheckpointRecord> disk;
   auto records = store_->ListCheckpoints(job_.id());
   if (records.ok()) disk = ChooseCheckpoint(*records, bad);
@@ -469,28 +468,28 @@ void JobDriver::RecoverLocked() {
   } else if (!job_.spec().resume_from().empty() && !bad.count(job_.spec().resume_from())) {
     restore_from = job_.spec().resume_from();
   }
-  const bool peer = policy.peer_copies && !rec->peer_failed() &&
-                    PeerRestorePossible(*plan, static_cast<int>(old_ids.size()), rec->peer_copy_step(),
-                                        rec->peer_copy_world()) &&
-                    rec->peer_copy_step() >= disk_step;
-  rec->set_restore_from(restore_from);
-  rec->clear_peer_restore_ranks();
-  rec->set_peer_restore_step(peer ? rec->peer_copy_step() : 0);
+  const bool peer = policy.peer_copies && !state_.peer_failed() &&
+                    PeerRestorePossible(*plan, static_cast<int>(old_ids.size()), state_.peer_copy_step(),
+                                        state_.peer_copy_world()) &&
+                    state_.peer_copy_step() >= disk_step;
+  state_.set_restore_from(restore_from);
+  state_.clear_peer_restore_ranks();
+  state_.set_peer_restore_step(peer ? state_.peer_copy_step() : 0);
   if (peer) {
-    for (int pr : plan->replaced_ranks) rec->add_peer_restore_ranks(pr);
+    for (int pr : plan->replaced_ranks) state_.add_peer_restore_ranks(pr);
   }
   // A normal recovery ends degraded mode: every rank computes its own share.
   const bool was_degraded = rec->degraded_logical_world() > 0;
   rec->set_degraded_logical_world(0);
-  rec->clear_logical_begin();
-  rec->clear_logical_own();
-  rec->set_live_restore(false);
+  state_.clear_logical_begin();
+  state_.clear_logical_own();
+  state_.set_live_restore(false);
   if (grow) rec->set_grow_backs(rec->grow_backs() + 1);
   // The new generation holds no complete set of copies until its next
   // checkpoint (a replacement holds none).
-  const int64_t peer_step = rec->peer_copy_step();
-  rec->set_peer_copy_step(0);
-  rec->set_peer_copy_world(0);
+  const int64_t peer_step = state_.peer_copy_step();
+  state_.set_peer_copy_step(0);
+  state_.set_peer_copy_world(0);
   job_.clear_worker_ids();
   for (const auto& id : plan->worker_ids) job_.add_worker_ids(id);
   cursor_ = {};

@@ -99,7 +99,7 @@ void JobDriver::RecordCheckpointLocked(int64_t generation,
     if (!s.ok()) spdlog::error("job {} checkpoint records: {}", job_.id(), s.ToString());
   }
   // A path rewritten by a redo is good again.
-  auto* bad = job_.mutable_recovery()->mutable_bad_checkpoints();
+  auto* bad = state_.mutable_bad_checkpoints();
   bad->erase(std::remove(bad->begin(), bad->end(), rec.path()), bad->end());
   EventLocked("checkpoint", absl::StrCat("checkpoint of step ", rec.step(), " at ", rec.path()));
 }
@@ -117,7 +117,7 @@ void JobDriver::OnWorkerAttached(const std::string& worker_id) {
     if (it == ids.end()) return;
     int rank = static_cast<int>(it - ids.begin());
     if (!reports_.count(rank)) {
-      membership_->Resend(worker_id, CommandForRank(job_, *inflight_, rank, config_.runs_dir()));
+      membership_->Resend(worker_id, CommandForRank(job_, state_, *inflight_, rank, config_.runs_dir()));
     }
   }
 }

@@ -55,7 +55,7 @@ void JobDriver::Run() {
       reports_.clear();
       workers.assign(job_.worker_ids().begin(), job_.worker_ids().end());
       for (size_t rank = 0; rank < workers.size(); ++rank) {
-        commands.push_back(CommandForRank(job_, *inflight_, static_cast<int>(rank), config_.runs_dir()));
+        commands.push_back(CommandForRank(job_, state_, *inflight_, static_cast<int>(rank), config_.runs_dir()));
       }
     }
     for (size_t rank = 0; rank < workers.size(); ++rank) {
@@ -95,19 +95,19 @@ void JobDriver::Run() {
       const std::string what = absl::StrCat(where, " failed on worker ", workers[rank], " (rank ", rank, "): ",
                                             rep.error().empty() ? "no message" : rep.error());
       const bool in_recovery = rec->started_at() > 0;
-      if (phase.phase == tandem::v1::PHASE_SETUP && in_recovery && rec->live_restore() && !rec->live_failed()) {
-        rec->set_live_failed(true);
+      if (phase.phase == tandem::v1::PHASE_SETUP && in_recovery && state_.live_restore() && !state_.live_failed()) {
+        state_.set_live_failed(true);
         EventLocked("recovery", absl::StrCat("live-state restore failed (", what, "): restoring from disk"));
         RequestRecoveryLocked(what, "");
-      } else if (phase.phase == tandem::v1::PHASE_SETUP && in_recovery && rec->peer_restore_step() > 0 &&
-          !rec->peer_failed()) {
-        rec->set_peer_failed(true);
+      } else if (phase.phase == tandem::v1::PHASE_SETUP && in_recovery && state_.peer_restore_step() > 0 &&
+          !state_.peer_failed()) {
+        state_.set_peer_failed(true);
         EventLocked("recovery", absl::StrCat("peer-memory restore failed (", what, "): falling back to disk"));
         RequestRecoveryLocked(what, "");
-      } else if (phase.phase == tandem::v1::PHASE_SETUP && in_recovery && !rec->restore_from().empty() &&
+      } else if (phase.phase == tandem::v1::PHASE_SETUP && in_recovery && !state_.restore_from().empty() &&
                  common::ReportFailureKind(rep) == tandem::v1::PHASE_FAILURE_KIND_RESTORE_FAILED) {
-        const std::string bad = rec->restore_from();
-        rec->add_bad_checkpoints(bad);
+        const std::string bad = state_.restore_from();
+        state_.add_bad_checkpoints(bad);
         EventLocked("recovery",
                     absl::StrCat("checkpoint ", bad, " is unusable (", rep.error(), "): falling back to the previous one"));
         RequestRecoveryLocked(what, "");
@@ -134,8 +134,8 @@ void JobDriver::CompletePhaseLocked(const PlannedPhase& phase) {
     bool all_copied = reports_.size() > 1;
     for (const auto& [rank, rep] : reports_) all_copied = all_copied && rep.checkpoint().peer_copy();
     if (all_copied) {
-      job_.mutable_recovery()->set_peer_copy_step(phase.step);
-      job_.mutable_recovery()->set_peer_copy_world(job_.worker_ids_size());
+      state_.set_peer_copy_step(phase.step);
+      state_.set_peer_copy_world(job_.worker_ids_size());
     }
   }
   if (extra_) {  // an unplanned phase: the cursor stays
@@ -188,11 +188,10 @@ void JobDriver::CompletePhaseLocked(const PlannedPhase& phase) {
   cursor_ = next;
   if (phase.phase == tandem::v1::PHASE_SFT_STEP || phase.phase == tandem::v1::PHASE_UPDATE) {
     // What a degraded recovery keeps: every rank has finished this step.
-    auto* rec = job_.mutable_recovery();
-    rec->set_has_last_trained(true);
-    rec->set_last_trained_step(phase.step);
-    rec->set_last_trained_next_unit(next.unit);
-    rec->set_last_trained_next_sub(next.sub);
+    state_.set_has_last_trained(true);
+    state_.set_last_trained_step(phase.step);
+    state_.set_last_trained_next_unit(next.unit);
+    state_.set_last_trained_next_sub(next.sub);
   }
   const bool unit_done = next.unit != unit;
   if (unit_done && (kind == UnitKind::kStep || kind == UnitKind::kWarmup || kind == UnitKind::kBaseline)) {
@@ -230,31 +229,31 @@ void JobDriver::CompleteSetupLocked(double wall) {
   reports_.clear();
   auto* rec = job_.mutable_recovery();
   cursor_ = plan_->Next(cursor_);
-  const bool live = rec->live_restore() && rec->has_last_trained();
-  const bool live_inflight = live && rec->has_inflight_trained() && restored == rec->inflight_trained_step();
-  const int64_t restored_step = live_inflight ? rec->inflight_trained_step()
-                                : live        ? rec->last_trained_step()
+  const bool live = state_.live_restore() && state_.has_last_trained();
+  const bool live_inflight = live && state_.has_inflight_trained() && restored == state_.inflight_trained_step();
+  const int64_t restored_step = live_inflight ? state_.inflight_trained_step()
+                                : live        ? state_.last_trained_step()
                                 : restored >= 0 ? restored
                                                 : -1;
   if (live) {
     // The survivors kept the state after this training phase: continue
     // right after it (a warm-start step's number is negative).
-    cursor_ = live_inflight ? PhaseCursor{rec->inflight_next_unit(), rec->inflight_next_sub()}
-                              : PhaseCursor{rec->last_trained_next_unit(), rec->last_trained_next_sub()};
-    rec->set_has_last_trained(true);
-    rec->set_last_trained_step(restored_step);
-    rec->set_last_trained_next_unit(cursor_.unit);
-    rec->set_last_trained_next_sub(cursor_.sub);
+    cursor_ = live_inflight ? PhaseCursor{state_.inflight_next_unit(), state_.inflight_next_sub()}
+                              : PhaseCursor{state_.last_trained_next_unit(), state_.last_trained_next_sub()};
+    state_.set_has_last_trained(true);
+    state_.set_last_trained_step(restored_step);
+    state_.set_last_trained_next_unit(cursor_.unit);
+    state_.set_last_trained_next_sub(cursor_.sub);
     if (restored_step >= 1) job_.set_step(std::max(job_.step(), restored_step));
   } else if (restored_step >= 0) {
     cursor_ = {plan_->UnitOfStep(restored_step + 1), 0};
     job_.set_step(restored_step);
-    rec->set_has_last_trained(restored_step >= 1);
-    rec->set_last_trained_step(restored_step);
-    rec->set_last_trained_next_unit(cursor_.unit);
-    rec->set_last_trained_next_sub(0);
+    state_.set_has_last_trained(restored_step >= 1);
+    state_.set_last_trained_step(restored_step);
+    state_.set_last_trained_next_unit(cursor_.unit);
+    state_.set_last_trained_next_sub(0);
   } else {
-    rec->set_has_last_trained(false);
+    state_.set_has_last_trained(false);
   }
   const bool from_peer = source == tandem::v1::RESTORE_SOURCE_PEER;
   const char* from = live ? "live memory" : from_peer ? "peer memory" : restored_step >= 0 ? "disk" : "scratch";
@@ -266,7 +265,7 @@ void JobDriver::CompleteSetupLocked(double wall) {
     const double total = clock_->WallSeconds() - rec->started_at();
     const double rendezvous = std::max(0.0, wall - restore_s);
     const int64_t redone =
-        live ? 0 : std::max<int64_t>(0, rec->steps_before() - std::max<int64_t>(0, restored_step));
+        live ? 0 : std::max<int64_t>(0, state_.steps_before() - std::max<int64_t>(0, restored_step));
     StepMetrics m;
     m.set_step(std::max<int64_t>(0, restored_step));
     m.set_wall_time(clock_->WallSeconds());
@@ -286,13 +285,13 @@ void JobDriver::CompleteSetupLocked(double wall) {
     x["generation"] = static_cast<double>(job_.generation());
     rec->set_steps_redone_total(rec->steps_redone_total() + redone);
     rec->set_started_at(0);
-    rec->set_restore_from("");
-    rec->set_peer_restore_step(0);
-    rec->clear_peer_restore_ranks();
-    rec->set_peer_failed(false);
-    rec->set_live_restore(false);
-    rec->set_live_failed(false);
-    rec->set_has_inflight_trained(false);
+    state_.set_restore_from("");
+    state_.set_peer_restore_step(0);
+    state_.clear_peer_restore_ranks();
+    state_.set_peer_failed(false);
+    state_.set_live_restore(false);
+    state_.set_live_failed(false);
+    state_.set_has_inflight_trained(false);
     job_.set_state(tandem::v1::JOB_STATE_RUNNING);
     job_.set_reason("");
     SaveLocked();
