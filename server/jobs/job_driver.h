@@ -17,7 +17,9 @@
 //   job_run.cc       the driver loop and phase completion
 //   job_reports.cc   reports and checkpoints published by the ranks
 //   job_recovery.cc  the recovery state machine (losses, preemption, grow
-//                    back, degraded continuation)
+//                    back, degraded continuation): it waits and sends, and
+//                    applies the steps of server/recovery/recovery_controller.h
+//                    and the job's CheckpointCatalogue to the typed state
 //
 // Locking: mu_ guards the job's state and is the job's lock. view_mu_ (a
 // leaf) guards view_, a copy of the Job published before every persist and
@@ -52,6 +54,7 @@
 #include "server/clock.h"
 #include "server/jobs/phase_plan.h"
 #include "server/membership/membership.h"
+#include "server/recovery/checkpoint_catalogue.h"
 #include "server/store/kv_store.h"
 #include "server/store/state_store.h"
 #include "tandem/v1/cluster.pb.h"
@@ -165,6 +168,10 @@ class JobDriver {
   // Writes the job and its driver state; the error is logged and noted
   // for readiness. SaveLocked: the same where the caller goes on anyway.
   absl::Status PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's checkpoints and bad restore sources (its bad list is state_'s).
+  CheckpointCatalogue CatalogueLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return CheckpointCatalogue(store_, id_, &state_);
+  }
   void SaveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { PersistLocked().IgnoreError(); }
   void PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EventLocked(const std::string& kind, const std::string& message,

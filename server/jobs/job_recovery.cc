@@ -13,7 +13,9 @@
 #include "absl/strings/str_join.h"
 #include "server/coordinator_metrics.h"
 #include "server/jobs/job_driver.h"
+#include "server/recovery/checkpoint_catalogue.h"
 #include "server/recovery/policy.h"
+#include "server/recovery/recovery_controller.h"
 #include "spdlog/spdlog.h"
 
 namespace tandem::server {
@@ -39,9 +41,7 @@ void JobDriver::OnWorkerLost(const LostWorker& lost) {
   // the one before.
   if (inflight_ && inflight_->phase() == tandem::v1::PHASE_SETUP && !state_.restore_from().empty()) {
     const std::string path = state_.restore_from();
-    const auto& bad = state_.bad_checkpoints();
-    if (++restore_losses_[path] >= 2 && std::find(bad.begin(), bad.end(), path) == bad.end()) {
-      state_.add_bad_checkpoints(path);
+    if (++restore_losses_[path] >= 2 && CatalogueLocked().MarkBad(path)) {
       EventLocked("recovery",
                   absl::StrCat("checkpoint ", path, " is unusable (", restore_losses_[path],
                                " workers were lost while restoring it): falling back to the previous one"));
@@ -89,11 +89,7 @@ bool JobDriver::HandlePreemptionLocked() {
   }
   const RecoveryPolicy policy = EffectiveRecoveryPolicy(config_, job_.spec());
   const int64_t step = job_.step();
-  int64_t newest_on_disk = -1;
-  auto records = store_->ListCheckpoints(job_.id());
-  if (records.ok()) {
-    for (const auto& c : *records) newest_on_disk = std::max(newest_on_disk, c.step());
-  }
+  const int64_t newest_on_disk = CatalogueLocked().NewestStep();
   const int64_t newest = std::max(state_.peer_copy_step(), newest_on_disk);
   const bool fits = last_checkpoint_seconds_ * 1000.0 <= static_cast<double>(policy.preempt_checkpoint_budget_ms);
   if (step > 0 && step > newest && preempt_checkpoint_step_ != step && fits &&
@@ -142,13 +138,8 @@ bool JobDriver::HandleGrowBackLocked() {
   // A degraded job's shares are re-split only to the full size.
   if (idle == 0 || (degraded && current + idle < full)) return false;
   const int64_t step = job_.step();
-  int64_t newest = -1;
-  auto records = store_->ListCheckpoints(job_.id());
-  if (records.ok()) {
-    const auto& bad_list = state_.bad_checkpoints();
-    auto usable = ChooseCheckpoint(*records, std::set<std::string>(bad_list.begin(), bad_list.end()));
-    if (usable) newest = usable->step();
-  }
+  const auto usable = CatalogueLocked().NewestUsable();
+  const int64_t newest = usable ? usable->step() : -1;
   if (newest < step) {
     // The state must be on disk first: the new world restores (reshards) it.
     const int every = spec.checkpoint().every();
@@ -222,31 +213,7 @@ bool JobDriver::RecoverDegradedLocked(const std::vector<std::string>& old_ids,
   }
   if (!was_degraded) rec->set_degraded_since_step(job_.step() + 1);
   // Restore source: the live state (no rollback), else disk, else scratch.
-  std::string source;
-  state_.set_peer_restore_step(0);
-  state_.clear_peer_restore_ranks();
-  state_.set_restore_from("");
-  if (!state_.live_failed() && state_.has_last_trained()) {
-    state_.set_live_restore(true);
-    source = absl::StrCat("the survivors' live state of step ", state_.last_trained_step(), " (no rollback)");
-  } else {
-    state_.set_live_restore(false);
-    std::set<std::string> bad(state_.bad_checkpoints().begin(), state_.bad_checkpoints().end());
-    std::optional<tandem::v1::CheckpointRecord> disk;
-    auto records = store_->ListCheckpoints(job_.id());
-    if (records.ok()) disk = ChooseCheckpoint(*records, bad);
-    if (disk) {
-      state_.set_restore_from(disk->path());
-      source = absl::StrCat("step ", disk->step(), " from disk ", disk->path());
-    } else if (!job_.spec().resume_from().empty() && !bad.count(job_.spec().resume_from())) {
-      state_.set_restore_from(job_.spec().resume_from());
-      source = absl::StrCat("disk ", job_.spec().resume_from());
-    } else {
-      source = "from scratch (no training step completed yet)";
-    }
-  }
-  state_.set_peer_copy_step(0);
-  state_.set_peer_copy_world(0);
+  const std::string source = PlanDegradedRestore(CatalogueLocked().ChooseRestore(job_.spec().resume_from()), &state_);
   job_.clear_worker_ids();
   for (const auto& id : ids) job_.add_worker_ids(id);
   cursor_ = {};
@@ -279,21 +246,13 @@ void JobDriver::RecoverLocked() {
   recover_reason_.clear();
   const bool grow = grow_back_;
   grow_back_ = false;
-  if (rec->recoveries() >= policy.max_recoveries) {
-    fail_reason_ = absl::StrCat(reason, " (giving up after ", rec->recoveries(), " recoveries)");
+  bool continuing = false;  // a previous attempt of this recovery failed
+  if (auto give_up = BeginAttempt(policy, reason, recover_requested_at_ > 0 ? recover_requested_at_ : clock_->WallSeconds(),
+                                  job_.step(), rec, &state_, &continuing)) {
+    fail_reason_ = *give_up;
     return;
   }
-  const bool continuing = rec->started_at() > 0;  // a previous attempt of this recovery failed
-  if (!continuing) {
-    rec->set_started_at(recover_requested_at_ > 0 ? recover_requested_at_ : clock_->WallSeconds());
-    state_.set_steps_before(job_.step());
-    state_.set_peer_failed(false);
-    state_.set_live_failed(false);
-    rec->set_wait_seconds(0);
-  }
-  rec->set_recoveries(rec->recoveries() + 1);
   CoordinatorMetrics::Global().RecoveryStarted();
-  rec->set_reason(reason);
   const std::vector<std::string> old_ids(job_.worker_ids().begin(), job_.worker_ids().end());
   std::map<std::string, std::string> old_names;
   for (const auto& id : old_ids) {
@@ -375,20 +334,10 @@ void JobDriver::RecoverLocked() {
     state_.set_has_inflight_trained(false);
     if (inflight_training && !survivors.empty()) {
       const PhaseCursor next = plan_->Next(inflight_cursor);
-      if (absl::c_all_of(survivors, [&](const std::string& id) { return finished_inflight.count(id) > 0; })) {
-        state_.set_has_last_trained(true);
-        state_.set_last_trained_step(inflight_training->step);
-        state_.set_last_trained_next_unit(next.unit);
-        state_.set_last_trained_next_sub(next.sub);
-      } else {
-        // A rank may have finished the step although its report says it
-        // failed (a collective after the optimizer step broke): SETUP
-        // accepts the in-flight step when every survivor holds it.
-        state_.set_has_inflight_trained(true);
-        state_.set_inflight_trained_step(inflight_training->step);
-        state_.set_inflight_next_unit(next.unit);
-        state_.set_inflight_next_sub(next.sub);
-      }
+      NoteInflightTraining(
+          inflight_training->step, next,
+          absl::c_all_of(survivors, [&](const std::string& id) { return finished_inflight.count(id) > 0; }),
+          &state_);
     }
     if (RecoverDegradedLocked(old_ids, survivors)) {
       choosing_members_ = false;
@@ -456,51 +405,17 @@ void JobDriver::RecoverLocked() {
 
   // Restore source: peer memory, else the newest good disk checkpoint, else
   // the job's resume_from, else scratch.
-  std::set<std::string> bad(state_.bad_checkpoints().begin(), state_.bad_checkpoints().end());
-  std::optional<tandem::v1::CheckpointRecord> disk;
-  auto records = store_->ListCheckpoints(job_.id());
-  if (records.ok()) disk = ChooseCheckpoint(*records, bad);
-  std::string restore_from;
-  int64_t disk_step = -1;
-  if (disk) {
-    restore_from = disk->path();
-    disk_step = disk->step();
-  } else if (!job_.spec().resume_from().empty() && !bad.count(job_.spec().resume_from())) {
-    restore_from = job_.spec().resume_from();
-  }
-  const bool peer = policy.peer_copies && !state_.peer_failed() &&
-                    PeerRestorePossible(*plan, static_cast<int>(old_ids.size()), state_.peer_copy_step(),
-                                        state_.peer_copy_world()) &&
-                    state_.peer_copy_step() >= disk_step;
-  state_.set_restore_from(restore_from);
-  state_.clear_peer_restore_ranks();
-  state_.set_peer_restore_step(peer ? state_.peer_copy_step() : 0);
-  if (peer) {
-    for (int pr : plan->replaced_ranks) state_.add_peer_restore_ranks(pr);
-  }
-  // A normal recovery ends degraded mode: every rank computes its own share.
-  const bool was_degraded = rec->degraded_logical_world() > 0;
-  rec->set_degraded_logical_world(0);
-  state_.clear_logical_begin();
-  state_.clear_logical_own();
-  state_.set_live_restore(false);
-  if (grow) rec->set_grow_backs(rec->grow_backs() + 1);
-  // The new generation holds no complete set of copies until its next
-  // checkpoint (a replacement holds none).
-  const int64_t peer_step = state_.peer_copy_step();
-  state_.set_peer_copy_step(0);
-  state_.set_peer_copy_world(0);
+  const RestorePlan restore = PlanRestore(policy, *plan, static_cast<int>(old_ids.size()),
+                                          CatalogueLocked().ChooseRestore(job_.spec().resume_from()), grow,
+                                          job_.mutable_recovery(), &state_);
+  const bool was_degraded = restore.was_degraded;
   job_.clear_worker_ids();
   for (const auto& id : plan->worker_ids) job_.add_worker_ids(id);
   cursor_ = {};
   suspects_.clear();
   for (const auto& id : leaving) preempting_.erase(id);
   SaveLocked();
-  std::string source = peer ? absl::StrCat("step ", peer_step, " from peer memory")
-                       : !restore_from.empty()
-                           ? absl::StrCat(disk_step >= 0 ? absl::StrCat("step ", disk_step, " from ") : "", "disk ",
-                                          restore_from)
-                           : std::string("from scratch (no checkpoint)");
+  const std::string& source = restore.source;
   std::vector<std::string> replaced;
   for (int pr : plan->replaced_ranks) {
     replaced.push_back(absl::StrCat("rank ", pr, " -> ", plan->worker_ids[pr]));

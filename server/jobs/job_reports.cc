@@ -13,6 +13,7 @@
 #include "server/jobs/job_limits.h"
 #include "server/jobs/phase_commands.h"
 #include "server/jobs/step_metrics.h"
+#include "server/recovery/checkpoint_catalogue.h"
 #include "spdlog/spdlog.h"
 
 namespace tandem::server {
@@ -84,23 +85,16 @@ void JobDriver::RecordCheckpointLocked(int64_t generation,
   rec.set_world_size(job_.worker_ids_size());
   rec.set_bytes(published.bytes());
   rec.set_time(clock_->WallSeconds());
-  auto existing = store_->HasCheckpoint(rec);
-  if (existing.ok() && *existing) return;
-  CoordinatorMetrics::Global().CheckpointPublished(published.bytes());
-  absl::Status s = store_->AddCheckpoint(rec);
-  if (!s.ok()) spdlog::error("job {} checkpoint record: {}", job_.id(), s.ToString());
-  // Rank 0 applies checkpoint.keep right after publishing (ckpt::ApplyRetention):
-  // list only what is still on disk. Without a keep the catalogue still
-  // holds only the newest kMaxCheckpointRecordsPerJob (older ones stay on disk).
-  {
-    const int64_t keep = job_.spec().checkpoint().keep();
-    s = store_->PruneCheckpoints(job_.id(), keep > 0 ? std::min(keep, kMaxCheckpointRecordsPerJob)
-                                                       : kMaxCheckpointRecordsPerJob);
-    if (!s.ok()) spdlog::error("job {} checkpoint records: {}", job_.id(), s.ToString());
+  // Rank 0 applies checkpoint.keep right after publishing: the catalogue
+  // lists only what is still on disk.
+  auto added = CatalogueLocked().Publish(rec, job_.spec().checkpoint().keep());
+  host_->NoteStoreWrite(added.status());
+  if (!added.ok()) {
+    spdlog::error("job {} checkpoint record: {}", id_, added.status().ToString());
+    return;
   }
-  // A path rewritten by a redo is good again.
-  auto* bad = state_.mutable_bad_checkpoints();
-  bad->erase(std::remove(bad->begin(), bad->end(), rec.path()), bad->end());
+  if (!*added) return;  // recorded already
+  CoordinatorMetrics::Global().CheckpointPublished(published.bytes());
   EventLocked("checkpoint", absl::StrCat("checkpoint of step ", rec.step(), " at ", rec.path()));
 }
 

@@ -12,6 +12,7 @@
 #include "server/jobs/job_limits.h"
 #include "server/jobs/phase_commands.h"
 #include "server/jobs/step_metrics.h"
+#include "server/recovery/recovery_controller.h"
 #include "spdlog/spdlog.h"
 
 namespace tandem::server {
@@ -107,7 +108,7 @@ void JobDriver::Run() {
       } else if (phase.phase == tandem::v1::PHASE_SETUP && in_recovery && !state_.restore_from().empty() &&
                  common::ReportFailureKind(rep) == tandem::v1::PHASE_FAILURE_KIND_RESTORE_FAILED) {
         const std::string bad = state_.restore_from();
-        state_.add_bad_checkpoints(bad);
+        CatalogueLocked().MarkBad(bad);
         EventLocked("recovery",
                     absl::StrCat("checkpoint ", bad, " is unusable (", rep.error(), "): falling back to the previous one"));
         RequestRecoveryLocked(what, "");
@@ -228,33 +229,11 @@ void JobDriver::CompleteSetupLocked(double wall) {
   inflight_.reset();
   reports_.clear();
   auto* rec = job_.mutable_recovery();
-  cursor_ = plan_->Next(cursor_);
-  const bool live = state_.live_restore() && state_.has_last_trained();
-  const bool live_inflight = live && state_.has_inflight_trained() && restored == state_.inflight_trained_step();
-  const int64_t restored_step = live_inflight ? state_.inflight_trained_step()
-                                : live        ? state_.last_trained_step()
-                                : restored >= 0 ? restored
-                                                : -1;
-  if (live) {
-    // The survivors kept the state after this training phase: continue
-    // right after it (a warm-start step's number is negative).
-    cursor_ = live_inflight ? PhaseCursor{state_.inflight_next_unit(), state_.inflight_next_sub()}
-                              : PhaseCursor{state_.last_trained_next_unit(), state_.last_trained_next_sub()};
-    state_.set_has_last_trained(true);
-    state_.set_last_trained_step(restored_step);
-    state_.set_last_trained_next_unit(cursor_.unit);
-    state_.set_last_trained_next_sub(cursor_.sub);
-    if (restored_step >= 1) job_.set_step(std::max(job_.step(), restored_step));
-  } else if (restored_step >= 0) {
-    cursor_ = {plan_->UnitOfStep(restored_step + 1), 0};
-    job_.set_step(restored_step);
-    state_.set_has_last_trained(restored_step >= 1);
-    state_.set_last_trained_step(restored_step);
-    state_.set_last_trained_next_unit(cursor_.unit);
-    state_.set_last_trained_next_sub(0);
-  } else {
-    state_.set_has_last_trained(false);
-  }
+  const SetupResume resume = ResumeAfterSetup(*plan_, plan_->Next(cursor_), restored, job_.step(), &state_);
+  cursor_ = resume.cursor;
+  job_.set_step(resume.job_step);
+  const bool live = resume.live;
+  const int64_t restored_step = resume.restored_step;
   const bool from_peer = source == tandem::v1::RESTORE_SOURCE_PEER;
   const char* from = live ? "live memory" : from_peer ? "peer memory" : restored_step >= 0 ? "disk" : "scratch";
   if (skipped > 0) {
@@ -283,15 +262,7 @@ void JobDriver::CompleteSetupLocked(double wall) {
     x["steps_redone"] = static_cast<double>(redone);
     x["world_size"] = job_.worker_ids_size();
     x["generation"] = static_cast<double>(job_.generation());
-    rec->set_steps_redone_total(rec->steps_redone_total() + redone);
-    rec->set_started_at(0);
-    state_.set_restore_from("");
-    state_.set_peer_restore_step(0);
-    state_.clear_peer_restore_ranks();
-    state_.set_peer_failed(false);
-    state_.set_live_restore(false);
-    state_.set_live_failed(false);
-    state_.set_has_inflight_trained(false);
+    FinishRecovery(redone, rec, &state_);
     job_.set_state(tandem::v1::JOB_STATE_RUNNING);
     job_.set_reason("");
     SaveLocked();
