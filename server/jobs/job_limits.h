@@ -6,8 +6,6 @@
 
 namespace tandem::server {
 
-// Checkpoint records kept per job (the newest) when checkpoint.keep is 0.
-inline constexpr int64_t kMaxCheckpointRecordsPerJob = 1000;
 // How often finished jobs are checked against the retention settings.
 inline constexpr double kPruneEverySeconds = 30;
 // Log lines stored per job; later lines are dropped with one notice.

@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "common/status_util.h"
 #include "server/jobs/job_limits.h"
@@ -18,18 +16,6 @@ namespace tandem::server {
 
 using tandem::v1::Job;
 using tandem::v1::JobState;
-using tandem::v1::StepMetrics;
-
-bool IsTerminal(JobState state) {
-  return state == tandem::v1::JOB_STATE_SUCCEEDED || state == tandem::v1::JOB_STATE_FAILED ||
-         state == tandem::v1::JOB_STATE_CANCELLED;
-}
-
-std::string JobStateName(JobState state) {
-  std::string name = tandem::v1::JobState_Name(state);
-  if (name.rfind("JOB_STATE_", 0) == 0) name = name.substr(10);
-  return absl::AsciiStrToLower(name);
-}
 
 JobManager::JobManager(const tandem::v1::CoordinatorConfig& config, StateStore* store, Membership* membership,
                        KvStore* kv, const Clock* clock)
@@ -44,43 +30,20 @@ bool JobManager::loaded() const {
 
 absl::Status JobManager::Load() {
   ASSIGN_OR_RETURN(auto stored, store_->LoadJobs());
-  absl::MutexLock lock(&mu_);
-  std::vector<std::pair<JobRecord*, std::string>> quarantined;
+  const DriverServices services{&config_, store_, membership_, kv_, clock_, this};
+  std::vector<std::shared_ptr<JobDriver>> drivers;
   for (auto& s : stored) {
-    auto r = std::make_unique<JobRecord>();
-    r->job = std::move(s.job);
-    r->cursor = s.cursor;
-    r->seq = s.seq;
-    // A stored job this coordinator cannot run (written by another version,
-    // or damaged) fails with the reason instead of taking the coordinator
-    // down on every start.
-    absl::Status valid = tandem::v1::JobState_IsValid(r->job.state())
-                             ? common::ValidateJobSpec(r->job.spec())
-                             : absl::InvalidArgumentError(absl::StrCat("unknown state ", r->job.state()));
-    if (valid.ok() && r->cursor.unit < 0) valid = absl::InvalidArgumentError("negative phase cursor");
-    if (valid.ok()) {
-      r->plan = std::make_unique<PhasePlan>(r->job.spec());
-    } else {
-      tandem::v1::JobSpec defaults;
-      common::ApplyJobDefaults(&defaults);
-      r->plan = std::make_unique<PhasePlan>(defaults);
-      if (!tandem::v1::JobState_IsValid(r->job.state()) || !IsTerminal(r->job.state())) {
-        quarantined.emplace_back(r.get(), std::string(valid.message()));
-      }
-    }
-    ASSIGN_OR_RETURN(r->last_event_seq, store_->LastEventSeq(r->job.id()));
-    // The per-job log cap counts what is stored, across restarts.
-    ASSIGN_OR_RETURN(r->log_lines, store_->CountLogs(r->job.id()));
-    std::string id = r->job.id();
-    jobs_[id] = std::move(r);
+    auto d = std::make_shared<JobDriver>(services, std::move(s));
+    RETURN_IF_ERROR(d->LoadCounters());
+    d->QuarantineIfInvalid();
+    drivers.push_back(std::move(d));
   }
-  for (auto& [r, why] : quarantined) {
-    spdlog::error("job {}: quarantined: {}", r->job.id(), why);
-    r->job.clear_worker_ids();  // never sends it commands
-    FinishLocked(r, tandem::v1::JOB_STATE_FAILED,
-                 absl::StrCat("quarantined when the coordinator started: its stored spec is not valid: ", why));
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& d : drivers) jobs_[d->id()] = d;
   }
-  PruneFinishedLocked();
+  PruneFinished();
+  absl::MutexLock lock(&mu_);
   last_prune_ = clock_->WallSeconds();
   loaded_ = true;
   spdlog::info("loaded {} jobs from {}", jobs_.size(), store_->path());
@@ -88,102 +51,57 @@ absl::Status JobManager::Load() {
 }
 
 void JobManager::Start() {
+  for (auto& d : Drivers()) d->Resume();
   absl::MutexLock lock(&mu_);
-  for (auto& [id, r] : jobs_) {
-    if (r->job.state() == tandem::v1::JOB_STATE_RUNNING || r->job.state() == tandem::v1::JOB_STATE_RECOVERING) {
-      EventLocked(r.get(), "state", "coordinator restarted: waiting for the job's workers to re-attach");
-      StartRunnerLocked(r.get());
-    }
-  }
   scheduler_ = std::thread([this] { SchedulerLoop(); });
 }
 
 void JobManager::Shutdown() {
+  std::thread scheduler;
   {
     absl::MutexLock lock(&mu_);
-    if (stopping_ && !scheduler_.joinable()) return;
     stopping_ = true;
-    changed_.SignalAll();
+    scheduler = std::move(scheduler_);
   }
-  if (scheduler_.joinable()) scheduler_.join();
-  std::vector<std::thread> runners;
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto& [id, r] : jobs_) {
-      if (r->runner.joinable()) runners.push_back(std::move(r->runner));
-    }
-  }
-  for (auto& t : runners) t.join();
+  if (scheduler.joinable()) scheduler.join();
+  for (auto& d : Drivers()) d->Stop();
 }
 
-JobManager::JobRecord* JobManager::FindLocked(const std::string& job_id) const {
+std::shared_ptr<JobDriver> JobManager::Find(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
-  return it == jobs_.end() ? nullptr : it->second.get();
+  return it == jobs_.end() ? nullptr : it->second;
 }
 
-absl::Status JobManager::PersistLocked(const JobRecord& r) {
-  absl::Status s = store_->PutJob(r.job, r.cursor, r.seq);
-  if (!s.ok()) spdlog::error("persist job {}: {}", r.job.id(), s.ToString());
-  NoteStoreWrite(s);
-  return s;
+absl::StatusOr<std::shared_ptr<JobDriver>> JobManager::FindOrNotFound(const std::string& job_id) const {
+  std::shared_ptr<JobDriver> d = Find(job_id);
+  if (d == nullptr) return absl::NotFoundError(absl::StrCat("job_id: no job '", job_id, "'"));
+  return d;
 }
+
+std::vector<std::shared_ptr<JobDriver>> JobManager::Drivers() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<JobDriver>> out;
+  out.reserve(jobs_.size());
+  for (const auto& [id, d] : jobs_) out.push_back(d);
+  return out;
+}
+
+void JobManager::RequestSchedule() {
+  absl::MutexLock lock(&mu_);
+  schedule_requested_ = true;
+}
+
+void JobManager::NotifyScheduler() { RequestSchedule(); }
 
 void JobManager::NoteStoreWrite(const absl::Status& s) {
+  absl::MutexLock lock(&store_mu_);
   store_error_ = s.ok() ? "" : std::string(s.message());
 }
 
 std::string JobManager::StoreError() const {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&store_mu_);
   return store_error_;
-}
-
-void JobManager::EventLocked(JobRecord* r, const std::string& kind, const std::string& message,
-                             const StepMetrics* metrics) {
-  tandem::v1::JobEvent e;
-  e.set_job_id(r->job.id());
-  e.set_time(clock_->WallSeconds());
-  e.set_kind(kind);
-  e.set_message(message);
-  e.set_state(r->job.state());
-  if (metrics) *e.mutable_metrics() = *metrics;
-  auto seq = store_->AppendEvent(e);
-  NoteStoreWrite(seq.status());
-  if (!seq.ok()) {
-    spdlog::error("job {} event: {}", r->job.id(), seq.status().ToString());
-    return;
-  }
-  r->last_event_seq = *seq;
-  if (*seq % kPruneEventsEvery == 0 && *seq > kMaxEventsPerJob) {
-    absl::Status pruned = store_->PruneEvents(r->job.id(), *seq - kMaxEventsPerJob);
-    NoteStoreWrite(pruned);
-    if (!pruned.ok()) spdlog::error("job {} events: {}", r->job.id(), pruned.ToString());
-  }
-  if (kind != "step") LogLocked(r, "coordinator", {message});
-  changed_.SignalAll();
-}
-
-void JobManager::LogLocked(JobRecord* r, const std::string& source, const std::vector<std::string>& lines) {
-  if (lines.empty() || r->log_lines >= kMaxLogLinesPerJob) return;
-  std::vector<tandem::v1::LogLine> out;
-  const double now = clock_->WallSeconds();
-  for (const auto& text : lines) {
-    if (r->log_lines >= kMaxLogLinesPerJob) {
-      tandem::v1::LogLine l;
-      l.set_time(now);
-      l.set_source("coordinator");
-      l.set_text(absl::StrCat("log limit of ", kMaxLogLinesPerJob, " lines reached; further lines dropped"));
-      out.push_back(l);
-      break;
-    }
-    tandem::v1::LogLine l;
-    l.set_time(now);
-    l.set_source(source);
-    l.set_text(text);
-    out.push_back(std::move(l));
-    r->log_lines++;
-  }
-  auto s = store_->AppendLogs(r->job.id(), std::move(out));
-  if (!s.ok()) spdlog::error("job {} logs: {}", r->job.id(), s.status().ToString());
 }
 
 absl::Status JobManager::CheckMemoryFits(const tandem::v1::JobSpec& spec) const {
@@ -211,16 +129,17 @@ absl::StatusOr<Job> JobManager::Submit(tandem::v1::JobSpec spec) {
   RETURN_IF_ERROR(common::ValidateJobSpec(spec));
   RETURN_IF_ERROR(model::CheckJobForWorkers(spec));
   RETURN_IF_ERROR(CheckMemoryFits(spec));
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::UnavailableError("coordinator is shutting down");
+  }
   auto next = store_->NextJobSeq();
   if (!next.ok()) {
-    absl::MutexLock lock(&mu_);
     NoteStoreWrite(next.status());
     return absl::UnavailableError(absl::StrCat("the job was not accepted: ", next.status().message()));
   }
   const int64_t seq = *next;
-  auto r = std::make_unique<JobRecord>();
-  r->seq = seq;
-  Job& job = r->job;
+  Job job;
   job.set_id(absl::StrFormat("j-%06d", seq));
   std::error_code ec;
   std::string run_dir = (std::filesystem::absolute(config_.runs_dir(), ec) / job.id()).string();
@@ -232,97 +151,63 @@ absl::StatusOr<Job> JobManager::Submit(tandem::v1::JobSpec spec) {
   job.set_total_steps(spec.train().steps());
   job.set_created_at(clock_->WallSeconds());
   job.set_output_dir(spec.output_dir());
-  r->plan = std::make_unique<PhasePlan>(spec);
-  absl::MutexLock lock(&mu_);
-  if (stopping_) return absl::UnavailableError("coordinator is shutting down");
-  JobRecord* rec = r.get();
-  if (absl::Status s = PersistLocked(*rec); !s.ok()) {
-    return absl::UnavailableError(absl::StrCat("the job was not accepted: ", s.message()));
+  const DriverServices services{&config_, store_, membership_, kv_, clock_, this};
+  auto d = std::make_shared<JobDriver>(services, std::move(job), seq);
+  // Persisted (under the new driver's lock only) before anyone can see it.
+  RETURN_IF_ERROR(d->PersistNew(absl::StrCat(
+      "submitted ", common::KindName(spec.kind()), " job '", spec.name(), "' (", spec.cluster().workers(), " ",
+      common::DeviceName(spec.cluster().device()), " worker", spec.cluster().workers() == 1 ? "" : "s", ", ",
+      spec.train().steps(), " steps)")));
+  {
+    absl::MutexLock lock(&mu_);
+    jobs_[d->id()] = d;
+    schedule_requested_ = true;
   }
-  jobs_[job.id()] = std::move(r);
-  EventLocked(rec, "state",
-              absl::StrCat("submitted ", common::KindName(spec.kind()), " job '", spec.name(), "' (",
-                           spec.cluster().workers(), " ", common::DeviceName(spec.cluster().device()),
-                           " worker", spec.cluster().workers() == 1 ? "" : "s", ", ", spec.train().steps(),
-                           " steps)"));
-  schedule_requested_ = true;
-  changed_.SignalAll();
-  return rec->job;
+  return d->Record();
 }
 
 absl::StatusOr<Job> JobManager::Get(const std::string& job_id) const {
-  absl::MutexLock lock(&mu_);
-  JobRecord* r = FindLocked(job_id);
-  if (r == nullptr) return absl::NotFoundError(absl::StrCat("job_id: no job '", job_id, "'"));
-  return r->job;
+  ASSIGN_OR_RETURN(auto d, FindOrNotFound(job_id));
+  return d->Record();
 }
 
 std::vector<Job> JobManager::List(JobState filter, int limit) const {
-  absl::MutexLock lock(&mu_);
-  std::vector<const JobRecord*> recs;
-  for (const auto& [id, r] : jobs_) {
-    if (filter == tandem::v1::JOB_STATE_UNSPECIFIED || r->job.state() == filter) recs.push_back(r.get());
+  std::vector<std::pair<int64_t, Job>> jobs;  // (seq, job)
+  for (const auto& d : Drivers()) {
+    Job job = d->Record();
+    if (filter == tandem::v1::JOB_STATE_UNSPECIFIED || job.state() == filter) jobs.emplace_back(d->seq(), std::move(job));
   }
-  std::sort(recs.begin(), recs.end(), [](auto* a, auto* b) { return a->seq > b->seq; });  // newest first
+  std::sort(jobs.begin(), jobs.end(), [](const auto& a, const auto& b) { return a.first > b.first; });  // newest first
   std::vector<Job> out;
-  for (auto* r : recs) {
+  for (auto& [seq, job] : jobs) {
     if (static_cast<int>(out.size()) >= limit) break;
-    out.push_back(r->job);
+    out.push_back(std::move(job));
   }
   return out;
 }
 
 std::vector<Job> JobManager::Snapshot() const {
-  absl::MutexLock lock(&mu_);
   std::vector<Job> out;
-  for (const auto& [id, r] : jobs_) out.push_back(r->job);
+  for (const auto& d : Drivers()) out.push_back(d->Record());
   return out;
 }
 
 absl::StatusOr<Job> JobManager::Cancel(const std::string& job_id, const std::string& reason) {
-  absl::MutexLock lock(&mu_);
-  JobRecord* r = FindLocked(job_id);
-  if (r == nullptr) return absl::NotFoundError(absl::StrCat("job_id: no job '", job_id, "'"));
-  if (IsTerminal(r->job.state())) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", job_id, " already ", JobStateName(r->job.state())));
-  }
-  std::string why = reason.empty() ? "cancelled by user" : absl::StrCat("cancelled: ", reason);
-  if (absl::Status s = PersistLocked(*r); !s.ok()) {
-    // Not durable: a restarted coordinator would run the job again.
-    return absl::UnavailableError(absl::StrCat("cannot record the cancellation: ", s.message(),
-                                               " (free space or fix the disk, then retry)"));
-  }
-  if (r->job.state() == tandem::v1::JOB_STATE_PENDING) {
-    FinishLocked(r, tandem::v1::JOB_STATE_CANCELLED, why);
-  } else {
-    r->cancel_requested = true;
-    r->cancel_reason = why;
-    changed_.SignalAll();
-  }
-  return r->job;
+  ASSIGN_OR_RETURN(auto d, FindOrNotFound(job_id));
+  return d->Cancel(reason);
 }
 
 absl::StatusOr<int64_t> JobManager::LastEventSeq(const std::string& job_id) const {
-  absl::MutexLock lock(&mu_);
-  JobRecord* r = FindLocked(job_id);
-  if (r == nullptr) return absl::NotFoundError(absl::StrCat("job_id: no job '", job_id, "'"));
-  return r->last_event_seq;
+  ASSIGN_OR_RETURN(auto d, FindOrNotFound(job_id));
+  return d->LastEventSeq();
 }
 
 absl::Status JobManager::NextEvents(const std::string& job_id, int64_t after_seq, int64_t wait_ms,
                                     std::vector<StoredEvent>* out, bool* finished) {
-  bool terminal = false;
+  ASSIGN_OR_RETURN(auto d, FindOrNotFound(job_id));
   int64_t last = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    JobRecord* r = FindLocked(job_id);
-    if (r == nullptr) return absl::NotFoundError(absl::StrCat("job_id: no job '", job_id, "'"));
-    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return r->last_event_seq > after_seq || stopping_; };
-    mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(wait_ms));
-    terminal = IsTerminal(r->job.state());
-    last = r->last_event_seq;
-  }
+  bool terminal = false;
+  d->AwaitEvent(after_seq, absl::Milliseconds(wait_ms), &last, &terminal);
   ASSIGN_OR_RETURN(*out, store_->ListEvents(job_id, after_seq, 256));
   int64_t got = out->empty() ? after_seq : out->back().seq;
   *finished = terminal && got >= last;
@@ -331,67 +216,74 @@ absl::Status JobManager::NextEvents(const std::string& job_id, int64_t after_seq
 
 absl::StatusOr<std::vector<tandem::v1::LogLine>> JobManager::Logs(const std::string& job_id, int64_t after_seq,
                                                                   int limit) const {
-  {
-    absl::MutexLock lock(&mu_);
-    if (FindLocked(job_id) == nullptr) return absl::NotFoundError(absl::StrCat("job_id: no job '", job_id, "'"));
-  }
+  RETURN_IF_ERROR(FindOrNotFound(job_id).status());
   return store_->ListLogs(job_id, after_seq, limit);
 }
 
 absl::StatusOr<std::vector<tandem::v1::CheckpointRecord>> JobManager::Checkpoints(const std::string& job_id) const {
-  {
-    absl::MutexLock lock(&mu_);
-    if (FindLocked(job_id) == nullptr) return absl::NotFoundError(absl::StrCat("job_id: no job '", job_id, "'"));
-  }
+  RETURN_IF_ERROR(FindOrNotFound(job_id).status());
   return store_->ListCheckpoints(job_id);
 }
 
+absl::Status JobManager::OnReport(const tandem::v1::ReportPhaseRequest& report) {
+  ASSIGN_OR_RETURN(auto d, FindOrNotFound(report.job_id()));
+  return d->OnReport(report);
+}
+
+void JobManager::OnWorkerLost(const LostWorker& lost) {
+  if (lost.job_id.empty()) return;
+  if (auto d = Find(lost.job_id)) d->OnWorkerLost(lost);
+}
+
+void JobManager::OnWorkerAttached(const std::string& worker_id) {
+  for (auto& d : Drivers()) {
+    if (d->HasMember(worker_id)) d->OnWorkerAttached(worker_id);
+  }
+}
+
+void JobManager::OnWorkerPreempting(const std::string& worker_id, const std::string& job_id) {
+  if (auto d = Find(job_id)) d->OnWorkerPreempting(worker_id);
+}
+
 int64_t JobManager::JobGenerationFor(const std::string& job_id, const std::string& worker_id) const {
-  absl::MutexLock lock(&mu_);
-  JobRecord* r = FindLocked(job_id);
-  if (r == nullptr || !r->fail_reason.empty()) return -1;
-  if (r->job.state() != tandem::v1::JOB_STATE_RUNNING && r->job.state() != tandem::v1::JOB_STATE_RECOVERING) return -1;
-  const auto& ids = r->job.worker_ids();
-  if (std::find(ids.begin(), ids.end(), worker_id) == ids.end()) return -1;
-  return r->job.generation();
+  auto d = Find(job_id);
+  return d == nullptr ? -1 : d->GenerationFor(worker_id);
 }
 
 bool JobManager::ScopeActive(const std::string& job_id, int64_t generation) const {
-  absl::MutexLock lock(&mu_);
-  JobRecord* r = FindLocked(job_id);
-  return r != nullptr && !IsTerminal(r->job.state()) && r->job.state() != tandem::v1::JOB_STATE_PENDING &&
-         r->job.generation() == generation;
+  auto d = Find(job_id);
+  return d != nullptr && d->ScopeActive(generation);
 }
 
-void JobManager::NotifyScheduler() {
-  absl::MutexLock lock(&mu_);
-  schedule_requested_ = true;
-  changed_.SignalAll();
-}
-
-void JobManager::PruneFinishedLocked() {
-  std::vector<JobRecord*> finished;
-  for (auto& [id, r] : jobs_) {
-    if (IsTerminal(r->job.state()) && (!r->runner.joinable() || r->runner_done)) finished.push_back(r.get());
+void JobManager::PruneFinished() {
+  struct Finished {
+    std::shared_ptr<JobDriver> driver;
+    double finished_at;
+  };
+  std::vector<Finished> finished;
+  for (auto& d : Drivers()) {
+    if (d->Finished()) finished.push_back({d, d->Record().finished_at()});
   }
-  std::sort(finished.begin(), finished.end(), [](const JobRecord* a, const JobRecord* b) {
-    return a->job.finished_at() != b->job.finished_at() ? a->job.finished_at() > b->job.finished_at() : a->seq > b->seq;
+  std::sort(finished.begin(), finished.end(), [](const Finished& a, const Finished& b) {
+    return a.finished_at != b.finished_at ? a.finished_at > b.finished_at : a.driver->seq() > b.driver->seq();
   });
   const double oldest = clock_->WallSeconds() - static_cast<double>(config_.finished_job_retention_s());
   const size_t keep = config_.max_finished_jobs() > 0 ? static_cast<size_t>(config_.max_finished_jobs()) : SIZE_MAX;
   int pruned = 0;
   for (size_t i = 0; i < finished.size(); ++i) {
-    JobRecord* r = finished[i];
-    const bool too_old = config_.finished_job_retention_s() > 0 && r->job.finished_at() > 0 && r->job.finished_at() < oldest;
+    const Finished& f = finished[i];
+    const bool too_old = config_.finished_job_retention_s() > 0 && f.finished_at > 0 && f.finished_at < oldest;
     if (i < keep && !too_old) continue;
-    absl::Status s = store_->DeleteJob(r->job.id());
+    // The SQLite delete runs with no lock of the job manager held.
+    absl::Status s = store_->DeleteJob(f.driver->id());
     NoteStoreWrite(s);
     if (!s.ok()) {
-      spdlog::error("prune job {}: {}", r->job.id(), s.ToString());
+      spdlog::error("prune job {}: {}", f.driver->id(), s.ToString());
       return;
     }
-    if (r->runner.joinable()) r->runner.join();
-    jobs_.erase(r->job.id());
+    f.driver->ReapThread();
+    absl::MutexLock lock(&mu_);
+    jobs_.erase(f.driver->id());
     ++pruned;
   }
   if (pruned > 0) spdlog::info("retention: deleted {} finished job(s) from the state store", pruned);
@@ -399,66 +291,46 @@ void JobManager::PruneFinishedLocked() {
 
 void JobManager::SchedulerLoop() {
   while (true) {
+    bool prune = false;
     {
       absl::MutexLock lock(&mu_);
       auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || schedule_requested_; };
       mu_.AwaitWithTimeout(absl::Condition(&wake), absl::Milliseconds(250));
       if (stopping_) return;
       schedule_requested_ = false;
-      for (auto& [id, r] : jobs_) {
-        if (r->runner_done && r->runner.joinable()) r->runner.join();
-      }
       if (clock_->WallSeconds() - last_prune_ >= kPruneEverySeconds) {
         last_prune_ = clock_->WallSeconds();
-        PruneFinishedLocked();
+        prune = true;
       }
     }
+    for (auto& d : Drivers()) d->ReapThread();
+    if (prune) PruneFinished();
     ScheduleOnce();
   }
 }
 
 void JobManager::ScheduleOnce() {
   std::vector<PendingJob> pending;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [id, r] : jobs_) {
-      if (r->job.state() != tandem::v1::JOB_STATE_PENDING) continue;
-      pending.push_back({id, r->job.spec().priority(), r->seq, r->job.spec().cluster().device(),
-                         r->job.spec().cluster().workers()});
-    }
+  for (const auto& d : Drivers()) {
+    Job job = d->Record();
+    if (job.state() != tandem::v1::JOB_STATE_PENDING) continue;
+    pending.push_back({d->id(), job.spec().priority(), d->seq(), job.spec().cluster().device(),
+                       job.spec().cluster().workers()});
   }
   if (pending.empty()) return;
   ScheduleResult result = Schedule(pending, membership_->Idle());
-  absl::MutexLock lock(&mu_);
-  if (stopping_) return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+  }
   for (const auto& d : result.start) {
-    JobRecord* r = FindLocked(d.job_id);
-    if (r == nullptr || r->job.state() != tandem::v1::JOB_STATE_PENDING) continue;
-    absl::Status s = membership_->Assign(d.job_id, d.worker_ids);
-    if (!s.ok()) {
-      schedule_requested_ = true;
-      continue;
-    }
-    r->job.set_state(tandem::v1::JOB_STATE_RUNNING);
-    r->job.set_reason("");
-    r->job.set_generation(r->job.generation() + 1);
-    r->job.clear_worker_ids();
-    for (const auto& w : d.worker_ids) r->job.add_worker_ids(w);
-    r->job.set_started_at(clock_->WallSeconds());
-    r->cursor = {};
-    r->fail_reason.clear();
-    PersistLocked(*r);
-    EventLocked(r, "state", absl::StrCat("running on ", absl::StrJoin(d.worker_ids, ", "), " (generation ",
-                                         r->job.generation(), ")"));
-    StartRunnerLocked(r);
+    auto driver = Find(d.job_id);
+    if (driver == nullptr) continue;
+    if (!driver->StartOn(d.worker_ids) && driver->State() == tandem::v1::JOB_STATE_PENDING) RequestSchedule();
   }
   for (const auto& [id, reason] : result.reasons) {
-    JobRecord* r = FindLocked(id);
-    if (r == nullptr || r->job.state() != tandem::v1::JOB_STATE_PENDING || r->job.reason() == reason) continue;
-    r->job.set_reason(reason);
-    PersistLocked(*r);
+    if (auto driver = Find(id)) driver->SetPendingReason(reason);
   }
 }
-
 
 }  // namespace tandem::server

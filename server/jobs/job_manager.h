@@ -1,24 +1,14 @@
-// JobManager: the job registry and the job drivers.
-//
-// Where each part lives:
-//   job_manager.cc   registry (submit, get, list, cancel, events, logs),
-//                    retention, the scheduler thread
-//   job_driver.cc    one driver thread per running job: issues the phases,
-//                    takes the reports, completes phases and the job
-//   job_recovery.cc  the recovery state machine (losses, preemption, grow
-//                    back, degraded continuation)
-//   phase_plan.h, phase_commands.h, step_metrics.h: pure functions it uses;
-//   server/recovery/policy.h: the pure recovery decisions.
+// JobManager: the job registry. One JobDriver per job (job_driver.h) holds
+// the job's record and runs its driver thread while it runs.
 //
 // Registry: submit (validated, defaults filled, persisted PENDING), get,
-// list, cancel, events (WatchJob) and logs. Scheduler thread: gang-schedules
-// PENDING jobs onto idle workers (scheduler.h). Driver: one thread per
-// running job issues the job's PhasePlan phase by phase through the
-// workers' command queues (membership.h), waits for every rank's
-// ReportPhase (per-phase timeout), records per-phase wall time and peak
-// memory, persists the cursor after every phase, and emits "step" events.
+// list, cancel, events (WatchJob) and logs; retention of finished jobs
+// (max_finished_jobs, finished_job_retention_s). Scheduler thread:
+// gang-schedules PENDING jobs onto idle workers (scheduler.h) and starts
+// their drivers. Reports, losses, preemptions and re-attaches are handed to
+// the job's driver after a brief lookup.
 // Each job stores at most kMaxEventsPerJob events and kMaxLogLinesPerJob log
-// lines (job_limits.h); finished jobs go by the retention settings.
+// lines (job_limits.h).
 //
 // Command ids are deterministic (phase_commands.h): a phase re-issued after
 // a coordinator restart or a re-attach carries the same id, and a worker
@@ -46,19 +36,21 @@
 // A job below cluster.workers (degraded or elastic) grows back at a step
 // boundary when idle workers exist: checkpoint, flush, recovery from it.
 //
-// Locking: mu_ guards all job records. Lock order, one direction only:
-// JobManager::mu_ -> Membership's, KvStore's and StateStore's own mutexes;
-// those never call back into JobManager (the coordinator's reaper thread
-// hands Membership's expired leases over after Membership's lock is released). StateStore writes (SQLite, fsync)
-// happen under mu_ today, so one job's write delays the others' reports.
-// Thread-safe.
+// Locking: mu_ (the registry lock) guards the map of drivers and the
+// scheduler's flags; it is held only for lookups and map changes, never
+// across a driver's lock, a Membership call or a StateStore (SQLite) call.
+// store_mu_ guards the last store error (a leaf). Lock order, one direction
+// only: JobDriver::mu_ -> JobManager::mu_ -> Membership, KvStore,
+// StateStore locks; store_mu_ is taken alone. A SQLite write for one job
+// runs under that job's driver lock only, so it never blocks another job's
+// reports. Membership never calls back into JobManager (the coordinator's
+// reaper thread hands expired leases over after Membership's lock is
+// released). Thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <optional>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -67,9 +59,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "server/clock.h"
-#include "server/store/kv_store.h"
+#include "server/jobs/job_driver.h"
 #include "server/membership/membership.h"
-#include "server/jobs/phase_plan.h"
+#include "server/store/kv_store.h"
 #include "server/store/state_store.h"
 #include "tandem/v1/cluster.pb.h"
 #include "tandem/v1/config.pb.h"
@@ -78,14 +70,11 @@
 
 namespace tandem::server {
 
-bool IsTerminal(tandem::v1::JobState state);
-std::string JobStateName(tandem::v1::JobState state);  // "running"
-
-class JobManager {
+class JobManager : public DriverHost {
  public:
   JobManager(const tandem::v1::CoordinatorConfig& config, StateStore* store, Membership* membership, KvStore* kv,
              const Clock* clock);
-  ~JobManager();
+  ~JobManager() override;
   JobManager(const JobManager&) = delete;
   JobManager& operator=(const JobManager&) = delete;
 
@@ -132,80 +121,21 @@ class JobManager {
   std::vector<tandem::v1::Job> Snapshot() const;
   bool loaded() const;
 
- private:
-  struct JobRecord {
-    tandem::v1::Job job;
-    PhaseCursor cursor;
-    int64_t seq = 0;
-    std::unique_ptr<PhasePlan> plan;
-    std::optional<tandem::v1::PhaseCommand> inflight;
-    absl::Time inflight_started;
-    std::map<int, tandem::v1::ReportPhaseRequest> reports;  // by rank
-    std::string fail_reason;
-    bool cancel_requested = false;
-    std::string cancel_reason;
-    int64_t last_event_seq = 0;
-    int64_t log_lines = 0;
-    tandem::v1::StepMetrics step_acc;
-    int64_t acc_unit = -1;
-    std::thread runner;
-    bool runner_done = false;
-    // Recovery (job_recovery.cc).
-    std::string recover_reason;        // non-empty: the driver recovers next
-    double recover_requested_at = 0;   // wall seconds
-    std::set<std::string> suspects;    // members to replace
-    bool choosing_members = false;     // inside RecoverLocked's wait
-    std::set<std::string> preempting;  // members that asked to leave
-    std::map<std::string, int> restore_losses;  // workers lost while restoring each checkpoint
-    int64_t preempt_checkpoint_step = -1;
-    int64_t preempt_flush_step = -1;
-    std::optional<PlannedPhase> extra;  // an unplanned phase issued before the cursor's
-    double last_checkpoint_seconds = 0;
-    // Growing back (an elastic or degraded job below cluster.workers with
-    // idle workers around): checkpoint, flush, then a planned recovery.
-    bool grow_back = false;            // the pending recovery is a grow back
-    int grow_target = 0;               // ranks to grow to
-    int64_t grow_checkpoint_step = -1;
-    int64_t grow_flush_step = -1;
-  };
+  // DriverHost.
+  void RequestSchedule() override;
+  void NoteStoreWrite(const absl::Status& s) override;
 
+ private:
+  std::shared_ptr<JobDriver> Find(const std::string& job_id) const;
+  absl::StatusOr<std::shared_ptr<JobDriver>> FindOrNotFound(const std::string& job_id) const;
+  std::vector<std::shared_ptr<JobDriver>> Drivers() const;
   void SchedulerLoop();
   void ScheduleOnce();
-  void StartRunnerLocked(JobRecord* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RunJob(JobRecord* r);
-  void CompletePhaseLocked(JobRecord* r, const PlannedPhase& phase) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CompleteSetupLocked(JobRecord* r, double wall) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Asks the driver to recover; `suspect` (may be empty) is replaced.
-  void RequestRecoveryLocked(JobRecord* r, const std::string& reason, const std::string& suspect)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Runs one recovery on the driver thread (waits with mu_ released).
-  void RecoverLocked(JobRecord* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // At a step boundary with a preempting member: checkpoint or hand over.
-  bool HandlePreemptionLocked(JobRecord* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // At a step boundary of a job below full size with idle workers around:
-  // checkpoint + flush, then a recovery onto more ranks (true: requested).
-  bool HandleGrowBackLocked(JobRecord* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Degraded continuation (RecoverySpec.degraded): the survivors continue
-  // at once with the lost ranks' shares; false when not possible.
-  bool RecoverDegradedLocked(JobRecord* r, const std::vector<std::string>& old_ids,
-                             const std::set<std::string>& survivors) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RecordCheckpointLocked(JobRecord* r, int64_t generation, const tandem::v1::PublishedCheckpoint& published)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FinishLocked(JobRecord* r, tandem::v1::JobState state, const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status PersistLocked(const JobRecord& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // FAILED_PRECONDITION when the job's memory estimate per worker exceeds
   // the largest registered worker of its device (OK when none is known).
   absl::Status CheckMemoryFits(const tandem::v1::JobSpec& spec) const;
   // Deletes finished jobs past max_finished_jobs / finished_job_retention_s.
-  void PruneFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Remembers a store write's outcome for StoreError().
-  void NoteStoreWrite(const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EventLocked(JobRecord* r, const std::string& kind, const std::string& message,
-                   const tandem::v1::StepMetrics* metrics = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void LogLocked(JobRecord* r, const std::string& source, const std::vector<std::string>& lines)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  JobRecord* FindLocked(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PruneFinished();
 
   const tandem::v1::CoordinatorConfig config_;
   StateStore* const store_;
@@ -214,14 +144,15 @@ class JobManager {
   const Clock* const clock_;
 
   mutable absl::Mutex mu_;
-  std::string store_error_ ABSL_GUARDED_BY(mu_);
-  double last_prune_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::CondVar changed_;  // reports, cancels, failures, events, stop
-  std::map<std::string, std::unique_ptr<JobRecord>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<JobDriver>> jobs_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool loaded_ ABSL_GUARDED_BY(mu_) = false;
   bool schedule_requested_ ABSL_GUARDED_BY(mu_) = true;
+  double last_prune_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread scheduler_;
+
+  mutable absl::Mutex store_mu_;
+  std::string store_error_ ABSL_GUARDED_BY(store_mu_);
 };
 
 }  // namespace tandem::server

@@ -21,7 +21,8 @@ tandem::v1::PhaseCommand MakePhaseCommand(const tandem::v1::Job& job, PhaseCurso
   return cmd;
 }
 
-tandem::v1::WorkerCommand CommandForRank(const tandem::v1::Job& job, const tandem::v1::PhaseCommand& inflight, int rank,
+tandem::v1::WorkerCommand CommandForRank(const tandem::v1::Job& job, const tandem::v1::DriverState& state,
+                                         const tandem::v1::PhaseCommand& inflight, int rank,
                                          const std::string& runs_dir) {
   tandem::v1::WorkerCommand command;
   auto* cmd = command.mutable_phase();
@@ -39,26 +40,26 @@ tandem::v1::WorkerCommand CommandForRank(const tandem::v1::Job& job, const tande
       a->set_role(rank < spec.placement().train_workers() ? "train" : "rollout");
     }
     const auto& rec = job.recovery();
-    a->set_restore_from(!rec.restore_from().empty() ? rec.restore_from() : spec.resume_from());
-    if (rec.peer_restore_step() > 0) {
-      a->set_peer_restore_step(rec.peer_restore_step());
-      for (int pr : rec.peer_restore_ranks()) a->add_peer_restore_ranks(pr);
+    a->set_restore_from(!state.restore_from().empty() ? state.restore_from() : spec.resume_from());
+    if (state.peer_restore_step() > 0) {
+      a->set_peer_restore_step(state.peer_restore_step());
+      for (int pr : state.peer_restore_ranks()) a->add_peer_restore_ranks(pr);
     }
-    if (rec.live_restore() && rec.has_last_trained()) {
+    if (state.live_restore() && state.has_last_trained()) {
       a->set_live_restore(true);
-      a->set_live_restore_step(rec.last_trained_step());
-      if (rec.has_inflight_trained()) {
+      a->set_live_restore_step(state.last_trained_step());
+      if (state.has_inflight_trained()) {
         a->set_live_restore_allow_inflight(true);
-        a->set_live_restore_inflight_step(rec.inflight_trained_step());
+        a->set_live_restore_inflight_step(state.inflight_trained_step());
       }
     }
     const int logical_world = rec.degraded_logical_world();
-    if (logical_world > 0 && rec.logical_begin_size() == job.worker_ids_size() &&
-        rec.logical_own_size() == job.worker_ids_size()) {
+    if (logical_world > 0 && state.logical_begin_size() == job.worker_ids_size() &&
+        state.logical_own_size() == job.worker_ids_size()) {
       a->set_logical_world_size(logical_world);
-      a->set_logical_rank_begin(rec.logical_begin(rank));
-      a->set_logical_rank_end(rank + 1 < rec.logical_begin_size() ? rec.logical_begin(rank + 1) : logical_world);
-      a->set_own_logical_rank(rec.logical_own(rank));
+      a->set_logical_rank_begin(state.logical_begin(rank));
+      a->set_logical_rank_end(rank + 1 < state.logical_begin_size() ? state.logical_begin(rank + 1) : logical_world);
+      a->set_own_logical_rank(state.logical_own(rank));
     }
     std::error_code ec;
     a->set_run_dir((std::filesystem::absolute(runs_dir, ec) / job.id()).string());

@@ -3,8 +3,8 @@
 // "/x<phase><step>" for an unplanned phase), so a phase re-issued after a
 // coordinator restart or a re-attach carries the same id and a worker that
 // already ran it answers from its cached report. SETUP carries each rank's
-// Assignment: spec, rank and world, rendezvous scope, restore source and
-// degraded shares, all read from the Job. Pure functions.
+// Assignment: spec, rank and world, rendezvous scope (from the Job), restore
+// source and degraded shares (from the driver's DriverState). Pure functions.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 
 #include "server/jobs/phase_plan.h"
 #include "tandem/v1/cluster.pb.h"
+#include "tandem/v1/driver_state.pb.h"
 #include "tandem/v1/job.pb.h"
 
 namespace tandem::server {
@@ -21,7 +22,8 @@ tandem::v1::PhaseCommand MakePhaseCommand(const tandem::v1::Job& job, PhaseCurso
                                           bool unplanned, int64_t deadline_ms);
 
 // The command for `rank`: `inflight`, plus the Assignment for SETUP.
-tandem::v1::WorkerCommand CommandForRank(const tandem::v1::Job& job, const tandem::v1::PhaseCommand& inflight, int rank,
+tandem::v1::WorkerCommand CommandForRank(const tandem::v1::Job& job, const tandem::v1::DriverState& state,
+                                         const tandem::v1::PhaseCommand& inflight, int rank,
                                          const std::string& runs_dir);
 
 }  // namespace tandem::server

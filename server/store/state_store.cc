@@ -148,13 +148,99 @@ absl::Status StateStore::Migrate() {
       return s;
     }
     RETURN_IF_ERROR(Exec("COMMIT"));
+    version = 2;
+  }
+  if (version < 3) {
+    // Version 3: the driver's internal state in its own column.
+    RETURN_IF_ERROR(Exec("BEGIN"));
+    absl::Status s = MigrateToDriverColumn();
+    if (!s.ok()) {
+      Exec("ROLLBACK").IgnoreError();
+      return s;
+    }
+    RETURN_IF_ERROR(Exec("COMMIT"));
   }
   return absl::OkStatus();
+}
+
+absl::Status StateStore::MigrateToDriverColumn() {
+  RETURN_IF_ERROR(Exec("ALTER TABLE jobs ADD COLUMN driver BLOB NOT NULL DEFAULT x''"));
+  struct Row {
+    std::string id;
+    tandem::v1::Job job;
+    tandem::v1::DriverState driver;
+  };
+  std::vector<Row> rows;
+  {
+    Stmt s(db_, "SELECT id, cursor_unit, cursor_sub, job FROM jobs");
+    RETURN_IF_ERROR(s.status("migrate jobs"));
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, s.Step("migrate jobs"));
+      if (!row) break;
+      Row r;
+      r.id = s.Text(0);
+      const std::string blob = s.Text(3);
+      tandem::v1::LegacyJobCursors legacy;
+      if (!r.job.ParseFromString(blob) || !legacy.ParseFromString(blob)) {
+        return absl::DataLossError(absl::StrCat("state store: job ", r.id, " is corrupt"));
+      }
+      const auto& l = legacy.recovery();
+      r.driver.set_cursor_unit(s.Int(1));
+      r.driver.set_cursor_sub(s.Int(2));
+      r.driver.set_restore_from(l.restore_from());
+      r.driver.set_peer_restore_step(l.peer_restore_step());
+      *r.driver.mutable_peer_restore_ranks() = l.peer_restore_ranks();
+      r.driver.set_peer_failed(l.peer_failed());
+      r.driver.set_live_restore(l.live_restore());
+      r.driver.set_live_failed(l.live_failed());
+      r.driver.set_peer_copy_step(l.peer_copy_step());
+      r.driver.set_peer_copy_world(l.peer_copy_world());
+      r.driver.set_steps_before(l.steps_before());
+      *r.driver.mutable_bad_checkpoints() = l.bad_checkpoints();
+      *r.driver.mutable_logical_begin() = l.logical_begin();
+      *r.driver.mutable_logical_own() = l.logical_own();
+      r.driver.set_has_last_trained(l.has_last_trained());
+      r.driver.set_last_trained_step(l.last_trained_step());
+      r.driver.set_last_trained_next_unit(l.last_trained_next_unit());
+      r.driver.set_last_trained_next_sub(l.last_trained_next_sub());
+      r.driver.set_has_inflight_trained(l.has_inflight_trained());
+      r.driver.set_inflight_trained_step(l.inflight_trained_step());
+      r.driver.set_inflight_next_unit(l.inflight_next_unit());
+      r.driver.set_inflight_next_sub(l.inflight_next_sub());
+      // The moved fields are reserved in Job.recovery now: drop them.
+      r.job.mutable_recovery()->DiscardUnknownFields();
+      rows.push_back(std::move(r));
+    }
+  }
+  for (const auto& r : rows) {
+    Stmt s(db_, "UPDATE jobs SET job = ?, driver = ? WHERE id = ?");
+    RETURN_IF_ERROR(s.status("migrate job"));
+    s.BindBlob(1, r.job.SerializeAsString());
+    s.BindBlob(2, r.driver.SerializeAsString());
+    s.Bind(3, r.id);
+    RETURN_IF_ERROR(s.Run(absl::StrCat("migrate job ", r.id)));
+  }
+  return Exec("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', 3)");
 }
 
 absl::Status StateStore::WriteGate() const {
   if (fail_writes_.load()) return absl::UnavailableError(absl::StrCat("state store ", path_, ": write failed (injected)"));
   return absl::OkStatus();
+}
+
+void StateStore::SetWriteHookForTest(std::function<void(const std::string& job_id)> hook) {
+  absl::MutexLock lock(&hook_mu_);
+  write_hook_ = std::move(hook);
+}
+
+absl::Status StateStore::JobWriteGate(const std::string& job_id) const {
+  std::function<void(const std::string&)> hook;
+  {
+    absl::MutexLock lock(&hook_mu_);
+    hook = write_hook_;
+  }
+  if (hook) hook(job_id);
+  return WriteGate();
 }
 
 absl::StatusOr<int64_t> StateStore::NextJobSeq() {
@@ -168,23 +254,33 @@ absl::StatusOr<int64_t> StateStore::NextJobSeq() {
 }
 
 absl::Status StateStore::PutJob(const tandem::v1::Job& job, const PhaseCursor& cursor, int64_t seq) {
-  RETURN_IF_ERROR(WriteGate());
+  tandem::v1::DriverState driver;
+  driver.set_cursor_unit(cursor.unit);
+  driver.set_cursor_sub(cursor.sub);
+  return PutJob(job, driver, seq);
+}
+
+absl::Status StateStore::PutJob(const tandem::v1::Job& job, const tandem::v1::DriverState& driver, int64_t seq) {
+  RETURN_IF_ERROR(JobWriteGate(job.id()));
   absl::MutexLock lock(&mu_);
-  Stmt s(db_, "INSERT OR REPLACE INTO jobs (id, seq, state, cursor_unit, cursor_sub, job, updated_at) "
-              "VALUES (?, ?, ?, ?, ?, ?, julianday('now'))");
+  // cursor_unit and cursor_sub repeat the driver state's cursor for people
+  // reading the database with sqlite3.
+  Stmt s(db_, "INSERT OR REPLACE INTO jobs (id, seq, state, cursor_unit, cursor_sub, job, updated_at, driver) "
+              "VALUES (?, ?, ?, ?, ?, ?, julianday('now'), ?)");
   RETURN_IF_ERROR(s.status("put job"));
   s.Bind(1, job.id());
   s.Bind(2, seq);
   s.Bind(3, static_cast<int64_t>(job.state()));
-  s.Bind(4, cursor.unit);
-  s.Bind(5, cursor.sub);
+  s.Bind(4, driver.cursor_unit());
+  s.Bind(5, driver.cursor_sub());
   s.BindBlob(6, job.SerializeAsString());
+  s.BindBlob(7, driver.SerializeAsString());
   return s.Run(absl::StrCat("put job ", job.id()));
 }
 
 absl::StatusOr<std::vector<StoredJob>> StateStore::LoadJobs() {
   absl::MutexLock lock(&mu_);
-  Stmt s(db_, "SELECT seq, cursor_unit, cursor_sub, job FROM jobs ORDER BY seq");
+  Stmt s(db_, "SELECT seq, job, driver FROM jobs ORDER BY seq");
   RETURN_IF_ERROR(s.status("load jobs"));
   std::vector<StoredJob> out;
   while (true) {
@@ -192,8 +288,7 @@ absl::StatusOr<std::vector<StoredJob>> StateStore::LoadJobs() {
     if (!row) break;
     StoredJob j;
     j.seq = s.Int(0);
-    j.cursor = {s.Int(1), s.Int(2)};
-    if (!j.job.ParseFromString(s.Text(3))) {
+    if (!j.job.ParseFromString(s.Text(1)) || !j.driver.ParseFromString(s.Text(2))) {
       return absl::DataLossError(absl::StrCat("state store: job with seq ", j.seq, " is corrupt"));
     }
     out.push_back(std::move(j));
@@ -202,7 +297,7 @@ absl::StatusOr<std::vector<StoredJob>> StateStore::LoadJobs() {
 }
 
 absl::StatusOr<int64_t> StateStore::AppendEvent(const tandem::v1::JobEvent& event) {
-  RETURN_IF_ERROR(WriteGate());
+  RETURN_IF_ERROR(JobWriteGate(event.job_id()));
   absl::MutexLock lock(&mu_);
   Stmt s(db_, "INSERT INTO events (job_id, seq, time, event) VALUES (?1, "
               "(SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE job_id = ?1), ?2, ?3) RETURNING seq");
@@ -245,7 +340,7 @@ absl::StatusOr<int64_t> StateStore::LastEventSeq(const std::string& job_id) {
 }
 
 absl::StatusOr<int64_t> StateStore::AppendLogs(const std::string& job_id, std::vector<tandem::v1::LogLine> lines) {
-  RETURN_IF_ERROR(WriteGate());
+  RETURN_IF_ERROR(JobWriteGate(job_id));
   absl::MutexLock lock(&mu_);
   int64_t seq = 0;
   {
@@ -327,7 +422,7 @@ absl::StatusOr<std::vector<StoredWorker>> StateStore::LoadWorkers() {
 }
 
 absl::Status StateStore::AddCheckpoint(const tandem::v1::CheckpointRecord& record) {
-  RETURN_IF_ERROR(WriteGate());
+  RETURN_IF_ERROR(JobWriteGate(record.job_id()));
   absl::MutexLock lock(&mu_);
   Stmt s(db_, "INSERT OR REPLACE INTO checkpoints (job_id, step, generation, path, record) VALUES (?, ?, ?, ?, ?)");
   RETURN_IF_ERROR(s.status("add checkpoint"));

@@ -1,12 +1,19 @@
 // Durable coordinator state in SQLite (WAL mode), --state-dir/coordinator.db:
-// jobs (the Job proto with its spec, state and phase cursor), events, log
-// lines, workers and checkpoint records. Schema versioned (meta table);
-// every SQLite error becomes a Status naming the operation.
-// Thread-safe: one connection, calls serialized by a mutex.
+// jobs (the user-facing Job proto in column `job`, the driver's internal
+// DriverState with the phase cursor in column `driver`), events, log lines,
+// workers and checkpoint records. Schema versioned (meta table) and
+// migrated on open: version 3 moved the driver's cursors out of
+// Job.recovery into `driver`. Every SQLite error becomes a Status naming
+// the operation.
+// Thread-safe: one connection, calls serialized by mu_. Nothing here calls
+// back into the job manager. The test hook (SetWriteHookForTest) runs
+// before a job's write takes mu_, so a test can hold one job's write while
+// other jobs' writes go through.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,18 +24,19 @@
 #include "server/jobs/phase_plan.h"
 #include "tandem/v1/cluster.pb.h"
 #include "tandem/v1/control.pb.h"
+#include "tandem/v1/driver_state.pb.h"
 #include "tandem/v1/job.pb.h"
 
 struct sqlite3;
 
 namespace tandem::server {
 
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 struct StoredJob {
   tandem::v1::Job job;
-  PhaseCursor cursor;
-  int64_t seq = 0;  // submission order
+  tandem::v1::DriverState driver;  // with the phase cursor
+  int64_t seq = 0;                 // submission order
 };
 
 struct StoredWorker {
@@ -52,6 +60,8 @@ class StateStore {
 
   // Next submission sequence number (persisted counter).
   absl::StatusOr<int64_t> NextJobSeq();
+  absl::Status PutJob(const tandem::v1::Job& job, const tandem::v1::DriverState& driver, int64_t seq);
+  // A job whose driver state is only a cursor (tests, tools).
   absl::Status PutJob(const tandem::v1::Job& job, const PhaseCursor& cursor, int64_t seq);
   absl::StatusOr<std::vector<StoredJob>> LoadJobs();
 
@@ -91,17 +101,26 @@ class StateStore {
   // Fault injection for tests: every write fails (as on a full or failing
   // disk) until called with false.
   void FailWritesForTest(bool fail) { fail_writes_ = fail; }
+  // Fault injection for tests: called with the job id before every write
+  // of a job's row, events, logs or checkpoint records, outside mu_ (a test
+  // may block in it to stand for a slow disk). Empty: none.
+  void SetWriteHookForTest(std::function<void(const std::string& job_id)> hook);
 
  private:
   StateStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WriteGate() const;
+  // WriteGate() plus the test hook for a write of `job_id`'s records.
+  absl::Status JobWriteGate(const std::string& job_id) const;
+  absl::Status MigrateToDriverColumn() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);
   const std::string path_;
   std::atomic<bool> fail_writes_{false};
+  mutable absl::Mutex hook_mu_;
+  std::function<void(const std::string&)> write_hook_ ABSL_GUARDED_BY(hook_mu_);
 };
 
 }  // namespace tandem::server

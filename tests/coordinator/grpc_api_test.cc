@@ -562,7 +562,7 @@ TEST_F(CoordinatorTest, StoredJobsItCannotRunAreQuarantinedAtStart) {
     ASSERT_TRUE(store.ok()) << store.status();
     auto put = [&](const std::string& id, tandem::v1::Job job) {
       job.set_id(id);
-      ASSERT_TRUE((*store)->PutJob(job, {0, 0}, std::stoi(id.substr(2))).ok());
+      ASSERT_TRUE((*store)->PutJob(job, PhaseCursor{0, 0}, std::stoi(id.substr(2))).ok());
     };
     tandem::v1::Job device;
     *device.mutable_spec() = SftSpec(1, 1);

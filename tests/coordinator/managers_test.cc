@@ -58,7 +58,8 @@ TEST(StateStoreTest, RoundTripAndReopen) {
   ASSERT_TRUE(jobs.ok());
   ASSERT_EQ(jobs->size(), 1u);
   EXPECT_EQ((*jobs)[0].job.spec().name(), "x");
-  EXPECT_EQ((*jobs)[0].cursor, (PhaseCursor{7, 2}));
+  EXPECT_EQ((*jobs)[0].driver.cursor_unit(), 7);
+  EXPECT_EQ((*jobs)[0].driver.cursor_sub(), 2);
   EXPECT_EQ(*(*store)->NextJobSeq(), 2);
   EXPECT_EQ((*(*store)->ListEvents("j-000001", 1, 10)).size(), 1u);
   EXPECT_EQ((*(*store)->ListLogs("j-000001", 0, 2)).size(), 2u);

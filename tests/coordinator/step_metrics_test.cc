@@ -52,21 +52,22 @@ TEST(PhaseCommandsTest, IdsAreDeterministicAndSetupCarriesTheAssignment) {
   job.set_generation(3);
   job.add_worker_ids("w-1");
   job.add_worker_ids("w-2");
-  job.mutable_recovery()->set_restore_from("/ckpt/step-00000004");
+  tandem::v1::DriverState state;
+  state.set_restore_from("/ckpt/step-00000004");
   const auto step = MakePhaseCommand(job, {5, 2}, {tandem::v1::PHASE_UPDATE, 4}, false, 1000);
   EXPECT_EQ(step.command_id(), "j-000007/g3/u5/p2");
   EXPECT_EQ(step.deadline_ms(), 1000);
   const auto extra = MakePhaseCommand(job, {5, 0}, {tandem::v1::PHASE_CHECKPOINT, 4}, true, 1000);
   EXPECT_EQ(extra.command_id(), "j-000007/g3/u5/xcheckpoint4");
   const auto setup = MakePhaseCommand(job, {0, 0}, {tandem::v1::PHASE_SETUP, 0}, false, 1000);
-  const auto command = CommandForRank(job, setup, 1, "/runs");
+  const auto command = CommandForRank(job, state, setup, 1, "/runs");
   const auto& a = command.phase().assignment();
   EXPECT_EQ(a.rank(), 1);
   EXPECT_EQ(a.world_size(), 2);
   EXPECT_EQ(a.generation(), 3);
   EXPECT_EQ(a.restore_from(), "/ckpt/step-00000004");
   EXPECT_EQ(a.run_dir(), "/runs/j-000007");
-  EXPECT_FALSE(CommandForRank(job, step, 1, "/runs").phase().has_assignment());
+  EXPECT_FALSE(CommandForRank(job, state, step, 1, "/runs").phase().has_assignment());
 }
 
 }  // namespace
