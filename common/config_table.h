@@ -7,7 +7,7 @@
 //   fields are "unset" in proto3);
 // - the per-key checks of the YAML reader and CheckProtoRules (the table's
 //   options are the reader's options);
-// - --help lines and the docs/ reference.
+// - --help lines and the docs/ reference (config_doc.h).
 // A table whose paths, defaults or ranges disagree with each other or with
 // the message is a programming error: MakeConfigTable checks it and aborts.
 // Thread-safe once built (tables are immutable).

@@ -3,8 +3,8 @@
 // then command-line flags on top (a flag is an override of one key), then
 // defaults and validation. Unknown keys are rejected with their path.
 // Every knob is declared once, in its daemon's table (daemon_config_table.cc:
-// default, range, help, flag); the flags, --help and the defaults come from
-// it. Thread-compatible.
+// default, range, help, flag); the flags, --help, the defaults and
+// docs/operations.md come from it. Thread-compatible.
 #pragma once
 
 #include <string>

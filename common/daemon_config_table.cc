@@ -1,6 +1,7 @@
 // The daemons' tables: every key of tandem.v1.CoordinatorConfig and
 // tandem.v1.WorkerDaemonConfig with its default, range, help and
-// command-line flag. --help and the defaults come from here.
+// command-line flag. --help, the defaults and docs/operations.md
+// ("Daemon configuration reference") come from here.
 #include "common/config_table.h"
 #include "common/daemon_config.h"
 

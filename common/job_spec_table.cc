@@ -1,5 +1,5 @@
 // The job spec's table: every key of tandem.v1.JobSpec with its default,
-// range and help.
+// range and help. docs/job-spec.md shows it (generated, config_doc.h).
 // Paths are proto paths (init.sft_steps is the file's init.sft.steps).
 #include "common/job_spec.h"
 
