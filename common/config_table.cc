@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 
 #include <google/protobuf/reflection.h>
 #include <yaml-cpp/yaml.h>
@@ -273,6 +274,30 @@ std::string AllowedText(const ConfigTable& table, const ConfigKey& key) {
                                      : absl::StrCat("at most ", key.max_len, " characters"));
   }
   return absl::StrJoin(parts, "; ");
+}
+
+YamlProtoOptions SectionOptions(const ConfigTable& table, absl::string_view section) {
+  const std::string prefix = absl::StrCat(section, ".");
+  auto strip = [&](const std::string& path) -> std::optional<std::string> {
+    if (path == section) return std::string();
+    if (path.rfind(prefix, 0) == 0) return path.substr(prefix.size());
+    return std::nullopt;
+  };
+  YamlProtoOptions out;
+  out.max_text_bytes = table.options.max_text_bytes;
+  for (const ConfigKey& key : table.keys()) {
+    if (absl::string_view(key.path).substr(0, prefix.size()) != prefix) continue;
+    ConfigKey k = key;
+    k.path = key.path.substr(prefix.size());
+    out.rules.push_back(k);
+  }
+  for (const auto& [path, aliases] : table.options.aliases) {
+    if (auto p = strip(path)) out.aliases[*p] = aliases;
+  }
+  for (const auto& [path, ignored] : table.options.ignored) {
+    if (auto p = strip(path)) out.ignored[*p] = ignored;
+  }
+  return out;
 }
 
 std::string TypeText(const ConfigTable& table, const ConfigKey& key) {

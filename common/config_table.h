@@ -66,6 +66,11 @@ std::string AllowedText(const ConfigTable& table, const ConfigKey& key);
 // The type as shown to users ("int", "float", "list of int", ...).
 std::string TypeText(const ConfigTable& table, const ConfigKey& key);
 
+// Reader options for one section read as a document of its own (a model
+// config file is the job's model.config section): the section's rules,
+// aliases and ignored keys with the section's path taken off.
+YamlProtoOptions SectionOptions(const ConfigTable& table, absl::string_view section);
+
 // The field a proto path names (nullptr if none).
 const google::protobuf::FieldDescriptor* FindFieldByPath(const google::protobuf::Descriptor* message,
                                                          absl::string_view path);
