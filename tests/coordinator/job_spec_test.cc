@@ -113,6 +113,9 @@ TEST(JobSpecTest, BadInputsNameTheField) {
   EXPECT_EQ(ErrorOf(base, {"model.config.head_dim=-2"}), "model.config.head_dim: must be >= 0, got -2");
   EXPECT_EQ(ErrorOf(base, {"model.config.sliding_window_layers=[0, 0]", "model.config.sliding_window=4"}),
             "model.config.sliding_window_layers: layer 0 listed twice");
+  EXPECT_EQ(ErrorOf(base, {"model.config.num_hidden_layers=2000000000", "model.config.sliding_window_layers=[0]",
+                           "model.config.sliding_window=4"}),
+            "model.config.num_hidden_layers: 2000000000 must be <= 1024");
   EXPECT_EQ(ErrorOf(base, {"model.config.sliding_window_layers=[1]"}),
             "model.config.sliding_window: must be >= 1 when sliding_window_layers is set");
   EXPECT_EQ(ErrorOf(base, {"model.config.bos_token_id=200"}),

@@ -86,24 +86,6 @@ absl::StatusOr<ModelConfig> ModelConfigFromJob(const tandem::v1::ModelConfig& c)
     m.sliding_window = c.sliding_window();
     m.sliding_window_set = true;
   }
-  if (c.sliding_window() > 0 && c.sliding_window_layers_size() > 0) {
-    m.sliding_window = c.sliding_window();
-    m.sliding_window_set = true;
-    m.layer_types.assign(m.num_hidden_layers > 0 ? m.num_hidden_layers : 0,
-                         "full_attention");
-    for (int layer : c.sliding_window_layers()) {
-      if (layer < 0 || layer >= m.num_hidden_layers) {
-        return absl::InvalidArgumentError(
-            "model.config.sliding_window_layers: layer " +
-            std::to_string(layer) + " out of range [0, num_hidden_layers)");
-      }
-      if (m.layer_types[layer] == "sliding_attention") {
-        return absl::InvalidArgumentError(
-            absl::StrCat("model.config.sliding_window_layers: layer ", layer, " listed twice"));
-      }
-      m.layer_types[layer] = "sliding_attention";
-    }
-  }
   m.tokenizer = c.tokenizer();
   if (m.tokenizer == "char") {
     // The built-in char tokenizer's special ids (worker/model/tokenizer.h).
@@ -115,6 +97,24 @@ absl::StatusOr<ModelConfig> ModelConfigFromJob(const tandem::v1::ModelConfig& c)
   if (c.bos_token_id() != 0) m.bos_token_id = c.bos_token_id();
   if (c.eos_token_id() != 0) m.eos_token_ids = {c.eos_token_id()};
   if (c.pad_token_id() != 0) m.pad_token_id = c.pad_token_id();
+  // The sizes first: num_hidden_layers bounds the per-layer list below.
+  if (absl::Status st = Validate(m); !st.ok()) return JobKeyError(st);
+  if (c.sliding_window_layers_size() == 0) return m;
+  m.sliding_window = c.sliding_window();
+  m.sliding_window_set = true;
+  m.layer_types.assign(m.num_hidden_layers, "full_attention");
+  for (int layer : c.sliding_window_layers()) {
+    if (layer < 0 || layer >= m.num_hidden_layers) {
+      return absl::InvalidArgumentError(
+          "model.config.sliding_window_layers: layer " +
+          std::to_string(layer) + " out of range [0, num_hidden_layers)");
+    }
+    if (m.layer_types[layer] == "sliding_attention") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.config.sliding_window_layers: layer ", layer, " listed twice"));
+    }
+    m.layer_types[layer] = "sliding_attention";
+  }
   if (absl::Status st = Validate(m); !st.ok()) return JobKeyError(st);
   return m;
 }
