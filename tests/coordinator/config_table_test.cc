@@ -22,6 +22,7 @@
 #include "common/config_doc.h"
 #include "common/daemon_config.h"
 #include "common/job_spec.h"
+#include "server/recovery/policy.h"
 
 namespace tandem::common {
 namespace {
@@ -246,6 +247,18 @@ TEST(ConfigTableTest, KnownDefaults) {
   const tandem::v1::WorkerDaemonConfig w = DefaultWorkerConfig();
   EXPECT_EQ(w.preempt_timeout_ms(), 25000);
   EXPECT_EQ(w.device(), "cpu");
+}
+
+// The recovery knobs' zero takes the coordinator's built-in policy; the
+// documented numbers are that policy's.
+TEST(ConfigTableTest, RecoveryDefaultsShownAreThePolicys) {
+  const ConfigTable& t = CoordinatorConfigTable();
+  EXPECT_TRUE(absl::StartsWith(DefaultText(t, *t.options.FindRule("replacement_timeout_ms")),
+                               absl::StrCat(server::kDefaultReplacementTimeoutMs, " ")));
+  EXPECT_TRUE(absl::StartsWith(DefaultText(t, *t.options.FindRule("max_recoveries")),
+                               absl::StrCat(server::kDefaultMaxRecoveries, " ")));
+  EXPECT_TRUE(absl::StartsWith(DefaultText(t, *t.options.FindRule("preempt_checkpoint_budget_ms")),
+                               absl::StrCat(server::kDefaultPreemptCheckpointBudgetMs, " ")));
 }
 
 // Specs from older clients (missing keys) get every default, derived ones
