@@ -1,10 +1,13 @@
 #include "common/daemon_config.h"
 
+#include <algorithm>
+
 #include <yaml-cpp/yaml.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/config_table.h"
 #include "common/status_util.h"
 #include "common/yaml_proto.h"
 
@@ -15,54 +18,6 @@ using tandem::v1::CoordinatorConfig;
 using tandem::v1::WorkerDaemonConfig;
 
 constexpr size_t kMaxConfigBytes = 1 << 20;
-
-const YamlProtoOptions& CoordinatorOptions() {
-  static const YamlProtoOptions* o = [] {
-    auto* o = new YamlProtoOptions;
-    o->max_text_bytes = kMaxConfigBytes;
-    o->rules = {
-        {.path = "listen", .max_len = 256},
-        {.path = "metrics_listen", .max_len = 256},
-        {.path = "lease_ms", .min = 100, .max = 3.6e6},
-        {.path = "heartbeat_ms", .min = 10, .max = 3.6e6},
-        {.path = "phase_timeout_ms", .min = 100, .max = 7 * 24 * 3.6e6},
-        {.path = "setup_timeout_ms", .min = 100, .max = 7 * 24 * 3.6e6},
-        {.path = "max_message_bytes", .min = 1 << 16, .max = 1 << 30},
-        {.path = "reattach_grace_ms", .min = 0, .max = 3.6e6},
-        {.path = "shutdown_grace_ms", .min = 0, .max = 600000},
-        {.path = "log_level", .one_of = {"trace", "debug", "info", "warn", "error", "off"}},
-        {.path = "grpc_threads", .min = 4, .max = 65536},
-        {.path = "log_max_bytes", .min = 4096, .max = 1e12},
-        {.path = "log_max_files", .min = 1, .max = 1000},
-        {.path = "lost_worker_retention_ms", .min = 0, .max = 365 * 24 * 3.6e6},
-        {.path = "max_finished_jobs", .min = 1, .max = 10000000},
-        {.path = "finished_job_retention_s", .min = 0, .max = 100 * 365 * 86400.0},
-    };
-    return o;
-  }();
-  return *o;
-}
-
-const YamlProtoOptions& WorkerOptions() {
-  static const YamlProtoOptions* o = [] {
-    auto* o = new YamlProtoOptions;
-    o->max_text_bytes = kMaxConfigBytes;
-    o->rules = {
-        {.path = "coordinator", .max_len = 256},
-        {.path = "name", .max_len = 128},
-        {.path = "device", .one_of = {"cpu", "cuda", "cpu-guarded"}},
-        {.path = "data_address", .max_len = 256},
-        {.path = "threads", .min = 0, .max = 1024},
-        {.path = "log_level", .one_of = {"trace", "debug", "info", "warn", "error", "off"}},
-        {.path = "device_index", .min = 0, .max = 1024},
-        {.path = "preempt_timeout_ms", .min = 0, .max = 3.6e6},
-        {.path = "log_max_bytes", .min = 4096, .max = 1e12},
-        {.path = "log_max_files", .min = 1, .max = 1000},
-    };
-    return o;
-  }();
-  return *o;
-}
 
 bool ValidListen(const std::string& s) {
   auto colon = s.rfind(':');
@@ -95,49 +50,37 @@ absl::StatusOr<Config> LoadConfig(const std::string& file, const std::vector<std
   return config;
 }
 
+
+// The table's keys that have a flag, with their help, allowed values and
+// default.
+std::vector<DaemonFlag> FlagsOf(const ConfigTable& table) {
+  std::vector<DaemonFlag> flags;
+  for (const ConfigKey& key : table.keys()) {
+    if (key.flag.empty()) continue;
+    DaemonFlag f;
+    f.flag = std::string(key.flag);
+    f.path = std::string(key.path);
+    f.help = std::string(key.help);
+    if (std::string allowed = AllowedText(table, key); !allowed.empty()) absl::StrAppend(&f.help, " (", allowed, ")");
+    std::string def = DefaultText(table, key);
+    def.erase(std::remove(def.begin(), def.end(), '`'), def.end());
+    if (def != "\"\"" && def != "false") absl::StrAppend(&f.help, " [", def, "]");
+    f.boolean = FindFieldByPath(table.message, key.path)->cpp_type() ==
+                google::protobuf::FieldDescriptor::CPPTYPE_BOOL;
+    flags.push_back(std::move(f));
+  }
+  return flags;
+}
+
 }  // namespace
 
 const std::vector<DaemonFlag>& CoordinatorFlags() {
-  static const auto* flags = new std::vector<DaemonFlag>{
-      {"listen", "listen", "gRPC address host:port (port 0 = ephemeral) [127.0.0.1:7070]"},
-      {"insecure", "insecure",
-       "allow plaintext gRPC on a non-loopback address (tokens cross the network unencrypted)", true},
-      {"state-dir", "state_dir", "directory of coordinator.db [tandem-state]"},
-      {"metrics-listen", "metrics_listen", "HTTP metrics/health address, \"\" = off [0.0.0.0:7071]"},
-      {"admin-token-file", "auth.admin_token_file", "admin token file (else $TANDEM_ADMIN_TOKEN)"},
-      {"join-token-file", "auth.join_token_file", "worker join token file (else $TANDEM_JOIN_TOKEN)"},
-      {"lease-ms", "lease_ms", "worker lease in ms [5000]"},
-      {"heartbeat-ms", "heartbeat_ms", "worker heartbeat interval in ms [1000]"},
-      {"phase-timeout-ms", "phase_timeout_ms", "timeout of one phase in ms [600000]"},
-      {"runs-dir", "runs_dir", "job run directories [<state-dir>/runs]"},
-      {"tls-cert", "tls.cert", "PEM server certificate"},
-      {"tls-key", "tls.key", "PEM server private key"},
-      {"tls-ca", "tls.ca", "PEM CA for client certificates"},
-      {"tls-require-client-cert", "tls.require_client_cert", "mutual TLS", true},
-      {"log-level", "log_level", "trace|debug|info|warn|error [info]"},
-      {"log-file", "log_file", "also log to this file"},
-  };
+  static const auto* flags = new std::vector<DaemonFlag>(FlagsOf(CoordinatorConfigTable()));
   return *flags;
 }
 
 const std::vector<DaemonFlag>& WorkerFlags() {
-  static const auto* flags = new std::vector<DaemonFlag>{
-      {"coordinator", "coordinator", "coordinator host:port (else $TANDEM_COORDINATOR) [127.0.0.1:7070]"},
-      {"name", "name", "stable worker name [hostname-pid]"},
-      {"device", "device", "cpu | cuda | cpu-guarded (debug: CPU compute through the device code path) [cpu]"},
-      {"device-index", "device_index", "GPU index for cuda (ignored when CUDA_VISIBLE_DEVICES is set) [0]"},
-      {"data-address", "data_address", "interface for collectives [127.0.0.1]"},
-      {"threads", "threads", "compute threads, 0 = all cores [0]"},
-      {"token-file", "token_file", "join token file (else $TANDEM_JOIN_TOKEN)"},
-      {"tls-ca", "tls_ca", "PEM CA to verify the coordinator (enables TLS)"},
-      {"tls-cert", "tls_cert", "PEM client certificate (mutual TLS)"},
-      {"tls-key", "tls_key", "PEM client key (mutual TLS)"},
-      {"preempt-timeout-ms", "preempt_timeout_ms",
-       "SIGTERM in a job: wait this long for the coordinator to checkpoint and release the worker; "
-       "a second SIGTERM or SIGINT stops at once; 0 = stop at once [25000]"},
-      {"log-level", "log_level", "trace|debug|info|warn|error [info]"},
-      {"log-file", "log_file", "also log to this file"},
-  };
+  static const auto* flags = new std::vector<DaemonFlag>(FlagsOf(WorkerConfigTable()));
   return *flags;
 }
 
@@ -213,46 +156,20 @@ std::string DaemonUsage(const std::string& program, const std::string& summary,
 
 CoordinatorConfig DefaultCoordinatorConfig() {
   CoordinatorConfig c;
-  c.set_listen("127.0.0.1:7070");
-  c.set_state_dir("tandem-state");
-  c.set_metrics_listen("0.0.0.0:7071");
-  c.set_lease_ms(5000);
-  c.set_heartbeat_ms(1000);
-  c.set_phase_timeout_ms(600000);
-  c.set_setup_timeout_ms(600000);
-  c.set_max_message_bytes(16 << 20);
-  c.set_reattach_grace_ms(30000);
-  c.set_shutdown_grace_ms(5000);
-  c.set_log_level("info");
-  c.set_grpc_threads(512);
-  c.set_log_max_bytes(64 << 20);
-  c.set_log_max_files(5);
-  c.set_lost_worker_retention_ms(3600 * 1000);
-  c.set_max_finished_jobs(1000);
-  c.set_finished_job_retention_s(30 * 86400);
-  c.mutable_tls();
-  c.mutable_auth();
+  SetDefaults(CoordinatorConfigTable(), &c);
   return c;
 }
 
 WorkerDaemonConfig DefaultWorkerConfig() {
   WorkerDaemonConfig c;
-  c.set_coordinator("127.0.0.1:7070");
-  c.set_device("cpu");
-  c.set_data_address("127.0.0.1");
-  // Below the usual grace of orchestrators (Kubernetes and Slurm's KillWait:
-  // 30 s) so the worker leaves on its own before a SIGKILL.
-  c.set_preempt_timeout_ms(25000);
-  c.set_log_level("info");
-  c.set_log_max_bytes(64 << 20);
-  c.set_log_max_files(5);
+  SetDefaults(WorkerConfigTable(), &c);
   return c;
 }
 
 absl::StatusOr<CoordinatorConfig> LoadCoordinatorConfig(const std::string& file,
                                                         const std::vector<std::string>& overrides) {
   ASSIGN_OR_RETURN(CoordinatorConfig c,
-                   LoadConfig(file, overrides, DefaultCoordinatorConfig(), CoordinatorOptions()));
+                   LoadConfig(file, overrides, DefaultCoordinatorConfig(), CoordinatorConfigTable().options));
   if (!ValidListen(c.listen())) {
     return absl::InvalidArgumentError(absl::StrCat("listen: '", c.listen(), "' must be host:port"));
   }
@@ -285,7 +202,7 @@ absl::StatusOr<CoordinatorConfig> LoadCoordinatorConfig(const std::string& file,
 absl::StatusOr<WorkerDaemonConfig> LoadWorkerConfig(const std::string& file,
                                                     const std::vector<std::string>& overrides) {
   ASSIGN_OR_RETURN(WorkerDaemonConfig c,
-                   LoadConfig(file, overrides, DefaultWorkerConfig(), WorkerOptions()));
+                   LoadConfig(file, overrides, DefaultWorkerConfig(), WorkerConfigTable().options));
   if (!ValidListen(c.coordinator())) {
     return absl::InvalidArgumentError(absl::StrCat("coordinator: '", c.coordinator(), "' must be host:port"));
   }
@@ -296,10 +213,10 @@ absl::StatusOr<WorkerDaemonConfig> LoadWorkerConfig(const std::string& file,
 }
 
 std::string CoordinatorConfigToYaml(const CoordinatorConfig& config) {
-  return ProtoToYaml(config, CoordinatorOptions());
+  return ProtoToYaml(config, CoordinatorConfigTable().options);
 }
 std::string WorkerConfigToYaml(const WorkerDaemonConfig& config) {
-  return ProtoToYaml(config, WorkerOptions());
+  return ProtoToYaml(config, WorkerConfigTable().options);
 }
 
 }  // namespace tandem::common

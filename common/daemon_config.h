@@ -2,8 +2,9 @@
 // configs/worker.yaml) -> tandem.v1.CoordinatorConfig / WorkerDaemonConfig,
 // then command-line flags on top (a flag is an override of one key), then
 // defaults and validation. Unknown keys are rejected with their path.
-// Every knob's default is declared once, in the .cc, with its doc comment in
-// proto/tandem/v1/config.proto. Thread-compatible.
+// Every knob is declared once, in its daemon's table (daemon_config_table.cc:
+// default, range, help, flag); the flags, --help, the defaults and
+// docs/operations.md come from it. Thread-compatible.
 #pragma once
 
 #include <string>
@@ -14,7 +15,12 @@
 
 namespace tandem::common {
 
-// One command-line flag bound to a config key ("lease-ms" -> "lease_ms").
+struct ConfigTable;
+const ConfigTable& CoordinatorConfigTable();
+const ConfigTable& WorkerConfigTable();
+
+// One command-line flag bound to a config key ("lease-ms" -> "lease_ms"),
+// made from a table row that names a flag.
 struct DaemonFlag {
   std::string flag;   // without the leading "--"
   std::string path;   // config key path

@@ -1,7 +1,5 @@
 #include "common/job_spec.h"
 
-#include <set>
-
 #include <google/protobuf/descriptor.h>
 #include <yaml-cpp/yaml.h>
 
@@ -9,7 +7,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
+#include "common/config_table.h"
 #include "common/yaml_proto.h"
+#include "worker/model/job_model.h"
 
 namespace tandem::common {
 namespace {
@@ -17,191 +17,6 @@ namespace {
 using tandem::v1::DeviceKind;
 using tandem::v1::JobKind;
 using tandem::v1::JobSpec;
-
-constexpr double kMaxSteps = 1e9;
-constexpr double kMaxWorkers = 4096;
-constexpr double kMaxVocab = 1 << 21;
-
-// Every key's constraint. Paths are proto paths (init.sft_steps is the
-// file's init.sft.steps). Keep docs/job-spec.md in sync.
-const YamlProtoOptions& JobOptions() {
-  static const YamlProtoOptions* options = [] {
-    auto* o = new YamlProtoOptions;
-    o->max_text_bytes = kMaxJobFileBytes;
-    o->rules = {
-        {.path = "name", .max_len = 128},
-        {.path = "kind", .min = 1},
-        {.path = "recovery.replacement_timeout_ms", .min = 0, .max = 86400000},
-        {.path = "recovery.max_recoveries", .min = 0, .max = 10000},
-        {.path = "recovery.degraded_low_rank", .min = 0, .max = 65536},
-        // model.config: Hugging Face config.json names.
-        {.path = "model.config.model_type", .one_of = {"", "llama", "mistral", "qwen2", "qwen3"}},
-        {.path = "model.config.head_dim", .min = 0, .max = 1024},
-        {.path = "model.config.vocab_size", .min = 2, .max = kMaxVocab},
-        {.path = "model.config.hidden_size", .min = 1, .max = 65536},
-        {.path = "model.config.intermediate_size", .min = 1, .max = 262144},
-        {.path = "model.config.num_hidden_layers", .min = 1, .max = 1024},
-        {.path = "model.config.num_attention_heads", .min = 1, .max = 1024},
-        {.path = "model.config.num_key_value_heads", .min = 1, .max = 1024},
-        {.path = "model.config.rms_norm_eps", .min = 0, .max = 1, .min_exclusive = true},
-        {.path = "model.config.rope_theta", .min = 0, .max = 1e12, .min_exclusive = true},
-        {.path = "model.config.rope_scaling.rope_type",
-         .one_of = {"", "default", "linear", "dynamic", "yarn", "llama3"}},
-        {.path = "model.config.rope_scaling.factor", .min = 0, .max = 1e6},
-        {.path = "model.config.rope_scaling.original_max_position_embeddings", .min = 0, .max = 1 << 24},
-        {.path = "model.config.rope_scaling.beta_fast", .min = 0, .max = 1e6},
-        {.path = "model.config.rope_scaling.beta_slow", .min = 0, .max = 1e6},
-        {.path = "model.config.rope_scaling.attention_factor", .min = 0, .max = 1e6},
-        {.path = "model.config.rope_scaling.low_freq_factor", .min = 0, .max = 1e6},
-        {.path = "model.config.rope_scaling.high_freq_factor", .min = 0, .max = 1e6},
-        {.path = "model.config.max_position_embeddings", .min = 1, .max = 1 << 24},
-        {.path = "model.config.sliding_window_layers", .min = 0, .max = 1023, .max_len = 1024},
-        {.path = "model.config.sliding_window", .min = 0, .max = 1 << 24},
-        {.path = "model.config.tokenizer", .one_of = {"", "char"}},
-        {.path = "model.config.bos_token_id", .min = 0, .max = kMaxVocab},
-        {.path = "model.config.eos_token_id", .min = 0, .max = kMaxVocab},
-        {.path = "model.config.pad_token_id", .min = 0, .max = kMaxVocab},
-        {.path = "task.name", .one_of = {"", "arithmetic", "sort", "reverse", "count"}},
-        {.path = "task.op", .one_of = {"", "add", "mul"}},
-        {.path = "task.digits", .min = 0, .max = 9},  // 0: unset (arithmetic: 2)
-        {.path = "task.min_len", .min = 1, .max = 256},
-        {.path = "task.max_len", .min = 1, .max = 256},
-        {.path = "task.eval_size", .min = 0, .max = 1e6},
-        {.path = "task.format_reward", .min = 0, .max = 100},
-        {.path = "task.partial_reward", .min = 0, .max = 1},
-        {.path = "task.reward_service", .max_len = 256},
-        {.path = "task.reward_timeout_ms", .min = 1, .max = 3.6e6},
-        {.path = "train.steps", .min = 1, .max = kMaxSteps},
-        {.path = "train.lr", .min = 0, .max = 10, .min_exclusive = true},
-        {.path = "train.global_batch", .min = 1, .max = 1 << 20},
-        {.path = "train.micro_batch", .min = 1, .max = 1 << 20},
-        {.path = "train.warmup_steps", .min = 0, .max = kMaxSteps},
-        {.path = "train.min_lr_ratio", .min = 0, .max = 1},
-        {.path = "train.weight_decay", .min = 0, .max = 10},
-        {.path = "train.beta1", .min = 0, .max = 0.999999},
-        {.path = "train.beta2", .min = 0, .max = 0.999999},
-        {.path = "train.eps", .min = 0, .max = 1, .min_exclusive = true},
-        {.path = "train.grad_clip", .min = 0, .max = 1e6},
-        {.path = "train.eval_every", .min = 0, .max = kMaxSteps},
-        {.path = "train.seq_len", .min = 0, .max = 1 << 24},
-        {.path = "train.precision", .one_of = {"fp32", "bf16"}},
-        {.path = "rl.group_size", .min = 2, .max = 4096},
-        {.path = "rl.prompts_per_step", .min = 1, .max = 1 << 20},
-        {.path = "rl.clip", .min = 0, .max = 10, .min_exclusive = true},
-        {.path = "rl.clip_high", .min = 0, .max = 10},
-        {.path = "rl.kl_coef", .min = 0, .max = 1000},
-        {.path = "rl.max_new_tokens", .min = 1, .max = 1 << 20},
-        {.path = "rl.temperature", .min = 0, .max = 100},
-        {.path = "rl.top_p", .min = 0, .max = 1, .min_exclusive = true},
-        {.path = "rl.top_k", .min = 0, .max = kMaxVocab},
-        {.path = "rl.epochs", .min = 1, .max = 1000},
-        {.path = "rl.mini_batches", .min = 1, .max = 1 << 20},
-        {.path = "rl.loss_agg", .one_of = {"token", "sequence"}},
-        {.path = "rl.stop_token_ids", .min = 0, .max = kMaxVocab, .max_len = 64},
-        {.path = "rl.stop", .max_len = 16},
-        {.path = "data.max_prompt_tokens", .min = 0, .max = 1 << 24},
-        {.path = "data.prompt_overflow", .one_of = {"drop", "truncate"}},
-        {.path = "data.eval_samples", .min = 0, .max = 1024},
-        {.path = "data.prompt_key", .max_len = 256},
-        {.path = "data.messages_key", .max_len = 256},
-        {.path = "data.answer_key", .max_len = 256},
-        {.path = "data.response_key", .max_len = 256},
-        {.path = "data.system_prompt", .max_len = 65536},
-        {.path = "reward.type", .one_of = {"", "gsm8k", "math", "exact", "regex"}},
-        {.path = "reward.format_reward", .min = 0, .max = 100},
-        {.path = "init.sft_steps", .min = 0, .max = kMaxSteps},
-        {.path = "init.sft_lr", .min = 0, .max = 10},
-        {.path = "init.sft_stop_accuracy", .min = 0, .max = 1},
-        {.path = "placement.mode", .one_of = {"colocated", "disaggregated"}},
-        {.path = "placement.rollout_workers", .min = 0, .max = kMaxWorkers},
-        {.path = "placement.train_workers", .min = 0, .max = kMaxWorkers},
-        {.path = "placement.coupling", .one_of = {"sync", "async"}},
-        {.path = "placement.max_staleness", .min = 0, .max = 1000},
-        {.path = "cluster.workers", .min = 1, .max = kMaxWorkers},
-        {.path = "cluster.device", .min = 1},
-        {.path = "cluster.zero_stage", .min = 0, .max = 3},
-        {.path = "cluster.min_workers", .min = 0, .max = kMaxWorkers},
-        {.path = "cluster.threads_per_worker", .min = 0, .max = 1024},
-        {.path = "checkpoint.every", .min = 0, .max = kMaxSteps},
-        {.path = "checkpoint.keep", .min = 1, .max = 1000},
-        {.path = "priority", .min = -1000, .max = 1000},
-    };
-    o->aliases["model.config.rope_scaling"] = {{"type", "rope_type"}};
-    // Keys of HF config.json files that carry no information for us.
-    o->ignored["model.config"] = {"architectures", "torch_dtype", "transformers_version",
-                                  "use_cache", "initializer_range", "hidden_act",
-                                  "attention_dropout", "use_sliding_window", "max_window_layers",
-                                  "pretraining_tp", "mlp_bias", "_name_or_path"};
-    o->virtual_maps["init"] = {{"sft", {{"steps", "sft_steps"}, {"lr", "sft_lr"}, {"stop_accuracy", "sft_stop_accuracy"}}}};
-    return o;
-  }();
-  return *options;
-}
-
-// Fields whose zero is a legal setting although their default is not zero:
-// ApplyJobDefaults leaves a zero there.
-const std::set<std::string>& ZeroIsLiteral() {
-  static const auto* s = new std::set<std::string>{
-      "seed", "rl.kl_coef", "rl.temperature", "train.grad_clip", "train.beta1",
-      "train.min_lr_ratio", "rl.scale_rewards", "placement.max_staleness", "data.shuffle"};
-  return *s;
-}
-
-void FillZeros(const google::protobuf::Message& defaults, google::protobuf::Message* msg,
-               const std::string& path) {
-  using google::protobuf::FieldDescriptor;
-  const auto* d = defaults.GetDescriptor();
-  const auto* rd = defaults.GetReflection();
-  const auto* r = msg->GetReflection();
-  for (int i = 0; i < d->field_count(); ++i) {
-    const FieldDescriptor* f = d->field(i);
-    if (f->is_repeated()) continue;
-    std::string fp = path.empty() ? f->name() : absl::StrCat(path, ".", f->name());
-    if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
-      if (rd->HasField(defaults, f)) FillZeros(rd->GetMessage(defaults, f), r->MutableMessage(msg, f), fp);
-      continue;
-    }
-    if (ZeroIsLiteral().count(fp)) continue;
-    switch (f->cpp_type()) {
-      case FieldDescriptor::CPPTYPE_INT32:
-        if (r->GetInt32(*msg, f) == 0) {
-          r->SetInt32(msg, f, rd->GetInt32(defaults, f));
-        }
-        break;
-      case FieldDescriptor::CPPTYPE_INT64:
-        if (r->GetInt64(*msg, f) == 0) {
-          r->SetInt64(msg, f, rd->GetInt64(defaults, f));
-        }
-        break;
-      case FieldDescriptor::CPPTYPE_UINT64:
-        if (r->GetUInt64(*msg, f) == 0) {
-          r->SetUInt64(msg, f, rd->GetUInt64(defaults, f));
-        }
-        break;
-      case FieldDescriptor::CPPTYPE_DOUBLE:
-        if (r->GetDouble(*msg, f) == 0) {
-          r->SetDouble(msg, f, rd->GetDouble(defaults, f));
-        }
-        break;
-      case FieldDescriptor::CPPTYPE_BOOL:
-        if (!r->GetBool(*msg, f)) {
-          r->SetBool(msg, f, rd->GetBool(defaults, f));
-        }
-        break;
-      case FieldDescriptor::CPPTYPE_STRING:
-        if (r->GetString(*msg, f).empty()) {
-          r->SetString(msg, f, rd->GetString(defaults, f));
-        }
-        break;
-      case FieldDescriptor::CPPTYPE_ENUM:
-        if (r->GetEnumValue(*msg, f) == 0) {
-          r->SetEnumValue(msg, f, rd->GetEnumValue(defaults, f));
-        }
-        break;
-      default: break;
-    }
-  }
-}
 
 absl::Status Invalid(absl::string_view path, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
@@ -230,59 +45,15 @@ absl::Status ValidateModel(const JobSpec& spec) {
                                        : "required: set model.config (inline) or model.from (HF model dir)");
   }
   if (!has_config) return absl::OkStatus();
+  // The model's own rules (model::Validate), the ones every worker applies.
+  RETURN_IF_ERROR(model::ModelConfigFromJob(m.config()).status());
   const auto& c = m.config();
-  if (c.head_dim() > 0) {
-    if (c.head_dim() % 2 != 0) {
-      return Invalid("model.config.head_dim",
-                     absl::StrCat(c.head_dim(), " must be even (rotary embeddings)"));
-    }
-  } else if (c.hidden_size() % c.num_attention_heads() != 0) {
-    return Invalid("model.config.hidden_size",
-                   absl::StrCat(c.hidden_size(), " is not divisible by num_attention_heads = ",
-                                c.num_attention_heads()));
-  } else if ((c.hidden_size() / c.num_attention_heads()) % 2 != 0) {
-    return Invalid("model.config.hidden_size",
-                   absl::StrCat("head size ", c.hidden_size() / c.num_attention_heads(),
-                                " must be even (rotary embeddings)"));
-  }
-  if (c.num_key_value_heads() > c.num_attention_heads() ||
-      c.num_attention_heads() % c.num_key_value_heads() != 0) {
-    return Invalid("model.config.num_key_value_heads",
-                   absl::StrCat(c.num_key_value_heads(), " must divide num_attention_heads = ",
-                                c.num_attention_heads()));
-  }
-  std::set<int> seen;
-  for (int layer : c.sliding_window_layers()) {
-    if (layer >= c.num_hidden_layers()) {
-      return Invalid("model.config.sliding_window_layers",
-                     absl::StrCat("layer ", layer, " out of range [0, ", c.num_hidden_layers(), ")"));
-    }
-    if (!seen.insert(layer).second) {
-      return Invalid("model.config.sliding_window_layers", absl::StrCat("layer ", layer, " listed twice"));
-    }
-  }
-  if (!c.sliding_window_layers().empty() && c.sliding_window() <= 0) {
-    return Invalid("model.config.sliding_window", "must be >= 1 when sliding_window_layers is set");
-  }
-  for (auto [name, id] : {std::pair<const char*, int>{"bos_token_id", c.bos_token_id()},
-                          {"eos_token_id", c.eos_token_id()},
-                          {"pad_token_id", c.pad_token_id()}}) {
-    if (id >= c.vocab_size()) {
-      return Invalid(absl::StrCat("model.config.", name),
-                     absl::StrCat(id, " must be < vocab_size = ", c.vocab_size()));
-    }
-  }
   for (int i = 0; i < spec.rl().stop_token_ids_size(); ++i) {
     if (spec.rl().stop_token_ids(i) >= c.vocab_size()) {
       return Invalid(absl::StrCat("rl.stop_token_ids[", i, "]"),
                      absl::StrCat(spec.rl().stop_token_ids(i), " must be < model.config.vocab_size = ",
                                   c.vocab_size()));
     }
-  }
-  if (!c.rope_scaling().rope_type().empty() && c.rope_scaling().rope_type() != "default" &&
-      c.rope_scaling().factor() <= 0) {
-    return Invalid("model.config.rope_scaling.factor",
-                   absl::StrCat("must be > 0 for rope_type ", c.rope_scaling().rope_type()));
   }
   return absl::OkStatus();
 }
@@ -298,63 +69,14 @@ std::string DeviceName(DeviceKind device) {
 
 JobSpec DefaultJobSpec() {
   JobSpec s;
-  s.set_seed(1);
-  auto* task = s.mutable_task();
-  // op and digits (arithmetic only) are defaulted in ApplyJobDefaults.
-  task->set_min_len(3);
-  task->set_max_len(8);
-  task->set_eval_size(100);
-  task->set_reward_timeout_ms(10000);
-  auto* t = s.mutable_train();
-  t->set_steps(100);
-  t->set_lr(1e-3);
-  t->set_global_batch(16);
-  t->set_micro_batch(4);
-  t->set_min_lr_ratio(0.1);
-  t->set_beta1(0.9);
-  t->set_beta2(0.95);
-  t->set_eps(1e-8);
-  t->set_grad_clip(1.0);
-  t->set_precision("fp32");
-  auto* rl = s.mutable_rl();
-  rl->set_group_size(8);
-  rl->set_prompts_per_step(8);
-  rl->set_clip(0.2);
-  rl->set_kl_coef(0.01);
-  rl->set_max_new_tokens(16);
-  rl->set_temperature(1.0);
-  rl->set_top_p(1.0);
-  rl->set_epochs(1);
-  rl->set_mini_batches(1);
-  rl->set_scale_rewards(true);
-  rl->set_loss_agg("token");
-  s.mutable_init();
-  auto* data = s.mutable_data();
-  data->set_prompt_overflow("drop");
-  data->set_shuffle(true);
-  auto* p = s.mutable_placement();
-  p->set_mode("colocated");
-  p->set_coupling("sync");
-  p->set_max_staleness(1);
-  auto* c = s.mutable_cluster();
-  c->set_workers(1);
-  c->set_device(tandem::v1::DEVICE_KIND_CPU);
-  auto* ck = s.mutable_checkpoint();
-  ck->set_keep(3);
+  SetDefaults(JobSpecTable(), &s);
   return s;
 }
 
 void ApplyJobDefaults(JobSpec* spec) {
-  FillZeros(DefaultJobSpec(), spec, "");
+  ApplyDefaults(JobSpecTable(), spec);
+  // Defaults that depend on other keys beyond a copy.
   if (spec->name().empty()) spec->set_name(absl::StrCat(KindName(spec->kind()), "-job"));
-  if (spec->model().has_config()) {
-    auto* c = spec->mutable_model()->mutable_config();
-    if (c->num_key_value_heads() == 0) c->set_num_key_value_heads(c->num_attention_heads());
-    if (c->rms_norm_eps() == 0) c->set_rms_norm_eps(1e-5);
-    if (c->rope_theta() == 0) c->set_rope_theta(10000.0);
-    if (c->max_position_embeddings() == 0) c->set_max_position_embeddings(2048);
-    if (c->tokenizer().empty()) c->set_tokenizer("char");
-  }
   auto* task = spec->mutable_task();
   if (task->name().empty() && task->data().empty() && spec->data().train().empty()) {
     task->set_name("arithmetic");
@@ -363,9 +85,6 @@ void ApplyJobDefaults(JobSpec* spec) {
     if (task->op().empty()) task->set_op("add");
     if (task->digits() == 0) task->set_digits(2);
   }
-  if (spec->rl().clip_high() == 0) spec->mutable_rl()->set_clip_high(spec->rl().clip());
-  if (spec->init().sft_lr() == 0) spec->mutable_init()->set_sft_lr(spec->train().lr());
-  if (spec->cluster().min_workers() == 0) spec->mutable_cluster()->set_min_workers(spec->cluster().workers());
 }
 
 // data: and reward: (real data with a tokenizer from model.from).
@@ -413,9 +132,10 @@ static absl::Status ValidateData(const JobSpec& spec) {
   return absl::OkStatus();
 }
 
+absl::Status CheckJobSpecKeys(const JobSpec& spec) { return CheckProtoRules(spec, JobSpecTable().options); }
+
 absl::Status ValidateJobSpec(const JobSpec& spec) {
-  const YamlProtoOptions& options = JobOptions();
-  RETURN_IF_ERROR(CheckProtoRules(spec, options));
+  RETURN_IF_ERROR(CheckJobSpecKeys(spec));
   if (spec.kind() == tandem::v1::JOB_KIND_PPO) {
     return Invalid("kind", "'ppo' is not supported yet; allowed: sft, grpo");
   }
@@ -537,7 +257,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
 }
 
 absl::StatusOr<JobSpec> ParseJobSpecYaml(const std::string& text, const std::vector<std::string>& overrides) {
-  const YamlProtoOptions& options = JobOptions();
+  const YamlProtoOptions& options = JobSpecTable().options;
   ASSIGN_OR_RETURN(YAML::Node root, ParseYaml(text, "job file", kMaxJobFileBytes));
   for (const auto& o : overrides) RETURN_IF_ERROR(ApplyYamlOverride(root, o));
   JobSpec spec = DefaultJobSpec();
@@ -554,6 +274,6 @@ absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path, const std::vect
   return spec;
 }
 
-std::string JobSpecToYaml(const JobSpec& spec) { return ProtoToYaml(spec, JobOptions()); }
+std::string JobSpecToYaml(const JobSpec& spec) { return ProtoToYaml(spec, JobSpecTable().options); }
 
 }  // namespace tandem::common

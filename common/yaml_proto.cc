@@ -59,7 +59,7 @@ std::string FormatNumber(double v) {
   return absl::StrCat(v);
 }
 
-absl::Status CheckNumber(const std::string& path, double v, const FieldRule* rule) {
+absl::Status CheckNumber(const std::string& path, double v, const ConfigKey* rule) {
   if (!std::isfinite(v)) return Bad(path, absl::StrCat("must be a finite number, got ", v));
   if (rule == nullptr) return absl::OkStatus();
   if (rule->min_exclusive ? !(v > rule->min) : !(v >= rule->min)) {
@@ -106,7 +106,7 @@ bool IsValidUtf8(absl::string_view s) {
   return true;
 }
 
-absl::Status CheckString(const std::string& path, absl::string_view s, const FieldRule* rule) {
+absl::Status CheckString(const std::string& path, absl::string_view s, const ConfigKey* rule) {
   size_t max_len = rule ? rule->max_len : 4096;
   if (s.size() > max_len) {
     return Bad(path, absl::StrCat("too long (", s.size(), " chars; at most ", max_len, ")"));
@@ -190,7 +190,7 @@ absl::StatusOr<const EnumValueDescriptor*> ParseEnum(const std::string& path, co
 absl::Status SetValue(const std::string& path, const std::string& proto_path, const YAML::Node& node,
                       Message* msg, const FieldDescriptor* f, const YamlProtoOptions& options) {
   const Reflection* r = msg->GetReflection();
-  const FieldRule* rule = options.FindRule(proto_path);
+  const ConfigKey* rule = options.FindRule(proto_path);
   const bool rep = f->is_repeated();
   switch (f->cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32: {
@@ -263,7 +263,7 @@ absl::Status ReadField(const std::string& path, const std::string& proto_path, c
       return absl::OkStatus();
     }
     if (!value.IsSequence()) return TypeError(path, "a list", value);
-    const FieldRule* rule = options.FindRule(proto_path);
+    const ConfigKey* rule = options.FindRule(proto_path);
     size_t max_len = rule ? rule->max_len : 4096;
     if (value.size() > max_len) {
       return Bad(path, absl::StrCat("too many elements (", value.size(), "; at most ", max_len, ")"));
@@ -288,7 +288,7 @@ absl::Status ReadField(const std::string& path, const std::string& proto_path, c
 
 }  // namespace
 
-const FieldRule* YamlProtoOptions::FindRule(absl::string_view proto_path) const {
+const ConfigKey* YamlProtoOptions::FindRule(absl::string_view proto_path) const {
   for (const auto& rule : rules) {
     if (rule.path == proto_path) return &rule;
   }
@@ -473,7 +473,7 @@ absl::Status CheckProtoRules(const Message& msg, const YamlProtoOptions& options
     const FieldDescriptor* f = d->field(i);
     const std::string fp = Join(path, f->name());
     const std::string shown = DisplayPath(options, fp);
-    const FieldRule* rule = options.FindRule(fp);
+    const ConfigKey* rule = options.FindRule(fp);
     if (f->is_map()) continue;
     if (f->is_repeated()) {
       int n = r->FieldSize(msg, f);

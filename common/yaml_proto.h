@@ -28,21 +28,28 @@ class Node;
 
 namespace tandem::common {
 
-// Constraint on one field, keyed by its proto path ("train.steps").
-struct FieldRule {
-  absl::string_view path;
-  double min = -1e300;  // numbers and each element of repeated numbers
+// One key of a configuration: a row of its table (config_table.h). The
+// reader and CheckProtoRules use the constraints; config_table.h uses the
+// default and the help for defaults, --help and the docs reference.
+struct ConfigKey {
+  absl::string_view path;         // proto field path, "train.micro_batch"
+  absl::string_view def;          // default in YAML spelling ("1e-3", "fp32"); "" = the zero value
+  absl::string_view def_from;     // default: the value of this other key ("rl.clip")
+  absl::string_view doc_default;  // shown when the default is computed in code ("required", "<kind>-job")
+  bool zero_is_value = false;     // over the API a zero is kept, not replaced by the default
+  double min = -1e300;            // numbers and each element of repeated numbers
   double max = 1e300;
-  bool min_exclusive = false;  // (min, max] instead of [min, max]
+  bool min_exclusive = false;     // (min, max] instead of [min, max]
   std::vector<absl::string_view> one_of;  // strings: allowed values
-  size_t max_len = 4096;  // strings: characters; repeated: elements
-  absl::string_view doc;   // one line for docs and --help
+  size_t max_len = 4096;          // strings: characters; repeated: elements
+  absl::string_view flag;         // daemon configs: the command-line flag ("lease-ms")
+  absl::string_view help;         // one line for --help and the docs
 };
 
 struct YamlProtoOptions {
   // Rules by proto path; fields without one get the generic limits
   // (strings <= 4096 chars, repeated <= 4096 elements).
-  std::vector<FieldRule> rules;
+  std::vector<ConfigKey> rules;
   // Extra accepted YAML keys by proto path of the message -> alias -> field.
   // e.g. {"model.config.rope_scaling", {{"type", "rope_type"}}}.
   std::map<std::string, std::map<std::string, std::string>> aliases;
@@ -56,7 +63,7 @@ struct YamlProtoOptions {
   // Maximal bytes of YAML text accepted.
   size_t max_text_bytes = 4 << 20;
 
-  const FieldRule* FindRule(absl::string_view proto_path) const;
+  const ConfigKey* FindRule(absl::string_view proto_path) const;
 };
 
 // Parses YAML text ("what" names the source in errors). Malformed YAML ->

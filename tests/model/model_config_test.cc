@@ -1,6 +1,9 @@
 // Config parsing/validation, parameter layout and the char tokenizer.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+
 #include <filesystem>
 #include <string>
 
@@ -398,6 +401,27 @@ TEST(ConfigTest, YamlConfigs) {
   EXPECT_EQ(tiny->vocab_size, 99);
   EXPECT_EQ(tiny->tokenizer, "char");
   EXPECT_EQ(tiny->hidden_size, 64);
+}
+
+// A YAML model config goes through the job file's reader: errors name the key.
+TEST(ConfigTest, YamlConfigErrorsNameTheKey) {
+  const std::string path = ::testing::TempDir() + "/model_config_errors.yaml";
+  auto error_of = [&](const std::string& text) {
+    std::ofstream(path) << text;
+    auto c = LoadModelConfigFile(path);
+    return c.ok() ? std::string("OK") : std::string(c.status().message());
+  };
+  const std::string base = "vocab_size: 128\nhidden_size: 32\nintermediate_size: 64\nnum_hidden_layers: 1\n"
+                           "num_attention_heads: 4\n";
+  EXPECT_EQ(error_of(base), "OK");
+  EXPECT_EQ(error_of(base + "hidden_layers: 2\n").rfind(path + ": hidden_layers: unknown key; allowed: ", 0), 0u)
+      << error_of(base + "hidden_layers: 2\n");
+  EXPECT_EQ(error_of("vocab_size: abc\n"), path + ": vocab_size: expected an integer, got 'abc'");
+  EXPECT_EQ(error_of(base + "num_key_value_heads: 3\n"),
+            path + ": model.config.num_key_value_heads: 3 must divide num_attention_heads (4)");
+  EXPECT_NE(error_of("vocab_size: [1\n").find("malformed YAML"), std::string::npos) << error_of("vocab_size: [1\n");
+  EXPECT_EQ(error_of("- 1\n"), path + ": YAML must be a mapping");
+  std::remove(path.c_str());
 }
 
 TEST(LayoutTest, LlamaUntied) {

@@ -91,9 +91,6 @@ int main(int argc, char** argv) {
   auto config = common::LoadWorkerConfig(args->config_file, overrides);
   if (!config.ok()) return Fail(std::string(config.status().message()), 2);
   if (config->name().empty()) config->set_name(absl::StrCat(worker::HostName(), "-", getpid()));
-  if (config->device() != "cpu" && config->device() != "cuda" && config->device() != "cpu-guarded") {
-    return Fail("device: expected cpu, cuda or cpu-guarded, got '" + config->device() + "'", 2);
-  }
   if (absl::Status st = common::SetupLogging("tandem-worker", config->log_level(), config->log_file(),
                                                    config->log_max_bytes(), config->log_max_files()); !st.ok()) {
     return Fail(std::string(st.message()), 2);

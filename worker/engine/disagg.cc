@@ -51,9 +51,9 @@ absl::StatusOr<disagg::RolloutBatch> GenerateBatch(JobContext& ctx, DisaggState&
     }
   }
   model::SamplingOptions so;
-  so.max_new_tokens = spec.rl().max_new_tokens() > 0 ? spec.rl().max_new_tokens() : 16;
-  so.temperature = spec.rl().temperature() > 0 ? spec.rl().temperature() : 1.f;
-  so.top_p = spec.rl().top_p() > 0 ? spec.rl().top_p() : 1.f;
+  so.max_new_tokens = spec.rl().max_new_tokens();
+  so.temperature = spec.rl().temperature();
+  so.top_p = spec.rl().top_p();
   so.top_k = spec.rl().top_k();
   so.seed = DeriveSeed(spec.seed(), kSeedSampling, static_cast<uint64_t>(step));
   so.stop_ids.assign(spec.rl().stop_token_ids().begin(), spec.rl().stop_token_ids().end());

@@ -219,9 +219,9 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   const double enter_s = Seconds(t_enter);
 
   model::SamplingOptions so;
-  so.max_new_tokens = spec.rl().max_new_tokens() > 0 ? spec.rl().max_new_tokens() : 16;
-  so.temperature = spec.rl().temperature() > 0 ? spec.rl().temperature() : 1.f;
-  so.top_p = spec.rl().top_p() > 0 ? spec.rl().top_p() : 1.f;
+  so.max_new_tokens = spec.rl().max_new_tokens();
+  so.temperature = spec.rl().temperature();
+  so.top_p = spec.rl().top_p();
   so.top_k = spec.rl().top_k();
   so.seed = DeriveSeed(spec.seed(), kSeedSampling, static_cast<uint64_t>(step));
   so.stop_ids = ctx.stop_ids;
@@ -439,8 +439,8 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
   if (!adv.ok()) return adv.status();
 
   rl::PolicyLossOptions lo;
-  lo.clip_low = rlspec.clip() > 0 ? rlspec.clip() : 0.2;
-  lo.clip_high = rlspec.clip_high() > 0 ? rlspec.clip_high() : lo.clip_low;
+  lo.clip_low = rlspec.clip();
+  lo.clip_high = rlspec.clip_high();
   lo.kl_coef = rlspec.kl_coef();
   lo.aggregation = rlspec.loss_agg() == "sequence" ? rl::LossAggregation::kSequence
                                                    : rl::LossAggregation::kToken;

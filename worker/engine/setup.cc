@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "common/job_spec.h"
 #include "common/phase_failure.h"
 #include "worker/model/job_model.h"
 #include "worker/comm/grpc_store.h"
@@ -142,7 +143,7 @@ absl::Status BuildData(JobContext& ctx) {
   if (!task.reward_service().empty()) {
     rl::RewardClientOptions ro;
     ro.address = task.reward_service();
-    ro.timeout_ms = task.reward_timeout_ms() > 0 ? task.reward_timeout_ms() : 30000;
+    ro.timeout_ms = task.reward_timeout_ms();
     ro.job_id = ctx.assignment.job_id();
     auto rc = rl::RewardClient::Create(ro);
     if (!rc.ok()) return rc.status();
@@ -158,6 +159,13 @@ absl::Status SetupJob(const EngineOptions& options,
                       JobContext& ctx, ReportPhaseRequest* report,
                       LiveState* live) {
   ctx.assignment = assignment;
+  // The engine reads the spec with every default applied (a coordinator of
+  // another version may leave keys it does not know at zero) and every key
+  // in its range; the coordinator checked the rest at submit.
+  common::ApplyJobDefaults(ctx.assignment.mutable_spec());
+  if (absl::Status st = common::CheckJobSpecKeys(ctx.spec()); !st.ok()) {
+    return absl::InvalidArgumentError("spec." + std::string(st.message()));
+  }
   ctx.rank = assignment.rank();
   ctx.world = assignment.world_size();
   const auto& spec = ctx.spec();

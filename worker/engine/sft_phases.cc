@@ -192,8 +192,7 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   }
 
   const double compute_seconds = Seconds(compute_start);
-  const double lr_base = warm_start && spec.init().sft_lr() > 0 ? spec.init().sft_lr()
-                                                                 : spec.train().lr();
+  const double lr_base = warm_start ? spec.init().sft_lr() : spec.train().lr();
   rl::LrSchedule sched;
   sched.lr = lr_base;
   sched.warmup_steps = spec.train().warmup_steps();
@@ -258,14 +257,14 @@ absl::Status EvaluateTextData(JobContext& ctx, int64_t step, ReportPhaseRequest*
   const auto& spec = ctx.spec();
   const auto& rows = ctx.eval_data->rows();
   const int64_t n = std::min<int64_t>(static_cast<int64_t>(rows.size()),
-                                      spec.task().eval_size() > 0 ? spec.task().eval_size() : 100);
+                                      spec.task().eval_size());
   const rl::IndexRange mine = MyRange(ctx, n);
   const int k = spec.data().eval_samples();
   std::vector<std::vector<int32_t>> prompts;
   for (int64_t i = mine.begin; i < mine.end; ++i) prompts.push_back(rows[i].prompt_ids);
   model::SamplingOptions so;
   so.greedy = true;
-  so.max_new_tokens = spec.rl().max_new_tokens() > 0 ? spec.rl().max_new_tokens() : 16;
+  so.max_new_tokens = spec.rl().max_new_tokens();
   so.stop_ids = ctx.stop_ids;
   double correct = 0, sampled_correct = 0, sampled = 0;
   if (!prompts.empty()) {
@@ -283,8 +282,8 @@ absl::Status EvaluateTextData(JobContext& ctx, int64_t step, ReportPhaseRequest*
       }
       model::SamplingOptions ss = so;
       ss.greedy = false;
-      ss.temperature = spec.rl().temperature() > 0 ? spec.rl().temperature() : 1.f;
-      ss.top_p = spec.rl().top_p() > 0 ? spec.rl().top_p() : 1.f;
+      ss.temperature = spec.rl().temperature();
+      ss.top_p = spec.rl().top_p();
       ss.top_k = spec.rl().top_k();
       ss.seed = DeriveSeed(spec.seed(), kSeedEval, static_cast<uint64_t>(step + (1 << 30)));
       samples = ctx.generator->Generate(many, ss, ctx.zero->inference_view(), ids);
@@ -324,7 +323,7 @@ absl::Status EvaluateTextData(JobContext& ctx, int64_t step, ReportPhaseRequest*
 absl::Status EvaluateTextLoss(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
   const auto& spec = ctx.spec();
   std::vector<rl::SftExample> rows;
-  const int64_t limit = spec.task().eval_size() > 0 ? spec.task().eval_size() : 100;
+  const int64_t limit = spec.task().eval_size();
   for (const rl::TextRow& row : ctx.eval_data->rows()) {
     if (static_cast<int64_t>(rows.size()) >= limit) break;
     if (!row.response_ids.empty()) rows.push_back({row.prompt_ids, row.response_ids});
@@ -379,7 +378,7 @@ absl::Status Evaluate(JobContext& ctx, int64_t step, ReportPhaseRequest* report)
     return absl::OkStatus();
   }
   const auto& spec = ctx.spec();
-  const int n = spec.task().eval_size() > 0 ? spec.task().eval_size() : 200;
+  const int n = spec.task().eval_size();
   const auto examples = ctx.task->EvalExamples(DeriveSeed(spec.seed(), kSeedEval), n);
   const rl::IndexRange mine = MyRange(ctx, n);
   std::vector<std::vector<int32_t>> prompts;

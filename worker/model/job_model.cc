@@ -13,7 +13,42 @@
 
 namespace tandem::model {
 
+namespace {
+
+// model::Validate's "config key 'K' = V: why" as the job file's
+// "model.config.K: V why".
+absl::Status JobKeyError(const absl::Status& st) {
+  const absl::string_view msg = st.message();
+  constexpr absl::string_view kPrefix = "config key '";
+  if (msg.substr(0, kPrefix.size()) != kPrefix || msg.find('\'', kPrefix.size()) == absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("model.config: ", msg));
+  }
+  const size_t end = msg.find('\'', kPrefix.size());
+  const absl::string_view key = msg.substr(kPrefix.size(), end - kPrefix.size());
+  std::string rest(msg.substr(end + 1));
+  if (rest.rfind(" = ", 0) == 0) {
+    rest = rest.substr(3);
+    if (auto colon = rest.find(": "); colon != std::string::npos) rest.replace(colon, 2, " ");
+  } else if (!rest.empty() && rest[0] == ' ') {
+    rest = rest.substr(1);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("model.config.", key, ": ", rest));
+}
+
+}  // namespace
+
 absl::StatusOr<ModelConfig> ModelConfigFromJob(const tandem::v1::ModelConfig& c) {
+  // What a proto can hold but a config.json cannot say.
+  if (c.head_dim() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model.config.head_dim: must be >= 0, got ", c.head_dim()));
+  }
+  if (c.sliding_window() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.config.sliding_window: must be >= 0, got ", c.sliding_window()));
+  }
+  if (c.sliding_window_layers_size() > 0 && c.sliding_window() == 0) {
+    return absl::InvalidArgumentError("model.config.sliding_window: must be >= 1 when sliding_window_layers is set");
+  }
   ModelConfig m;
   m.model_type = !c.model_type().empty() ? c.model_type()
                  : c.attention_bias()      ? "qwen2"
@@ -25,14 +60,14 @@ absl::StatusOr<ModelConfig> ModelConfigFromJob(const tandem::v1::ModelConfig& c)
   m.num_hidden_layers = c.num_hidden_layers();
   m.num_attention_heads = c.num_attention_heads();
   m.num_key_value_heads = c.num_key_value_heads();
-  if (c.rms_norm_eps() > 0) m.rms_norm_eps = c.rms_norm_eps();
-  if (c.rope_theta() > 0) m.rope_theta = c.rope_theta();
+  if (c.rms_norm_eps() != 0) m.rms_norm_eps = c.rms_norm_eps();
+  if (c.rope_theta() != 0) m.rope_theta = c.rope_theta();
   if (c.has_rope_scaling() && !c.rope_scaling().rope_type().empty() &&
       c.rope_scaling().rope_type() != "default") {
     m.has_rope_scaling = true;
     const auto& r = c.rope_scaling();
     m.rope_scaling.rope_type = r.rope_type();
-    if (r.factor() > 0) m.rope_scaling.factor = r.factor();
+    if (r.factor() != 0) m.rope_scaling.factor = r.factor();
     m.rope_scaling.original_max_position_embeddings =
         r.original_max_position_embeddings();
     if (r.beta_fast() > 0) m.rope_scaling.beta_fast = r.beta_fast();
@@ -41,7 +76,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromJob(const tandem::v1::ModelConfig& c)
     m.rope_scaling.low_freq_factor = r.low_freq_factor();
     m.rope_scaling.high_freq_factor = r.high_freq_factor();
   }
-  if (c.max_position_embeddings() > 0)
+  if (c.max_position_embeddings() != 0)
     m.max_position_embeddings = c.max_position_embeddings();
   m.tie_word_embeddings = c.tie_word_embeddings();
   m.attention_bias = c.attention_bias();
@@ -51,20 +86,6 @@ absl::StatusOr<ModelConfig> ModelConfigFromJob(const tandem::v1::ModelConfig& c)
     m.sliding_window = c.sliding_window();
     m.sliding_window_set = true;
   }
-  if (c.sliding_window() > 0 && c.sliding_window_layers_size() > 0) {
-    m.sliding_window = c.sliding_window();
-    m.sliding_window_set = true;
-    m.layer_types.assign(m.num_hidden_layers > 0 ? m.num_hidden_layers : 0,
-                         "full_attention");
-    for (int layer : c.sliding_window_layers()) {
-      if (layer < 0 || layer >= m.num_hidden_layers) {
-        return absl::InvalidArgumentError(
-            "model.config.sliding_window_layers: layer " +
-            std::to_string(layer) + " out of range [0, num_hidden_layers)");
-      }
-      m.layer_types[layer] = "sliding_attention";
-    }
-  }
   m.tokenizer = c.tokenizer();
   if (m.tokenizer == "char") {
     // The built-in char tokenizer's special ids (worker/model/tokenizer.h).
@@ -72,13 +93,29 @@ absl::StatusOr<ModelConfig> ModelConfigFromJob(const tandem::v1::ModelConfig& c)
     m.eos_token_ids = {2};
     m.pad_token_id = 0;
   }
-  if (c.bos_token_id() > 0) m.bos_token_id = c.bos_token_id();
-  if (c.eos_token_id() > 0) m.eos_token_ids = {c.eos_token_id()};
-  if (c.pad_token_id() > 0) m.pad_token_id = c.pad_token_id();
-  absl::Status st = Validate(m);
-  if (!st.ok()) {
-    return absl::InvalidArgumentError("model.config: " + std::string(st.message()));
+  // 0 = unset (proto3); a negative id reaches Validate, which refuses it.
+  if (c.bos_token_id() != 0) m.bos_token_id = c.bos_token_id();
+  if (c.eos_token_id() != 0) m.eos_token_ids = {c.eos_token_id()};
+  if (c.pad_token_id() != 0) m.pad_token_id = c.pad_token_id();
+  // The sizes first: num_hidden_layers bounds the per-layer list below.
+  if (absl::Status st = Validate(m); !st.ok()) return JobKeyError(st);
+  if (c.sliding_window_layers_size() == 0) return m;
+  m.sliding_window = c.sliding_window();
+  m.sliding_window_set = true;
+  m.layer_types.assign(m.num_hidden_layers, "full_attention");
+  for (int layer : c.sliding_window_layers()) {
+    if (layer < 0 || layer >= m.num_hidden_layers) {
+      return absl::InvalidArgumentError(
+          "model.config.sliding_window_layers: layer " +
+          std::to_string(layer) + " out of range [0, num_hidden_layers)");
+    }
+    if (m.layer_types[layer] == "sliding_attention") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.config.sliding_window_layers: layer ", layer, " listed twice"));
+    }
+    m.layer_types[layer] = "sliding_attention";
   }
+  if (absl::Status st = Validate(m); !st.ok()) return JobKeyError(st);
   return m;
 }
 

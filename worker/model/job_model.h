@@ -17,8 +17,11 @@
 
 namespace tandem::model {
 
-// spec.model.config (Hugging Face field names) -> ModelConfig, validated;
-// errors name the job-file key (model.config.*).
+// spec.model.config (Hugging Face field names) -> ModelConfig, validated by
+// the model's own rules (model::Validate): the one check of a job's inline
+// model config, called by common::ValidateJobSpec (coordinator, tandemctl)
+// and by the worker's SETUP. Errors name the job-file key
+// ("model.config.num_key_value_heads: 3 must divide ...").
 absl::StatusOr<ModelConfig> ModelConfigFromJob(const tandem::v1::ModelConfig& config);
 
 // Every worker-side check that needs nothing but the spec.

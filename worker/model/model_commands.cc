@@ -11,10 +11,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/base/status_macros.h"
+#include "common/config_table.h"
+#include "common/job_spec.h"
+#include "common/yaml_proto.h"
 #include "kernels/backends.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/file_util.h"
 #include "worker/model/generate.h"
+#include "worker/model/job_model.h"
 #include "worker/model/model.h"
 #include "worker/model/param_layout.h"
 #include "worker/model/safetensors.h"
@@ -117,37 +121,6 @@ bool ParseNumber(const std::string& s, T* out) {
   }
 }
 
-json YamlToJson(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined:
-      return nullptr;
-    case YAML::NodeType::Sequence: {
-      json a = json::array();
-      for (const auto& e : n) a.push_back(YamlToJson(e));
-      return a;
-    }
-    case YAML::NodeType::Map: {
-      json o = json::object();
-      for (const auto& kv : n) o[kv.first.as<std::string>()] = YamlToJson(kv.second);
-      return o;
-    }
-    case YAML::NodeType::Scalar: {
-      const std::string s = n.Scalar();
-      if (n.Tag() == "!") return s;  // quoted: a string
-      if (s == "true" || s == "True") return true;
-      if (s == "false" || s == "False") return false;
-      if (s == "null" || s == "~" || s == "Null") return nullptr;
-      int64_t i;
-      if (ParseNumber(s, &i)) return i;
-      double d;
-      if (ParseNumber(s, &d)) return d;
-      return s;
-    }
-  }
-  return nullptr;
-}
-
 std::string JoinIds(const std::vector<int32_t>& ids, const char* sep) {
   std::string out;
   for (size_t i = 0; i < ids.size(); ++i) absl::StrAppend(&out, i ? sep : "", ids[i]);
@@ -156,22 +129,24 @@ std::string JoinIds(const std::vector<int32_t>& ids, const char* sep) {
 }  // namespace
 
 absl::StatusOr<ModelConfig> LoadModelConfigFile(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string json_text, ReadFileToString(path));
-  if (path.ends_with(".yaml") || path.ends_with(".yml")) {
-    try {
-      YAML::Node root = YAML::Load(json_text);
-      if (!root.IsMap()) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ": YAML must be a mapping"));
-      }
-      json_text = YamlToJson(root).dump();
-    } catch (const YAML::Exception& e) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": invalid YAML: ", e.what()));
-    }
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  if (!path.ends_with(".yaml") && !path.ends_with(".yml")) {
+    auto cfg = ParseConfigJson(text);
+    if (!cfg.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", cfg.status().message()));
+    return cfg;
   }
-  auto cfg = ParseConfigJson(json_text);
-  if (!cfg.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", cfg.status().message()));
+  // A YAML model config is a job's model.config section, read by the job
+  // file's reader and checked by the same rules.
+  static const auto* options =
+      new common::YamlProtoOptions(common::SectionOptions(common::JobSpecTable(), "model.config"));
+  ASSIGN_OR_RETURN(YAML::Node root, common::ParseYaml(text, path, options->max_text_bytes));
+  if (!root.IsMap()) return absl::InvalidArgumentError(absl::StrCat(path, ": YAML must be a mapping"));
+  tandem::v1::ModelConfig proto;
+  if (absl::Status st = common::YamlToProto(root, &proto, *options); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", st.message()));
   }
+  auto cfg = ModelConfigFromJob(proto);
+  if (!cfg.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", cfg.status().message()));
   return cfg;
 }
 

@@ -19,8 +19,9 @@ namespace tandem::model {
 int ModelInitCommand(const std::vector<std::string>& args);
 int GenerateCommand(const std::vector<std::string>& args);
 
-// Reads a model config from YAML (.yaml/.yml: the same keys as config.json)
-// or JSON and validates it.
+// Reads a model config and validates it: JSON (a Hugging Face config.json),
+// or YAML (.yaml/.yml): the keys of a job file's model.config, read by the
+// job file's reader (common/job_spec.h) and checked by the same rules.
 absl::StatusOr<ModelConfig> LoadModelConfigFile(const std::string& path);
 
 }  // namespace tandem::model
