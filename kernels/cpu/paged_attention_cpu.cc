@@ -1,6 +1,7 @@
 // See paged_attention_cpu.h.
 #include "kernels/cpu/paged_attention_cpu.h"
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 
 #include "kernels/backends.h"
 #include "kernels/bf16.h"
+#include "kernels/cpu/simd_math.h"
 #include "kernels/ref/paged_attention_ref.h"
 
 namespace tandem::kernels::cpu {
@@ -110,13 +112,19 @@ void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q
           s[i] = dot * scale;
           mx = std::max(mx, s[i]);
         }
-        const float alpha = std::exp(m[g] - mx);
+        const float alpha = ExpScalar(m[g] - mx);
         float sum = l[g] * alpha;
         float* a = acc[g];
 #pragma omp simd
         for (int e = 0; e < D; ++e) a[e] *= alpha;
-        for (int i = 0; i < n; ++i) {
-          const float pr = std::exp(s[i] - mx);
+        int i = 0;
+        const __m256 vmx = _mm256_set1_ps(mx);
+        for (; i + 8 <= n; i += 8) {
+          _mm256_storeu_ps(s + i, Exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), vmx)));
+        }
+        for (; i < n; ++i) s[i] = ExpScalar(s[i] - mx);
+        for (i = 0; i < n; ++i) {
+          const float pr = s[i];
           sum += pr;
           const float* vr = vb + static_cast<int64_t>(i) * vs;
 #pragma omp simd

@@ -1,7 +1,8 @@
 // Fast CPU paged KV cache ops (Ops::paged_kv_write, Ops::paged_attention in
 // kernels/ops.h). Attention runs one task per (row, kv head), all query
 // heads of the kv head together, block by block with an online softmax;
-// bf16 blocks are widened once per block into a stack buffer. Shapes past
+// bf16 blocks are widened once per block into a stack buffer; the softmax
+// weights use the AVX2 exp of simd_math.h. Shapes past
 // the stack buffers (head_dim > 256, more than 32 query heads per kv head,
 // blocks over 64 rows) go to the reference.
 #pragma once
