@@ -166,6 +166,18 @@ ConfigTable* MakeJobSpecTable() {
        .help = "non-empty strings; with data: generation stops once the decoded response contains one, and the "
                "reward sees the text before it"},
       {.path = "rl.offload_optimizer", .help = "optimizer state to host memory during rollout"},
+      // rollout (grpo): the rollout engine.
+      {.path = "rollout.kv_cache_bytes", .min = 0, .max = 1e15,
+       .help = "KV cache budget per worker; 0 = room for every sequence of the step at full length"},
+      {.path = "rollout.kv_dtype", .def = "fp32", .one_of = {"fp32", "bf16"}, .help = "KV cache element type"},
+      {.path = "rollout.block_size", .def = "16", .min = 1, .max = 1024, .help = "positions per KV cache block"},
+      {.path = "rollout.max_batch_tokens", .def = "2048", .min = 1, .max = 1 << 20,
+       .help = "rows (decode tokens + prefill chunk tokens) per forward step"},
+      {.path = "rollout.max_seqs", .def = "256", .min = 1, .max = 1 << 20, .help = "sequences running at once"},
+      {.path = "rollout.no_prompt_sharing", .help = "prefill every sample's prompt on its own"},
+      {.path = "rollout.min_p", .min = 0, .max = 0.99, .help = "keep tokens with p >= min_p * max p; 0 = off"},
+      {.path = "rollout.repetition_penalty", .def = "1", .min = 0, .max = 100, .min_exclusive = true,
+       .help = "CTRL penalty on tokens already seen; 1 = off"},
       // init (grpo): SFT warm start.
       {.path = "init.sft_steps", .min = 0, .max = kMaxSteps, .help = "SFT warm-start steps before RL"},
       {.path = "init.sft_lr", .def_from = "train.lr", .min = 0, .max = 10, .help = "warm-start learning rate"},

@@ -69,6 +69,24 @@ struct AttentionParams {
   float scale = 0.f;      // 0 = 1/sqrt(D)
 };
 
+// Storage of a paged KV cache.
+enum class KvDtype { kF32, kBF16 };
+
+// One layer of a paged KV cache: k and v pools [num_blocks, block_size, Hkv,
+// D] of fp32 values or bf16 bit patterns (kernels/bf16.h). Position j of
+// sequence s lives in block block_tables[s * max_blocks + j / block_size],
+// row j % block_size; a block may appear in several tables (shared
+// prefixes). block_tables are host (CPU) / device (CUDA) memory.
+struct PagedKv {
+  void* k = nullptr;
+  void* v = nullptr;
+  KvDtype dtype = KvDtype::kF32;
+  int block_size = 16;
+  int num_blocks = 0;
+  const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks]
+  int max_blocks = 0;
+};
+
 // The op interface. One instance per backend; stateless apart from
 // configuration (thread count, streams, library handles), so one instance
 // may be shared by the threads of one worker only if the backend says so.
@@ -143,6 +161,21 @@ class Ops {
                                 int batch, int n_new, const float* k_cache,
                                 const float* v_cache, int cache_capacity,
                                 const int32_t* cache_len, float* out) = 0;
+
+  // Writes k and v rows [t, kd] (kd = Hkv * D) into the pools at slots[r]
+  // = block * block_size + row (rounded to bf16 for a bf16 pool, as
+  // float_to_bf16). Slots are distinct.
+  virtual void paged_kv_write(const PagedKv& kv, int kd, const float* k,
+                              const float* v, const int32_t* slots, int t) = 0;
+  // Attention of t query rows over a paged cache (decode steps and prefill
+  // chunks alike): row r of q [t, H, D] belongs to sequence row_seq[r] at
+  // position row_pos[r] and sees that sequence's positions j <= row_pos[r]
+  // (and > row_pos[r] - window when windowed); p.causal is implied. Every
+  // visible position must be written (the row's own k/v included).
+  // out [t, H, D].
+  virtual void paged_attention(const AttentionParams& p, const PagedKv& kv,
+                               const float* q, const int32_t* row_seq,
+                               const int32_t* row_pos, int t, float* out) = 0;
 
   // Fused LM head + log-softmax, chunked over tokens so at most
   // `chunk_tokens` x V logits exist at once. h [T, C], w [V, C] (logits =

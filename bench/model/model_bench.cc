@@ -2,7 +2,13 @@
 // for configs A and B, and of batched KV-cache decoding for config A, with
 // model FLOP/s as a fraction of the measured sgemm ceiling.
 //
-//   build/bin/bench_model [--threads 2] [--iters 5] [--only train|decode|mecefo]
+//   build/bin/bench_model [--threads 2] [--iters 5] [--only train|decode|grpo|mecefo]
+//                         [--grpo-table FILE]
+//
+// decode: the static generator and the rollout engine (greedy, batch 16,
+// prompt 128, 128 new tokens); grpo: a GRPO-shaped rollout with both
+// (bench/model/rollout_cases.h); --grpo-table writes its length table for
+// bench/pytorch/llama_peer.py.
 //
 // mecefo: forward + backward of one micro-batch in each of MeCeFO's modes
 // for a taken-over share (exact, no attention backward, + MLP
@@ -23,8 +29,8 @@
 
 #include <cblas.h>
 
+#include "bench/model/rollout_cases.h"
 #include "kernels/backends.h"
-#include "worker/model/generate.h"
 #include "worker/model/model.h"
 
 namespace {
@@ -121,37 +127,6 @@ void Train(const Shape& s, tandem::kernels::Ops* ops, int iters, double ceiling)
               100.0 * flops / t / 1e9 / ceiling);
 }
 
-void Decode(const Shape& s, tandem::kernels::Ops* ops) {
-  ModelConfig cfg = ToConfig(s);
-  cfg.eos_token_ids = {};  // always generate the full 128 tokens
-  tandem::model::Generator gen(cfg, ops);
-  tandem::model::ParamLayout layout(cfg);
-  tandem::model::Model model(cfg, ops);
-  std::vector<float> params(layout.total_floats());
-  model.InitParams(1, params.data());
-  tandem::model::FlatParamProvider pp(layout, params.data(), nullptr);
-  std::mt19937 rng(0);
-  std::vector<std::vector<int32_t>> prompts(16, std::vector<int32_t>(128));
-  for (auto& p : prompts)
-    for (auto& t : p) t = static_cast<int32_t>(rng() % s.vocab);
-  tandem::model::SamplingOptions so;
-  so.greedy = true;
-  so.max_new_tokens = 128;
-  so.stop_at_eos = false;
-  (void)gen.Generate(prompts, so, pp);  // warm-up
-  auto t0 = Clock::now();
-  auto r = gen.Generate(prompts, so, pp);
-  const double t = Secs(t0);
-  if (!r.ok()) {
-    std::printf("decode failed: %s\n", r.status().ToString().c_str());
-    return;
-  }
-  std::printf("decode %-2s  batch 16, prompt 128, new 128: %9.0f tokens/s (prefill %.1f ms, "
-              "decode %.1f ms, KV cache %.1f MB)\n",
-              s.name, r->generated_tokens / t, r->prefill_seconds * 1e3,
-              r->decode_seconds * 1e3, r->kv_cache_bytes / 1e6);
-}
-
 // Forward + backward of one micro-batch in each mode, one model per mode,
 // the modes interleaved round by round (so that load on the machine hits
 // them alike); medians.
@@ -210,16 +185,18 @@ void MeCeFO(const Shape& s, tandem::kernels::Ops* ops, int iters) {
 
 int main(int argc, char** argv) {
   int threads = 2, iters = 5;
-  std::string only = "all";
+  std::string only = "all", grpo_table;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
-      std::printf("usage: bench_model [--threads N] [--iters N] [--only train|decode|mecefo]\n");
+      std::printf("usage: bench_model [--threads N] [--iters N] [--only train|decode|grpo|mecefo] [--grpo-table FILE]\n");
       return 0;
     } else if (a == "--threads" && i + 1 < argc) {
       threads = std::atoi(argv[++i]);
     } else if (a == "--iters" && i + 1 < argc) {
       iters = std::atoi(argv[++i]);
+    } else if (a == "--grpo-table" && i + 1 < argc) {
+      grpo_table = argv[++i];
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else {
@@ -234,7 +211,10 @@ int main(int argc, char** argv) {
     Train(kA, ops.get(), iters, ceiling);
     Train(kB, ops.get(), iters, ceiling);
   }
-  if (only == "all" || only == "decode") Decode(kA, ops.get());
+  if (only == "all" || only == "decode") tandem::bench::DecodeCase(ToConfig(kA), ops.get(), iters);
+  if (only == "all" || only == "grpo") {
+    tandem::bench::GrpoCase(ToConfig(kA), ops.get(), std::max(1, iters / 2), grpo_table);
+  }
   if (only == "all" || only == "mecefo") {
     // The degraded benchmark's model (bench/recovery/sft-reverse.yaml: one
     // micro-batch of 8 sequences of ~50 tokens), then config A.

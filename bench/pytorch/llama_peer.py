@@ -5,6 +5,11 @@ A plain Llama-style decoder in eager PyTorch (Debian's python3-torch, CPU),
 timed on the same shapes as `tandem-bench model`:
   train  : forward + backward + AdamW step, tokens/s
   decode : batched generation with a KV cache, tokens/s
+  grpo   : a GRPO-shaped rollout as a static batch with a KV cache: the
+           table of prompt and response lengths written by
+           `bench_model --only grpo --grpo-table FILE`, each static batch
+           (one prompt's G samples by default) left-padded and run until its
+           longest response ends; tokens/s counts the table's response tokens
 
 Run it the fair way on this machine (see ../shared/BUILD-NOTES.md):
   OMP_WAIT_POLICY=PASSIVE OPENBLAS_NUM_THREADS=2 /usr/bin/python3 \
@@ -140,12 +145,78 @@ def bench_decode(c, batch, prompt, new):
                 prefill_ms=(t1 - t0) * 1e3)
 
 
+@torch.no_grad()
+def bench_grpo(c, table, prompts_per_batch):
+    """Static batches of prompts_per_batch prompts x G samples; prompts
+    left-padded (masked), responses forced to the table's lengths."""
+    torch.manual_seed(0)
+    m = Llama(c).eval()
+    G = table["group_size"]
+    plens, rlens = table["prompt_lengths"], table["response_lengths"]
+    hd = c["hidden"] // c["heads"]
+    want = sum(rlens)
+    peak_kv = 0
+    t0 = time.perf_counter()
+    for b0 in range(0, len(plens), prompts_per_batch):
+        ps = plens[b0:b0 + prompts_per_batch]
+        rs = rlens[b0 * G:(b0 + len(ps)) * G]
+        B, P, R = len(ps) * G, max(ps), max(rs)
+        ids = torch.randint(0, c["vocab"], (B, P))
+        pad = torch.tensor([P - ps[i // G] for i in range(B)])
+        caches = [dict() for _ in m.blocks]
+        # Left padding: padded keys are masked out of every query's row.
+        keymask = torch.arange(P + R)[None, :] >= pad[:, None]
+        x = m.emb(ids)
+        for blk, cache in zip(m.blocks, caches):
+            x = masked_block(blk, x, m.cos, m.sin, cache, 0, keymask[:, :P])
+        logits = m.head(Block.rms(x, m.norm))
+        tok = logits[:, -1].argmax(-1, keepdim=True)
+        for i in range(R - 1):
+            x = m.emb(tok)
+            for blk, cache in zip(m.blocks, caches):
+                x = masked_block(blk, x, m.cos, m.sin, cache, P + i, keymask[:, :P + i + 1])
+            tok = m.head(Block.rms(x, m.norm))[:, -1].argmax(-1, keepdim=True)
+        peak_kv = max(peak_kv, 2 * len(m.blocks) * B * (P + R) * c["kv_heads"] * hd * 4)
+    t = time.perf_counter() - t0
+    return dict(tokens_per_s=want / t, seconds=t, kv_peak_mb=peak_kv / 1e6)
+
+
+def masked_block(blk, x, cos, sin, cache, pos, keymask):
+    """Block.forward with a key mask [B, S] (positions shifted by padding are
+    kept as they are: the cost, not the numerics, is what is compared)."""
+    B, T, _ = x.shape
+    h = blk.rms(x, blk.n1)
+    q = blk.q(h).view(B, T, blk.nh, blk.hd).transpose(1, 2)
+    k = blk.k(h).view(B, T, blk.nkv, blk.hd).transpose(1, 2)
+    v = blk.v(h).view(B, T, blk.nkv, blk.hd).transpose(1, 2)
+    c, s = cos[pos:pos + T], sin[pos:pos + T]
+    q = q * c + rotate_half(q) * s
+    k = k * c + rotate_half(k) * s
+    if "k" in cache:
+        k = torch.cat([cache["k"], k], dim=2)
+        v = torch.cat([cache["v"], v], dim=2)
+    cache["k"], cache["v"] = k, v
+    rep = blk.nh // blk.nkv
+    k = k.repeat_interleave(rep, dim=1)
+    v = v.repeat_interleave(rep, dim=1)
+    att = (q @ k.transpose(-1, -2)) / math.sqrt(blk.hd)
+    S = k.shape[2]
+    mask = torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)[None, None] & keymask[:, None, None, :]
+    att = att.masked_fill(~mask, float("-inf")).softmax(-1).nan_to_num(0.0)
+    y = (att @ v).transpose(1, 2).reshape(B, T, -1)
+    x = x + blk.o(y)
+    h = blk.rms(x, blk.n2)
+    return x + blk.down(F.silu(blk.gate(h)) * blk.up(h))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--only", choices=["train", "decode", "all"], default="all")
+    ap.add_argument("--only", choices=["train", "decode", "grpo", "all"], default="all")
+    ap.add_argument("--grpo-table", help="lengths written by bench_model --grpo-table (for --only grpo)")
+    ap.add_argument("--grpo-prompts-per-batch", type=int, default=1)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -155,6 +226,10 @@ def main():
             out["train_" + name] = bench_train(CONFIGS[name], a.iters, a.warmup)
     if a.only in ("decode", "all"):
         out["decode_A"] = bench_decode(CONFIGS["A"], 16, 128, 128)
+    if a.only == "grpo":
+        with open(a.grpo_table) as f:
+            table = json.load(f)
+        out["grpo_A"] = bench_grpo(CONFIGS["A"], table, a.grpo_prompts_per_batch)
     if a.json:
         print(json.dumps(out))
         return

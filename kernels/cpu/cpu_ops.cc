@@ -22,6 +22,7 @@
 #include "kernels/cpu/lm_head_cpu.h"
 #include "kernels/cpu/matmul_cpu.h"
 #include "kernels/cpu/optimizer_cpu.h"
+#include "kernels/cpu/paged_attention_cpu.h"
 #include "kernels/cpu/rmsnorm_cpu.h"
 #include "kernels/cpu/rope_cpu.h"
 #include "kernels/cpu/swiglu_cpu.h"
@@ -110,6 +111,16 @@ class CpuOps final : public Ops {
                         float* out) override {
     cpu::decode_attention(p, q, batch, n_new, k_cache, v_cache, cache_capacity,
                           cache_len, out);
+  }
+
+  void paged_kv_write(const PagedKv& kv, int kd, const float* k, const float* v,
+                      const int32_t* slots, int t) override {
+    cpu::paged_kv_write(kv, kd, k, v, slots, t);
+  }
+  void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q,
+                       const int32_t* row_seq, const int32_t* row_pos, int t,
+                       float* out) override {
+    cpu::paged_attention(p, kv, q, row_seq, row_pos, t, out);
   }
 
   void lm_head_logprobs_forward(const float* h, const float* w,

@@ -81,6 +81,11 @@ class CudaOps final : public Ops {
                         int n_new, const float* k_cache, const float* v_cache,
                         int cache_capacity, const int32_t* cache_len,
                         float* out) override;
+  void paged_kv_write(const PagedKv& kv, int kd, const float* k, const float* v,
+                      const int32_t* slots, int t) override;
+  void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q,
+                       const int32_t* row_seq, const int32_t* row_pos, int t,
+                       float* out) override;
   void lm_head_logprobs_forward(const float* h, const float* w,
                                 const int32_t* targets, int t, int c, int v,
                                 int chunk_tokens, float* scratch, float* logp,

@@ -188,6 +188,28 @@ class GuardedOps final : public Ops {
         F(out, qn, "decode_attention out"));
   }
 
+  void paged_kv_write(const PagedKv& kv, int kd, const float* k, const float* v,
+                      const int32_t* slots, int t) override {
+    Exclusive excl(this, "paged_kv_write");
+    inner_->paged_kv_write(Pools(kv, kd, 0, "paged_kv_write"), kd,
+                           F(k, N(t) * N(kd), "paged_kv_write k"), F(v, N(t) * N(kd), "paged_kv_write v"),
+                           I(slots, N(t), "paged_kv_write slots"), t);
+  }
+
+  void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q,
+                       const int32_t* row_seq, const int32_t* row_pos, int t,
+                       float* out) override {
+    Exclusive excl(this, "paged_attention");
+    const size_t qn = N(t) * N(p.num_heads) * N(p.head_dim);
+    const int32_t* seq = I(row_seq, N(t), "paged_attention row_seq");
+    int num_seqs = 0;
+    for (int r = 0; r < t; ++r) num_seqs = std::max(num_seqs, seq[r] + 1);
+    inner_->paged_attention(p, Pools(kv, p.num_kv_heads * p.head_dim, num_seqs, "paged_attention"),
+                            F(q, qn, "paged_attention q"), seq,
+                            I(row_pos, N(t), "paged_attention row_pos"), t,
+                            F(out, qn, "paged_attention out"));
+  }
+
   void lm_head_logprobs_forward(const float* h, const float* w,
                                 const int32_t* targets, int t, int c, int v,
                                 int chunk_tokens, float* scratch, float* logp,
@@ -267,6 +289,18 @@ class GuardedOps final : public Ops {
 
  private:
   static size_t N(int x) { return x > 0 ? static_cast<size_t>(x) : 0; }
+  // The pools (and, for num_seqs > 0, the block tables) translated.
+  PagedKv Pools(const PagedKv& kv, int kd, int num_seqs, const char* what) const {
+    PagedKv r = kv;
+    const size_t elem = kv.dtype == KvDtype::kBF16 ? sizeof(uint16_t) : sizeof(float);
+    const size_t bytes = N(kv.num_blocks) * N(kv.block_size) * N(kd) * elem;
+    r.k = mem_->Real(kv.k, bytes, what);
+    r.v = mem_->Real(kv.v, bytes, what);
+    if (num_seqs > 0) {
+      r.block_tables = I(kv.block_tables, N(num_seqs) * N(kv.max_blocks), what);
+    }
+    return r;
+  }
   // Elements of a row-major [rows, cols] array with row stride ld.
   static size_t Strided(int rows, int cols, int ld) {
     if (rows <= 0 || cols <= 0) return 0;

@@ -9,6 +9,7 @@
 #include "kernels/bf16.h"
 #include "kernels/ops.h"
 #include "kernels/ref/attention_ref.h"
+#include "kernels/ref/paged_attention_ref.h"
 #include "kernels/ref/ref_math.h"
 #include "kernels/sample_row.h"
 
@@ -98,6 +99,16 @@ class ReferenceOps final : public Ops {
 
   // The reference ignores chunking (one row at a time, in double); scratch
   // is unused.
+  void paged_kv_write(const PagedKv& kv, int kd, const float* k, const float* v,
+                      const int32_t* slots, int t) override {
+    ref::paged_kv_write(kv, kd, k, v, slots, t);
+  }
+  void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q,
+                       const int32_t* row_seq, const int32_t* row_pos, int t,
+                       float* out) override {
+    ref::paged_attention(p, kv, q, row_seq, row_pos, t, out);
+  }
+
   void lm_head_logprobs_forward(const float* h, const float* w,
                                 const int32_t* targets, int t, int c, int v,
                                 int chunk_tokens, float* scratch, float* logp,

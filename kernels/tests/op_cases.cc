@@ -4,6 +4,7 @@
 // ratios 1-8, head dims 16-256, packed varlen batches, sliding windows.
 #include "kernels/tests/op_cases.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdarg>
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <random>
 #include <utility>
 
+#include "kernels/bf16.h"
 #include "kernels/tests/test_util.h"
 
 namespace tandem::kernels::testing {
@@ -450,6 +452,99 @@ void AddDecode(Table& t) {
   }
 }
 
+// Paged KV cache: new k/v rows written into their slots, then attention of
+// those rows over block tables (a prefix block shared by two sequences,
+// blocks in shuffled order, fp32 and bf16 pools).
+void AddPaged(Table& t) {
+  struct Case {
+    std::vector<int32_t> lens;  // cached tokens per sequence, new ones included
+    int n_new, bs, h, hkv, d, window;
+    bool bf16;
+  };
+  const std::vector<int32_t> a{5, 40, 77}, b{1, 16, 33, 130};
+  const Case cases[] = {{a, 1, 16, 8, 2, 64, -1, false}, {a, 4, 16, 8, 2, 64, -1, true},
+                        {a, 3, 8, 4, 1, 128, 20, false}, {b, 1, 16, 2, 2, 32, -1, true},
+                        {b, 1, 32, 4, 4, 48, 9, false},  {a, 5, 4, 2, 1, 256, -1, false}};
+  uint64_t seed = 1700;
+  for (const Case& c : cases) {
+    t.push_back({"paged_attention",
+                 Fmt("lens%zu new%d bs%d H%d Hkv%d D%d w%d %s", c.lens.size(), c.n_new, c.bs,
+                     c.h, c.hkv, c.d, c.window, c.bf16 ? "bf16" : "fp32"),
+                 [=](Ops& ops, DeviceMemory& mem, Ops&) {
+                   const int S = int(c.lens.size()), kd = c.hkv * c.d;
+                   int max_blocks = 0;
+                   for (int32_t len : c.lens) max_blocks = std::max(max_blocks, (len + c.bs - 1) / c.bs);
+                   const int nb = S * max_blocks + 3;
+                   // Blocks handed out in a shuffled order; sequence 1 shares
+                   // sequence 0's first block when both fill it before their
+                   // new rows.
+                   std::vector<int32_t> order(nb);
+                   for (int i = 0; i < nb; ++i) order[i] = (i * 7 + 3) % nb;
+                   std::vector<int32_t> tables(size_t(S) * max_blocks, 0);
+                   int next = 0;
+                   for (int s = 0; s < S; ++s) {
+                     for (int j = 0; j * c.bs < c.lens[s]; ++j) tables[s * max_blocks + j] = order[next++];
+                   }
+                   if (S > 1 && c.lens[0] - c.n_new >= c.bs && c.lens[1] - c.n_new >= c.bs) {
+                     tables[max_blocks] = tables[0];
+                   }
+                   std::vector<int32_t> slots, seq, pos;
+                   for (int s = 0; s < S; ++s) {
+                     for (int i = 0; i < c.n_new && i < c.lens[s]; ++i) {
+                       const int j = c.lens[s] - std::min(c.n_new, int(c.lens[s])) + i;
+                       slots.push_back(tables[s * max_blocks + j / c.bs] * c.bs + j % c.bs);
+                       seq.push_back(s);
+                       pos.push_back(j);
+                     }
+                   }
+                   const int rows = int(slots.size());
+                   AttentionParams p;
+                   p.num_heads = c.h;
+                   p.num_kv_heads = c.hkv;
+                   p.head_dim = c.d;
+                   p.window = c.window;
+                   const size_t np = size_t(nb) * c.bs * kd, nq = size_t(rows) * c.h * c.d;
+                   auto kp = RandomVec(np, seed), vp = RandomVec(np, seed + 1);
+                   auto kn = RandomVec(size_t(rows) * kd, seed + 2), vn = RandomVec(size_t(rows) * kd, seed + 3);
+                   auto q = RandomVec(nq, seed + 4);
+                   Tensors d(mem);
+                   PagedKv kv;
+                   kv.dtype = c.bf16 ? KvDtype::kBF16 : KvDtype::kF32;
+                   kv.block_size = c.bs;
+                   kv.num_blocks = nb;
+                   kv.max_blocks = max_blocks;
+                   kv.block_tables = d.In(tables);
+                   std::vector<uint16_t> kh(np), vh(np);
+                   if (c.bf16) {
+                     for (size_t i = 0; i < np; ++i) {
+                       kh[i] = Bf16FromFloat(kp[i]);
+                       vh[i] = Bf16FromFloat(vp[i]);
+                     }
+                     kv.k = d.In(kh);
+                     kv.v = d.In(vh);
+                   } else {
+                     kv.k = d.In(kp);
+                     kv.v = d.In(vp);
+                   }
+                   float* out = d.Unwritten(nq);
+                   ops.paged_kv_write(kv, kd, d.In(kn), d.In(vn), d.In(slots), rows);
+                   ops.paged_attention(p, kv, d.In(q), d.In(seq), d.In(pos), rows, out);
+                   std::vector<float> kf, vf;
+                   if (c.bf16) {
+                     for (uint16_t x : d.Get(static_cast<uint16_t*>(kv.k), np)) kf.push_back(FloatFromBf16(x));
+                     for (uint16_t x : d.Get(static_cast<uint16_t*>(kv.v), np)) vf.push_back(FloatFromBf16(x));
+                   } else {
+                     kf = d.Get(static_cast<float*>(kv.k), np);
+                     vf = d.Get(static_cast<float*>(kv.v), np);
+                   }
+                   return Outputs{{"out", Bound::kReduction, d.Get(out, nq)},
+                                  {"k_pool", Bound::kExact, kf},
+                                  {"v_pool", Bound::kExact, vf}};
+                 }});
+    seed += 5;
+  }
+}
+
 // --------------------------------------------------------------- lm head --
 void AddLmHead(Table& t) {
   struct Shape { int t, c, v, chunk; };
@@ -641,6 +736,7 @@ Table Build() {
   AddRope(t);
   AddAttention(t);
   AddDecode(t);
+  AddPaged(t);
   AddLmHead(t);
   AddOptimizer(t);
   AddSampling(t);

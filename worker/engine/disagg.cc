@@ -9,6 +9,7 @@
 #include "common/phase_failure.h"
 #include "worker/engine/phases.h"
 #include "worker/engine/spec_convert.h"
+#include "worker/rollout/spec_options.h"
 
 namespace tandem::worker {
 
@@ -50,13 +51,14 @@ absl::StatusOr<disagg::RolloutBatch> GenerateBatch(JobContext& ctx, DisaggState&
       groups.push_back(p);
     }
   }
-  model::SamplingOptions so;
-  so.max_new_tokens = spec.rl().max_new_tokens();
-  so.temperature = spec.rl().temperature();
-  so.top_p = spec.rl().top_p();
-  so.top_k = spec.rl().top_k();
-  so.seed = DeriveSeed(spec.seed(), kSeedSampling, static_cast<uint64_t>(step));
+  rollout::RolloutOptions so =
+      rollout::OptionsFromSpec(spec, DeriveSeed(spec.seed(), kSeedSampling, static_cast<uint64_t>(step)));
   so.stop_ids.assign(spec.rl().stop_token_ids().begin(), spec.rl().stop_token_ids().end());
+  so.stop_ids.insert(so.stop_ids.end(), ctx.config.eos_token_ids.begin(), ctx.config.eos_token_ids.end());
+  std::vector<rollout::RolloutRequest> requests(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    requests[i] = {prompts[i], static_cast<int>(i / G), seq_ids[i]};
+  }
   disagg::RolloutBatch batch;
   batch.step = step;
   if (prompts.empty()) return batch;
@@ -77,7 +79,7 @@ absl::StatusOr<disagg::RolloutBatch> GenerateBatch(JobContext& ctx, DisaggState&
   }
   model::FlatParamProvider params(ctx.model->layout(), device_weights, nullptr);
   const auto t0 = Clock::now();
-  auto gen = ctx.generator->Generate(prompts, so, params, seq_ids);
+  auto gen = ctx.rollout->Generate(requests, so, params);
   if (!gen.ok()) return gen.status();
   batch.generate_seconds = Seconds(t0);
   batch.generated_tokens = gen->generated_tokens;

@@ -15,6 +15,7 @@
 #include "worker/engine/spec_convert.h"
 #include "worker/rl/grpo.h"
 #include "worker/rl/lr_schedule.h"
+#include "worker/rollout/spec_options.h"
 
 namespace tandem::worker {
 
@@ -218,25 +219,23 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   if (absl::Status st = ctx.zero->BeginInference(); !st.ok()) return st;
   const double enter_s = Seconds(t_enter);
 
-  model::SamplingOptions so;
-  so.max_new_tokens = spec.rl().max_new_tokens();
-  so.temperature = spec.rl().temperature();
-  so.top_p = spec.rl().top_p();
-  so.top_k = spec.rl().top_k();
-  so.seed = DeriveSeed(spec.seed(), kSeedSampling, static_cast<uint64_t>(step));
+  rollout::RolloutOptions so =
+      rollout::OptionsFromSpec(spec, DeriveSeed(spec.seed(), kSeedSampling, static_cast<uint64_t>(step)));
   so.stop_ids = ctx.stop_ids;
   StopStrings stops(ctx, prompts.size());
   if (stops.active()) so.stop_check = [&stops](size_t i, int32_t id) { return stops.Add(i, id); };
-  const auto t_gen = Clock::now();
-  absl::StatusOr<model::GenerationResult> gen = model::GenerationResult{};
-  if (!prompts.empty()) {
-    gen = ctx.generator->Generate(prompts, so, ctx.zero->inference_view(), seq_ids);
+  // One request per sample: the G samples of a prompt share its prefill.
+  std::vector<rollout::RolloutRequest> requests(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    requests[i] = {prompts[i], static_cast<int>(i / G), seq_ids[i]};
   }
+  const auto t_gen = Clock::now();
+  absl::StatusOr<rollout::RolloutResult> gen = rollout::RolloutResult{};
+  if (!prompts.empty()) gen = ctx.rollout->Generate(requests, so, ctx.zero->inference_view());
   const double gen_s = Seconds(t_gen);
-  const size_t kv_bytes = gen.ok() ? gen->kv_cache_bytes : 0;
 
   const auto t_leave = Clock::now();
-  ctx.generator->Release();
+  ctx.rollout->Release();
   ctx.zero->EndInference();
   if (spec.rl().offload_optimizer()) {
     if (absl::Status st = ctx.zero->RestoreOptimizerState(); !st.ok()) return st;
@@ -258,7 +257,7 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   for (const auto& g : gen->sequences) {
     len_sum += static_cast<double>(g.tokens.size());
     len_max = std::max(len_max, static_cast<double>(g.tokens.size()));
-    truncated += g.finish == model::FinishReason::kLength ? 1 : 0;
+    truncated += g.finish == rollout::Finish::kLength ? 1 : 0;
   }
   auto global_max = MaxOverRanks(ctx, static_cast<int64_t>(len_max));
   if (!global_max.ok()) return global_max.status();
@@ -271,7 +270,11 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   (*m->mutable_extra())["rollout_tokens"] = sums[0];
   (*m->mutable_extra())["rollout_tokens_per_s"] =
       sums[1] > 0 ? sums[0] / (sums[1] / ctx.world) : 0;
-  (*m->mutable_extra())["kv_cache_bytes"] = static_cast<double>(kv_bytes);
+  (*m->mutable_extra())["kv_cache_bytes"] = static_cast<double>(gen->kv_pool_bytes);
+  (*m->mutable_extra())["kv_cache_peak_bytes"] = static_cast<double>(gen->kv_peak_bytes);
+  (*m->mutable_extra())["rollout_prefill_tokens_saved"] =
+      static_cast<double>(gen->scheduler.prompt_tokens_saved);
+  (*m->mutable_extra())["rollout_preemptions"] = static_cast<double>(gen->scheduler.preemptions);
   (*m->mutable_extra())["response_length_mean"] = sums[4] > 0 ? sums[2] / sums[4] : 0;
   (*m->mutable_extra())["response_length_max"] = static_cast<double>(*global_max);
   (*m->mutable_extra())["truncated_fraction"] = sums[4] > 0 ? sums[3] / sums[4] : 0;
@@ -439,8 +442,8 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
   if (!adv.ok()) return adv.status();
 
   rl::PolicyLossOptions lo;
-  lo.clip_low = rlspec.clip();
-  lo.clip_high = rlspec.clip_high();
+  lo.clip_low = rlspec.clip() > 0 ? rlspec.clip() : 0.2;
+  lo.clip_high = rlspec.clip_high() > 0 ? rlspec.clip_high() : lo.clip_low;
   lo.kl_coef = rlspec.kl_coef();
   lo.aggregation = rlspec.loss_agg() == "sequence" ? rl::LossAggregation::kSequence
                                                    : rl::LossAggregation::kToken;

@@ -30,6 +30,7 @@
 #include "worker/rl/sft_data.h"
 #include "worker/rl/tasks.h"
 #include "worker/rl/text_data.h"
+#include "worker/rollout/engine.h"
 #include "worker/text/text_tokenizer.h"
 #include "worker/zero/zero_optimizer.h"
 
@@ -64,7 +65,9 @@ struct JobContext {
   // declared before them so it is destroyed after them.
   std::unique_ptr<ComputeDevice> device;
   std::unique_ptr<model::Model> model;
-  std::unique_ptr<model::Generator> generator;
+  std::unique_ptr<model::Generator> generator;  // evaluation samples
+  // GRPO rollouts: continuous batching over a paged KV cache.
+  std::unique_ptr<rollout::RolloutEngine> rollout;
   // The model's tokenizer (char or Hugging Face); null for ids-only models.
   std::shared_ptr<const text::Tokenizer> tokenizer;
   // Generation stops at these ids: the model's eos ids (config.json,

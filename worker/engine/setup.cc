@@ -239,6 +239,7 @@ absl::Status SetupJob(const EngineOptions& options,
   kernels::DeviceMemory* memory = ctx.device->memory.get();
   ctx.model = std::make_unique<model::Model>(ctx.config, ctx.device->ops.get(), 0, memory);
   ctx.generator = std::make_unique<model::Generator>(ctx.config, ctx.device->ops.get(), memory);
+  ctx.rollout = std::make_unique<rollout::RolloutEngine>(ctx.config, ctx.device->ops.get(), memory);
   const auto& layout = ctx.model->layout();
   if (full.empty()) {
     full.assign(layout.total_floats(), 0.f);

@@ -12,6 +12,7 @@
 #include "kernels/cuda/attention_bwd_kernel.cuh"
 #include "kernels/cuda/attention_fwd_kernel.cuh"
 #include "kernels/cuda/decode_attention_kernel.cuh"
+#include "kernels/cuda/paged_attention_kernel.cuh"
 #include "kernels/cuda/lm_head_kernel.cuh"
 #include "kernels/cuda/optimizer_kernel.cuh"
 #include "kernels/cuda/rmsnorm_kernel.cuh"
@@ -84,6 +85,37 @@ class EmuOps final : public Ops {
       tandem_emu::Launch(dim3(p.num_heads, n_new, batch),
                          dim3(cuda::kDecodeWarps * cuda::kWarp), 0,
                          [&] { cuda::DecodeKernel<kMaxD>(a); });
+    });
+  }
+
+  void paged_kv_write(const PagedKv& kv, int kd, const float* k, const float* v,
+                      const int32_t* slots, int t) override {
+    if (t <= 0 || kd <= 0) return;
+    const int threads = kd >= 256 ? 256 : ((kd + 31) / 32) * 32;
+    tandem_emu::Launch(dim3(t), dim3(threads), 0, [&] {
+      if (kv.dtype == KvDtype::kBF16) {
+        cuda::PagedKvWriteKernel<uint16_t>(kv.k, kv.v, kd, k, v, slots);
+      } else {
+        cuda::PagedKvWriteKernel<float>(kv.k, kv.v, kd, k, v, slots);
+      }
+    });
+  }
+
+  void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q,
+                       const int32_t* row_seq, const int32_t* row_pos, int t,
+                       float* out) override {
+    if (t <= 0) return;
+    const cuda::PagedArgs a{q, kv.k, kv.v, kv.block_tables, row_seq, row_pos, out,
+                            kv.block_size, kv.max_blocks, p.num_heads, p.num_kv_heads,
+                            p.head_dim, p.window, Scale(p)};
+    cuda::DispatchDecode(p.head_dim, [&]<int kMaxD>() {
+      tandem_emu::Launch(dim3(p.num_heads, t), dim3(cuda::kPagedWarps * cuda::kWarp), 0, [&] {
+        if (kv.dtype == KvDtype::kBF16) {
+          cuda::PagedAttentionKernel<kMaxD, uint16_t>(a);
+        } else {
+          cuda::PagedAttentionKernel<kMaxD, float>(a);
+        }
+      });
     });
   }
 
@@ -218,7 +250,8 @@ class EmuOps final : public Ops {
 std::unique_ptr<Ops> MakeEmuOps() { return std::make_unique<EmuOps>(); }
 
 bool EmuSupports(const std::string& op) {
-  return op == "attention" || op == "decode_attention" || op == "rmsnorm" ||
+  return op == "attention" || op == "decode_attention" || op == "paged_attention" ||
+         op == "rmsnorm" ||
          op == "lm_head" || op == "sum_squares" || op == "adamw" ||
          op == "sample_logits";
 }

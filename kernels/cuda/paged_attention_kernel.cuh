@@ -1,0 +1,141 @@
+// Device code of the paged KV cache ops (see paged_attention_cuda.cu). Kept
+// in a header, apart from the host launch code, so the CPU emulation test
+// (kernels/cuda/emu/) can run it without a GPU.
+#pragma once
+
+#include "kernels/bf16.h"
+#include "kernels/cuda/attention_cuda.cuh"
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace tandem::kernels::cuda {
+namespace {
+
+constexpr int kPagedWarps = 4;
+
+struct PagedArgs {
+  const float* q;
+  const void* k;
+  const void* v;
+  const int32_t* block_tables;
+  const int32_t* row_seq;
+  const int32_t* row_pos;
+  float* out;
+  int block_size;
+  int max_blocks;
+  int num_heads;
+  int num_kv_heads;
+  int head_dim;
+  int window;
+  float scale;
+};
+
+__device__ __forceinline__ float KvLoad(const float* p, size_t i) { return p[i]; }
+__device__ __forceinline__ float KvLoad(const uint16_t* p, size_t i) {
+  return FloatFromBf16(p[i]);
+}
+
+// One block per (query head, row); its warps split the visible positions
+// round-robin with an online softmax each, merged in shared memory.
+template <int kMaxD, class T>
+__global__ void __launch_bounds__(kPagedWarps* kWarp)
+    PagedAttentionKernel(const PagedArgs a) {
+  constexpr int kE = kMaxD / kWarp;
+  __shared__ float part_m[kPagedWarps];
+  __shared__ float part_l[kPagedWarps];
+  __shared__ float part_acc[kPagedWarps][kMaxD];
+
+  const int h = blockIdx.x;
+  const int r = blockIdx.y;
+  const int hk = h / (a.num_heads / a.num_kv_heads);
+  const int d = a.head_dim;
+  const int lane = threadIdx.x % kWarp;
+  const int warp = threadIdx.x / kWarp;
+  const size_t qrow = static_cast<size_t>(r) * a.num_heads + h;
+  const float* qp = a.q + qrow * d;
+  const T* kc = static_cast<const T*>(a.k);
+  const T* vc = static_cast<const T*>(a.v);
+
+  float qv[kE], acc[kE];
+#pragma unroll
+  for (int e = 0; e < kE; ++e) {
+    const int col = lane + kWarp * e;
+    qv[e] = col < d ? qp[col] : 0.f;
+    acc[e] = 0.f;
+  }
+  const int pos = a.row_pos[r];
+  const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+  const int32_t* table = a.block_tables + static_cast<size_t>(a.row_seq[r]) * a.max_blocks;
+  const size_t kv_stride = static_cast<size_t>(a.num_kv_heads) * d;
+  float m = -INFINITY, l = 0.f;
+  for (int j = lo + warp; j <= pos; j += kPagedWarps) {
+    const size_t slot = static_cast<size_t>(table[j / a.block_size]) * a.block_size +
+                        j % a.block_size;
+    const size_t base = slot * kv_stride + static_cast<size_t>(hk) * d;
+    float s = 0.f;
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      const int col = lane + kWarp * e;
+      if (col < d) s = fmaf(qv[e], KvLoad(kc, base + col), s);
+    }
+    s = WarpSum(s) * a.scale;
+    const float m_new = fmaxf(m, s);
+    const float alpha = expf(m - m_new);
+    const float p = expf(s - m_new);
+    l = l * alpha + p;
+    m = m_new;
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      const int col = lane + kWarp * e;
+      acc[e] = acc[e] * alpha + (col < d ? p * KvLoad(vc, base + col) : 0.f);
+    }
+  }
+  if (lane == 0) {
+    part_m[warp] = m;
+    part_l[warp] = l;
+  }
+#pragma unroll
+  for (int e = 0; e < kE; ++e) part_acc[warp][lane + kWarp * e] = acc[e];
+  __syncthreads();
+
+  float mx = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kPagedWarps; ++w) mx = fmaxf(mx, part_m[w]);
+  float total = 0.f;
+  float wgt[kPagedWarps];
+#pragma unroll
+  for (int w = 0; w < kPagedWarps; ++w) {
+    wgt[w] = part_m[w] == -INFINITY ? 0.f : expf(part_m[w] - mx);
+    total += part_l[w] * wgt[w];
+  }
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  float* op = a.out + qrow * d;
+  for (int col = threadIdx.x; col < d; col += blockDim.x) {
+    float o = 0.f;
+#pragma unroll
+    for (int w = 0; w < kPagedWarps; ++w) o += part_acc[w][col] * wgt[w];
+    op[col] = o * inv;
+  }
+}
+
+// One block per row; threads over the kd values of k and v.
+template <class T>
+__global__ void PagedKvWriteKernel(void* kpool, void* vpool, int kd, const float* k,
+                                   const float* v, const int32_t* slots) {
+  const int r = blockIdx.x;
+  const size_t dst = static_cast<size_t>(slots[r]) * kd;
+  const size_t src = static_cast<size_t>(r) * kd;
+  T* kc = static_cast<T*>(kpool);
+  T* vc = static_cast<T*>(vpool);
+  for (int e = threadIdx.x; e < kd; e += blockDim.x) {
+    if constexpr (sizeof(T) == 2) {
+      kc[dst + e] = Bf16FromFloat(k[src + e]);
+      vc[dst + e] = Bf16FromFloat(v[src + e]);
+    } else {
+      kc[dst + e] = k[src + e];
+      vc[dst + e] = v[src + e];
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem::kernels::cuda

@@ -1,0 +1,329 @@
+// RolloutEngine: greedy tokens equal recomputing the full forward at every
+// step; the same tokens for any batch composition, KV budget (preemption
+// and recomputation) and with or without shared prompts; bf16 KV; stop ids
+// and stop checks; bounded memory with nothing kept between calls.
+#include "worker/rollout/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "kernels/backends.h"
+#include "nlohmann/json.hpp"
+#include "worker/model/config.h"
+#include "worker/model/model.h"
+
+namespace tandem::rollout {
+namespace {
+
+using model::ModelConfig;
+
+// llama: tied; qwen: biases, one sliding layer, YaRN; qwen3: q/k norms;
+// mistral: a window on every layer.
+ModelConfig Config(const std::string& kind) {
+  nlohmann::json j = {{"vocab_size", 29}, {"hidden_size", 32}, {"intermediate_size", 40},
+                      {"num_hidden_layers", 3}, {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2}, {"max_position_embeddings", 128},
+                      {"rms_norm_eps", 1e-5}, {"eos_token_id", 2}, {"bos_token_id", 1}};
+  if (kind == "qwen3") {
+    j["model_type"] = "qwen3";
+    j["head_dim"] = 12;
+  } else if (kind == "mistral") {
+    j["model_type"] = "mistral";
+    j["sliding_window"] = 4;
+  } else if (kind == "qwen") {
+    j["model_type"] = "qwen2";
+    j["sliding_window"] = 5;
+    j["layer_types"] = {"full_attention", "sliding_attention", "full_attention"};
+    j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  } else {
+    j["tie_word_embeddings"] = true;
+  }
+  auto c = model::ParseConfigJson(j.dump());
+  EXPECT_TRUE(c.ok()) << c.status();
+  return *c;
+}
+
+struct Fixture {
+  explicit Fixture(const std::string& kind, kernels::Ops* ops_in)
+      : config(Config(kind)), ops(ops_in), m(config, ops) {
+    params.assign(m.layout().total_floats(), 0.f);
+    std::mt19937_64 rng(11 + kind.size());
+    std::normal_distribution<float> nd;
+    for (const auto& t : m.layout().tensors()) {
+      for (size_t i = 0; i < t.numel; ++i) {
+        const float v = nd(rng);
+        params[t.offset + i] = t.kind == model::TensorView::Kind::kNorm ? 1.f + 0.1f * v
+                               : t.kind == model::TensorView::Kind::kBias ? 0.1f * v
+                                                                           : 0.3f * v;
+      }
+    }
+    pp = std::make_unique<model::FlatParamProvider>(m.layout(), params.data(), nullptr);
+  }
+  ModelConfig config;
+  kernels::Ops* ops;
+  model::Model m;
+  std::vector<float> params;
+  std::unique_ptr<model::FlatParamProvider> pp;
+};
+
+// Groups of G samples of a few prompts (lengths 1..11).
+std::vector<RolloutRequest> Requests(int G) {
+  const std::vector<std::vector<int32_t>> prompts = {
+      {1, 5, 9, 13}, {1, 20}, {1, 3, 4, 7, 8, 11, 12, 17, 19, 21, 22}, {1}};
+  std::vector<RolloutRequest> r;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    for (int g = 0; g < G; ++g) r.push_back({prompts[p], static_cast<int>(p), p * G + g});
+  }
+  return r;
+}
+
+RolloutOptions Small() {
+  RolloutOptions o;
+  o.max_new_tokens = 10;
+  o.block_size = 4;
+  o.max_batch_tokens = 7;  // chunked prefill mixed with decode rows
+  o.sampling.greedy = true;
+  return o;
+}
+
+void ExpectGreedyMatchesFullForward(Fixture& f, const RolloutOptions& o) {
+  RolloutEngine eng(f.config, f.ops);
+  const auto reqs = Requests(2);
+  auto res = eng.Generate(reqs, o, *f.pp);
+  ASSERT_TRUE(res.ok()) << res.status();
+  const int V = f.config.vocab_size;
+  for (size_t s = 0; s < reqs.size(); ++s) {
+    const auto& g = res->sequences[s];
+    ASSERT_EQ(g.tokens.size(), 10u);
+    std::vector<int32_t> seq = reqs[s].prompt;
+    seq.insert(seq.end(), g.tokens.begin(), g.tokens.end() - 1);
+    model::Batch b;
+    b.cu_seqlens = {0, static_cast<int32_t>(seq.size())};
+    for (size_t i = 0; i < seq.size(); ++i) {
+      b.tokens.push_back(seq[i]);
+      b.targets.push_back(0);
+      b.positions.push_back(static_cast<int32_t>(i));
+    }
+    std::vector<float> logits(seq.size() * V);
+    ASSERT_TRUE(f.m.ForwardLogits(b, *f.pp, logits.data()).ok());
+    for (size_t j = 0; j < g.tokens.size(); ++j) {
+      const float* row = logits.data() + (reqs[s].prompt.size() - 1 + j) * V;
+      int arg = 0;
+      for (int v = 1; v < V; ++v) {
+        if (row[v] > row[arg]) arg = v;
+      }
+      double z = 0;
+      for (int v = 0; v < V; ++v) z += std::exp(row[v] - row[arg]);
+      const double lp = row[g.tokens[j]] - row[arg] - std::log(z);
+      EXPECT_EQ(g.tokens[j], arg) << "sequence " << s << " token " << j;
+      EXPECT_NEAR(g.raw_logprobs[j], lp, 1e-4) << "sequence " << s << " token " << j;
+    }
+  }
+  EXPECT_GT(res->scheduler.prompt_tokens_saved, 0);
+}
+
+TEST(RolloutEngineTest, GreedyMatchesFullForwardReference) {
+  auto ops = kernels::MakeReferenceOps();
+  for (const char* kind : {"llama", "qwen", "qwen3", "mistral"}) {
+    SCOPED_TRACE(kind);
+    Fixture f(kind, ops.get());
+    ExpectGreedyMatchesFullForward(f, Small());
+  }
+}
+
+TEST(RolloutEngineTest, GreedyMatchesFullForwardCpu) {
+  auto ops = kernels::MakeCpuOps(0);
+  for (const char* kind : {"llama", "qwen", "qwen3"}) {
+    SCOPED_TRACE(kind);
+    Fixture f(kind, ops.get());
+    ExpectGreedyMatchesFullForward(f, Small());
+  }
+}
+
+RolloutOptions Sampled() {
+  RolloutOptions o = Small();
+  o.sampling.greedy = false;
+  o.sampling.temperature = 0.9f;
+  o.sampling.top_k = 12;
+  o.sampling.top_p = 0.95f;
+  o.sampling.min_p = 0.02f;
+  o.sampling.seed = 42;
+  return o;
+}
+
+std::vector<std::vector<int32_t>> Tokens(const RolloutResult& r) {
+  std::vector<std::vector<int32_t>> t;
+  for (const auto& s : r.sequences) t.push_back(s.tokens);
+  return t;
+}
+
+// The reference backend computes each row alone, so tokens compare exactly.
+TEST(RolloutEngineTest, SameTokensForAnyBatchCompositionBudgetOrSharing) {
+  auto ops = kernels::MakeReferenceOps();
+  Fixture f("qwen", ops.get());
+  for (const RolloutOptions& base : {Small(), Sampled()}) {
+    RolloutEngine eng(f.config, f.ops);
+    const auto reqs = Requests(3);
+    auto all = eng.Generate(reqs, base, *f.pp);
+    ASSERT_TRUE(all.ok()) << all.status();
+    const auto want = Tokens(*all);
+    // One at a time, and in reverse order.
+    for (size_t s = 0; s < reqs.size(); ++s) {
+      auto one = eng.Generate({reqs[s]}, base, *f.pp);
+      ASSERT_TRUE(one.ok());
+      EXPECT_EQ(one->sequences[0].tokens, want[s]) << "sequence " << s;
+    }
+    std::vector<RolloutRequest> rev(reqs.rbegin(), reqs.rend());
+    auto r = eng.Generate(rev, base, *f.pp);
+    ASSERT_TRUE(r.ok());
+    for (size_t s = 0; s < reqs.size(); ++s) EXPECT_EQ(r->sequences[reqs.size() - 1 - s].tokens, want[s]);
+    // No prompt sharing; one running sequence; a large token budget.
+    for (int variant = 0; variant < 3; ++variant) {
+      RolloutOptions o = base;
+      if (variant == 0) o.share_prompts = false;
+      if (variant == 1) o.max_seqs = 1;
+      if (variant == 2) o.max_batch_tokens = 4096;
+      auto v = eng.Generate(reqs, o, *f.pp);
+      ASSERT_TRUE(v.ok());
+      EXPECT_EQ(Tokens(*v), want) << "variant " << variant;
+      if (variant == 0) EXPECT_EQ(v->scheduler.prompt_tokens_saved, 0);
+    }
+    // Prompt sharing saved (G - 1) prefills of every prompt: 2 x (4+2+11+1).
+    EXPECT_EQ(all->scheduler.prompt_tokens_saved, 2 * 18);
+  }
+}
+
+TEST(RolloutEngineTest, TinyKvBudgetPreemptsAndRecomputesWithSameTokens) {
+  auto ops = kernels::MakeReferenceOps();
+  Fixture f("llama", ops.get());
+  const RolloutOptions base = Sampled();
+  RolloutEngine eng(f.config, f.ops);
+  const auto reqs = Requests(3);
+  auto big = eng.Generate(reqs, base, *f.pp);
+  ASSERT_TRUE(big.ok());
+  RolloutOptions tiny = base;
+  // 7 blocks of 4: the longest sequence (11 + 10 positions) needs 6.
+  tiny.kv_cache_bytes = 7 * KvPool::BlockBytes(3, 2 * 8, 4, kernels::KvDtype::kF32);
+  auto small = eng.Generate(reqs, tiny, *f.pp);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->num_blocks, 7);
+  EXPECT_GT(small->scheduler.preemptions, 0);
+  EXPECT_GT(small->scheduler.recomputed_tokens, 0);
+  EXPECT_LE(small->kv_peak_bytes, tiny.kv_cache_bytes);
+  EXPECT_EQ(Tokens(*small), Tokens(*big));
+  // Smaller than one sequence: a clear error naming the option.
+  tiny.kv_cache_bytes = 2 * KvPool::BlockBytes(3, 2 * 8, 4, kernels::KvDtype::kF32);
+  auto none = eng.Generate(reqs, tiny, *f.pp);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("rollout.kv_cache_bytes"), std::string::npos);
+}
+
+TEST(RolloutEngineTest, Bf16KvCacheIsCloseToFp32AndHalfTheBytes) {
+  auto ops = kernels::MakeCpuOps(0);
+  Fixture f("llama", ops.get());
+  RolloutEngine eng(f.config, f.ops);
+  RolloutOptions o = Small();
+  auto fp32 = eng.Generate(Requests(1), o, *f.pp);
+  ASSERT_TRUE(fp32.ok());
+  o.kv_dtype = kernels::KvDtype::kBF16;
+  auto bf16 = eng.Generate(Requests(1), o, *f.pp);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_EQ(bf16->kv_pool_bytes * 2, fp32->kv_pool_bytes);
+  for (size_t s = 0; s < fp32->sequences.size(); ++s) {
+    // The first token comes from the prompt's cache alone.
+    EXPECT_EQ(bf16->sequences[s].tokens[0], fp32->sequences[s].tokens[0]);
+    EXPECT_NEAR(bf16->sequences[s].raw_logprobs[0], fp32->sequences[s].raw_logprobs[0], 0.05);
+  }
+}
+
+TEST(RolloutEngineTest, StopIdsAndStopChecksEndSequences) {
+  auto ops = kernels::MakeReferenceOps();
+  Fixture f("llama", ops.get());
+  RolloutEngine eng(f.config, f.ops);
+  RolloutOptions o = Small();
+  auto free_run = eng.Generate(Requests(1), o, *f.pp);
+  ASSERT_TRUE(free_run.ok());
+  const int32_t stop = free_run->sequences[0].tokens[3];
+  o.stop_ids = {stop};
+  o.stop_check = [](size_t seq, int32_t) { return seq == 1; };  // after one token
+  auto r = eng.Generate(Requests(1), o, *f.pp);
+  ASSERT_TRUE(r.ok());
+  const auto& s0 = r->sequences[0];
+  ASSERT_LE(s0.tokens.size(), 4u);
+  EXPECT_EQ(s0.tokens.back(), stop);
+  EXPECT_EQ(s0.finish, Finish::kStop);
+  EXPECT_EQ(r->sequences[1].tokens.size(), 1u);
+  EXPECT_EQ(r->sequences[1].finish, Finish::kStop);
+  EXPECT_EQ(r->sequences[2].finish == Finish::kLength, r->sequences[2].tokens.size() == 10u);
+}
+
+TEST(RolloutEngineTest, MemoryIsBoundedAndNotKeptBetweenCalls) {
+  auto ops = kernels::MakeCpuOps(0);
+  Fixture f("llama", ops.get());
+  RolloutEngine eng(f.config, f.ops);
+  auto a = eng.Generate(Requests(2), Sampled(), *f.pp);
+  ASSERT_TRUE(a.ok());
+  const size_t held = eng.held_bytes();
+  for (int i = 0; i < 3; ++i) {
+    auto b = eng.Generate(Requests(2), Sampled(), *f.pp);
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(eng.held_bytes(), held);
+    EXPECT_LE(b->kv_peak_bytes, b->kv_pool_bytes);
+  }
+  eng.Release();
+  EXPECT_EQ(eng.held_bytes(), 0u);
+}
+
+TEST(RolloutEngineTest, BadOptionsAreRejectedByName) {
+  auto ops = kernels::MakeReferenceOps();
+  Fixture f("llama", ops.get());
+  RolloutEngine eng(f.config, f.ops);
+  struct Bad {
+    const char* want;
+    std::function<void(RolloutOptions&)> set;
+  };
+  const Bad bad[] = {
+      {"temperature", [](RolloutOptions& o) { o.sampling.greedy = false; o.sampling.temperature = 0; }},
+      {"top_p", [](RolloutOptions& o) { o.sampling.top_p = 0; }},
+      {"min_p", [](RolloutOptions& o) { o.sampling.min_p = 1; }},
+      {"repetition_penalty", [](RolloutOptions& o) { o.sampling.repetition_penalty = 0; }},
+      {"rollout.block_size", [](RolloutOptions& o) { o.block_size = 0; }},
+      {"rollout.max_batch_tokens", [](RolloutOptions& o) { o.max_batch_tokens = 0; }},
+      {"rollout.max_seqs", [](RolloutOptions& o) { o.max_seqs = 0; }},
+  };
+  for (const Bad& b : bad) {
+    RolloutOptions o = Small();
+    b.set(o);
+    auto r = eng.Generate(Requests(1), o, *f.pp);
+    ASSERT_FALSE(r.ok()) << b.want;
+    EXPECT_NE(r.status().message().find(b.want), std::string::npos) << r.status();
+  }
+  auto r = eng.Generate({{{1, 99}, -1, 0}}, Small(), *f.pp);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("outside"), std::string::npos);
+}
+
+TEST(RolloutEngineTest, RepetitionPenaltyAvoidsSeenTokens) {
+  auto ops = kernels::MakeReferenceOps();
+  Fixture f("llama", ops.get());
+  RolloutEngine eng(f.config, f.ops);
+  RolloutOptions o = Small();
+  o.sampling.repetition_penalty = 1e6f;
+  o.max_new_tokens = 5;
+  auto r = eng.Generate(Requests(1), o, *f.pp);
+  ASSERT_TRUE(r.ok());
+  // Every token is new to its sequence (the vocabulary of 29 is large enough).
+  for (size_t s = 0; s < r->sequences.size(); ++s) {
+    std::vector<int32_t> seen = Requests(1)[s].prompt;
+    for (int32_t t : r->sequences[s].tokens) {
+      EXPECT_EQ(std::find(seen.begin(), seen.end(), t), seen.end());
+      seen.push_back(t);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem::rollout

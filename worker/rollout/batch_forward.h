@@ -1,0 +1,48 @@
+// BatchForward: the model forward of one rollout step, over a batch of rows
+// that each name (sequence, position): decode rows and prefill chunks of
+// several sequences mixed. Every row's k/v is written to its slot of the
+// paged KV cache before attention, and each row attends over its sequence's
+// block table. The scheduler and sampler only see this interface, so a
+// tensor-parallel forward (heads split over ranks) can stand behind it.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "worker/model/param_provider.h"
+#include "worker/rollout/kv_pool.h"
+
+namespace tandem::rollout {
+
+// One step's rows. Every pointer is device memory of the forward's backend.
+struct ForwardBatch {
+  int rows = 0;
+  const int32_t* tokens = nullptr;     // [rows]
+  const int32_t* positions = nullptr;  // [rows]
+  const int32_t* row_seq = nullptr;    // [rows] row of block_tables
+  const int32_t* slots = nullptr;      // [rows] cache slot of each row's k/v
+  const int32_t* block_tables = nullptr;  // [sequences, max_blocks]
+  int max_blocks = 0;
+  // Rows whose logits are wanted (a row may repeat: samples of a shared
+  // prompt read the same row).
+  int num_out = 0;
+  const int32_t* out_rows = nullptr;  // [num_out]
+};
+
+class BatchForward {
+ public:
+  virtual ~BatchForward() = default;
+  // Scratch for up to `rows` rows and `outs` logits rows, and rotary
+  // tables for positions 0..positions-1.
+  virtual absl::Status Reserve(int rows, int outs, int positions) = 0;
+  // Runs the batch, writing its k/v into `kv` and logits [num_out, V] to
+  // logits() (device memory, valid until the next call).
+  virtual absl::Status Forward(model::ParamProvider& params, KvPool& kv,
+                               const ForwardBatch& batch) = 0;
+  virtual const float* logits() const = 0;
+  virtual float* mutable_logits() = 0;
+  // Frees the scratch.
+  virtual void Release() = 0;
+};
+
+}  // namespace tandem::rollout

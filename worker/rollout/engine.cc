@@ -1,0 +1,244 @@
+#include "worker/rollout/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+
+namespace tandem::rollout {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+RolloutEngine::RolloutEngine(const model::ModelConfig& config, kernels::Ops* ops,
+                             kernels::DeviceMemory* memory)
+    : forward_(config, ops, memory),
+      ops_(ops),
+      mem_(forward_.memory()),
+      vocab_(forward_.dims().V) {}
+
+void RolloutEngine::Release() {
+  kv_.Release();
+  forward_.Release();
+  idx_d_.reset();
+  u_d_.reset();
+  pick_id_d_.reset();
+  pick_lp_d_.reset();
+  for (auto* v : {&idx_, &pick_id_}) {
+    v->clear();
+    v->shrink_to_fit();
+  }
+  for (auto* v : {&pick_lp_, &logits_}) {
+    v->clear();
+    v->shrink_to_fit();
+  }
+  u_.clear();
+  u_.shrink_to_fit();
+}
+
+size_t RolloutEngine::held_bytes() const {
+  return kv_.bytes() + forward_.scratch_bytes() + idx_d_.bytes() + u_d_.bytes() +
+         pick_id_d_.bytes() + pick_lp_d_.bytes();
+}
+
+absl::Status RolloutEngine::Check(const std::vector<RolloutRequest>& requests,
+                                  const RolloutOptions& o) const {
+  RETURN_IF_ERROR(ValidateSampling(o.sampling));
+  if (o.max_new_tokens < 0) return absl::InvalidArgumentError("rollout: max_new_tokens < 0");
+  if (o.block_size < 1 || o.block_size > 1024) {
+    return absl::InvalidArgumentError("rollout.block_size must be in [1, 1024]");
+  }
+  if (o.max_batch_tokens < 1) return absl::InvalidArgumentError("rollout.max_batch_tokens must be >= 1");
+  if (o.max_seqs < 1) return absl::InvalidArgumentError("rollout.max_seqs must be >= 1");
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const auto& p = requests[i].prompt;
+    if (p.empty()) return absl::InvalidArgumentError(absl::StrCat("rollout: prompt ", i, " is empty"));
+    if (p.size() + static_cast<size_t>(o.max_new_tokens) > (size_t{1} << 22)) {
+      return absl::InvalidArgumentError(absl::StrCat("rollout: prompt ", i, " is too long"));
+    }
+    for (int32_t id : p) {
+      if (id < 0 || id >= vocab_) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "rollout: prompt ", i, " has token id ", id, " outside [0, ", vocab_, ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RolloutEngine::Ensure(int rows, int outs, int positions, size_t index_ints) {
+  RETURN_IF_ERROR(forward_.Reserve(rows, outs, positions));
+  auto exhausted = [&](const char* what) {
+    Release();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("rollout: cannot allocate ", what, " in ", mem_->name(), " memory"));
+  };
+  if (idx_d_.size() < index_ints && !idx_d_.Allocate(mem_, index_ints)) return exhausted("indices");
+  if (u_d_.size() < static_cast<size_t>(outs)) {
+    if (!u_d_.Allocate(mem_, outs) || !pick_id_d_.Allocate(mem_, outs) ||
+        !pick_lp_d_.Allocate(mem_, 2 * static_cast<size_t>(outs))) {
+      return exhausted("sampling buffers");
+    }
+  }
+  idx_.reserve(index_ints);
+  u_.resize(outs);
+  pick_id_.resize(outs);
+  pick_lp_.resize(2 * static_cast<size_t>(outs));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutRequest>& requests,
+                                                      const RolloutOptions& o,
+                                                      model::ParamProvider& params) {
+  RETURN_IF_ERROR(Check(requests, o));
+  const double t0 = Now();
+  RolloutResult res;
+  res.sequences.resize(requests.size());
+  for (const auto& r : requests) res.prompt_tokens += static_cast<int64_t>(r.prompt.size());
+  if (requests.empty() || o.max_new_tokens == 0) return res;
+
+  const model::DecoderDims& d = forward_.dims();
+  const size_t block_bytes = KvPool::BlockBytes(d.L, d.KD, o.block_size, o.kv_dtype);
+  int64_t full = 0;  // blocks for every sequence at full length, unshared
+  for (const auto& r : requests) {
+    full += (static_cast<int64_t>(r.prompt.size()) + o.max_new_tokens + o.block_size - 1) /
+            o.block_size;
+  }
+  int64_t num_blocks = o.kv_cache_bytes > 0 ? static_cast<int64_t>(o.kv_cache_bytes / block_bytes)
+                                            : full;
+  num_blocks = std::min<int64_t>(num_blocks, std::min<int64_t>(full, INT32_MAX / o.block_size));
+
+  SchedulerOptions so;
+  so.num_blocks = static_cast<int>(num_blocks);
+  so.block_size = o.block_size;
+  so.max_batch_tokens = o.max_batch_tokens;
+  so.max_seqs = o.max_seqs;
+  so.share_prompts = o.share_prompts;
+  Scheduler sched(so);
+  for (const auto& r : requests) {
+    ASSIGN_OR_RETURN(int id, sched.Add(r.prompt, r.group, o.max_new_tokens));
+    (void)id;
+  }
+  if (kv_.num_blocks() != so.num_blocks || kv_.dtype() != o.kv_dtype ||
+      kv_.block_size() != o.block_size) {
+    RETURN_IF_ERROR(kv_.Allocate(mem_, d.L, d.KD, o.block_size, so.num_blocks, o.kv_dtype));
+  }
+  const int R = o.max_batch_tokens;
+  const int S = std::min<int>(o.max_seqs, static_cast<int>(requests.size()));
+  const int MB = sched.max_blocks_per_seq();
+  // [tokens | positions | row_seq | slots] (R each), out rows (S), tables (S x MB).
+  const size_t index_ints = 4 * static_cast<size_t>(R) + S + static_cast<size_t>(S) * MB;
+  RETURN_IF_ERROR(Ensure(R, S, sched.max_positions(), index_ints));
+
+  std::vector<int32_t> stop = o.stop_ids;
+  auto is_stop = [&](int32_t t) { return std::find(stop.begin(), stop.end(), t) != stop.end(); };
+  const bool device_sampling = DeviceSamplable(o.sampling, vocab_);
+  const int bs = o.block_size;
+  std::vector<int> table_row(requests.size(), -1);
+  Scheduler::Step step;
+  while (sched.Schedule(&step)) {
+    if (step.rows == 0) {
+      return absl::InternalError("rollout: the scheduler planned an empty step");
+    }
+    for (const BlockCopy& c : step.copies) kv_.CopyBlock(c.src, c.dst);
+    // Host indices, one upload.
+    const int rows = step.rows, n_out = static_cast<int>(step.samples.size());
+    const int nseq = static_cast<int>(step.chunks.size());
+    idx_.assign(4 * static_cast<size_t>(rows) + n_out + static_cast<size_t>(nseq) * MB, 0);
+    int32_t* tok = idx_.data();
+    int32_t* pos = tok + rows;
+    int32_t* rseq = pos + rows;
+    int32_t* slot = rseq + rows;
+    int32_t* outr = slot + rows;
+    int32_t* tables = outr + n_out;
+    for (int k = 0; k < nseq; ++k) {
+      const Scheduler::Chunk& c = step.chunks[k];
+      const auto toks = sched.tokens(c.seq);
+      const BlockTable& tb = sched.table(c.seq);
+      std::copy(tb.begin(), tb.end(), tables + static_cast<size_t>(k) * MB);
+      for (int i = 0; i < c.n; ++i) {
+        const int r = c.row + i, p = c.start + i;
+        tok[r] = toks[p];
+        pos[r] = p;
+        rseq[r] = k;
+        slot[r] = tb[p / bs] * bs + p % bs;
+      }
+    }
+    for (int i = 0; i < n_out; ++i) outr[i] = step.samples[i].row;
+    idx_d_.Upload(idx_.data(), idx_.size());
+    const int32_t* dp = idx_d_.data();
+    ForwardBatch fb;
+    fb.rows = rows;
+    fb.tokens = dp;
+    fb.positions = dp + rows;
+    fb.row_seq = dp + 2 * rows;
+    fb.slots = dp + 3 * rows;
+    fb.out_rows = dp + 4 * rows;
+    fb.num_out = n_out;
+    fb.block_tables = dp + 4 * rows + n_out;
+    fb.max_blocks = MB;
+    RETURN_IF_ERROR(forward_.Forward(params, kv_, fb));
+    sched.Commit(step);
+
+    // Sampling: stream of each sequence, token index = tokens generated.
+    for (int i = 0; i < n_out; ++i) {
+      const int s = step.samples[i].seq;
+      u_[i] = o.sampling.greedy ? 0.0
+                                : StreamUniform(o.sampling.seed, requests[s].stream,
+                                                static_cast<uint64_t>(sched.generated(s)));
+    }
+    if (device_sampling) {
+      u_d_.Upload(u_.data(), n_out);
+      ops_->sample_logits(forward_.logits(), n_out, vocab_,
+                          o.sampling.greedy ? 0.f : o.sampling.temperature, u_d_.data(),
+                          pick_id_d_.data(), pick_lp_d_.data(), pick_lp_d_.data() + n_out);
+      pick_id_d_.Download(pick_id_.data(), n_out);
+      pick_lp_d_.Download(pick_lp_.data(), 2 * static_cast<size_t>(n_out));
+    } else {
+      logits_.resize(static_cast<size_t>(n_out) * vocab_);
+      mem_->CopyToHost(logits_.data(), forward_.logits(), logits_.size() * sizeof(float));
+      for (int i = 0; i < n_out; ++i) {
+        const int s = step.samples[i].seq;
+        const Pick p = host_sampler_.Sample(logits_.data() + static_cast<size_t>(i) * vocab_,
+                                            vocab_, o.sampling, u_[i], sched.tokens(s));
+        pick_id_[i] = p.token;
+        pick_lp_[i] = p.logprob;
+        pick_lp_[n_out + i] = p.raw_logprob;
+      }
+    }
+    for (int i = 0; i < n_out; ++i) {
+      const int s = step.samples[i].seq;
+      const int32_t t = pick_id_[i];
+      RolloutSequence& g = res.sequences[s];
+      g.tokens.push_back(t);
+      g.logprobs.push_back(pick_lp_[i]);
+      g.raw_logprobs.push_back(pick_lp_[n_out + i]);
+      sched.Append(s, t);
+      bool done = true;
+      if (is_stop(t) || (o.stop_check && o.stop_check(static_cast<size_t>(s), t))) {
+        g.finish = Finish::kStop;
+      } else if (static_cast<int>(g.tokens.size()) >= o.max_new_tokens) {
+        g.finish = Finish::kLength;
+      } else {
+        done = false;
+      }
+      if (done) sched.Finish(s);
+    }
+  }
+  for (const auto& g : res.sequences) res.generated_tokens += static_cast<int64_t>(g.tokens.size());
+  res.scheduler = sched.stats();
+  res.num_blocks = so.num_blocks;
+  res.kv_pool_bytes = kv_.bytes();
+  res.kv_peak_bytes = static_cast<size_t>(sched.blocks().peak_used_blocks()) * block_bytes;
+  res.seconds = Now() - t0;
+  return res;
+}
+
+}  // namespace tandem::rollout

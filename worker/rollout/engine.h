@@ -1,0 +1,115 @@
+// RolloutEngine: generation for RL rollouts. Continuous batching with
+// chunked prefill under a token budget (scheduler.h), a paged KV cache with
+// a byte budget, preemption and recomputation when it is full (never a
+// failure), shared prompt prefixes with copy-on-write, and sampling with one
+// counter-based stream per sequence (sampler.h). The model forward is a
+// BatchForward (batch_forward.h); this engine runs it on one device.
+//
+// Guarantees: greedy tokens equal those of recomputing the full forward at
+// every step (up to fp32 rounding of a different batch shape); a sequence's
+// tokens do not depend on which other sequences share its steps; the KV
+// cache is allocated once per Generate, within the budget, and freed by
+// Release (nothing is kept between rollout phases).
+//
+// One thread at a time. `ops` and `memory` must outlive the engine; the
+// ParamProvider gives device pointers of `memory`.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/memory.h"
+#include "kernels/ops.h"
+#include "worker/model/config.h"
+#include "worker/model/param_provider.h"
+#include "worker/rollout/kv_pool.h"
+#include "worker/rollout/paged_decoder.h"
+#include "worker/rollout/sampler.h"
+#include "worker/rollout/scheduler.h"
+
+namespace tandem::rollout {
+
+struct RolloutOptions {
+  SamplingParams sampling;
+  int max_new_tokens = 32;
+  // A sampled stop id ends its sequence (and is kept in the output).
+  std::vector<int32_t> stop_ids;
+  // Called with (sequence index, token) after every sampled token that is
+  // not a stop id; true ends that sequence (e.g. a stop string appeared).
+  std::function<bool(size_t, int32_t)> stop_check;
+  // KV cache budget; 0 = room for every sequence at full length.
+  size_t kv_cache_bytes = 0;
+  kernels::KvDtype kv_dtype = kernels::KvDtype::kF32;
+  int block_size = 16;
+  int max_batch_tokens = 2048;  // rows per step
+  int max_seqs = 256;           // sequences running at once
+  bool share_prompts = true;
+};
+
+// One sequence to generate. Sequences with the same group (>= 0) must have
+// equal prompts (their prefill is shared); `stream` keys the sampler's
+// draws.
+struct RolloutRequest {
+  std::vector<int32_t> prompt;
+  int group = -1;
+  uint64_t stream = 0;
+};
+
+enum class Finish { kStop, kLength };
+
+struct RolloutSequence {
+  std::vector<int32_t> tokens;      // generated ids (stop id included)
+  std::vector<float> logprobs;      // under the sampling distribution
+  std::vector<float> raw_logprobs;  // under softmax(logits), temperature 1
+  Finish finish = Finish::kLength;
+};
+
+struct RolloutResult {
+  std::vector<RolloutSequence> sequences;  // one per request, same order
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;
+  SchedulerStats scheduler;
+  size_t kv_pool_bytes = 0;  // the cache allocated
+  size_t kv_peak_bytes = 0;  // blocks in use at the peak
+  int num_blocks = 0;
+  double seconds = 0;
+};
+
+class RolloutEngine {
+ public:
+  RolloutEngine(const model::ModelConfig& config, kernels::Ops* ops,
+                kernels::DeviceMemory* memory = nullptr);
+
+  absl::StatusOr<RolloutResult> Generate(const std::vector<RolloutRequest>& requests,
+                                         const RolloutOptions& options,
+                                         model::ParamProvider& params);
+  // Frees the KV cache and every scratch buffer.
+  void Release();
+  // Device bytes held now (KV cache and scratch).
+  size_t held_bytes() const;
+
+ private:
+  absl::Status Check(const std::vector<RolloutRequest>& requests, const RolloutOptions& o) const;
+  absl::Status Ensure(int rows, int outs, int positions, size_t index_ints);
+
+  PagedDecoder forward_;
+  kernels::Ops* ops_;
+  kernels::DeviceMemory* mem_;
+  int vocab_;
+  KvPool kv_;
+  HostSampler host_sampler_;
+  // Device index arrays (one upload per step) and sampling buffers.
+  kernels::DeviceArray<int32_t> idx_d_;
+  kernels::DeviceArray<double> u_d_;
+  kernels::DeviceArray<int32_t> pick_id_d_;
+  kernels::DeviceArray<float> pick_lp_d_;
+  std::vector<int32_t> idx_;
+  std::vector<double> u_;
+  std::vector<int32_t> pick_id_;
+  std::vector<float> pick_lp_, logits_;
+};
+
+}  // namespace tandem::rollout

@@ -1,0 +1,91 @@
+#include "worker/rollout/kv_pool.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::rollout {
+
+size_t KvPool::BlockBytes(int layers, int kv_dim, int block_size, kernels::KvDtype dtype) {
+  const size_t elem = dtype == kernels::KvDtype::kBF16 ? 2 : 4;
+  return 2 * static_cast<size_t>(layers) * block_size * kv_dim * elem;
+}
+
+absl::Status KvPool::Allocate(kernels::DeviceMemory* mem, int layers, int kv_dim,
+                              int block_size, int num_blocks, kernels::KvDtype dtype) {
+  Release();
+  mem_ = mem;
+  dtype_ = dtype;
+  kv_dim_ = kv_dim;
+  block_size_ = block_size;
+  const size_t n = static_cast<size_t>(num_blocks) * block_size * kv_dim;
+  bool ok = true;
+  if (dtype == kernels::KvDtype::kBF16) {
+    kh_.resize(layers);
+    vh_.resize(layers);
+    for (int l = 0; l < layers && ok; ++l) ok = kh_[l].Allocate(mem, n) && vh_[l].Allocate(mem, n);
+  } else {
+    kf_.resize(layers);
+    vf_.resize(layers);
+    for (int l = 0; l < layers && ok; ++l) ok = kf_[l].Allocate(mem, n) && vf_[l].Allocate(mem, n);
+  }
+  if (!ok) {
+    Release();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "rollout: cannot allocate a KV cache of ", num_blocks, " blocks (",
+        BlockBytes(layers, kv_dim, block_size, dtype) * num_blocks, " bytes) in ", mem->name(),
+        " memory; lower rollout.kv_cache_bytes"));
+  }
+  num_blocks_ = num_blocks;
+  return absl::OkStatus();
+}
+
+void KvPool::Release() {
+  kf_.clear();
+  vf_.clear();
+  kh_.clear();
+  vh_.clear();
+  num_blocks_ = 0;
+}
+
+size_t KvPool::bytes() const {
+  size_t n = 0;
+  for (const auto& a : kf_) n += a.bytes();
+  for (const auto& a : vf_) n += a.bytes();
+  for (const auto& a : kh_) n += a.bytes();
+  for (const auto& a : vh_) n += a.bytes();
+  return n;
+}
+
+void* KvPool::K(int l) const {
+  return dtype_ == kernels::KvDtype::kBF16 ? static_cast<void*>(const_cast<uint16_t*>(kh_[l].data()))
+                                           : static_cast<void*>(const_cast<float*>(kf_[l].data()));
+}
+void* KvPool::V(int l) const {
+  return dtype_ == kernels::KvDtype::kBF16 ? static_cast<void*>(const_cast<uint16_t*>(vh_[l].data()))
+                                           : static_cast<void*>(const_cast<float*>(vf_[l].data()));
+}
+
+kernels::PagedKv KvPool::Layer(int l, const int32_t* block_tables, int max_blocks) const {
+  kernels::PagedKv kv;
+  kv.k = K(l);
+  kv.v = V(l);
+  kv.dtype = dtype_;
+  kv.block_size = block_size_;
+  kv.num_blocks = num_blocks_;
+  kv.block_tables = block_tables;
+  kv.max_blocks = max_blocks;
+  return kv;
+}
+
+void KvPool::CopyBlock(int32_t src, int32_t dst) {
+  const size_t elem = dtype_ == kernels::KvDtype::kBF16 ? 2 : 4;
+  const size_t bytes = static_cast<size_t>(block_size_) * kv_dim_ * elem;
+  const int layers = static_cast<int>(dtype_ == kernels::KvDtype::kBF16 ? kh_.size() : kf_.size());
+  for (int l = 0; l < layers; ++l) {
+    for (void* base : {K(l), V(l)}) {
+      char* b = static_cast<char*>(base);
+      mem_->CopyOnDevice(b + dst * bytes, b + src * bytes, bytes);
+    }
+  }
+}
+
+}  // namespace tandem::rollout

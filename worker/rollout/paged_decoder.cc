@@ -1,0 +1,137 @@
+#include "worker/rollout/paged_decoder.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/check.h"
+
+namespace tandem::rollout {
+
+PagedDecoder::PagedDecoder(const model::ModelConfig& config, kernels::Ops* ops,
+                           kernels::DeviceMemory* memory)
+    : decoder_(config, ops, memory), ops_(ops) {}
+
+absl::Status PagedDecoder::Reserve(int rows, int outs, int positions) {
+  const model::DecoderDims& d = decoder_.dims();
+  kernels::DeviceMemory* mem = decoder_.memory();
+  rows = std::max(rows, outs);  // the wanted rows are gathered into xn_
+  if (rows > rows_cap_) {
+    const size_t r = rows;
+    const bool qk_norm = decoder_.config().HasQkNorm();
+    const std::pair<kernels::DeviceArray<float>*, int> buffers[] = {
+        {&x_, d.C},   {&xn_, d.C},   {&q_, d.HD}, {&k_, d.KD},   {&v_, d.KD},
+        {&attn_, d.HD}, {&rstd_, d.H}, {&gate_, d.I}, {&up_, d.I}, {&h_, d.I},
+        {&qraw_, qk_norm ? d.HD : 0}, {&kraw_, qk_norm ? d.KD : 0}};
+    bool ok = true;
+    size_t bytes = 0;
+    for (const auto& [a, width] : buffers) {
+      ok = ok && a->Allocate(mem, r * static_cast<size_t>(width));
+      bytes += r * width * sizeof(float);
+    }
+    if (!ok) {
+      Release();
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "rollout: cannot allocate ", bytes, " bytes of activations in ", mem->name(),
+          " memory; lower rollout.max_batch_tokens"));
+    }
+    rows_cap_ = rows;
+  }
+  if (outs > out_cap_) {
+    if (!hn_.Allocate(mem, static_cast<size_t>(outs) * d.C) ||
+        !logits_.Allocate(mem, static_cast<size_t>(outs) * d.V)) {
+      Release();
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "rollout: cannot allocate logits for ", outs, " rows in ", mem->name(),
+          " memory; lower rollout.max_seqs"));
+    }
+    out_cap_ = outs;
+  }
+  if (absl::Status st = decoder_.EnsureRope(positions); !st.ok()) {
+    Release();
+    return st;
+  }
+  return decoder_.MemoryStatus("rollout");
+}
+
+void PagedDecoder::Release() {
+  for (auto* a : {&x_, &xn_, &q_, &qraw_, &k_, &kraw_, &v_, &attn_, &rstd_, &gate_, &up_,
+                  &h_, &hn_, &logits_}) {
+    a->reset();
+  }
+  rows_cap_ = out_cap_ = 0;
+  decoder_.ReleaseRope();
+}
+
+size_t PagedDecoder::scratch_bytes() const {
+  size_t n = 0;
+  for (const auto* a : {&x_, &xn_, &q_, &qraw_, &k_, &kraw_, &v_, &attn_, &rstd_, &gate_, &up_,
+                        &h_, &hn_, &logits_}) {
+    n += a->bytes();
+  }
+  return n + decoder_.rope_bytes();
+}
+
+void PagedDecoder::Layer(const float* P, int l, KvPool& kv, const ForwardBatch& b) {
+  const model::DecoderDims& d = decoder_.dims();
+  const int C = d.C, H = d.H, Hkv = d.Hkv, D = d.D, I = d.I, HD = d.HD, KD = d.KD;
+  const model::LayerOffsets& o = decoder_.layout().layer(l);
+  const int T = b.rows;
+  const float eps = static_cast<float>(decoder_.config().rms_norm_eps);
+  float* x = x_.data();
+  ops_->rmsnorm_forward(x, P + o.input_norm, T, C, eps, xn_.data(), rstd_.data());
+  const bool qk_norm = o.q_norm != SIZE_MAX;
+  float* qp = qk_norm ? qraw_.data() : q_.data();
+  float* kp = qk_norm ? kraw_.data() : k_.data();
+  decoder_.ProjectQkv(P, o, T, xn_.data(), qp, kp, v_.data());
+  if (qk_norm) {
+    ops_->rmsnorm_forward(qp, P + o.q_norm, T * H, D, eps, q_.data(), rstd_.data());
+    ops_->rmsnorm_forward(kp, P + o.k_norm, T * Hkv, D, eps, k_.data(), rstd_.data());
+  }
+  ops_->rope_apply(q_.data(), b.positions, T, H, D, decoder_.rope_cos(), decoder_.rope_sin(), false);
+  ops_->rope_apply(k_.data(), b.positions, T, Hkv, D, decoder_.rope_cos(), decoder_.rope_sin(), false);
+  const kernels::PagedKv pk = kv.Layer(l, b.block_tables, b.max_blocks);
+  ops_->paged_kv_write(pk, KD, k_.data(), v_.data(), b.slots, T);
+  ops_->paged_attention(decoder_.Attention(l), pk, q_.data(), b.row_seq, b.positions, T,
+                        attn_.data());
+  ops_->matmul(false, true, T, C, HD, 1.f, attn_.data(), HD, P + o.o, HD, 1.f, x, C);
+  ops_->rmsnorm_forward(x, P + o.post_norm, T, C, eps, xn_.data(), rstd_.data());
+  ops_->matmul(false, true, T, I, C, 1.f, xn_.data(), C, P + o.gate, C, 0.f, gate_.data(), I);
+  ops_->matmul(false, true, T, I, C, 1.f, xn_.data(), C, P + o.up, C, 0.f, up_.data(), I);
+  ops_->swiglu_forward(gate_.data(), up_.data(), static_cast<size_t>(T) * I, h_.data());
+  ops_->matmul(false, true, T, C, I, 1.f, h_.data(), I, P + o.down, I, 1.f, x, C);
+}
+
+absl::Status PagedDecoder::Forward(model::ParamProvider& pp, KvPool& kv, const ForwardBatch& b) {
+  TANDEM_CHECK(b.rows > 0 && b.rows <= rows_cap_ && b.num_out <= out_cap_);
+  const model::DecoderDims& d = decoder_.dims();
+  const model::ParamLayout& layout = decoder_.layout();
+  {
+    const float* P = pp.AcquireParams(0);
+    pp.Prefetch(1);
+    ops_->embedding_forward(b.tokens, b.rows, P + layout.embed_offset(), d.C, x_.data());
+    pp.ReleaseParams(0);
+  }
+  for (int l = 0; l < d.L; ++l) {
+    const int unit = layout.layer_unit(l);
+    const float* P = pp.AcquireParams(unit);
+    pp.Prefetch(unit + 1);
+    Layer(P, l, kv, b);
+    pp.ReleaseParams(unit);
+  }
+  if (b.num_out > 0) {
+    // Gather the wanted rows, then the final norm and the LM head.
+    ops_->embedding_forward(b.out_rows, b.num_out, x_.data(), d.C, xn_.data());
+    const int fu = layout.final_unit();
+    const float* P = pp.AcquireParams(fu);
+    if (layout.tied()) pp.Prefetch(0);
+    ops_->rmsnorm_forward(xn_.data(), P + layout.final_norm_offset(), b.num_out, d.C,
+                          static_cast<float>(decoder_.config().rms_norm_eps), hn_.data(),
+                          rstd_.data());
+    pp.ReleaseParams(fu);
+    decoder_.Logits(pp, hn_.data(), b.num_out, logits_.data());
+  }
+  return decoder_.MemoryStatus("rollout");
+}
+
+}  // namespace tandem::rollout

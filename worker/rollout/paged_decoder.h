@@ -1,0 +1,43 @@
+// PagedDecoder: BatchForward on one device, the decoder stack of
+// worker/model/decoder.h (the same parameters, layout, norms, RoPE and
+// attention options) with its attention over a paged KV cache
+// (Ops::paged_kv_write, Ops::paged_attention). One scratch buffer per
+// activation, shared by every layer and grown by Reserve; Forward allocates
+// nothing. One thread at a time.
+#pragma once
+
+#include "kernels/memory.h"
+#include "kernels/ops.h"
+#include "worker/model/decoder.h"
+#include "worker/rollout/batch_forward.h"
+
+namespace tandem::rollout {
+
+class PagedDecoder final : public BatchForward {
+ public:
+  // `ops` and `memory` must outlive the decoder (memory: the backend's).
+  PagedDecoder(const model::ModelConfig& config, kernels::Ops* ops,
+               kernels::DeviceMemory* memory);
+
+  absl::Status Reserve(int rows, int outs, int positions) override;
+  absl::Status Forward(model::ParamProvider& params, KvPool& kv,
+                       const ForwardBatch& batch) override;
+  const float* logits() const override { return logits_.data(); }
+  float* mutable_logits() override { return logits_.data(); }
+  void Release() override;
+
+  const model::DecoderDims& dims() const { return decoder_.dims(); }
+  kernels::DeviceMemory* memory() const { return decoder_.memory(); }
+  size_t scratch_bytes() const;
+
+ private:
+  void Layer(const float* P, int l, KvPool& kv, const ForwardBatch& b);
+
+  model::Decoder decoder_;
+  kernels::Ops* ops_;
+  int rows_cap_ = 0, out_cap_ = 0;
+  kernels::DeviceArray<float> x_, xn_, q_, qraw_, k_, kraw_, v_, attn_, rstd_, gate_, up_,
+      h_, hn_, logits_;
+};
+
+}  // namespace tandem::rollout

@@ -1,0 +1,198 @@
+#include "worker/rollout/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/check.h"
+
+namespace tandem::rollout {
+
+Scheduler::Scheduler(const SchedulerOptions& options)
+    : opt_(options), blocks_(options.num_blocks, options.block_size) {
+  TANDEM_CHECK(opt_.max_batch_tokens > 0 && opt_.max_seqs > 0);
+}
+
+absl::StatusOr<int> Scheduler::Add(std::vector<int32_t> prompt, int group, int max_new_tokens) {
+  if (prompt.empty()) return absl::InvalidArgumentError("rollout: empty prompt");
+  const int64_t positions = static_cast<int64_t>(prompt.size()) + std::max(max_new_tokens, 0);
+  const int64_t need = (positions + opt_.block_size - 1) / opt_.block_size;
+  if (need > opt_.num_blocks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rollout: a sequence of ", positions, " positions needs ", need,
+        " KV cache blocks but the cache holds ", opt_.num_blocks,
+        "; raise rollout.kv_cache_bytes (or lower rl.max_new_tokens)"));
+  }
+  max_blocks_ = std::max<int>(max_blocks_, static_cast<int>(need));
+  max_positions_ = std::max<int>(max_positions_, static_cast<int>(positions));
+  Seq s;
+  s.prompt_len = static_cast<int>(prompt.size());
+  s.tokens = std::move(prompt);
+  s.tokens.reserve(positions);
+  s.group = group;
+  seqs_.push_back(std::move(s));
+  const int id = static_cast<int>(seqs_.size()) - 1;
+  waiting_.push_back(id);
+  return id;
+}
+
+int Scheduler::Active() const {
+  int n = static_cast<int>(running_.size());
+  for (int s : running_) n += static_cast<int>(seqs_[s].followers.size());
+  return n;
+}
+
+void Scheduler::Preempt(int s) {
+  Seq& q = seqs_[s];
+  blocks_.Free(q.table);
+  q.computed = 0;
+  q.state = State::kWaiting;
+  running_.erase(std::find(running_.begin(), running_.end(), s));
+  for (auto it = q.followers.rbegin(); it != q.followers.rend(); ++it) {
+    seqs_[*it].state = State::kWaiting;
+    waiting_.push_front(*it);
+  }
+  q.followers.clear();
+  waiting_.push_front(s);
+  ++stats_.preemptions;
+}
+
+bool Scheduler::Reserve(int s, int from, int to, Step* step) {
+  for (;;) {
+    if (blocks_.Prepare(seqs_[s].table, from, to, &step->copies)) return true;
+    // The newest running sequence not in this step's plan (and not s).
+    int victim = -1;
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+      const bool planned = std::any_of(step->chunks.begin(), step->chunks.end(),
+                                       [&](const Chunk& c) { return c.seq == *it; });
+      if (*it != s && !planned) {
+        victim = *it;
+        break;
+      }
+    }
+    if (victim < 0) return false;
+    Preempt(victim);
+  }
+}
+
+void Scheduler::Plan(int s, int n, Step* step) {
+  Seq& q = seqs_[s];
+  const int start = q.computed;
+  step->chunks.push_back({s, start, n, step->rows});
+  const int last_row = step->rows + n - 1;
+  step->rows += n;
+  stats_.prefill_tokens += std::max(0, std::min(start + n, q.prompt_len) - start);
+  stats_.recomputed_tokens += std::max(0, std::min(start + n, q.high_water) - start);
+  if (start + n == static_cast<int>(q.tokens.size())) {
+    step->samples.push_back({s, last_row});
+    if (start + n == q.prompt_len) {
+      for (int f : q.followers) {
+        step->samples.push_back({f, last_row});
+        step->forks.emplace_back(f, s);
+      }
+    }
+  }
+}
+
+bool Scheduler::Schedule(Step* step) {
+  step->Clear();
+  if (finished_ == num_seqs()) return false;
+  int budget = opt_.max_batch_tokens;
+  // Decode rows, then prefill chunks, oldest first. Reserve may preempt
+  // sequences later in running_ (or s itself when it is the newest).
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+      const int s = running_[i];
+      Seq& q = seqs_[s];
+      const int remaining = static_cast<int>(q.tokens.size()) - q.computed;
+      if ((pass == 0) != (remaining == 1)) continue;
+      int n = std::min(remaining, budget);
+      if (!Reserve(s, q.computed, q.computed + n, step)) {
+        // No sequence left to preempt: a prefill chunk shrinks to what
+        // fits; a decode (or a chunk with no room at all) gives its blocks
+        // back.
+        int fits = 0;
+        if (remaining > 1) {
+          const int first = q.computed / opt_.block_size;
+          const int cow = first < static_cast<int>(q.table.size()) &&
+                                  blocks_.ref_count(q.table[first]) > 1
+                              ? 1
+                              : 0;
+          fits = std::min(n, (static_cast<int>(q.table.size()) + blocks_.free_blocks() - cow) *
+                                     opt_.block_size -
+                                 q.computed);
+        }
+        if (fits > 0 && blocks_.Prepare(q.table, q.computed, q.computed + fits, &step->copies)) {
+          n = fits;
+        } else {
+          Preempt(s);
+          --i;
+          continue;
+        }
+      }
+      Plan(s, n, step);
+      budget -= n;
+    }
+  }
+  // Admissions.
+  while (!waiting_.empty() && budget > 0 && Active() < opt_.max_seqs) {
+    const int s = waiting_.front();
+    Seq& q = seqs_[s];
+    const int n = std::min(static_cast<int>(q.tokens.size()), budget);
+    const int watermark = running_.empty() ? 0 : std::max(1, opt_.num_blocks / 100);
+    if (blocks_.BlocksFor(n) + watermark > blocks_.free_blocks()) break;
+    waiting_.pop_front();
+    q.state = State::kRunning;
+    running_.push_back(s);
+    if (opt_.share_prompts && q.group >= 0 && q.tokens.size() == static_cast<size_t>(q.prompt_len)) {
+      for (auto it = waiting_.begin(); it != waiting_.end() && Active() < opt_.max_seqs;) {
+        Seq& f = seqs_[*it];
+        if (f.group == q.group && f.tokens.size() == static_cast<size_t>(f.prompt_len)) {
+          f.state = State::kAttached;
+          q.followers.push_back(*it);
+          it = waiting_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    TANDEM_CHECK(blocks_.Prepare(q.table, 0, n, &step->copies));
+    Plan(s, n, step);
+    budget -= n;
+  }
+  stats_.cow_copies += static_cast<int64_t>(step->copies.size());
+  stats_.max_running = std::max(stats_.max_running, Active());
+  if (step->rows > 0) ++stats_.steps;
+  return true;
+}
+
+void Scheduler::Commit(const Step& step) {
+  for (const Chunk& c : step.chunks) {
+    Seq& q = seqs_[c.seq];
+    q.computed = c.start + c.n;
+    q.high_water = std::max(q.high_water, q.computed);
+  }
+  for (const auto& [f, leader] : step.forks) {
+    Seq& q = seqs_[f];
+    Seq& l = seqs_[leader];
+    q.table = blocks_.Fork(l.table, blocks_.BlocksFor(l.prompt_len));
+    q.computed = q.high_water = q.prompt_len;
+    q.state = State::kRunning;
+    running_.push_back(f);
+    stats_.prompt_tokens_saved += q.prompt_len;
+    l.followers.erase(std::find(l.followers.begin(), l.followers.end(), f));
+  }
+}
+
+void Scheduler::Append(int s, int32_t token) { seqs_[s].tokens.push_back(token); }
+
+void Scheduler::Finish(int s) {
+  Seq& q = seqs_[s];
+  TANDEM_CHECK(q.state == State::kRunning && q.followers.empty());
+  blocks_.Free(q.table);
+  q.state = State::kFinished;
+  running_.erase(std::find(running_.begin(), running_.end(), s));
+  ++finished_;
+}
+
+}  // namespace tandem::rollout

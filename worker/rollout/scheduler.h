@@ -1,0 +1,146 @@
+// Scheduler: continuous batching over a paged KV cache (host side only).
+//
+// Each step takes up to max_batch_tokens rows: first one decode row for
+// every running sequence whose cache is complete, then prefill chunks of
+// running sequences (oldest first), then new sequences from the waiting
+// queue (first in, first out) while the free blocks cover their first chunk
+// and fewer than max_seqs run. A sequence that finishes frees its blocks at
+// once, so the next step can admit another.
+//
+// When a running sequence needs a block and none is free, the newest
+// running sequence is preempted: its blocks are freed and it goes back to
+// the front of the queue with its tokens so far, to be recomputed later
+// (its sampled tokens do not change: the sampler's draws are keyed by token
+// index). Only a sequence that alone needs more blocks than the cache holds
+// is an error (Add).
+//
+// Shared prompts: sequences added with the same group id have the same
+// prompt. When one of them is admitted, the others that wait with no tokens
+// generated attach to it; when its prompt is complete they fork its block
+// table (reference counts), skip their own prefill and sample their first
+// token from the same logits row. The first write into a partly filled
+// shared block copies it (copy-on-write; Step::copies).
+//
+// Not thread-safe; the engine's thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/rollout/block_manager.h"
+
+namespace tandem::rollout {
+
+struct SchedulerOptions {
+  int num_blocks = 0;
+  int block_size = 16;
+  int max_batch_tokens = 512;  // rows per step
+  int max_seqs = 256;          // running sequences (attached ones included)
+  bool share_prompts = true;
+};
+
+struct SchedulerStats {
+  int64_t steps = 0;
+  int64_t prefill_tokens = 0;       // prompt positions computed
+  int64_t recomputed_tokens = 0;    // positions computed again after a preemption
+  int64_t prompt_tokens_saved = 0;  // prompt positions forked instead of computed
+  int64_t preemptions = 0;
+  int64_t cow_copies = 0;
+  int max_running = 0;
+};
+
+class Scheduler {
+ public:
+  // positions [start, start + n) of sequence seq, in this step's rows
+  // [row, row + n).
+  struct Chunk {
+    int seq;
+    int start;
+    int n;
+    int row;
+  };
+  // Sample the next token of `seq` from the logits of step row `row`.
+  struct Sample {
+    int seq;
+    int row;
+  };
+  struct Step {
+    std::vector<Chunk> chunks;
+    std::vector<BlockCopy> copies;  // apply before the forward
+    std::vector<Sample> samples;
+    std::vector<std::pair<int, int>> forks;  // (follower, leader) at Commit
+    int rows = 0;
+    void Clear() {
+      chunks.clear();
+      copies.clear();
+      samples.clear();
+      forks.clear();
+      rows = 0;
+    }
+  };
+
+  explicit Scheduler(const SchedulerOptions& options);
+
+  // Queues a sequence that may grow to prompt + max_new_tokens positions;
+  // returns its id (0, 1, ...). group >= 0: sequences of one group have
+  // equal prompts. InvalidArgument when it could never fit in the cache.
+  absl::StatusOr<int> Add(std::vector<int32_t> prompt, int group, int max_new_tokens);
+
+  // Plans the next step into *step; false when every sequence has finished.
+  bool Schedule(Step* step);
+  // After the step's forward: marks its positions computed and forks the
+  // followers of completed shared prompts.
+  void Commit(const Step& step);
+  // Appends a sampled token (after Commit).
+  void Append(int seq, int32_t token);
+  // Ends a sequence and frees its blocks.
+  void Finish(int seq);
+
+  std::span<const int32_t> tokens(int seq) const { return seqs_[seq].tokens; }
+  int prompt_len(int seq) const { return seqs_[seq].prompt_len; }
+  int generated(int seq) const {
+    return static_cast<int>(seqs_[seq].tokens.size()) - seqs_[seq].prompt_len;
+  }
+  const BlockTable& table(int seq) const { return seqs_[seq].table; }
+  int max_blocks_per_seq() const { return max_blocks_; }
+  int max_positions() const { return max_positions_; }
+  const BlockManager& blocks() const { return blocks_; }
+  const SchedulerStats& stats() const { return stats_; }
+  int num_seqs() const { return static_cast<int>(seqs_.size()); }
+
+ private:
+  enum class State { kWaiting, kAttached, kRunning, kFinished };
+  struct Seq {
+    std::vector<int32_t> tokens;  // prompt ++ generated
+    int prompt_len = 0;
+    int group = -1;
+    int computed = 0;   // positions whose k/v are cached
+    int high_water = 0; // positions ever computed (recompute accounting)
+    State state = State::kWaiting;
+    BlockTable table;
+    std::vector<int> followers;  // attached sequences (leader only)
+  };
+
+  // Makes room for positions [from, to) of seq, preempting newer running
+  // sequences; false when seq itself was preempted.
+  bool Reserve(int seq, int from, int to, Step* step);
+  void Preempt(int seq);
+  void Plan(int seq, int n, Step* step);
+  int Active() const;
+
+  SchedulerOptions opt_;
+  BlockManager blocks_;
+  std::vector<Seq> seqs_;
+  std::vector<int> running_;  // admission order (newest last)
+  std::deque<int> waiting_;
+  int max_blocks_ = 0;
+  int max_positions_ = 0;
+  int finished_ = 0;
+  SchedulerStats stats_;
+};
+
+}  // namespace tandem::rollout

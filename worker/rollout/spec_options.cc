@@ -1,0 +1,26 @@
+#include "worker/rollout/spec_options.h"
+
+namespace tandem::rollout {
+
+// `spec` has the job-spec table's defaults applied (SetupJob does it).
+RolloutOptions OptionsFromSpec(const tandem::v1::JobSpec& spec, uint64_t seed) {
+  const auto& rl = spec.rl();
+  const auto& r = spec.rollout();
+  RolloutOptions o;
+  o.max_new_tokens = rl.max_new_tokens();
+  o.sampling.temperature = static_cast<float>(rl.temperature());
+  o.sampling.top_p = static_cast<float>(rl.top_p());
+  o.sampling.top_k = rl.top_k();
+  o.sampling.min_p = static_cast<float>(r.min_p());
+  o.sampling.repetition_penalty = static_cast<float>(r.repetition_penalty());
+  o.sampling.seed = seed;
+  if (r.kv_cache_bytes() > 0) o.kv_cache_bytes = static_cast<size_t>(r.kv_cache_bytes());
+  o.kv_dtype = r.kv_dtype() == "bf16" ? kernels::KvDtype::kBF16 : kernels::KvDtype::kF32;
+  o.block_size = r.block_size();
+  o.max_batch_tokens = r.max_batch_tokens();
+  o.max_seqs = r.max_seqs();
+  o.share_prompts = !r.no_prompt_sharing();
+  return o;
+}
+
+}  // namespace tandem::rollout
