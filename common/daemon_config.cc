@@ -52,6 +52,7 @@ const YamlProtoOptions& WorkerOptions() {
         {.path = "name", .max_len = 128},
         {.path = "device", .one_of = {"cpu", "cuda", "cpu-guarded"}},
         {.path = "data_address", .max_len = 256},
+        {.path = "node", .max_len = 128},
         {.path = "threads", .min = 0, .max = 1024},
         {.path = "log_level", .one_of = {"trace", "debug", "info", "warn", "error", "off"}},
         {.path = "device_index", .min = 0, .max = 1024},
@@ -127,6 +128,8 @@ const std::vector<DaemonFlag>& WorkerFlags() {
       {"device", "device", "cpu | cuda | cpu-guarded (debug: CPU compute through the device code path) [cpu]"},
       {"device-index", "device_index", "GPU index for cuda (ignored when CUDA_VISIBLE_DEVICES is set) [0]"},
       {"data-address", "data_address", "interface for collectives [127.0.0.1]"},
+      {"node", "node", "the machine this worker runs on; workers with the same node share the intra-node tier "
+                       "[host name]"},
       {"threads", "threads", "compute threads, 0 = all cores [0]"},
       {"token-file", "token_file", "join token file (else $TANDEM_JOIN_TOKEN)"},
       {"tls-ca", "tls_ca", "PEM CA to verify the coordinator (enables TLS)"},

@@ -15,6 +15,20 @@
 #include "spdlog/spdlog.h"
 
 namespace tandem::server {
+namespace {
+
+// The node of each rank of `job` (empty when a worker is unknown).
+std::vector<std::string> RankNodes(const Membership& membership, const tandem::v1::Job& job) {
+  std::vector<std::string> nodes;
+  for (const auto& id : job.worker_ids()) {
+    auto w = membership.Get(id);
+    if (!w.ok() || w->node().empty()) return {};
+    nodes.push_back(w->node());
+  }
+  return nodes;
+}
+
+}  // namespace
 
 using tandem::v1::Job;
 using tandem::v1::JobState;
@@ -121,7 +135,8 @@ void JobManager::OnWorkerAttached(const std::string& worker_id) {
     if (it == ids.end()) continue;
     int rank = static_cast<int>(it - ids.begin());
     if (!r->reports.count(rank)) {
-      membership_->Resend(worker_id, CommandForRank(r->job, *r->inflight, rank, config_.runs_dir()));
+      membership_->Resend(worker_id, CommandForRank(r->job, *r->inflight, rank, config_.runs_dir(),
+                                                    RankNodes(*membership_, r->job)));
     }
   }
 }
@@ -195,8 +210,10 @@ void JobManager::RunJob(JobRecord* r) {
       r->inflight_started = absl::Now();
       r->reports.clear();
       workers.assign(r->job.worker_ids().begin(), r->job.worker_ids().end());
+      const std::vector<std::string> nodes =
+          phase.phase == tandem::v1::PHASE_SETUP ? RankNodes(*membership_, r->job) : std::vector<std::string>{};
       for (size_t rank = 0; rank < workers.size(); ++rank) {
-        commands.push_back(CommandForRank(r->job, *r->inflight, static_cast<int>(rank), config_.runs_dir()));
+        commands.push_back(CommandForRank(r->job, *r->inflight, static_cast<int>(rank), config_.runs_dir(), nodes));
       }
     }
     for (size_t rank = 0; rank < workers.size(); ++rank) {
@@ -303,6 +320,7 @@ void JobManager::CompletePhaseLocked(JobRecord* r, const PlannedPhase& phase) {
   for (const auto& [rank, rep] : r->reports) {
     worker_max = std::max(worker_max, rep.seconds());
     peak = std::max({peak, rep.peak_memory_bytes(), rep.metrics().peak_memory_bytes()});
+    AddTierBytes(&acc, rep.metrics());
   }
   (*acc.mutable_phase_seconds())[name] += wall;
   (*acc.mutable_extra())[absl::StrCat(name, "_worker_seconds")] = worker_max;

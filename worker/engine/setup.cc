@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "common/phase_failure.h"
+#include "common/rank_topology.h"
 #include "worker/model/job_model.h"
 #include "worker/comm/grpc_store.h"
 #include "worker/engine/data_shares.h"
@@ -271,9 +272,19 @@ absl::Status SetupJob(const EngineOptions& options,
     if (!role.ok()) return role.status();
     if (*role == DisaggRole::kRollout) return FinishRolloutSetup(ctx, std::move(full), report);
   } else {
+    if (assignment.has_topology()) {
+      if (absl::Status st = common::CheckRankTopology(assignment.topology(), ctx.rank, ctx.world); !st.ok()) {
+        return st;
+      }
+      ctx.rank_nodes.assign(assignment.topology().rank_nodes().begin(), assignment.topology().rank_nodes().end());
+    } else {
+      ctx.rank_nodes.assign(ctx.world, "");
+    }
     auto coll = MakeDeviceCollective(*ctx.device, *ctx.store, ctx.rank, ctx.world, co);
     if (!coll.ok()) return coll.status();
-    ctx.collective = std::move(*coll);
+    auto tiered = comm::MakeTieredCollective(std::move(*coll), ctx.rank_nodes, ctx.tier_bytes);
+    if (!tiered.ok()) return tiered.status();
+    ctx.collective = std::move(*tiered);
   }
 
   // ZeRO state over the model's units.
