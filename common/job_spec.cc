@@ -85,6 +85,7 @@ const YamlProtoOptions& JobOptions() {
         {.path = "train.eval_every", .min = 0, .max = kMaxSteps},
         {.path = "train.seq_len", .min = 0, .max = 1 << 24},
         {.path = "train.precision", .one_of = {"fp32", "bf16"}},
+        {.path = "zero.grad_compression", .one_of = {"none", "int4"}},
         {.path = "rl.group_size", .min = 2, .max = 4096},
         {.path = "rl.prompts_per_step", .min = 1, .max = 1 << 20},
         {.path = "rl.clip", .min = 0, .max = 10, .min_exclusive = true},
@@ -143,7 +144,7 @@ const YamlProtoOptions& JobOptions() {
 const std::set<std::string>& ZeroIsLiteral() {
   static const auto* s = new std::set<std::string>{
       "seed", "rl.kl_coef", "rl.temperature", "train.grad_clip", "train.beta1",
-      "train.min_lr_ratio", "rl.scale_rewards", "placement.max_staleness", "data.shuffle"};
+      "train.min_lr_ratio", "rl.scale_rewards", "placement.max_staleness", "data.shuffle", "zero.error_feedback"};
   return *s;
 }
 
@@ -316,6 +317,8 @@ JobSpec DefaultJobSpec() {
   t->set_eps(1e-8);
   t->set_grad_clip(1.0);
   t->set_precision("fp32");
+  s.mutable_zero()->set_grad_compression("none");
+  s.mutable_zero()->set_error_feedback(true);
   auto* rl = s.mutable_rl();
   rl->set_group_size(8);
   rl->set_prompts_per_step(8);

@@ -298,6 +298,10 @@ absl::Status SetupJob(const EngineOptions& options,
   auto precision = zero::ParsePrecision(train.precision());
   if (!precision.ok()) return precision.status();
   zo.precision = *precision;
+  auto compression = zero::ParseGradCompression(spec.zero().grad_compression());
+  if (!compression.ok()) return compression.status();
+  zo.grad_compression = *compression;
+  zo.error_feedback = spec.zero().error_feedback();
   zo.timeout = ctx.timeout;
   for (int u = 0; u < layout.num_units(); ++u) {
     zo.units.push_back({layout.unit_offset(u), layout.unit_size(u)});
