@@ -5,6 +5,7 @@
 //    weights end further from the fp32 job's.
 //  * The checkpoint carries the error shards ("grad_error") and a job
 //    resumes from it on another world size.
+//  * The GRPO tiny job still learns with int4 gradients.
 //  * The step metrics split the bytes by tier from the assignment's topology.
 #include <cstdio>
 #include <filesystem>
@@ -93,6 +94,35 @@ TEST(Int4Engine, CheckpointCarriesTheErrorAndReshards) {
   const double loss = again.RunOk(tandem::v1::PHASE_SFT_STEP, 5).metrics().loss();
   EXPECT_TRUE(std::isfinite(loss) && loss > 0) << loss;
   fs::remove_all(dir);
+}
+
+// The GRPO tiny job (a short SFT warm start, then 40 GRPO steps, as
+// tests/engine GrpoPhasesTest.SeededRunImprovesReward) still learns with
+// int4 gradients on N = 2 at stage 3.
+TEST(Int4Engine, GrpoStillLearns) {
+  EngineCluster c(2);
+  constexpr int kWarm = 15, kSteps = 40;
+  c.SetupOk(ParseSpec(TinyGrpoYaml(), {"init.sft.steps=" + std::to_string(kWarm), "init.sft.lr=1e-2",
+                                       "train.lr=1e-2", "rl.prompts_per_step=8", "cluster.workers=2",
+                                       "cluster.zero_stage=3", "zero.grad_compression=int4",
+                                       "train.steps=" + std::to_string(kSteps)}));
+  for (int w = 1; w <= kWarm; ++w) c.RunOk(tandem::v1::PHASE_SFT_STEP, -w);
+  std::vector<double> rewards;
+  for (int s = 1; s <= kSteps; ++s) {
+    c.RunOk(tandem::v1::PHASE_ROLLOUT, s);
+    rewards.push_back(c.RunOk(tandem::v1::PHASE_SCORE, s).metrics().reward_mean());
+    c.RunOk(tandem::v1::PHASE_LOGPROBS, s);
+    c.RunOk(tandem::v1::PHASE_UPDATE, s);
+  }
+  auto mean = [&](int b, int e) {
+    double t = 0;
+    for (int i = b; i < e; ++i) t += rewards[i];
+    return t / (e - b);
+  };
+  const double first = mean(0, 6), last = mean(kSteps - 6, kSteps);
+  std::printf("[int4-grpo] N=2 stage 3: mean reward steps 1-6 %.3f, steps %d-%d %.3f\n", first, kSteps - 5, kSteps,
+              last);
+  EXPECT_GT(last, first + 0.1);
 }
 
 // Two ranks on two nodes: every byte crosses nodes; on one node none does.
