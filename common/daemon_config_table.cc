@@ -92,6 +92,8 @@ ConfigTable* MakeWorkerTable() {
        .help = "GPU index for cuda (ignored when CUDA_VISIBLE_DEVICES is set)"},
       {.path = "data_address", .def = "127.0.0.1", .max_len = 256, .flag = "data-address",
        .help = "address peers use for collectives; \"auto\" = the local address that routes to the coordinator"},
+      {.path = "node", .doc_default = "the host name", .max_len = 128, .flag = "node",
+       .help = "the machine this worker runs on; workers with the same node share the intra-node tier"},
       {.path = "threads", .min = 0, .max = 1024, .flag = "threads", .help = "compute threads, 0 = all cores"},
       {.path = "token_file", .flag = "token-file", .help = "join token file (else $TANDEM_JOIN_TOKEN)"},
       {.path = "tls_ca", .flag = "tls-ca", .help = "PEM CA to verify the coordinator (enables TLS)"},

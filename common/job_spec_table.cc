@@ -140,6 +140,11 @@ ConfigTable* MakeJobSpecTable() {
       {.path = "train.seq_len", .min = 0, .max = 1 << 24, .help = "0 = the model's max_position_embeddings"},
       {.path = "train.precision", .def = "fp32", .one_of = {"fp32", "bf16"},
        .help = "bf16: bf16 compute copy of the weights, fp32 masters, gradients and Adam state"},
+      // zero: communication techniques of the ZeRO optimizer.
+      {.path = "zero.grad_compression", .def = "none", .one_of = {"none", "int4"},
+       .help = "int4: LoCo, 4-bit blockwise gradient reduce-scatter (stages 2-3) and allreduce (stages 0-1)"},
+      {.path = "zero.error_feedback", .def = "true", .zero_is_value = true,
+       .help = "int4: carry each rank's quantisation error into the next reduction"},
       // rl (grpo).
       {.path = "rl.group_size", .def = "8", .min = 2, .max = 4096, .help = "samples per prompt"},
       {.path = "rl.prompts_per_step", .def = "8", .min = 1, .max = 1 << 20,

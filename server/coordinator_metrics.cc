@@ -3,6 +3,7 @@
 #include <cctype>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/job_spec.h"
 #include "server/jobs/phase_plan.h"
@@ -57,6 +58,11 @@ const std::vector<std::string>& CollectiveKindNames() {
   return *kinds;
 }
 
+const std::vector<std::string>& TierNames() {
+  static const auto* tiers = new std::vector<std::string>{"intra_node", "inter_node"};
+  return *tiers;
+}
+
 CoordinatorMetrics::CoordinatorMetrics()
     : steps_("tandem_steps_total",
              "Training steps completed, by job kind (a step redone after a recovery counts again).", {"kind"}),
@@ -75,6 +81,10 @@ CoordinatorMetrics::CoordinatorMetrics()
       collective_bytes_("tandem_collective_sent_bytes_total",
                         "Bytes sent by all ranks in collectives, by collective kind, as reported with training steps.",
                         {"kind"}),
+      tier_bytes_("tandem_collective_tier_sent_bytes_total",
+                  "Bytes sent by all ranks in collectives, by network tier (intra_node, inter_node: the ranks' "
+                  "--node) and collective kind, as reported with training steps.",
+                  {"tier", "kind"}),
       rpc_seconds_("tandem_grpc_server_handling_seconds",
                    "Latency of unary gRPC calls served by the coordinator, by service and method.",
                    {"grpc_service", "grpc_method"}, kRpcBounds),
@@ -95,6 +105,9 @@ CoordinatorMetrics::CoordinatorMetrics()
   checkpoint_bytes_.Add({}, 0);
   recoveries_.Add({}, 0);
   for (const auto& kind : CollectiveKindNames()) collective_bytes_.Add({kind}, 0);
+  for (const auto& tier : TierNames()) {
+    for (const auto& kind : CollectiveKindNames()) tier_bytes_.Add({tier, kind}, 0);
+  }
 }
 
 CoordinatorMetrics& CoordinatorMetrics::Global() {
@@ -111,6 +124,10 @@ void CoordinatorMetrics::PhaseCompleted(tandem::v1::Phase phase, double seconds,
     for (const auto& kind : CollectiveKindNames()) {
       auto it = report.metrics().extra().find(kBytesSentPrefix + kind);
       if (it != report.metrics().extra().end()) collective_bytes_.Add({kind}, it->second);
+      for (const auto& tier : TierNames()) {
+        auto t = report.metrics().extra().find(absl::StrCat("tier_sent_", tier, "_", kind));
+        if (t != report.metrics().extra().end()) tier_bytes_.Add({tier, kind}, t->second);
+      }
     }
   }
 }
@@ -142,6 +159,7 @@ std::string CoordinatorMetrics::Render() const {
   checkpoint_bytes_.Render(&out);
   recoveries_.Render(&out);
   collective_bytes_.Render(&out);
+  tier_bytes_.Render(&out);
   rpc_seconds_.Render(&out);
   rpcs_.Render(&out);
   return out;

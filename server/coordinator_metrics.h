@@ -50,6 +50,7 @@ class CoordinatorMetrics {
 
   const CounterFamily& steps() const { return steps_; }
   const CounterFamily& collective_bytes() const { return collective_bytes_; }
+  const CounterFamily& tier_bytes() const { return tier_bytes_; }
   const CounterFamily& checkpoint_bytes() const { return checkpoint_bytes_; }
   const CounterFamily& recoveries() const { return recoveries_; }
   const HistogramFamily& phase_seconds() const { return phase_seconds_; }
@@ -64,6 +65,7 @@ class CoordinatorMetrics {
   CounterFamily checkpoint_bytes_;
   CounterFamily recoveries_;
   CounterFamily collective_bytes_;
+  CounterFamily tier_bytes_;
   HistogramFamily rpc_seconds_;
   CounterFamily rpcs_;
 };
@@ -71,5 +73,8 @@ class CoordinatorMetrics {
 // The collective kinds workers report as metrics.extra["bytes_sent_<kind>"]
 // (worker/comm/collective.h, CollectiveKindName).
 const std::vector<std::string>& CollectiveKindNames();
+// Network tiers of metrics.extra["tier_sent_<tier>_<kind>"]
+// (worker/comm/tiered_collective.h, TierName).
+const std::vector<std::string>& TierNames();
 
 }  // namespace tandem::server

@@ -1,6 +1,7 @@
 #include "server/api/cluster_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/rank_topology.h"
 #include "common/status_util.h"
 #include "server/api/request_checks.h"
 #include "server/api/rpc_status.h"
@@ -65,6 +66,7 @@ grpc::Status ClusterService::RegisterWorker(grpc::ServerContext* ctx, const tand
   TANDEM_RPC_CHECK(CheckRange("memory_bytes", req->memory_bytes(), 0, INT64_MAX));
   TANDEM_RPC_CHECK(CheckLine("version", req->version(), 128));
   TANDEM_RPC_CHECK(CheckLine("data_address", req->data_address(), 256));
+  if (!req->node().empty()) TANDEM_RPC_CHECK(common::CheckNodeName(req->node()));
   TANDEM_RPC_CHECK(CheckId("worker_id", req->worker_id(), false));
   TANDEM_RPC_CHECK(CheckId("job_id", req->job_id(), false));
   TANDEM_RPC_CHECK(CheckRange("generation", req->generation(), 0, INT64_MAX));

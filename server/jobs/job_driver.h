@@ -174,6 +174,9 @@ class JobDriver {
   }
   void SaveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { PersistLocked().IgnoreError(); }
   void PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The node of each rank (empty when a worker is unknown): the SETUP
+  // assignment's topology.
+  std::vector<std::string> RankNodesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EventLocked(const std::string& kind, const std::string& message,
                    const tandem::v1::StepMetrics* metrics = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogLocked(const std::string& source, const std::vector<std::string>& lines)

@@ -111,7 +111,7 @@ void JobDriver::OnWorkerAttached(const std::string& worker_id) {
     if (it == ids.end()) return;
     int rank = static_cast<int>(it - ids.begin());
     if (!reports_.count(rank)) {
-      membership_->Resend(worker_id, CommandForRank(job_, state_, *inflight_, rank, config_.runs_dir()));
+      membership_->Resend(worker_id, CommandForRank(job_, state_, *inflight_, rank, config_.runs_dir(), RankNodesLocked()));
     }
   }
 }

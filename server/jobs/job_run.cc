@@ -55,8 +55,11 @@ void JobDriver::Run() {
       inflight_started_ = absl::Now();
       reports_.clear();
       workers.assign(job_.worker_ids().begin(), job_.worker_ids().end());
+      const std::vector<std::string> nodes =
+          phase.phase == tandem::v1::PHASE_SETUP ? RankNodesLocked() : std::vector<std::string>{};
       for (size_t rank = 0; rank < workers.size(); ++rank) {
-        commands.push_back(CommandForRank(job_, state_, *inflight_, static_cast<int>(rank), config_.runs_dir()));
+        commands.push_back(
+            CommandForRank(job_, state_, *inflight_, static_cast<int>(rank), config_.runs_dir(), nodes));
       }
     }
     for (size_t rank = 0; rank < workers.size(); ++rank) {
@@ -164,6 +167,7 @@ void JobDriver::CompletePhaseLocked(const PlannedPhase& phase) {
   for (const auto& [rank, rep] : reports_) {
     worker_max = std::max(worker_max, rep.seconds());
     peak = std::max({peak, rep.peak_memory_bytes(), rep.metrics().peak_memory_bytes()});
+    AddTierBytes(&acc, rep.metrics());
   }
   (*acc.mutable_phase_seconds())[name] += wall;
   (*acc.mutable_extra())[absl::StrCat(name, "_worker_seconds")] = worker_max;
@@ -280,6 +284,16 @@ void JobDriver::CompleteSetupLocked(double wall) {
                                                                "(%s), continuing at step %d",
                                                                restored_step, from, restored_step + 1)
                                              : std::string("setup done on every worker"));
+}
+
+std::vector<std::string> JobDriver::RankNodesLocked() const {
+  std::vector<std::string> nodes;
+  for (const auto& id : job_.worker_ids()) {
+    auto w = membership_->Get(id);
+    if (!w.ok() || w->node().empty()) return {};
+    nodes.push_back(w->node());
+  }
+  return nodes;
 }
 
 }  // namespace tandem::server

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "common/rank_topology.h"
 #include "server/store/kv_store.h"
 
 namespace tandem::server {
@@ -23,7 +24,7 @@ tandem::v1::PhaseCommand MakePhaseCommand(const tandem::v1::Job& job, PhaseCurso
 
 tandem::v1::WorkerCommand CommandForRank(const tandem::v1::Job& job, const tandem::v1::DriverState& state,
                                          const tandem::v1::PhaseCommand& inflight, int rank,
-                                         const std::string& runs_dir) {
+                                         const std::string& runs_dir, const std::vector<std::string>& rank_nodes) {
   tandem::v1::WorkerCommand command;
   auto* cmd = command.mutable_phase();
   *cmd = inflight;
@@ -60,6 +61,9 @@ tandem::v1::WorkerCommand CommandForRank(const tandem::v1::Job& job, const tande
       a->set_logical_rank_begin(state.logical_begin(rank));
       a->set_logical_rank_end(rank + 1 < state.logical_begin_size() ? state.logical_begin(rank + 1) : logical_world);
       a->set_own_logical_rank(state.logical_own(rank));
+    }
+    if (static_cast<int>(rank_nodes.size()) == job.worker_ids_size()) {
+      common::FillRankTopology(rank_nodes, rank, a->mutable_topology());
     }
     std::error_code ec;
     a->set_run_dir((std::filesystem::absolute(runs_dir, ec) / job.id()).string());

@@ -22,8 +22,11 @@ tandem::v1::PhaseCommand MakePhaseCommand(const tandem::v1::Job& job, PhaseCurso
                                           bool unplanned, int64_t deadline_ms);
 
 // The command for `rank`: `inflight`, plus the Assignment for SETUP.
+// `rank_nodes` (the node of each rank, when known) becomes the SETUP
+// assignment's topology.
 tandem::v1::WorkerCommand CommandForRank(const tandem::v1::Job& job, const tandem::v1::DriverState& state,
                                          const tandem::v1::PhaseCommand& inflight, int rank,
-                                         const std::string& runs_dir);
+                                         const std::string& runs_dir,
+                                         const std::vector<std::string>& rank_nodes = {});
 
 }  // namespace tandem::server

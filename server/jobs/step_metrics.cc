@@ -34,6 +34,12 @@ std::string StepSummary(const StepMetrics& m, int64_t total_steps) {
   return s;
 }
 
+void AddTierBytes(StepMetrics* acc, const StepMetrics& m) {
+  for (const auto& [k, val] : m.extra()) {
+    if (k.rfind("tier_sent_", 0) == 0) (*acc->mutable_extra())[absl::StrCat("job_", k)] += val;
+  }
+}
+
 bool WarmStartHeld(const StepMetrics& m) {
   auto it = m.extra().find("warm_start_held");
   return it != m.extra().end() && it->second == 1;

@@ -19,6 +19,11 @@ void MergeMetrics(tandem::v1::StepMetrics* acc, const tandem::v1::StepMetrics& m
 // "step 3/10 loss 0.1234 reward 0.5000 ..." (zero figures left out).
 std::string StepSummary(const tandem::v1::StepMetrics& m, int64_t total_steps);
 
+// Adds one rank's per-tier collective bytes ("tier_sent_*" extras) into the
+// job-wide sums "job_tier_sent_*" of `acc` (every rank's report, every phase
+// of the step).
+void AddTierBytes(tandem::v1::StepMetrics* acc, const tandem::v1::StepMetrics& rank_metrics);
+
 // A warm-start step's report that the model reached init.sft.stop_accuracy
 // (every rank computes the same allreduced probe).
 bool WarmStartHeld(const tandem::v1::StepMetrics& m);

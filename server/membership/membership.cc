@@ -143,6 +143,7 @@ absl::StatusOr<RegisterResult> Membership::Register(const tandem::v1::RegisterWo
   info.set_memory_bytes(req.memory_bytes());
   info.set_version(req.version());
   info.set_data_address(req.data_address());
+  info.set_node(req.node().empty() ? req.host() : req.node());
   info.set_last_heartbeat(now);
   const bool in_job = !info.job_id().empty() && (info.state() == tandem::v1::WORKER_STATE_BUSY ||
                                                   info.state() == tandem::v1::WORKER_STATE_DRAINING);

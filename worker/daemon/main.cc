@@ -25,6 +25,7 @@
 #include "common/auth.h"
 #include "common/daemon_config.h"
 #include "common/logging.h"
+#include "common/rank_topology.h"
 #include "worker/daemon/host_info.h"
 #include "worker/daemon/worker_daemon.h"
 #include "worker/engine/engine.h"
@@ -91,6 +92,8 @@ int main(int argc, char** argv) {
   auto config = common::LoadWorkerConfig(args->config_file, overrides);
   if (!config.ok()) return Fail(std::string(config.status().message()), 2);
   if (config->name().empty()) config->set_name(absl::StrCat(worker::HostName(), "-", getpid()));
+  if (config->node().empty()) config->set_node(worker::HostName());
+  if (absl::Status st = common::CheckNodeName(config->node()); !st.ok()) return Fail(std::string(st.message()), 2);
   if (absl::Status st = common::SetupLogging("tandem-worker", config->log_level(), config->log_file(),
                                                    config->log_max_bytes(), config->log_max_files()); !st.ok()) {
     return Fail(std::string(st.message()), 2);
@@ -117,6 +120,7 @@ int main(int argc, char** argv) {
   options.name = config->name();
   options.device = config->device();
   options.data_address = data_address;
+  options.node = config->node();
   options.threads = config->threads();
   options.token = *token;
   options.credentials = *creds;

@@ -53,6 +53,7 @@ struct WorkerDaemonOptions {
   std::string device = "cpu";          // cpu | cuda
   int device_count = 1;                // devices this worker drives
   std::string data_address;            // for collectives; empty = route to coordinator
+  std::string node;                    // the machine (--node); empty = host name
   int threads = 0;                     // compute threads (0 = all cores)
   std::string token;                   // join token ("" = none)
   // Channel credentials (TLS / mutual TLS); nullptr = plaintext.

@@ -92,6 +92,12 @@ absl::Status Checkpoint(JobContext& ctx, int64_t step, ReportPhaseRequest* repor
   state.arrays.emplace_back("params", std::move(params));
   state.arrays.emplace_back("exp_avg", std::move(m));
   state.arrays.emplace_back("exp_avg_sq", std::move(v));
+  if (ctx.zero->has_grad_error()) {
+    // Int4 gradients: the quantisation error the ranks still owe (collective).
+    std::vector<float> e(n);
+    if (absl::Status st = ctx.zero->CopyGradErrorShard(e.data()); !st.ok()) return st;
+    state.arrays.emplace_back("grad_error", std::move(e));
+  }
   if (!ctx.ref_params.empty()) {
     // The KL reference policy (GRPO): this rank's pieces of it.
     std::vector<float> ref(n);
@@ -266,6 +272,15 @@ absl::Status RestoreCheckpoint(JobContext& ctx, const std::string& path, bool ow
   if (absl::Status st = ctx.zero->AllgatherParams(); !st.ok()) return st;
   ctx.zero->LoadOptimizerShard(a.data(), b.data());
   if (absl::Status st = ctx.zero->AllgatherOptimizerState(); !st.ok()) return st;
+  if (const auto* err = find("grad_error"); err != nullptr && ctx.zero->has_grad_error()) {
+    std::vector<float> e(n);
+    pos = 0;
+    for (const auto& r : ranges) {
+      std::copy_n(err->data() + r.offset, r.count, e.data() + pos);
+      pos += r.count;
+    }
+    ctx.zero->LoadGradErrorShard(e.data());
+  }
   if (const auto* ref = find("ref_params"); ref != nullptr) {
     ctx.ref_params = *ref;
     ctx.ref_device.reset();

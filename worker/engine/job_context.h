@@ -18,6 +18,7 @@
 #include "tandem/v1/cluster.pb.h"
 #include "worker/ckpt/async_writer.h"
 #include "worker/comm/collective.h"
+#include "worker/comm/tiered_collective.h"
 #include "worker/comm/store.h"
 #include "worker/engine/compute_device.h"
 #include "worker/model/config.h"
@@ -88,6 +89,11 @@ struct JobContext {
   // included); made by the engine, which may fire it from any thread.
   std::shared_ptr<comm::AbortSignal> abort;
   std::unique_ptr<comm::Collective> collective;
+  // Where the ranks run (assignment.topology; one node when the coordinator
+  // sent none) and the bytes the communicators moved per tier since the
+  // last step report.
+  std::vector<std::string> rank_nodes;
+  std::shared_ptr<comm::TierLedger> tier_bytes = std::make_shared<comm::TierLedger>();
   std::unique_ptr<zero::ZeroOptimizer> zero;
 
   // Frozen reference policy for the KL term (GRPO): full fp32 copy in host

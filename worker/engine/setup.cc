@@ -6,6 +6,7 @@
 
 #include "common/job_spec.h"
 #include "common/phase_failure.h"
+#include "common/rank_topology.h"
 #include "worker/model/job_model.h"
 #include "worker/comm/grpc_store.h"
 #include "worker/engine/data_shares.h"
@@ -280,9 +281,19 @@ absl::Status SetupJob(const EngineOptions& options,
     if (!role.ok()) return role.status();
     if (*role == DisaggRole::kRollout) return FinishRolloutSetup(ctx, std::move(full), report);
   } else {
+    if (assignment.has_topology()) {
+      if (absl::Status st = common::CheckRankTopology(assignment.topology(), ctx.rank, ctx.world); !st.ok()) {
+        return st;
+      }
+      ctx.rank_nodes.assign(assignment.topology().rank_nodes().begin(), assignment.topology().rank_nodes().end());
+    } else {
+      ctx.rank_nodes.assign(ctx.world, "");
+    }
     auto coll = MakeDeviceCollective(*ctx.device, *ctx.store, ctx.rank, ctx.world, co);
     if (!coll.ok()) return coll.status();
-    ctx.collective = std::move(*coll);
+    auto tiered = comm::MakeTieredCollective(std::move(*coll), ctx.rank_nodes, ctx.tier_bytes);
+    if (!tiered.ok()) return tiered.status();
+    ctx.collective = std::move(*tiered);
   }
 
   // ZeRO state over the model's units.
@@ -296,6 +307,10 @@ absl::Status SetupJob(const EngineOptions& options,
   auto precision = zero::ParsePrecision(train.precision());
   if (!precision.ok()) return precision.status();
   zo.precision = *precision;
+  auto compression = zero::ParseGradCompression(spec.zero().grad_compression());
+  if (!compression.ok()) return compression.status();
+  zo.grad_compression = *compression;
+  zo.error_feedback = spec.zero().error_feedback();
   zo.timeout = ctx.timeout;
   for (int u = 0; u < layout.num_units(); ++u) {
     zo.units.push_back({layout.unit_offset(u), layout.unit_size(u)});

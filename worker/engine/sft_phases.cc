@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "worker/engine/data_shares.h"
 #include "worker/engine/phases.h"
 #include "worker/engine/spec_convert.h"
@@ -247,6 +248,21 @@ void ReportCollectiveBytes(JobContext& ctx, tandem::v1::StepMetrics* m) {
         static_cast<double>(b.sent);
   }
   ctx.collective->ResetBytes();
+  // Per tier: "tier_sent_<tier>" and "tier_sent_<tier>_<kind>" (what this
+  // rank sent; the coordinator sums the ranks into "job_tier_sent_*").
+  for (int t = 0; t < comm::kNumTiers; ++t) {
+    const auto tier = static_cast<comm::Tier>(t);
+    const std::string prefix = absl::StrCat("tier_sent_", std::string(comm::TierName(tier)));
+    (*m->mutable_extra())[prefix] = static_cast<double>(ctx.tier_bytes->total(tier).sent);
+    for (int k = 0; k < comm::kNumCollectiveKinds; ++k) {
+      const auto kind = static_cast<comm::CollectiveKind>(k);
+      const uint64_t sent = ctx.tier_bytes->bytes(tier, kind).sent;
+      if (sent == 0) continue;
+      (*m->mutable_extra())[absl::StrCat(prefix, "_", std::string(comm::CollectiveKindName(kind)))] =
+          static_cast<double>(sent);
+    }
+  }
+  ctx.tier_bytes->Reset();
 }
 
 namespace {

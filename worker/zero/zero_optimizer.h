@@ -75,6 +75,7 @@
 #include "kernels/memory.h"
 #include "kernels/ops.h"
 #include "worker/comm/collective.h"
+#include "worker/comm/quantized_collectives.h"
 #include "worker/model/param_provider.h"
 
 namespace tandem::zero {
@@ -98,6 +99,13 @@ enum class Precision { kFp32, kBf16 };
 // "fp32" | "bf16" (the job key train.precision; "" = fp32).
 absl::StatusOr<Precision> ParsePrecision(std::string_view name);
 
+// How gradients travel between ranks: fp32, or LoCo's 4-bit blockwise
+// quantisation (worker/comm/quantized_collectives.h) with error feedback.
+enum class GradCompression { kNone, kInt4 };
+
+// "none" | "int4" (the job key zero.grad_compression; "" = none).
+absl::StatusOr<GradCompression> ParseGradCompression(std::string_view name);
+
 struct ZeroOptions {
   int stage = 0;                      // 0..3
   Precision precision = Precision::kFp32;
@@ -114,6 +122,12 @@ struct ZeroOptions {
   kernels::DeviceMemory* memory = nullptr;
   AdamWConfig adamw;
   comm::Timeout timeout{120000};      // per collective
+  // kInt4 (N > 1): stages 0-1 allreduce and stages 2-3 reduce-scatter the
+  // gradients as int4 pieces, staged through host buffers. With
+  // error_feedback each rank keeps its quantisation error (Psi floats on the
+  // host, plus a shard at stages 0-1) and adds it to the next reduction.
+  GradCompression grad_compression = GradCompression::kNone;
+  bool error_feedback = true;
 };
 
 struct StepResult {
@@ -206,6 +220,14 @@ class ZeroOptimizer final : public model::ParamProvider {
   void LoadParamShard(const float* in);
   absl::Status AllgatherParams();  // collective; no-op for stage 3
   void CopyOptimizerShard(float* m_out, float* v_out) const;
+  // Int4 gradients with error feedback: the gradient mass the ranks still
+  // owe (the sum over ranks of their quantisation errors) as this rank's
+  // shard, in shard_map() order - so it reshards like the moments.
+  // Collective (all ranks call). Load puts a shard of it into this rank's
+  // error buffer (the other positions start at zero), which keeps the sum.
+  bool has_grad_error() const { return !grad_error_.empty(); }
+  absl::Status CopyGradErrorShard(float* out);
+  void LoadGradErrorShard(const float* in);
   void LoadOptimizerShard(const float* m_in, const float* v_in);
   // Stage 0 keeps full moments on every rank: after every rank loaded its
   // shard, this collective rebuilds them everywhere. No-op for stages 1-3;
@@ -302,6 +324,16 @@ class ZeroOptimizer final : public model::ParamProvider {
   // Returns a unit's buffers to the free lists and forgets it.
   void ReleaseGather(std::map<int, std::shared_ptr<Gather>>::iterator it);
   absl::Status AllreduceNormSquared(double* sum_sq);
+  bool int4_grads() const {
+    return options_.grad_compression == GradCompression::kInt4 && world_ > 1;
+  }
+  // Stages 0-1: sums grads_full_ over ranks (fp32 allreduce or int4).
+  absl::Status ReduceFullGrads();
+  // Int4 state (Create, when int4_grads()): exchange, staging, errors.
+  absl::Status AllocateInt4State();
+  // Comm thread, stages 2-3 int4: reduce-scatters the unit gradient `in`
+  // (device) and leaves this rank's summed piece in `piece` (device).
+  absl::Status Int4ReduceScatter(int unit, const float* in, float* piece);
 
   ZeroOptions options_;
   // Owned when options.memory was nullptr; declared before every array so
@@ -346,6 +378,13 @@ class ZeroOptimizer final : public model::ParamProvider {
   std::vector<std::shared_ptr<GradBuf>> grad_bufs_;
   std::map<int, std::shared_ptr<GradBuf>> grads_open_;
   kernels::DeviceArray<float> rs_piece_;  // comm thread: reduce-scatter output
+
+  // Int4 gradients (comm thread, host memory): the exchange and its
+  // staging buffers, and the error-feedback buffers (grad_error_: Psi, by
+  // parameter; owner_error_: the shard, stages 0-1).
+  std::unique_ptr<comm::QuantizedExchange> qx_;
+  std::vector<float> q_in_, q_out_;
+  std::vector<float> grad_error_, owner_error_;
 
   std::unique_ptr<CommWorker> worker_;
   absl::Status status_;
