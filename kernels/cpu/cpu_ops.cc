@@ -15,6 +15,7 @@
 
 #include "kernels/backends.h"
 #include "kernels/cpu/attention_cpu.h"
+#include "kernels/cpu/linear_attention_cpu.h"
 #include "kernels/cpu/convert_cpu.h"
 #include "kernels/sample_row.h"
 #include "kernels/cpu/elementwise_cpu.h"
@@ -110,6 +111,27 @@ class CpuOps final : public Ops {
                         float* out) override {
     cpu::decode_attention(p, q, batch, n_new, k_cache, v_cache, cache_capacity,
                           cache_len, out);
+  }
+
+  void linear_attention_forward(const LinearAttentionParams& p, const float* q,
+                                const float* k, const float* v,
+                                const float* log_decay, const int32_t* cu,
+                                int num_seqs, int t, const float* initial_state,
+                                float* out, float* final_state) override {
+    cpu::linear_attention_forward(p, q, k, v, log_decay, cu, num_seqs, t,
+                                  initial_state, out, final_state);
+  }
+  void linear_attention_backward(const LinearAttentionParams& p, const float* q,
+                                 const float* k, const float* v,
+                                 const float* log_decay, const int32_t* cu,
+                                 int num_seqs, int t,
+                                 const float* initial_state, const float* dout,
+                                 const float* d_final_state, float* dq,
+                                 float* dk, float* dv, float* d_log_decay,
+                                 float* d_initial_state) override {
+    cpu::linear_attention_backward(p, q, k, v, log_decay, cu, num_seqs, t,
+                                   initial_state, dout, d_final_state, dq, dk,
+                                   dv, d_log_decay, d_initial_state);
   }
 
   void lm_head_logprobs_forward(const float* h, const float* w,

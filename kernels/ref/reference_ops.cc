@@ -9,6 +9,7 @@
 #include "kernels/bf16.h"
 #include "kernels/ops.h"
 #include "kernels/ref/attention_ref.h"
+#include "kernels/ref/linear_attention_ref.h"
 #include "kernels/ref/ref_math.h"
 #include "kernels/sample_row.h"
 
@@ -94,6 +95,27 @@ class ReferenceOps final : public Ops {
                         float* out) override {
     ref::decode_attention(p, q, batch, n_new, k_cache, v_cache, cache_capacity,
                           cache_len, out);
+  }
+
+  void linear_attention_forward(const LinearAttentionParams& p, const float* q,
+                                const float* k, const float* v,
+                                const float* log_decay, const int32_t* cu,
+                                int num_seqs, int t, const float* initial_state,
+                                float* out, float* final_state) override {
+    ref::linear_attention_forward(p, q, k, v, log_decay, cu, num_seqs, t,
+                                  initial_state, out, final_state);
+  }
+  void linear_attention_backward(const LinearAttentionParams& p, const float* q,
+                                 const float* k, const float* v,
+                                 const float* log_decay, const int32_t* cu,
+                                 int num_seqs, int t,
+                                 const float* initial_state, const float* dout,
+                                 const float* d_final_state, float* dq,
+                                 float* dk, float* dv, float* d_log_decay,
+                                 float* d_initial_state) override {
+    ref::linear_attention_backward(p, q, k, v, log_decay, cu, num_seqs, t,
+                                   initial_state, dout, d_final_state, dq, dk,
+                                   dv, d_log_decay, d_initial_state);
   }
 
   // The reference ignores chunking (one row at a time, in double); scratch

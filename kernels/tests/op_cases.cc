@@ -450,6 +450,108 @@ void AddDecode(Table& t) {
   }
 }
 
+// ----------------------------------------------------- linear attention --
+// The chunked backends against the reference recurrence: lengths around the
+// 64-token chunk, packed varlen with empty sequences, padding rows, Dk != Dv,
+// no decay / a constant per-head decay / a data-dependent gate (mild and
+// strong), initial and final states, decode steps updating the state in
+// place.
+void AddLinearAttention(Table& t) {
+  enum Decay { kNone, kHead, kGate, kStrong };
+  struct Case {
+    std::vector<int> lens;
+    int h, dk, dv;
+    Decay decay;
+    bool state;        // initial state in, final state out, d_final in
+    bool in_place = false;  // final_state aliases initial_state (decode)
+    int pad = 0;       // rows after the last sequence
+    float scale = 0.f;
+  };
+  const Case cases[] = {
+      {{1}, 1, 4, 4, kGate, false},
+      {{7}, 2, 16, 16, kNone, false},
+      {{63, 65}, 2, 32, 32, kGate, false},
+      {{130}, 3, 64, 64, kHead, true},
+      {{5, 0, 64, 1, 130}, 2, 24, 40, kGate, true, false, 3},
+      {{200, 3}, 1, 128, 64, kStrong, false},
+      {{257}, 2, 64, 128, kGate, true},
+      {{1, 1, 1, 1}, 4, 32, 32, kGate, true, true},
+      {{3, 2}, 2, 64, 16, kHead, true, true},
+      {{100}, 2, 48, 24, kNone, true, false, 0, 0.3f},
+      {{65}, 1, 256, 16, kGate, false},
+      {{129, 64}, 2, 16, 64, kStrong, true},
+  };
+  uint64_t seed = 1200;
+  for (const Case& c : cases) {
+    std::string shape = "lens";
+    for (size_t i = 0; i < c.lens.size(); ++i)
+      shape += (i > 0 ? "," : "") + std::to_string(c.lens[i]);
+    const char* decay[] = {"none", "per-head", "gate", "strong gate"};
+    shape += Fmt(" H%d Dk%d Dv%d decay %s%s%s pad%d", c.h, c.dk, c.dv,
+                 decay[c.decay], c.state ? " state" : "",
+                 c.in_place ? " in-place" : "", c.pad);
+    if (c.scale != 0.f) shape += Fmt(" scale%.1f", c.scale);
+    t.push_back({"linear_attention", shape,
+                 [=](Ops& ops, DeviceMemory& mem, Ops&) {
+                   std::vector<int32_t> cu{0};
+                   for (int len : c.lens) cu.push_back(cu.back() + len);
+                   const int nseq = int(c.lens.size()), tt = cu.back() + c.pad;
+                   LinearAttentionParams p;
+                   p.num_heads = c.h;
+                   p.key_dim = c.dk;
+                   p.value_dim = c.dv;
+                   p.scale = c.scale;
+                   const size_t rows = size_t(tt) * c.h, nq = rows * c.dk,
+                                nv = rows * c.dv,
+                                ns = size_t(nseq) * c.h * c.dk * c.dv;
+                   auto q = RandomVec(nq, seed), k = RandomVec(nq, seed + 1),
+                        v = RandomVec(nv, seed + 2), dout = RandomVec(nv, seed + 3);
+                   std::vector<float> g;
+                   if (c.decay == kHead) {
+                     g.resize(rows);
+                     for (size_t r = 0; r < rows; ++r)
+                       g[r] = std::log(1.f - std::exp2(-5.f - float(r % c.h)));
+                   } else if (c.decay == kGate || c.decay == kStrong) {
+                     g = RandomVec(rows, seed + 4, c.decay == kGate ? -0.5 : -4.0, 0.0);
+                   }
+                   std::vector<float> init, dfin;
+                   if (c.state) {
+                     init = RandomVec(ns, seed + 5);
+                     dfin = RandomVec(ns, seed + 6);
+                   }
+                   Tensors d(mem);
+                   const float *dq_in = d.In(q), *dk_in = d.In(k),
+                               *dv_in = d.In(v), *dg_in = d.In(g);
+                   const int32_t* dcu = d.In(cu);
+                   float* out = d.Unwritten(nv);
+                   float* dinit = d.In(init);
+                   float* fin = c.in_place ? dinit : (c.state ? d.Unwritten(ns) : nullptr);
+                   ops.linear_attention_forward(p, dq_in, dk_in, dv_in, dg_in, dcu,
+                                                nseq, tt, dinit, out, fin);
+                   Outputs o{{"out", Bound::kReduction,
+                              d.Get(out, size_t(cu.back()) * c.h * c.dv)}};
+                   if (c.state) o.push_back({"final_state", Bound::kReduction, d.Get(fin, ns)});
+                   // The backward reads the initial state as it was.
+                   const float* init2 = d.In(init);
+                   float *dq = d.Unwritten(nq), *dk = d.Unwritten(nq),
+                         *dv = d.Unwritten(nv),
+                         *dg = g.empty() ? nullptr : d.Unwritten(rows),
+                         *dinit2 = c.state ? d.Unwritten(ns) : nullptr;
+                   ops.linear_attention_backward(p, dq_in, dk_in, dv_in, dg_in, dcu,
+                                                 nseq, tt, init2, d.In(dout),
+                                                 d.In(dfin), dq, dk, dv, dg, dinit2);
+                   o.push_back({"dq", Bound::kReduction, d.Get(dq, nq)});
+                   o.push_back({"dk", Bound::kReduction, d.Get(dk, nq)});
+                   o.push_back({"dv", Bound::kReduction, d.Get(dv, nv)});
+                   if (dg != nullptr) o.push_back({"dg", Bound::kReduction, d.Get(dg, rows)});
+                   if (c.state)
+                     o.push_back({"d_initial_state", Bound::kReduction, d.Get(dinit2, ns)});
+                   return o;
+                 }});
+    seed += 7;
+  }
+}
+
 // --------------------------------------------------------------- lm head --
 void AddLmHead(Table& t) {
   struct Shape { int t, c, v, chunk; };
@@ -641,6 +743,7 @@ Table Build() {
   AddRope(t);
   AddAttention(t);
   AddDecode(t);
+  AddLinearAttention(t);
   AddLmHead(t);
   AddOptimizer(t);
   AddSampling(t);
