@@ -77,6 +77,14 @@ struct LinearAttentionParams {
   float scale = 0.f;   // 0 = 1/sqrt(Dk)
 };
 
+// Top-k block-sparse decode attention (HiP / Quest style), options.
+struct SparseDecodeParams {
+  int block_size = 64;    // cache rows per key block
+  int top_k_blocks = 8;   // blocks chosen by their score bound
+  int sink_blocks = 1;    // first blocks, always attended
+  int recent_blocks = 2;  // last blocks (the current one included), always
+};
+
 // The op interface. One instance per backend; stateless apart from
 // configuration (thread count, streams, library handles), so one instance
 // may be shared by the threads of one worker only if the backend says so.
@@ -151,6 +159,31 @@ class Ops {
                                 int batch, int n_new, const float* k_cache,
                                 const float* v_cache, int cache_capacity,
                                 const int32_t* cache_len, float* out) = 0;
+
+  // Key block summaries for sparse decode: for each batch row b, block i
+  // (rows [i B, (i+1) B) of the cache that are < cache_len[b]) and kv head,
+  // the elementwise max and min of its keys: summaries
+  // [batch, ceil(cache_capacity / B), Hkv, 2, D] (max then min). Blocks
+  // before first_block are left as they are (only the last block changes
+  // per decode step); blocks with no rows are not written.
+  virtual void key_block_summaries(const AttentionParams& p, int batch,
+                                   const float* k_cache, int cache_capacity,
+                                   const int32_t* cache_len, int block_size,
+                                   int first_block, float* summaries) = 0;
+  // Sparse decode attention, one new token per batch row (the last of its
+  // cache_len[b] rows; p.window is ignored): for each query head, the
+  // blocks attended are the sink blocks, the recent blocks and the
+  // top_k_blocks other blocks with the largest bound
+  // sum_d max(q_d max_d, q_d min_d) (ties: lower block first); exact softmax
+  // attention over the rows of those blocks. With few enough blocks it
+  // equals decode_attention. q, out [batch, H, D]; cache as decode_attention.
+  virtual void sparse_decode_attention(const AttentionParams& p,
+                                       const SparseDecodeParams& s,
+                                       const float* q, int batch,
+                                       const float* k_cache,
+                                       const float* v_cache, int cache_capacity,
+                                       const int32_t* cache_len,
+                                       const float* summaries, float* out) = 0;
 
   // Linear attention with decay, per sequence and head, state S [Dk, Dv]:
   //   S_t = exp(g_t) S_{t-1} + k_t^T v_t,   out_t = scale * q_t S_t

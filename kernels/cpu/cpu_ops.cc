@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/backends.h"
+#include "kernels/cpu/sparse_decode_cpu.h"
 #include "kernels/cpu/attention_cpu.h"
 #include "kernels/cpu/linear_attention_cpu.h"
 #include "kernels/cpu/convert_cpu.h"
@@ -111,6 +112,23 @@ class CpuOps final : public Ops {
                         float* out) override {
     cpu::decode_attention(p, q, batch, n_new, k_cache, v_cache, cache_capacity,
                           cache_len, out);
+  }
+
+  void key_block_summaries(const AttentionParams& p, int batch,
+                           const float* k_cache, int cache_capacity,
+                           const int32_t* cache_len, int block_size,
+                           int first_block, float* summaries) override {
+    cpu::key_block_summaries(p, batch, k_cache, cache_capacity, cache_len,
+                            block_size, first_block, summaries);
+  }
+  void sparse_decode_attention(const AttentionParams& p,
+                               const SparseDecodeParams& s, const float* q,
+                               int batch, const float* k_cache,
+                               const float* v_cache, int cache_capacity,
+                               const int32_t* cache_len,
+                               const float* summaries, float* out) override {
+    cpu::sparse_decode_attention(p, s, q, batch, k_cache, v_cache,
+                                cache_capacity, cache_len, summaries, out);
   }
 
   void linear_attention_forward(const LinearAttentionParams& p, const float* q,

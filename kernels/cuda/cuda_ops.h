@@ -81,6 +81,17 @@ class CudaOps final : public Ops {
                         int n_new, const float* k_cache, const float* v_cache,
                         int cache_capacity, const int32_t* cache_len,
                         float* out) override;
+  // Not on CUDA yet: both record an error naming the op.
+  void key_block_summaries(const AttentionParams& p, int batch,
+                           const float* k_cache, int cache_capacity,
+                           const int32_t* cache_len, int block_size,
+                           int first_block, float* summaries) override;
+  void sparse_decode_attention(const AttentionParams& p,
+                               const SparseDecodeParams& s, const float* q,
+                               int batch, const float* k_cache,
+                               const float* v_cache, int cache_capacity,
+                               const int32_t* cache_len,
+                               const float* summaries, float* out) override;
   void linear_attention_forward(const LinearAttentionParams& p,
                                 const float* q, const float* k, const float* v,
                                 const float* log_decay,

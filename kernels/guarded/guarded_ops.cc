@@ -218,6 +218,39 @@ class GuardedOps final : public Ops {
         F(dw, N(v) * N(c), "lm_head_backward dw"));
   }
 
+  void key_block_summaries(const AttentionParams& p, int batch,
+                           const float* k_cache, int cap,
+                           const int32_t* cache_len, int bs, int first_block,
+                           float* summaries) override {
+    Exclusive excl(this, "key_block_summaries");
+    const size_t kn = N(batch) * N(cap) * N(p.num_kv_heads) * N(p.head_dim);
+    const size_t sn = N(batch) * N(bs > 0 ? (cap + bs - 1) / bs : 0) *
+                      N(p.num_kv_heads) * 2 * N(p.head_dim);
+    inner_->key_block_summaries(
+        p, batch, F(k_cache, kn, "key_block_summaries k_cache"), cap,
+        I(cache_len, N(batch), "key_block_summaries cache_len"), bs, first_block,
+        F(summaries, sn, "key_block_summaries summaries"));
+  }
+
+  void sparse_decode_attention(const AttentionParams& p,
+                               const SparseDecodeParams& s, const float* q,
+                               int batch, const float* k_cache,
+                               const float* v_cache, int cap,
+                               const int32_t* cache_len,
+                               const float* summaries, float* out) override {
+    Exclusive excl(this, "sparse_decode_attention");
+    const size_t qn = N(batch) * N(p.num_heads) * N(p.head_dim);
+    const size_t kn = N(batch) * N(cap) * N(p.num_kv_heads) * N(p.head_dim);
+    const int bs = s.block_size;
+    const size_t sn = N(batch) * N(bs > 0 ? (cap + bs - 1) / bs : 0) *
+                      N(p.num_kv_heads) * 2 * N(p.head_dim);
+    inner_->sparse_decode_attention(
+        p, s, F(q, qn, "sparse_decode q"), batch, F(k_cache, kn, "sparse_decode k_cache"),
+        F(v_cache, kn, "sparse_decode v_cache"), cap,
+        I(cache_len, N(batch), "sparse_decode cache_len"),
+        F(summaries, sn, "sparse_decode summaries"), F(out, qn, "sparse_decode out"));
+  }
+
   void linear_attention_forward(const LinearAttentionParams& p, const float* q,
                                 const float* k, const float* v,
                                 const float* log_decay, const int32_t* cu,

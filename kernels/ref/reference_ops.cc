@@ -8,6 +8,7 @@
 #include "kernels/backends.h"
 #include "kernels/bf16.h"
 #include "kernels/ops.h"
+#include "kernels/ref/sparse_decode_ref.h"
 #include "kernels/ref/attention_ref.h"
 #include "kernels/ref/linear_attention_ref.h"
 #include "kernels/ref/ref_math.h"
@@ -95,6 +96,23 @@ class ReferenceOps final : public Ops {
                         float* out) override {
     ref::decode_attention(p, q, batch, n_new, k_cache, v_cache, cache_capacity,
                           cache_len, out);
+  }
+
+  void key_block_summaries(const AttentionParams& p, int batch,
+                           const float* k_cache, int cache_capacity,
+                           const int32_t* cache_len, int block_size,
+                           int first_block, float* summaries) override {
+    ref::key_block_summaries(p, batch, k_cache, cache_capacity, cache_len,
+                            block_size, first_block, summaries);
+  }
+  void sparse_decode_attention(const AttentionParams& p,
+                               const SparseDecodeParams& s, const float* q,
+                               int batch, const float* k_cache,
+                               const float* v_cache, int cache_capacity,
+                               const int32_t* cache_len,
+                               const float* summaries, float* out) override {
+    ref::sparse_decode_attention(p, s, q, batch, k_cache, v_cache,
+                                cache_capacity, cache_len, summaries, out);
   }
 
   void linear_attention_forward(const LinearAttentionParams& p, const float* q,

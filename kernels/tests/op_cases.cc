@@ -484,8 +484,10 @@ void AddLinearAttention(Table& t) {
   uint64_t seed = 1200;
   for (const Case& c : cases) {
     std::string shape = "lens";
-    for (size_t i = 0; i < c.lens.size(); ++i)
-      shape += (i > 0 ? "," : "") + std::to_string(c.lens[i]);
+    for (size_t i = 0; i < c.lens.size(); ++i) {
+      if (i > 0) shape += ",";
+      shape += std::to_string(c.lens[i]);
+    }
     const char* decay[] = {"none", "per-head", "gate", "strong gate"};
     shape += Fmt(" H%d Dk%d Dv%d decay %s%s%s pad%d", c.h, c.dk, c.dv,
                  decay[c.decay], c.state ? " state" : "",
@@ -549,6 +551,59 @@ void AddLinearAttention(Table& t) {
                    return o;
                  }});
     seed += 7;
+  }
+}
+
+// -------------------------------------------------------- sparse decode --
+// Key block summaries (exact: max / min) and top-k block-sparse decode:
+// partial last blocks, a row shorter than one block, GQA, top-k covering
+// everything (= dense decode), no sink or recent blocks.
+void AddSparseDecode(Table& t) {
+  struct Case {
+    std::vector<int32_t> lens;
+    int cap, h, hkv, d, bs, topk, sinks, recent;
+  };
+  const Case cases[] = {{{5, 100, 300}, 320, 8, 2, 64, 16, 2, 1, 2},
+                        {{5, 100, 300}, 320, 4, 1, 128, 32, 100, 1, 2},
+                        {{77, 200}, 210, 4, 4, 32, 8, 3, 0, 1},
+                        {{1, 64, 65}, 70, 2, 1, 48, 16, 1, 1, 0},
+                        {{1000}, 1024, 4, 2, 64, 64, 4, 1, 2}};
+  uint64_t seed = 1300;
+  for (const Case& c : cases) {
+    std::string lens;
+    for (size_t i = 0; i < c.lens.size(); ++i) {
+      if (i > 0) lens += ",";
+      lens += std::to_string(c.lens[i]);
+    }
+    t.push_back({"sparse_decode",
+                 Fmt("lens%s cap%d H%d Hkv%d D%d block%d top%d sink%d recent%d",
+                     lens.c_str(), c.cap, c.h, c.hkv, c.d, c.bs, c.topk, c.sinks,
+                     c.recent),
+                 [=](Ops& ops, DeviceMemory& mem, Ops&) {
+                   const int batch = int(c.lens.size());
+                   AttentionParams p;
+                   p.num_heads = c.h;
+                   p.num_kv_heads = c.hkv;
+                   p.head_dim = c.d;
+                   SparseDecodeParams s{c.bs, c.topk, c.sinks, c.recent};
+                   const size_t nq = size_t(batch) * c.h * c.d;
+                   const size_t nc = size_t(batch) * c.cap * c.hkv * c.d;
+                   const size_t ns = size_t(batch) * ((c.cap + c.bs - 1) / c.bs) *
+                                     c.hkv * 2 * c.d;
+                   auto q = AttnInput(nq, seed, 1.5f), kc = AttnInput(nc, seed + 1, 1.5f),
+                        vc = RandomVec(nc, seed + 2);
+                   Tensors d(mem);
+                   const float* dk = d.In(kc);
+                   const int32_t* dl = d.In(c.lens);
+                   float* sum = d.Unwritten(ns);
+                   ops.key_block_summaries(p, batch, dk, c.cap, dl, c.bs, 0, sum);
+                   float* out = d.Unwritten(nq);
+                   ops.sparse_decode_attention(p, s, d.In(q), batch, dk, d.In(vc), c.cap,
+                                               dl, sum, out);
+                   return Outputs{{"summaries", Bound::kExact, d.Get(sum, ns)},
+                                  {"out", Bound::kReduction, d.Get(out, nq)}};
+                 }});
+    seed += 3;
   }
 }
 
@@ -744,6 +799,7 @@ Table Build() {
   AddAttention(t);
   AddDecode(t);
   AddLinearAttention(t);
+  AddSparseDecode(t);
   AddLmHead(t);
   AddOptimizer(t);
   AddSampling(t);

@@ -274,6 +274,15 @@ class EmuOps final : public Ops {
   void rope_apply(float*, const int32_t*, int, int, int, const float*,
                   const float*, bool) override { Unsupported("rope_apply"); }
   void scale(float*, float, size_t) override { Unsupported("scale"); }
+  void key_block_summaries(const AttentionParams&, int, const float*, int,
+                           const int32_t*, int, int, float*) override {
+    Unsupported("key_block_summaries");
+  }
+  void sparse_decode_attention(const AttentionParams&, const SparseDecodeParams&,
+                               const float*, int, const float*, const float*, int,
+                               const int32_t*, const float*, float*) override {
+    Unsupported("sparse_decode_attention");
+  }
   void float_to_bf16(const float*, uint16_t*, size_t) override {
     Unsupported("float_to_bf16");
   }
