@@ -1,6 +1,7 @@
 // Sequence-parallel linear attention (worker/model/linear_attention_sp.h):
 // one 300-token sequence split over 1-4 ranks (threads over one store,
-// uneven chunks, a data-dependent gate) equals the single-rank forward; the
+// uneven chunks, a data-dependent gate) equals the single-rank forward, and
+// the SP backward (dq, dk, dv, d log decay) the single-rank backward; the
 // all_scan bytes per rank are one state whatever the number of ranks.
 #include <cstdio>
 #include <vector>
@@ -60,6 +61,51 @@ TEST_P(LinearSpTest, EqualsSingleRankForward) {
               "received) max %llu, one state = %llu\n",
               n, err / ref, (unsigned long long)*std::max_element(sent.begin(), sent.end()),
               (unsigned long long)state_bytes);
+}
+
+TEST_P(LinearSpTest, BackwardEqualsSingleRank) {
+  const int n = GetParam();
+  const int T = 260, H = 2, dk = 8, dv = 12;
+  kernels::LinearAttentionParams p{H, dk, dv, 0.f};
+  auto q = Values(1, size_t(T) * H * dk, 1), k = Values(1, size_t(T) * H * dk, 2),
+       v = Values(1, size_t(T) * H * dv, 3), g = Values(1, size_t(T) * H, 4),
+       dout = Values(1, size_t(T) * H * dv, 5);
+  for (float& x : g) x = -0.1f * (x + 1.f);
+  auto ref_ops = kernels::MakeReferenceOps();
+  const size_t nq = size_t(T) * H * dk, nv = size_t(T) * H * dv, ng = size_t(T) * H;
+  std::vector<float> wq(nq), wk(nq), wv(nv), wg(ng);
+  const int32_t cu[2] = {0, T};
+  ref_ops->linear_attention_backward(p, q.data(), k.data(), v.data(), g.data(), cu, 1, T,
+                                     nullptr, dout.data(), nullptr, wq.data(), wk.data(),
+                                     wv.data(), wg.data(), nullptr);
+  std::vector<int> bounds{0};
+  for (int r = 1; r < n; ++r) bounds.push_back(T * r / n + (r % 2 ? 5 : -3));
+  bounds.push_back(T);
+  std::vector<float> gq(nq, NAN), gk(nq, NAN), gv(nv, NAN), gg(ng, NAN);
+  RunRanks(n, [&](comm::Collective& c) {
+    auto ops = kernels::MakeCpuOps(1);
+    const int r = c.rank(), t0 = bounds[r], t = bounds[r + 1] - t0;
+    const size_t oq = size_t(t0) * H * dk, ov = size_t(t0) * H * dv, og = size_t(t0) * H;
+    ASSERT_TRUE(LinearAttentionSpBackward(c, *ops, p, q.data() + oq, k.data() + oq,
+                                          v.data() + ov, g.data() + og, t,
+                                          dout.data() + ov, gq.data() + oq, gk.data() + oq,
+                                          gv.data() + ov, gg.data() + og, kT)
+                    .ok());
+  });
+  auto rel = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double e = 0, m = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      e = std::max(e, std::fabs(double(a[i]) - b[i]));
+      m = std::max(m, std::fabs(double(b[i])));
+    }
+    return e / m;
+  };
+  EXPECT_LT(rel(gq, wq), 1e-5);
+  EXPECT_LT(rel(gk, wk), 1e-5);
+  EXPECT_LT(rel(gv, wv), 1e-5);
+  EXPECT_LT(rel(gg, wg), 1e-4);
+  std::printf("[linear sp backward] ranks %d: dq %.2e dk %.2e dv %.2e dg %.2e\n", n,
+              rel(gq, wq), rel(gk, wk), rel(gv, wv), rel(gg, wg));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, LinearSpTest, ::testing::Values(1, 2, 3, 4));

@@ -32,4 +32,20 @@ absl::Status LinearAttentionSpForward(comm::Collective& group, kernels::Ops& ops
                                       const float* log_decay, int t, float* out,
                                       comm::Timeout timeout);
 
+// The backward of LinearAttentionSpForward: dout [t, H, Dv] of this rank's
+// tokens; writes dq, dk [t, H, Dk], dv [t, H, Dv] and d_log_decay [t, H]
+// (skipped when nullptr). Each rank recomputes the state entering its chunk
+// (the forward's all_scan), takes the local part of the gradient w.r.t. that
+// state (a backward with no incoming state gradient), passes the running
+// state gradient from the last rank to the first (one state each way per
+// rank, point to point: G_{r-1} = local_r + decay_r G_r), then runs its
+// backward with the state it entered from and the gradient of the state it
+// left. Equals the single-rank backward within fp32 rounding.
+absl::Status LinearAttentionSpBackward(comm::Collective& group, kernels::Ops& ops,
+                                       const kernels::LinearAttentionParams& p,
+                                       const float* q, const float* k, const float* v,
+                                       const float* log_decay, int t, const float* dout,
+                                       float* dq, float* dk, float* dv, float* d_log_decay,
+                                       comm::Timeout timeout);
+
 }  // namespace tandem::model
