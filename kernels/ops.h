@@ -87,6 +87,22 @@ struct PagedKv {
   int max_blocks = 0;
 };
 
+// Linear attention with decay (the RetNet / GLA / CHELA family), options.
+struct LinearAttentionParams {
+  int num_heads = 1;   // H: q, k [T, H, Dk]; v, out [T, H, Dv]
+  int key_dim = 64;    // Dk
+  int value_dim = 64;  // Dv
+  float scale = 0.f;   // 0 = 1/sqrt(Dk)
+};
+
+// Top-k block-sparse decode attention (HiP / Quest style), options.
+struct SparseDecodeParams {
+  int block_size = 64;    // cache rows per key block
+  int top_k_blocks = 8;   // blocks chosen by their score bound
+  int sink_blocks = 1;    // first blocks, always attended
+  int recent_blocks = 2;  // last blocks (the current one included), always
+};
+
 // The op interface. One instance per backend; stateless apart from
 // configuration (thread count, streams, library handles), so one instance
 // may be shared by the threads of one worker only if the backend says so.
@@ -176,6 +192,58 @@ class Ops {
   virtual void paged_attention(const AttentionParams& p, const PagedKv& kv,
                                const float* q, const int32_t* row_seq,
                                const int32_t* row_pos, int t, float* out) = 0;
+  // Key block summaries for sparse decode: for each batch row b, block i
+  // (rows [i B, (i+1) B) of the cache that are < cache_len[b]) and kv head,
+  // the elementwise max and min of its keys: summaries
+  // [batch, ceil(cache_capacity / B), Hkv, 2, D] (max then min). Blocks
+  // before first_block are left as they are (only the last block changes
+  // per decode step); blocks with no rows are not written.
+  virtual void key_block_summaries(const AttentionParams& p, int batch,
+                                   const float* k_cache, int cache_capacity,
+                                   const int32_t* cache_len, int block_size,
+                                   int first_block, float* summaries) = 0;
+  // Sparse decode attention, one new token per batch row (the last of its
+  // cache_len[b] rows; p.window is ignored): for each query head, the
+  // blocks attended are the sink blocks, the recent blocks and the
+  // top_k_blocks other blocks with the largest bound
+  // sum_d max(q_d max_d, q_d min_d) (ties: lower block first); exact softmax
+  // attention over the rows of those blocks. With few enough blocks it
+  // equals decode_attention. q, out [batch, H, D]; cache as decode_attention.
+  virtual void sparse_decode_attention(const AttentionParams& p,
+                                       const SparseDecodeParams& s,
+                                       const float* q, int batch,
+                                       const float* k_cache,
+                                       const float* v_cache, int cache_capacity,
+                                       const int32_t* cache_len,
+                                       const float* summaries, float* out) = 0;
+
+  // Linear attention with decay, per sequence and head, state S [Dk, Dv]:
+  //   S_t = exp(g_t) S_{t-1} + k_t^T v_t,   out_t = scale * q_t S_t
+  // g = log_decay [T, H] (log of the decay, <= 0 in practice; a constant per
+  // head gives RetNet, a data-dependent gate GLA; nullptr = no decay).
+  // Packed varlen as attention (cu_seqlens); each sequence starts from
+  // initial_state[b] ([num_seqs, H, Dk, Dv]; nullptr = zeros) and, when
+  // final_state != nullptr, leaves its last state there (final_state may
+  // alias initial_state: one call with a few tokens per sequence is a decode
+  // step that keeps only this state). Backends compute it in chunks
+  // (intra-chunk matmuls plus an inter-chunk state recurrence); the result
+  // equals the recurrence.
+  virtual void linear_attention_forward(const LinearAttentionParams& p,
+                                        const float* q, const float* k,
+                                        const float* v, const float* log_decay,
+                                        const int32_t* cu_seqlens, int num_seqs,
+                                        int t, const float* initial_state,
+                                        float* out, float* final_state) = 0;
+  // Gradients of the forward's out (dout) and final state (d_final_state,
+  // nullptr = 0): dq, dk, dv overwritten; d_log_decay [T, H] (skipped when
+  // nullptr or log_decay is nullptr) and d_initial_state (skipped when
+  // nullptr) overwritten. Recomputes the states from the inputs.
+  virtual void linear_attention_backward(
+      const LinearAttentionParams& p, const float* q, const float* k,
+      const float* v, const float* log_decay, const int32_t* cu_seqlens,
+      int num_seqs, int t, const float* initial_state, const float* dout,
+      const float* d_final_state, float* dq, float* dk, float* dv,
+      float* d_log_decay, float* d_initial_state) = 0;
 
   // Fused LM head + log-softmax, chunked over tokens so at most
   // `chunk_tokens` x V logits exist at once. h [T, C], w [V, C] (logits =

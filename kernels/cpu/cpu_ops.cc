@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "kernels/backends.h"
+#include "kernels/cpu/sparse_decode_cpu.h"
 #include "kernels/cpu/attention_cpu.h"
+#include "kernels/cpu/linear_attention_cpu.h"
 #include "kernels/cpu/convert_cpu.h"
 #include "kernels/sample_row.h"
 #include "kernels/cpu/elementwise_cpu.h"
@@ -121,6 +123,44 @@ class CpuOps final : public Ops {
                        const int32_t* row_seq, const int32_t* row_pos, int t,
                        float* out) override {
     cpu::paged_attention(p, kv, q, row_seq, row_pos, t, out);
+  }
+
+  void key_block_summaries(const AttentionParams& p, int batch,
+                           const float* k_cache, int cache_capacity,
+                           const int32_t* cache_len, int block_size,
+                           int first_block, float* summaries) override {
+    cpu::key_block_summaries(p, batch, k_cache, cache_capacity, cache_len,
+                            block_size, first_block, summaries);
+  }
+  void sparse_decode_attention(const AttentionParams& p,
+                               const SparseDecodeParams& s, const float* q,
+                               int batch, const float* k_cache,
+                               const float* v_cache, int cache_capacity,
+                               const int32_t* cache_len,
+                               const float* summaries, float* out) override {
+    cpu::sparse_decode_attention(p, s, q, batch, k_cache, v_cache,
+                                cache_capacity, cache_len, summaries, out);
+  }
+
+  void linear_attention_forward(const LinearAttentionParams& p, const float* q,
+                                const float* k, const float* v,
+                                const float* log_decay, const int32_t* cu,
+                                int num_seqs, int t, const float* initial_state,
+                                float* out, float* final_state) override {
+    cpu::linear_attention_forward(p, q, k, v, log_decay, cu, num_seqs, t,
+                                  initial_state, out, final_state);
+  }
+  void linear_attention_backward(const LinearAttentionParams& p, const float* q,
+                                 const float* k, const float* v,
+                                 const float* log_decay, const int32_t* cu,
+                                 int num_seqs, int t,
+                                 const float* initial_state, const float* dout,
+                                 const float* d_final_state, float* dq,
+                                 float* dk, float* dv, float* d_log_decay,
+                                 float* d_initial_state) override {
+    cpu::linear_attention_backward(p, q, k, v, log_decay, cu, num_seqs, t,
+                                   initial_state, dout, d_final_state, dq, dk,
+                                   dv, d_log_decay, d_initial_state);
   }
 
   void lm_head_logprobs_forward(const float* h, const float* w,

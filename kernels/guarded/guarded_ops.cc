@@ -240,6 +240,88 @@ class GuardedOps final : public Ops {
         F(dw, N(v) * N(c), "lm_head_backward dw"));
   }
 
+  void key_block_summaries(const AttentionParams& p, int batch,
+                           const float* k_cache, int cap,
+                           const int32_t* cache_len, int bs, int first_block,
+                           float* summaries) override {
+    Exclusive excl(this, "key_block_summaries");
+    const size_t kn = N(batch) * N(cap) * N(p.num_kv_heads) * N(p.head_dim);
+    const size_t sn = N(batch) * N(bs > 0 ? (cap + bs - 1) / bs : 0) *
+                      N(p.num_kv_heads) * 2 * N(p.head_dim);
+    inner_->key_block_summaries(
+        p, batch, F(k_cache, kn, "key_block_summaries k_cache"), cap,
+        I(cache_len, N(batch), "key_block_summaries cache_len"), bs, first_block,
+        F(summaries, sn, "key_block_summaries summaries"));
+  }
+
+  void sparse_decode_attention(const AttentionParams& p,
+                               const SparseDecodeParams& s, const float* q,
+                               int batch, const float* k_cache,
+                               const float* v_cache, int cap,
+                               const int32_t* cache_len,
+                               const float* summaries, float* out) override {
+    Exclusive excl(this, "sparse_decode_attention");
+    const size_t qn = N(batch) * N(p.num_heads) * N(p.head_dim);
+    const size_t kn = N(batch) * N(cap) * N(p.num_kv_heads) * N(p.head_dim);
+    const int bs = s.block_size;
+    const size_t sn = N(batch) * N(bs > 0 ? (cap + bs - 1) / bs : 0) *
+                      N(p.num_kv_heads) * 2 * N(p.head_dim);
+    inner_->sparse_decode_attention(
+        p, s, F(q, qn, "sparse_decode q"), batch, F(k_cache, kn, "sparse_decode k_cache"),
+        F(v_cache, kn, "sparse_decode v_cache"), cap,
+        I(cache_len, N(batch), "sparse_decode cache_len"),
+        F(summaries, sn, "sparse_decode summaries"), F(out, qn, "sparse_decode out"));
+  }
+
+  void linear_attention_forward(const LinearAttentionParams& p, const float* q,
+                                const float* k, const float* v,
+                                const float* log_decay, const int32_t* cu,
+                                int num_seqs, int t, const float* initial_state,
+                                float* out, float* final_state) override {
+    Exclusive excl(this, "linear_attention_forward");
+    const size_t rows = N(t) * N(p.num_heads);
+    const size_t qn = rows * N(p.key_dim), vn = rows * N(p.value_dim);
+    const size_t sn = N(num_seqs) * N(p.num_heads) * N(p.key_dim) * N(p.value_dim);
+    inner_->linear_attention_forward(
+        p, F(q, qn, "linear_attention_forward q"),
+        F(k, qn, "linear_attention_forward k"),
+        F(v, vn, "linear_attention_forward v"),
+        F(log_decay, rows, "linear_attention_forward log_decay"),
+        I(cu, N(num_seqs) + 1, "linear_attention_forward cu_seqlens"), num_seqs,
+        t, F(initial_state, sn, "linear_attention_forward initial_state"),
+        F(out, vn, "linear_attention_forward out"),
+        F(final_state, sn, "linear_attention_forward final_state"));
+  }
+
+  void linear_attention_backward(const LinearAttentionParams& p, const float* q,
+                                 const float* k, const float* v,
+                                 const float* log_decay, const int32_t* cu,
+                                 int num_seqs, int t,
+                                 const float* initial_state, const float* dout,
+                                 const float* d_final_state, float* dq,
+                                 float* dk, float* dv, float* d_log_decay,
+                                 float* d_initial_state) override {
+    Exclusive excl(this, "linear_attention_backward");
+    const size_t rows = N(t) * N(p.num_heads);
+    const size_t qn = rows * N(p.key_dim), vn = rows * N(p.value_dim);
+    const size_t sn = N(num_seqs) * N(p.num_heads) * N(p.key_dim) * N(p.value_dim);
+    inner_->linear_attention_backward(
+        p, F(q, qn, "linear_attention_backward q"),
+        F(k, qn, "linear_attention_backward k"),
+        F(v, vn, "linear_attention_backward v"),
+        F(log_decay, rows, "linear_attention_backward log_decay"),
+        I(cu, N(num_seqs) + 1, "linear_attention_backward cu_seqlens"),
+        num_seqs, t,
+        F(initial_state, sn, "linear_attention_backward initial_state"),
+        F(dout, vn, "linear_attention_backward dout"),
+        F(d_final_state, sn, "linear_attention_backward d_final_state"),
+        F(dq, qn, "linear_attention_backward dq"),
+        F(dk, qn, "linear_attention_backward dk"),
+        F(dv, vn, "linear_attention_backward dv"),
+        F(d_log_decay, rows, "linear_attention_backward d_log_decay"),
+        F(d_initial_state, sn, "linear_attention_backward d_initial_state"));
+  }
+
   double sum_squares(const float* g, size_t n) override {
     Exclusive excl(this, "sum_squares");
     return inner_->sum_squares(F(g, n, "sum_squares g"), n);

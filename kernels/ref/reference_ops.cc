@@ -8,8 +8,10 @@
 #include "kernels/backends.h"
 #include "kernels/bf16.h"
 #include "kernels/ops.h"
+#include "kernels/ref/sparse_decode_ref.h"
 #include "kernels/ref/attention_ref.h"
 #include "kernels/ref/paged_attention_ref.h"
+#include "kernels/ref/linear_attention_ref.h"
 #include "kernels/ref/ref_math.h"
 #include "kernels/sample_row.h"
 
@@ -95,6 +97,44 @@ class ReferenceOps final : public Ops {
                         float* out) override {
     ref::decode_attention(p, q, batch, n_new, k_cache, v_cache, cache_capacity,
                           cache_len, out);
+  }
+
+  void key_block_summaries(const AttentionParams& p, int batch,
+                           const float* k_cache, int cache_capacity,
+                           const int32_t* cache_len, int block_size,
+                           int first_block, float* summaries) override {
+    ref::key_block_summaries(p, batch, k_cache, cache_capacity, cache_len,
+                            block_size, first_block, summaries);
+  }
+  void sparse_decode_attention(const AttentionParams& p,
+                               const SparseDecodeParams& s, const float* q,
+                               int batch, const float* k_cache,
+                               const float* v_cache, int cache_capacity,
+                               const int32_t* cache_len,
+                               const float* summaries, float* out) override {
+    ref::sparse_decode_attention(p, s, q, batch, k_cache, v_cache,
+                                cache_capacity, cache_len, summaries, out);
+  }
+
+  void linear_attention_forward(const LinearAttentionParams& p, const float* q,
+                                const float* k, const float* v,
+                                const float* log_decay, const int32_t* cu,
+                                int num_seqs, int t, const float* initial_state,
+                                float* out, float* final_state) override {
+    ref::linear_attention_forward(p, q, k, v, log_decay, cu, num_seqs, t,
+                                  initial_state, out, final_state);
+  }
+  void linear_attention_backward(const LinearAttentionParams& p, const float* q,
+                                 const float* k, const float* v,
+                                 const float* log_decay, const int32_t* cu,
+                                 int num_seqs, int t,
+                                 const float* initial_state, const float* dout,
+                                 const float* d_final_state, float* dq,
+                                 float* dk, float* dv, float* d_log_decay,
+                                 float* d_initial_state) override {
+    ref::linear_attention_backward(p, q, k, v, log_decay, cu, num_seqs, t,
+                                   initial_state, dout, d_final_state, dq, dk,
+                                   dv, d_log_decay, d_initial_state);
   }
 
   // The reference ignores chunking (one row at a time, in double); scratch

@@ -545,6 +545,163 @@ void AddPaged(Table& t) {
   }
 }
 
+// ----------------------------------------------------- linear attention --
+// The chunked backends against the reference recurrence: lengths around the
+// 64-token chunk, packed varlen with empty sequences, padding rows, Dk != Dv,
+// no decay / a constant per-head decay / a data-dependent gate (mild and
+// strong), initial and final states, decode steps updating the state in
+// place.
+void AddLinearAttention(Table& t) {
+  enum Decay { kNone, kHead, kGate, kStrong };
+  struct Case {
+    std::vector<int> lens;
+    int h, dk, dv;
+    Decay decay;
+    bool state;        // initial state in, final state out, d_final in
+    bool in_place = false;  // final_state aliases initial_state (decode)
+    int pad = 0;       // rows after the last sequence
+    float scale = 0.f;
+  };
+  const Case cases[] = {
+      {{1}, 1, 4, 4, kGate, false},
+      {{7}, 2, 16, 16, kNone, false},
+      {{63, 65}, 2, 32, 32, kGate, false},
+      {{130}, 3, 64, 64, kHead, true},
+      {{5, 0, 64, 1, 130}, 2, 24, 40, kGate, true, false, 3},
+      {{200, 3}, 1, 128, 64, kStrong, false},
+      {{257}, 2, 64, 128, kGate, true},
+      {{1, 1, 1, 1}, 4, 32, 32, kGate, true, true},
+      {{3, 2}, 2, 64, 16, kHead, true, true},
+      {{100}, 2, 48, 24, kNone, true, false, 0, 0.3f},
+      {{65}, 1, 256, 16, kGate, false},
+      {{129, 64}, 2, 16, 64, kStrong, true},
+  };
+  uint64_t seed = 1200;
+  for (const Case& c : cases) {
+    std::string shape = "lens";
+    for (size_t i = 0; i < c.lens.size(); ++i) {
+      if (i > 0) shape += ",";
+      shape += std::to_string(c.lens[i]);
+    }
+    const char* decay[] = {"none", "per-head", "gate", "strong gate"};
+    shape += Fmt(" H%d Dk%d Dv%d decay %s%s%s pad%d", c.h, c.dk, c.dv,
+                 decay[c.decay], c.state ? " state" : "",
+                 c.in_place ? " in-place" : "", c.pad);
+    if (c.scale != 0.f) shape += Fmt(" scale%.1f", c.scale);
+    t.push_back({"linear_attention", shape,
+                 [=](Ops& ops, DeviceMemory& mem, Ops&) {
+                   std::vector<int32_t> cu{0};
+                   for (int len : c.lens) cu.push_back(cu.back() + len);
+                   const int nseq = int(c.lens.size()), tt = cu.back() + c.pad;
+                   LinearAttentionParams p;
+                   p.num_heads = c.h;
+                   p.key_dim = c.dk;
+                   p.value_dim = c.dv;
+                   p.scale = c.scale;
+                   const size_t rows = size_t(tt) * c.h, nq = rows * c.dk,
+                                nv = rows * c.dv,
+                                ns = size_t(nseq) * c.h * c.dk * c.dv;
+                   auto q = RandomVec(nq, seed), k = RandomVec(nq, seed + 1),
+                        v = RandomVec(nv, seed + 2), dout = RandomVec(nv, seed + 3);
+                   std::vector<float> g;
+                   if (c.decay == kHead) {
+                     g.resize(rows);
+                     for (size_t r = 0; r < rows; ++r)
+                       g[r] = std::log(1.f - std::exp2(-5.f - float(r % c.h)));
+                   } else if (c.decay == kGate || c.decay == kStrong) {
+                     g = RandomVec(rows, seed + 4, c.decay == kGate ? -0.5 : -4.0, 0.0);
+                   }
+                   std::vector<float> init, dfin;
+                   if (c.state) {
+                     init = RandomVec(ns, seed + 5);
+                     dfin = RandomVec(ns, seed + 6);
+                   }
+                   Tensors d(mem);
+                   const float *dq_in = d.In(q), *dk_in = d.In(k),
+                               *dv_in = d.In(v), *dg_in = d.In(g);
+                   const int32_t* dcu = d.In(cu);
+                   float* out = d.Unwritten(nv);
+                   float* dinit = d.In(init);
+                   float* fin = c.in_place ? dinit : (c.state ? d.Unwritten(ns) : nullptr);
+                   ops.linear_attention_forward(p, dq_in, dk_in, dv_in, dg_in, dcu,
+                                                nseq, tt, dinit, out, fin);
+                   Outputs o{{"out", Bound::kReduction,
+                              d.Get(out, size_t(cu.back()) * c.h * c.dv)}};
+                   if (c.state) o.push_back({"final_state", Bound::kReduction, d.Get(fin, ns)});
+                   // The backward reads the initial state as it was.
+                   const float* init2 = d.In(init);
+                   float *dq = d.Unwritten(nq), *dk = d.Unwritten(nq),
+                         *dv = d.Unwritten(nv),
+                         *dg = g.empty() ? nullptr : d.Unwritten(rows),
+                         *dinit2 = c.state ? d.Unwritten(ns) : nullptr;
+                   ops.linear_attention_backward(p, dq_in, dk_in, dv_in, dg_in, dcu,
+                                                 nseq, tt, init2, d.In(dout),
+                                                 d.In(dfin), dq, dk, dv, dg, dinit2);
+                   o.push_back({"dq", Bound::kReduction, d.Get(dq, nq)});
+                   o.push_back({"dk", Bound::kReduction, d.Get(dk, nq)});
+                   o.push_back({"dv", Bound::kReduction, d.Get(dv, nv)});
+                   if (dg != nullptr) o.push_back({"dg", Bound::kReduction, d.Get(dg, rows)});
+                   if (c.state)
+                     o.push_back({"d_initial_state", Bound::kReduction, d.Get(dinit2, ns)});
+                   return o;
+                 }});
+    seed += 7;
+  }
+}
+
+// -------------------------------------------------------- sparse decode --
+// Key block summaries (exact: max / min) and top-k block-sparse decode:
+// partial last blocks, a row shorter than one block, GQA, top-k covering
+// everything (= dense decode), no sink or recent blocks.
+void AddSparseDecode(Table& t) {
+  struct Case {
+    std::vector<int32_t> lens;
+    int cap, h, hkv, d, bs, topk, sinks, recent;
+  };
+  const Case cases[] = {{{5, 100, 300}, 320, 8, 2, 64, 16, 2, 1, 2},
+                        {{5, 100, 300}, 320, 4, 1, 128, 32, 100, 1, 2},
+                        {{77, 200}, 210, 4, 4, 32, 8, 3, 0, 1},
+                        {{1, 64, 65}, 70, 2, 1, 48, 16, 1, 1, 0},
+                        {{1000}, 1024, 4, 2, 64, 64, 4, 1, 2}};
+  uint64_t seed = 1300;
+  for (const Case& c : cases) {
+    std::string lens;
+    for (size_t i = 0; i < c.lens.size(); ++i) {
+      if (i > 0) lens += ",";
+      lens += std::to_string(c.lens[i]);
+    }
+    t.push_back({"sparse_decode",
+                 Fmt("lens%s cap%d H%d Hkv%d D%d block%d top%d sink%d recent%d",
+                     lens.c_str(), c.cap, c.h, c.hkv, c.d, c.bs, c.topk, c.sinks,
+                     c.recent),
+                 [=](Ops& ops, DeviceMemory& mem, Ops&) {
+                   const int batch = int(c.lens.size());
+                   AttentionParams p;
+                   p.num_heads = c.h;
+                   p.num_kv_heads = c.hkv;
+                   p.head_dim = c.d;
+                   SparseDecodeParams s{c.bs, c.topk, c.sinks, c.recent};
+                   const size_t nq = size_t(batch) * c.h * c.d;
+                   const size_t nc = size_t(batch) * c.cap * c.hkv * c.d;
+                   const size_t ns = size_t(batch) * ((c.cap + c.bs - 1) / c.bs) *
+                                     c.hkv * 2 * c.d;
+                   auto q = AttnInput(nq, seed, 1.5f), kc = AttnInput(nc, seed + 1, 1.5f),
+                        vc = RandomVec(nc, seed + 2);
+                   Tensors d(mem);
+                   const float* dk = d.In(kc);
+                   const int32_t* dl = d.In(c.lens);
+                   float* sum = d.Unwritten(ns);
+                   ops.key_block_summaries(p, batch, dk, c.cap, dl, c.bs, 0, sum);
+                   float* out = d.Unwritten(nq);
+                   ops.sparse_decode_attention(p, s, d.In(q), batch, dk, d.In(vc), c.cap,
+                                               dl, sum, out);
+                   return Outputs{{"summaries", Bound::kExact, d.Get(sum, ns)},
+                                  {"out", Bound::kReduction, d.Get(out, nq)}};
+                 }});
+    seed += 3;
+  }
+}
+
 // --------------------------------------------------------------- lm head --
 void AddLmHead(Table& t) {
   struct Shape { int t, c, v, chunk; };
@@ -736,6 +893,8 @@ Table Build() {
   AddRope(t);
   AddAttention(t);
   AddDecode(t);
+  AddLinearAttention(t);
+  AddSparseDecode(t);
   AddPaged(t);
   AddLmHead(t);
   AddOptimizer(t);

@@ -16,6 +16,7 @@
 #include "kernels/backends.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/config.h"
+#include "worker/model/layer_types.h"
 #include "worker/model/model.h"
 #include "worker/model/param_layout.h"
 
@@ -97,8 +98,26 @@ struct RefModel {
       }
       rope(q, H);
       rope(k, KV);
-      const int window = c.LayerWindow(layer);
-      for (int s = 0; s < b.num_seqs(); ++s) {
+      const LayerType type = LayerTypeOf(c, layer);
+      const int window = type.window;
+      for (int s = 0; s < b.num_seqs() && type.kind == LayerKind::kLinear; ++s) {
+        // Linear attention: S = gamma_h S + k^T v, out = q S / sqrt(D).
+        for (int h = 0; h < H; ++h) {
+          const double gamma = std::exp(LinearLogDecay(h));
+          std::vector<double> st(D * D, 0.0);
+          for (int i = b.cu_seqlens[s]; i < b.cu_seqlens[s + 1]; ++i) {
+            for (int a = 0; a < D; ++a)
+              for (int e = 0; e < D; ++e)
+                st[a * D + e] = gamma * st[a * D + e] + k[(i * KV + h) * D + a] * v[(i * KV + h) * D + e];
+            for (int e = 0; e < D; ++e) {
+              double o = 0;
+              for (int a = 0; a < D; ++a) o += q[(i * H + h) * D + a] * st[a * D + e];
+              attn[(i * H + h) * D + e] = o / std::sqrt(static_cast<double>(D));
+            }
+          }
+        }
+      }
+      for (int s = 0; s < b.num_seqs() && type.kind != LayerKind::kLinear; ++s) {
         for (int i = b.cu_seqlens[s]; i < b.cu_seqlens[s + 1]; ++i) {
           for (int h = 0; h < H; ++h) {
             const int kh = h / (H / KV);
@@ -151,7 +170,7 @@ struct RefModel {
   }
 };
 
-enum class Variant { kQwen2, kLlama, kQwen3Untied, kQwen3Tied };
+enum class Variant { kQwen2, kLlama, kQwen3Untied, kQwen3Tied, kHybrid };
 
 ModelConfig MakeConfig(Variant variant) {
   const bool qwen = variant == Variant::kQwen2;
@@ -172,6 +191,12 @@ ModelConfig MakeConfig(Variant variant) {
     j["sliding_window"] = 3;
     j["layer_types"] = {"sliding_attention", "full_attention"};
     j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  } else if (variant == Variant::kHybrid) {
+    // Tandem layer types: a linear-attention layer, then a window of 3.
+    j["model_type"] = "llama";
+    j["tie_word_embeddings"] = false;
+    j["num_key_value_heads"] = 4;
+    j["tandem_layer_types"] = {"linear", "window:3"};
   } else {
     j["model_type"] = "llama";
     j["tie_word_embeddings"] = true;
@@ -265,7 +290,7 @@ void RunGradCheck(Variant variant) {
     }
   }
   const char* names[] = {"qwen2/untied/sliding", "llama/tied", "qwen3/untied/bias",
-                         "qwen3/tied/mqa"};
+                         "qwen3/tied/mqa", "llama/hybrid linear+window"};
   std::printf("[gradcheck %s] max |analytic - numeric| = %.3g (at %s), max |grad| = %.3g, "
               "relative to max = %.3g, max relative (|g| > 1e-2) = %.3g, forward max |dlogp| = %.3g\n",
               names[static_cast<int>(variant)], max_abs, worst.c_str(), max_grad,
@@ -302,6 +327,28 @@ TEST(GradCheckTest, Qwen2UntiedSlidingWindowGqa) { RunGradCheck(Variant::kQwen2)
 TEST(GradCheckTest, LlamaTiedMqa) { RunGradCheck(Variant::kLlama); }
 TEST(GradCheckTest, Qwen3UntiedBiasQkNormHeadDim) { RunGradCheck(Variant::kQwen3Untied); }
 TEST(GradCheckTest, Qwen3TiedQkNormMqa) { RunGradCheck(Variant::kQwen3Tied); }
+TEST(GradCheckTest, HybridLinearAndWindowLayers) { RunGradCheck(Variant::kHybrid); }
+
+// Sink layers decode with a per-layer state only: training refuses them by
+// name instead of computing something else.
+TEST(ModelTest, RefusesSinkLayersInTraining) {
+  json j = {{"model_type", "llama"}, {"vocab_size", 11}, {"hidden_size", 16},
+            {"intermediate_size", 24}, {"num_hidden_layers", 2},
+            {"num_attention_heads", 4}, {"max_position_embeddings", 64},
+            {"tandem_layer_types", {"full", "sink:2+window:3"}}};
+  auto c = ParseConfigJson(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto ops = kernels::MakeReferenceOps();
+  Model model(*c, ops.get(), 4);
+  std::vector<float> p(model.layout().total_floats(), 0.f);
+  FlatParamProvider pp(model.layout(), p.data(), nullptr);
+  Batch b;
+  b.AddSequence(std::vector<int32_t>{1, 2, 3});
+  std::vector<float> logp(3);
+  const absl::Status st = model.ForwardLogprobs(b, pp, logp.data());
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_NE(st.message().find("sink:2+window:3"), std::string::npos) << st;
+}
 
 TEST(ModelTest, RejectsBadBatches) {
   const ModelConfig c = MakeConfig(Variant::kLlama);

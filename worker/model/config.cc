@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/base/status_macros.h"
+#include "worker/model/layer_types.h"
 #include "worker/model/strict_json.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -130,6 +131,21 @@ absl::Status ParseRopeScaling(const json& rs, RopeScaling* out) {
   return absl::OkStatus();
 }
 
+// Tandem extension keys (layer_types.h); validated in ValidateLayerTypes.
+absl::Status ParseTandemLayerTypes(const json& j, ModelConfig* c) {
+  const std::string key(kLayerTypesKey);
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  auto bad = absl::InvalidArgumentError(
+      absl::StrCat("config key '", key, "' must be a list of strings"));
+  if (!it->is_array()) return bad;
+  for (const auto& e : *it) {
+    if (!e.is_string()) return bad;
+    c->tandem_layer_types.push_back(e.get<std::string>());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int ModelConfig::LayerWindow(int layer) const {
@@ -245,6 +261,7 @@ absl::StatusOr<ModelConfig> ParseConfigJson(std::string_view text) {
       c.layer_types.push_back(e.get<std::string>());
     }
   }
+  RETURN_IF_ERROR(ParseTandemLayerTypes(j, &c));
   RETURN_IF_ERROR(GetString(j, "torch_dtype", &c.torch_dtype));
   RETURN_IF_ERROR(GetString(j, "tokenizer", &c.tokenizer));
   std::string act = "silu";
@@ -372,6 +389,7 @@ absl::Status Validate(const ModelConfig& c) {
     }
   }
   if (c.max_window_layers < 0) return bad("max_window_layers", c.max_window_layers, "must be >= 0");
+  RETURN_IF_ERROR(ValidateLayerTypes(c));
   auto check_id = [&](absl::string_view key, int id) -> absl::Status {
     if (id < -1 || id >= c.vocab_size) {
       return bad(key, id, absl::StrCat("must be in [0, vocab_size=",
@@ -475,6 +493,7 @@ std::string ToConfigJson(const ModelConfig& c) {
     j["max_window_layers"] = c.max_window_layers;
   }
   if (!c.layer_types.empty()) j["layer_types"] = c.layer_types;
+  if (!c.tandem_layer_types.empty()) j[std::string(kLayerTypesKey)] = c.tandem_layer_types;
   j["torch_dtype"] = c.torch_dtype;
   if (!c.tokenizer.empty()) j["tokenizer"] = c.tokenizer;
   return j.dump(2) + "\n";

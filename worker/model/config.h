@@ -68,6 +68,8 @@ struct ModelConfig {
   int max_window_layers = 0;        // Qwen2
   bool sliding_window_set = false;  // key present (and non-null) in the input
   bool use_sliding_window_set = false;  // key present in the input
+  // Tandem extension: per-layer attention types (layer_types.h).
+  std::vector<std::string> tandem_layer_types;
   std::string torch_dtype = "float32";
   std::string tokenizer;  // "char" = built-in CharTokenizer; "" = none
 

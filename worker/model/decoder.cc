@@ -25,7 +25,46 @@ Decoder::Decoder(const ModelConfig& config, kernels::Ops* ops, kernels::DeviceMe
       ops_(ops),
       owned_memory_(memory == nullptr ? kernels::MakeHostMemory() : nullptr),
       mem_(memory == nullptr ? owned_memory_.get() : memory),
-      eps_(static_cast<float>(config.rms_norm_eps)) {}
+      eps_(static_cast<float>(config.rms_norm_eps)) {
+  for (int l = 0; l < dims_.L; ++l) layer_types_.push_back(LayerTypeOf(config_, l));
+}
+
+kernels::LinearAttentionParams Decoder::LinearAttention() const {
+  kernels::LinearAttentionParams p;
+  p.num_heads = dims_.H;
+  p.key_dim = dims_.D;
+  p.value_dim = dims_.D;
+  return p;
+}
+
+bool Decoder::has_linear_layers() const {
+  for (const LayerType& t : layer_types_)
+    if (t.kind == LayerKind::kLinear) return true;
+  return false;
+}
+
+absl::Status Decoder::EnsureLinearDecay(int rows) {
+  if (!has_linear_layers() || rows <= linear_decay_rows_) return absl::OkStatus();
+  const int n = std::max(rows, 2 * linear_decay_rows_);
+  std::vector<float> host(static_cast<size_t>(n) * dims_.H);
+  for (size_t r = 0; r < host.size(); ++r) {
+    host[r] = static_cast<float>(LinearLogDecay(static_cast<int>(r % dims_.H)));
+  }
+  linear_decay_rows_ = 0;
+  if (!linear_decay_.Allocate(mem_, host.size())) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "model: cannot allocate ", host.size() * sizeof(float),
+        " bytes of linear-attention decay in ", mem_->name(), " memory"));
+  }
+  linear_decay_.Upload(host.data(), host.size());
+  linear_decay_rows_ = n;
+  return absl::OkStatus();
+}
+
+const float* Decoder::LinearDecay(int rows) const {
+  TANDEM_CHECK(rows <= linear_decay_rows_);
+  return linear_decay_.data();
+}
 
 absl::Status Decoder::MemoryStatus(const char* who) const {
   if (mem_->ok()) return absl::OkStatus();
@@ -40,6 +79,7 @@ kernels::AttentionParams Decoder::Attention(int layer) const {
   p.head_dim = dims_.D;
   p.causal = true;
   p.window = config_.LayerWindow(layer);
+  if (layer_types_[layer].kind == LayerKind::kWindow) p.window = layer_types_[layer].window;
   return p;
 }
 
@@ -139,7 +179,10 @@ void Decoder::Layer(const float* P, int l, const DecoderInput& in,
     ops_->embedding_backward(in.kv_rows, T, k, KD, in.cache->k[l].data());
     ops_->embedding_backward(in.kv_rows, T, v, KD, in.cache->v[l].data());
   }
-  if (in.cu != nullptr) {
+  if (in.cu != nullptr && layer_types_[l].kind == LayerKind::kLinear) {
+    ops_->linear_attention_forward(LinearAttention(), q, k, v, LinearDecay(T), in.cu,
+                                   in.num_seqs, T, nullptr, attn, nullptr);
+  } else if (in.cu != nullptr) {
     ops_->attention_forward(ap, q, k, v, in.cu, in.num_seqs, T, attn, a.lse.at(l));
   } else {
     ops_->decode_attention(ap, q, T, 1, in.cache->k[l].data(), in.cache->v[l].data(),

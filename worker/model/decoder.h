@@ -4,7 +4,9 @@
 //
 //   embedding -> N x [RMSNorm -> q/k/v (+ biases) (-> per-head RMSNorm of q
 //   and k, Qwen3) -> RoPE -> attention (packed causal varlen, optional
-//   per-layer sliding window; or one new token per sequence over a KV cache)
+//   per-layer sliding window; or one new token per sequence over a KV cache;
+//   or linear attention with a fixed per-head decay in `linear` layers,
+//   layer_types.h)
 //   -> o-proj -> residual -> RMSNorm -> SwiGLU MLP -> residual]
 //   -> final RMSNorm (-> LM head logits)
 //
@@ -31,6 +33,7 @@
 #include "kernels/memory.h"
 #include "kernels/ops.h"
 #include "worker/model/config.h"
+#include "worker/model/layer_types.h"
 #include "worker/model/param_layout.h"
 #include "worker/model/param_provider.h"
 
@@ -153,6 +156,15 @@ class Decoder {
   void ProjectQkv(const float* P, const LayerOffsets& o, int rows, const float* xn,
                   float* q, float* k, float* v) const;
   kernels::AttentionParams Attention(int layer) const;
+  // Layer l's type (layer_types.h) and, for linear layers, the kernel's
+  // options and the log decay [rows, H] (EnsureLinearDecay must cover the
+  // rows; a no-op without linear layers; ResourceExhausted when the buffer
+  // cannot be allocated).
+  const LayerType& layer_type(int layer) const { return layer_types_[layer]; }
+  bool has_linear_layers() const;
+  kernels::LinearAttentionParams LinearAttention() const;
+  absl::Status EnsureLinearDecay(int rows);
+  const float* LinearDecay(int rows) const;
   // InternalError naming `who` when the device memory has failed.
   absl::Status MemoryStatus(const char* who) const;
 
@@ -173,6 +185,11 @@ class Decoder {
   kernels::DeviceArray<float> cos_d_, sin_d_;
   int rope_rows_ = 0;
   int rope_key_ = -1;
+
+  std::vector<LayerType> layer_types_;
+  // Log decay of linear layers [rows, H], grown by doubling.
+  kernels::DeviceArray<float> linear_decay_;
+  int linear_decay_rows_ = 0;
 };
 
 }  // namespace tandem::model

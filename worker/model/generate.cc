@@ -251,6 +251,15 @@ absl::StatusOr<GenerationResult> Generator::Generate(
     return absl::InvalidArgumentError("generate: top_p must be in (0, 1]");
   }
   if (o.top_k < 0) return absl::InvalidArgumentError("generate: top_k must be >= 0");
+  for (int l = 0; l < d_.L; ++l) {
+    const LayerType& t = decoder_.layer_type(l);
+    if (t.kind == LayerKind::kLinear || t.kind == LayerKind::kSinkWindow) {
+      return absl::UnimplementedError(absl::StrCat(
+          "generate: layer ", l, " is '", LayerTypeName(t),
+          "'; this generator keeps a KV cache per layer, such layers decode "
+          "with a per-layer state (worker/model/layer_state.h)"));
+    }
+  }
   int max_len = 0;
   int64_t total = 0;
   for (int b = 0; b < B; ++b) {

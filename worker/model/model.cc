@@ -184,12 +184,21 @@ absl::Status Model::Prepare(const Batch& batch) {
   cu_ = d + 3 * T;
   const int32_t max_position = *std::max_element(batch.positions.begin(), batch.positions.end());
   RETURN_IF_ERROR(decoder_.EnsureRope(max_position + 1));
+  RETURN_IF_ERROR(decoder_.EnsureLinearDecay(T_));
   return decoder_.MemoryStatus("model");
 }
 
 absl::Status Model::CheckBatch(const Batch& b) const {
   const size_t T = b.tokens.size();
   if (T == 0) return absl::InvalidArgumentError("batch has no tokens");
+  for (int l = 0; l < d_.L; ++l) {
+    if (decoder_.layer_type(l).kind == LayerKind::kSinkWindow) {
+      return absl::UnimplementedError(absl::StrCat(
+          "model: layer ", l, " is '", LayerTypeName(decoder_.layer_type(l)),
+          "': attention sinks exist only in decode (worker/model/layer_state.h); "
+          "the training attention kernels take full, window:N and linear layers"));
+    }
+  }
   // Per-head rows (attention lse, q/k norms) are indexed with 32-bit ints.
   if (T > (1u << 24) || T * static_cast<size_t>(d_.H) > INT32_MAX) {
     return absl::InvalidArgumentError(absl::StrCat("batch too large: ", T, " tokens"));
@@ -401,8 +410,14 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp,
     // Attention.
     ops_->matmul(false, false, T, HD, C, 1.f, dres_, C, P + o.o, HD, 0.f, dattn_, HD);
     ops_->matmul(true, false, C, HD, T, 1.f, dres_, C, attn, HD, 1.f, G + o.o, HD);
-    ops_->attention_backward(decoder_.Attention(l), q, k, v, attn, dattn_, lse_ + lt * H,
-                             cu_, nseq_, T, dq_, dk_, dv_);
+    if (decoder_.layer_type(l).kind == LayerKind::kLinear) {
+      ops_->linear_attention_backward(decoder_.LinearAttention(), q, k, v,
+                                      decoder_.LinearDecay(T), cu_, nseq_, T, nullptr,
+                                      dattn_, nullptr, dq_, dk_, dv_, nullptr, nullptr);
+    } else {
+      ops_->attention_backward(decoder_.Attention(l), q, k, v, attn, dattn_, lse_ + lt * H,
+                               cu_, nseq_, T, dq_, dk_, dv_);
+    }
     ops_->rope_apply(dq_, positions_, T, H, D, cosb, sinb, true);
     ops_->rope_apply(dk_, positions_, T, Hkv, D, cosb, sinb, true);
     ops_->rmsnorm_forward(x, P + o.input_norm, T, C, eps, xn_, rstd_tmp_);

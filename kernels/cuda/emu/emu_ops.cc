@@ -13,6 +13,7 @@
 #include "kernels/cuda/attention_fwd_kernel.cuh"
 #include "kernels/cuda/decode_attention_kernel.cuh"
 #include "kernels/cuda/paged_attention_kernel.cuh"
+#include "kernels/cuda/linear_attention_kernel.cuh"
 #include "kernels/cuda/lm_head_kernel.cuh"
 #include "kernels/cuda/optimizer_kernel.cuh"
 #include "kernels/cuda/rmsnorm_kernel.cuh"
@@ -23,6 +24,28 @@ namespace {
 
 float Scale(const AttentionParams& p) {
   return p.scale != 0.f ? p.scale : 1.f / sqrtf(static_cast<float>(p.head_dim));
+}
+
+cuda::LinAttnArgs LinArgs(const LinearAttentionParams& p, const float* q,
+                          const float* k, const float* v, const float* g,
+                          const int32_t* cu, const float* initial) {
+  cuda::LinAttnArgs a{};
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.g = g;
+  a.cu = cu;
+  a.initial = initial;
+  a.num_heads = p.num_heads;
+  a.dk_dim = p.key_dim;
+  a.dv_dim = p.value_dim;
+  a.scale = p.scale != 0.f ? p.scale : 1.f / sqrtf(static_cast<float>(p.key_dim));
+  return a;
+}
+
+dim3 LinGrid(const LinearAttentionParams& p, int num_seqs) {
+  return dim3((p.value_dim + cuda::kLinThreads - 1) / cuda::kLinThreads,
+              p.num_heads, num_seqs);
 }
 
 class EmuOps final : public Ops {
@@ -117,6 +140,60 @@ class EmuOps final : public Ops {
         }
       });
     });
+  }
+
+  // As CudaOps (linear_attention_cuda.cu): the recurrent kernels, one thread
+  // per state column.
+  void linear_attention_forward(const LinearAttentionParams& p, const float* q,
+                                const float* k, const float* v,
+                                const float* log_decay, const int32_t* cu,
+                                int num_seqs, int t, const float* initial_state,
+                                float* out, float* final_state) override {
+    if (num_seqs <= 0 || t <= 0) return;
+    cuda::LinAttnArgs a = LinArgs(p, q, k, v, log_decay, cu, initial_state);
+    a.out = out;
+    a.final_state = final_state;
+    cuda::DispatchLinAttn(p.key_dim, [&]<int kMaxDk>() {
+      tandem_emu::Launch(LinGrid(p, num_seqs), dim3(cuda::kLinThreads), 0,
+                         [&] { cuda::LinAttnFwdKernel<kMaxDk>(a); });
+    });
+  }
+
+  void linear_attention_backward(const LinearAttentionParams& p, const float* q,
+                                 const float* k, const float* v,
+                                 const float* log_decay, const int32_t* cu,
+                                 int num_seqs, int t,
+                                 const float* initial_state, const float* dout,
+                                 const float* d_final_state, float* dq,
+                                 float* dk, float* dv, float* d_log_decay,
+                                 float* d_initial_state) override {
+    if (t <= 0) return;
+    const size_t rows = size_t(t) * p.num_heads;
+    std::fill(dq, dq + rows * p.key_dim, 0.f);
+    std::fill(dk, dk + rows * p.key_dim, 0.f);
+    std::fill(dv, dv + rows * p.value_dim, 0.f);
+    float* dg = log_decay != nullptr ? d_log_decay : nullptr;
+    if (dg != nullptr) std::fill(dg, dg + rows, 0.f);
+    if (num_seqs <= 0) return;
+    cuda::LinAttnArgs a = LinArgs(p, q, k, v, log_decay, cu, initial_state);
+    a.dout = dout;
+    a.d_final = d_final_state;
+    a.dq = dq;
+    a.dk = dk;
+    a.dv = dv;
+    a.dg = dg;
+    a.d_initial = d_initial_state;
+    cuda::DispatchLinAttn(p.key_dim, [&]<int kMaxDk>() {
+      tandem_emu::Launch(LinGrid(p, num_seqs), dim3(cuda::kLinThreads), 0,
+                         [&] { cuda::LinAttnDqKernel<kMaxDk>(a); });
+      tandem_emu::Launch(LinGrid(p, num_seqs), dim3(cuda::kLinThreads), 0,
+                         [&] { cuda::LinAttnDsKernel<kMaxDk>(a); });
+    });
+    if (dg != nullptr) {
+      const int tasks = num_seqs * p.num_heads;
+      tandem_emu::Launch(dim3((tasks + 127) / 128), dim3(128), 0,
+                         [&] { cuda::LinAttnDecayKernel(a, num_seqs); });
+    }
   }
 
   void rmsnorm_forward(const float* x, const float* w, int t, int c, float eps,
@@ -229,6 +306,15 @@ class EmuOps final : public Ops {
   void rope_apply(float*, const int32_t*, int, int, int, const float*,
                   const float*, bool) override { Unsupported("rope_apply"); }
   void scale(float*, float, size_t) override { Unsupported("scale"); }
+  void key_block_summaries(const AttentionParams&, int, const float*, int,
+                           const int32_t*, int, int, float*) override {
+    Unsupported("key_block_summaries");
+  }
+  void sparse_decode_attention(const AttentionParams&, const SparseDecodeParams&,
+                               const float*, int, const float*, const float*, int,
+                               const int32_t*, const float*, float*) override {
+    Unsupported("sparse_decode_attention");
+  }
   void float_to_bf16(const float*, uint16_t*, size_t) override {
     Unsupported("float_to_bf16");
   }
@@ -253,7 +339,7 @@ bool EmuSupports(const std::string& op) {
   return op == "attention" || op == "decode_attention" || op == "paged_attention" ||
          op == "rmsnorm" ||
          op == "lm_head" || op == "sum_squares" || op == "adamw" ||
-         op == "sample_logits";
+         op == "sample_logits" || op == "linear_attention";
 }
 
 }  // namespace tandem::kernels

@@ -1,0 +1,51 @@
+// Sequence-parallel linear attention (ZeCO): one long sequence split across
+// the ranks of a group in rank order, rank r holding tokens
+// [t_r, t_r + T_r). Each rank
+//   1. computes its chunk's state from a zero state (the local forward),
+//   2. passes the running state along the ranks with all_scan, combining
+//      per element: S_in(r+1) = exp(sum of rank r's log decays, per head)
+//      S_in(r) + F_r (bytes per rank: one state, whatever the group size),
+//   3. recomputes its outputs from the state it received.
+// The result equals a single-rank forward of the whole sequence within fp32
+// rounding (tests/comm/linear_attention_sp_test.cc). Host memory only (a CPU
+// Ops backend; the collective reads host floats). Not thread-safe beyond
+// the collective's own rules; errors are the collective's.
+#pragma once
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/ops.h"
+#include "worker/comm/collective.h"
+
+namespace tandem::model {
+
+// all_scan operator of linear-attention states: carry_out = decay * carry_in
+// + mine, element by element (decay [n], this rank's).
+comm::ScanOp StateScan(std::vector<float> decay);
+
+// q, k [t, H, Dk], v and out [t, H, Dv], log_decay [t, H] (nullptr = none):
+// this rank's tokens. t may be 0 on some ranks.
+absl::Status LinearAttentionSpForward(comm::Collective& group, kernels::Ops& ops,
+                                      const kernels::LinearAttentionParams& p,
+                                      const float* q, const float* k, const float* v,
+                                      const float* log_decay, int t, float* out,
+                                      comm::Timeout timeout);
+
+// The backward of LinearAttentionSpForward: dout [t, H, Dv] of this rank's
+// tokens; writes dq, dk [t, H, Dk], dv [t, H, Dv] and d_log_decay [t, H]
+// (skipped when nullptr). Each rank recomputes the state entering its chunk
+// (the forward's all_scan), takes the local part of the gradient w.r.t. that
+// state (a backward with no incoming state gradient), passes the running
+// state gradient from the last rank to the first (one state each way per
+// rank, point to point: G_{r-1} = local_r + decay_r G_r), then runs its
+// backward with the state it entered from and the gradient of the state it
+// left. Equals the single-rank backward within fp32 rounding.
+absl::Status LinearAttentionSpBackward(comm::Collective& group, kernels::Ops& ops,
+                                       const kernels::LinearAttentionParams& p,
+                                       const float* q, const float* k, const float* v,
+                                       const float* log_decay, int t, const float* dout,
+                                       float* dq, float* dk, float* dv, float* d_log_decay,
+                                       comm::Timeout timeout);
+
+}  // namespace tandem::model
