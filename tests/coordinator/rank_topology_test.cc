@@ -18,7 +18,7 @@ TEST(RankTopologyTest, SetupAssignmentCarriesTheGroupsOfEachRank) {
   const auto setup = MakePhaseCommand(job, {0, 0}, {tandem::v1::PHASE_SETUP, 0}, false, 1000);
   const std::vector<std::string> nodes = {"n0", "n1", "n0", "n1"};
   for (int rank = 0; rank < 4; ++rank) {
-    const auto command = CommandForRank(job, setup, rank, "/runs", nodes);
+    const auto command = CommandForRank(job, tandem::v1::DriverState(), setup, rank, "/runs", nodes);
     const auto& t = command.phase().assignment().topology();
     EXPECT_TRUE(common::CheckRankTopology(t, rank, 4).ok()) << rank;
     EXPECT_EQ(t.num_nodes(), 2);
@@ -30,8 +30,8 @@ TEST(RankTopologyTest, SetupAssignmentCarriesTheGroupsOfEachRank) {
               (rank < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}));
   }
   // Unknown nodes (a list that does not match the ranks): no topology.
-  EXPECT_FALSE(CommandForRank(job, setup, 0, "/runs", {"n0"}).phase().assignment().has_topology());
-  EXPECT_FALSE(CommandForRank(job, setup, 0, "/runs").phase().assignment().has_topology());
+  EXPECT_FALSE(CommandForRank(job, tandem::v1::DriverState(), setup, 0, "/runs", {"n0"}).phase().assignment().has_topology());
+  EXPECT_FALSE(CommandForRank(job, tandem::v1::DriverState(), setup, 0, "/runs").phase().assignment().has_topology());
 }
 
 TEST(RankTopologyTest, TierBytesAreSummedOverRanksAndExported) {
