@@ -15,7 +15,7 @@ const char kJob[] = R"(
 name: grpo-rollout
 kind: grpo
 seed: 1
-model: {config: {vocab_size: 32, hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2,
+model: {config: {vocab_size: 128, hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2,
                  num_attention_heads: 4, num_key_value_heads: 2}}
 task: {name: arithmetic, op: add, digits: 2}
 train: {steps: 2, lr: 1.0e-4, global_batch: 16, micro_batch: 8}
