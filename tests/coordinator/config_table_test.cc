@@ -92,7 +92,8 @@ class ConfigRowTest : public ::testing::TestWithParam<Row> {};
 TEST_P(ConfigRowTest, BelowMinimumNamesPathAndBound) {
   const ConfigKey& key = KeyOf(GetParam());
   const FieldDescriptor* f = FieldOf(GetParam());
-  if (key.min <= -1e300 || f->cpp_type() == FieldDescriptor::CPPTYPE_ENUM) GTEST_SKIP() << "no minimum";
+  // No minimum: nothing to check for this row.
+  if (key.min <= -1e300 || f->cpp_type() == FieldDescriptor::CPPTYPE_ENUM) return;
   const double below = key.min_exclusive ? key.min : key.min - 1;
   ExpectRefused(GetParam(), Set(GetParam(), Number(f, below)),
                 absl::StrCat(key.min_exclusive ? "must be > " : "must be >= ", Bound(key.min)));
@@ -101,7 +102,7 @@ TEST_P(ConfigRowTest, BelowMinimumNamesPathAndBound) {
 TEST_P(ConfigRowTest, AboveMaximumNamesPathAndBound) {
   const ConfigKey& key = KeyOf(GetParam());
   const FieldDescriptor* f = FieldOf(GetParam());
-  if (key.max >= 1e300) GTEST_SKIP() << "no maximum";
+  if (key.max >= 1e300) return;  // no maximum: nothing to check for this row
   const double above = IsInteger(f) ? key.max + 1 : key.max + std::max(1.0, std::abs(key.max));
   ExpectRefused(GetParam(), Set(GetParam(), Number(f, above)),
                 absl::StrCat("must be <= ", Bound(key.max)));
@@ -128,7 +129,7 @@ TEST_P(ConfigRowTest, WrongTypeNamesPath) {
 
 TEST_P(ConfigRowTest, DisallowedValueNamesPathAndAllowed) {
   const ConfigKey& key = KeyOf(GetParam());
-  if (key.one_of.empty()) GTEST_SKIP() << "any value";
+  if (key.one_of.empty()) return;  // any value: nothing to check for this row
   ExpectRefused(GetParam(), Set(GetParam(), "not-a-value"), "is not allowed; allowed: ");
 }
 
@@ -142,7 +143,7 @@ TEST_P(ConfigRowTest, TooLongNamesPath) {
   } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_STRING && key.one_of.empty()) {
     ExpectRefused(GetParam(), Set(GetParam(), std::string(key.max_len + 1, 'x')), "too long");
   } else {
-    GTEST_SKIP() << "no length";
+    return;  // no length: nothing to check for this row
   }
 }
 
@@ -166,7 +167,7 @@ std::string ValueText(const Message& msg, absl::string_view path) {
 TEST_P(ConfigRowTest, DefaultsAreTheTablesDefaults) {
   const ConfigTable& table = TableOf(GetParam());
   const ConfigKey& key = KeyOf(GetParam());
-  if (key.def.empty()) GTEST_SKIP() << "no literal default";
+  if (key.def.empty()) return;  // no literal default: nothing to check for this row
   ASSERT_TRUE(LoadWith(GetParam(), absl::StrCat(Shown(GetParam()), "=", key.def)).ok());
   // An empty message of the table's type with only this key read.
   auto parsed = [&]() -> std::string {
