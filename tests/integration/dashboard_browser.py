@@ -31,6 +31,17 @@ def fail(msg):
     sys.exit(1)
 
 
+# DevTools answers these while the page navigates (a form submit, a redirect):
+# the script ran in a document that is gone. A bounded wait retries them; any
+# other error fails the run.
+NAVIGATION_ERRORS = ("Inspected target navigated or closed", "Execution context was destroyed",
+                     "Cannot find context with specified id")
+
+
+class NavigationRace(Exception):
+    pass
+
+
 class Page:
     """One page target over a DevTools websocket; every call bounded."""
 
@@ -46,12 +57,23 @@ class Page:
             msg = json.loads(self.ws.recv())
             if msg.get("id") == self.next_id:
                 if "error" in msg:
+                    text = str(msg["error"].get("message", ""))
+                    if any(e in text for e in NAVIGATION_ERRORS):
+                        raise NavigationRace(f"{method}: {msg['error']}")
                     fail(f"{method}: {msg['error']}")
                 return msg.get("result", {})
         fail(f"{method}: no answer in 20 s")
 
     def eval(self, expression):
-        r = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        # A navigation in flight is retried for up to 5 s (20 tries).
+        for attempt in range(20):
+            try:
+                r = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+                break
+            except NavigationRace as e:
+                if attempt == 19:
+                    fail(f"the page kept navigating for 5 s: {e}")
+                time.sleep(0.25)
         if "exceptionDetails" in r:
             fail(f"script failed: {expression[:80]}: {r['exceptionDetails']}")
         return r["result"].get("value")
@@ -119,12 +141,12 @@ def main():
             fail("the dashboard was shown without a token")
         # A wrong token is refused, the right one logs in (session cookie).
         page.eval("document.getElementById('token').value = 'wrong-token';"
-                  "document.getElementById('login-form').submit(); true")
+                  "setTimeout(() => document.getElementById('login-form').submit(), 0); true")
         page.wait_for("refusal of a wrong token",
                       "document.getElementById('login-message') && "
                       "document.getElementById('login-message').textContent.includes('wrong token')", 15)
         page.eval(f"document.getElementById('token').value = {json.dumps(token)};"
-                  "document.getElementById('login-form').submit(); true")
+                  "setTimeout(() => document.getElementById('login-form').submit(), 0); true")
         page.wait_for("dashboard after login", "!!document.getElementById('workers')", 15)
         cookie = page.eval("document.cookie")
         if "tandem_session" in (cookie or ""):
