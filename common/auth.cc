@@ -91,8 +91,7 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   return diff == 0;
 }
 
-TokenAuthenticator::TokenAuthenticator(std::string admin_token, std::string join_token,
-                                       bool allow_unauthenticated)
+TokenAuthenticator::TokenAuthenticator(std::string admin_token, std::string join_token, bool allow_unauthenticated)
     : admin_token_(std::move(admin_token)),
       join_token_(std::move(join_token)),
       allow_unauthenticated_(allow_unauthenticated) {}
@@ -104,7 +103,9 @@ Role TokenAuthenticator::Authenticate(const grpc::ServerContext& context) const 
   if (it == md.end()) return Role::kNone;
   absl::string_view value(it->second.data(), it->second.size());
   constexpr absl::string_view kBearer = "Bearer ";
-  if (value.size() <= kBearer.size() || !absl::StartsWithIgnoreCase(absl::string_view(value.data(), value.size()), "Bearer ")) return Role::kNone;
+  if (value.size() <= kBearer.size() ||
+      !absl::StartsWithIgnoreCase(absl::string_view(value.data(), value.size()), "Bearer "))
+    return Role::kNone;
   absl::string_view token = value.substr(kBearer.size());
   if (!admin_token_.empty() && ConstantTimeEquals(token, admin_token_)) return Role::kAdmin;
   if (!join_token_.empty() && ConstantTimeEquals(token, join_token_)) return Role::kWorker;
@@ -144,14 +145,15 @@ void AddBearerToken(grpc::ClientContext* context, const std::string& token) {
   if (!token.empty()) context->AddMetadata("authorization", absl::StrCat("Bearer ", token));
 }
 
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const std::string& cert_file, const std::string& key_file, const std::string& ca_file,
-    bool require_client_cert) {
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const std::string& cert_file,
+                                                                               const std::string& key_file,
+                                                                               const std::string& ca_file,
+                                                                               bool require_client_cert) {
   if (cert_file.empty()) return grpc::InsecureServerCredentials();
-  grpc::SslServerCredentialsOptions options(
-      require_client_cert ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-      : ca_file.empty()   ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-                          : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+  grpc::SslServerCredentialsOptions options(require_client_cert
+                                                ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                                            : ca_file.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                                              : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
   grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
   ASSIGN_OR_RETURN(auto cert, ReadPem(cert_file, "tls.cert"));
   ASSIGN_OR_RETURN(auto key, ReadPem(key_file, "tls.key"));
@@ -164,8 +166,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   return grpc::SslServerCredentials(options);
 }
 
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
-    const std::string& ca_file, const std::string& cert_file, const std::string& key_file) {
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(const std::string& ca_file,
+                                                                                 const std::string& cert_file,
+                                                                                 const std::string& key_file) {
   if (ca_file.empty()) return grpc::InsecureChannelCredentials();
   grpc::SslCredentialsOptions options;
   ASSIGN_OR_RETURN(options.pem_root_certs, ReadPem(ca_file, "tls ca"));

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace grpc {
 class ServerContext;
@@ -78,11 +78,13 @@ void AddWorkerCredential(grpc::ClientContext* context, const std::string& creden
 void AddBearerToken(grpc::ClientContext* context, const std::string& token);
 
 // Insecure when cert_file is empty. Files are read here; errors name the file.
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const std::string& cert_file, const std::string& key_file, const std::string& ca_file,
-    bool require_client_cert);
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const std::string& cert_file,
+                                                                               const std::string& key_file,
+                                                                               const std::string& ca_file,
+                                                                               bool require_client_cert);
 // Insecure when ca_file is empty.
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
-    const std::string& ca_file, const std::string& cert_file = "", const std::string& key_file = "");
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(const std::string& ca_file,
+                                                                                 const std::string& cert_file = "",
+                                                                                 const std::string& key_file = "");
 
 }  // namespace tandem::common

@@ -1,7 +1,7 @@
 #include "common/config_doc.h"
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/daemon_config.h"
 #include "common/job_spec.h"
@@ -61,8 +61,8 @@ absl::StatusOr<std::string> RenderConfigDoc(absl::string_view doc, std::set<std:
     if (line_end == absl::string_view::npos) {
       return absl::InvalidArgumentError(absl::StrCat("config-table block at byte ", begin, ": no -->"));
     }
-    const absl::string_view spec = absl::StripAsciiWhitespace(
-        doc.substr(begin + kBegin.size(), line_end - begin - kBegin.size()));
+    const absl::string_view spec =
+        absl::StripAsciiWhitespace(doc.substr(begin + kBegin.size(), line_end - begin - kBegin.size()));
     const size_t space = spec.find(' ');
     const absl::string_view name = spec.substr(0, space);
     const absl::string_view section = space == absl::string_view::npos ? "*" : spec.substr(space + 1);

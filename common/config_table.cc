@@ -23,8 +23,7 @@ using google::protobuf::Reflection;
 
 bool UnderOptionalSection(const ConfigTable& table, absl::string_view path) {
   for (const std::string& section : table.optional_sections) {
-    if (path.size() > section.size() && path.substr(0, section.size()) == section &&
-        path[section.size()] == '.') {
+    if (path.size() > section.size() && path.substr(0, section.size()) == section && path[section.size()] == '.') {
       return true;
     }
   }
@@ -49,8 +48,8 @@ absl::Status BuildDefaults(const ConfigTable& table, bool all, Message* msg) {
   YAML::Node root(YAML::NodeType::Map);
   for (const ConfigKey& key : table.keys()) {
     if (key.def.empty() || (!all && UnderOptionalSection(table, key.path))) continue;
-    RETURN_IF_ERROR(ApplyYamlOverride(
-        root, absl::StrCat(DisplayPath(table.options, std::string(key.path)), "=", key.def)));
+    RETURN_IF_ERROR(
+        ApplyYamlOverride(root, absl::StrCat(DisplayPath(table.options, std::string(key.path)), "=", key.def)));
   }
   RETURN_IF_ERROR(YamlToProto(root, msg, table.options));
   if (!all) CreateSections(table, msg, "");
@@ -59,8 +58,7 @@ absl::Status BuildDefaults(const ConfigTable& table, bool all, Message* msg) {
 
 // The message holding the field `path` names and the field; nullptr when a
 // message on the way is unset and `create` is false (or it is optional).
-std::pair<Message*, const FieldDescriptor*> Resolve(const ConfigTable& table, Message* msg,
-                                                    absl::string_view path) {
+std::pair<Message*, const FieldDescriptor*> Resolve(const ConfigTable& table, Message* msg, absl::string_view path) {
   std::vector<absl::string_view> parts = absl::StrSplit(path, '.');
   std::string walked;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
@@ -68,8 +66,7 @@ std::pair<Message*, const FieldDescriptor*> Resolve(const ConfigTable& table, Me
     TANDEM_CHECK(f != nullptr && f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE);
     walked = walked.empty() ? std::string(parts[i]) : absl::StrCat(walked, ".", parts[i]);
     const Reflection* r = msg->GetReflection();
-    if (!r->HasField(*msg, f) &&
-        (table.optional_sections.count(walked) || UnderOptionalSection(table, walked))) {
+    if (!r->HasField(*msg, f) && (table.optional_sections.count(walked) || UnderOptionalSection(table, walked))) {
       return {nullptr, nullptr};
     }
     msg = r->MutableMessage(msg, f);
@@ -93,16 +90,26 @@ const Message* ResolveConst(const Message& msg, const FieldDescriptor** field, a
 bool IsZero(const Message& msg, const FieldDescriptor* f) {
   const Reflection* r = msg.GetReflection();
   switch (f->cpp_type()) {
-    case FieldDescriptor::CPPTYPE_INT32: return r->GetInt32(msg, f) == 0;
-    case FieldDescriptor::CPPTYPE_INT64: return r->GetInt64(msg, f) == 0;
-    case FieldDescriptor::CPPTYPE_UINT32: return r->GetUInt32(msg, f) == 0;
-    case FieldDescriptor::CPPTYPE_UINT64: return r->GetUInt64(msg, f) == 0;
-    case FieldDescriptor::CPPTYPE_DOUBLE: return r->GetDouble(msg, f) == 0;
-    case FieldDescriptor::CPPTYPE_FLOAT: return r->GetFloat(msg, f) == 0;
-    case FieldDescriptor::CPPTYPE_BOOL: return !r->GetBool(msg, f);
-    case FieldDescriptor::CPPTYPE_STRING: return r->GetString(msg, f).empty();
-    case FieldDescriptor::CPPTYPE_ENUM: return r->GetEnumValue(msg, f) == 0;
-    case FieldDescriptor::CPPTYPE_MESSAGE: return !r->HasField(msg, f);
+    case FieldDescriptor::CPPTYPE_INT32:
+      return r->GetInt32(msg, f) == 0;
+    case FieldDescriptor::CPPTYPE_INT64:
+      return r->GetInt64(msg, f) == 0;
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return r->GetUInt32(msg, f) == 0;
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return r->GetUInt64(msg, f) == 0;
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return r->GetDouble(msg, f) == 0;
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return r->GetFloat(msg, f) == 0;
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return !r->GetBool(msg, f);
+    case FieldDescriptor::CPPTYPE_STRING:
+      return r->GetString(msg, f).empty();
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return r->GetEnumValue(msg, f) == 0;
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      return !r->HasField(msg, f);
   }
   return false;
 }
@@ -112,16 +119,35 @@ void CopyScalar(const Message& from, const FieldDescriptor* ff, Message* to, con
   const Reflection* fr = from.GetReflection();
   const Reflection* tr = to->GetReflection();
   switch (tf->cpp_type()) {
-    case FieldDescriptor::CPPTYPE_INT32: tr->SetInt32(to, tf, fr->GetInt32(from, ff)); break;
-    case FieldDescriptor::CPPTYPE_INT64: tr->SetInt64(to, tf, fr->GetInt64(from, ff)); break;
-    case FieldDescriptor::CPPTYPE_UINT32: tr->SetUInt32(to, tf, fr->GetUInt32(from, ff)); break;
-    case FieldDescriptor::CPPTYPE_UINT64: tr->SetUInt64(to, tf, fr->GetUInt64(from, ff)); break;
-    case FieldDescriptor::CPPTYPE_DOUBLE: tr->SetDouble(to, tf, fr->GetDouble(from, ff)); break;
-    case FieldDescriptor::CPPTYPE_FLOAT: tr->SetFloat(to, tf, fr->GetFloat(from, ff)); break;
-    case FieldDescriptor::CPPTYPE_BOOL: tr->SetBool(to, tf, fr->GetBool(from, ff)); break;
-    case FieldDescriptor::CPPTYPE_STRING: tr->SetString(to, tf, fr->GetString(from, ff)); break;
-    case FieldDescriptor::CPPTYPE_ENUM: tr->SetEnumValue(to, tf, fr->GetEnumValue(from, ff)); break;
-    case FieldDescriptor::CPPTYPE_MESSAGE: break;
+    case FieldDescriptor::CPPTYPE_INT32:
+      tr->SetInt32(to, tf, fr->GetInt32(from, ff));
+      break;
+    case FieldDescriptor::CPPTYPE_INT64:
+      tr->SetInt64(to, tf, fr->GetInt64(from, ff));
+      break;
+    case FieldDescriptor::CPPTYPE_UINT32:
+      tr->SetUInt32(to, tf, fr->GetUInt32(from, ff));
+      break;
+    case FieldDescriptor::CPPTYPE_UINT64:
+      tr->SetUInt64(to, tf, fr->GetUInt64(from, ff));
+      break;
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      tr->SetDouble(to, tf, fr->GetDouble(from, ff));
+      break;
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      tr->SetFloat(to, tf, fr->GetFloat(from, ff));
+      break;
+    case FieldDescriptor::CPPTYPE_BOOL:
+      tr->SetBool(to, tf, fr->GetBool(from, ff));
+      break;
+    case FieldDescriptor::CPPTYPE_STRING:
+      tr->SetString(to, tf, fr->GetString(from, ff));
+      break;
+    case FieldDescriptor::CPPTYPE_ENUM:
+      tr->SetEnumValue(to, tf, fr->GetEnumValue(from, ff));
+      break;
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      break;
   }
 }
 
@@ -135,13 +161,19 @@ std::string ScalarTypeText(const FieldDescriptor* f) {
     case FieldDescriptor::CPPTYPE_INT32:
     case FieldDescriptor::CPPTYPE_INT64:
     case FieldDescriptor::CPPTYPE_UINT32:
-    case FieldDescriptor::CPPTYPE_UINT64: return "int";
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return "int";
     case FieldDescriptor::CPPTYPE_DOUBLE:
-    case FieldDescriptor::CPPTYPE_FLOAT: return "float";
-    case FieldDescriptor::CPPTYPE_BOOL: return "bool";
-    case FieldDescriptor::CPPTYPE_STRING: return "string";
-    case FieldDescriptor::CPPTYPE_ENUM: return "enum";
-    case FieldDescriptor::CPPTYPE_MESSAGE: return "map";
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return "float";
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return "bool";
+    case FieldDescriptor::CPPTYPE_STRING:
+      return "string";
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return "enum";
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      return "map";
   }
   return "?";
 }
@@ -235,10 +267,18 @@ std::string DefaultText(const ConfigTable& table, const ConfigKey& key) {
     text = "[]";
   } else {
     switch (f->cpp_type()) {
-      case FieldDescriptor::CPPTYPE_BOOL: text = "false"; break;
-      case FieldDescriptor::CPPTYPE_STRING: text = "\"\""; break;
-      case FieldDescriptor::CPPTYPE_ENUM: text = "required"; break;
-      default: text = "0"; break;
+      case FieldDescriptor::CPPTYPE_BOOL:
+        text = "false";
+        break;
+      case FieldDescriptor::CPPTYPE_STRING:
+        text = "\"\"";
+        break;
+      case FieldDescriptor::CPPTYPE_ENUM:
+        text = "required";
+        break;
+      default:
+        text = "0";
+        break;
     }
   }
   if (key.zero_is_value) absl::StrAppend(&text, " (zero is literal)");

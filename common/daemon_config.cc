@@ -34,8 +34,8 @@ bool IsLoopbackListen(const std::string& listen) {
 }
 
 template <typename Config>
-absl::StatusOr<Config> LoadConfig(const std::string& file, const std::vector<std::string>& overrides,
-                                  Config config, const YamlProtoOptions& options) {
+absl::StatusOr<Config> LoadConfig(const std::string& file, const std::vector<std::string>& overrides, Config config,
+                                  const YamlProtoOptions& options) {
   YAML::Node root(YAML::NodeType::Map);
   std::string what = "config";
   if (!file.empty()) {
@@ -49,7 +49,6 @@ absl::StatusOr<Config> LoadConfig(const std::string& file, const std::vector<std
   if (!s.ok()) return Annotate(s, what);
   return config;
 }
-
 
 // The table's keys that have a flag, with their help, allowed values and
 // default.
@@ -65,8 +64,7 @@ std::vector<DaemonFlag> FlagsOf(const ConfigTable& table) {
     std::string def = DefaultText(table, key);
     def.erase(std::remove(def.begin(), def.end(), '`'), def.end());
     if (def != "\"\"" && def != "false") absl::StrAppend(&f.help, " [", def, "]");
-    f.boolean = FindFieldByPath(table.message, key.path)->cpp_type() ==
-                google::protobuf::FieldDescriptor::CPPTYPE_BOOL;
+    f.boolean = FindFieldByPath(table.message, key.path)->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_BOOL;
     flags.push_back(std::move(f));
   }
   return flags;
@@ -84,8 +82,7 @@ const std::vector<DaemonFlag>& WorkerFlags() {
   return *flags;
 }
 
-absl::StatusOr<DaemonArgs> ParseDaemonArgs(int argc, const char* const* argv,
-                                           const std::vector<DaemonFlag>& flags) {
+absl::StatusOr<DaemonArgs> ParseDaemonArgs(int argc, const char* const* argv, const std::vector<DaemonFlag>& flags) {
   DaemonArgs args;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -140,8 +137,7 @@ absl::StatusOr<DaemonArgs> ParseDaemonArgs(int argc, const char* const* argv,
   return args;
 }
 
-std::string DaemonUsage(const std::string& program, const std::string& summary,
-                        const std::vector<DaemonFlag>& flags) {
+std::string DaemonUsage(const std::string& program, const std::string& summary, const std::vector<DaemonFlag>& flags) {
   std::string out = absl::StrCat("Usage: ", program, " [--config FILE] [flags]\n", summary, "\n\nFlags:\n");
   absl::StrAppend(&out, "  --config FILE                 YAML config; flags override its keys\n");
   absl::StrAppend(&out, "  --set key.path=value          override any config key\n");
@@ -179,8 +175,8 @@ absl::StatusOr<CoordinatorConfig> LoadCoordinatorConfig(const std::string& file,
   }
   if (c.state_dir().empty()) return absl::InvalidArgumentError("state_dir: required");
   if (c.heartbeat_ms() >= c.lease_ms()) {
-    return absl::InvalidArgumentError(absl::StrCat("heartbeat_ms: ", c.heartbeat_ms(),
-                                                   " must be < lease_ms = ", c.lease_ms()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("heartbeat_ms: ", c.heartbeat_ms(), " must be < lease_ms = ", c.lease_ms()));
   }
   if (c.tls().cert().empty() != c.tls().key().empty()) {
     return absl::InvalidArgumentError("tls: set both cert and key, or neither");

@@ -22,16 +22,16 @@ const ConfigTable& WorkerConfigTable();
 // One command-line flag bound to a config key ("lease-ms" -> "lease_ms"),
 // made from a table row that names a flag.
 struct DaemonFlag {
-  std::string flag;   // without the leading "--"
-  std::string path;   // config key path
+  std::string flag;  // without the leading "--"
+  std::string path;  // config key path
   std::string help;
   // A switch: "--flag" alone means true ("--flag=false" still works).
   bool boolean = false;
 };
 
 struct DaemonArgs {
-  std::string config_file;                 // --config
-  std::vector<std::string> overrides;      // "path=value" from flags
+  std::string config_file;             // --config
+  std::vector<std::string> overrides;  // "path=value" from flags
   std::vector<std::string> positional;
   bool help = false;
 };
@@ -42,16 +42,14 @@ const std::vector<DaemonFlag>& WorkerFlags();
 // Parses --config FILE, the table's flags (--flag=value or --flag value),
 // --set key.path=value (any config key) and --help/-h. Unknown flags are
 // INVALID_ARGUMENT naming the flag.
-absl::StatusOr<DaemonArgs> ParseDaemonArgs(int argc, const char* const* argv,
-                                           const std::vector<DaemonFlag>& flags);
-std::string DaemonUsage(const std::string& program, const std::string& summary,
-                        const std::vector<DaemonFlag>& flags);
+absl::StatusOr<DaemonArgs> ParseDaemonArgs(int argc, const char* const* argv, const std::vector<DaemonFlag>& flags);
+std::string DaemonUsage(const std::string& program, const std::string& summary, const std::vector<DaemonFlag>& flags);
 
 // file "" = defaults only. Overrides are applied after the file.
-absl::StatusOr<tandem::v1::CoordinatorConfig> LoadCoordinatorConfig(
-    const std::string& file, const std::vector<std::string>& overrides = {});
-absl::StatusOr<tandem::v1::WorkerDaemonConfig> LoadWorkerConfig(
-    const std::string& file, const std::vector<std::string>& overrides = {});
+absl::StatusOr<tandem::v1::CoordinatorConfig> LoadCoordinatorConfig(const std::string& file,
+                                                                    const std::vector<std::string>& overrides = {});
+absl::StatusOr<tandem::v1::WorkerDaemonConfig> LoadWorkerConfig(const std::string& file,
+                                                                const std::vector<std::string>& overrides = {});
 
 tandem::v1::CoordinatorConfig DefaultCoordinatorConfig();
 tandem::v1::WorkerDaemonConfig DefaultWorkerConfig();

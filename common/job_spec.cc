@@ -6,8 +6,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/status_util.h"
 #include "common/config_table.h"
+#include "common/status_util.h"
 #include "common/yaml_proto.h"
 #include "worker/model/job_model.h"
 
@@ -50,9 +50,9 @@ absl::Status ValidateModel(const JobSpec& spec) {
   const auto& c = m.config();
   for (int i = 0; i < spec.rl().stop_token_ids_size(); ++i) {
     if (spec.rl().stop_token_ids(i) >= c.vocab_size()) {
-      return Invalid(absl::StrCat("rl.stop_token_ids[", i, "]"),
-                     absl::StrCat(spec.rl().stop_token_ids(i), " must be < model.config.vocab_size = ",
-                                  c.vocab_size()));
+      return Invalid(
+          absl::StrCat("rl.stop_token_ids[", i, "]"),
+          absl::StrCat(spec.rl().stop_token_ids(i), " must be < model.config.vocab_size = ", c.vocab_size()));
     }
   }
   return absl::OkStatus();
@@ -60,9 +60,7 @@ absl::Status ValidateModel(const JobSpec& spec) {
 
 }  // namespace
 
-std::string KindName(JobKind kind) {
-  return EnumYamlName(tandem::v1::JobKind_descriptor()->FindValueByNumber(kind));
-}
+std::string KindName(JobKind kind) { return EnumYamlName(tandem::v1::JobKind_descriptor()->FindValueByNumber(kind)); }
 std::string DeviceName(DeviceKind device) {
   return EnumYamlName(tandem::v1::DeviceKind_descriptor()->FindValueByNumber(device));
 }
@@ -93,9 +91,8 @@ static absl::Status ValidateData(const JobSpec& spec) {
   const bool grpo = spec.kind() == tandem::v1::JOB_KIND_GRPO;
   const bool has_data = !d.train().empty();
   const bool any_data_key = !d.eval().empty() || !d.prompt_key().empty() || !d.messages_key().empty() ||
-                            !d.answer_key().empty() || !d.response_key().empty() ||
-                            !d.system_prompt().empty() || d.chat() || d.max_prompt_tokens() > 0 ||
-                            d.skip_bad_rows() || d.eval_samples() > 0;
+                            !d.answer_key().empty() || !d.response_key().empty() || !d.system_prompt().empty() ||
+                            d.chat() || d.max_prompt_tokens() > 0 || d.skip_bad_rows() || d.eval_samples() > 0;
   if (!has_data) {
     if (any_data_key) return Invalid("data.train", "required when other data keys are set");
     if (!spec.reward().type().empty()) return Invalid("reward.type", "only with data.train");
@@ -121,7 +118,8 @@ static absl::Status ValidateData(const JobSpec& spec) {
       return Invalid("data.response_key", "only for sft (or a grpo warm start: init.sft.steps)");
     }
     if (spec.reward().type().empty() && spec.task().reward_service().empty()) {
-      return Invalid("reward.type", "required for grpo on data (gsm8k, math, exact, regex), or set task.reward_service");
+      return Invalid("reward.type",
+                     "required for grpo on data (gsm8k, math, exact, regex), or set task.reward_service");
     }
   } else if (!spec.reward().type().empty()) {
     return Invalid("reward.type", "only for grpo");
@@ -143,8 +141,8 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     return Invalid("kind", "required; allowed: sft, grpo");
   }
   if (!ValidName(spec.name())) {
-    return Invalid("name", absl::StrCat("'", spec.name().substr(0, 64),
-                                        "' must be 1-128 characters of A-Z a-z 0-9 . _ -"));
+    return Invalid("name",
+                   absl::StrCat("'", spec.name().substr(0, 64), "' must be 1-128 characters of A-Z a-z 0-9 . _ -"));
   }
   RETURN_IF_ERROR(ValidateModel(spec));
   const auto& task = spec.task();
@@ -157,8 +155,9 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     return Invalid("task", "required: set task.name, task.data or data.train");
   }
   if (!task.data().empty() && spec.kind() == tandem::v1::JOB_KIND_GRPO) {
-    return Invalid("task.data", "is SFT data; grpo needs prompts with reference answers: use data.train "
-                                "with data.answer_key and reward.type");
+    return Invalid("task.data",
+                   "is SFT data; grpo needs prompts with reference answers: use data.train "
+                   "with data.answer_key and reward.type");
   }
   RETURN_IF_ERROR(ValidateData(spec));
   if (!task.name().empty() && task.name() != "arithmetic") {
@@ -167,8 +166,9 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
       return Invalid("task.op", absl::StrCat("applies only to the arithmetic task; remove it for ", task.name()));
     }
     if (task.digits() != 0) {
-      return Invalid("task.digits", absl::StrCat("applies only to the arithmetic task; use task.min_len/task.max_len for ",
-                                                 task.name()));
+      return Invalid(
+          "task.digits",
+          absl::StrCat("applies only to the arithmetic task; use task.min_len/task.max_len for ", task.name()));
     }
   }
   if (task.min_len() > task.max_len()) {
@@ -245,9 +245,8 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     int64_t per_rank = samples / train_world;
     if (samples % train_world != 0 || per_rank % rl.mini_batches() != 0) {
       return Invalid("rl.mini_batches",
-                     absl::StrCat("samples per rank (prompts_per_step * group_size / train workers = ",
-                                  samples, " / ", train_world, ") must be divisible by mini_batches = ",
-                                  rl.mini_batches()));
+                     absl::StrCat("samples per rank (prompts_per_step * group_size / train workers = ", samples, " / ",
+                                  train_world, ") must be divisible by mini_batches = ", rl.mini_batches()));
     }
     if (rl.clip_high() != 0 && rl.clip_high() < rl.clip()) {
       return Invalid("rl.clip_high", absl::StrCat(rl.clip_high(), " must be >= rl.clip = ", rl.clip()));

@@ -27,10 +27,10 @@ inline constexpr size_t kMaxJobFileBytes = 4 << 20;
 
 // Reads a job file, applies overrides ("train.steps=10", as --set) to the
 // YAML tree, converts, fills defaults and validates.
-absl::StatusOr<tandem::v1::JobSpec> LoadJobSpecFile(
-    const std::string& path, const std::vector<std::string>& overrides = {});
-absl::StatusOr<tandem::v1::JobSpec> ParseJobSpecYaml(
-    const std::string& text, const std::vector<std::string>& overrides = {});
+absl::StatusOr<tandem::v1::JobSpec> LoadJobSpecFile(const std::string& path,
+                                                    const std::vector<std::string>& overrides = {});
+absl::StatusOr<tandem::v1::JobSpec> ParseJobSpecYaml(const std::string& text,
+                                                     const std::vector<std::string>& overrides = {});
 
 // The job spec's table: every key with its default, range and help.
 const ConfigTable& JobSpecTable();

@@ -11,12 +11,12 @@
 
 namespace tandem::common {
 
-absl::Status SetupLogging(const std::string& program, const std::string& level,
-                          const std::string& file, size_t max_file_bytes, size_t max_files) {
+absl::Status SetupLogging(const std::string& program, const std::string& level, const std::string& file,
+                          size_t max_file_bytes, size_t max_files) {
   spdlog::level::level_enum lvl = spdlog::level::from_str(level.empty() ? "info" : level);
   if (lvl == spdlog::level::off && level != "off") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "log level '", level, "': allowed: trace, debug, info, warn, error, off"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("log level '", level, "': allowed: trace, debug, info, warn, error, off"));
   }
   std::vector<spdlog::sink_ptr> sinks;
   sinks.push_back(std::make_shared<spdlog::sinks::stderr_sink_mt>());
@@ -26,8 +26,7 @@ absl::Status SetupLogging(const std::string& program, const std::string& level,
       sinks.push_back(std::make_shared<spdlog::sinks::rotating_file_sink_mt>(
           file, std::max<size_t>(max_file_bytes, 4096), std::max<size_t>(max_files, 1)));
     } catch (const std::exception& e) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("log file '", file, "': ", e.what()));
+      return absl::InvalidArgumentError(absl::StrCat("log file '", file, "': ", e.what()));
     }
   }
   auto logger = std::make_shared<spdlog::logger>(program, sinks.begin(), sinks.end());

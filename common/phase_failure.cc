@@ -23,7 +23,8 @@ absl::Status WithFailureKind(absl::Status status, tandem::v1::PhaseFailureKind k
 absl::Status WithPrefix(const absl::Status& status, absl::string_view prefix) {
   if (status.ok()) return status;
   absl::Status out(status.code(), absl::StrCat(prefix, status.message()));
-  status.ForEachPayload([&out](absl::string_view type_url, const absl::Cord& payload) { out.SetPayload(type_url, payload); });
+  status.ForEachPayload(
+      [&out](absl::string_view type_url, const absl::Cord& payload) { out.SetPayload(type_url, payload); });
   return out;
 }
 

@@ -41,8 +41,8 @@ void FillRankTopology(const std::vector<std::string>& rank_nodes, int rank, tand
 
 absl::Status CheckRankTopology(const tandem::v1::RankTopology& t, int rank, int world_size) {
   if (t.rank_nodes_size() != world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("topology: rank_nodes has ", t.rank_nodes_size(),
-                                                   " entries for a world of ", world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("topology: rank_nodes has ", t.rank_nodes_size(), " entries for a world of ", world_size));
   }
   for (int r = 0; r < world_size; ++r) {
     if (t.rank_nodes(r).empty()) return absl::InvalidArgumentError(absl::StrCat("topology: rank ", r, " has no node"));
@@ -55,10 +55,10 @@ absl::Status CheckRankTopology(const tandem::v1::RankTopology& t, int rank, int 
   const std::vector<int> inter(t.inter_ranks().begin(), t.inter_ranks().end());
   if (t.num_nodes() != g.num_nodes || t.node_index() != g.node_index || t.local_index() != g.local_index ||
       intra != g.intra_ranks || inter != g.inter_ranks) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "topology: groups for rank ", rank, " do not match its nodes (intra [", absl::StrJoin(intra, ","),
-        "] vs [", absl::StrJoin(g.intra_ranks, ","), "], inter [", absl::StrJoin(inter, ","), "] vs [",
-        absl::StrJoin(g.inter_ranks, ","), "])"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("topology: groups for rank ", rank, " do not match its nodes (intra [", absl::StrJoin(intra, ","),
+                     "] vs [", absl::StrJoin(g.intra_ranks, ","), "], inter [", absl::StrJoin(inter, ","), "] vs [",
+                     absl::StrJoin(g.inter_ranks, ","), "])"));
   }
   return absl::OkStatus();
 }
@@ -68,8 +68,8 @@ absl::Status CheckNodeName(const std::string& node) {
     return absl::InvalidArgumentError(absl::StrCat("node: expected 1-128 characters, got ", node.size()));
   }
   for (char c : node) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                    c == '_' || c == '-';
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
     if (!ok) {
       return absl::InvalidArgumentError(
           absl::StrCat("node: '", node, "' may hold only letters, digits, '.', '_' and '-'"));

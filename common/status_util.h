@@ -9,8 +9,8 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/base/status_macros.h"
 
 namespace tandem::common {

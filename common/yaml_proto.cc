@@ -38,11 +38,16 @@ std::string Quote(absl::string_view text) {
 
 std::string Describe(const YAML::Node& node) {
   switch (node.Type()) {
-    case YAML::NodeType::Null: return "null";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Map: return "a map";
-    case YAML::NodeType::Scalar: return Quote(node.Scalar());
-    default: return "nothing";
+    case YAML::NodeType::Null:
+      return "null";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Scalar:
+      return Quote(node.Scalar());
+    default:
+      return "nothing";
   }
 }
 
@@ -63,8 +68,8 @@ absl::Status CheckNumber(const std::string& path, double v, const ConfigKey* rul
   if (!std::isfinite(v)) return Bad(path, absl::StrCat("must be a finite number, got ", v));
   if (rule == nullptr) return absl::OkStatus();
   if (rule->min_exclusive ? !(v > rule->min) : !(v >= rule->min)) {
-    return Bad(path, absl::StrCat("must be ", rule->min_exclusive ? "> " : ">= ",
-                                  FormatNumber(rule->min), ", got ", FormatNumber(v)));
+    return Bad(path, absl::StrCat("must be ", rule->min_exclusive ? "> " : ">= ", FormatNumber(rule->min), ", got ",
+                                  FormatNumber(v)));
   }
   if (!(v <= rule->max)) {
     return Bad(path, absl::StrCat("must be <= ", FormatNumber(rule->max), ", got ", FormatNumber(v)));
@@ -187,8 +192,8 @@ absl::StatusOr<const EnumValueDescriptor*> ParseEnum(const std::string& path, co
 }
 
 // Reads one scalar (or one element of a repeated field) into msg.
-absl::Status SetValue(const std::string& path, const std::string& proto_path, const YAML::Node& node,
-                      Message* msg, const FieldDescriptor* f, const YamlProtoOptions& options) {
+absl::Status SetValue(const std::string& path, const std::string& proto_path, const YAML::Node& node, Message* msg,
+                      const FieldDescriptor* f, const YamlProtoOptions& options) {
   const Reflection* r = msg->GetReflection();
   const ConfigKey* rule = options.FindRule(proto_path);
   const bool rep = f->is_repeated();
@@ -253,8 +258,8 @@ absl::Status SetValue(const std::string& path, const std::string& proto_path, co
   return Bad(path, "unsupported field type");
 }
 
-absl::Status ReadField(const std::string& path, const std::string& proto_path, const YAML::Node& value,
-                       Message* msg, const FieldDescriptor* f, const YamlProtoOptions& options) {
+absl::Status ReadField(const std::string& path, const std::string& proto_path, const YAML::Node& value, Message* msg,
+                       const FieldDescriptor* f, const YamlProtoOptions& options) {
   const Reflection* r = msg->GetReflection();
   if (f->is_map()) return Bad(path, "maps are not supported in files");
   if (f->is_repeated()) {
@@ -347,8 +352,8 @@ absl::StatusOr<YAML::Node> ParseYaml(absl::string_view text, absl::string_view w
   try {
     return YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": malformed YAML: line ", e.mark.line + 1,
-                                                   ", column ", e.mark.column + 1, ": ", e.msg));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": malformed YAML: line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg));
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": malformed YAML: ", e.what()));
   }
@@ -357,8 +362,7 @@ absl::StatusOr<YAML::Node> ParseYaml(absl::string_view text, absl::string_view w
 absl::Status ApplyYamlOverride(YAML::Node& root, absl::string_view assignment) {
   auto eq = assignment.find('=');
   if (eq == absl::string_view::npos || eq == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--set ", Quote(assignment), ": expected key.path=value"));
+    return absl::InvalidArgumentError(absl::StrCat("--set ", Quote(assignment), ": expected key.path=value"));
   }
   std::string key(assignment.substr(0, eq));
   std::string value_text(assignment.substr(eq + 1));
@@ -387,8 +391,7 @@ absl::Status ApplyYamlOverride(YAML::Node& root, absl::string_view assignment) {
         cur[parts[i]] = YAML::Node(YAML::NodeType::Map);
         next = cur[parts[i]];
       } else if (!next.IsMap()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--set ", key, ": ", walked, " is not a map"));
+        return absl::InvalidArgumentError(absl::StrCat("--set ", key, ": ", walked, " is not a map"));
       }
       cur.reset(next);
     }
@@ -433,8 +436,7 @@ absl::Status YamlToProto(const YAML::Node& node, Message* msg, const YamlProtoOp
             if (fit == v->second.end()) {
               std::vector<std::string> allowed;
               for (const auto& [k, unused] : v->second) allowed.push_back(k);
-              return Bad(Join(key_path, skey),
-                         absl::StrCat("unknown key; allowed: ", absl::StrJoin(allowed, ", ")));
+              return Bad(Join(key_path, skey), absl::StrCat("unknown key; allowed: ", absl::StrJoin(allowed, ", ")));
             }
             const FieldDescriptor* f = d->FindFieldByName(fit->second);
             if (f == nullptr) return Bad(Join(key_path, skey), "internal: no such field");
@@ -485,15 +487,20 @@ absl::Status CheckProtoRules(const Message& msg, const YamlProtoOptions& options
         std::string ep = absl::StrCat(shown, "[", j, "]");
         switch (f->cpp_type()) {
           case FieldDescriptor::CPPTYPE_INT32:
-            RETURN_IF_ERROR(CheckNumber(ep, r->GetRepeatedInt32(msg, f, j), rule)); break;
+            RETURN_IF_ERROR(CheckNumber(ep, r->GetRepeatedInt32(msg, f, j), rule));
+            break;
           case FieldDescriptor::CPPTYPE_INT64:
-            RETURN_IF_ERROR(CheckNumber(ep, static_cast<double>(r->GetRepeatedInt64(msg, f, j)), rule)); break;
+            RETURN_IF_ERROR(CheckNumber(ep, static_cast<double>(r->GetRepeatedInt64(msg, f, j)), rule));
+            break;
           case FieldDescriptor::CPPTYPE_DOUBLE:
-            RETURN_IF_ERROR(CheckNumber(ep, r->GetRepeatedDouble(msg, f, j), rule)); break;
+            RETURN_IF_ERROR(CheckNumber(ep, r->GetRepeatedDouble(msg, f, j), rule));
+            break;
           case FieldDescriptor::CPPTYPE_STRING:
-            RETURN_IF_ERROR(CheckString(ep, r->GetRepeatedString(msg, f, j), rule)); break;
+            RETURN_IF_ERROR(CheckString(ep, r->GetRepeatedString(msg, f, j), rule));
+            break;
           case FieldDescriptor::CPPTYPE_MESSAGE:
-            RETURN_IF_ERROR(CheckProtoRules(r->GetRepeatedMessage(msg, f, j), options, fp)); break;
+            RETURN_IF_ERROR(CheckProtoRules(r->GetRepeatedMessage(msg, f, j), options, fp));
+            break;
           case FieldDescriptor::CPPTYPE_ENUM: {
             const int number = r->GetRepeatedEnumValue(msg, f, j);
             if (f->enum_type()->FindValueByNumber(number) == nullptr) {
@@ -501,26 +508,34 @@ absl::Status CheckProtoRules(const Message& msg, const YamlProtoOptions& options
             }
             break;
           }
-          default: break;
+          default:
+            break;
         }
       }
       continue;
     }
     switch (f->cpp_type()) {
       case FieldDescriptor::CPPTYPE_INT32:
-        RETURN_IF_ERROR(CheckNumber(shown, r->GetInt32(msg, f), rule)); break;
+        RETURN_IF_ERROR(CheckNumber(shown, r->GetInt32(msg, f), rule));
+        break;
       case FieldDescriptor::CPPTYPE_INT64:
-        RETURN_IF_ERROR(CheckNumber(shown, static_cast<double>(r->GetInt64(msg, f)), rule)); break;
+        RETURN_IF_ERROR(CheckNumber(shown, static_cast<double>(r->GetInt64(msg, f)), rule));
+        break;
       case FieldDescriptor::CPPTYPE_UINT32:
-        RETURN_IF_ERROR(CheckNumber(shown, r->GetUInt32(msg, f), rule)); break;
+        RETURN_IF_ERROR(CheckNumber(shown, r->GetUInt32(msg, f), rule));
+        break;
       case FieldDescriptor::CPPTYPE_UINT64:
-        RETURN_IF_ERROR(CheckNumber(shown, static_cast<double>(r->GetUInt64(msg, f)), rule)); break;
+        RETURN_IF_ERROR(CheckNumber(shown, static_cast<double>(r->GetUInt64(msg, f)), rule));
+        break;
       case FieldDescriptor::CPPTYPE_DOUBLE:
-        RETURN_IF_ERROR(CheckNumber(shown, r->GetDouble(msg, f), rule)); break;
+        RETURN_IF_ERROR(CheckNumber(shown, r->GetDouble(msg, f), rule));
+        break;
       case FieldDescriptor::CPPTYPE_FLOAT:
-        RETURN_IF_ERROR(CheckNumber(shown, r->GetFloat(msg, f), rule)); break;
+        RETURN_IF_ERROR(CheckNumber(shown, r->GetFloat(msg, f), rule));
+        break;
       case FieldDescriptor::CPPTYPE_STRING:
-        RETURN_IF_ERROR(CheckString(shown, r->GetString(msg, f), rule)); break;
+        RETURN_IF_ERROR(CheckString(shown, r->GetString(msg, f), rule));
+        break;
       case FieldDescriptor::CPPTYPE_ENUM: {
         // Proto3 enums are open: a message from the network may carry any
         // number. Only the declared values go any further.
@@ -537,7 +552,8 @@ absl::Status CheckProtoRules(const Message& msg, const YamlProtoOptions& options
       case FieldDescriptor::CPPTYPE_MESSAGE:
         if (r->HasField(msg, f)) RETURN_IF_ERROR(CheckProtoRules(r->GetMessage(msg, f), options, fp));
         break;
-      default: break;
+      default:
+        break;
     }
   }
   return absl::OkStatus();
@@ -548,22 +564,42 @@ absl::Status CheckProtoRules(const Message& msg, const YamlProtoOptions& options
 namespace tandem::common {
 namespace {
 
-void EmitScalar(YAML::Emitter& out, const google::protobuf::Message& msg,
-                const google::protobuf::FieldDescriptor* f, int index) {
+void EmitScalar(YAML::Emitter& out, const google::protobuf::Message& msg, const google::protobuf::FieldDescriptor* f,
+                int index) {
   using google::protobuf::FieldDescriptor;
   const auto* r = msg.GetReflection();
   const bool rep = index >= 0;
   switch (f->cpp_type()) {
-    case FieldDescriptor::CPPTYPE_INT32: out << (rep ? r->GetRepeatedInt32(msg, f, index) : r->GetInt32(msg, f)); break;
-    case FieldDescriptor::CPPTYPE_INT64: out << (rep ? r->GetRepeatedInt64(msg, f, index) : r->GetInt64(msg, f)); break;
-    case FieldDescriptor::CPPTYPE_UINT32: out << (rep ? r->GetRepeatedUInt32(msg, f, index) : r->GetUInt32(msg, f)); break;
-    case FieldDescriptor::CPPTYPE_UINT64: out << (rep ? r->GetRepeatedUInt64(msg, f, index) : r->GetUInt64(msg, f)); break;
-    case FieldDescriptor::CPPTYPE_DOUBLE: out << (rep ? r->GetRepeatedDouble(msg, f, index) : r->GetDouble(msg, f)); break;
-    case FieldDescriptor::CPPTYPE_FLOAT: out << (rep ? r->GetRepeatedFloat(msg, f, index) : r->GetFloat(msg, f)); break;
-    case FieldDescriptor::CPPTYPE_BOOL: out << (rep ? r->GetRepeatedBool(msg, f, index) : r->GetBool(msg, f)); break;
-    case FieldDescriptor::CPPTYPE_STRING: out << YAML::DoubleQuoted << (rep ? r->GetRepeatedString(msg, f, index) : r->GetString(msg, f)); break;
-    case FieldDescriptor::CPPTYPE_ENUM: out << EnumYamlName(rep ? r->GetRepeatedEnum(msg, f, index) : r->GetEnum(msg, f)); break;
-    default: out << YAML::Null; break;
+    case FieldDescriptor::CPPTYPE_INT32:
+      out << (rep ? r->GetRepeatedInt32(msg, f, index) : r->GetInt32(msg, f));
+      break;
+    case FieldDescriptor::CPPTYPE_INT64:
+      out << (rep ? r->GetRepeatedInt64(msg, f, index) : r->GetInt64(msg, f));
+      break;
+    case FieldDescriptor::CPPTYPE_UINT32:
+      out << (rep ? r->GetRepeatedUInt32(msg, f, index) : r->GetUInt32(msg, f));
+      break;
+    case FieldDescriptor::CPPTYPE_UINT64:
+      out << (rep ? r->GetRepeatedUInt64(msg, f, index) : r->GetUInt64(msg, f));
+      break;
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      out << (rep ? r->GetRepeatedDouble(msg, f, index) : r->GetDouble(msg, f));
+      break;
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      out << (rep ? r->GetRepeatedFloat(msg, f, index) : r->GetFloat(msg, f));
+      break;
+    case FieldDescriptor::CPPTYPE_BOOL:
+      out << (rep ? r->GetRepeatedBool(msg, f, index) : r->GetBool(msg, f));
+      break;
+    case FieldDescriptor::CPPTYPE_STRING:
+      out << YAML::DoubleQuoted << (rep ? r->GetRepeatedString(msg, f, index) : r->GetString(msg, f));
+      break;
+    case FieldDescriptor::CPPTYPE_ENUM:
+      out << EnumYamlName(rep ? r->GetRepeatedEnum(msg, f, index) : r->GetEnum(msg, f));
+      break;
+    default:
+      out << YAML::Null;
+      break;
   }
 }
 

@@ -19,8 +19,8 @@
 #include <google/protobuf/message.h>
 
 #include "absl/status/status.h"
-#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace YAML {
 class Node;
@@ -39,11 +39,11 @@ struct ConfigKey {
   bool zero_is_value = false;     // over the API a zero is kept, not replaced by the default
   double min = -1e300;            // numbers and each element of repeated numbers
   double max = 1e300;
-  bool min_exclusive = false;     // (min, max] instead of [min, max]
+  bool min_exclusive = false;             // (min, max] instead of [min, max]
   std::vector<absl::string_view> one_of;  // strings: allowed values
-  size_t max_len = 4096;          // strings: characters; repeated: elements
-  absl::string_view flag;         // daemon configs: the command-line flag ("lease-ms")
-  absl::string_view help;         // one line for --help and the docs
+  size_t max_len = 4096;                  // strings: characters; repeated: elements
+  absl::string_view flag;                 // daemon configs: the command-line flag ("lease-ms")
+  absl::string_view help;                 // one line for --help and the docs
 };
 
 struct YamlProtoOptions {
@@ -58,8 +58,7 @@ struct YamlProtoOptions {
   // Nested YAML maps whose keys map onto fields of the enclosing message:
   // {"init", {"sft", {{"steps", "sft_steps"}, {"lr", "sft_lr"}}}} reads
   // init.sft.steps into InitSpec.sft_steps.
-  std::map<std::string, std::map<std::string, std::map<std::string, std::string>>>
-      virtual_maps;
+  std::map<std::string, std::map<std::string, std::map<std::string, std::string>>> virtual_maps;
   // Maximal bytes of YAML text accepted.
   size_t max_text_bytes = 4 << 20;
 
@@ -68,8 +67,7 @@ struct YamlProtoOptions {
 
 // Parses YAML text ("what" names the source in errors). Malformed YAML ->
 // INVALID_ARGUMENT "<what>: line L, column C: <reason>".
-absl::StatusOr<YAML::Node> ParseYaml(absl::string_view text, absl::string_view what,
-                                     size_t max_bytes = 4 << 20);
+absl::StatusOr<YAML::Node> ParseYaml(absl::string_view text, absl::string_view what, size_t max_bytes = 4 << 20);
 absl::StatusOr<std::string> ReadTextFile(const std::string& path, size_t max_bytes);
 
 // Applies "a.b.c=value" to the tree (creating maps on the way). The value is
@@ -78,13 +76,12 @@ absl::Status ApplyYamlOverride(YAML::Node& root, absl::string_view assignment);
 
 // Reads `node` (a map, or null for "nothing set") into `msg`, overwriting the
 // fields present; path is the message's YAML path ("" at the root).
-absl::Status YamlToProto(const YAML::Node& node, google::protobuf::Message* msg,
-                         const YamlProtoOptions& options, const std::string& path = "");
+absl::Status YamlToProto(const YAML::Node& node, google::protobuf::Message* msg, const YamlProtoOptions& options,
+                         const std::string& path = "");
 
 // Checks every field of `msg` (recursively, set sub-messages only) against
 // the rules. `display` maps a proto path to the path shown in errors.
-absl::Status CheckProtoRules(const google::protobuf::Message& msg,
-                             const YamlProtoOptions& options,
+absl::Status CheckProtoRules(const google::protobuf::Message& msg, const YamlProtoOptions& options,
                              const std::string& path = "");
 
 // Writes `msg` as YAML (every field, set sub-messages only; virtual maps

@@ -58,8 +58,6 @@ class HostMemory final : public DeviceMemory {
 
 }  // namespace
 
-std::unique_ptr<DeviceMemory> MakeHostMemory() {
-  return std::make_unique<HostMemory>();
-}
+std::unique_ptr<DeviceMemory> MakeHostMemory() { return std::make_unique<HostMemory>(); }
 
 }  // namespace tandem::kernels

@@ -30,43 +30,41 @@ namespace tandem::kernels {
 enum class RopeType { kDefault, kLinear, kDynamicNtk, kYarn, kLlama3 };
 
 struct RopeConfig {
-  int head_dim = 64;            // D (rotary applied to all D dims, rotate_half layout)
-  double theta = 10000.0;       // rope_theta
+  int head_dim = 64;       // D (rotary applied to all D dims, rotate_half layout)
+  double theta = 10000.0;  // rope_theta
   RopeType type = RopeType::kDefault;
-  double factor = 1.0;          // scaling factor (linear, dynamic, yarn, llama3)
+  double factor = 1.0;               // scaling factor (linear, dynamic, yarn, llama3)
   int original_max_position = 2048;  // original_max_position_embeddings (yarn,
                                      // llama3; dynamic: max_position_embeddings)
-  double beta_fast = 32.0;      // yarn
-  double beta_slow = 1.0;       // yarn
-  double attention_factor = 0;  // yarn mscale; 0 = HF default 0.1*ln(factor)+1
-  double low_freq_factor = 1.0;   // llama3: wavelengths above
-                                  // original_max_position / low_freq_factor
-                                  // are divided by factor
-  double high_freq_factor = 4.0;  // llama3: wavelengths below
-                                  // original_max_position / high_freq_factor
-                                  // are kept; in between, interpolated
+  double beta_fast = 32.0;           // yarn
+  double beta_slow = 1.0;            // yarn
+  double attention_factor = 0;       // yarn mscale; 0 = HF default 0.1*ln(factor)+1
+  double low_freq_factor = 1.0;      // llama3: wavelengths above
+                                     // original_max_position / low_freq_factor
+                                     // are divided by factor
+  double high_freq_factor = 4.0;     // llama3: wavelengths below
+                                     // original_max_position / high_freq_factor
+                                     // are kept; in between, interpolated
 };
 
 // Fills inv_freq[D/2] and the attention scaling (multiplier of cos and sin)
 // exactly as Hugging Face's ROPE_INIT_FUNCTIONS do. `seq_len` only matters
 // for kDynamicNtk (HF recomputes the base when seq_len > original max).
-void rope_inv_freq(const RopeConfig& cfg, int seq_len, float* inv_freq,
-                   float* attention_scaling);
+void rope_inv_freq(const RopeConfig& cfg, int seq_len, float* inv_freq, float* attention_scaling);
 
 // Builds cos/sin tables [max_pos, D/2] (already multiplied by the attention
 // scaling) for positions 0..max_pos-1. Host helper used by every backend.
-void rope_tables(const RopeConfig& cfg, int seq_len, int max_pos, float* cos,
-                 float* sin);
+void rope_tables(const RopeConfig& cfg, int seq_len, int max_pos, float* cos, float* sin);
 
 // Attention options.
 struct AttentionParams {
-  int num_heads = 1;      // H
-  int num_kv_heads = 1;   // Hkv
-  int head_dim = 64;      // D
+  int num_heads = 1;     // H
+  int num_kv_heads = 1;  // Hkv
+  int head_dim = 64;     // D
   bool causal = true;
-  int window = -1;        // sliding window: key j visible from query i when
-                          // i - window < j <= i; -1 = unlimited
-  float scale = 0.f;      // 0 = 1/sqrt(D)
+  int window = -1;    // sliding window: key j visible from query i when
+                      // i - window < j <= i; -1 = unlimited
+  float scale = 0.f;  // 0 = 1/sqrt(D)
 };
 
 // Storage of a paged KV cache.
@@ -113,30 +111,23 @@ class Ops {
 
   // C[M,N] = alpha * op(A) * op(B) + beta * C, row-major, op = transpose
   // when the flag is set. lda/ldb/ldc are row strides of the stored arrays.
-  virtual void matmul(bool trans_a, bool trans_b, int m, int n, int k,
-                      float alpha, const float* a, int lda, const float* b,
-                      int ldb, float beta, float* c, int ldc) = 0;
+  virtual void matmul(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                      const float* b, int ldb, float beta, float* c, int ldc) = 0;
 
   // out[t, :] = table[ids[t], :], table [V, C]. ids host (CPU) / device (CUDA).
-  virtual void embedding_forward(const int32_t* ids, int t, const float* table,
-                                 int c, float* out) = 0;
+  virtual void embedding_forward(const int32_t* ids, int t, const float* table, int c, float* out) = 0;
   // dtable[ids[t], :] += dout[t, :]
-  virtual void embedding_backward(const int32_t* ids, int t, const float* dout,
-                                  int c, float* dtable) = 0;
+  virtual void embedding_backward(const int32_t* ids, int t, const float* dout, int c, float* dtable) = 0;
 
   // y = x * rstd * w, rstd[t] = 1/sqrt(mean(x[t]^2) + eps). x, y [T, C].
-  virtual void rmsnorm_forward(const float* x, const float* w, int t, int c,
-                               float eps, float* y, float* rstd) = 0;
+  virtual void rmsnorm_forward(const float* x, const float* w, int t, int c, float eps, float* y, float* rstd) = 0;
   // dx overwritten, dw accumulated.
-  virtual void rmsnorm_backward(const float* dy, const float* x,
-                                const float* w, const float* rstd, int t,
-                                int c, float* dx, float* dw) = 0;
+  virtual void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, int t, int c,
+                                float* dx, float* dw) = 0;
 
   // h = silu(gate) * up, all [T, I] (n = T*I elements).
-  virtual void swiglu_forward(const float* gate, const float* up, size_t n,
-                              float* h) = 0;
-  virtual void swiglu_backward(const float* dh, const float* gate,
-                               const float* up, size_t n, float* dgate,
+  virtual void swiglu_forward(const float* gate, const float* up, size_t n, float* h) = 0;
+  virtual void swiglu_backward(const float* dh, const float* gate, const float* up, size_t n, float* dgate,
                                float* dup) = 0;
 
   // y += x (n elements).
@@ -144,53 +135,43 @@ class Ops {
   // y += bias broadcast over rows: y [rows, cols], bias [cols].
   virtual void add_bias(float* y, const float* bias, int rows, int cols) = 0;
   // dbias[c] += sum_r dy[r, c]
-  virtual void bias_backward(const float* dy, int rows, int cols,
-                             float* dbias) = 0;
+  virtual void bias_backward(const float* dy, int rows, int cols, float* dbias) = 0;
 
   // Rotary embedding applied in place to x [T, nh, D] (rotate_half layout,
   // as HF's apply_rotary_pos_emb), position of row t = positions[t];
   // cos/sin tables [*, D/2] from rope_tables(). `inverse` applies the
   // transpose rotation (the backward pass).
-  virtual void rope_apply(float* x, const int32_t* positions, int t, int nh,
-                          int d, const float* cos, const float* sin,
+  virtual void rope_apply(float* x, const int32_t* positions, int t, int nh, int d, const float* cos, const float* sin,
                           bool inverse) = 0;
 
   // FlashAttention-2 style causal/varlen attention. Saves only lse [T, H].
-  virtual void attention_forward(const AttentionParams& p, const float* q,
-                                 const float* k, const float* v,
-                                 const int32_t* cu_seqlens, int num_seqs,
-                                 int t, float* out, float* lse) = 0;
+  virtual void attention_forward(const AttentionParams& p, const float* q, const float* k, const float* v,
+                                 const int32_t* cu_seqlens, int num_seqs, int t, float* out, float* lse) = 0;
   // Recomputes probabilities from q, k, lse. dq, dk, dv overwritten.
-  virtual void attention_backward(const AttentionParams& p, const float* q,
-                                  const float* k, const float* v,
-                                  const float* out, const float* dout,
-                                  const float* lse, const int32_t* cu_seqlens,
-                                  int num_seqs, int t, float* dq, float* dk,
-                                  float* dv) = 0;
+  virtual void attention_backward(const AttentionParams& p, const float* q, const float* k, const float* v,
+                                  const float* out, const float* dout, const float* lse, const int32_t* cu_seqlens,
+                                  int num_seqs, int t, float* dq, float* dk, float* dv) = 0;
 
   // Decode attention over a KV cache. For each of `batch` sequences:
   // q [batch, n_new, H, D]; cache k/v [batch, cache_capacity, Hkv, D];
   // cache_len[b] = tokens in the cache INCLUDING the n_new new ones, whose
   // positions are cache_len[b]-n_new .. cache_len[b]-1 (causal among them).
   // out [batch, n_new, H, D].
-  virtual void decode_attention(const AttentionParams& p, const float* q,
-                                int batch, int n_new, const float* k_cache,
-                                const float* v_cache, int cache_capacity,
-                                const int32_t* cache_len, float* out) = 0;
+  virtual void decode_attention(const AttentionParams& p, const float* q, int batch, int n_new, const float* k_cache,
+                                const float* v_cache, int cache_capacity, const int32_t* cache_len, float* out) = 0;
 
   // Writes k and v rows [t, kd] (kd = Hkv * D) into the pools at slots[r]
   // = block * block_size + row (rounded to bf16 for a bf16 pool, as
   // float_to_bf16). Slots are distinct.
-  virtual void paged_kv_write(const PagedKv& kv, int kd, const float* k,
-                              const float* v, const int32_t* slots, int t) = 0;
+  virtual void paged_kv_write(const PagedKv& kv, int kd, const float* k, const float* v, const int32_t* slots,
+                              int t) = 0;
   // Attention of t query rows over a paged cache (decode steps and prefill
   // chunks alike): row r of q [t, H, D] belongs to sequence row_seq[r] at
   // position row_pos[r] and sees that sequence's positions j <= row_pos[r]
   // (and > row_pos[r] - window when windowed); p.causal is implied. Every
   // visible position must be written (the row's own k/v included).
   // out [t, H, D].
-  virtual void paged_attention(const AttentionParams& p, const PagedKv& kv,
-                               const float* q, const int32_t* row_seq,
+  virtual void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q, const int32_t* row_seq,
                                const int32_t* row_pos, int t, float* out) = 0;
   // Key block summaries for sparse decode: for each batch row b, block i
   // (rows [i B, (i+1) B) of the cache that are < cache_len[b]) and kv head,
@@ -198,10 +179,8 @@ class Ops {
   // [batch, ceil(cache_capacity / B), Hkv, 2, D] (max then min). Blocks
   // before first_block are left as they are (only the last block changes
   // per decode step); blocks with no rows are not written.
-  virtual void key_block_summaries(const AttentionParams& p, int batch,
-                                   const float* k_cache, int cache_capacity,
-                                   const int32_t* cache_len, int block_size,
-                                   int first_block, float* summaries) = 0;
+  virtual void key_block_summaries(const AttentionParams& p, int batch, const float* k_cache, int cache_capacity,
+                                   const int32_t* cache_len, int block_size, int first_block, float* summaries) = 0;
   // Sparse decode attention, one new token per batch row (the last of its
   // cache_len[b] rows; p.window is ignored): for each query head, the
   // blocks attended are the sink blocks, the recent blocks and the
@@ -209,13 +188,9 @@ class Ops {
   // sum_d max(q_d max_d, q_d min_d) (ties: lower block first); exact softmax
   // attention over the rows of those blocks. With few enough blocks it
   // equals decode_attention. q, out [batch, H, D]; cache as decode_attention.
-  virtual void sparse_decode_attention(const AttentionParams& p,
-                                       const SparseDecodeParams& s,
-                                       const float* q, int batch,
-                                       const float* k_cache,
-                                       const float* v_cache, int cache_capacity,
-                                       const int32_t* cache_len,
-                                       const float* summaries, float* out) = 0;
+  virtual void sparse_decode_attention(const AttentionParams& p, const SparseDecodeParams& s, const float* q, int batch,
+                                       const float* k_cache, const float* v_cache, int cache_capacity,
+                                       const int32_t* cache_len, const float* summaries, float* out) = 0;
 
   // Linear attention with decay, per sequence and head, state S [Dk, Dv]:
   //   S_t = exp(g_t) S_{t-1} + k_t^T v_t,   out_t = scale * q_t S_t
@@ -228,41 +203,31 @@ class Ops {
   // step that keeps only this state). Backends compute it in chunks
   // (intra-chunk matmuls plus an inter-chunk state recurrence); the result
   // equals the recurrence.
-  virtual void linear_attention_forward(const LinearAttentionParams& p,
-                                        const float* q, const float* k,
-                                        const float* v, const float* log_decay,
-                                        const int32_t* cu_seqlens, int num_seqs,
-                                        int t, const float* initial_state,
-                                        float* out, float* final_state) = 0;
+  virtual void linear_attention_forward(const LinearAttentionParams& p, const float* q, const float* k, const float* v,
+                                        const float* log_decay, const int32_t* cu_seqlens, int num_seqs, int t,
+                                        const float* initial_state, float* out, float* final_state) = 0;
   // Gradients of the forward's out (dout) and final state (d_final_state,
   // nullptr = 0): dq, dk, dv overwritten; d_log_decay [T, H] (skipped when
   // nullptr or log_decay is nullptr) and d_initial_state (skipped when
   // nullptr) overwritten. Recomputes the states from the inputs.
-  virtual void linear_attention_backward(
-      const LinearAttentionParams& p, const float* q, const float* k,
-      const float* v, const float* log_decay, const int32_t* cu_seqlens,
-      int num_seqs, int t, const float* initial_state, const float* dout,
-      const float* d_final_state, float* dq, float* dk, float* dv,
-      float* d_log_decay, float* d_initial_state) = 0;
+  virtual void linear_attention_backward(const LinearAttentionParams& p, const float* q, const float* k, const float* v,
+                                         const float* log_decay, const int32_t* cu_seqlens, int num_seqs, int t,
+                                         const float* initial_state, const float* dout, const float* d_final_state,
+                                         float* dq, float* dk, float* dv, float* d_log_decay,
+                                         float* d_initial_state) = 0;
 
   // Fused LM head + log-softmax, chunked over tokens so at most
   // `chunk_tokens` x V logits exist at once. h [T, C], w [V, C] (logits =
   // h w^T). Writes logp[t] = log softmax(logits[t])[targets[t]] and, when
   // `entropy` != nullptr, the entropy of row t. Scratch: chunk_tokens * V.
-  virtual void lm_head_logprobs_forward(const float* h, const float* w,
-                                        const int32_t* targets, int t, int c,
-                                        int v, int chunk_tokens,
-                                        float* scratch, float* logp,
-                                        float* entropy) = 0;
+  virtual void lm_head_logprobs_forward(const float* h, const float* w, const int32_t* targets, int t, int c, int v,
+                                        int chunk_tokens, float* scratch, float* logp, float* entropy) = 0;
   // Given dlogp[t] (gradient of the loss w.r.t. logp[t]; 0 = token not
   // trained), recomputes each chunk's softmax and writes dh [T, C]
   // (overwritten) and accumulates dw [V, C]. Cross-entropy with a loss mask
   // is dlogp[t] = -mask[t] / num_trained_tokens.
-  virtual void lm_head_logprobs_backward(const float* h, const float* w,
-                                         const int32_t* targets,
-                                         const float* dlogp, int t, int c,
-                                         int v, int chunk_tokens,
-                                         float* scratch, float* dh,
+  virtual void lm_head_logprobs_backward(const float* h, const float* w, const int32_t* targets, const float* dlogp,
+                                         int t, int c, int v, int chunk_tokens, float* scratch, float* dh,
                                          float* dw) = 0;
   // Greedy/sampling helper for generation: logits [rows, V] = h w^T.
   // (A plain matmul; kept separate so backends can fuse later.)
@@ -274,8 +239,7 @@ class Ops {
 
   // One AdamW step (decoupled weight decay, bias correction) for n
   // elements. step is 1-based. p -= lr * (mhat/(sqrt(vhat)+eps) + wd * p).
-  virtual void adamw_step(float* p, const float* g, float* m, float* v,
-                          size_t n, float lr, float beta1, float beta2,
+  virtual void adamw_step(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                           float eps, float weight_decay, int64_t step) = 0;
 
   // Token sampling over logits [rows, V] (kernels/sample_row.h states the
@@ -286,10 +250,8 @@ class Ops {
   // token's log-prob under the sampling distribution; 0 when greedy) and
   // logp_raw[r] (log softmax(logits)[id] at temperature 1). Lets generation
   // download 3 values per row instead of V logits.
-  virtual void sample_logits(const float* logits, int rows, int v,
-                             float temperature, const double* uniforms,
-                             int32_t* ids, float* logp_sample,
-                             float* logp_raw) = 0;
+  virtual void sample_logits(const float* logits, int rows, int v, float temperature, const double* uniforms,
+                             int32_t* ids, float* logp_sample, float* logp_raw) = 0;
 
   // bf16 storage (mixed precision: bf16 compute copies of fp32 masters).
   // bf16 values are uint16_t bit patterns (kernels/bf16.h states the rules:

@@ -11,15 +11,12 @@ namespace tandem::kernels {
 
 namespace {
 // YaRN helpers (HF _compute_yarn_parameters).
-double YarnFindCorrectionDim(double num_rotations, int dim, double base,
-                             int max_pos) {
-  return (dim * std::log(max_pos / (num_rotations * 2 * M_PI))) /
-         (2 * std::log(base));
+double YarnFindCorrectionDim(double num_rotations, int dim, double base, int max_pos) {
+  return (dim * std::log(max_pos / (num_rotations * 2 * M_PI))) / (2 * std::log(base));
 }
 }  // namespace
 
-void rope_inv_freq(const RopeConfig& cfg, int seq_len, float* inv_freq,
-                   float* attention_scaling) {
+void rope_inv_freq(const RopeConfig& cfg, int seq_len, float* inv_freq, float* attention_scaling) {
   const int dim = cfg.head_dim;
   const int half = dim / 2;
   double base = cfg.theta;
@@ -34,18 +31,14 @@ void rope_inv_freq(const RopeConfig& cfg, int seq_len, float* inv_freq,
       // base = base * ((factor * seq_len / max_pos) - (factor - 1)) ** (dim / (dim - 2))
       const double max_pos = cfg.original_max_position;
       const double sl = std::max<double>(seq_len, max_pos);
-      base = base * std::pow((cfg.factor * sl / max_pos) - (cfg.factor - 1.0),
-                             static_cast<double>(dim) / (dim - 2));
+      base = base * std::pow((cfg.factor * sl / max_pos) - (cfg.factor - 1.0), static_cast<double>(dim) / (dim - 2));
       break;
     }
     case RopeType::kYarn: {
-      scaling = cfg.attention_factor > 0
-                    ? cfg.attention_factor
-                    : (cfg.factor <= 1 ? 1.0 : 0.1 * std::log(cfg.factor) + 1.0);
-      double low = std::floor(YarnFindCorrectionDim(
-          cfg.beta_fast, dim, base, cfg.original_max_position));
-      double high = std::ceil(YarnFindCorrectionDim(
-          cfg.beta_slow, dim, base, cfg.original_max_position));
+      scaling =
+          cfg.attention_factor > 0 ? cfg.attention_factor : (cfg.factor <= 1 ? 1.0 : 0.1 * std::log(cfg.factor) + 1.0);
+      double low = std::floor(YarnFindCorrectionDim(cfg.beta_fast, dim, base, cfg.original_max_position));
+      double high = std::ceil(YarnFindCorrectionDim(cfg.beta_slow, dim, base, cfg.original_max_position));
       low = std::max(low, 0.0);
       high = std::min(high, static_cast<double>(dim - 1));
       if (low == high) high += 0.001;  // HF: prevent singularity
@@ -56,9 +49,8 @@ void rope_inv_freq(const RopeConfig& cfg, int seq_len, float* inv_freq,
         double ramp = (i - low) / (high - low);
         ramp = std::clamp(ramp, 0.0, 1.0);
         const double extrapolation_factor = 1.0 - ramp;
-        inv_freq[i] = static_cast<float>(
-            interpolation * (1.0 - extrapolation_factor) +
-            extrapolation * extrapolation_factor);
+        inv_freq[i] =
+            static_cast<float>(interpolation * (1.0 - extrapolation_factor) + extrapolation * extrapolation_factor);
       }
       *attention_scaling = static_cast<float>(scaling);
       return;
@@ -95,8 +87,7 @@ void rope_inv_freq(const RopeConfig& cfg, int seq_len, float* inv_freq,
   *attention_scaling = static_cast<float>(scaling);
 }
 
-void rope_tables(const RopeConfig& cfg, int seq_len, int max_pos, float* cos,
-                 float* sin) {
+void rope_tables(const RopeConfig& cfg, int seq_len, int max_pos, float* cos, float* sin) {
   const int half = cfg.head_dim / 2;
   std::vector<float> inv_freq(half);
   float attention_scaling = 1.f;

@@ -53,14 +53,12 @@ inline SampledToken SampleRow(const float* logits, int v, float temperature, dou
       break;
     }
   }
-  return {chosen, static_cast<float>(std::log(p_chosen / z)),
-          static_cast<float>(logits[chosen] - lse)};
+  return {chosen, static_cast<float>(std::log(p_chosen / z)), static_cast<float>(logits[chosen] - lse)};
 }
 
 // Row r of Ops::sample_logits' arguments: samples it and writes the outputs.
-inline void SampleRowAt(const float* logits, int r, int v, float temperature,
-                        const double* uniforms, int32_t* ids, float* logp_sample,
-                        float* logp_raw) {
+inline void SampleRowAt(const float* logits, int r, int v, float temperature, const double* uniforms, int32_t* ids,
+                        float* logp_sample, float* logp_raw) {
   const SampledToken t = SampleRow(logits + static_cast<size_t>(r) * v, v, temperature, uniforms[r]);
   ids[r] = t.id;
   logp_sample[r] = t.logp_sample;

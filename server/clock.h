@@ -20,8 +20,7 @@ class Clock {
 class SystemClock : public Clock {
  public:
   int64_t NowMs() const override {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
         .count();
   }
   double WallSeconds() const override {

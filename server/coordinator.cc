@@ -18,8 +18,8 @@
 #include "server/grpc_metrics.h"
 #include "server/jobs/job_manager.h"
 #include "server/membership/membership.h"
-#include "server/store/kv_store.h"
 #include "server/metrics_http.h"
+#include "server/store/kv_store.h"
 #include "server/store/state_store.h"
 #include "spdlog/spdlog.h"
 
@@ -64,8 +64,9 @@ absl::Status Coordinator::Start() {
     spdlog::warn("no join token configured: workers authenticate with the admin token");
   }
   if (!join.empty() && common::ConstantTimeEquals(admin, join)) {
-    spdlog::warn("the admin token equals the join token: every worker can submit and cancel jobs; "
-                 "give workers their own join token");
+    spdlog::warn(
+        "the admin token equals the join token: every worker can submit and cancel jobs; "
+        "give workers their own join token");
   }
   for (const auto& file : {config_.auth().admin_token_file(), config_.auth().join_token_file()}) {
     for (const auto& warning : common::TokenFileWarnings(file)) spdlog::warn("{}", warning);

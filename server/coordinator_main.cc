@@ -34,8 +34,9 @@ int main(int argc, char** argv) {
     std::cerr << "tandem-coordinator: " << config.status().message() << "\n";
     return 2;
   }
-  if (auto s = common::SetupLogging("coordinator", config->log_level(), config->log_file(),
-                                      config->log_max_bytes(), config->log_max_files()); !s.ok()) {
+  if (auto s = common::SetupLogging("coordinator", config->log_level(), config->log_file(), config->log_max_bytes(),
+                                    config->log_max_files());
+      !s.ok()) {
     std::cerr << "tandem-coordinator: " << s.message() << "\n";
     return 2;
   }

@@ -35,20 +35,34 @@ struct Connection {
 
 const char* Reason(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 302: return "Found";
-    case 303: return "See Other";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 411: return "Length Required";
-    case 413: return "Content Too Large";
-    case 415: return "Unsupported Media Type";
-    case 431: return "Request Header Fields Too Large";
-    case 503: return "Service Unavailable";
-    default: return "Error";
+    case 200:
+      return "OK";
+    case 302:
+      return "Found";
+    case 303:
+      return "See Other";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 411:
+      return "Length Required";
+    case 413:
+      return "Content Too Large";
+    case 415:
+      return "Unsupported Media Type";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Error";
   }
 }
 
@@ -66,7 +80,9 @@ std::string Serialize(const HttpResponse& r, bool head) {
   return out;
 }
 
-HttpResponse Error(int status, const std::string& text) { return HttpResponse{status, "text/plain; charset=utf-8", text + "\n"}; }
+HttpResponse Error(int status, const std::string& text) {
+  return HttpResponse{status, "text/plain; charset=utf-8", text + "\n"};
+}
 
 // Where a request ends: 0 while incomplete, else its size in bytes; sets
 // *error (an error response status) for a request that cannot be served.
@@ -87,7 +103,8 @@ size_t RequestEnd(const std::string& in, size_t max_bytes, const std::function<b
     const size_t colon = line.find(':');
     if (colon == absl::string_view::npos) continue;
     const absl::string_view name = line.substr(0, colon);
-    if (absl::EqualsIgnoreCase(name, "content-length")) length = std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+    if (absl::EqualsIgnoreCase(name, "content-length"))
+      length = std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
     if (absl::EqualsIgnoreCase(name, "transfer-encoding")) chunked = true;
   }
   size_t body = 0;
@@ -203,7 +220,8 @@ absl::Status HttpServer::Start(const std::string& host, int port) {
     listen_fd_ = fd;
   }
   freeaddrinfo(found);
-  if (listen_fd_ < 0) return absl::UnavailableError(absl::StrCat("http: cannot listen on ", host, ":", port, ": ", error));
+  if (listen_fd_ < 0)
+    return absl::UnavailableError(absl::StrCat("http: cannot listen on ", host, ":", port, ": ", error));
   sockaddr_storage bound{};
   socklen_t len = sizeof bound;
   getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
@@ -321,7 +339,8 @@ void HttpServer::Loop() {
         c.fd = fd;
         c.peer = PeerAddress(addr);
         c.deadline = absl::Now() + options_.request_deadline;
-        const auto from_peer = std::count_if(conns.begin(), conns.end(), [&](const Connection& o) { return o.peer == c.peer; });
+        const auto from_peer =
+            std::count_if(conns.begin(), conns.end(), [&](const Connection& o) { return o.peer == c.peer; });
         if (from_peer >= options_.max_connections_per_peer) {
           close(fd);
           continue;

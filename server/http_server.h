@@ -30,12 +30,12 @@
 namespace tandem::server {
 
 struct HttpRequest {
-  std::string method;  // GET, HEAD or POST
-  std::string path;    // without the query
-  std::string query;   // after '?', still percent-encoded
-  std::string peer;    // the client's address (127.0.0.1, ::1, ...)
+  std::string method;                          // GET, HEAD or POST
+  std::string path;                            // without the query
+  std::string query;                           // after '?', still percent-encoded
+  std::string peer;                            // the client's address (127.0.0.1, ::1, ...)
   std::map<std::string, std::string> headers;  // lower-case names; first one wins
-  std::string body;    // POST only
+  std::string body;                            // POST only
 
   // The header's value, "" when absent (`name` in lower case).
   std::string Header(const std::string& name) const;

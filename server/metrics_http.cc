@@ -95,9 +95,7 @@ absl::Status MetricsServer::Start(const std::string& listen, std::function<std::
   std::string host = listen.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   server_ = std::make_unique<HttpServer>(options);
-  server_->Get("/metrics", [metrics] {
-    return HttpResponse{200, "text/plain; version=0.0.4", metrics()};
-  });
+  server_->Get("/metrics", [metrics] { return HttpResponse{200, "text/plain; version=0.0.4", metrics()}; });
   server_->Get("/healthz", [] { return HttpResponse{200, "text/plain", "ok\n"}; });
   server_->Get("/readyz", [ready] {
     const bool ok = ready();

@@ -31,9 +31,8 @@ class MetricsServer {
 
   // listen "host:port" (port 0 = ephemeral). add_routes (optional) adds
   // more routes to the same server before it starts (the dashboard).
-  absl::Status Start(const std::string& listen, std::function<std::string()> metrics,
-                     std::function<bool()> ready, HttpServerOptions options = {},
-                     std::function<void(HttpServer*)> add_routes = nullptr);
+  absl::Status Start(const std::string& listen, std::function<std::string()> metrics, std::function<bool()> ready,
+                     HttpServerOptions options = {}, std::function<void(HttpServer*)> add_routes = nullptr);
   int port() const { return port_; }
   void Stop();
 

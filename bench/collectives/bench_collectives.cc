@@ -11,10 +11,9 @@
 // Sizes double from min to max bytes (default 1 KiB .. 256 MiB). For each
 // size: a checked warm-up call each, then as many iterations as fit in
 // --seconds (at least 4, at most 1000), Tandem and raw Gloo alternating call
-// by call, in swapped order every other iteration. Time = maximum over ranks of the median per-call time. algbw = bytes / time; busbw = algbw
-// x factor (allreduce 2(N-1)/N, reduce_scatter and allgather (N-1)/N,
-// broadcast 1), bytes being the full buffer (N x the per-rank piece for
-// reduce_scatter and allgather, as nccl-tests counts). #wrong counts output
+// by call, in swapped order every other iteration. Time = maximum over ranks of the median per-call time. algbw = bytes
+// / time; busbw = algbw x factor (allreduce 2(N-1)/N, reduce_scatter and allgather (N-1)/N, broadcast 1), bytes being
+// the full buffer (N x the per-rank piece for reduce_scatter and allgather, as nccl-tests counts). #wrong counts output
 // elements that differ from the exact expected value after one checked call
 // (inputs are small integers, so sums are exact).
 #include <sys/wait.h>
@@ -59,8 +58,7 @@ struct Flags {
   int rank = -1;
   size_t min_bytes = 1024;
   size_t max_bytes = 256ull << 20;
-  std::vector<std::string> ops = {"allreduce", "reduce_scatter", "allgather",
-                                  "broadcast"};
+  std::vector<std::string> ops = {"allreduce", "reduce_scatter", "allgather", "broadcast"};
   std::string address = "127.0.0.1";
   std::string store;
   double seconds = 0.3;
@@ -98,8 +96,7 @@ Flags ParseFlags(int argc, char** argv) {
     else if (a == "--seconds") f.seconds = std::atof(next().c_str());
     else if (a == "--raw-first") f.raw_first = true;
     else {
-      std::fprintf(stderr, "unknown flag %s (see the header of %s)\n",
-                   a.c_str(), __FILE__);
+      std::fprintf(stderr, "unknown flag %s (see the header of %s)\n", a.c_str(), __FILE__);
       std::exit(2);
     }
   }
@@ -132,9 +129,7 @@ double BusFactor(const std::string& op, int n) {
   return double(n - 1) / n;
 }
 
-float InputValue(int rank, size_t i) {
-  return static_cast<float>((rank + 1) * (int(i % 7) + 1));
-}
+float InputValue(int rank, size_t i) { return static_cast<float>((rank + 1) * (int(i % 7) + 1)); }
 
 // Fills inputs for `op` with `count` elements per rank (piece for RS/AG).
 void Fill(const std::string& op, int rank, int n, size_t total, Bufs& b) {
@@ -146,21 +141,17 @@ void Fill(const std::string& op, int rank, int n, size_t total, Bufs& b) {
   }
 }
 
-size_t CountWrong(const std::string& op, int rank, int n, size_t total,
-                  const float* result) {
+size_t CountWrong(const std::string& op, int rank, int n, size_t total, const float* result) {
   size_t wrong = 0;
   const float sum_coef = n * (n + 1) / 2.f;
   if (op == "allreduce") {
-    for (size_t i = 0; i < total; ++i)
-      wrong += result[i] != sum_coef * ((i % 7) + 1);
+    for (size_t i = 0; i < total; ++i) wrong += result[i] != sum_coef * ((i % 7) + 1);
   } else if (op == "reduce_scatter") {
     const size_t piece = total / n;
-    for (size_t i = 0; i < piece; ++i)
-      wrong += result[i] != sum_coef * (((rank * piece + i) % 7) + 1);
+    for (size_t i = 0; i < piece; ++i) wrong += result[i] != sum_coef * (((rank * piece + i) % 7) + 1);
   } else if (op == "allgather") {
     const size_t piece = total / n;
-    for (size_t i = 0; i < total; ++i)
-      wrong += result[i] != InputValue(int(i / piece), i % piece);
+    for (size_t i = 0; i < total; ++i) wrong += result[i] != InputValue(int(i / piece), i % piece);
   } else {  // broadcast from root 0
     for (size_t i = 0; i < total; ++i) wrong += result[i] != InputValue(0, i);
   }
@@ -168,8 +159,7 @@ size_t CountWrong(const std::string& op, int rank, int n, size_t total,
 }
 
 // One iteration of `op` through Tandem's interface (data in b.in or b.out).
-absl::Status RunTandem(const std::string& op, Collective& c, size_t total,
-                       Bufs& b, bool prepare) {
+absl::Status RunTandem(const std::string& op, Collective& c, size_t total, Bufs& b, bool prepare) {
   const int n = c.size();
   const Timeout t(600000);
   if (op == "allreduce") {
@@ -177,38 +167,32 @@ absl::Status RunTandem(const std::string& op, Collective& c, size_t total,
     return c.allreduce(b.out.data(), total, ReduceOp::kSum, t);
   }
   if (op == "reduce_scatter") {
-    return c.reduce_scatter(b.in.data(), b.out.data(),
-                            std::vector<size_t>(n, total / n), t);
+    return c.reduce_scatter(b.in.data(), b.out.data(), std::vector<size_t>(n, total / n), t);
   }
   if (op == "allgather") {
-    return c.allgather(b.in.data(), b.out.data(),
-                       std::vector<size_t>(n, total / n), t);
+    return c.allgather(b.in.data(), b.out.data(), std::vector<size_t>(n, total / n), t);
   }
   if (prepare) std::copy(b.in.begin(), b.in.begin() + total, b.out.begin());
   return c.broadcast(b.out.data(), total, 0, t);
 }
 
 // The same through raw Gloo.
-void RunRaw(const std::string& op, RawGloo& g, size_t total, Bufs& b,
-            bool prepare,
+void RunRaw(const std::string& op, RawGloo& g, size_t total, Bufs& b, bool prepare,
             std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>>* rs) {
   const int n = g.context->size;
   if (op == "allreduce") {
     if (prepare) std::copy(b.in.begin(), b.in.begin() + total, b.out.begin());
     gloo::AllreduceOptions o(g.context);
     o.setOutput(b.out.data(), total);
-    o.setReduceFunction(
-        static_cast<void (*)(void*, const void*, const void*, size_t)>(
-            &gloo::sum<float>));
+    o.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
     gloo::allreduce(o);
   } else if (op == "reduce_scatter") {
     // In place on a full buffer: restore the input every iteration (the
     // Tandem backend copies its const input the same way).
     std::copy(b.in.begin(), b.in.begin() + total, b.work.begin());
     if (!*rs) {
-      rs->reset(new gloo::ReduceScatterHalvingDoubling<float>(
-          g.context, std::vector<float*>{b.work.data()}, int(total),
-          std::vector<int>(n, int(total / n))));
+      rs->reset(new gloo::ReduceScatterHalvingDoubling<float>(g.context, std::vector<float*>{b.work.data()}, int(total),
+                                                              std::vector<int>(n, int(total / n))));
     }
     (*rs)->run();
     std::copy(b.work.begin(), b.work.begin() + total / n, b.out.begin());
@@ -273,15 +257,14 @@ int RunRank(const Flags& f, int rank) {
   b.work.resize(max_elems);
 
   if (rank == 0) {
-    std::printf("# bench_collectives: %d ranks (processes) on %s, float32, "
-                "Tandem Collective (gloo backend) vs raw Gloo\n",
-                n, f.address.c_str());
-    std::printf("# %-14s %11s %10s | %10s %8s %8s %6s | %10s %8s %8s %6s | %6s\n",
-                "op", "size(B)", "count", "tandem(us)", "algbw", "busbw",
-                "#wrong", "gloo(us)", "algbw", "busbw", "#wrong", "ratio");
-    std::printf("# %-14s %11s %10s | %10s %8s %8s %6s | %10s %8s %8s %6s | %6s\n",
-                "", "", "(elems)", "", "GB/s", "GB/s", "", "", "GB/s", "GB/s",
-                "", "busbw");
+    std::printf(
+        "# bench_collectives: %d ranks (processes) on %s, float32, "
+        "Tandem Collective (gloo backend) vs raw Gloo\n",
+        n, f.address.c_str());
+    std::printf("# %-14s %11s %10s | %10s %8s %8s %6s | %10s %8s %8s %6s | %6s\n", "op", "size(B)", "count",
+                "tandem(us)", "algbw", "busbw", "#wrong", "gloo(us)", "algbw", "busbw", "#wrong", "ratio");
+    std::printf("# %-14s %11s %10s | %10s %8s %8s %6s | %10s %8s %8s %6s | %6s\n", "", "", "(elems)", "", "GB/s",
+                "GB/s", "", "", "GB/s", "GB/s", "", "busbw");
   }
   for (const auto& op : f.ops) {
     std::vector<double> ratios;
@@ -307,8 +290,7 @@ int RunRank(const Flags& f, int rank) {
       Check(RunTandem(op, c, total, b, false), op.c_str());
       double est = std::chrono::duration<double>(Clock::now() - t0).count();
       est = MaxOverRanks(c, est);
-      const int iters = std::clamp(
-          static_cast<int>(f.seconds / 2 / std::max(est, 1e-6)), 4, 1000);
+      const int iters = std::clamp(static_cast<int>(f.seconds / 2 / std::max(est, 1e-6)), 4, 1000);
       // Alternate call by call so load drift hits both columns alike; keep
       // the median of the per-call times (robust to scheduler spikes on a
       // shared machine), then the maximum over ranks.
@@ -347,11 +329,11 @@ int RunRank(const Flags& f, int rank) {
         const double nbytes = total * 4.0;
         const double bus = BusFactor(op, n);
         const double a_t = nbytes / t_tandem / 1e9, a_g = nbytes / t_raw / 1e9;
-        std::printf("  %-14s %11.0f %10zu | %10.1f %8.3f %8.3f %6.0f | %10.1f "
-                    "%8.3f %8.3f %6.0f | %5.1f%%\n",
-                    op.c_str(), nbytes, total, t_tandem * 1e6, a_t, a_t * bus,
-                    wrong[0], t_raw * 1e6, a_g, a_g * bus, wrong[1],
-                    100.0 * a_t / a_g);
+        std::printf(
+            "  %-14s %11.0f %10zu | %10.1f %8.3f %8.3f %6.0f | %10.1f "
+            "%8.3f %8.3f %6.0f | %5.1f%%\n",
+            op.c_str(), nbytes, total, t_tandem * 1e6, a_t, a_t * bus, wrong[0], t_raw * 1e6, a_g, a_g * bus, wrong[1],
+            100.0 * a_t / a_g);
         std::fflush(stdout);
         ratios.push_back(a_t / a_g);
       }
@@ -361,10 +343,10 @@ int RunRank(const Flags& f, int rank) {
       for (double r : ratios) log_sum += std::log(r);
       std::vector<double> sorted = ratios;
       std::sort(sorted.begin(), sorted.end());
-      std::printf("# %s: Tandem/raw Gloo bandwidth over %zu sizes: median "
-                  "%.1f%%, geometric mean %.1f%%\n",
-                  op.c_str(), ratios.size(), 100 * sorted[sorted.size() / 2],
-                  100 * std::exp(log_sum / ratios.size()));
+      std::printf(
+          "# %s: Tandem/raw Gloo bandwidth over %zu sizes: median "
+          "%.1f%%, geometric mean %.1f%%\n",
+          op.c_str(), ratios.size(), 100 * sorted[sorted.size() / 2], 100 * std::exp(log_sum / ratios.size()));
       std::fflush(stdout);
     }
   }
@@ -382,8 +364,7 @@ int main(int argc, char** argv) {
     return RunRank(f, f.rank);
   }
   // Fork N ranks sharing a fresh store directory.
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("bench_collectives." + std::to_string(getpid()));
+  const auto dir = std::filesystem::temp_directory_path() / ("bench_collectives." + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   f.store = dir.string();

@@ -42,9 +42,10 @@ class Cluster {
       o.worker_id = "w" + std::to_string(r);
       o.num_threads = 1;
       o.collective_timeout_ms = 300000;
-      o.store_factory = [this](const std::string& j, int64_t g)
-          -> absl::StatusOr<std::unique_ptr<tandem::comm::Store>> {
-        return std::unique_ptr<tandem::comm::Store>(new tandem::comm::PrefixStore(j + "/" + std::to_string(g), &store_));
+      o.store_factory = [this](const std::string& j,
+                               int64_t g) -> absl::StatusOr<std::unique_ptr<tandem::comm::Store>> {
+        return std::unique_ptr<tandem::comm::Store>(
+            new tandem::comm::PrefixStore(j + "/" + std::to_string(g), &store_));
       };
       engines_.push_back(tandem::worker::MakeJobEngine(o));
     }
@@ -151,10 +152,11 @@ void RunMode(const Args& a, const std::string& yaml, const std::string& mode) {
   const int n = a.steps - skip;
   std::printf("%-9s world %d: step %.3f s |", mode.c_str(), world, step_s / n);
   for (const auto& [name, v] : phase_s) std::printf(" %s %.3f", name.c_str(), v / n);
-  std::printf(" | switch %.3f s (%.1f%%) | rollout %.0f tok/step, %.0f tok/s generating, %.0f tok/s of step | "
-              "update %.0f tok/s | staleness max %.0f mean %.2f, dropped %.0f | reward %.3f\n",
-              switch_s / n, 100 * switch_s / step_s, rtok / n, rgen_tps / n, rtok / step_s, utok / n, stale_max,
-              stale_sum / n, dropped, reward / n);
+  std::printf(
+      " | switch %.3f s (%.1f%%) | rollout %.0f tok/step, %.0f tok/s generating, %.0f tok/s of step | "
+      "update %.0f tok/s | staleness max %.0f mean %.2f, dropped %.0f | reward %.3f\n",
+      switch_s / n, 100 * switch_s / step_s, rtok / n, rgen_tps / n, rtok / step_s, utok / n, stale_max, stale_sum / n,
+      dropped, reward / n);
   std::fflush(stdout);
   c.Run(tandem::v1::PHASE_TEARDOWN, 0, nullptr);
 }

@@ -72,21 +72,17 @@ ModelConfig ToConfig(const Shape& s) {
   return c;
 }
 
-double Secs(Clock::time_point a) {
-  return std::chrono::duration<double>(Clock::now() - a).count();
-}
+double Secs(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
 
 // Measured sgemm ceiling (n = 1024), GFLOP/s.
 double SgemmCeiling() {
   const int n = 1024;
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a.data(), n,
-              b.data(), n, 0.f, c.data(), n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
   double best = 1e30;
   for (int i = 0; i < 5; ++i) {
     auto t = Clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a.data(), n,
-                b.data(), n, 0.f, c.data(), n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
     best = std::min(best, Secs(t));
   }
   return 2.0 * n * n * n / best / 1e9;
@@ -96,8 +92,8 @@ void Train(const Shape& s, tandem::kernels::Ops* ops, int iters, double ceiling)
   ModelConfig cfg = ToConfig(s);
   tandem::model::Model model(cfg, ops);
   const auto& layout = model.layout();
-  std::vector<float> params(layout.total_floats()), grads(layout.total_floats(), 0.f),
-      m(layout.total_floats(), 0.f), v(layout.total_floats(), 0.f);
+  std::vector<float> params(layout.total_floats()), grads(layout.total_floats(), 0.f), m(layout.total_floats(), 0.f),
+      v(layout.total_floats(), 0.f);
   model.InitParams(1, params.data());
   tandem::model::FlatParamProvider pp(layout, params.data(), grads.data());
   tandem::model::Batch batch = RandomBatch(s);
@@ -110,8 +106,8 @@ void Train(const Shape& s, tandem::kernels::Ops* ops, int iters, double ceiling)
     (void)model.ForwardLogprobs(batch, pp, logp.data());
     tandem::model::SftLoss(logp, mask, dlogp.data());
     (void)model.Backward(dlogp.data(), pp);
-    ops->adamw_step(params.data(), grads.data(), m.data(), v.data(), params.size(), 1e-4f,
-                    0.9f, 0.999f, 1e-8f, 0.f, it + 1);
+    ops->adamw_step(params.data(), grads.data(), m.data(), v.data(), params.size(), 1e-4f, 0.9f, 0.999f, 1e-8f, 0.f,
+                    it + 1);
     if (it >= 2) times.push_back(Secs(t0));
   }
   std::sort(times.begin(), times.end());
@@ -121,10 +117,10 @@ void Train(const Shape& s, tandem::kernels::Ops* ops, int iters, double ceiling)
   // token per layer (QK^T and PV, half masked), x3 for fwd+bwd.
   const double attn = 3.0 * 2.0 * s.seq * s.hidden * s.layers;
   const double flops = (6.0 * n_params + attn) * T;
-  std::printf("train  %-2s  params %9.0f  tokens/step %6d  step %8.1f ms  %9.0f tokens/s  "
-              "%6.1f GFLOP/s  %4.0f%% of sgemm ceiling\n",
-              s.name, n_params, T, t * 1e3, T / t, flops / t / 1e9,
-              100.0 * flops / t / 1e9 / ceiling);
+  std::printf(
+      "train  %-2s  params %9.0f  tokens/step %6d  step %8.1f ms  %9.0f tokens/s  "
+      "%6.1f GFLOP/s  %4.0f%% of sgemm ceiling\n",
+      s.name, n_params, T, t * 1e3, T / t, flops / t / 1e9, 100.0 * flops / t / 1e9 / ceiling);
 }
 
 // Forward + backward of one micro-batch in each mode, one model per mode,
@@ -174,10 +170,11 @@ void MeCeFO(const Shape& s, tandem::kernels::Ops* ops, int iters) {
     med[i] = times[i][times[i].size() / 2];
   }
   for (int i = 0; i < kModes; ++i) {
-    std::printf("mecefo %-2s  %d x %d tokens  %-26s rank %3d  fwd+bwd %7.1f ms (%5.1f%% of exact)  "
-                "workspace %6.1f MB\n",
-                s.name, s.batch, s.seq, modes[i].name, modes[i].low_rank, med[i] * 1e3, 100.0 * med[i] / med[0],
-                models[i]->workspace_bytes() / 1e6);
+    std::printf(
+        "mecefo %-2s  %d x %d tokens  %-26s rank %3d  fwd+bwd %7.1f ms (%5.1f%% of exact)  "
+        "workspace %6.1f MB\n",
+        s.name, s.batch, s.seq, modes[i].name, modes[i].low_rank, med[i] * 1e3, 100.0 * med[i] / med[0],
+        models[i]->workspace_bytes() / 1e6);
   }
 }
 
@@ -189,7 +186,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
-      std::printf("usage: bench_model [--threads N] [--iters N] [--only train|decode|grpo|mecefo] [--grpo-table FILE]\n");
+      std::printf(
+          "usage: bench_model [--threads N] [--iters N] [--only train|decode|grpo|mecefo] [--grpo-table FILE]\n");
       return 0;
     } else if (a == "--threads" && i + 1 < argc) {
       threads = std::atoi(argv[++i]);

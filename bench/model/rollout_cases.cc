@@ -89,8 +89,7 @@ void DecodeCase(const model::ModelConfig& cfg_in, kernels::Ops* ops, int repeats
   Print("decode", "rollout engine", new_runs);
 }
 
-void GrpoCase(const model::ModelConfig& cfg_in, kernels::Ops* ops, int repeats,
-              const std::string& table_out) {
+void GrpoCase(const model::ModelConfig& cfg_in, kernels::Ops* ops, int repeats, const std::string& table_out) {
   model::ModelConfig cfg = cfg_in;
   cfg.eos_token_ids = {};
   Weights w(cfg, ops);
@@ -157,10 +156,10 @@ void GrpoCase(const model::ModelConfig& cfg_in, kernels::Ops* ops, int repeats,
     saved = b->scheduler.prompt_tokens_saved;
     preempt = b->scheduler.preemptions;
   }
-  std::printf("grpo    64 prompts x G=8, %lld response tokens, prompt tokens saved by sharing %lld, "
-              "preemptions %lld\n",
-              static_cast<long long>(want), static_cast<long long>(saved),
-              static_cast<long long>(preempt));
+  std::printf(
+      "grpo    64 prompts x G=8, %lld response tokens, prompt tokens saved by sharing %lld, "
+      "preemptions %lld\n",
+      static_cast<long long>(want), static_cast<long long>(saved), static_cast<long long>(preempt));
   Print("grpo", "static generator", old_runs);
   Print("grpo", "rollout engine", new_runs);
 }

@@ -16,7 +16,6 @@ namespace tandem::bench {
 void DecodeCase(const model::ModelConfig& config, kernels::Ops* ops, int repeats);
 // table_out: when not empty, the prompt and response lengths are written
 // there as JSON for bench/pytorch/llama_peer.py --grpo-table.
-void GrpoCase(const model::ModelConfig& config, kernels::Ops* ops, int repeats,
-              const std::string& table_out);
+void GrpoCase(const model::ModelConfig& config, kernels::Ops* ops, int repeats, const std::string& table_out);
 
 }  // namespace tandem::bench

@@ -20,8 +20,8 @@
 // when every rank succeeded.
 #include <stdlib.h>
 #include <sys/wait.h>
-#include <csignal>
 #include <unistd.h>
+#include <csignal>
 
 #include <algorithm>
 #include <atomic>
@@ -43,9 +43,7 @@ namespace tandem::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Forwards every call to `inner` and adds its wall time to `seconds`.
 class TimedCollective final : public comm::Collective {
@@ -56,12 +54,10 @@ class TimedCollective final : public comm::Collective {
   absl::Status allreduce(float* d, size_t n, comm::ReduceOp op, comm::Timeout t) override {
     return Time([&] { return inner_->allreduce(d, n, op, t); });
   }
-  absl::Status reduce_scatter(const float* in, float* out, const std::vector<size_t>& c,
-                              comm::Timeout t) override {
+  absl::Status reduce_scatter(const float* in, float* out, const std::vector<size_t>& c, comm::Timeout t) override {
     return Time([&] { return inner_->reduce_scatter(in, out, c, t); });
   }
-  absl::Status allgather(const float* in, float* out, const std::vector<size_t>& c,
-                         comm::Timeout t) override {
+  absl::Status allgather(const float* in, float* out, const std::vector<size_t>& c, comm::Timeout t) override {
     return Time([&] { return inner_->allgather(in, out, c, t); });
   }
   absl::Status broadcast(float* d, size_t n, int root, comm::Timeout t) override {
@@ -193,12 +189,10 @@ int RunRank(const Args& a, const std::string& store_dir, int rank) {
   double adam_s = 0;
   {
     std::vector<float> p(adam_n, 0.1f), g(adam_n, 0.01f), m(adam_n, 0.f), v(adam_n, 0.f);
-    ops->adamw_step(p.data(), g.data(), m.data(), v.data(), adam_n, 1e-4f, 0.9f, 0.95f, 1e-8f,
-                    0.f, 1);
+    ops->adamw_step(p.data(), g.data(), m.data(), v.data(), adam_n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.f, 1);
     const auto t0 = Clock::now();
     for (int i = 0; i < 3; ++i) {
-      ops->adamw_step(p.data(), g.data(), m.data(), v.data(), adam_n, 1e-4f, 0.9f, 0.95f, 1e-8f,
-                      0.f, 2 + i);
+      ops->adamw_step(p.data(), g.data(), m.data(), v.data(), adam_n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.f, 2 + i);
     }
     adam_s = Since(t0) / 3;
   }
@@ -213,8 +207,7 @@ int RunRank(const Args& a, const std::string& store_dir, int rank) {
     const auto t0 = Clock::now();
     (*z)->ZeroGrads();
     if (t > 0) {
-      if (absl::Status s = model.ForwardLogprobs(batch, **z, logp.data()); !s.ok())
-        return fail("forward", s);
+      if (absl::Status s = model.ForwardLogprobs(batch, **z, logp.data()); !s.ok()) return fail("forward", s);
       if (absl::Status s = model.Backward(dlogp.data(), **z); !s.ok()) return fail("backward", s);
     }
     const double compute = Since(t0);
@@ -237,8 +230,8 @@ int RunRank(const Args& a, const std::string& store_dir, int rank) {
                           static_cast<float>(sum.in_step), static_cast<float>(sum.comm)};
   if (absl::Status s = (*z)->Drain(); !s.ok()) return fail("drain", s);
   if (a.workers > 1) {
-    if (absl::Status s = timed.inner().allreduce(f.data(), f.size(), comm::ReduceOp::kMax,
-                                                 std::chrono::milliseconds(60000));
+    if (absl::Status s =
+            timed.inner().allreduce(f.data(), f.size(), comm::ReduceOp::kMax, std::chrono::milliseconds(60000));
         !s.ok())
       return fail("report", s);
   }
@@ -250,21 +243,22 @@ int RunRank(const Args& a, const std::string& store_dir, int rank) {
     std::printf(
         "bench_sft config=%s workers=%d stage=%d precision=%s steps=%d (warmup %d) params=%zu "
         "global_batch=%dx%d\n",
-        a.config.c_str(), a.workers, a.stage, a.precision.c_str(), a.steps, a.warmup,
-        layout.total_floats(), a.batch, a.seq);
+        a.config.c_str(), a.workers, a.stage, a.precision.c_str(), a.steps, a.warmup, layout.total_floats(), a.batch,
+        a.seq);
     std::printf("  step time        %.3f s  (%.0f tokens/s)\n", step, a.batch * a.seq / step);
     std::printf("  forward+backward %.3f s\n", compute);
     std::printf("  in Step (drain+comm+AdamW) %.3f s, AdamW alone %.3f s\n", in_step, adam_s);
-    std::printf("  collective time  %.3f s (%.1f%% of the step; overlapped with compute "
-                "for stages 2/3)\n",
-                comm, 100 * comm / step);
-    std::printf("  exposed comm     %.3f s (%.1f%% of the step)\n", exposed,
-                100 * exposed / step);
+    std::printf(
+        "  collective time  %.3f s (%.1f%% of the step; overlapped with compute "
+        "for stages 2/3)\n",
+        comm, 100 * comm / step);
+    std::printf("  exposed comm     %.3f s (%.1f%% of the step)\n", exposed, 100 * exposed / step);
     std::printf("  bytes sent/step  %.1f MB (rank 0)\n", sum.bytes_sent / k / 1e6);
-    std::printf("  memory rank 0    params %.1f MB, bf16 compute copy %.1f MB, grads %.1f MB, "
-                "optimizer %.1f MB, temporaries %.1f MB\n",
-                mem.param_bytes / 1e6, mem.compute_bytes / 1e6, mem.grad_bytes / 1e6,
-                mem.optimizer_bytes / 1e6, mem.temp_bytes / 1e6);
+    std::printf(
+        "  memory rank 0    params %.1f MB, bf16 compute copy %.1f MB, grads %.1f MB, "
+        "optimizer %.1f MB, temporaries %.1f MB\n",
+        mem.param_bytes / 1e6, mem.compute_bytes / 1e6, mem.grad_bytes / 1e6, mem.optimizer_bytes / 1e6,
+        mem.temp_bytes / 1e6);
     std::printf("  last loss (sum of -logp on rank 0) %.4g\n", loss);
   }
   return 0;
@@ -299,8 +293,8 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "--config: B or tiny\n");
     return 2;
   }
-  if (a.workers < 1 || a.workers > 64 || a.stage < 0 || a.stage > 3 || a.steps < 1 ||
-      a.warmup < 0 || a.batch < 1 || a.seq < 1 || a.seq >= 2048) {
+  if (a.workers < 1 || a.workers > 64 || a.stage < 0 || a.stage > 3 || a.steps < 1 || a.warmup < 0 || a.batch < 1 ||
+      a.seq < 1 || a.seq >= 2048) {
     std::fprintf(stderr, "bad arguments\n");
     return 2;
   }

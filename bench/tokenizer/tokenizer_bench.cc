@@ -160,12 +160,10 @@ int main(int argc, char** argv) {
     best_cpu = std::min(best_cpu, CpuSeconds() - c);
     best = std::min(best, std::chrono::duration<double>(Clock::now() - s).count());
   }
-  std::printf("tokenizer %s\ncorpus %s: %zu documents, %.2f MB, %zu tokens\n", dir.c_str(),
-              kind.c_str(), docs.size(), static_cast<double>(bytes) / 1e6, tokens);
-  std::printf("load %.2f s; encode best of %d: %.3f s = %.1f MB/s, %.2f M tokens/s (1 thread)\n",
-              load_s, repeat, best, static_cast<double>(bytes) / 1e6 / best,
-              static_cast<double>(tokens) / 1e6 / best);
-  std::printf("by CPU time: %.3f s = %.1f MB/s\n", best_cpu,
-              static_cast<double>(bytes) / 1e6 / best_cpu);
+  std::printf("tokenizer %s\ncorpus %s: %zu documents, %.2f MB, %zu tokens\n", dir.c_str(), kind.c_str(), docs.size(),
+              static_cast<double>(bytes) / 1e6, tokens);
+  std::printf("load %.2f s; encode best of %d: %.3f s = %.1f MB/s, %.2f M tokens/s (1 thread)\n", load_s, repeat, best,
+              static_cast<double>(bytes) / 1e6 / best, static_cast<double>(tokens) / 1e6 / best);
+  std::printf("by CPU time: %.3f s = %.1f MB/s\n", best_cpu, static_cast<double>(bytes) / 1e6 / best_cpu);
   return 0;
 }

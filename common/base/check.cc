@@ -14,11 +14,9 @@ void CheckFailed(const char* file, int line, const char* condition) {
   std::abort();
 }
 
-void CheckOkFailed(const char* file, int line, const char* expression,
-                   const absl::Status& status) {
+void CheckOkFailed(const char* file, int line, const char* expression, const absl::Status& status) {
   const std::string text = status.ToString();
-  std::fprintf(stderr, "%s:%d: check failed: %s is OK: %s\n", file, line, expression,
-               text.c_str());
+  std::fprintf(stderr, "%s:%d: check failed: %s is OK: %s\n", file, line, expression, text.c_str());
   std::fflush(stderr);
   std::abort();
 }

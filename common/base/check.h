@@ -17,8 +17,7 @@
 namespace tandem::base::internal {
 
 [[noreturn]] void CheckFailed(const char* file, int line, const char* condition);
-[[noreturn]] void CheckOkFailed(const char* file, int line, const char* expression,
-                                const absl::Status& status);
+[[noreturn]] void CheckOkFailed(const char* file, int line, const char* expression, const absl::Status& status);
 
 inline const absl::Status& StatusOf(const absl::Status& status) { return status; }
 template <typename T>
@@ -28,23 +27,20 @@ const absl::Status& StatusOf(const absl::StatusOr<T>& status_or) {
 
 }  // namespace tandem::base::internal
 
-#define TANDEM_CHECK(cond)                                                        \
-  do {                                                                            \
-    if (!(cond)) [[unlikely]] {                                                   \
-      ::tandem::base::internal::CheckFailed(__FILE__, __LINE__, #cond);           \
-    }                                                                             \
+#define TANDEM_CHECK(cond)                                              \
+  do {                                                                  \
+    if (!(cond)) [[unlikely]] {                                         \
+      ::tandem::base::internal::CheckFailed(__FILE__, __LINE__, #cond); \
+    }                                                                   \
   } while (false)
 
-#define TANDEM_CHECK_OK_IMPL_(tmp, expr)                                          \
-  do {                                                                            \
-    if (const auto& tmp = (expr); !tmp.ok()) [[unlikely]] {                       \
-      ::tandem::base::internal::CheckOkFailed(                                    \
-          __FILE__, __LINE__, #expr, ::tandem::base::internal::StatusOf(tmp));    \
-    }                                                                             \
+#define TANDEM_CHECK_OK_IMPL_(tmp, expr)                                                                           \
+  do {                                                                                                             \
+    if (const auto& tmp = (expr); !tmp.ok()) [[unlikely]] {                                                        \
+      ::tandem::base::internal::CheckOkFailed(__FILE__, __LINE__, #expr, ::tandem::base::internal::StatusOf(tmp)); \
+    }                                                                                                              \
   } while (false)
 
 #define TANDEM_CHECK_CONCAT_INNER_(a, b) a##b
 #define TANDEM_CHECK_CONCAT_(a, b) TANDEM_CHECK_CONCAT_INNER_(a, b)
-#define TANDEM_CHECK_OK(expr) \
-  TANDEM_CHECK_OK_IMPL_(TANDEM_CHECK_CONCAT_(tandem_base_check_, __COUNTER__), expr)
-
+#define TANDEM_CHECK_OK(expr) TANDEM_CHECK_OK_IMPL_(TANDEM_CHECK_CONCAT_(tandem_base_check_, __COUNTER__), expr)

@@ -31,24 +31,22 @@
 #define TANDEM_BASE_UNPAREN_ESC2_(...) TANDEM_BASE_UNPAREN_VAN##__VA_ARGS__
 #define TANDEM_BASE_UNPAREN_VANTANDEM_BASE_UNPAREN_ISH_
 
-#define TANDEM_RETURN_IF_ERROR_IMPL_(tmp, ...)                  \
-  do {                                                          \
+#define TANDEM_RETURN_IF_ERROR_IMPL_(tmp, ...)                        \
+  do {                                                                \
     if (::absl::Status tmp = (__VA_ARGS__); !tmp.ok()) [[unlikely]] { \
-      return tmp;                                               \
-    }                                                           \
+      return tmp;                                                     \
+    }                                                                 \
   } while (false)
 
-#define RETURN_IF_ERROR(...)                                                             \
-  TANDEM_RETURN_IF_ERROR_IMPL_(TANDEM_BASE_CONCAT_(tandem_base_status_, __COUNTER__), \
-                               __VA_ARGS__)
+#define RETURN_IF_ERROR(...) \
+  TANDEM_RETURN_IF_ERROR_IMPL_(TANDEM_BASE_CONCAT_(tandem_base_status_, __COUNTER__), __VA_ARGS__)
 
-#define TANDEM_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, ...)    \
-  auto tmp = (__VA_ARGS__);                             \
-  if (!tmp.ok()) [[unlikely]] {                         \
-    return std::move(tmp).status();                     \
-  }                                                     \
+#define TANDEM_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, ...) \
+  auto tmp = (__VA_ARGS__);                          \
+  if (!tmp.ok()) [[unlikely]] {                      \
+    return std::move(tmp).status();                  \
+  }                                                  \
   TANDEM_BASE_UNPAREN_(lhs) = *std::move(tmp)
 
-#define ASSIGN_OR_RETURN(lhs, ...)                                                          \
-  TANDEM_ASSIGN_OR_RETURN_IMPL_(TANDEM_BASE_CONCAT_(tandem_base_statusor_, __COUNTER__), \
-                                lhs, __VA_ARGS__)
+#define ASSIGN_OR_RETURN(lhs, ...) \
+  TANDEM_ASSIGN_OR_RETURN_IMPL_(TANDEM_BASE_CONCAT_(tandem_base_statusor_, __COUNTER__), lhs, __VA_ARGS__)

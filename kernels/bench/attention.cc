@@ -11,10 +11,10 @@
 // Prints a Markdown table; times are the minimum over --reps runs.
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -45,9 +45,7 @@ void ResetPeakRss() {
   f << "5";
 }
 
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 // CPU seconds used by the whole process (all threads): under a loaded
 // machine, flops / cpu-seconds * threads still shows the kernel's speed.
@@ -85,11 +83,11 @@ int main(int argc, char** argv) {
   p.num_kv_heads = Hkv;
   p.head_dim = D;
   p.causal = true;
-  std::printf("# tandem cpu attention, %d threads, B=%d H=%d Hkv=%d D=%d, causal, fp32\n",
-              threads, B, H, Hkv, D);
-  std::printf("| T | fwd ms | bwd ms | fwd+bwd ms | fwd GFLOP/s | bwd GFLOP/s | "
-              "fwd+bwd GFLOP/s | GFLOP per CPU-s | extra MB |\n"
-              "|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("# tandem cpu attention, %d threads, B=%d H=%d Hkv=%d D=%d, causal, fp32\n", threads, B, H, Hkv, D);
+  std::printf(
+      "| T | fwd ms | bwd ms | fwd+bwd ms | fwd GFLOP/s | bwd GFLOP/s | "
+      "fwd+bwd GFLOP/s | GFLOP per CPU-s | extra MB |\n"
+      "|---|---|---|---|---|---|---|---|---|\n");
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.f, 1.f);
   for (int T : lengths) {
@@ -99,23 +97,21 @@ int main(int argc, char** argv) {
     std::vector<float> q(tot * H * D), k(tot * Hkv * D), v(k.size()), dout(q.size());
     for (auto* x : {&q, &k, &v, &dout})
       for (float& e : *x) e = nd(rng);
-    std::vector<float> out(q.size(), 0.f), lse(tot * H, 0.f), dq(q.size(), 0.f),
-        dk(k.size(), 0.f), dv(k.size(), 0.f);
+    std::vector<float> out(q.size(), 0.f), lse(tot * H, 0.f), dq(q.size(), 0.f), dk(k.size(), 0.f), dv(k.size(), 0.f);
     // Warm-up (grows the per-thread tile scratch once, as in steady state).
-    tandem::kernels::cpu::attention_forward(p, q.data(), k.data(), v.data(), cu.data(), B,
-                                            int(tot), out.data(), lse.data());
+    tandem::kernels::cpu::attention_forward(p, q.data(), k.data(), v.data(), cu.data(), B, int(tot), out.data(),
+                                            lse.data());
     const long base_kb = StatusKb("VmRSS");
     ResetPeakRss();
     double fwd = 1e30, bwd = 1e30;
     const double cpu0 = ProcessCpuSeconds();
     for (int r = 0; r < reps; ++r) {
       const auto t0 = Clock::now();
-      tandem::kernels::cpu::attention_forward(p, q.data(), k.data(), v.data(), cu.data(),
-                                              B, int(tot), out.data(), lse.data());
+      tandem::kernels::cpu::attention_forward(p, q.data(), k.data(), v.data(), cu.data(), B, int(tot), out.data(),
+                                              lse.data());
       const auto t1 = Clock::now();
-      tandem::kernels::cpu::attention_backward(p, q.data(), k.data(), v.data(), out.data(),
-                                               dout.data(), lse.data(), cu.data(), B,
-                                               int(tot), dq.data(), dk.data(), dv.data());
+      tandem::kernels::cpu::attention_backward(p, q.data(), k.data(), v.data(), out.data(), dout.data(), lse.data(),
+                                               cu.data(), B, int(tot), dq.data(), dk.data(), dv.data());
       const auto t2 = Clock::now();
       fwd = std::min(fwd, Seconds(t0, t1));
       bwd = std::min(bwd, Seconds(t1, t2));
@@ -124,9 +120,9 @@ int main(int argc, char** argv) {
     const double extra_mb = (StatusKb("VmHWM") - base_kb) / 1024.0;
     const double ffl = 4.0 * T * double(T) * D * H * B / 2;
     const double bfl = 2.5 * ffl;
-    std::printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", T,
-                fwd * 1e3, bwd * 1e3, (fwd + bwd) * 1e3, ffl / fwd / 1e9, bfl / bwd / 1e9,
-                (ffl + bfl) / (fwd + bwd) / 1e9, (ffl + bfl) / cpu_s / 1e9, extra_mb);
+    std::printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", T, fwd * 1e3, bwd * 1e3,
+                (fwd + bwd) * 1e3, ffl / fwd / 1e9, bfl / bwd / 1e9, (ffl + bfl) / (fwd + bwd) / 1e9,
+                (ffl + bfl) / cpu_s / 1e9, extra_mb);
     std::fflush(stdout);
   }
 
@@ -138,24 +134,22 @@ int main(int argc, char** argv) {
     pd.num_heads = Hd;
     pd.num_kv_heads = Hkvd;
     pd.head_dim = D;
-    std::vector<float> kc(size_t(batch) * cap * Hkvd * D), vc(kc.size()),
-        qd(size_t(batch) * Hd * D), od(qd.size());
+    std::vector<float> kc(size_t(batch) * cap * Hkvd * D), vc(kc.size()), qd(size_t(batch) * Hd * D), od(qd.size());
     for (auto* x : {&kc, &vc, &qd})
       for (float& e : *x) e = nd(rng);
     std::vector<int32_t> cl(batch, len);
     const int iters = 2000;
-    tandem::kernels::cpu::decode_attention(pd, qd.data(), batch, 1, kc.data(), vc.data(),
-                                           cap, cl.data(), od.data());
+    tandem::kernels::cpu::decode_attention(pd, qd.data(), batch, 1, kc.data(), vc.data(), cap, cl.data(), od.data());
     const auto t0 = Clock::now();
     for (int i = 0; i < iters; ++i) {
-      tandem::kernels::cpu::decode_attention(pd, qd.data(), batch, 1, kc.data(),
-                                             vc.data(), cap, cl.data(), od.data());
+      tandem::kernels::cpu::decode_attention(pd, qd.data(), batch, 1, kc.data(), vc.data(), cap, cl.data(), od.data());
     }
     const double s = Seconds(t0, Clock::now()) / iters;
     const double bytes = 2.0 * batch * len * Hkvd * D * sizeof(float);
-    std::printf("\ndecode: batch %d, H=%d Hkv=%d D=%d, cache %d, 1 new token: %.1f us "
-                "per call, %.1f GB/s of K/V read\n",
-                batch, Hd, Hkvd, D, len, s * 1e6, bytes / s / 1e9);
+    std::printf(
+        "\ndecode: batch %d, H=%d Hkv=%d D=%d, cache %d, 1 new token: %.1f us "
+        "per call, %.1f GB/s of K/V read\n",
+        batch, Hd, Hkvd, D, len, s * 1e6, bytes / s / 1e9);
   }
   return 0;
 }

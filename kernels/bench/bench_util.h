@@ -11,8 +11,7 @@
 
 namespace tandem::kernels::bench {
 
-inline double TimeIt(const std::function<void()>& fn, double min_seconds = 0.5,
-                     int min_calls = 5) {
+inline double TimeIt(const std::function<void()>& fn, double min_seconds = 0.5, int min_calls = 5) {
   using Clock = std::chrono::steady_clock;
   fn();  // warm-up (page faults, thread pools)
   double best = 1e30, total = 0;

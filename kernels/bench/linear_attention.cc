@@ -53,8 +53,8 @@ int main(int argc, char** argv) {
   }
   auto ops = tandem::kernels::MakeCpuOps(threads);
   const int H = 8, dk = 64, dv = 64, L = 64;
-  std::printf("# Tandem fast CPU linear attention, %d threads, B=1 H=%d Dk=%d Dv=%d, gate, chunk %d\n",
-              threads, H, dk, dv, L);
+  std::printf("# Tandem fast CPU linear attention, %d threads, B=1 H=%d Dk=%d Dv=%d, gate, chunk %d\n", threads, H, dk,
+              dv, L);
   std::printf("| T | fwd ms | bwd ms | fwd GFLOP/s | bwd GFLOP/s | fwd+bwd GFLOP/s | GFLOP per CPU-s |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   std::stringstream ss(lengths);
@@ -66,20 +66,16 @@ int main(int argc, char** argv) {
     p.key_dim = dk;
     p.value_dim = dv;
     const size_t rows = size_t(T) * H;
-    auto q = Random(rows * dk, 1, -1, 1), k = Random(rows * dk, 2, -1, 1),
-         v = Random(rows * dv, 3, -1, 1), g = Random(rows, 4, -0.1f, 0),
-         dout = Random(rows * dv, 5, -1, 1);
-    std::vector<float> out(rows * dv), dq(rows * dk), dkk(rows * dk),
-        dvv(rows * dv), dg(rows);
+    auto q = Random(rows * dk, 1, -1, 1), k = Random(rows * dk, 2, -1, 1), v = Random(rows * dv, 3, -1, 1),
+         g = Random(rows, 4, -0.1f, 0), dout = Random(rows * dv, 5, -1, 1);
+    std::vector<float> out(rows * dv), dq(rows * dk), dkk(rows * dk), dvv(rows * dv), dg(rows);
     const int32_t cu[2] = {0, T};
     auto fwd = [&] {
-      ops->linear_attention_forward(p, q.data(), k.data(), v.data(), g.data(), cu,
-                                    1, T, nullptr, out.data(), nullptr);
+      ops->linear_attention_forward(p, q.data(), k.data(), v.data(), g.data(), cu, 1, T, nullptr, out.data(), nullptr);
     };
     auto bwd = [&] {
-      ops->linear_attention_backward(p, q.data(), k.data(), v.data(), g.data(), cu,
-                                     1, T, nullptr, dout.data(), nullptr, dq.data(),
-                                     dkk.data(), dvv.data(), dg.data(), nullptr);
+      ops->linear_attention_backward(p, q.data(), k.data(), v.data(), g.data(), cu, 1, T, nullptr, dout.data(), nullptr,
+                                     dq.data(), dkk.data(), dvv.data(), dg.data(), nullptr);
     };
     const double per_chunk_fwd = 2.0 * L * dk * dv * 2 + 2.0 * L * L * (dk + dv);
     const double per_chunk_bwd = 2.0 * L * dk * dv * 5 + 2.0 * L * L * (3 * dk + 2 * dv);
@@ -94,9 +90,8 @@ int main(int argc, char** argv) {
     bwd();
     const double cpu = ProcessCpuSeconds() - c1;
     (void)c0;
-    std::printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", T, tf * 1e3,
-                tb * 1e3, f_fwd / tf * 1e-9, f_bwd / tb * 1e-9,
-                (f_fwd + f_bwd) / (tf + tb) * 1e-9, (f_fwd + f_bwd) / cpu * 1e-9);
+    std::printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", T, tf * 1e3, tb * 1e3, f_fwd / tf * 1e-9,
+                f_bwd / tb * 1e-9, (f_fwd + f_bwd) / (tf + tb) * 1e-9, (f_fwd + f_bwd) / cpu * 1e-9);
   }
   return 0;
 }

@@ -19,7 +19,7 @@ namespace {
 
 using tandem::kernels::bench::TimeIt;
 
-double g_mem_gbs = 30.0;        // set in main from the thread count
+double g_mem_gbs = 30.0;  // set in main from the thread count
 double g_sgemm_gflops = 210.0;
 
 // Deterministic pseudo-random fill; every call a different stream, so no two
@@ -37,15 +37,14 @@ std::vector<float> Filled(size_t n, float scale) {
 
 void ReportBytes(const std::string& what, double seconds, double bytes) {
   const double gbs = bytes / seconds * 1e-9;
-  std::printf("%-44s %10.3f ms %9.1f GB/s   %5.0f%% of %.0f GB/s\n", what.c_str(),
-              seconds * 1e3, gbs, 100.0 * gbs / g_mem_gbs, g_mem_gbs);
+  std::printf("%-44s %10.3f ms %9.1f GB/s   %5.0f%% of %.0f GB/s\n", what.c_str(), seconds * 1e3, gbs,
+              100.0 * gbs / g_mem_gbs, g_mem_gbs);
 }
 
 void ReportFlops(const std::string& what, double seconds, double flops) {
   const double gf = flops / seconds * 1e-9;
-  std::printf("%-44s %10.3f ms %9.1f GFLOP/s %5.0f%% of %.0f GFLOP/s\n",
-              what.c_str(), seconds * 1e3, gf, 100.0 * gf / g_sgemm_gflops,
-              g_sgemm_gflops);
+  std::printf("%-44s %10.3f ms %9.1f GFLOP/s %5.0f%% of %.0f GFLOP/s\n", what.c_str(), seconds * 1e3, gf,
+              100.0 * gf / g_sgemm_gflops, g_sgemm_gflops);
 }
 
 }  // namespace
@@ -58,8 +57,7 @@ int main(int argc, char** argv) {
     g_mem_gbs = 23.0;
     g_sgemm_gflops = 100.0;
   }
-  std::printf("CPU backend, %d threads (ceilings %.0f GB/s, %.0f GFLOP/s)\n",
-              CpuThreads(), g_mem_gbs, g_sgemm_gflops);
+  std::printf("CPU backend, %d threads (ceilings %.0f GB/s, %.0f GFLOP/s)\n", CpuThreads(), g_mem_gbs, g_sgemm_gflops);
   const int t = 2048;
 
   for (int c : {256, 512}) {
@@ -70,10 +68,8 @@ int main(int argc, char** argv) {
     ReportBytes("rmsnorm fwd" + shape,
                 TimeIt([&] { ops->rmsnorm_forward(x.data(), w.data(), t, c, 1e-5f, y.data(), rstd.data()); }),
                 2.0 * n * 4);
-    ReportBytes("rmsnorm bwd" + shape,
-                TimeIt([&] {
-                  ops->rmsnorm_backward(dy.data(), x.data(), w.data(), rstd.data(), t, c,
-                                        dx.data(), dw.data());
+    ReportBytes("rmsnorm bwd" + shape, TimeIt([&] {
+                  ops->rmsnorm_backward(dy.data(), x.data(), w.data(), rstd.data(), t, c, dx.data(), dw.data());
                 }),
                 3.0 * n * 4);
   }
@@ -86,16 +82,16 @@ int main(int argc, char** argv) {
     auto x = Filled(rows, 2.f), w = Filled(c, 1.f);
     auto a = Filled(static_cast<size_t>(n) * n, 1.f), b = Filled(static_cast<size_t>(n) * n, 1.f);
     std::vector<float> y(rows), rstd(t), cm(static_cast<size_t>(n) * n);
-    auto gemm = [&] {
-      ops->matmul(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, cm.data(), n);
-    };
+    auto gemm = [&] { ops->matmul(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, cm.data(), n); };
     auto norm = [&] { ops->rmsnorm_forward(x.data(), w.data(), t, c, 1e-5f, y.data(), rstd.data()); };
     const double alone = TimeIt(norm);
     const double g = TimeIt(gemm);
-    const double both = TimeIt([&] { gemm(); norm(); });
-    std::printf("%-44s %10.3f ms (alone %.3f ms, sgemm 512^3 %.3f ms)\n",
-                "rmsnorm fwd C=256 right after an sgemm", (both - g) * 1e3,
-                alone * 1e3, g * 1e3);
+    const double both = TimeIt([&] {
+      gemm();
+      norm();
+    });
+    std::printf("%-44s %10.3f ms (alone %.3f ms, sgemm 512^3 %.3f ms)\n", "rmsnorm fwd C=256 right after an sgemm",
+                (both - g) * 1e3, alone * 1e3, g * 1e3);
   }
 
   for (int inter : {688, 1376}) {
@@ -103,8 +99,7 @@ int main(int argc, char** argv) {
     auto g = Filled(n, 8.f), u = Filled(n, 2.f), dh = Filled(n, 1.f);
     std::vector<float> h(n), dg(n), du(n);
     const std::string shape = " T=" + std::to_string(t) + " I=" + std::to_string(inter);
-    ReportBytes("swiglu fwd" + shape,
-                TimeIt([&] { ops->swiglu_forward(g.data(), u.data(), n, h.data()); }),
+    ReportBytes("swiglu fwd" + shape, TimeIt([&] { ops->swiglu_forward(g.data(), u.data(), n, h.data()); }),
                 3.0 * n * 4);
     ReportBytes("swiglu bwd" + shape,
                 TimeIt([&] { ops->swiglu_backward(dh.data(), g.data(), u.data(), n, dg.data(), du.data()); }),
@@ -134,29 +129,25 @@ int main(int argc, char** argv) {
       auto w = Filled(static_cast<size_t>(v) * c, 0.2f);
       std::vector<int32_t> tg(t);
       for (int i = 0; i < t; ++i) tg[i] = (i * 7919) % v;
-      std::vector<float> scratch(static_cast<size_t>(chunk) * v), logp(t), ent(t),
-          dlogp(t, -1.f / t), dh(h.size()), dw(w.size());
+      std::vector<float> scratch(static_cast<size_t>(chunk) * v), logp(t), ent(t), dlogp(t, -1.f / t), dh(h.size()),
+          dw(w.size());
       const std::string shape = " T=2048 C=" + std::to_string(c) + " V=" + std::to_string(v);
       const double gemm = 2.0 * t * static_cast<double>(c) * v;
-      ReportFlops("lm_head fwd" + shape,
-                  TimeIt([&] {
-                    ops->lm_head_logprobs_forward(h.data(), w.data(), tg.data(), t, c, v, chunk,
-                                                  scratch.data(), logp.data(), ent.data());
+      ReportFlops("lm_head fwd" + shape, TimeIt([&] {
+                    ops->lm_head_logprobs_forward(h.data(), w.data(), tg.data(), t, c, v, chunk, scratch.data(),
+                                                  logp.data(), ent.data());
                   }),
                   gemm);
-      ReportFlops("lm_head bwd" + shape,
-                  TimeIt([&] {
-                    ops->lm_head_logprobs_backward(h.data(), w.data(), tg.data(), dlogp.data(), t,
-                                                   c, v, chunk, scratch.data(), dh.data(),
-                                                   dw.data());
+      ReportFlops("lm_head bwd" + shape, TimeIt([&] {
+                    ops->lm_head_logprobs_backward(h.data(), w.data(), tg.data(), dlogp.data(), t, c, v, chunk,
+                                                   scratch.data(), dh.data(), dw.data());
                   }),
                   3.0 * gemm);
       // The bare GEMM of the forward, for comparison.
-      ReportFlops("  (plain sgemm [T,C]x[C,V]" + shape + ")",
-                  TimeIt([&] {
+      ReportFlops("  (plain sgemm [T,C]x[C,V]" + shape + ")", TimeIt([&] {
                     for (int t0 = 0; t0 < t; t0 += chunk)
-                      ops->matmul(false, true, chunk, v, c, 1.f, h.data() + static_cast<size_t>(t0) * c,
-                                  c, w.data(), c, 0.f, scratch.data(), v);
+                      ops->matmul(false, true, chunk, v, c, 1.f, h.data() + static_cast<size_t>(t0) * c, c, w.data(), c,
+                                  0.f, scratch.data(), v);
                   }),
                   gemm);
     }
@@ -167,17 +158,13 @@ int main(int argc, char** argv) {
     auto p = Filled(n, 1.f), g = Filled(n, 1.f), m = Filled(n, 0.1f);
     std::vector<float> v(n, 0.01f);
     int64_t step = 1;
-    ReportBytes("adamw n=10M (7 x 4 B per param)",
-                TimeIt([&] {
-                  ops->adamw_step(p.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.95f,
-                                  1e-8f, 0.1f, step++);
+    ReportBytes("adamw n=10M (7 x 4 B per param)", TimeIt([&] {
+                  ops->adamw_step(p.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step++);
                 }),
                 7.0 * n * 4);
     volatile double sink = 0;
-    ReportBytes("sum_squares n=10M",
-                TimeIt([&] { sink = sink + ops->sum_squares(g.data(), n); }), 1.0 * n * 4);
-    ReportBytes("add_inplace n=10M",
-                TimeIt([&] { ops->add_inplace(p.data(), g.data(), n); }), 3.0 * n * 4);
+    ReportBytes("sum_squares n=10M", TimeIt([&] { sink = sink + ops->sum_squares(g.data(), n); }), 1.0 * n * 4);
+    ReportBytes("add_inplace n=10M", TimeIt([&] { ops->add_inplace(p.data(), g.data(), n); }), 3.0 * n * 4);
   }
   return 0;
 }

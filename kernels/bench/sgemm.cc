@@ -18,10 +18,8 @@ int main(int argc, char** argv) {
       const size_t nn = static_cast<size_t>(n) * n;
       std::vector<float> a(nn, 0.5f), b(nn, 0.25f), c(nn, 0.f);
       for (size_t i = 0; i < nn; ++i) a[i] = static_cast<float>(i % 17) * 0.01f;
-      const double s = bench::TimeIt([&] {
-        ops->matmul(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f,
-                    c.data(), n);
-      });
+      const double s =
+          bench::TimeIt([&] { ops->matmul(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n); });
       const double gflops = 2.0 * n * n * static_cast<double>(n) / s * 1e-9;
       std::printf("%-8d %-8d %12.3f %10.1f\n", threads, n, s * 1e3, gflops);
     }

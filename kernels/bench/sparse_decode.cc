@@ -31,8 +31,7 @@ int main(int argc, char** argv) {
   p.num_kv_heads = 8;
   p.head_dim = 128;
   const tandem::kernels::SparseDecodeParams s{64, 16, 1, 2};
-  std::printf("# fast CPU, %d threads, H=32 Hkv=8 D=128, block 64, top 16 + 1 sink + 2 recent blocks\n",
-              threads);
+  std::printf("# fast CPU, %d threads, H=32 Hkv=8 D=128, block 64, top 16 + 1 sink + 2 recent blocks\n", threads);
   std::printf("| cache rows | dense ms | sparse ms | speed-up | step summary ms | full summary ms |\n");
   std::printf("|---|---|---|---|---|---|\n");
   std::stringstream ss(lengths);
@@ -51,23 +50,17 @@ int main(int argc, char** argv) {
     std::vector<float> sum(size_t(nblk) * 8 * 2 * 128);
     const int32_t cl = len;
     auto full = [&] { ops->key_block_summaries(p, 1, k.data(), len, &cl, 64, 0, sum.data()); };
-    auto step = [&] {
-      ops->key_block_summaries(p, 1, k.data(), len, &cl, 64, nblk - 1, sum.data());
-    };
+    auto step = [&] { ops->key_block_summaries(p, 1, k.data(), len, &cl, 64, nblk - 1, sum.data()); };
     full();
-    auto dense = [&] {
-      ops->decode_attention(p, q.data(), 1, 1, k.data(), v.data(), len, &cl, out.data());
-    };
+    auto dense = [&] { ops->decode_attention(p, q.data(), 1, 1, k.data(), v.data(), len, &cl, out.data()); };
     auto sparse = [&] {
-      ops->sparse_decode_attention(p, s, q.data(), 1, k.data(), v.data(), len, &cl, sum.data(),
-                                   out.data());
+      ops->sparse_decode_attention(p, s, q.data(), 1, k.data(), v.data(), len, &cl, sum.data(), out.data());
     };
     const double td = tandem::kernels::bench::TimeIt(dense, 0.5, 5);
     const double ts = tandem::kernels::bench::TimeIt(sparse, 0.5, 5);
     const double tst = tandem::kernels::bench::TimeIt(step, 0.2, 5);
     const double tf = tandem::kernels::bench::TimeIt(full, 0.5, 3);
-    std::printf("| %d | %.3f | %.3f | %.1fx | %.4f | %.2f |\n", len, td * 1e3, ts * 1e3, td / ts,
-                tst * 1e3, tf * 1e3);
+    std::printf("| %d | %.3f | %.3f | %.1fx | %.4f | %.2f |\n", len, td * 1e3, ts * 1e3, td / ts, tst * 1e3, tf * 1e3);
   }
   return 0;
 }

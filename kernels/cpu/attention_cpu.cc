@@ -76,8 +76,7 @@ inline __m256 Exp2x8(__m256 x) {
   p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931472028550421e-1f));
   p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
   // n = -127 builds the bit pattern 0 (exactly 0.0f).
-  const __m256i e = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
@@ -119,8 +118,7 @@ struct QueryTile {
   int hi[kBr];
 };
 
-void ForwardTile(const QueryTile& t, int d, const float* kbase,
-                 const float* vbase, ptrdiff_t kv_stride, float c) {
+void ForwardTile(const QueryTile& t, int d, const float* kbase, const float* vbase, ptrdiff_t kv_stride, float c) {
   ForwardScratch& s = ThreadForwardScratch(d);
   float* __restrict qt = s.qt.data();
   float* __restrict st = s.st.data();
@@ -160,8 +158,7 @@ void ForwardTile(const QueryTile& t, int d, const float* kbase,
     // Every row sees every key of the tile: no masking needed.
     const bool full_tile = max_lo <= j0 && j0 + cols <= min_hi;
     // S^T[j][i] = K_j . QT[:, i]
-    TileGemm(cols, lanes, d, kbase + j0 * kv_stride, kv_stride, 1, qt, kBr, st,
-             kBr, false);
+    TileGemm(cols, lanes, d, kbase + j0 * kv_stride, kv_stride, 1, qt, kBr, st, kBr, false);
     for (int i0 = 0; i0 < lanes; i0 += 8) {
       const __m256 lo = _mm256_loadu_ps(lof + i0);
       const __m256 hi = _mm256_loadu_ps(hif + i0);
@@ -174,8 +171,7 @@ void ForwardTile(const QueryTile& t, int d, const float* kbase,
       } else {
         for (int j = 0; j < cols; ++j) {
           const __m256 jf = _mm256_set1_ps(static_cast<float>(j0 + j));
-          const __m256 vis = _mm256_and_ps(_mm256_cmp_ps(jf, lo, _CMP_GE_OQ),
-                                           _mm256_cmp_ps(jf, hi, _CMP_LT_OQ));
+          const __m256 vis = _mm256_and_ps(_mm256_cmp_ps(jf, lo, _CMP_GE_OQ), _mm256_cmp_ps(jf, hi, _CMP_LT_OQ));
           float* sp = st + j * kBr + i0;
           const __m256 sv = _mm256_blendv_ps(neg_inf, _mm256_loadu_ps(sp), vis);
           _mm256_storeu_ps(sp, sv);
@@ -184,8 +180,7 @@ void ForwardTile(const QueryTile& t, int d, const float* kbase,
       }
       const __m256 m_new = _mm256_max_ps(m_old, mx);
       // Rows that have seen no key yet keep m = -inf; subtract 0 for them.
-      const __m256 m_use = _mm256_blendv_ps(
-          m_new, _mm256_setzero_ps(), _mm256_cmp_ps(m_new, neg_inf, _CMP_EQ_OQ));
+      const __m256 m_use = _mm256_blendv_ps(m_new, _mm256_setzero_ps(), _mm256_cmp_ps(m_new, neg_inf, _CMP_EQ_OQ));
       const __m256 al = Exp2x8(_mm256_sub_ps(m_old, m_use));
       __m256 sum = _mm256_setzero_ps();
       for (int j = 0; j < cols; ++j) {
@@ -194,8 +189,7 @@ void ForwardTile(const QueryTile& t, int d, const float* kbase,
         _mm256_storeu_ps(sp, pv);
         sum = _mm256_add_ps(sum, pv);
       }
-      _mm256_storeu_ps(lrow + i0,
-                       _mm256_fmadd_ps(_mm256_loadu_ps(lrow + i0), al, sum));
+      _mm256_storeu_ps(lrow + i0, _mm256_fmadd_ps(_mm256_loadu_ps(lrow + i0), al, sum));
       _mm256_storeu_ps(mrow + i0, m_new);
       _mm256_storeu_ps(alpha + i0, al);
     }
@@ -203,12 +197,10 @@ void ForwardTile(const QueryTile& t, int d, const float* kbase,
     for (int x = 0; x < d; ++x) {
       float* orow = ot + x * kBr;
       for (int i0 = 0; i0 < lanes; i0 += 8) {
-        _mm256_storeu_ps(orow + i0, _mm256_mul_ps(_mm256_loadu_ps(orow + i0),
-                                                  _mm256_loadu_ps(alpha + i0)));
+        _mm256_storeu_ps(orow + i0, _mm256_mul_ps(_mm256_loadu_ps(orow + i0), _mm256_loadu_ps(alpha + i0)));
       }
     }
-    TileGemm(d, lanes, cols, vbase + j0 * kv_stride, 1, kv_stride, st, kBr, ot,
-             kBr, true);
+    TileGemm(d, lanes, cols, vbase + j0 * kv_stride, 1, kv_stride, st, kBr, ot, kBr, true);
   }
   for (int i = 0; i < rows; ++i) {
     const float inv = 1.f / lrow[i];
@@ -239,8 +231,7 @@ void BuildTileIndex(const int32_t* cu, int num_seqs, int tile, TileIndex* idx) {
 
 // Maps x in [0, total) to (sequence, tile): tiles are handed out from the
 // last (largest causal work) to the first within each sequence.
-inline void LocateTile(const TileIndex& idx, int num_seqs, int64_t x, int* b,
-                       int* tile) {
+inline void LocateTile(const TileIndex& idx, int num_seqs, int64_t x, int* b, int* tile) {
   const int64_t* p = idx.prefix.data();
   const int64_t* it = std::upper_bound(p, p + num_seqs + 1, x);
   *b = static_cast<int>(it - p) - 1;
@@ -249,8 +240,7 @@ inline void LocateTile(const TileIndex& idx, int num_seqs, int64_t x, int* b,
 }
 
 // Queries of a sequence of length n that see at least one key of [j0, j1).
-inline ref::KeyRange VisibleQueries(const AttentionParams& p, int j0, int j1,
-                                    int n) {
+inline ref::KeyRange VisibleQueries(const AttentionParams& p, int j0, int j1, int n) {
   const bool windowed = p.window > 0;
   ref::KeyRange r;
   if (p.causal) {
@@ -262,9 +252,7 @@ inline ref::KeyRange VisibleQueries(const AttentionParams& p, int j0, int j1,
   return r;
 }
 
-inline float ScaleOf(const AttentionParams& p) {
-  return static_cast<float>(ref::AttentionScale(p));
-}
+inline float ScaleOf(const AttentionParams& p) { return static_cast<float>(ref::AttentionScale(p)); }
 
 // ---------------------------------------------------------------------------
 // Backward.
@@ -304,15 +292,14 @@ struct BackwardArgs {
   float* dq;
   float* dk;
   float* dv;
-  float c;      // scale * log2(e)
+  float c;  // scale * log2(e)
   float scale;
 };
 
 // dK, dV (and, when with_dq, dQ += ...) for the key tile [j0, j0+cols) of
 // sequence (start, n), kv head hk: loops over every head of the GQA group and
 // every query row that sees the tile.
-void BackwardKeyTile(const BackwardArgs& a, int start, int n, int hk, int j0,
-                     int cols, bool with_dq) {
+void BackwardKeyTile(const BackwardArgs& a, int start, int n, int hk, int j0, int cols, bool with_dq) {
   const AttentionParams& p = a.p;
   const int H = p.num_heads, Hkv = p.num_kv_heads, D = p.head_dim;
   const int group = H / Hkv;
@@ -360,8 +347,7 @@ void BackwardKeyTile(const BackwardArgs& a, int start, int n, int hk, int j0,
         const ref::KeyRange kr = ref::VisibleKeys(p, i0 + i, n);
         // Visible lanes: kr.lo <= j0 + lane < kr.hi, lane < cols.
         const __m256 lo = _mm256_set1_ps(static_cast<float>(kr.lo - j0));
-        const __m256 hi =
-            _mm256_set1_ps(static_cast<float>(std::min(kr.hi - j0, cols)));
+        const __m256 hi = _mm256_set1_ps(static_cast<float>(std::min(kr.hi - j0, cols)));
         const ptrdiff_t r = (row0 + i) * H + h;
         const __m256 l2 = _mm256_set1_ps(a.lse[r] * kLog2e);
         const __m256 di = _mm256_set1_ps(a.delta[r]);
@@ -373,13 +359,11 @@ void BackwardKeyTile(const BackwardArgs& a, int start, int n, int hk, int j0,
           __m256 pv = Exp2x8(_mm256_fmsub_ps(_mm256_loadu_ps(srow + 8 * jv), cv, l2));
           if (!full_row) {
             const __m256 jf = _mm256_add_ps(jbase, _mm256_set1_ps(8.f * jv));
-            pv = _mm256_and_ps(pv, _mm256_and_ps(_mm256_cmp_ps(jf, lo, _CMP_GE_OQ),
-                                                  _mm256_cmp_ps(jf, hi, _CMP_LT_OQ)));
+            pv = _mm256_and_ps(pv, _mm256_and_ps(_mm256_cmp_ps(jf, lo, _CMP_GE_OQ), _mm256_cmp_ps(jf, hi, _CMP_LT_OQ)));
           }
           _mm256_storeu_ps(srow + 8 * jv, pv);
           const __m256 dpv = _mm256_loadu_ps(dsrow + 8 * jv);
-          _mm256_storeu_ps(dsrow + 8 * jv,
-                           _mm256_mul_ps(_mm256_mul_ps(pv, _mm256_sub_ps(dpv, di)), scv));
+          _mm256_storeu_ps(dsrow + 8 * jv, _mm256_mul_ps(_mm256_mul_ps(pv, _mm256_sub_ps(dpv, di)), scv));
         }
       }
       // dV^T[x][j] += sum_i dO[i][x] P[i][j]; dK^T[x][j] += sum_i Q[i][x] dS[i][j].
@@ -387,8 +371,7 @@ void BackwardKeyTile(const BackwardArgs& a, int start, int n, int hk, int j0,
       TileGemm(D, cols8, rows, qblk, 1, qs, dsp, kBc, dkt, kBc, true);
       if (with_dq) {
         // dQ[i][x] += sum_j dS[i][j] K[j][x]  (this task owns these dq rows)
-        TileGemm(rows, D, cols, dsp, kBc, 1, kblk, ks, a.dq + row0 * qs + h * D,
-                 qs, true);
+        TileGemm(rows, D, cols, dsp, kBc, 1, kblk, ks, a.dq + row0 * qs + h * D, qs, true);
       }
     }
   }
@@ -404,8 +387,7 @@ void BackwardKeyTile(const BackwardArgs& a, int start, int n, int hk, int j0,
 
 // dQ for query tile [i0, i0+rows) of head h (two-pass mode): lanes =
 // queries, recomputes S^T, P^T, dP^T for every key tile the rows see.
-void BackwardQueryTile(const BackwardArgs& a, int start, int n, int h, int i0,
-                       int rows) {
+void BackwardQueryTile(const BackwardArgs& a, int start, int n, int h, int i0, int rows) {
   const AttentionParams& p = a.p;
   const int H = p.num_heads, Hkv = p.num_kv_heads, D = p.head_dim;
   const int hk = h / (H / Hkv);
@@ -457,17 +439,13 @@ void BackwardQueryTile(const BackwardArgs& a, int start, int n, int h, int i0,
     for (int j = 0; j < cols; ++j) {
       const __m256 jf = _mm256_set1_ps(static_cast<float>(j0 + j));
       for (int i = 0; i < lanes; i += 8) {
-        const __m256 vis =
-            _mm256_and_ps(_mm256_cmp_ps(jf, _mm256_loadu_ps(lof + i), _CMP_GE_OQ),
-                          _mm256_cmp_ps(jf, _mm256_loadu_ps(hif + i), _CMP_LT_OQ));
-        __m256 pv = Exp2x8(_mm256_fmsub_ps(_mm256_loadu_ps(st + j * kBr + i), cv,
-                                           _mm256_loadu_ps(l2 + i)));
+        const __m256 vis = _mm256_and_ps(_mm256_cmp_ps(jf, _mm256_loadu_ps(lof + i), _CMP_GE_OQ),
+                                         _mm256_cmp_ps(jf, _mm256_loadu_ps(hif + i), _CMP_LT_OQ));
+        __m256 pv = Exp2x8(_mm256_fmsub_ps(_mm256_loadu_ps(st + j * kBr + i), cv, _mm256_loadu_ps(l2 + i)));
         pv = _mm256_and_ps(pv, vis);
         const __m256 dpv = _mm256_loadu_ps(dst + j * kBr + i);
-        _mm256_storeu_ps(
-            dst + j * kBr + i,
-            _mm256_mul_ps(_mm256_mul_ps(pv, _mm256_sub_ps(dpv, _mm256_loadu_ps(dl + i))),
-                          scv));
+        _mm256_storeu_ps(dst + j * kBr + i,
+                         _mm256_mul_ps(_mm256_mul_ps(pv, _mm256_sub_ps(dpv, _mm256_loadu_ps(dl + i))), scv));
       }
     }
     // dQ^T[x][i] += sum_j K[j][x] dS^T[j][i]
@@ -481,9 +459,8 @@ void BackwardQueryTile(const BackwardArgs& a, int start, int n, int h, int i0,
 
 }  // namespace
 
-void attention_forward(const AttentionParams& p, const float* q, const float* k,
-                       const float* v, const int32_t* cu_seqlens, int num_seqs,
-                       int t, float* out, float* lse) {
+void attention_forward(const AttentionParams& p, const float* q, const float* k, const float* v,
+                       const int32_t* cu_seqlens, int num_seqs, int t, float* out, float* lse) {
   const int H = p.num_heads, Hkv = p.num_kv_heads, D = p.head_dim;
   const int group = H / Hkv;
   const float c = ScaleOf(p) * kLog2e;
@@ -521,11 +498,9 @@ void attention_forward(const AttentionParams& p, const float* q, const float* k,
   }
 }
 
-void attention_backward(const AttentionParams& p, const float* q,
-                        const float* k, const float* v, const float* out,
-                        const float* dout, const float* lse,
-                        const int32_t* cu_seqlens, int num_seqs, int t,
-                        float* dq, float* dk, float* dv) {
+void attention_backward(const AttentionParams& p, const float* q, const float* k, const float* v, const float* out,
+                        const float* dout, const float* lse, const int32_t* cu_seqlens, int num_seqs, int t, float* dq,
+                        float* dk, float* dv) {
   const int H = p.num_heads, Hkv = p.num_kv_heads, D = p.head_dim;
   const int group = H / Hkv;
   const int used = cu_seqlens[num_seqs];
@@ -557,8 +532,7 @@ void attention_backward(const AttentionParams& p, const float* q,
     for (; x < D; ++x) sum += double(o[x]) * double(g[x]);
     delta[r] = static_cast<float>(sum);
   }
-  BackwardArgs a{p, q, k, v, dout, lse, delta, dq, dk, dv,
-                 ScaleOf(p) * kLog2e, ScaleOf(p)};
+  BackwardArgs a{p, q, k, v, dout, lse, delta, dq, dk, dv, ScaleOf(p) * kLog2e, ScaleOf(p)};
   // Fused single pass when the (sequence, kv head) tasks balance over the
   // threads: the largest must be at most 1/(2*threads) of the total work.
   double total = 0, largest = 0;
@@ -578,8 +552,7 @@ void attention_backward(const AttentionParams& p, const float* q,
       const int start = cu_seqlens[b];
       const int n = cu_seqlens[b + 1] - start;
       for (int i = 0; i < n; ++i) {
-        std::memset(dq + (static_cast<ptrdiff_t>(start) + i) * qs + hk * group * D,
-                    0, sizeof(float) * group * D);
+        std::memset(dq + (static_cast<ptrdiff_t>(start) + i) * qs + hk * group * D, 0, sizeof(float) * group * D);
       }
       for (int j0 = 0; j0 < n; j0 += kBc) {
         BackwardKeyTile(a, start, n, hk, j0, std::min(kBc, n - j0), true);
@@ -605,8 +578,7 @@ void attention_backward(const AttentionParams& p, const float* q,
       const int n = cu_seqlens[b + 1] - start;
       const int ntiles = (n + kBc - 1) / kBc;
       const int j0 = (ntiles - 1 - tile) * kBc;
-      BackwardKeyTile(a, start, n, static_cast<int>(task % Hkv), j0,
-                      std::min(kBc, n - j0), false);
+      BackwardKeyTile(a, start, n, static_cast<int>(task % Hkv), j0, std::min(kBc, n - j0), false);
     }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < nq; ++task) {
@@ -615,16 +587,13 @@ void attention_backward(const AttentionParams& p, const float* q,
       const int start = cu_seqlens[b];
       const int n = cu_seqlens[b + 1] - start;
       const int i0 = tile * kBr;
-      BackwardQueryTile(a, start, n, static_cast<int>(task % H), i0,
-                        std::min(kBr, n - i0));
+      BackwardQueryTile(a, start, n, static_cast<int>(task % H), i0, std::min(kBr, n - i0));
     }
   }
 }
 
-void decode_attention(const AttentionParams& p, const float* q, int batch,
-                      int n_new, const float* k_cache, const float* v_cache,
-                      int cache_capacity, const int32_t* cache_len,
-                      float* out) {
+void decode_attention(const AttentionParams& p, const float* q, int batch, int n_new, const float* k_cache,
+                      const float* v_cache, int cache_capacity, const int32_t* cache_len, float* out) {
   const int H = p.num_heads, Hkv = p.num_kv_heads, D = p.head_dim;
   const int group = H / Hkv;
   const float c = ScaleOf(p) * kLog2e;
@@ -636,8 +605,7 @@ void decode_attention(const AttentionParams& p, const float* q, int batch,
   causal.causal = true;
   double work = 0;
   for (int b = 0; b < batch; ++b) work += static_cast<double>(cache_len[b]) * n_new * H * D;
-#pragma omp parallel for num_threads(CpuThreads()) if (work >= kMinParallelWork) \
-    schedule(dynamic, 1)
+#pragma omp parallel for num_threads(CpuThreads()) if (work >= kMinParallelWork) schedule(dynamic, 1)
   for (int64_t task = 0; task < ntasks; ++task) {
     const int chunk = static_cast<int>(task % chunks);
     const int hk = static_cast<int>((task / chunks) % Hkv);

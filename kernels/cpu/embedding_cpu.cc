@@ -11,18 +11,15 @@
 
 namespace tandem::kernels::cpu {
 
-void embedding_forward(const int32_t* ids, int t, const float* table, int c,
-                       float* out) {
+void embedding_forward(const int32_t* ids, int t, const float* table, int c, float* out) {
   const bool par = static_cast<size_t>(t) * c >= (1u << 15);
 #pragma omp parallel for num_threads(CpuThreads()) if (par) schedule(static)
   for (int i = 0; i < t; ++i) {
-    std::memcpy(out + static_cast<size_t>(i) * c,
-                table + static_cast<size_t>(ids[i]) * c, sizeof(float) * c);
+    std::memcpy(out + static_cast<size_t>(i) * c, table + static_cast<size_t>(ids[i]) * c, sizeof(float) * c);
   }
 }
 
-void embedding_backward(const int32_t* ids, int t, const float* dout, int c,
-                        float* dtable) {
+void embedding_backward(const int32_t* ids, int t, const float* dout, int c, float* dtable) {
   const bool par = static_cast<size_t>(t) * c >= (1u << 15) && c >= 32;
 #pragma omp parallel num_threads(CpuThreads()) if (par)
   {

@@ -7,9 +7,7 @@
 
 namespace tandem::kernels::cpu {
 
-void embedding_forward(const int32_t* ids, int t, const float* table, int c,
-                       float* out);
-void embedding_backward(const int32_t* ids, int t, const float* dout, int c,
-                        float* dtable);
+void embedding_forward(const int32_t* ids, int t, const float* table, int c, float* out);
+void embedding_backward(const int32_t* ids, int t, const float* dout, int c, float* dtable);
 
 }  // namespace tandem::kernels::cpu

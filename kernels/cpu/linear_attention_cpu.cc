@@ -37,9 +37,7 @@ constexpr int kChunk = 64;
 // Below this many multiply-adds a call runs on the calling thread only.
 constexpr double kMinParallelWork = 1 << 18;
 
-float Scale(const LinearAttentionParams& p) {
-  return p.scale != 0.f ? p.scale : 1.f / std::sqrt(float(p.key_dim));
-}
+float Scale(const LinearAttentionParams& p) { return p.scale != 0.f ? p.scale : 1.f / std::sqrt(float(p.key_dim)); }
 
 float* Grow(std::vector<float>& buf, size_t floats) {
   if (buf.size() < floats) buf.resize(floats);
@@ -67,8 +65,7 @@ void Cumsum(const Task& t, int c0, int len, float* b) {
 }
 
 // kt[d * len + j] = k_j[d] (times exp(b_L - b_j) when `decayed`).
-void PackKT(const Task& t, int c0, int len, int dk, const float* b,
-            bool decayed, float* kt) {
+void PackKT(const Task& t, int c0, int len, int dk, const float* b, bool decayed, float* kt) {
   for (int j = 0; j < len; ++j) {
     const float* kj = t.k + (c0 + j) * t.qs;
     const float e = decayed ? std::exp(b[len - 1] - b[j]) : 1.f;
@@ -86,8 +83,7 @@ void MaskDecay(int len, const float* b, float scale, float* a) {
 }
 
 // s = exp(b_L) s + sum_j exp(b_L - b_j) k_j^T v_j; kt scratch [dk, len].
-void AdvanceState(const Task& t, int c0, int len, int dk, int dv,
-                  const float* b, float* kt, float* s) {
+void AdvanceState(const Task& t, int c0, int len, int dk, int dv, const float* b, float* kt, float* s) {
   const float el = std::exp(b[len - 1]);
   if (el != 1.f)
     for (int e = 0; e < dk * dv; ++e) s[e] *= el;
@@ -101,8 +97,7 @@ struct ForwardScratch {
 
 // Runs the chunks of one task; s holds the entering state and leaves with
 // the final one.
-void ForwardTask(const Task& t, int dk, int dv, float scale, float* out,
-                 float* s) {
+void ForwardTask(const Task& t, int dk, int dv, float scale, float* out, float* s) {
   thread_local ForwardScratch sc;
   float* kt = Grow(sc.kt, size_t(dk) * kChunk);
   float* a = Grow(sc.a, size_t(kChunk) * kChunk);
@@ -134,10 +129,8 @@ struct BackwardScratch {
 // Backward of one task: dq, dk, dv rows written; db (the gradient w.r.t. the
 // cumulative log decay, rows at stride t.gs) written when db != nullptr;
 // ds enters as d_final (or zeros) and leaves as d_initial.
-void BackwardTask(const Task& t, int dk, int dv, float scale,
-                  const float* initial, const float* dout, float* dq,
-                  float* dkk, float* dvv, float* db, float* ds,
-                  const float* d_final) {
+void BackwardTask(const Task& t, int dk, int dv, float scale, const float* initial, const float* dout, float* dq,
+                  float* dkk, float* dvv, float* db, float* ds, const float* d_final) {
   thread_local BackwardScratch sc;
   const int nch = (t.n + kChunk - 1) / kChunk;
   const size_t ns = size_t(dk) * dv;
@@ -166,8 +159,7 @@ void BackwardTask(const Task& t, int dk, int dv, float scale,
   for (int c = nch - 1; c >= 0; --c) {
     const int c0 = c * kChunk, len = std::min(kChunk, t.n - c0);
     const float* s0 = states + ns * c;
-    const float *qc = t.q + c0 * t.qs, *kc = t.k + c0 * t.qs,
-                *vc = t.v + c0 * t.vs, *doc = dout + c0 * t.vs;
+    const float *qc = t.q + c0 * t.qs, *kc = t.k + c0 * t.qs, *vc = t.v + c0 * t.vs, *doc = dout + c0 * t.vs;
     float *dqc = dq + c0 * t.qs, *dkc = dkk + c0 * t.qs, *dvc = dvv + c0 * t.vs;
     Cumsum(t, c0, len, b);
     const float bl = b[len - 1];
@@ -207,8 +199,7 @@ void BackwardTask(const Task& t, int dk, int dv, float scale,
       for (int r = 0; r < len; ++r) {
         double acc = 0;
         for (int i = 0; i < dk; ++i)
-          acc += double(qc[r * t.qs + i]) * dqc[r * t.qs + i] -
-                 double(kc[r * t.qs + i]) * dkc[r * t.qs + i];
+          acc += double(qc[r * t.qs + i]) * dqc[r * t.qs + i] - double(kc[r * t.qs + i]) * dkc[r * t.qs + i];
         db[(c0 + r) * t.gs] = float(acc);
       }
     }
@@ -238,18 +229,13 @@ void BackwardTask(const Task& t, int dk, int dv, float scale,
   }
 }
 
-Task MakeTask(const LinearAttentionParams& p, const float* q, const float* k,
-              const float* v, const float* g, const int32_t* cu, int b, int h) {
+Task MakeTask(const LinearAttentionParams& p, const float* q, const float* k, const float* v, const float* g,
+              const int32_t* cu, int b, int h) {
   const int H = p.num_heads;
   const size_t row = size_t(cu[b]) * H + h;
-  return Task{q + row * p.key_dim,
-              k + row * p.key_dim,
-              v + row * p.value_dim,
-              g != nullptr ? g + row : nullptr,
-              cu[b + 1] - cu[b],
-              ptrdiff_t(H) * p.key_dim,
-              ptrdiff_t(H) * p.value_dim,
-              ptrdiff_t(H)};
+  return Task{
+      q + row * p.key_dim, k + row * p.key_dim,      v + row * p.value_dim,      g != nullptr ? g + row : nullptr,
+      cu[b + 1] - cu[b],   ptrdiff_t(H) * p.key_dim, ptrdiff_t(H) * p.value_dim, ptrdiff_t(H)};
 }
 
 double Work(const LinearAttentionParams& p, int t) {
@@ -258,18 +244,15 @@ double Work(const LinearAttentionParams& p, int t) {
 
 }  // namespace
 
-void linear_attention_forward(const LinearAttentionParams& p, const float* q,
-                              const float* k, const float* v,
-                              const float* log_decay, const int32_t* cu,
-                              int num_seqs, int t, const float* initial_state,
-                              float* out, float* final_state) {
+void linear_attention_forward(const LinearAttentionParams& p, const float* q, const float* k, const float* v,
+                              const float* log_decay, const int32_t* cu, int num_seqs, int t,
+                              const float* initial_state, float* out, float* final_state) {
   if (num_seqs <= 0) return;
   const int H = p.num_heads, dk = p.key_dim, dv = p.value_dim;
   const float scale = Scale(p);
   const size_t ns = size_t(dk) * dv;
   const int tasks = num_seqs * H;
-#pragma omp parallel for schedule(dynamic) num_threads(CpuThreads()) \
-    if (Work(p, t) >= kMinParallelWork && tasks > 1)
+#pragma omp parallel for schedule(dynamic) num_threads(CpuThreads()) if (Work(p, t) >= kMinParallelWork && tasks > 1)
   for (int task = 0; task < tasks; ++task) {
     const int b = task / H, h = task % H;
     thread_local std::vector<float> state;
@@ -286,13 +269,10 @@ void linear_attention_forward(const LinearAttentionParams& p, const float* q,
   }
 }
 
-void linear_attention_backward(const LinearAttentionParams& p, const float* q,
-                               const float* k, const float* v,
-                               const float* log_decay, const int32_t* cu,
-                               int num_seqs, int t, const float* initial_state,
-                               const float* dout, const float* d_final_state,
-                               float* dq, float* dk, float* dv,
-                               float* d_log_decay, float* d_initial_state) {
+void linear_attention_backward(const LinearAttentionParams& p, const float* q, const float* k, const float* v,
+                               const float* log_decay, const int32_t* cu, int num_seqs, int t,
+                               const float* initial_state, const float* dout, const float* d_final_state, float* dq,
+                               float* dk, float* dv, float* d_log_decay, float* d_initial_state) {
   const int H = p.num_heads, kd = p.key_dim, vd = p.value_dim;
   const float scale = Scale(p);
   const size_t ns = size_t(kd) * vd;
@@ -308,8 +288,7 @@ void linear_attention_backward(const LinearAttentionParams& p, const float* q,
   }
   if (num_seqs <= 0) return;
   const int tasks = num_seqs * H;
-#pragma omp parallel for schedule(dynamic) num_threads(CpuThreads()) \
-    if (Work(p, t) >= kMinParallelWork && tasks > 1)
+#pragma omp parallel for schedule(dynamic) num_threads(CpuThreads()) if (Work(p, t) >= kMinParallelWork && tasks > 1)
   for (int task = 0; task < tasks; ++task) {
     const int b = task / H, h = task % H;
     thread_local std::vector<float> dstate;
@@ -323,12 +302,9 @@ void linear_attention_backward(const LinearAttentionParams& p, const float* q,
     }
     const Task tk = MakeTask(p, q, k, v, log_decay, cu, b, h);
     const size_t row = size_t(cu[b]) * H + h;
-    BackwardTask(tk, kd, vd, scale,
-                 initial_state != nullptr ? initial_state + off : nullptr,
-                 dout + row * vd, dq + row * kd, dk + row * kd, dv + row * vd,
-                 db != nullptr ? db + row : nullptr, ds, dfin);
-    if (d_initial_state != nullptr)
-      std::memcpy(d_initial_state + off, ds, ns * sizeof(float));
+    BackwardTask(tk, kd, vd, scale, initial_state != nullptr ? initial_state + off : nullptr, dout + row * vd,
+                 dq + row * kd, dk + row * kd, dv + row * vd, db != nullptr ? db + row : nullptr, ds, dfin);
+    if (d_initial_state != nullptr) std::memcpy(d_initial_state + off, ds, ns * sizeof(float));
   }
 }
 

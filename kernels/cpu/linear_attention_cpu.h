@@ -10,18 +10,12 @@
 
 namespace tandem::kernels::cpu {
 
-void linear_attention_forward(const LinearAttentionParams& p, const float* q,
-                              const float* k, const float* v,
-                              const float* log_decay, const int32_t* cu_seqlens,
-                              int num_seqs, int t, const float* initial_state,
-                              float* out, float* final_state);
-void linear_attention_backward(const LinearAttentionParams& p, const float* q,
-                               const float* k, const float* v,
-                               const float* log_decay,
-                               const int32_t* cu_seqlens, int num_seqs, int t,
-                               const float* initial_state, const float* dout,
-                               const float* d_final_state, float* dq, float* dk,
-                               float* dv, float* d_log_decay,
-                               float* d_initial_state);
+void linear_attention_forward(const LinearAttentionParams& p, const float* q, const float* k, const float* v,
+                              const float* log_decay, const int32_t* cu_seqlens, int num_seqs, int t,
+                              const float* initial_state, float* out, float* final_state);
+void linear_attention_backward(const LinearAttentionParams& p, const float* q, const float* k, const float* v,
+                               const float* log_decay, const int32_t* cu_seqlens, int num_seqs, int t,
+                               const float* initial_state, const float* dout, const float* d_final_state, float* dq,
+                               float* dk, float* dv, float* d_log_decay, float* d_initial_state);
 
 }  // namespace tandem::kernels::cpu

@@ -71,23 +71,19 @@ void RowDlogits(float* l, int v, int tg, float g) {
   }
   const float k = -g / s;
   const __m256 k8 = _mm256_set1_ps(k);
-  for (j = 0; j + 8 <= v; j += 8)
-    _mm256_storeu_ps(l + j, _mm256_mul_ps(_mm256_loadu_ps(l + j), k8));
+  for (j = 0; j + 8 <= v; j += 8) _mm256_storeu_ps(l + j, _mm256_mul_ps(_mm256_loadu_ps(l + j), k8));
   for (; j < v; ++j) l[j] *= k;
   l[tg] += g;
 }
 
 }  // namespace
 
-void lm_head_logprobs_forward(const float* h, const float* w,
-                              const int32_t* targets, int t, int c, int v,
-                              int chunk_tokens, float* scratch, float* logp,
-                              float* entropy) {
+void lm_head_logprobs_forward(const float* h, const float* w, const int32_t* targets, int t, int c, int v,
+                              int chunk_tokens, float* scratch, float* logp, float* entropy) {
   const int chunk = std::max(1, chunk_tokens);
   for (int t0 = 0; t0 < t; t0 += chunk) {
     const int n = std::min(chunk, t - t0);
-    matmul(false, true, n, v, c, 1.f, h + static_cast<size_t>(t0) * c, c, w, c,
-           0.f, scratch, v);
+    matmul(false, true, n, v, c, 1.f, h + static_cast<size_t>(t0) * c, c, w, c, 0.f, scratch, v);
     const bool par = n > 1 && static_cast<size_t>(n) * v >= (1u << 14);
 #pragma omp parallel for num_threads(CpuThreads()) if (par) schedule(static)
     for (int r = 0; r < n; ++r) {
@@ -103,10 +99,8 @@ void lm_head_logprobs_forward(const float* h, const float* w,
   }
 }
 
-void lm_head_logprobs_backward(const float* h, const float* w,
-                               const int32_t* targets, const float* dlogp,
-                               int t, int c, int v, int chunk_tokens,
-                               float* scratch, float* dh, float* dw) {
+void lm_head_logprobs_backward(const float* h, const float* w, const int32_t* targets, const float* dlogp, int t, int c,
+                               int v, int chunk_tokens, float* scratch, float* dh, float* dw) {
   const int chunk = std::max(1, chunk_tokens);
   for (int t0 = 0; t0 < t; t0 += chunk) {
     const int n = std::min(chunk, t - t0);
@@ -114,19 +108,15 @@ void lm_head_logprobs_backward(const float* h, const float* w,
     bool any = false;
     for (int r = 0; r < n; ++r) any |= dlogp[t0 + r] != 0.f;
     if (!any) {  // nothing trained in this chunk: dh rows are zero
-      std::memset(dh + static_cast<size_t>(t0) * c, 0,
-                  sizeof(float) * static_cast<size_t>(n) * c);
+      std::memset(dh + static_cast<size_t>(t0) * c, 0, sizeof(float) * static_cast<size_t>(n) * c);
       continue;
     }
     matmul(false, true, n, v, c, 1.f, hc, c, w, c, 0.f, scratch, v);
     const bool par = n > 1 && static_cast<size_t>(n) * v >= (1u << 14);
 #pragma omp parallel for num_threads(CpuThreads()) if (par) schedule(static)
-    for (int r = 0; r < n; ++r)
-      RowDlogits(scratch + static_cast<size_t>(r) * v, v, targets[t0 + r],
-                 dlogp[t0 + r]);
+    for (int r = 0; r < n; ++r) RowDlogits(scratch + static_cast<size_t>(r) * v, v, targets[t0 + r], dlogp[t0 + r]);
     // dh_chunk [n, C] = dlogits [n, V] . W [V, C]
-    matmul(false, false, n, c, v, 1.f, scratch, v, w, c, 0.f,
-           dh + static_cast<size_t>(t0) * c, c);
+    matmul(false, false, n, c, v, 1.f, scratch, v, w, c, 0.f, dh + static_cast<size_t>(t0) * c, c);
     // dW [V, C] += dlogits^T [V, n] . h_chunk [n, C]
     matmul(true, false, v, c, n, 1.f, scratch, v, hc, c, 1.f, dw, c);
   }

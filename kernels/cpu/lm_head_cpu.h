@@ -13,13 +13,9 @@
 
 namespace tandem::kernels::cpu {
 
-void lm_head_logprobs_forward(const float* h, const float* w,
-                              const int32_t* targets, int t, int c, int v,
-                              int chunk_tokens, float* scratch, float* logp,
-                              float* entropy);
-void lm_head_logprobs_backward(const float* h, const float* w,
-                               const int32_t* targets, const float* dlogp,
-                               int t, int c, int v, int chunk_tokens,
-                               float* scratch, float* dh, float* dw);
+void lm_head_logprobs_forward(const float* h, const float* w, const int32_t* targets, int t, int c, int v,
+                              int chunk_tokens, float* scratch, float* logp, float* entropy);
+void lm_head_logprobs_backward(const float* h, const float* w, const int32_t* targets, const float* dlogp, int t, int c,
+                               int v, int chunk_tokens, float* scratch, float* dh, float* dw);
 
 }  // namespace tandem::kernels::cpu

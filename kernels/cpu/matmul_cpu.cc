@@ -7,9 +7,8 @@
 
 namespace tandem::kernels::cpu {
 
-void matmul(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-            const float* a, int lda, const float* b, int ldb, float beta,
-            float* c, int ldc) {
+void matmul(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+            int ldb, float beta, float* c, int ldc) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
     // C = beta * C (BLAS semantics; beta == 0 writes zeros).
@@ -19,9 +18,8 @@ void matmul(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
     }
     return;
   }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
-              ldb, beta, c, ldc);
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha,
+              a, lda, b, ldb, beta, c, ldc);
 }
 
 }  // namespace tandem::kernels::cpu

@@ -5,8 +5,7 @@
 
 namespace tandem::kernels::cpu {
 
-void matmul(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-            const float* a, int lda, const float* b, int ldb, float beta,
-            float* c, int ldc);
+void matmul(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+            int ldb, float beta, float* c, int ldc);
 
 }  // namespace tandem::kernels::cpu

@@ -23,8 +23,7 @@ double sum_squares(const float* g, size_t n) {
   return total;
 }
 
-void adamw_step(float* p, const float* g, float* m, float* v, size_t n,
-                float lr, float beta1, float beta2, float eps,
+void adamw_step(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
                 float weight_decay, int64_t step) {
   const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
@@ -54,10 +53,8 @@ void adamw_step(float* p, const float* g, float* m, float* v, size_t n,
       vi = _mm256_fmadd_ps(vb2, vi, _mm256_mul_ps(_mm256_mul_ps(v1b2, gi), gi));
       _mm256_storeu_ps(m + i, mi);
       _mm256_storeu_ps(v + i, vi);
-      const __m256 denom =
-          _mm256_add_ps(_mm256_sqrt_ps(_mm256_mul_ps(vi, vibc2)), veps);
-      const __m256 upd = _mm256_fmadd_ps(
-          vwd, pi, _mm256_div_ps(_mm256_mul_ps(mi, vibc1), denom));
+      const __m256 denom = _mm256_add_ps(_mm256_sqrt_ps(_mm256_mul_ps(vi, vibc2)), veps);
+      const __m256 upd = _mm256_fmadd_ps(vwd, pi, _mm256_div_ps(_mm256_mul_ps(mi, vibc1), denom));
       _mm256_storeu_ps(p + i, _mm256_fnmadd_ps(vlr, upd, pi));
     }
     for (; i < e; ++i) {
@@ -66,8 +63,7 @@ void adamw_step(float* p, const float* g, float* m, float* v, size_t n,
       const float vi = beta2 * v[i] + one_m_b2 * gi * gi;
       m[i] = mi;
       v[i] = vi;
-      const float upd = mi * inv_bc1 / (std::sqrt(vi * inv_bc2) + eps) +
-                        weight_decay * p[i];
+      const float upd = mi * inv_bc1 / (std::sqrt(vi * inv_bc2) + eps) + weight_decay * p[i];
       p[i] -= lr * upd;
     }
   }

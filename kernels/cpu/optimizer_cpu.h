@@ -9,8 +9,7 @@
 namespace tandem::kernels::cpu {
 
 double sum_squares(const float* g, size_t n);
-void adamw_step(float* p, const float* g, float* m, float* v, size_t n,
-                float lr, float beta1, float beta2, float eps,
+void adamw_step(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
                 float weight_decay, int64_t step);
 
 }  // namespace tandem::kernels::cpu

@@ -23,8 +23,8 @@ constexpr double kMinParallelWork = 1 << 16;
 
 // Rows [row, row + n) of a pool (kd floats apart), columns [col, col + d),
 // as float: a pointer into an fp32 pool, or widened into `buf` [n, d].
-const float* BlockRows(const void* pool, KvDtype dtype, int64_t slot, int n, int kd,
-                       int col, int d, float* buf, int* stride) {
+const float* BlockRows(const void* pool, KvDtype dtype, int64_t slot, int n, int kd, int col, int d, float* buf,
+                       int* stride) {
   if (dtype == KvDtype::kF32) {
     *stride = kd;
     return static_cast<const float*>(pool) + slot * kd + col;
@@ -39,8 +39,7 @@ const float* BlockRows(const void* pool, KvDtype dtype, int64_t slot, int n, int
 
 }  // namespace
 
-void paged_kv_write(const PagedKv& kv, int kd, const float* k, const float* v,
-                    const int32_t* slots, int t) {
+void paged_kv_write(const PagedKv& kv, int kd, const float* k, const float* v, const int32_t* slots, int t) {
   const bool par = static_cast<double>(t) * kd >= kMinParallelWork;
 #pragma omp parallel for num_threads(CpuThreads()) if (par) schedule(static)
   for (int r = 0; r < t; ++r) {
@@ -61,9 +60,8 @@ void paged_kv_write(const PagedKv& kv, int kd, const float* k, const float* v,
   }
 }
 
-void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q,
-                     const int32_t* row_seq, const int32_t* row_pos, int t,
-                     float* out) {
+void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q, const int32_t* row_seq,
+                     const int32_t* row_pos, int t, float* out) {
   const int H = p.num_heads, Hkv = p.num_kv_heads, D = p.head_dim;
   const int group = H / Hkv;
   const int bs = kv.block_size;
@@ -75,8 +73,7 @@ void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q
   const int64_t ntasks = static_cast<int64_t>(t) * Hkv;
   double work = 0;
   for (int r = 0; r < t; ++r) work += static_cast<double>(row_pos[r] + 1) * H * D;
-#pragma omp parallel for num_threads(CpuThreads()) if (work >= kMinParallelWork) \
-    schedule(dynamic, 1)
+#pragma omp parallel for num_threads(CpuThreads()) if (work >= kMinParallelWork) schedule(dynamic, 1)
   for (int64_t task = 0; task < ntasks; ++task) {
     const int r = static_cast<int>(task / Hkv);
     const int hk = static_cast<int>(task % Hkv);

@@ -13,10 +13,8 @@
 
 namespace tandem::kernels::cpu {
 
-void paged_kv_write(const PagedKv& kv, int kd, const float* k, const float* v,
-                    const int32_t* slots, int t);
-void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q,
-                     const int32_t* row_seq, const int32_t* row_pos, int t,
-                     float* out);
+void paged_kv_write(const PagedKv& kv, int kd, const float* k, const float* v, const int32_t* slots, int t);
+void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q, const int32_t* row_seq,
+                     const int32_t* row_pos, int t, float* out);
 
 }  // namespace tandem::kernels::cpu

@@ -10,8 +10,7 @@
 
 namespace tandem::kernels::cpu {
 
-void rmsnorm_forward(const float* x, const float* w, int t, int c, float eps,
-                     float* y, float* rstd) {
+void rmsnorm_forward(const float* x, const float* w, int t, int c, float eps, float* y, float* rstd) {
   const bool par = static_cast<size_t>(t) * c >= (1u << 14) && t > 1;
 #pragma omp parallel for num_threads(CpuThreads()) if (par) schedule(static)
   for (int i = 0; i < t; ++i) {
@@ -20,17 +19,15 @@ void rmsnorm_forward(const float* x, const float* w, int t, int c, float eps,
     float ss = 0.f;
 #pragma omp simd reduction(+ : ss)
     for (int j = 0; j < c; ++j) ss += xr[j] * xr[j];
-    const float r = static_cast<float>(
-        1.0 / std::sqrt(static_cast<double>(ss) / c + static_cast<double>(eps)));
+    const float r = static_cast<float>(1.0 / std::sqrt(static_cast<double>(ss) / c + static_cast<double>(eps)));
     rstd[i] = r;
 #pragma omp simd
     for (int j = 0; j < c; ++j) yr[j] = xr[j] * r * w[j];
   }
 }
 
-void rmsnorm_backward(const float* dy, const float* x, const float* w,
-                      const float* rstd, int t, int c, float* dx, float* dw,
-                      float* partial, int num_threads) {
+void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, int t, int c, float* dx,
+                      float* dw, float* partial, int num_threads) {
   const bool par = static_cast<size_t>(t) * c >= (1u << 14) && t > 1;
 #pragma omp parallel num_threads(num_threads) if (par)
   {

@@ -7,10 +7,8 @@
 
 namespace tandem::kernels::cpu {
 
-void rmsnorm_forward(const float* x, const float* w, int t, int c, float eps,
-                     float* y, float* rstd);
-void rmsnorm_backward(const float* dy, const float* x, const float* w,
-                      const float* rstd, int t, int c, float* dx, float* dw,
-                      float* partial, int num_threads);
+void rmsnorm_forward(const float* x, const float* w, int t, int c, float eps, float* y, float* rstd);
+void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, int t, int c, float* dx,
+                      float* dw, float* partial, int num_threads);
 
 }  // namespace tandem::kernels::cpu

@@ -7,8 +7,8 @@
 
 namespace tandem::kernels::cpu {
 
-void rope_apply(float* x, const int32_t* positions, int t, int nh, int d,
-                const float* cos, const float* sin, bool inverse) {
+void rope_apply(float* x, const int32_t* positions, int t, int nh, int d, const float* cos, const float* sin,
+                bool inverse) {
   const int half = d / 2;
   const float sign = inverse ? -1.f : 1.f;
   const bool par = static_cast<size_t>(t) * nh * d >= (1u << 14) && t > 1;

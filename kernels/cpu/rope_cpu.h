@@ -6,7 +6,7 @@
 
 namespace tandem::kernels::cpu {
 
-void rope_apply(float* x, const int32_t* positions, int t, int nh, int d,
-                const float* cos, const float* sin, bool inverse);
+void rope_apply(float* x, const int32_t* positions, int t, int nh, int d, const float* cos, const float* sin,
+                bool inverse);
 
 }  // namespace tandem::kernels::cpu

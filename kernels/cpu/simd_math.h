@@ -20,8 +20,7 @@ inline __m256 Exp8(__m256 x_in) {
   const __m256 zero_below = _mm256_set1_ps(-87.33654f);  // ln(FLT_MIN)
   __m256 x = _mm256_min_ps(_mm256_max_ps(x_in, lo), hi);
   // n = floor(x / ln2 + 0.5)
-  __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f),
-                              _mm256_set1_ps(0.5f));
+  __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
   fx = _mm256_floor_ps(fx);
   // r = x - n ln2 (ln2 split in two for accuracy)
   x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);

@@ -10,15 +10,13 @@
 
 namespace tandem::kernels::cpu {
 
-void key_block_summaries(const AttentionParams& p, int batch, const float* k_cache,
-                         int cap, const int32_t* cache_len, int bs, int first_block,
-                         float* summaries) {
+void key_block_summaries(const AttentionParams& p, int batch, const float* k_cache, int cap, const int32_t* cache_len,
+                         int bs, int first_block, float* summaries) {
   const int hkv = p.num_kv_heads, d = p.head_dim;
   const int nblk_cap = (cap + bs - 1) / bs;
   const int first = std::max(0, first_block);
   const int tasks = batch * std::max(0, nblk_cap - first);
-#pragma omp parallel for schedule(static) num_threads(CpuThreads()) \
-    if (double(tasks) * bs * hkv * d >= (1 << 18))
+#pragma omp parallel for schedule(static) num_threads(CpuThreads()) if (double(tasks) * bs * hkv * d >= (1 << 18))
   for (int task = 0; task < tasks; ++task) {
     const int b = task / (nblk_cap - first), i = first + task % (nblk_cap - first);
     const int len = std::min(cache_len[b], cap);
@@ -40,18 +38,15 @@ void key_block_summaries(const AttentionParams& p, int batch, const float* k_cac
   }
 }
 
-void sparse_decode_attention(const AttentionParams& p, const SparseDecodeParams& s,
-                             const float* q, int batch, const float* k_cache,
-                             const float* v_cache, int cap, const int32_t* cache_len,
+void sparse_decode_attention(const AttentionParams& p, const SparseDecodeParams& s, const float* q, int batch,
+                             const float* k_cache, const float* v_cache, int cap, const int32_t* cache_len,
                              const float* summaries, float* out) {
   const int H = p.num_heads, hkv = p.num_kv_heads, d = p.head_dim;
   const float scale = p.scale != 0.f ? p.scale : 1.f / std::sqrt(float(d));
   const int nblk_cap = (cap + s.block_size - 1) / s.block_size;
   const int tasks = batch * H;
-  const double work = double(tasks) * (s.top_k_blocks + s.sink_blocks + s.recent_blocks) *
-                      s.block_size * d * 2;
-#pragma omp parallel for schedule(dynamic) num_threads(CpuThreads()) \
-    if (work >= (1 << 18) && tasks > 1)
+  const double work = double(tasks) * (s.top_k_blocks + s.sink_blocks + s.recent_blocks) * s.block_size * d * 2;
+#pragma omp parallel for schedule(dynamic) num_threads(CpuThreads()) if (work >= (1 << 18) && tasks > 1)
   for (int task = 0; task < tasks; ++task) {
     thread_local std::vector<std::pair<double, int>> scratch;
     thread_local std::vector<int> blocks;
@@ -59,8 +54,7 @@ void sparse_decode_attention(const AttentionParams& p, const SparseDecodeParams&
     const int b = task / H, h = task % H, hk = h / (H / hkv);
     const int len = std::min(cache_len[b], cap);
     const float* qv = q + (size_t(b) * H + h) * d;
-    ref::SelectBlocks(s, len, hkv, hk, d, qv,
-                      summaries + size_t(b) * nblk_cap * hkv * 2 * d, &scratch, &blocks);
+    ref::SelectBlocks(s, len, hkv, hk, d, qv, summaries + size_t(b) * nblk_cap * hkv * 2 * d, &scratch, &blocks);
     sc.clear();
     float mx = -std::numeric_limits<float>::infinity();
     for (int i : blocks) {

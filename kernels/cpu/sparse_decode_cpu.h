@@ -11,13 +11,10 @@
 
 namespace tandem::kernels::cpu {
 
-void key_block_summaries(const AttentionParams& p, int batch, const float* k_cache,
-                         int cache_capacity, const int32_t* cache_len, int block_size,
-                         int first_block, float* summaries);
-void sparse_decode_attention(const AttentionParams& p, const SparseDecodeParams& s,
-                             const float* q, int batch, const float* k_cache,
-                             const float* v_cache, int cache_capacity,
-                             const int32_t* cache_len, const float* summaries,
-                             float* out);
+void key_block_summaries(const AttentionParams& p, int batch, const float* k_cache, int cache_capacity,
+                         const int32_t* cache_len, int block_size, int first_block, float* summaries);
+void sparse_decode_attention(const AttentionParams& p, const SparseDecodeParams& s, const float* q, int batch,
+                             const float* k_cache, const float* v_cache, int cache_capacity, const int32_t* cache_len,
+                             const float* summaries, float* out);
 
 }  // namespace tandem::kernels::cpu

@@ -22,20 +22,18 @@ inline __m256 Sigmoid8(__m256 g) {
 
 inline float SigmoidScalar(float g) { return 1.f / (1.f + ExpScalar(-g)); }
 
-void ForwardRange(const float* gate, const float* up, int64_t b, int64_t e,
-                  float* h) {
+void ForwardRange(const float* gate, const float* up, int64_t b, int64_t e, float* h) {
   int64_t i = b;
   for (; i + 8 <= e; i += 8) {
     const __m256 g = _mm256_loadu_ps(gate + i);
     const __m256 s = Sigmoid8(g);
-    _mm256_storeu_ps(h + i, _mm256_mul_ps(_mm256_mul_ps(g, s),
-                                          _mm256_loadu_ps(up + i)));
+    _mm256_storeu_ps(h + i, _mm256_mul_ps(_mm256_mul_ps(g, s), _mm256_loadu_ps(up + i)));
   }
   for (; i < e; ++i) h[i] = gate[i] * SigmoidScalar(gate[i]) * up[i];
 }
 
-void BackwardRange(const float* dh, const float* gate, const float* up,
-                   int64_t b, int64_t e, float* dgate, float* dup) {
+void BackwardRange(const float* dh, const float* gate, const float* up, int64_t b, int64_t e, float* dgate,
+                   float* dup) {
   const __m256 one = _mm256_set1_ps(1.f);
   int64_t i = b;
   for (; i + 8 <= e; i += 8) {
@@ -62,18 +60,15 @@ void swiglu_forward(const float* gate, const float* up, size_t n, float* h) {
   const int64_t nn = static_cast<int64_t>(n);
   const int64_t blocks = (nn + kBlock - 1) / kBlock;
 #pragma omp parallel for num_threads(CpuThreads()) if (blocks > 2) schedule(static)
-  for (int64_t bl = 0; bl < blocks; ++bl)
-    ForwardRange(gate, up, bl * kBlock, std::min(nn, (bl + 1) * kBlock), h);
+  for (int64_t bl = 0; bl < blocks; ++bl) ForwardRange(gate, up, bl * kBlock, std::min(nn, (bl + 1) * kBlock), h);
 }
 
-void swiglu_backward(const float* dh, const float* gate, const float* up,
-                     size_t n, float* dgate, float* dup) {
+void swiglu_backward(const float* dh, const float* gate, const float* up, size_t n, float* dgate, float* dup) {
   const int64_t nn = static_cast<int64_t>(n);
   const int64_t blocks = (nn + kBlock - 1) / kBlock;
 #pragma omp parallel for num_threads(CpuThreads()) if (blocks > 2) schedule(static)
   for (int64_t bl = 0; bl < blocks; ++bl)
-    BackwardRange(dh, gate, up, bl * kBlock, std::min(nn, (bl + 1) * kBlock),
-                  dgate, dup);
+    BackwardRange(dh, gate, up, bl * kBlock, std::min(nn, (bl + 1) * kBlock), dgate, dup);
 }
 
 }  // namespace tandem::kernels::cpu

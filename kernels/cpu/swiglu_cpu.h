@@ -7,7 +7,6 @@
 namespace tandem::kernels::cpu {
 
 void swiglu_forward(const float* gate, const float* up, size_t n, float* h);
-void swiglu_backward(const float* dh, const float* gate, const float* up,
-                     size_t n, float* dgate, float* dup);
+void swiglu_backward(const float* dh, const float* gate, const float* up, size_t n, float* dgate, float* dup);
 
 }  // namespace tandem::kernels::cpu

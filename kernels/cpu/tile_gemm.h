@@ -17,8 +17,7 @@
 namespace tandem::kernels::cpu::tile {
 
 inline __m256i TailMask(int lanes) {
-  alignas(32) static const int32_t kMask[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
-                                                0,  0,  0,  0,  0,  0,  0,  0};
+  alignas(32) static const int32_t kMask[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kMask + 8 - lanes));
 }
 
@@ -29,23 +28,20 @@ inline __m256i TailMask(int lanes) {
 // accumulators are named variables (GCC spills an array of __m256 to the
 // stack on every iteration).
 template <int MR, int NV, bool kTail>
-inline void MicroKernel(int kd, const float* __restrict a, ptrdiff_t am,
-                        ptrdiff_t ak, const float* __restrict b, ptrdiff_t ldb,
-                        float* __restrict c, ptrdiff_t ldc, bool accumulate,
-                        __m256i tail) {
+inline void MicroKernel(int kd, const float* __restrict a, ptrdiff_t am, ptrdiff_t ak, const float* __restrict b,
+                        ptrdiff_t ldb, float* __restrict c, ptrdiff_t ldc, bool accumulate, __m256i tail) {
   static_assert(MR >= 1 && MR <= 6 && NV >= 1 && NV <= 2);
-  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00,
-         c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00,
-         c51 = c00;
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00,
+         c40 = c00, c41 = c00, c50 = c00, c51 = c00;
   for (int kk = 0; kk < kd; ++kk) {
     const float* brow = b + kk * ldb;
     const __m256 b0 = kTail ? _mm256_maskload_ps(brow, tail) : _mm256_loadu_ps(brow);
     const __m256 b1 = NV > 1 ? _mm256_loadu_ps(brow + 8) : b0;
     const float* acol = a + kk * ak;
-#define TANDEM_ATTN_ROW(m)                                      \
-  if constexpr (MR > m) {                                        \
-    const __m256 av = _mm256_broadcast_ss(acol + m * am);        \
-    c##m##0 = _mm256_fmadd_ps(av, b0, c##m##0);                  \
+#define TANDEM_ATTN_ROW(m)                                            \
+  if constexpr (MR > m) {                                             \
+    const __m256 av = _mm256_broadcast_ss(acol + m * am);             \
+    c##m##0 = _mm256_fmadd_ps(av, b0, c##m##0);                       \
     if constexpr (NV > 1) c##m##1 = _mm256_fmadd_ps(av, b1, c##m##1); \
   }
     TANDEM_ATTN_ROW(0)
@@ -65,9 +61,9 @@ inline void MicroKernel(int kd, const float* __restrict a, ptrdiff_t am,
       _mm256_storeu_ps(cp, x);
     }
   };
-#define TANDEM_ATTN_PUT(m)                           \
-  if constexpr (MR > m) {                             \
-    put(c + m * ldc, c##m##0);                        \
+#define TANDEM_ATTN_PUT(m)                               \
+  if constexpr (MR > m) {                                \
+    put(c + m * ldc, c##m##0);                           \
     if constexpr (NV > 1) put(c + m * ldc + 8, c##m##1); \
   }
   TANDEM_ATTN_PUT(0)
@@ -80,30 +76,38 @@ inline void MicroKernel(int kd, const float* __restrict a, ptrdiff_t am,
 }
 
 template <int NV, bool kTail>
-inline void RowBlocks(int m, int kd, const float* a, ptrdiff_t am, ptrdiff_t ak,
-                      const float* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc,
-                      bool accumulate, __m256i tail) {
+inline void RowBlocks(int m, int kd, const float* a, ptrdiff_t am, ptrdiff_t ak, const float* b, ptrdiff_t ldb,
+                      float* c, ptrdiff_t ldc, bool accumulate, __m256i tail) {
   int m0 = 0;
   for (; m0 + 6 <= m; m0 += 6) {
-    MicroKernel<6, NV, kTail>(kd, a + m0 * am, am, ak, b, ldb, c + m0 * ldc, ldc,
-                              accumulate, tail);
+    MicroKernel<6, NV, kTail>(kd, a + m0 * am, am, ak, b, ldb, c + m0 * ldc, ldc, accumulate, tail);
   }
   const float* ar = a + m0 * am;
   float* cr = c + m0 * ldc;
   switch (m - m0) {
-    case 5: MicroKernel<5, NV, kTail>(kd, ar, am, ak, b, ldb, cr, ldc, accumulate, tail); break;
-    case 4: MicroKernel<4, NV, kTail>(kd, ar, am, ak, b, ldb, cr, ldc, accumulate, tail); break;
-    case 3: MicroKernel<3, NV, kTail>(kd, ar, am, ak, b, ldb, cr, ldc, accumulate, tail); break;
-    case 2: MicroKernel<2, NV, kTail>(kd, ar, am, ak, b, ldb, cr, ldc, accumulate, tail); break;
-    case 1: MicroKernel<1, NV, kTail>(kd, ar, am, ak, b, ldb, cr, ldc, accumulate, tail); break;
-    default: break;
+    case 5:
+      MicroKernel<5, NV, kTail>(kd, ar, am, ak, b, ldb, cr, ldc, accumulate, tail);
+      break;
+    case 4:
+      MicroKernel<4, NV, kTail>(kd, ar, am, ak, b, ldb, cr, ldc, accumulate, tail);
+      break;
+    case 3:
+      MicroKernel<3, NV, kTail>(kd, ar, am, ak, b, ldb, cr, ldc, accumulate, tail);
+      break;
+    case 2:
+      MicroKernel<2, NV, kTail>(kd, ar, am, ak, b, ldb, cr, ldc, accumulate, tail);
+      break;
+    case 1:
+      MicroKernel<1, NV, kTail>(kd, ar, am, ak, b, ldb, cr, ldc, accumulate, tail);
+      break;
+    default:
+      break;
   }
 }
 
 // C[M, N] (+)= A[M, K] B[K, N] with the access pattern of MicroKernel.
-inline void TileGemm(int m, int n, int kd, const float* a, ptrdiff_t am, ptrdiff_t ak,
-              const float* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc,
-              bool accumulate) {
+inline void TileGemm(int m, int n, int kd, const float* a, ptrdiff_t am, ptrdiff_t ak, const float* b, ptrdiff_t ldb,
+                     float* c, ptrdiff_t ldc, bool accumulate) {
   if (m <= 0 || n <= 0) return;
   if (kd <= 0) {
     if (!accumulate) {
@@ -121,8 +125,7 @@ inline void TileGemm(int m, int n, int kd, const float* a, ptrdiff_t am, ptrdiff
     n0 += 8;
   }
   if (n0 < n) {
-    RowBlocks<1, true>(m, kd, a, am, ak, b + n0, ldb, c + n0, ldc, accumulate,
-                       TailMask(n - n0));
+    RowBlocks<1, true>(m, kd, a, am, ak, b + n0, ldb, c + n0, ldc, accumulate, TailMask(n - n0));
   }
 }
 

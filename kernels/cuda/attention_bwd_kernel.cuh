@@ -10,15 +10,12 @@ namespace tandem::kernels::cuda {
 namespace {
 
 // One warp per (token, head) row.
-__global__ void AttnDeltaKernel(const float* __restrict__ out,
-                                const float* __restrict__ dout, size_t rows,
-                                int d, float* __restrict__ delta) {
-  const size_t warps_total =
-      static_cast<size_t>(gridDim.x) * (blockDim.x / kWarp);
+__global__ void AttnDeltaKernel(const float* __restrict__ out, const float* __restrict__ dout, size_t rows, int d,
+                                float* __restrict__ delta) {
+  const size_t warps_total = static_cast<size_t>(gridDim.x) * (blockDim.x / kWarp);
   const int lane = threadIdx.x % kWarp;
-  for (size_t r = blockIdx.x * static_cast<size_t>(blockDim.x / kWarp) +
-                  threadIdx.x / kWarp;
-       r < rows; r += warps_total) {
+  for (size_t r = blockIdx.x * static_cast<size_t>(blockDim.x / kWarp) + threadIdx.x / kWarp; r < rows;
+       r += warps_total) {
     const float* o = out + r * d;
     const float* g = dout + r * d;
     float acc = 0.f;
@@ -30,13 +27,11 @@ __global__ void AttnDeltaKernel(const float* __restrict__ out,
 
 template <int kMaxD, int kBr, int kBc>
 constexpr size_t BwdSmemBytes() {
-  return sizeof(float) * (static_cast<size_t>(2 * kBc + 2 * kBr) * (kMaxD + 1) +
-                          2 * kBr * (kBc + 1) + 2 * kBr);
+  return sizeof(float) * (static_cast<size_t>(2 * kBc + 2 * kBr) * (kMaxD + 1) + 2 * kBr * (kBc + 1) + 2 * kBr);
 }
 
 template <int kMaxD, int kBr, int kBc>
-__global__ void __launch_bounds__(kAttnThreads)
-    AttnBwdKernel(const AttnBwdArgs a) {
+__global__ void __launch_bounds__(kAttnThreads) AttnBwdKernel(const AttnBwdArgs a) {
   constexpr int kRi = kBr / 16;  // query rows per thread
   constexpr int kCi = kBc / 16;  // key rows per thread (dK, dV ownership)
   constexpr int kCj = kBc / 16;  // key columns per thread (score tiles)
@@ -66,8 +61,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int ty = tid >> 4;
   const size_t q_stride = static_cast<size_t>(a.num_heads) * d;
   const size_t kv_stride = static_cast<size_t>(a.num_kv_heads) * d;
-  const size_t kv_off =
-      static_cast<size_t>(start) * kv_stride + static_cast<size_t>(hk) * d;
+  const size_t kv_off = static_cast<size_t>(start) * kv_stride + static_cast<size_t>(hk) * d;
 
   for (int idx = tid; idx < kBc * d; idx += kAttnThreads) {
     const int r = idx / d;
@@ -91,8 +85,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   QueryRange(kb, min(kb + kBc, len) - 1, len, a.causal, a.window, &q_lo, &q_hi);
   for (int g = 0; g < group; ++g) {
     const int h = hk * group + g;
-    const size_t q_off =
-        static_cast<size_t>(start) * q_stride + static_cast<size_t>(h) * d;
+    const size_t q_off = static_cast<size_t>(start) * q_stride + static_cast<size_t>(h) * d;
     for (int qb = (q_lo / kBr) * kBr; qb < q_hi; qb += kBr) {
       __syncthreads();  // previous tile's readers are done
       for (int idx = tid; idx < kBr * d; idx += kAttnThreads) {
@@ -147,8 +140,7 @@ __global__ void __launch_bounds__(kAttnThreads)
         for (int j = 0; j < kCj; ++j) {
           const int c = tx + 16 * j;
           const int kj = kb + c;
-          const bool vis =
-              qi < len && kj < len && Visible(qi, kj, a.causal, a.window);
+          const bool vis = qi < len && kj < len && Visible(qi, kj, a.causal, a.window);
           const float p = vis ? expf(s[i][j] * a.scale - lse_s[r]) : 0.f;
           ps[r * kLp + c] = p;
           dss[r * kLp + c] = p * (dp[i][j] - delta_s[r]) * a.scale;
@@ -193,8 +185,7 @@ __global__ void __launch_bounds__(kAttnThreads)
 #pragma unroll
         for (int i = 0; i < kRi; ++i)
 #pragma unroll
-          for (int j = 0; j < kDj; ++j)
-            dq[i][j] = fmaf(dsv[i], kv[j], dq[i][j]);
+          for (int j = 0; j < kDj; ++j) dq[i][j] = fmaf(dsv[i], kv[j], dq[i][j]);
       }
 #pragma unroll
       for (int i = 0; i < kRi; ++i) {

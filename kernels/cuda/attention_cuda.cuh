@@ -64,8 +64,7 @@ __device__ __forceinline__ bool Visible(int i, int j, bool causal, int window) {
 
 // Keys [*lo, *hi) that queries qa..qb (inclusive) of a sequence of `len` can
 // see.
-__device__ __forceinline__ void KeyRange(int qa, int qb, int len, bool causal,
-                                         int window, int* lo, int* hi) {
+__device__ __forceinline__ void KeyRange(int qa, int qb, int len, bool causal, int window, int* lo, int* hi) {
   if (causal) {
     *hi = min(qb + 1, len);
   } else {
@@ -75,8 +74,7 @@ __device__ __forceinline__ void KeyRange(int qa, int qb, int len, bool causal,
 }
 
 // Queries [*lo, *hi) that can see some key in ka..kb (inclusive).
-__device__ __forceinline__ void QueryRange(int ka, int kb, int len, bool causal,
-                                           int window, int* lo, int* hi) {
+__device__ __forceinline__ void QueryRange(int ka, int kb, int len, bool causal, int window, int* lo, int* hi) {
   if (causal) {
     *lo = ka;
   } else {
@@ -88,9 +86,8 @@ __device__ __forceinline__ void QueryRange(int ka, int kb, int len, bool causal,
 // Maps a flat block index to (sequence, tile) where sequence s has
 // ceil(len_s / tile) tiles. False for the surplus blocks of the launch
 // (grid = ceil(T / tile) + num_seqs is an upper bound on the tile count).
-__device__ __forceinline__ bool FindTile(const int32_t* __restrict__ cu,
-                                         int num_seqs, int tile, int block,
-                                         int* seq, int* index) {
+__device__ __forceinline__ bool FindTile(const int32_t* __restrict__ cu, int num_seqs, int tile, int block, int* seq,
+                                         int* index) {
   int acc = 0;
   for (int s = 0; s < num_seqs; ++s) {
     const int len = cu[s + 1] - cu[s];

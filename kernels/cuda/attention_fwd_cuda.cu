@@ -20,9 +20,7 @@ template <int kMaxD, int kBr, int kBc>
 cudaError_t LaunchFwd(const AttnFwdArgs& a, int t) {
   constexpr size_t smem = FwdSmemBytes<kMaxD, kBr, kBc>();
   auto kernel = AttnFwdKernel<kMaxD, kBr, kBc>;
-  cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(smem));
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   const dim3 grid(TileGridX(t, a.num_seqs, kBr), a.num_heads);
   kernel<<<grid, kAttnThreads, smem>>>(a);
@@ -32,38 +30,31 @@ cudaError_t LaunchFwd(const AttnFwdArgs& a, int t) {
 }  // namespace
 }  // namespace cuda
 
-void CudaOps::attention_forward(const AttentionParams& p, const float* q,
-                                const float* k, const float* v,
-                                const int32_t* cu_seqlens, int num_seqs, int t,
-                                float* out, float* lse) {
+void CudaOps::attention_forward(const AttentionParams& p, const float* q, const float* k, const float* v,
+                                const int32_t* cu_seqlens, int num_seqs, int t, float* out, float* lse) {
   if (t <= 0 || num_seqs <= 0) return;
-  if (p.num_heads <= 0 || p.num_kv_heads <= 0 ||
-      p.num_heads % p.num_kv_heads != 0 || p.head_dim <= 0) {
+  if (p.num_heads <= 0 || p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0 || p.head_dim <= 0) {
     return Fail("attention_forward", "bad heads / head_dim");
   }
   if (p.num_heads > 65535) return Fail("attention_forward", "too many heads");
-  cuda::AttnFwdArgs a{
-      q,
-      k,
-      v,
-      out,
-      lse,
-      cu_seqlens,
-      num_seqs,
-      p.num_heads,
-      p.num_kv_heads,
-      p.head_dim,
-      p.causal,
-      p.window,
-      p.scale != 0.f ? p.scale : 1.f / sqrtf(static_cast<float>(p.head_dim))};
+  cuda::AttnFwdArgs a{q,
+                      k,
+                      v,
+                      out,
+                      lse,
+                      cu_seqlens,
+                      num_seqs,
+                      p.num_heads,
+                      p.num_kv_heads,
+                      p.head_dim,
+                      p.causal,
+                      p.window,
+                      p.scale != 0.f ? p.scale : 1.f / sqrtf(static_cast<float>(p.head_dim))};
   cudaError_t err = cudaSuccess;
-  const bool supported =
-      cuda::DispatchAttnTiles(p.head_dim, [&]<int kMaxD, int kBr, int kBc>() {
-        err = cuda::LaunchFwd<kMaxD, kBr, kBc>(a, t);
-      });
+  const bool supported = cuda::DispatchAttnTiles(
+      p.head_dim, [&]<int kMaxD, int kBr, int kBc>() { err = cuda::LaunchFwd<kMaxD, kBr, kBc>(a, t); });
   if (!supported) {
-    return Fail("attention_forward", "head_dim " + std::to_string(p.head_dim) +
-                                         " > 256 unsupported");
+    return Fail("attention_forward", "head_dim " + std::to_string(p.head_dim) + " > 256 unsupported");
   }
   Check(err, "attention_forward");
 }

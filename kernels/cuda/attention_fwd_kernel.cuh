@@ -11,13 +11,11 @@ namespace {
 
 template <int kMaxD, int kBr, int kBc>
 constexpr size_t FwdSmemBytes() {
-  return sizeof(float) *
-         (static_cast<size_t>(kBr + 2 * kBc) * (kMaxD + 1) + kBr * (kBc + 1));
+  return sizeof(float) * (static_cast<size_t>(kBr + 2 * kBc) * (kMaxD + 1) + kBr * (kBc + 1));
 }
 
 template <int kMaxD, int kBr, int kBc>
-__global__ void __launch_bounds__(kAttnThreads)
-    AttnFwdKernel(const AttnFwdArgs a) {
+__global__ void __launch_bounds__(kAttnThreads) AttnFwdKernel(const AttnFwdArgs a) {
   constexpr int kRi = kBr / 16;
   constexpr int kCj = kBc / 16;
   constexpr int kDj = kMaxD / 16;
@@ -42,12 +40,9 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int ty = tid >> 4;
   const size_t q_stride = static_cast<size_t>(a.num_heads) * d;
   const size_t kv_stride = static_cast<size_t>(a.num_kv_heads) * d;
-  const float* qbase =
-      a.q + static_cast<size_t>(start) * q_stride + static_cast<size_t>(h) * d;
-  const float* kbase = a.k + static_cast<size_t>(start) * kv_stride +
-                       static_cast<size_t>(hk) * d;
-  const float* vbase = a.v + static_cast<size_t>(start) * kv_stride +
-                       static_cast<size_t>(hk) * d;
+  const float* qbase = a.q + static_cast<size_t>(start) * q_stride + static_cast<size_t>(h) * d;
+  const float* kbase = a.k + static_cast<size_t>(start) * kv_stride + static_cast<size_t>(hk) * d;
+  const float* vbase = a.v + static_cast<size_t>(start) * kv_stride + static_cast<size_t>(hk) * d;
 
   for (int idx = tid; idx < kBr * d; idx += kAttnThreads) {
     const int r = idx / d;
@@ -103,15 +98,13 @@ __global__ void __launch_bounds__(kAttnThreads)
 #pragma unroll
       for (int j = 0; j < kCj; ++j) {
         const int kj = kb + tx + 16 * j;
-        const bool vis =
-            qi < len && kj < len && Visible(qi, kj, a.causal, a.window);
+        const bool vis = qi < len && kj < len && Visible(qi, kj, a.causal, a.window);
         s[i][j] = vis ? s[i][j] * a.scale : -INFINITY;
         rmax = fmaxf(rmax, s[i][j]);
       }
       // The 16 threads of a row are lanes of one half-warp.
 #pragma unroll
-      for (int o = 8; o > 0; o >>= 1)
-        rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, o));
+      for (int o = 8; o > 0; o >>= 1) rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, o));
       const float m_new = fmaxf(m[i], rmax);
       const float m_use = m_new == -INFINITY ? 0.f : m_new;
       const float alpha = expf(m[i] - m_use);
@@ -123,8 +116,7 @@ __global__ void __launch_bounds__(kAttnThreads)
         rsum += p;
       }
 #pragma unroll
-      for (int o = 8; o > 0; o >>= 1)
-        rsum += __shfl_xor_sync(0xffffffffu, rsum, o);
+      for (int o = 8; o > 0; o >>= 1) rsum += __shfl_xor_sync(0xffffffffu, rsum, o);
       l[i] = l[i] * alpha + rsum;
       m[i] = m_new;
 #pragma unroll
@@ -150,16 +142,14 @@ __global__ void __launch_bounds__(kAttnThreads)
     const int qi = q0 + ty + 16 * i;
     if (qi >= len) continue;
     const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
-    float* orow = a.out + static_cast<size_t>(start + qi) * q_stride +
-                  static_cast<size_t>(h) * d;
+    float* orow = a.out + static_cast<size_t>(start + qi) * q_stride + static_cast<size_t>(h) * d;
 #pragma unroll
     for (int j = 0; j < kDj; ++j) {
       const int col = tx + 16 * j;
       if (col < d) orow[col] = acc[i][j] * inv;
     }
     if (tx == 0) {
-      a.lse[static_cast<size_t>(start + qi) * a.num_heads + h] =
-          l[i] > 0.f ? m[i] + logf(l[i]) : -INFINITY;
+      a.lse[static_cast<size_t>(start + qi) * a.num_heads + h] = l[i] > 0.f ? m[i] + logf(l[i]) : -INFINITY;
     }
   }
 }

@@ -16,8 +16,8 @@
 #include <mutex>
 #include <string>
 
-#include "kernels/backends.h"
 #include "kernels/allocation_ledger.h"
+#include "kernels/backends.h"
 #include "kernels/memory.h"
 
 namespace tandem::kernels {
@@ -54,21 +54,17 @@ class CudaMemory final : public DeviceMemory {
     if (bytes == 0 || !Select("cudaMemcpy")) return;
     // Synchronous copy (legacy default stream): `src` may be reused at once,
     // pinned or not.
-    Check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice),
-          "cudaMemcpy host to device");
+    Check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy host to device");
   }
 
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0 || !Select("cudaMemcpy")) return;
-    Check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost),
-          "cudaMemcpy device to host");
+    Check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy device to host");
   }
 
   void CopyOnDevice(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0 || !Select("cudaMemcpy")) return;
-    Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
-                          cudaStreamLegacy),
-          "cudaMemcpy device to device");
+    Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cudaStreamLegacy), "cudaMemcpy device to device");
   }
 
   void SetZero(void* dst, size_t bytes) override {
@@ -94,9 +90,7 @@ class CudaMemory final : public DeviceMemory {
   size_t allocated_bytes() const override { return ledger_.total(); }
 
  private:
-  bool Select(const char* what) {
-    return Check(cudaSetDevice(device_), what);
-  }
+  bool Select(const char* what) { return Check(cudaSetDevice(device_), what); }
 
   // Records a failure; true when err is cudaSuccess.
   bool Check(cudaError_t err, const char* what) {

@@ -44,16 +44,13 @@ CudaOps::~CudaOps() {
 }
 
 void CudaOps::set_allow_tf32(bool allow) {
-  Check(cublasSetMathMode(
-            cublas_, allow ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH),
-        "cublasSetMathMode");
+  Check(cublasSetMathMode(cublas_, allow ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
 }
 
 bool CudaOps::Check(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return true;
   if (error_.empty()) {
-    error_ = std::string(what) + ": " + cudaGetErrorName(err) + " (" +
-             cudaGetErrorString(err) + ")";
+    error_ = std::string(what) + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")";
   }
   return false;
 }
@@ -61,8 +58,7 @@ bool CudaOps::Check(cudaError_t err, const char* what) {
 bool CudaOps::Check(cublasStatus_t st, const char* what) {
   if (st == CUBLAS_STATUS_SUCCESS) return true;
   if (error_.empty()) {
-    error_ = std::string(what) + ": " + cublasGetStatusName(st) + " (" +
-             cublasGetStatusString(st) + ")";
+    error_ = std::string(what) + ": " + cublasGetStatusName(st) + " (" + cublasGetStatusString(st) + ")";
   }
   return false;
 }
@@ -86,8 +82,7 @@ float* CudaOps::Workspace(size_t floats) {
   }
   // Grow geometrically so alternating sizes do not reallocate.
   const size_t want = floats + floats / 2 + 1024;
-  if (!Check(cudaMalloc(&workspace_, want * sizeof(float)),
-             "workspace cudaMalloc")) {
+  if (!Check(cudaMalloc(&workspace_, want * sizeof(float)), "workspace cudaMalloc")) {
     workspace_ = nullptr;
     return nullptr;
   }

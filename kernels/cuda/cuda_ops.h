@@ -46,88 +46,54 @@ class CudaOps final : public Ops {
   // TF32 tensor-core GEMMs (off by default: exact fp32).
   void set_allow_tf32(bool allow);
 
-  void matmul(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-              const float* a, int lda, const float* b, int ldb, float beta,
-              float* c, int ldc) override;
-  void embedding_forward(const int32_t* ids, int t, const float* table, int c,
-                         float* out) override;
-  void embedding_backward(const int32_t* ids, int t, const float* dout, int c,
-                          float* dtable) override;
-  void rmsnorm_forward(const float* x, const float* w, int t, int c, float eps,
-                       float* y, float* rstd) override;
-  void rmsnorm_backward(const float* dy, const float* x, const float* w,
-                        const float* rstd, int t, int c, float* dx,
+  void matmul(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+              int ldb, float beta, float* c, int ldc) override;
+  void embedding_forward(const int32_t* ids, int t, const float* table, int c, float* out) override;
+  void embedding_backward(const int32_t* ids, int t, const float* dout, int c, float* dtable) override;
+  void rmsnorm_forward(const float* x, const float* w, int t, int c, float eps, float* y, float* rstd) override;
+  void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, int t, int c, float* dx,
                         float* dw) override;
-  void swiglu_forward(const float* gate, const float* up, size_t n,
-                      float* h) override;
-  void swiglu_backward(const float* dh, const float* gate, const float* up,
-                       size_t n, float* dgate, float* dup) override;
+  void swiglu_forward(const float* gate, const float* up, size_t n, float* h) override;
+  void swiglu_backward(const float* dh, const float* gate, const float* up, size_t n, float* dgate,
+                       float* dup) override;
   void add_inplace(float* y, const float* x, size_t n) override;
   void add_bias(float* y, const float* bias, int rows, int cols) override;
-  void bias_backward(const float* dy, int rows, int cols,
-                     float* dbias) override;
-  void rope_apply(float* x, const int32_t* positions, int t, int nh, int d,
-                  const float* cos, const float* sin, bool inverse) override;
-  void attention_forward(const AttentionParams& p, const float* q,
-                         const float* k, const float* v,
-                         const int32_t* cu_seqlens, int num_seqs, int t,
-                         float* out, float* lse) override;
-  void attention_backward(const AttentionParams& p, const float* q,
-                          const float* k, const float* v, const float* out,
-                          const float* dout, const float* lse,
-                          const int32_t* cu_seqlens, int num_seqs, int t,
+  void bias_backward(const float* dy, int rows, int cols, float* dbias) override;
+  void rope_apply(float* x, const int32_t* positions, int t, int nh, int d, const float* cos, const float* sin,
+                  bool inverse) override;
+  void attention_forward(const AttentionParams& p, const float* q, const float* k, const float* v,
+                         const int32_t* cu_seqlens, int num_seqs, int t, float* out, float* lse) override;
+  void attention_backward(const AttentionParams& p, const float* q, const float* k, const float* v, const float* out,
+                          const float* dout, const float* lse, const int32_t* cu_seqlens, int num_seqs, int t,
                           float* dq, float* dk, float* dv) override;
-  void decode_attention(const AttentionParams& p, const float* q, int batch,
-                        int n_new, const float* k_cache, const float* v_cache,
-                        int cache_capacity, const int32_t* cache_len,
-                        float* out) override;
-  void paged_kv_write(const PagedKv& kv, int kd, const float* k, const float* v,
-                      const int32_t* slots, int t) override;
-  void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q,
-                       const int32_t* row_seq, const int32_t* row_pos, int t,
-                       float* out) override;
+  void decode_attention(const AttentionParams& p, const float* q, int batch, int n_new, const float* k_cache,
+                        const float* v_cache, int cache_capacity, const int32_t* cache_len, float* out) override;
+  void paged_kv_write(const PagedKv& kv, int kd, const float* k, const float* v, const int32_t* slots, int t) override;
+  void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q, const int32_t* row_seq,
+                       const int32_t* row_pos, int t, float* out) override;
   // Not on CUDA yet: both record an error naming the op.
-  void key_block_summaries(const AttentionParams& p, int batch,
-                           const float* k_cache, int cache_capacity,
-                           const int32_t* cache_len, int block_size,
-                           int first_block, float* summaries) override;
-  void sparse_decode_attention(const AttentionParams& p,
-                               const SparseDecodeParams& s, const float* q,
-                               int batch, const float* k_cache,
-                               const float* v_cache, int cache_capacity,
-                               const int32_t* cache_len,
+  void key_block_summaries(const AttentionParams& p, int batch, const float* k_cache, int cache_capacity,
+                           const int32_t* cache_len, int block_size, int first_block, float* summaries) override;
+  void sparse_decode_attention(const AttentionParams& p, const SparseDecodeParams& s, const float* q, int batch,
+                               const float* k_cache, const float* v_cache, int cache_capacity, const int32_t* cache_len,
                                const float* summaries, float* out) override;
-  void linear_attention_forward(const LinearAttentionParams& p,
-                                const float* q, const float* k, const float* v,
-                                const float* log_decay,
-                                const int32_t* cu_seqlens, int num_seqs, int t,
-                                const float* initial_state, float* out,
-                                float* final_state) override;
-  void linear_attention_backward(const LinearAttentionParams& p,
-                                 const float* q, const float* k,
-                                 const float* v, const float* log_decay,
-                                 const int32_t* cu_seqlens, int num_seqs,
-                                 int t, const float* initial_state,
-                                 const float* dout, const float* d_final_state,
-                                 float* dq, float* dk, float* dv,
-                                 float* d_log_decay,
-                                 float* d_initial_state) override;
-  void lm_head_logprobs_forward(const float* h, const float* w,
-                                const int32_t* targets, int t, int c, int v,
-                                int chunk_tokens, float* scratch, float* logp,
-                                float* entropy) override;
-  void lm_head_logprobs_backward(const float* h, const float* w,
-                                 const int32_t* targets, const float* dlogp,
-                                 int t, int c, int v, int chunk_tokens,
-                                 float* scratch, float* dh, float* dw) override;
+  void linear_attention_forward(const LinearAttentionParams& p, const float* q, const float* k, const float* v,
+                                const float* log_decay, const int32_t* cu_seqlens, int num_seqs, int t,
+                                const float* initial_state, float* out, float* final_state) override;
+  void linear_attention_backward(const LinearAttentionParams& p, const float* q, const float* k, const float* v,
+                                 const float* log_decay, const int32_t* cu_seqlens, int num_seqs, int t,
+                                 const float* initial_state, const float* dout, const float* d_final_state, float* dq,
+                                 float* dk, float* dv, float* d_log_decay, float* d_initial_state) override;
+  void lm_head_logprobs_forward(const float* h, const float* w, const int32_t* targets, int t, int c, int v,
+                                int chunk_tokens, float* scratch, float* logp, float* entropy) override;
+  void lm_head_logprobs_backward(const float* h, const float* w, const int32_t* targets, const float* dlogp, int t,
+                                 int c, int v, int chunk_tokens, float* scratch, float* dh, float* dw) override;
   double sum_squares(const float* g, size_t n) override;
   void scale(float* x, float s, size_t n) override;
-  void adamw_step(float* p, const float* g, float* m, float* v, size_t n,
-                  float lr, float beta1, float beta2, float eps,
+  void adamw_step(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
                   float weight_decay, int64_t step) override;
-  void sample_logits(const float* logits, int rows, int v, float temperature,
-                     const double* uniforms, int32_t* ids, float* logp_sample,
-                     float* logp_raw) override;
+  void sample_logits(const float* logits, int rows, int v, float temperature, const double* uniforms, int32_t* ids,
+                     float* logp_sample, float* logp_raw) override;
   void float_to_bf16(const float* x, uint16_t* y, size_t n) override;
   void bf16_to_float(const uint16_t* x, float* y, size_t n) override;
 

@@ -25,38 +25,32 @@ cudaError_t LaunchDecode(const DecodeArgs& a, int batch) {
 }  // namespace
 }  // namespace cuda
 
-void CudaOps::decode_attention(const AttentionParams& p, const float* q,
-                               int batch, int n_new, const float* k_cache,
-                               const float* v_cache, int cache_capacity,
-                               const int32_t* cache_len, float* out) {
+void CudaOps::decode_attention(const AttentionParams& p, const float* q, int batch, int n_new, const float* k_cache,
+                               const float* v_cache, int cache_capacity, const int32_t* cache_len, float* out) {
   if (batch <= 0 || n_new <= 0) return;
-  if (p.num_heads <= 0 || p.num_kv_heads <= 0 ||
-      p.num_heads % p.num_kv_heads != 0 || p.head_dim <= 0) {
+  if (p.num_heads <= 0 || p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0 || p.head_dim <= 0) {
     return Fail("decode_attention", "bad heads / head_dim");
   }
   if (batch > 65535 || n_new > 65535) {
     return Fail("decode_attention", "batch or n_new > 65535");
   }
-  cuda::DecodeArgs a{
-      q,
-      k_cache,
-      v_cache,
-      cache_len,
-      out,
-      n_new,
-      cache_capacity,
-      p.num_heads,
-      p.num_kv_heads,
-      p.head_dim,
-      p.window,
-      p.scale != 0.f ? p.scale : 1.f / sqrtf(static_cast<float>(p.head_dim))};
+  cuda::DecodeArgs a{q,
+                     k_cache,
+                     v_cache,
+                     cache_len,
+                     out,
+                     n_new,
+                     cache_capacity,
+                     p.num_heads,
+                     p.num_kv_heads,
+                     p.head_dim,
+                     p.window,
+                     p.scale != 0.f ? p.scale : 1.f / sqrtf(static_cast<float>(p.head_dim))};
   cudaError_t err = cudaSuccess;
-  const bool supported = cuda::DispatchDecode(p.head_dim, [&]<int kMaxD>() {
-    err = cuda::LaunchDecode<kMaxD>(a, batch);
-  });
+  const bool supported =
+      cuda::DispatchDecode(p.head_dim, [&]<int kMaxD>() { err = cuda::LaunchDecode<kMaxD>(a, batch); });
   if (!supported) {
-    return Fail("decode_attention", "head_dim " + std::to_string(p.head_dim) +
-                                        " > 256 unsupported");
+    return Fail("decode_attention", "head_dim " + std::to_string(p.head_dim) + " > 256 unsupported");
   }
   Check(err, "decode_attention");
 }

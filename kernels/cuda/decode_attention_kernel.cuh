@@ -27,8 +27,7 @@ struct DecodeArgs {
 };
 
 template <int kMaxD>
-__global__ void __launch_bounds__(kDecodeWarps* kWarp)
-    DecodeKernel(const DecodeArgs a) {
+__global__ void __launch_bounds__(kDecodeWarps* kWarp) DecodeKernel(const DecodeArgs a) {
   constexpr int kE = kMaxD / kWarp;  // values per lane
   __shared__ float part_m[kDecodeWarps];
   __shared__ float part_l[kDecodeWarps];
@@ -56,8 +55,7 @@ __global__ void __launch_bounds__(kDecodeWarps* kWarp)
   const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
   const int hi = min(pos, a.cache_capacity - 1);  // inclusive
   const size_t kv_stride = static_cast<size_t>(a.num_kv_heads) * d;
-  const size_t base = static_cast<size_t>(b) * a.cache_capacity * kv_stride +
-                      static_cast<size_t>(hk) * d;
+  const size_t base = static_cast<size_t>(b) * a.cache_capacity * kv_stride + static_cast<size_t>(hk) * d;
   float m = -INFINITY, l = 0.f;
   for (int j = lo + warp; j <= hi; j += kDecodeWarps) {
     const float* kp = a.k_cache + base + static_cast<size_t>(j) * kv_stride;

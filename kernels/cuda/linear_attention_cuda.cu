@@ -10,8 +10,7 @@
 namespace tandem::kernels {
 namespace {
 
-bool LinShapeOk(CudaOps& ops, const char* op, const LinearAttentionParams& p,
-                int num_seqs) {
+bool LinShapeOk(CudaOps& ops, const char* op, const LinearAttentionParams& p, int num_seqs) {
   if (p.num_heads <= 0 || p.key_dim <= 0 || p.value_dim <= 0) {
     ops.Fail(op, "bad heads / key_dim / value_dim");
     return false;
@@ -27,9 +26,8 @@ bool LinShapeOk(CudaOps& ops, const char* op, const LinearAttentionParams& p,
   return true;
 }
 
-cuda::LinAttnArgs LinArgs(const LinearAttentionParams& p, const float* q,
-                          const float* k, const float* v, const float* g,
-                          const int32_t* cu, const float* initial) {
+cuda::LinAttnArgs LinArgs(const LinearAttentionParams& p, const float* q, const float* k, const float* v,
+                          const float* g, const int32_t* cu, const float* initial) {
   cuda::LinAttnArgs a{};
   a.q = q;
   a.k = k;
@@ -45,8 +43,7 @@ cuda::LinAttnArgs LinArgs(const LinearAttentionParams& p, const float* q,
 }
 
 dim3 LinGrid(const LinearAttentionParams& p, int num_seqs) {
-  return dim3((p.value_dim + cuda::kLinThreads - 1) / cuda::kLinThreads,
-              p.num_heads, num_seqs);
+  return dim3((p.value_dim + cuda::kLinThreads - 1) / cuda::kLinThreads, p.num_heads, num_seqs);
 }
 
 void Zero(float* x, size_t n) {
@@ -56,30 +53,24 @@ void Zero(float* x, size_t n) {
 
 }  // namespace
 
-void CudaOps::linear_attention_forward(const LinearAttentionParams& p,
-                                       const float* q, const float* k,
-                                       const float* v, const float* log_decay,
-                                       const int32_t* cu, int num_seqs, int t,
-                                       const float* initial_state, float* out,
-                                       float* final_state) {
+void CudaOps::linear_attention_forward(const LinearAttentionParams& p, const float* q, const float* k, const float* v,
+                                       const float* log_decay, const int32_t* cu, int num_seqs, int t,
+                                       const float* initial_state, float* out, float* final_state) {
   if (num_seqs <= 0 || t <= 0) return;
   if (!LinShapeOk(*this, "linear_attention_forward", p, num_seqs)) return;
   cuda::LinAttnArgs a = LinArgs(p, q, k, v, log_decay, cu, initial_state);
   a.out = out;
   a.final_state = final_state;
   const dim3 grid = LinGrid(p, num_seqs);
-  cuda::DispatchLinAttn(p.key_dim, [&]<int kMaxDk>() {
-    cuda::LinAttnFwdKernel<kMaxDk><<<grid, cuda::kLinThreads>>>(a);
-  });
+  cuda::DispatchLinAttn(p.key_dim,
+                        [&]<int kMaxDk>() { cuda::LinAttnFwdKernel<kMaxDk><<<grid, cuda::kLinThreads>>>(a); });
   Check(cudaGetLastError(), "linear_attention_forward");
 }
 
-void CudaOps::linear_attention_backward(
-    const LinearAttentionParams& p, const float* q, const float* k,
-    const float* v, const float* log_decay, const int32_t* cu, int num_seqs,
-    int t, const float* initial_state, const float* dout,
-    const float* d_final_state, float* dq, float* dk, float* dv,
-    float* d_log_decay, float* d_initial_state) {
+void CudaOps::linear_attention_backward(const LinearAttentionParams& p, const float* q, const float* k, const float* v,
+                                        const float* log_decay, const int32_t* cu, int num_seqs, int t,
+                                        const float* initial_state, const float* dout, const float* d_final_state,
+                                        float* dq, float* dk, float* dv, float* d_log_decay, float* d_initial_state) {
   if (t <= 0) return;
   const size_t rows = static_cast<size_t>(t) * p.num_heads;
   Zero(dq, rows * p.key_dim);

@@ -65,8 +65,7 @@ __device__ __forceinline__ float LinDecay(const LinAttnArgs& a, int t, int h) {
 }
 
 // Stages row t of head h of x ([T, H, dim]) in shared memory.
-__device__ __forceinline__ void LinStage(const float* x, int t, int h, int H,
-                                         int dim, float* sh) {
+__device__ __forceinline__ void LinStage(const float* x, int t, int h, int H, int dim, float* sh) {
   const float* row = x + (static_cast<size_t>(t) * H + h) * dim;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) sh[i] = row[i];
 }
@@ -206,18 +205,14 @@ __global__ void LinAttnDecayKernel(const LinAttnArgs a, int num_seqs) {
   for (int t = a.cu[b + 1] - 1; t >= a.cu[b]; --t) {
     const size_t row = static_cast<size_t>(t) * a.num_heads + h;
     float acc = a.dg[row];
-    for (int i = 0; i < dk; ++i)
-      acc += a.q[row * dk + i] * a.dq[row * dk + i] -
-             a.k[row * dk + i] * a.dk[row * dk + i];
+    for (int i = 0; i < dk; ++i) acc += a.q[row * dk + i] * a.dq[row * dk + i] - a.k[row * dk + i] * a.dk[row * dk + i];
     run += acc;
     a.dg[row] = run;
   }
 }
 
 __global__ void LinAttnZeroKernel(float* x, size_t n) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x)
-    x[i] = 0.f;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) x[i] = 0.f;
 }
 
 }  // namespace

@@ -13,10 +13,8 @@ namespace {
 
 constexpr int kLmThreads = 256;
 
-__global__ void LogprobRowKernel(const float* __restrict__ logits, int v,
-                                 const int32_t* __restrict__ targets,
-                                 float* __restrict__ logp,
-                                 float* __restrict__ entropy) {
+__global__ void LogprobRowKernel(const float* __restrict__ logits, int v, const int32_t* __restrict__ targets,
+                                 float* __restrict__ logp, float* __restrict__ entropy) {
   __shared__ float red[32];
   const float* row = logits + static_cast<size_t>(blockIdx.x) * v;
   float mx = -INFINITY;
@@ -40,8 +38,7 @@ __global__ void LogprobRowKernel(const float* __restrict__ logits, int v,
   }
 }
 
-__global__ void DlogitsRowKernel(float* __restrict__ logits, int v,
-                                 const int32_t* __restrict__ targets,
+__global__ void DlogitsRowKernel(float* __restrict__ logits, int v, const int32_t* __restrict__ targets,
                                  const float* __restrict__ dlogp) {
   __shared__ float red[32];
   float* row = logits + static_cast<size_t>(blockIdx.x) * v;

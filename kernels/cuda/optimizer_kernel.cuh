@@ -13,12 +13,11 @@ namespace {
 
 constexpr int kOptThreads = 256;
 
-__global__ void SumSquaresKernel(const float* __restrict__ g, size_t n,
-                                 double* __restrict__ out) {
+__global__ void SumSquaresKernel(const float* __restrict__ g, size_t n, double* __restrict__ out) {
   __shared__ double red[32];
   double acc = 0.0;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-       i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const double v = g[i];
     acc += v * v;
   }
@@ -26,13 +25,11 @@ __global__ void SumSquaresKernel(const float* __restrict__ g, size_t n,
   if (threadIdx.x == 0) atomicAdd(out, acc);
 }
 
-__global__ void AdamwKernel(float* __restrict__ p, const float* __restrict__ g,
-                            float* __restrict__ m, float* __restrict__ v,
-                            size_t n, float lr, float beta1, float beta2,
-                            float eps, float weight_decay, float inv_bc1,
-                            float inv_bc2) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-       i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+__global__ void AdamwKernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
+                            float* __restrict__ v, size_t n, float lr, float beta1, float beta2, float eps,
+                            float weight_decay, float inv_bc1, float inv_bc2) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const float gi = g[i];
     const float mi = beta1 * m[i] + (1.f - beta1) * gi;
     const float vi = beta2 * v[i] + (1.f - beta2) * gi * gi;

@@ -30,15 +30,12 @@ struct PagedArgs {
 };
 
 __device__ __forceinline__ float KvLoad(const float* p, size_t i) { return p[i]; }
-__device__ __forceinline__ float KvLoad(const uint16_t* p, size_t i) {
-  return FloatFromBf16(p[i]);
-}
+__device__ __forceinline__ float KvLoad(const uint16_t* p, size_t i) { return FloatFromBf16(p[i]); }
 
 // One block per (query head, row); its warps split the visible positions
 // round-robin with an online softmax each, merged in shared memory.
 template <int kMaxD, class T>
-__global__ void __launch_bounds__(kPagedWarps* kWarp)
-    PagedAttentionKernel(const PagedArgs a) {
+__global__ void __launch_bounds__(kPagedWarps* kWarp) PagedAttentionKernel(const PagedArgs a) {
   constexpr int kE = kMaxD / kWarp;
   __shared__ float part_m[kPagedWarps];
   __shared__ float part_l[kPagedWarps];
@@ -68,8 +65,7 @@ __global__ void __launch_bounds__(kPagedWarps* kWarp)
   const size_t kv_stride = static_cast<size_t>(a.num_kv_heads) * d;
   float m = -INFINITY, l = 0.f;
   for (int j = lo + warp; j <= pos; j += kPagedWarps) {
-    const size_t slot = static_cast<size_t>(table[j / a.block_size]) * a.block_size +
-                        j % a.block_size;
+    const size_t slot = static_cast<size_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
     const size_t base = slot * kv_stride + static_cast<size_t>(hk) * d;
     float s = 0.f;
 #pragma unroll
@@ -119,8 +115,8 @@ __global__ void __launch_bounds__(kPagedWarps* kWarp)
 
 // One block per row; threads over the kd values of k and v.
 template <class T>
-__global__ void PagedKvWriteKernel(void* kpool, void* vpool, int kd, const float* k,
-                                   const float* v, const int32_t* slots) {
+__global__ void PagedKvWriteKernel(void* kpool, void* vpool, int kd, const float* k, const float* v,
+                                   const int32_t* slots) {
   const int r = blockIdx.x;
   const size_t dst = static_cast<size_t>(slots[r]) * kd;
   const size_t src = static_cast<size_t>(r) * kd;

@@ -18,12 +18,9 @@ namespace {
 
 constexpr int kSampleThreads = 256;
 
-__global__ void SampleRowKernel(const float* __restrict__ logits, int v,
-                                float temperature,
-                                const double* __restrict__ uniforms,
-                                int32_t* __restrict__ ids,
-                                float* __restrict__ logp_sample,
-                                float* __restrict__ logp_raw) {
+__global__ void SampleRowKernel(const float* __restrict__ logits, int v, float temperature,
+                                const double* __restrict__ uniforms, int32_t* __restrict__ ids,
+                                float* __restrict__ logp_sample, float* __restrict__ logp_raw) {
   __shared__ float s_max[kSampleThreads];
   __shared__ int s_arg[kSampleThreads];
   __shared__ double s_sum[kSampleThreads];

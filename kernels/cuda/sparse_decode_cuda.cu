@@ -6,14 +6,12 @@
 
 namespace tandem::kernels {
 
-void CudaOps::key_block_summaries(const AttentionParams&, int, const float*, int,
-                                  const int32_t*, int, int, float*) {
+void CudaOps::key_block_summaries(const AttentionParams&, int, const float*, int, const int32_t*, int, int, float*) {
   Fail("key_block_summaries", "not implemented on the cuda backend");
 }
 
-void CudaOps::sparse_decode_attention(const AttentionParams&, const SparseDecodeParams&,
-                                      const float*, int, const float*, const float*, int,
-                                      const int32_t*, const float*, float*) {
+void CudaOps::sparse_decode_attention(const AttentionParams&, const SparseDecodeParams&, const float*, int,
+                                      const float*, const float*, int, const int32_t*, const float*, float*) {
   Fail("sparse_decode_attention", "not implemented on the cuda backend");
 }
 

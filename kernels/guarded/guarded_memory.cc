@@ -20,14 +20,12 @@ size_t RoundUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 }  // namespace
 
-GuardedMemory::GuardedMemory(size_t capacity_bytes)
-    : capacity_(RoundUp(capacity_bytes, size_t{1} << 21)) {
+GuardedMemory::GuardedMemory(size_t capacity_bytes) : capacity_(RoundUp(capacity_bytes, size_t{1} << 21)) {
   constexpr int kFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
   void* dev = mmap(nullptr, capacity_, PROT_NONE, kFlags, -1, 0);
   void* real = mmap(nullptr, capacity_, PROT_READ | PROT_WRITE, kFlags, -1, 0);
   if (dev == MAP_FAILED || real == MAP_FAILED) {
-    error_ = "guarded: cannot reserve " + std::to_string(capacity_) +
-             " bytes: " + std::strerror(errno);
+    error_ = "guarded: cannot reserve " + std::to_string(capacity_) + " bytes: " + std::strerror(errno);
     if (dev != MAP_FAILED) munmap(dev, capacity_);
     if (real != MAP_FAILED) munmap(real, capacity_);
     capacity_ = 0;
@@ -58,9 +56,8 @@ void* GuardedMemory::Allocate(size_t bytes) {
     return device_ + off;
   }
   // Not sticky: the caller sees nullptr and may free memory and retry.
-  alloc_error_ = "guarded: out of memory allocating " + std::to_string(bytes) +
-                 " bytes (capacity " + std::to_string(capacity_) + ", allocated " +
-                 std::to_string(allocated_) + ")";
+  alloc_error_ = "guarded: out of memory allocating " + std::to_string(bytes) + " bytes (capacity " +
+                 std::to_string(capacity_) + ", allocated " + std::to_string(allocated_) + ")";
   return nullptr;
 }
 
@@ -96,8 +93,7 @@ void GuardedMemory::Free(void* p) {
   // coalesced free range (a page shared with a live allocation stays).
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t lo = std::max(off / page * page, RoundUp(start, page));
-  const size_t hi =
-      std::min(RoundUp(off + len, page), (start + length) / page * page);
+  const size_t hi = std::min(RoundUp(off + len, page), (start + length) / page * page);
   if (hi > lo) madvise(real_ + lo, hi - lo, MADV_DONTNEED);
 }
 
@@ -106,15 +102,13 @@ bool GuardedMemory::Contains(const void* p) const {
   return device_ != nullptr && c >= device_ && c < device_ + capacity_;
 }
 
-void GuardedMemory::Die(const char* what, const void* p,
-                        const std::string& why) const {
+void GuardedMemory::Die(const char* what, const void* p, const std::string& why) const {
   std::fprintf(stderr, "guarded: %s: %p %s\n", what, p, why.c_str());
   std::fflush(stderr);
   std::abort();
 }
 
-void* GuardedMemory::Real(const void* p, size_t bytes, const char* what,
-                          bool allow_host) const {
+void* GuardedMemory::Real(const void* p, size_t bytes, const char* what, bool allow_host) const {
   if (p == nullptr) return nullptr;
   if (!Contains(p)) {
     if (allow_host) return const_cast<void*>(p);

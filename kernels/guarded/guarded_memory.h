@@ -53,15 +53,13 @@ class GuardedMemory final : public DeviceMemory {
   // A pointer outside the reservation: if `allow_host` returns it unchanged,
   // otherwise prints "guarded: <what>: <ptr> is not a device pointer" to
   // stderr and aborts (a bug, like an illegal address on a GPU).
-  void* Real(const void* p, size_t bytes, const char* what,
-             bool allow_host = false) const;
+  void* Real(const void* p, size_t bytes, const char* what, bool allow_host = false) const;
   // Inside the reservation (live or not).
   bool Contains(const void* p) const;
   size_t capacity() const { return capacity_; }
 
  private:
-  [[noreturn]] void Die(const char* what, const void* p,
-                        const std::string& why) const;
+  [[noreturn]] void Die(const char* what, const void* p, const std::string& why) const;
 
   size_t capacity_ = 0;
   char* device_ = nullptr;  // PROT_NONE reservation
@@ -79,14 +77,12 @@ class GuardedMemory final : public DeviceMemory {
   std::string alloc_error_;  // the last failed Allocate (not sticky)
 };
 
-std::unique_ptr<GuardedMemory> MakeGuardedMemory(
-    size_t capacity_bytes = size_t{16} << 30);
+std::unique_ptr<GuardedMemory> MakeGuardedMemory(size_t capacity_bytes = size_t{16} << 30);
 
 // Ops over guarded pointers: translates every pointer argument (with the
 // extent the op reads or writes) and calls `inner` (a CPU backend). Host
 // pointers passed to it abort with the argument's name. `memory` must
 // outlive the returned object. name() is "guarded(<inner name>)".
-std::unique_ptr<Ops> MakeGuardedOps(std::unique_ptr<Ops> inner,
-                                    GuardedMemory* memory);
+std::unique_ptr<Ops> MakeGuardedOps(std::unique_ptr<Ops> inner, GuardedMemory* memory);
 
 }  // namespace tandem::kernels

@@ -46,14 +46,12 @@ inline KeyRange VisibleKeys(const AttentionParams& p, int i, int n) {
 }
 
 inline double AttentionScale(const AttentionParams& p) {
-  return p.scale != 0.f ? static_cast<double>(p.scale)
-                        : 1.0 / std::sqrt(static_cast<double>(p.head_dim));
+  return p.scale != 0.f ? static_cast<double>(p.scale) : 1.0 / std::sqrt(static_cast<double>(p.head_dim));
 }
 
 template <typename T>
-void AttentionForwardT(const AttentionParams& p, const T* q, const T* k,
-                       const T* v, const int32_t* cu_seqlens, int num_seqs,
-                       T* out, T* lse) {
+void AttentionForwardT(const AttentionParams& p, const T* q, const T* k, const T* v, const int32_t* cu_seqlens,
+                       int num_seqs, T* out, T* lse) {
   const int H = p.num_heads, Hkv = p.num_kv_heads, D = p.head_dim;
   const int group = H / Hkv;
   const double scale = AttentionScale(p);
@@ -85,8 +83,7 @@ void AttentionForwardT(const AttentionParams& p, const T* q, const T* k,
         }
         T* oi = out + (static_cast<int64_t>(start + i) * H + h) * D;
         for (int d = 0; d < D; ++d) oi[d] = static_cast<T>(acc[d] / l);
-        lse[static_cast<int64_t>(start + i) * H + h] =
-            static_cast<T>(m + std::log(l));
+        lse[static_cast<int64_t>(start + i) * H + h] = static_cast<T>(m + std::log(l));
       }
     }
   }
@@ -95,10 +92,8 @@ void AttentionForwardT(const AttentionParams& p, const T* q, const T* k,
 // dq, dk, dv overwritten. Uses the saved out and lse like the fast kernels:
 // P = exp(S - lse), D_i = rowsum(dO_i * O_i), dS = P * (dP - D_i).
 template <typename T>
-void AttentionBackwardT(const AttentionParams& p, const T* q, const T* k,
-                        const T* v, const T* out, const T* dout, const T* lse,
-                        const int32_t* cu_seqlens, int num_seqs, int t, T* dq,
-                        T* dk, T* dv) {
+void AttentionBackwardT(const AttentionParams& p, const T* q, const T* k, const T* v, const T* out, const T* dout,
+                        const T* lse, const int32_t* cu_seqlens, int num_seqs, int t, T* dq, T* dk, T* dv) {
   const int H = p.num_heads, Hkv = p.num_kv_heads, D = p.head_dim;
   const int group = H / Hkv;
   const double scale = AttentionScale(p);
@@ -153,8 +148,7 @@ void AttentionBackwardT(const AttentionParams& p, const T* q, const T* k,
 }
 
 template <typename T>
-void DecodeAttentionT(const AttentionParams& p, const T* q, int batch,
-                      int n_new, const T* k_cache, const T* v_cache,
+void DecodeAttentionT(const AttentionParams& p, const T* q, int batch, int n_new, const T* k_cache, const T* v_cache,
                       int cache_capacity, const int32_t* cache_len, T* out) {
   const int H = p.num_heads, Hkv = p.num_kv_heads, D = p.head_dim;
   const int group = H / Hkv;

@@ -27,18 +27,15 @@ inline double LinearAttentionScale(const LinearAttentionParams& p) {
 }
 
 template <typename T>
-void LinearAttentionForwardT(const LinearAttentionParams& p, const T* q,
-                             const T* k, const T* v, const T* g,
-                             const int32_t* cu, int num_seqs,
-                             const T* initial_state, T* out, T* final_state) {
+void LinearAttentionForwardT(const LinearAttentionParams& p, const T* q, const T* k, const T* v, const T* g,
+                             const int32_t* cu, int num_seqs, const T* initial_state, T* out, T* final_state) {
   const int H = p.num_heads, Dk = p.key_dim, Dv = p.value_dim;
   const double scale = LinearAttentionScale(p);
   std::vector<double> s(size_t(Dk) * Dv);
   for (int b = 0; b < num_seqs; ++b) {
     for (int h = 0; h < H; ++h) {
       const size_t st = (size_t(b) * H + h) * Dk * Dv;
-      for (size_t e = 0; e < s.size(); ++e)
-        s[e] = initial_state != nullptr ? double(initial_state[st + e]) : 0.0;
+      for (size_t e = 0; e < s.size(); ++e) s[e] = initial_state != nullptr ? double(initial_state[st + e]) : 0.0;
       for (int t = cu[b]; t < cu[b + 1]; ++t) {
         const double decay = g != nullptr ? std::exp(double(g[size_t(t) * H + h])) : 1.0;
         const T* kt = k + (size_t(t) * H + h) * Dk;
@@ -61,12 +58,9 @@ void LinearAttentionForwardT(const LinearAttentionParams& p, const T* q,
 }
 
 template <typename T>
-void LinearAttentionBackwardT(const LinearAttentionParams& p, const T* q,
-                              const T* k, const T* v, const T* g,
-                              const int32_t* cu, int num_seqs,
-                              const T* initial_state, const T* dout,
-                              const T* d_final, T* dq, T* dk, T* dv, T* dg,
-                              T* d_initial) {
+void LinearAttentionBackwardT(const LinearAttentionParams& p, const T* q, const T* k, const T* v, const T* g,
+                              const int32_t* cu, int num_seqs, const T* initial_state, const T* dout, const T* d_final,
+                              T* dq, T* dk, T* dv, T* dg, T* d_initial) {
   const int H = p.num_heads, Dk = p.key_dim, Dv = p.value_dim;
   const size_t ns = size_t(Dk) * Dv;
   const double scale = LinearAttentionScale(p);
@@ -74,9 +68,7 @@ void LinearAttentionBackwardT(const LinearAttentionParams& p, const T* q,
   for (int b = 0; b < num_seqs; ++b) {
     const int t0 = cu[b], n = cu[b + 1] - cu[b];
     for (int h = 0; h < H; ++h) {
-      auto gate = [&](int t) {
-        return g != nullptr ? std::exp(double(g[size_t(t) * H + h])) : 1.0;
-      };
+      auto gate = [&](int t) { return g != nullptr ? std::exp(double(g[size_t(t) * H + h])) : 1.0; };
       const size_t st = (size_t(b) * H + h) * ns;
       // states[r + 1] = S after token r of the sequence; states[0] = initial.
       states.assign(ns * (n + 1), 0.0);
@@ -91,11 +83,9 @@ void LinearAttentionBackwardT(const LinearAttentionParams& p, const T* q,
         double* cur = &states[ns * (r + 1)];
         for (int i = 0; i < Dk; ++i)
           for (int j = 0; j < Dv; ++j)
-            cur[size_t(i) * Dv + j] =
-                decay * prev[size_t(i) * Dv + j] + double(kt[i]) * double(vt[j]);
+            cur[size_t(i) * Dv + j] = decay * prev[size_t(i) * Dv + j] + double(kt[i]) * double(vt[j]);
       }
-      for (size_t e = 0; e < ns; ++e)
-        ds[e] = d_final != nullptr ? double(d_final[st + e]) : 0.0;
+      for (size_t e = 0; e < ns; ++e) ds[e] = d_final != nullptr ? double(d_final[st + e]) : 0.0;
       for (int r = n - 1; r >= 0; --r) {
         const int t = t0 + r;
         if (r < n - 1) {
@@ -107,8 +97,7 @@ void LinearAttentionBackwardT(const LinearAttentionParams& p, const T* q,
         const T* vt = v + (size_t(t) * H + h) * Dv;
         const T* dot = dout + (size_t(t) * H + h) * Dv;
         for (int i = 0; i < Dk; ++i)
-          for (int j = 0; j < Dv; ++j)
-            ds[size_t(i) * Dv + j] += scale * double(qt[i]) * double(dot[j]);
+          for (int j = 0; j < Dv; ++j) ds[size_t(i) * Dv + j] += scale * double(qt[i]) * double(dot[j]);
         const double* cur = &states[ns * (r + 1)];
         const double* prev = &states[ns * r];
         for (int i = 0; i < Dk; ++i) {

@@ -15,8 +15,7 @@ float PagedLoad(const void* pool, KvDtype dtype, int64_t slot, int kd, int e) {
   return static_cast<const float*>(pool)[i];
 }
 
-void paged_kv_write(const PagedKv& kv, int kd, const float* k, const float* v,
-                    const int32_t* slots, int t) {
+void paged_kv_write(const PagedKv& kv, int kd, const float* k, const float* v, const int32_t* slots, int t) {
   for (int r = 0; r < t; ++r) {
     assert(slots[r] >= 0 && slots[r] < kv.num_blocks * kv.block_size);
     const int64_t base = static_cast<int64_t>(slots[r]) * kd;
@@ -34,9 +33,8 @@ void paged_kv_write(const PagedKv& kv, int kd, const float* k, const float* v,
   }
 }
 
-void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q,
-                     const int32_t* row_seq, const int32_t* row_pos, int t,
-                     float* out) {
+void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q, const int32_t* row_seq,
+                     const int32_t* row_pos, int t, float* out) {
   const int H = p.num_heads, Hkv = p.num_kv_heads, D = p.head_dim;
   assert(Hkv > 0 && H % Hkv == 0);
   const int KD = Hkv * D;

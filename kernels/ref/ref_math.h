@@ -22,16 +22,14 @@ namespace tandem::kernels::ref {
 // C[M,N] = alpha * op(A) op(B) + beta * C. With beta == 0, C is not read
 // (BLAS semantics: NaNs in C do not propagate).
 template <typename T>
-void matmul(bool trans_a, bool trans_b, int m, int n, int k, T alpha,
-            const T* a, int lda, const T* b, int ldb, T beta, T* c, int ldc) {
+void matmul(bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a, int lda, const T* b, int ldb, T beta,
+            T* c, int ldc) {
   for (int i = 0; i < m; ++i) {
     for (int j = 0; j < n; ++j) {
       double acc = 0;
       for (int p = 0; p < k; ++p) {
-        const double av = trans_a ? a[static_cast<size_t>(p) * lda + i]
-                                  : a[static_cast<size_t>(i) * lda + p];
-        const double bv = trans_b ? b[static_cast<size_t>(j) * ldb + p]
-                                  : b[static_cast<size_t>(p) * ldb + j];
+        const double av = trans_a ? a[static_cast<size_t>(p) * lda + i] : a[static_cast<size_t>(i) * lda + p];
+        const double bv = trans_b ? b[static_cast<size_t>(j) * ldb + p] : b[static_cast<size_t>(p) * ldb + j];
         acc += av * bv;
       }
       T& out = c[static_cast<size_t>(i) * ldc + j];
@@ -42,27 +40,20 @@ void matmul(bool trans_a, bool trans_b, int m, int n, int k, T alpha,
 }
 
 template <typename T>
-void embedding_forward(const int32_t* ids, int t, const T* table, int c,
-                       T* out) {
+void embedding_forward(const int32_t* ids, int t, const T* table, int c, T* out) {
   for (int i = 0; i < t; ++i)
-    for (int j = 0; j < c; ++j)
-      out[static_cast<size_t>(i) * c + j] =
-          table[static_cast<size_t>(ids[i]) * c + j];
+    for (int j = 0; j < c; ++j) out[static_cast<size_t>(i) * c + j] = table[static_cast<size_t>(ids[i]) * c + j];
 }
 
 template <typename T>
-void embedding_backward(const int32_t* ids, int t, const T* dout, int c,
-                        T* dtable) {
+void embedding_backward(const int32_t* ids, int t, const T* dout, int c, T* dtable) {
   for (int i = 0; i < t; ++i)
-    for (int j = 0; j < c; ++j)
-      dtable[static_cast<size_t>(ids[i]) * c + j] +=
-          dout[static_cast<size_t>(i) * c + j];
+    for (int j = 0; j < c; ++j) dtable[static_cast<size_t>(ids[i]) * c + j] += dout[static_cast<size_t>(i) * c + j];
 }
 
 // y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps).
 template <typename T>
-void rmsnorm_forward(const T* x, const T* w, int t, int c, T eps, T* y,
-                     T* rstd) {
+void rmsnorm_forward(const T* x, const T* w, int t, int c, T eps, T* y, T* rstd) {
   for (int i = 0; i < t; ++i) {
     const T* xr = x + static_cast<size_t>(i) * c;
     double ss = 0;
@@ -70,31 +61,26 @@ void rmsnorm_forward(const T* x, const T* w, int t, int c, T eps, T* y,
     const double r = 1.0 / std::sqrt(ss / c + static_cast<double>(eps));
     rstd[i] = static_cast<T>(r);
     for (int j = 0; j < c; ++j)
-      y[static_cast<size_t>(i) * c + j] =
-          static_cast<T>(static_cast<double>(xr[j]) * r * w[j]);
+      y[static_cast<size_t>(i) * c + j] = static_cast<T>(static_cast<double>(xr[j]) * r * w[j]);
   }
 }
 
 // dx_j = r * (dy_j w_j - x_j r^2 (sum_i dy_i w_i x_i) / C); dw_j += dy_j x_j r.
 template <typename T>
-void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd,
-                      int t, int c, T* dx, T* dw) {
+void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd, int t, int c, T* dx, T* dw) {
   std::vector<double> dw_acc(c, 0.0);
   for (int i = 0; i < t; ++i) {
     const size_t off = static_cast<size_t>(i) * c;
     const double r = rstd[i];
     double dot = 0;
-    for (int j = 0; j < c; ++j)
-      dot += static_cast<double>(dy[off + j]) * w[j] * x[off + j];
+    for (int j = 0; j < c; ++j) dot += static_cast<double>(dy[off + j]) * w[j] * x[off + j];
     const double coef = r * r * dot / c;
     for (int j = 0; j < c; ++j) {
-      dx[off + j] = static_cast<T>(
-          r * (static_cast<double>(dy[off + j]) * w[j] - x[off + j] * coef));
+      dx[off + j] = static_cast<T>(r * (static_cast<double>(dy[off + j]) * w[j] - x[off + j] * coef));
       dw_acc[j] += static_cast<double>(dy[off + j]) * x[off + j] * r;
     }
   }
-  for (int j = 0; j < c; ++j)
-    dw[j] = static_cast<T>(static_cast<double>(dw[j]) + dw_acc[j]);
+  for (int j = 0; j < c; ++j) dw[j] = static_cast<T>(static_cast<double>(dw[j]) + dw_acc[j]);
 }
 
 template <typename T>
@@ -113,8 +99,7 @@ void swiglu_forward(const T* gate, const T* up, size_t n, T* h) {
 
 // dg = dh * u * s * (1 + g (1 - s)), du = dh * g * s, s = sigmoid(g).
 template <typename T>
-void swiglu_backward(const T* dh, const T* gate, const T* up, size_t n,
-                     T* dgate, T* dup) {
+void swiglu_backward(const T* dh, const T* gate, const T* up, size_t n, T* dgate, T* dup) {
   for (size_t i = 0; i < n; ++i) {
     const double g = gate[i];
     const double s = sigmoid(gate[i]);
@@ -149,8 +134,7 @@ void bias_backward(const T* dy, int rows, int cols, T* dbias) {
 //   inverse (transpose): (x1, x2) -> (x1 c + x2 s, x2 c - x1 s)
 // where x1 = x[:D/2], x2 = x[D/2:], c/s from the tables at positions[t].
 template <typename T>
-void rope_apply(T* x, const int32_t* positions, int t, int nh, int d,
-                const T* cos, const T* sin, bool inverse) {
+void rope_apply(T* x, const int32_t* positions, int t, int nh, int d, const T* cos, const T* sin, bool inverse) {
   const int half = d / 2;
   for (int i = 0; i < t; ++i) {
     const T* cr = cos + static_cast<size_t>(positions[i]) * half;
@@ -171,8 +155,8 @@ void rope_apply(T* x, const int32_t* positions, int t, int nh, int d,
 // logits[t] = h[t] . w^T; logp[t] = log_softmax(logits[t])[targets[t]];
 // entropy[t] = -sum p log p (when entropy != nullptr). Row by row in double.
 template <typename T>
-void lm_head_logprobs_forward(const T* h, const T* w, const int32_t* targets,
-                              int t, int c, int v, T* logp, T* entropy) {
+void lm_head_logprobs_forward(const T* h, const T* w, const int32_t* targets, int t, int c, int v, T* logp,
+                              T* entropy) {
   std::vector<double> logits(v);
   for (int i = 0; i < t; ++i) {
     const T* hr = h + static_cast<size_t>(i) * c;
@@ -200,9 +184,8 @@ void lm_head_logprobs_forward(const T* h, const T* w, const int32_t* targets,
 // dlogits[t, j] = dlogp[t] * (onehot(targets[t])_j - softmax(logits[t])_j);
 // dh[t] = dlogits[t] . w (overwritten); dw += dlogits^T h (accumulated).
 template <typename T>
-void lm_head_logprobs_backward(const T* h, const T* w, const int32_t* targets,
-                               const T* dlogp, int t, int c, int v, T* dh,
-                               T* dw) {
+void lm_head_logprobs_backward(const T* h, const T* w, const int32_t* targets, const T* dlogp, int t, int c, int v,
+                               T* dh, T* dw) {
   std::vector<double> logits(v);
   std::vector<double> dw_acc(static_cast<size_t>(v) * c, 0.0);
   std::vector<double> dh_row(c);
@@ -232,11 +215,9 @@ void lm_head_logprobs_backward(const T* h, const T* w, const int32_t* targets,
         dwr[k] += dl * hr[k];
       }
     }
-    for (int k = 0; k < c; ++k)
-      dh[static_cast<size_t>(i) * c + k] = static_cast<T>(dh_row[k]);
+    for (int k = 0; k < c; ++k) dh[static_cast<size_t>(i) * c + k] = static_cast<T>(dh_row[k]);
   }
-  for (size_t e = 0; e < dw_acc.size(); ++e)
-    dw[e] = static_cast<T>(static_cast<double>(dw[e]) + dw_acc[e]);
+  for (size_t e = 0; e < dw_acc.size(); ++e) dw[e] = static_cast<T>(static_cast<double>(dw[e]) + dw_acc[e]);
 }
 
 template <typename T>
@@ -254,8 +235,7 @@ void scale(T* x, T s, size_t n) {
 // torch.optim.AdamW: p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p) with
 // mhat = m / (1 - beta1^step), vhat = v / (1 - beta2^step); m, v updated first.
 template <typename T>
-void adamw_step(T* p, const T* g, T* m, T* v, size_t n, T lr, T beta1,
-                T beta2, T eps, T weight_decay, int64_t step) {
+void adamw_step(T* p, const T* g, T* m, T* v, size_t n, T lr, T beta1, T beta2, T eps, T weight_decay, int64_t step) {
   const double b1 = beta1, b2 = beta2;
   const double bc1 = 1.0 - std::pow(b1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(b2, static_cast<double>(step));
@@ -268,10 +248,8 @@ void adamw_step(T* p, const T* g, T* m, T* v, size_t n, T lr, T beta1,
     const double mhat = mi / bc1;
     const double vhat = vi / bc2;
     const double pi = p[i];
-    p[i] = static_cast<T>(
-        pi - static_cast<double>(lr) *
-                 (mhat / (std::sqrt(vhat) + static_cast<double>(eps)) +
-                  static_cast<double>(weight_decay) * pi));
+    p[i] = static_cast<T>(pi - static_cast<double>(lr) * (mhat / (std::sqrt(vhat) + static_cast<double>(eps)) +
+                                                          static_cast<double>(weight_decay) * pi));
   }
 }
 

@@ -5,9 +5,8 @@
 
 namespace tandem::kernels::ref {
 
-void key_block_summaries(const AttentionParams& p, int batch, const float* k_cache,
-                         int cap, const int32_t* cache_len, int bs, int first_block,
-                         float* summaries) {
+void key_block_summaries(const AttentionParams& p, int batch, const float* k_cache, int cap, const int32_t* cache_len,
+                         int bs, int first_block, float* summaries) {
   const int hkv = p.num_kv_heads, d = p.head_dim;
   const int nblk_cap = (cap + bs - 1) / bs;
   for (int b = 0; b < batch; ++b) {
@@ -32,9 +31,8 @@ void key_block_summaries(const AttentionParams& p, int batch, const float* k_cac
   }
 }
 
-void sparse_decode_attention(const AttentionParams& p, const SparseDecodeParams& s,
-                             const float* q, int batch, const float* k_cache,
-                             const float* v_cache, int cap, const int32_t* cache_len,
+void sparse_decode_attention(const AttentionParams& p, const SparseDecodeParams& s, const float* q, int batch,
+                             const float* k_cache, const float* v_cache, int cap, const int32_t* cache_len,
                              const float* summaries, float* out) {
   const int H = p.num_heads, hkv = p.num_kv_heads, d = p.head_dim;
   const double scale = p.scale != 0.f ? p.scale : 1.0 / std::sqrt(double(d));
@@ -47,8 +45,7 @@ void sparse_decode_attention(const AttentionParams& p, const SparseDecodeParams&
     for (int h = 0; h < H; ++h) {
       const int hk = h / (H / hkv);
       const float* qv = q + (size_t(b) * H + h) * d;
-      SelectBlocks(s, len, hkv, hk, d, qv,
-                   summaries + size_t(b) * nblk_cap * hkv * 2 * d, &scratch, &blocks);
+      SelectBlocks(s, len, hkv, hk, d, qv, summaries + size_t(b) * nblk_cap * hkv * 2 * d, &scratch, &blocks);
       sc.clear();
       double mx = -1e300;
       for (int i : blocks)

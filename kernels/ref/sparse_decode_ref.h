@@ -14,9 +14,8 @@ namespace tandem::kernels::ref {
 
 // Blocks (ascending) that query row qv [D] of kv head hk attends in a cache
 // of `len` rows; summaries of this batch row [nblk_cap, Hkv, 2, D].
-inline void SelectBlocks(const SparseDecodeParams& s, int len, int hkv, int hk,
-                         int d, const float* qv, const float* summaries,
-                         std::vector<std::pair<double, int>>* scratch,
+inline void SelectBlocks(const SparseDecodeParams& s, int len, int hkv, int hk, int d, const float* qv,
+                         const float* summaries, std::vector<std::pair<double, int>>* scratch,
                          std::vector<int>* blocks) {
   const int nblk = (len + s.block_size - 1) / s.block_size;
   blocks->clear();
@@ -27,8 +26,7 @@ inline void SelectBlocks(const SparseDecodeParams& s, int len, int hkv, int hk,
     const float* mx = summaries + (size_t(i) * hkv + hk) * 2 * d;
     const float* mn = mx + d;
     double score = 0;
-    for (int e = 0; e < d; ++e)
-      score += std::max(double(qv[e]) * mx[e], double(qv[e]) * mn[e]);
+    for (int e = 0; e < d; ++e) score += std::max(double(qv[e]) * mx[e], double(qv[e]) * mn[e]);
     scratch->emplace_back(-score, i);
   }
   const size_t k = std::min(scratch->size(), size_t(std::max(0, s.top_k_blocks)));
@@ -39,13 +37,10 @@ inline void SelectBlocks(const SparseDecodeParams& s, int len, int hkv, int hk,
   std::sort(blocks->begin(), blocks->end());
 }
 
-void key_block_summaries(const AttentionParams& p, int batch, const float* k_cache,
-                         int cache_capacity, const int32_t* cache_len, int block_size,
-                         int first_block, float* summaries);
-void sparse_decode_attention(const AttentionParams& p, const SparseDecodeParams& s,
-                             const float* q, int batch, const float* k_cache,
-                             const float* v_cache, int cache_capacity,
-                             const int32_t* cache_len, const float* summaries,
-                             float* out);
+void key_block_summaries(const AttentionParams& p, int batch, const float* k_cache, int cache_capacity,
+                         const int32_t* cache_len, int block_size, int first_block, float* summaries);
+void sparse_decode_attention(const AttentionParams& p, const SparseDecodeParams& s, const float* q, int batch,
+                             const float* k_cache, const float* v_cache, int cache_capacity, const int32_t* cache_len,
+                             const float* summaries, float* out);
 
 }  // namespace tandem::kernels::ref

@@ -38,20 +38,15 @@ AttentionParams Params(const Case& c) {
 
 std::vector<Case> Cases() {
   return {
-      {{1}, 1, 1, 4, true, -1},
-      {{3, 5}, 4, 2, 4, true, -1},
-      {{6, 1, 4}, 4, 1, 3, true, 2},
-      {{5, 3}, 2, 2, 4, false, -1},
-      {{7}, 4, 2, 2, false, 3, 0.7f},
-      {{9}, 8, 1, 2, true, -1},
+      {{1}, 1, 1, 4, true, -1},     {{3, 5}, 4, 2, 4, true, -1},    {{6, 1, 4}, 4, 1, 3, true, 2},
+      {{5, 3}, 2, 2, 4, false, -1}, {{7}, 4, 2, 2, false, 3, 0.7f}, {{9}, 8, 1, 2, true, -1},
   };
 }
 
 // Dense, independent formulation: explicit mask per (i, j) pair from the
 // documented rule, full score matrix per (sequence, head).
-void DenseForward(const AttentionParams& p, const std::vector<double>& q,
-                  const std::vector<double>& k, const std::vector<double>& v,
-                  const std::vector<int32_t>& cu, std::vector<double>* out,
+void DenseForward(const AttentionParams& p, const std::vector<double>& q, const std::vector<double>& k,
+                  const std::vector<double>& v, const std::vector<int32_t>& cu, std::vector<double>* out,
                   std::vector<double>* lse) {
   const int H = p.num_heads, Hkv = p.num_kv_heads, D = p.head_dim;
   const double scale = p.scale != 0 ? p.scale : 1.0 / std::sqrt(double(D));
@@ -96,33 +91,28 @@ TEST(AttentionRefGradcheck, ForwardMatchesDenseAndBackwardMatchesFiniteDifferenc
     std::vector<int32_t> cu = {0};
     for (int l : c.lengths) cu.push_back(cu.back() + l);
     const int t = cu.back(), ns = int(c.lengths.size());
-    std::vector<double> q(size_t(t) * c.h * c.d), k(size_t(t) * c.hkv * c.d), v(k.size()),
-        g(q.size());
+    std::vector<double> q(size_t(t) * c.h * c.d), k(size_t(t) * c.hkv * c.d), v(k.size()), g(q.size());
     for (auto* x : {&q, &k, &v, &g})
       for (double& e : *x) e = nd(rng);
     std::vector<double> out(q.size()), lse(size_t(t) * c.h);
-    AttentionForwardT<double>(p, q.data(), k.data(), v.data(), cu.data(), ns, out.data(),
-                              lse.data());
+    AttentionForwardT<double>(p, q.data(), k.data(), v.data(), cu.data(), ns, out.data(), lse.data());
     std::vector<double> out_dense(q.size()), lse_dense(lse.size());
     DenseForward(p, q, k, v, cu, &out_dense, &lse_dense);
     for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], out_dense[i], 1e-12);
     for (size_t i = 0; i < lse.size(); ++i) ASSERT_NEAR(lse[i], lse_dense[i], 1e-12);
 
     std::vector<double> dq(q.size()), dk(k.size()), dv(k.size());
-    AttentionBackwardT<double>(p, q.data(), k.data(), v.data(), out.data(), g.data(),
-                               lse.data(), cu.data(), ns, t, dq.data(), dk.data(),
-                               dv.data());
+    AttentionBackwardT<double>(p, q.data(), k.data(), v.data(), out.data(), g.data(), lse.data(), cu.data(), ns, t,
+                               dq.data(), dk.data(), dv.data());
     auto loss = [&]() {
       std::vector<double> o(q.size()), l(lse.size());
-      AttentionForwardT<double>(p, q.data(), k.data(), v.data(), cu.data(), ns, o.data(),
-                                l.data());
+      AttentionForwardT<double>(p, q.data(), k.data(), v.data(), cu.data(), ns, o.data(), l.data());
       double s = 0;
       for (size_t i = 0; i < o.size(); ++i) s += o[i] * g[i];
       return s;
     };
     const double eps = 1e-5;
-    auto check = [&](std::vector<double>& x, const std::vector<double>& grad,
-                     const char* name) {
+    auto check = [&](std::vector<double>& x, const std::vector<double>& grad, const char* name) {
       double max_err = 0, max_ref = 0;
       for (size_t i = 0; i < x.size(); ++i) {
         const double saved = x[i];
@@ -136,8 +126,8 @@ TEST(AttentionRefGradcheck, ForwardMatchesDenseAndBackwardMatchesFiniteDifferenc
         max_ref = std::max(max_ref, std::fabs(fd));
       }
       EXPECT_LE(max_err, 1e-7 * std::max(1.0, max_ref))
-          << name << " lengths " << c.lengths.size() << " H" << c.h << " Hkv" << c.hkv
-          << " window " << c.window << (c.causal ? " causal" : " full");
+          << name << " lengths " << c.lengths.size() << " H" << c.h << " Hkv" << c.hkv << " window " << c.window
+          << (c.causal ? " causal" : " full");
     };
     check(q, dq, "dq");
     check(k, dk, "dk");
@@ -163,8 +153,8 @@ TEST(AttentionRefGradcheck, DecodeMatchesForwardInDouble) {
     AttentionForwardT<double>(p, q.data(), k.data(), v.data(), cu, 1, out.data(), lse.data());
     std::vector<double> dec(size_t(n_new) * H * D);
     const int32_t cache_len = len;
-    DecodeAttentionT<double>(p, q.data() + size_t(len - n_new) * H * D, 1, n_new, k.data(),
-                             v.data(), cap, &cache_len, dec.data());
+    DecodeAttentionT<double>(p, q.data() + size_t(len - n_new) * H * D, 1, n_new, k.data(), v.data(), cap, &cache_len,
+                             dec.data());
     for (size_t i = 0; i < dec.size(); ++i) {
       ASSERT_NEAR(dec[i], out[size_t(len - n_new) * H * D + i], 1e-12);
     }

@@ -89,8 +89,7 @@ Extra MeasureInChild(int t, int h, int hkv, int d) {
     p.num_kv_heads = hkv;
     p.head_dim = d;
     const size_t nq = size_t(t) * h * d, nk = size_t(t) * hkv * d;
-    std::vector<float> q(nq), k(nk), v(nk), dout(nq), out(nq), lse(size_t(t) * h), dq(nq),
-        dk(nk), dv(nk);
+    std::vector<float> q(nq), k(nk), v(nk), dout(nq), out(nq), lse(size_t(t) * h), dq(nq), dk(nk), dv(nk);
     uint32_t s = 1;
     for (auto* x : {&q, &k, &v, &dout}) {
       for (float& e : *x) {
@@ -104,8 +103,8 @@ Extra MeasureInChild(int t, int h, int hkv, int d) {
     const int64_t live0 = g_live.load();
     g_peak.store(live0);
     cpu::attention_forward(p, q.data(), k.data(), v.data(), cu, 1, t, out.data(), lse.data());
-    cpu::attention_backward(p, q.data(), k.data(), v.data(), out.data(), dout.data(),
-                            lse.data(), cu, 1, t, dq.data(), dk.data(), dv.data());
+    cpu::attention_backward(p, q.data(), k.data(), v.data(), out.data(), dout.data(), lse.data(), cu, 1, t, dq.data(),
+                            dk.data(), dv.data());
     Extra e;
     e.heap_bytes = g_peak.load() - live0;
     e.rss_kb = StatusKb("VmHWM") - rss0;
@@ -127,10 +126,11 @@ void CheckGrowth(int h, int hkv) {
   const Extra large = MeasureInChild(4096, h, hkv, d);
   ASSERT_GE(small.heap_bytes, 0);
   ASSERT_GE(large.heap_bytes, 0);
-  std::printf("H=%d Hkv=%d D=%d: extra heap %lld B (T=1024) -> %lld B (T=4096); "
-              "extra RSS %lld kB -> %lld kB\n",
-              h, hkv, d, (long long)small.heap_bytes, (long long)large.heap_bytes,
-              (long long)small.rss_kb, (long long)large.rss_kb);
+  std::printf(
+      "H=%d Hkv=%d D=%d: extra heap %lld B (T=1024) -> %lld B (T=4096); "
+      "extra RSS %lld kB -> %lld kB\n",
+      h, hkv, d, (long long)small.heap_bytes, (long long)large.heap_bytes, (long long)small.rss_kb,
+      (long long)large.rss_kb);
   // Heap: only O(T) (Delta [T, H]) and per-thread tiles; growth well under 16x.
   EXPECT_LE(large.heap_bytes, 5 * small.heap_bytes + (64 << 10));
   // One T x T fp32 matrix at T = 4096 is 64 MiB; we must stay far below it.

@@ -25,8 +25,7 @@ namespace {
 
 constexpr double kTol = 1e-5;
 
-double RelErr(const std::vector<float>& got, const std::vector<float>& want,
-              size_t n) {
+double RelErr(const std::vector<float>& got, const std::vector<float>& want, size_t n) {
   double diff = 0, ref = 0;
   for (size_t i = 0; i < n; ++i) {
     diff = std::max(diff, std::fabs(double(got[i]) - double(want[i])));
@@ -95,11 +94,9 @@ TEST(AttentionCpu, PaddingRowsGetZeroGradients) {
   const AttentionParams p = Params(c);
   std::vector<float> out(in.q.size()), lse(size_t(t) * c.h);
   std::vector<float> dq(in.q.size(), NAN), dk(in.k.size(), NAN), dv(in.k.size(), NAN);
-  cpu::attention_forward(p, in.q.data(), in.k.data(), in.v.data(), in.cu.data(),
-                         2, t, out.data(), lse.data());
-  cpu::attention_backward(p, in.q.data(), in.k.data(), in.v.data(), out.data(),
-                          in.dout.data(), lse.data(), in.cu.data(), 2, t,
-                          dq.data(), dk.data(), dv.data());
+  cpu::attention_forward(p, in.q.data(), in.k.data(), in.v.data(), in.cu.data(), 2, t, out.data(), lse.data());
+  cpu::attention_backward(p, in.q.data(), in.k.data(), in.v.data(), out.data(), in.dout.data(), lse.data(),
+                          in.cu.data(), 2, t, dq.data(), dk.data(), dv.data());
   for (size_t i = size_t(in.t) * c.h * c.d; i < dq.size(); ++i) ASSERT_EQ(dq[i], 0.f);
   for (size_t i = size_t(in.t) * c.hkv * c.d; i < dk.size(); ++i) {
     ASSERT_EQ(dk[i], 0.f);
@@ -117,11 +114,8 @@ TEST(AttentionCpu, DecodeMatchesForwardRows) {
     int n_new, h, hkv, d, window;
   };
   const std::vector<DecodeCase> cases = {
-      {{1, 17, 70, 130}, 1, 8, 2, 64, -1},
-      {{3, 64, 129}, 3, 4, 4, 32, -1},
-      {{40, 100}, 2, 8, 1, 128, 16},
-      {{5, 200}, 4, 16, 2, 64, 100},
-      {{66}, 1, 2, 1, 20, 1},
+      {{1, 17, 70, 130}, 1, 8, 2, 64, -1}, {{3, 64, 129}, 3, 4, 4, 32, -1}, {{40, 100}, 2, 8, 1, 128, 16},
+      {{5, 200}, 4, 16, 2, 64, 100},       {{66}, 1, 2, 1, 20, 1},
   };
   uint32_t seed = 7;
   for (const DecodeCase& dc : cases) {
@@ -149,20 +143,15 @@ TEST(AttentionCpu, DecodeMatchesForwardRows) {
       for (float& x : v) x = nd(rng);
       std::copy(k.begin(), k.end(), kc.begin() + size_t(b) * cap * Hkv * D);
       std::copy(v.begin(), v.end(), vc.begin() + size_t(b) * cap * Hkv * D);
-      std::copy(q.end() - size_t(n_new) * H * D, q.end(),
-                qd.begin() + size_t(b) * n_new * H * D);
+      std::copy(q.end() - size_t(n_new) * H * D, q.end(), qd.begin() + size_t(b) * n_new * H * D);
       std::vector<float> out(q.size()), lse(size_t(len) * H);
       const int32_t cu[2] = {0, len};
-      ref::attention_forward(p, q.data(), k.data(), v.data(), cu, 1, len,
-                             out.data(), lse.data());
-      std::copy(out.end() - size_t(n_new) * H * D, out.end(),
-                want.begin() + size_t(b) * n_new * H * D);
+      ref::attention_forward(p, q.data(), k.data(), v.data(), cu, 1, len, out.data(), lse.data());
+      std::copy(out.end() - size_t(n_new) * H * D, out.end(), want.begin() + size_t(b) * n_new * H * D);
     }
     std::vector<float> got(qd.size(), NAN), got_ref(qd.size(), NAN);
-    cpu::decode_attention(p, qd.data(), batch, n_new, kc.data(), vc.data(), cap,
-                          cache_len.data(), got.data());
-    ref::decode_attention(p, qd.data(), batch, n_new, kc.data(), vc.data(), cap,
-                          cache_len.data(), got_ref.data());
+    cpu::decode_attention(p, qd.data(), batch, n_new, kc.data(), vc.data(), cap, cache_len.data(), got.data());
+    ref::decode_attention(p, qd.data(), batch, n_new, kc.data(), vc.data(), cap, cache_len.data(), got_ref.data());
     EXPECT_LE(RelErr(got, want, want.size()), kTol) << "cpu decode vs forward";
     EXPECT_LE(RelErr(got_ref, want, want.size()), kTol) << "ref decode vs forward";
   }

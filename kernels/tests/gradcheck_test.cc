@@ -60,26 +60,21 @@ TEST(GradCheck, Matmul) {
       const double alpha = 0.7;
       Vec c(m * n);
       auto loss = [&] {
-        ref::matmul<double>(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb,
-                            0.0, c.data(), n);
+        ref::matmul<double>(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, 0.0, c.data(), n);
         return Dot(c, r);
       };
       Vec da(a.size()), db(b.size());
       // dA: [m,k] = alpha dC op(B)^T, or stored [k,m] = alpha op(B) dC^T.
       if (!ta) {
-        ref::matmul<double>(false, !tb, m, k, n, alpha, r.data(), n, b.data(), ldb,
-                            0.0, da.data(), k);
+        ref::matmul<double>(false, !tb, m, k, n, alpha, r.data(), n, b.data(), ldb, 0.0, da.data(), k);
       } else {
-        ref::matmul<double>(tb, true, k, m, n, alpha, b.data(), ldb, r.data(), n,
-                            0.0, da.data(), m);
+        ref::matmul<double>(tb, true, k, m, n, alpha, b.data(), ldb, r.data(), n, 0.0, da.data(), m);
       }
       // dB: [k,n] = alpha op(A)^T dC, or stored [n,k] = alpha dC^T op(A).
       if (!tb) {
-        ref::matmul<double>(!ta, false, k, n, m, alpha, a.data(), lda, r.data(), n,
-                            0.0, db.data(), n);
+        ref::matmul<double>(!ta, false, k, n, m, alpha, a.data(), lda, r.data(), n, 0.0, db.data(), n);
       } else {
-        ref::matmul<double>(true, ta, n, k, m, alpha, r.data(), n, a.data(), lda,
-                            0.0, db.data(), k);
+        ref::matmul<double>(true, ta, n, k, m, alpha, r.data(), n, a.data(), lda, 0.0, db.data(), k);
       }
       EXPECT_LE(RelErr(da, NumericGrad(a, loss)), kTol) << ta << tb;
       EXPECT_LE(RelErr(db, NumericGrad(b, loss)), kTol) << ta << tb;
@@ -116,8 +111,7 @@ TEST(GradCheck, RmsNorm) {
     };
     loss();
     Vec dx(x.size()), dw(c, 0.0);
-    ref::rmsnorm_backward<double>(r.data(), x.data(), w.data(), rstd.data(), t, c,
-                                  dx.data(), dw.data());
+    ref::rmsnorm_backward<double>(r.data(), x.data(), w.data(), rstd.data(), t, c, dx.data(), dw.data());
     EXPECT_LE(RelErr(dx, NumericGrad(x, loss)), kTol) << c;
     EXPECT_LE(RelErr(dw, NumericGrad(w, loss)), kTol) << c;
   }
@@ -187,13 +181,11 @@ TEST(GradCheck, LmHeadLogprobs) {
   Vec dlogp = RandomVec<double>(t, 63);
   Vec logp(t), ent(t);
   auto loss = [&] {
-    ref::lm_head_logprobs_forward<double>(h.data(), w.data(), tg.data(), t, c, v,
-                                          logp.data(), ent.data());
+    ref::lm_head_logprobs_forward<double>(h.data(), w.data(), tg.data(), t, c, v, logp.data(), ent.data());
     return Dot(logp, dlogp);
   };
   Vec dh(h.size()), dw(w.size(), 0.0);
-  ref::lm_head_logprobs_backward<double>(h.data(), w.data(), tg.data(), dlogp.data(), t,
-                                         c, v, dh.data(), dw.data());
+  ref::lm_head_logprobs_backward<double>(h.data(), w.data(), tg.data(), dlogp.data(), t, c, v, dh.data(), dw.data());
   EXPECT_LE(RelErr(dh, NumericGrad(h, loss)), kTol);
   EXPECT_LE(RelErr(dw, NumericGrad(w, loss)), kTol);
   // The entropy output itself: -sum p log p of an explicit softmax.

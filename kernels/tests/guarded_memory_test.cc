@@ -79,10 +79,8 @@ TEST(GuardedMemoryTest, AllocateAlignFreeCoalesce) {
   EXPECT_EQ(mem.allocated_bytes(), mem.capacity());
   EXPECT_TRUE(mem.ok());
   EXPECT_EQ(mem.Allocate(256), nullptr);  // exhausted
-  EXPECT_TRUE(mem.ok());  // not sticky: free something and retry
-  EXPECT_NE(mem.last_error().find("out of memory allocating 256"),
-            std::string::npos)
-      << mem.last_error();
+  EXPECT_TRUE(mem.ok());                  // not sticky: free something and retry
+  EXPECT_NE(mem.last_error().find("out of memory allocating 256"), std::string::npos) << mem.last_error();
   mem.Free(all);
   EXPECT_EQ(mem.allocated_bytes(), 0u);
   void* again = mem.Allocate(256);  // the retry succeeds
@@ -171,13 +169,10 @@ TEST_F(GuardedDeathTest, HostPointerToOpAborts) {
   auto mem = MakeGuardedMemory(kCap);
   auto ops = MakeGuardedOps(MakeCpuOps(1), mem.get());
   std::vector<float> host(16, 1.f);
-  EXPECT_DEATH(ops->scale(host.data(), 2.f, host.size()),
-               "guarded: scale x: .* is not a device pointer");
+  EXPECT_DEATH(ops->scale(host.data(), 2.f, host.size()), "guarded: scale x: .* is not a device pointer");
   DeviceArray<float> d = Up<float>(mem.get(), host);
-  EXPECT_DEATH(ops->add_inplace(d.data(), host.data(), 16),
-               "guarded: add_inplace x: .* is not a device pointer");
-  EXPECT_DEATH(mem->CopyToDevice(host.data(), d.data(), 16),
-               "CopyToDevice src: .* is a device pointer");
+  EXPECT_DEATH(ops->add_inplace(d.data(), host.data(), 16), "guarded: add_inplace x: .* is not a device pointer");
+  EXPECT_DEATH(mem->CopyToDevice(host.data(), d.data(), 16), "CopyToDevice src: .* is a device pointer");
 }
 
 TEST_F(GuardedDeathTest, UseAfterFreeAndOutOfBoundsAbort) {
@@ -185,12 +180,10 @@ TEST_F(GuardedDeathTest, UseAfterFreeAndOutOfBoundsAbort) {
   auto ops = MakeGuardedOps(MakeCpuOps(1), mem.get());
   float* p = static_cast<float*>(mem->Allocate(100 * sizeof(float)));
   mem->SetZero(p, 100 * sizeof(float));
-  EXPECT_DEATH(ops->sum_squares(p, 101),
-               "sum_squares g: .* not inside a live allocation");
+  EXPECT_DEATH(ops->sum_squares(p, 101), "sum_squares g: .* not inside a live allocation");
   EXPECT_DEATH(ops->sum_squares(p + 50, 51), "not inside a live allocation");
   std::vector<float> big(101);
-  EXPECT_DEATH(mem->CopyToHost(big.data(), p, big.size() * sizeof(float)),
-               "CopyToHost src");
+  EXPECT_DEATH(mem->CopyToHost(big.data(), p, big.size() * sizeof(float)), "CopyToHost src");
   mem->Free(p);
   EXPECT_DEATH(ops->scale(p, 2.f, 100), "use after free");
   EXPECT_DEATH(mem->Free(p), "double free");
@@ -226,8 +219,7 @@ TEST_F(GuardedDeathTest, TwoThreadsInOneOpsInstanceAbort) {
 TEST(GuardedOpsTest, Name) {
   auto mem = MakeGuardedMemory(kCap);
   auto guarded = MakeGuardedOps(MakeCpuOps(1), mem.get());
-  EXPECT_EQ(std::string(guarded->name()),
-            std::string("guarded(") + MakeCpuOps(1)->name() + ")");
+  EXPECT_EQ(std::string(guarded->name()), std::string("guarded(") + MakeCpuOps(1)->name() + ")");
 }
 
 }  // namespace

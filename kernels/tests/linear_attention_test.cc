@@ -40,19 +40,15 @@ TEST_P(LinearAttentionGradcheck, ReferenceBackwardMatchesFiniteDifferences) {
   p.key_dim = s.dk;
   p.value_dim = s.dv;
   const size_t rows = size_t(tt) * s.h, ns = size_t(nseq) * s.h * s.dk * s.dv;
-  std::vector<double> q = RandomVec<double>(rows * s.dk, 1),
-                      k = RandomVec<double>(rows * s.dk, 2),
-                      v = RandomVec<double>(rows * s.dv, 3),
-                      g = RandomVec<double>(rows, 4, -1.0, 0.0),
-                      init = RandomVec<double>(ns, 5),
-                      gout = RandomVec<double>(rows * s.dv, 6),
+  std::vector<double> q = RandomVec<double>(rows * s.dk, 1), k = RandomVec<double>(rows * s.dk, 2),
+                      v = RandomVec<double>(rows * s.dv, 3), g = RandomVec<double>(rows, 4, -1.0, 0.0),
+                      init = RandomVec<double>(ns, 5), gout = RandomVec<double>(rows * s.dv, 6),
                       gfin = RandomVec<double>(ns, 7);
   const double* gp = s.decay ? g.data() : nullptr;
   const double* ip = s.state ? init.data() : nullptr;
   auto loss = [&]() {
     std::vector<double> out(rows * s.dv), fin(ns);
-    ref::LinearAttentionForwardT<double>(p, q.data(), k.data(), v.data(), gp,
-                                         cu.data(), nseq, ip, out.data(),
+    ref::LinearAttentionForwardT<double>(p, q.data(), k.data(), v.data(), gp, cu.data(), nseq, ip, out.data(),
                                          fin.data());
     double l = 0;
     for (size_t i = 0; i < out.size(); ++i) l += out[i] * gout[i];
@@ -60,14 +56,11 @@ TEST_P(LinearAttentionGradcheck, ReferenceBackwardMatchesFiniteDifferences) {
       for (size_t i = 0; i < ns; ++i) l += fin[i] * gfin[i];
     return l;
   };
-  std::vector<double> dq(q.size()), dk(k.size()), dv(v.size()), dg(rows),
-      dinit(ns);
-  ref::LinearAttentionBackwardT<double>(
-      p, q.data(), k.data(), v.data(), gp, cu.data(), nseq, ip, gout.data(),
-      s.state ? gfin.data() : nullptr, dq.data(), dk.data(), dv.data(),
-      s.decay ? dg.data() : nullptr, s.state ? dinit.data() : nullptr);
-  auto check = [&](std::vector<double>& x, const std::vector<double>& grad,
-                   const char* name) {
+  std::vector<double> dq(q.size()), dk(k.size()), dv(v.size()), dg(rows), dinit(ns);
+  ref::LinearAttentionBackwardT<double>(p, q.data(), k.data(), v.data(), gp, cu.data(), nseq, ip, gout.data(),
+                                        s.state ? gfin.data() : nullptr, dq.data(), dk.data(), dv.data(),
+                                        s.decay ? dg.data() : nullptr, s.state ? dinit.data() : nullptr);
+  auto check = [&](std::vector<double>& x, const std::vector<double>& grad, const char* name) {
     std::vector<double> fd(x.size());
     const double h = 1e-5;
     for (size_t i = 0; i < x.size(); ++i) {
@@ -88,13 +81,10 @@ TEST_P(LinearAttentionGradcheck, ReferenceBackwardMatchesFiniteDifferences) {
   if (s.state) check(init, dinit, "d_initial_state");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, LinearAttentionGradcheck,
-    ::testing::Values(Shape{{1}, 1, 2, 3, true, false},
-                      Shape{{4}, 2, 3, 2, true, true},
-                      Shape{{3, 0, 5}, 2, 2, 3, true, true},
-                      Shape{{6}, 1, 3, 3, false, true},
-                      Shape{{5, 2}, 1, 4, 2, false, false}));
+INSTANTIATE_TEST_SUITE_P(Shapes, LinearAttentionGradcheck,
+                         ::testing::Values(Shape{{1}, 1, 2, 3, true, false}, Shape{{4}, 2, 3, 2, true, true},
+                                           Shape{{3, 0, 5}, 2, 2, 3, true, true}, Shape{{6}, 1, 3, 3, false, true},
+                                           Shape{{5, 2}, 1, 4, 2, false, false}));
 
 // Token-by-token decode with the state updated in place equals one chunked
 // forward over the sequences (lengths beyond one 64-token chunk).
@@ -109,13 +99,12 @@ TEST(LinearAttentionDecode, StepsEqualChunkedForward) {
   p.value_dim = dv;
   std::vector<int32_t> cu{0, lens[0], lens[0] + lens[1]};
   const int tt = cu.back();
-  auto q = RandomVec(size_t(tt) * H * dk, 11), k = RandomVec(q.size(), 12),
-       v = RandomVec(size_t(tt) * H * dv, 13), g = RandomVec(size_t(tt) * H, 14, -0.3, 0);
+  auto q = RandomVec(size_t(tt) * H * dk, 11), k = RandomVec(q.size(), 12), v = RandomVec(size_t(tt) * H * dv, 13),
+       g = RandomVec(size_t(tt) * H, 14, -0.3, 0);
   const size_t ns = size_t(nseq) * H * dk * dv;
   auto init = RandomVec(ns, 15);
   std::vector<float> out(size_t(tt) * H * dv), fin(ns);
-  ops->linear_attention_forward(p, q.data(), k.data(), v.data(), g.data(),
-                                cu.data(), nseq, tt, init.data(), out.data(),
+  ops->linear_attention_forward(p, q.data(), k.data(), v.data(), g.data(), cu.data(), nseq, tt, init.data(), out.data(),
                                 fin.data());
   // Decode: every step feeds one token of each unfinished sequence.
   std::vector<float> state = init, step_out(size_t(tt) * H * dv, NAN);
@@ -124,10 +113,8 @@ TEST(LinearAttentionDecode, StepsEqualChunkedForward) {
       if (step >= lens[b]) continue;
       const size_t row = size_t(cu[b] + step) * H;
       const int32_t one[2] = {0, 1};
-      ops->linear_attention_forward(p, q.data() + row * dk, k.data() + row * dk,
-                                    v.data() + row * dv, g.data() + row, one, 1, 1,
-                                    state.data() + size_t(b) * H * dk * dv,
-                                    step_out.data() + row * dv,
+      ops->linear_attention_forward(p, q.data() + row * dk, k.data() + row * dk, v.data() + row * dv, g.data() + row,
+                                    one, 1, 1, state.data() + size_t(b) * H * dk * dv, step_out.data() + row * dv,
                                     state.data() + size_t(b) * H * dk * dv);
     }
   }

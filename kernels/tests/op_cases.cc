@@ -73,11 +73,11 @@ std::vector<float> AsFloats(const std::vector<T>& v) {
 
 // ---------------------------------------------------------------- matmul --
 void AddMatmul(Table& t) {
-  struct Shape { int m, n, k; };
-  const Shape shapes[] = {{1, 1, 1},     {7, 13, 5},     {33, 17, 129},
-                          {64, 64, 64},  {1, 300, 513},  {128, 96, 1024},
-                          {17, 1, 2048}, {5, 33, 4099},  {17, 33, 29},
-                          {128, 96, 64}, {257, 129, 65}, {512, 1024, 256}};
+  struct Shape {
+    int m, n, k;
+  };
+  const Shape shapes[] = {{1, 1, 1},     {7, 13, 5},    {33, 17, 129}, {64, 64, 64},  {1, 300, 513},  {128, 96, 1024},
+                          {17, 1, 2048}, {5, 33, 4099}, {17, 33, 29},  {128, 96, 64}, {257, 129, 65}, {512, 1024, 256}};
   uint64_t seed = 1;
   for (const Shape& s : shapes) {
     for (int ta = 0; ta < 2; ++ta) {
@@ -85,25 +85,20 @@ void AddMatmul(Table& t) {
         for (int ab = 0; ab < 2; ++ab) {
           // beta 0 must ignore C, even NaN; padded leading dimensions.
           const float alpha = ab ? 0.5f : 1.f, beta = ab ? 1.5f : 0.f;
-          t.push_back({"matmul",
-                       Fmt("m%d n%d k%d ta%d tb%d alpha%.1f beta%.1f", s.m, s.n,
-                           s.k, ta, tb, alpha, beta),
+          t.push_back({"matmul", Fmt("m%d n%d k%d ta%d tb%d alpha%.1f beta%.1f", s.m, s.n, s.k, ta, tb, alpha, beta),
                        [=](Ops& ops, DeviceMemory& mem, Ops&) {
-                         const int lda = (ta ? s.m : s.k) + 3,
-                                   ldb = (tb ? s.k : s.n) + 1, ldc = s.n + 2;
+                         const int lda = (ta ? s.m : s.k) + 3, ldb = (tb ? s.k : s.n) + 1, ldc = s.n + 2;
                          auto a = RandomVec(size_t(ta ? s.k : s.m) * lda, seed);
                          auto b = RandomVec(size_t(tb ? s.n : s.k) * ldb, seed + 1);
                          auto c = RandomVec(size_t(s.m) * ldc, seed + 2);
                          if (beta == 0.f) c.assign(c.size(), NAN);
                          Tensors d(mem);
                          float* dc = d.In(c);
-                         ops.matmul(ta, tb, s.m, s.n, s.k, alpha, d.In(a), lda,
-                                    d.In(b), ldb, beta, dc, ldc);
+                         ops.matmul(ta, tb, s.m, s.n, s.k, alpha, d.In(a), lda, d.In(b), ldb, beta, dc, ldc);
                          const auto got = d.Get(dc, c.size());
                          std::vector<float> stored;  // the n columns of each row
                          for (int i = 0; i < s.m; ++i)
-                           for (int j = 0; j < s.n; ++j)
-                             stored.push_back(got[size_t(i) * ldc + j]);
+                           for (int j = 0; j < s.n; ++j) stored.push_back(got[size_t(i) * ldc + j]);
                          return Outputs{{"c", Bound::kReduction, stored}};
                        }});
           seed += 3;
@@ -115,14 +110,14 @@ void AddMatmul(Table& t) {
 
 // ------------------------------------------------------------- embedding --
 void AddEmbedding(Table& t) {
-  struct Shape { int v, t, c; };
-  const Shape shapes[] = {{1, 1, 1},       {50, 5, 17},  {50, 300, 256},
-                          {7, 1000, 100},  {4096, 513, 64}, {97, 50, 33},
-                          {1000, 300, 256}, {5, 1, 7}};
+  struct Shape {
+    int v, t, c;
+  };
+  const Shape shapes[] = {{1, 1, 1},       {50, 5, 17},  {50, 300, 256},   {7, 1000, 100},
+                          {4096, 513, 64}, {97, 50, 33}, {1000, 300, 256}, {5, 1, 7}};
   uint64_t seed = 100;
   for (const Shape& s : shapes) {
-    t.push_back({"embedding", Fmt("V%d T%d C%d", s.v, s.t, s.c),
-                 [=](Ops& ops, DeviceMemory& mem, Ops&) {
+    t.push_back({"embedding", Fmt("V%d T%d C%d", s.v, s.t, s.c), [=](Ops& ops, DeviceMemory& mem, Ops&) {
                    auto table = RandomVec(size_t(s.v) * s.c, seed);
                    auto ids = RandomIds(s.t, 0, s.v - 1, seed + 1);  // repeats
                    auto dout = RandomVec(size_t(s.t) * s.c, seed + 2);
@@ -133,9 +128,8 @@ void AddEmbedding(Table& t) {
                    float* dt = d.In(dtable);
                    ops.embedding_forward(dids, s.t, d.In(table), s.c, out);
                    ops.embedding_backward(dids, s.t, d.In(dout), s.c, dt);
-                   return Outputs{
-                       {"out", Bound::kExact, d.Get(out, size_t(s.t) * s.c)},
-                       {"dtable", Bound::kReduction, d.Get(dt, dtable.size())}};
+                   return Outputs{{"out", Bound::kExact, d.Get(out, size_t(s.t) * s.c)},
+                                  {"dtable", Bound::kReduction, d.Get(dt, dtable.size())}};
                  }});
     seed += 4;
   }
@@ -143,25 +137,23 @@ void AddEmbedding(Table& t) {
 
 // --------------------------------------------------------------- rmsnorm --
 void AddRmsnorm(Table& t) {
-  struct Shape { int t, c; };
+  struct Shape {
+    int t, c;
+  };
   // No C = 1: there y = sign(x) w and dx is pure cancellation noise
   // (1 - x^2 / (x^2 + eps)), ill-conditioned in any precision.
-  const Shape shapes[] = {{1, 2},   {1, 7},     {3, 64},    {17, 100},
-                          {64, 256}, {33, 1000}, {5, 4097}, {2048, 33},
-                          {1, 8},   {7, 33},    {64, 1024}, {300, 512},
-                          {3, 1030}, {70, 96}};
+  const Shape shapes[] = {{1, 2},     {1, 7}, {3, 64}, {17, 100},  {64, 256},  {33, 1000}, {5, 4097},
+                          {2048, 33}, {1, 8}, {7, 33}, {64, 1024}, {300, 512}, {3, 1030},  {70, 96}};
   uint64_t seed = 200;
   for (const Shape& s : shapes) {
-    t.push_back({"rmsnorm", Fmt("T%d C%d", s.t, s.c),
-                 [=](Ops& ops, DeviceMemory& mem, Ops& ref) {
+    t.push_back({"rmsnorm", Fmt("T%d C%d", s.t, s.c), [=](Ops& ops, DeviceMemory& mem, Ops& ref) {
                    const size_t n = size_t(s.t) * s.c;
                    auto x = RandomVec(n, seed, -3, 3);
                    auto w = RandomVec(s.c, seed + 1, 0.5, 1.5);
                    auto dy = RandomVec(n, seed + 2);
-                   auto dw = RandomVec(s.c, seed + 3);  // accumulated into
+                   auto dw = RandomVec(s.c, seed + 3);      // accumulated into
                    std::vector<float> y_ref(n), rstd(s.t);  // backward's input
-                   ref.rmsnorm_forward(x.data(), w.data(), s.t, s.c, 1e-5f,
-                                       y_ref.data(), rstd.data());
+                   ref.rmsnorm_forward(x.data(), w.data(), s.t, s.c, 1e-5f, y_ref.data(), rstd.data());
                    Tensors d(mem);
                    const float *dx_in = d.In(x), *dw_in = d.In(w);
                    float* y = d.Unwritten(n);
@@ -169,8 +161,7 @@ void AddRmsnorm(Table& t) {
                    float* dx = d.Unwritten(n);
                    float* ddw = d.In(dw);
                    ops.rmsnorm_forward(dx_in, dw_in, s.t, s.c, 1e-5f, y, r);
-                   ops.rmsnorm_backward(d.In(dy), dx_in, dw_in, d.In(rstd),
-                                        s.t, s.c, dx, ddw);
+                   ops.rmsnorm_backward(d.In(dy), dx_in, dw_in, d.In(rstd), s.t, s.c, dx, ddw);
                    return Outputs{{"y", Bound::kReduction, d.Get(y, n)},
                                   {"rstd", Bound::kReduction, d.Get(r, s.t)},
                                   {"dx", Bound::kReduction, d.Get(dx, n)},
@@ -182,12 +173,10 @@ void AddRmsnorm(Table& t) {
 
 // ---------------------------------------------------------------- swiglu --
 void AddSwiglu(Table& t) {
-  const size_t sizes[] = {1, 7, 8, 9, 100, 1000, 3 * 4096 + 5, 100000,
-                          (size_t{1} << 20) + 3};
+  const size_t sizes[] = {1, 7, 8, 9, 100, 1000, 3 * 4096 + 5, 100000, (size_t{1} << 20) + 3};
   uint64_t seed = 300;
   for (size_t n : sizes) {
-    t.push_back({"swiglu", Fmt("n%zu", n),
-                 [=](Ops& ops, DeviceMemory& mem, Ops&) {
+    t.push_back({"swiglu", Fmt("n%zu", n), [=](Ops& ops, DeviceMemory& mem, Ops&) {
                    auto gate = RandomVec(n, seed, -12, 12);
                    if (n > 9) {  // saturated sigmoid on both sides
                      gate[0] = -100.f;
@@ -199,8 +188,7 @@ void AddSwiglu(Table& t) {
                    auto dh = RandomVec(n, seed + 2);
                    Tensors d(mem);
                    const float *g = d.In(gate), *u = d.In(up);
-                   float *h = d.Unwritten(n), *dg = d.Unwritten(n),
-                         *du = d.Unwritten(n);
+                   float *h = d.Unwritten(n), *dg = d.Unwritten(n), *du = d.Unwritten(n);
                    ops.swiglu_forward(g, u, n, h);
                    ops.swiglu_backward(d.In(dh), g, u, n, dg, du);
                    return Outputs{{"h", Bound::kElementwise, d.Get(h, n)},
@@ -214,36 +202,35 @@ void AddSwiglu(Table& t) {
 // -------------------------------------------------- add, scale, bias add --
 void AddElementwise(Table& t) {
   uint64_t seed = 400;
-  for (size_t n : {size_t{1}, size_t{7}, size_t{31}, size_t{100003},
-                   size_t{1} << 22}) {
-    t.push_back({"add_scale", Fmt("n%zu", n),
-                 [=](Ops& ops, DeviceMemory& mem, Ops&) {
-                   auto x = RandomVec(n, seed), y = RandomVec(n, seed + 1);
-                   Tensors d(mem);
-                   float* dy = d.In(y);
-                   ops.add_inplace(dy, d.In(x), n);
-                   auto added = d.Get(dy, n);
-                   ops.scale(dy, -0.37f, n);
-                   return Outputs{{"y+x", Bound::kElementwise, std::move(added)},
-                                  {"s*y", Bound::kElementwise, d.Get(dy, n)}};
-                 }});
+  for (size_t n : {size_t{1}, size_t{7}, size_t{31}, size_t{100003}, size_t{1} << 22}) {
+    t.push_back(
+        {"add_scale", Fmt("n%zu", n), [=](Ops& ops, DeviceMemory& mem, Ops&) {
+           auto x = RandomVec(n, seed), y = RandomVec(n, seed + 1);
+           Tensors d(mem);
+           float* dy = d.In(y);
+           ops.add_inplace(dy, d.In(x), n);
+           auto added = d.Get(dy, n);
+           ops.scale(dy, -0.37f, n);
+           return Outputs{{"y+x", Bound::kElementwise, std::move(added)}, {"s*y", Bound::kElementwise, d.Get(dy, n)}};
+         }});
     seed += 2;
   }
-  struct Shape { int rows, cols; };
-  for (Shape s : {Shape{1, 1}, Shape{7, 13}, Shape{300, 129}, Shape{1000, 64},
-                  Shape{2, 5000}, Shape{7, 33}, Shape{300, 1000}}) {
-    t.push_back({"bias", Fmt("rows%d cols%d", s.rows, s.cols),
-                 [=](Ops& ops, DeviceMemory& mem, Ops&) {
-                   const size_t n = size_t(s.rows) * s.cols;
-                   auto bias = RandomVec(s.cols, seed), y = RandomVec(n, seed + 1);
-                   auto db = RandomVec(s.cols, seed + 2);  // accumulated into
-                   Tensors d(mem);
-                   float *dy = d.In(y), *ddb = d.In(db);
-                   ops.add_bias(dy, d.In(bias), s.rows, s.cols);
-                   ops.bias_backward(dy, s.rows, s.cols, ddb);
-                   return Outputs{{"y", Bound::kElementwise, d.Get(dy, n)},
-                                  {"dbias", Bound::kReduction, d.Get(ddb, s.cols)}};
-                 }});
+  struct Shape {
+    int rows, cols;
+  };
+  for (Shape s :
+       {Shape{1, 1}, Shape{7, 13}, Shape{300, 129}, Shape{1000, 64}, Shape{2, 5000}, Shape{7, 33}, Shape{300, 1000}}) {
+    t.push_back(
+        {"bias", Fmt("rows%d cols%d", s.rows, s.cols), [=](Ops& ops, DeviceMemory& mem, Ops&) {
+           const size_t n = size_t(s.rows) * s.cols;
+           auto bias = RandomVec(s.cols, seed), y = RandomVec(n, seed + 1);
+           auto db = RandomVec(s.cols, seed + 2);  // accumulated into
+           Tensors d(mem);
+           float *dy = d.In(y), *ddb = d.In(db);
+           ops.add_bias(dy, d.In(bias), s.rows, s.cols);
+           ops.bias_backward(dy, s.rows, s.cols, ddb);
+           return Outputs{{"y", Bound::kElementwise, d.Get(dy, n)}, {"dbias", Bound::kReduction, d.Get(ddb, s.cols)}};
+         }});
     seed += 3;
   }
 }
@@ -256,28 +243,23 @@ void AddRope(Table& t) {
     double factor;
     int original_max, max_pos;
   };
-  const Shape shapes[] = {{1, 1, 2, RopeType::kDefault, 4.0, 64, 300},
-                          {5, 3, 8, RopeType::kLinear, 4.0, 64, 300},
-                          {17, 4, 64, RopeType::kDynamicNtk, 4.0, 64, 300},
-                          {64, 8, 128, RopeType::kYarn, 4.0, 64, 300},
-                          {33, 2, 96, RopeType::kDefault, 4.0, 64, 300},
-                          {13, 3, 32, RopeType::kDefault, 1.0, 32, 64},
-                          {13, 3, 64, RopeType::kLinear, 4.0, 32, 64},
-                          {40, 8, 128, RopeType::kYarn, 4.0, 32, 64},
-                          {1, 1, 2, RopeType::kDefault, 1.0, 32, 64}};
+  const Shape shapes[] = {
+      {1, 1, 2, RopeType::kDefault, 4.0, 64, 300},      {5, 3, 8, RopeType::kLinear, 4.0, 64, 300},
+      {17, 4, 64, RopeType::kDynamicNtk, 4.0, 64, 300}, {64, 8, 128, RopeType::kYarn, 4.0, 64, 300},
+      {33, 2, 96, RopeType::kDefault, 4.0, 64, 300},    {13, 3, 32, RopeType::kDefault, 1.0, 32, 64},
+      {13, 3, 64, RopeType::kLinear, 4.0, 32, 64},      {40, 8, 128, RopeType::kYarn, 4.0, 32, 64},
+      {1, 1, 2, RopeType::kDefault, 1.0, 32, 64}};
   uint64_t seed = 500;
   for (const Shape& s : shapes) {
     t.push_back({"rope",
-                 Fmt("T%d nh%d D%d type%d factor%.0f orig%d", s.t, s.nh, s.d,
-                     int(s.type), s.factor, s.original_max),
+                 Fmt("T%d nh%d D%d type%d factor%.0f orig%d", s.t, s.nh, s.d, int(s.type), s.factor, s.original_max),
                  [=](Ops& ops, DeviceMemory& mem, Ops&) {
                    RopeConfig cfg;
                    cfg.head_dim = s.d;
                    cfg.type = s.type;
                    cfg.factor = s.factor;
                    cfg.original_max_position = s.original_max;
-                   std::vector<float> cos(size_t(s.max_pos) * s.d / 2),
-                       sin(cos.size());
+                   std::vector<float> cos(size_t(s.max_pos) * s.d / 2), sin(cos.size());
                    rope_tables(cfg, s.max_pos, s.max_pos, cos.data(), sin.data());
                    auto pos = RandomIds(s.t, 0, s.max_pos - 1, seed);
                    const size_t n = size_t(s.t) * s.nh * s.d;
@@ -319,14 +301,22 @@ void AddAttention(Table& t) {
     float qk_std = 0.f;  // 0: uniform inputs
   };
   const Case cases[] = {
-      {{1}, 4, 4, 32, true, -1},        {{37, 64, 5}, 8, 2, 64, true, -1},
-      {{100, 29}, 8, 1, 128, true, 16}, {{130}, 4, 2, 64, false, -1},
-      {{65, 200}, 8, 8, 32, true, 33},  {{77, 3}, 4, 1, 48, true, -1},
-      {{70}, 2, 1, 256, true, -1},      {{129, 1, 64}, 8, 4, 128, true, -1},
-      {{50}, 2, 2, 16, false, 7},       {{1}, 2, 2, 32, true, -1},
-      {{37, 70, 5}, 4, 2, 64, true, -1}, {{100, 29}, 2, 1, 128, true, 16},
-      {{130}, 2, 1, 40, false, -1},     {{90}, 2, 2, 16, false, 7},
-      {{40}, 2, 1, 256, true, -1},      {{65, 3}, 8, 1, 32, true, 33},
+      {{1}, 4, 4, 32, true, -1},
+      {{37, 64, 5}, 8, 2, 64, true, -1},
+      {{100, 29}, 8, 1, 128, true, 16},
+      {{130}, 4, 2, 64, false, -1},
+      {{65, 200}, 8, 8, 32, true, 33},
+      {{77, 3}, 4, 1, 48, true, -1},
+      {{70}, 2, 1, 256, true, -1},
+      {{129, 1, 64}, 8, 4, 128, true, -1},
+      {{50}, 2, 2, 16, false, 7},
+      {{1}, 2, 2, 32, true, -1},
+      {{37, 70, 5}, 4, 2, 64, true, -1},
+      {{100, 29}, 2, 1, 128, true, 16},
+      {{130}, 2, 1, 40, false, -1},
+      {{90}, 2, 2, 16, false, 7},
+      {{40}, 2, 1, 256, true, -1},
+      {{65, 3}, 8, 1, 32, true, 33},
       // Lengths around the CPU's 64-row tiles, GQA 1-8, odd head dims,
       // empty sequences in a batch, a custom scale; sharp softmax rows.
       {{1}, 1, 1, 64, true, -1, 0.f, 1.5f},
@@ -359,8 +349,7 @@ void AddAttention(Table& t) {
       if (i > 0) shape += ",";
       shape += std::to_string(c.lens[i]);
     }
-    shape += Fmt(" H%d Hkv%d D%d %s w%d", c.h, c.hkv, c.d,
-                 c.causal ? "causal" : "full", c.window);
+    shape += Fmt(" H%d Hkv%d D%d %s w%d", c.h, c.hkv, c.d, c.causal ? "causal" : "full", c.window);
     if (c.scale != 0.f) shape += Fmt(" scale%.1f", c.scale);
     if (c.qk_std > 0.f) shape += Fmt(" normal%.1f", c.qk_std);
     t.push_back({"attention", shape, [=](Ops& ops, DeviceMemory& mem, Ops& ref) {
@@ -374,30 +363,21 @@ void AddAttention(Table& t) {
                    p.causal = c.causal;
                    p.window = c.window;
                    p.scale = c.scale;
-                   const size_t nq = size_t(tt) * c.h * c.d,
-                                nkv = size_t(tt) * c.hkv * c.d,
-                                nl = size_t(tt) * c.h;
+                   const size_t nq = size_t(tt) * c.h * c.d, nkv = size_t(tt) * c.hkv * c.d, nl = size_t(tt) * c.h;
                    const float vg_std = c.qk_std > 0.f ? 1.f : 0.f;
-                   auto q = AttnInput(nq, seed, c.qk_std),
-                        k = AttnInput(nkv, seed + 1, c.qk_std),
-                        v = AttnInput(nkv, seed + 2, vg_std),
-                        g = AttnInput(nq, seed + 3, vg_std);
+                   auto q = AttnInput(nq, seed, c.qk_std), k = AttnInput(nkv, seed + 1, c.qk_std),
+                        v = AttnInput(nkv, seed + 2, vg_std), g = AttnInput(nq, seed + 3, vg_std);
                    // The backward pass reads the reference's out and lse.
                    std::vector<float> out_ref(nq), lse_ref(nl);
-                   ref.attention_forward(p, q.data(), k.data(), v.data(),
-                                         cu.data(), nseq, tt, out_ref.data(),
+                   ref.attention_forward(p, q.data(), k.data(), v.data(), cu.data(), nseq, tt, out_ref.data(),
                                          lse_ref.data());
                    Tensors d(mem);
-                   const float *dq_in = d.In(q), *dk_in = d.In(k),
-                               *dv_in = d.In(v);
+                   const float *dq_in = d.In(q), *dk_in = d.In(k), *dv_in = d.In(v);
                    const int32_t* dcu = d.In(cu);
                    float *out = d.Unwritten(nq), *lse = d.Unwritten(nl);
-                   ops.attention_forward(p, dq_in, dk_in, dv_in, dcu, nseq, tt,
-                                         out, lse);
-                   float *dq = d.Unwritten(nq), *dk = d.Unwritten(nkv),
-                         *dv = d.Unwritten(nkv);
-                   ops.attention_backward(p, dq_in, dk_in, dv_in, d.In(out_ref),
-                                          d.In(g), d.In(lse_ref), dcu, nseq, tt,
+                   ops.attention_forward(p, dq_in, dk_in, dv_in, dcu, nseq, tt, out, lse);
+                   float *dq = d.Unwritten(nq), *dk = d.Unwritten(nkv), *dv = d.Unwritten(nkv);
+                   ops.attention_backward(p, dq_in, dk_in, dv_in, d.In(out_ref), d.In(g), d.In(lse_ref), dcu, nseq, tt,
                                           dq, dk, dv);
                    Outputs o{{"out", Bound::kReduction, d.Get(out, nq)},
                              {"lse", Bound::kReduction, d.Get(lse, nl)},
@@ -420,17 +400,14 @@ void AddDecode(Table& t) {
     int cap, h, hkv, d, n_new, window;
   };
   const std::vector<int32_t> a{5, 100, 300}, b{5, 100, 150};
-  const Case cases[] = {{a, 320, 8, 2, 64, 1, -1}, {a, 320, 8, 2, 64, 4, -1},
-                        {a, 320, 4, 1, 128, 1, 50}, {a, 320, 8, 8, 32, 3, 20},
-                        {a, 320, 2, 1, 256, 1, -1}, {b, 160, 4, 2, 64, 1, -1},
-                        {b, 160, 4, 2, 64, 3, -1},  {b, 160, 2, 1, 128, 1, 20},
-                        {b, 160, 2, 2, 48, 2, 9}};
+  const Case cases[] = {{a, 320, 8, 2, 64, 1, -1}, {a, 320, 8, 2, 64, 4, -1},  {a, 320, 4, 1, 128, 1, 50},
+                        {a, 320, 8, 8, 32, 3, 20}, {a, 320, 2, 1, 256, 1, -1}, {b, 160, 4, 2, 64, 1, -1},
+                        {b, 160, 4, 2, 64, 3, -1}, {b, 160, 2, 1, 128, 1, 20}, {b, 160, 2, 2, 48, 2, 9}};
   uint64_t seed = 700;
   for (const Case& c : cases) {
     t.push_back({"decode_attention",
-                 Fmt("lens%d,%d,%d cap%d new%d H%d Hkv%d D%d w%d", c.lens[0],
-                     c.lens[1], c.lens[2], c.cap, c.n_new, c.h, c.hkv, c.d,
-                     c.window),
+                 Fmt("lens%d,%d,%d cap%d new%d H%d Hkv%d D%d w%d", c.lens[0], c.lens[1], c.lens[2], c.cap, c.n_new, c.h,
+                     c.hkv, c.d, c.window),
                  [=](Ops& ops, DeviceMemory& mem, Ops&) {
                    const int batch = int(c.lens.size());
                    AttentionParams p;
@@ -440,12 +417,10 @@ void AddDecode(Table& t) {
                    p.window = c.window;
                    const size_t nq = size_t(batch) * c.n_new * c.h * c.d;
                    const size_t nc = size_t(batch) * c.cap * c.hkv * c.d;
-                   auto q = RandomVec(nq, seed), kc = RandomVec(nc, seed + 1),
-                        vc = RandomVec(nc, seed + 2);
+                   auto q = RandomVec(nq, seed), kc = RandomVec(nc, seed + 1), vc = RandomVec(nc, seed + 2);
                    Tensors d(mem);
                    float* out = d.Unwritten(nq);
-                   ops.decode_attention(p, d.In(q), batch, c.n_new, d.In(kc),
-                                        d.In(vc), c.cap, d.In(c.lens), out);
+                   ops.decode_attention(p, d.In(q), batch, c.n_new, d.In(kc), d.In(vc), c.cap, d.In(c.lens), out);
                    return Outputs{{"out", Bound::kReduction, d.Get(out, nq)}};
                  }});
     seed += 3;
@@ -468,8 +443,8 @@ void AddPaged(Table& t) {
   uint64_t seed = 1700;
   for (const Case& c : cases) {
     t.push_back({"paged_attention",
-                 Fmt("lens%zu new%d bs%d H%d Hkv%d D%d w%d %s", c.lens.size(), c.n_new, c.bs,
-                     c.h, c.hkv, c.d, c.window, c.bf16 ? "bf16" : "fp32"),
+                 Fmt("lens%zu new%d bs%d H%d Hkv%d D%d w%d %s", c.lens.size(), c.n_new, c.bs, c.h, c.hkv, c.d, c.window,
+                     c.bf16 ? "bf16" : "fp32"),
                  [=](Ops& ops, DeviceMemory& mem, Ops&) {
                    const int S = int(c.lens.size()), kd = c.hkv * c.d;
                    int max_blocks = 0;
@@ -557,9 +532,9 @@ void AddLinearAttention(Table& t) {
     std::vector<int> lens;
     int h, dk, dv;
     Decay decay;
-    bool state;        // initial state in, final state out, d_final in
+    bool state;             // initial state in, final state out, d_final in
     bool in_place = false;  // final_state aliases initial_state (decode)
-    int pad = 0;       // rows after the last sequence
+    int pad = 0;            // rows after the last sequence
     float scale = 0.f;
   };
   const Case cases[] = {
@@ -584,12 +559,10 @@ void AddLinearAttention(Table& t) {
       shape += std::to_string(c.lens[i]);
     }
     const char* decay[] = {"none", "per-head", "gate", "strong gate"};
-    shape += Fmt(" H%d Dk%d Dv%d decay %s%s%s pad%d", c.h, c.dk, c.dv,
-                 decay[c.decay], c.state ? " state" : "",
+    shape += Fmt(" H%d Dk%d Dv%d decay %s%s%s pad%d", c.h, c.dk, c.dv, decay[c.decay], c.state ? " state" : "",
                  c.in_place ? " in-place" : "", c.pad);
     if (c.scale != 0.f) shape += Fmt(" scale%.1f", c.scale);
-    t.push_back({"linear_attention", shape,
-                 [=](Ops& ops, DeviceMemory& mem, Ops&) {
+    t.push_back({"linear_attention", shape, [=](Ops& ops, DeviceMemory& mem, Ops&) {
                    std::vector<int32_t> cu{0};
                    for (int len : c.lens) cu.push_back(cu.back() + len);
                    const int nseq = int(c.lens.size()), tt = cu.back() + c.pad;
@@ -598,16 +571,14 @@ void AddLinearAttention(Table& t) {
                    p.key_dim = c.dk;
                    p.value_dim = c.dv;
                    p.scale = c.scale;
-                   const size_t rows = size_t(tt) * c.h, nq = rows * c.dk,
-                                nv = rows * c.dv,
+                   const size_t rows = size_t(tt) * c.h, nq = rows * c.dk, nv = rows * c.dv,
                                 ns = size_t(nseq) * c.h * c.dk * c.dv;
-                   auto q = RandomVec(nq, seed), k = RandomVec(nq, seed + 1),
-                        v = RandomVec(nv, seed + 2), dout = RandomVec(nv, seed + 3);
+                   auto q = RandomVec(nq, seed), k = RandomVec(nq, seed + 1), v = RandomVec(nv, seed + 2),
+                        dout = RandomVec(nv, seed + 3);
                    std::vector<float> g;
                    if (c.decay == kHead) {
                      g.resize(rows);
-                     for (size_t r = 0; r < rows; ++r)
-                       g[r] = std::log(1.f - std::exp2(-5.f - float(r % c.h)));
+                     for (size_t r = 0; r < rows; ++r) g[r] = std::log(1.f - std::exp2(-5.f - float(r % c.h)));
                    } else if (c.decay == kGate || c.decay == kStrong) {
                      g = RandomVec(rows, seed + 4, c.decay == kGate ? -0.5 : -4.0, 0.0);
                    }
@@ -617,32 +588,25 @@ void AddLinearAttention(Table& t) {
                      dfin = RandomVec(ns, seed + 6);
                    }
                    Tensors d(mem);
-                   const float *dq_in = d.In(q), *dk_in = d.In(k),
-                               *dv_in = d.In(v), *dg_in = d.In(g);
+                   const float *dq_in = d.In(q), *dk_in = d.In(k), *dv_in = d.In(v), *dg_in = d.In(g);
                    const int32_t* dcu = d.In(cu);
                    float* out = d.Unwritten(nv);
                    float* dinit = d.In(init);
                    float* fin = c.in_place ? dinit : (c.state ? d.Unwritten(ns) : nullptr);
-                   ops.linear_attention_forward(p, dq_in, dk_in, dv_in, dg_in, dcu,
-                                                nseq, tt, dinit, out, fin);
-                   Outputs o{{"out", Bound::kReduction,
-                              d.Get(out, size_t(cu.back()) * c.h * c.dv)}};
+                   ops.linear_attention_forward(p, dq_in, dk_in, dv_in, dg_in, dcu, nseq, tt, dinit, out, fin);
+                   Outputs o{{"out", Bound::kReduction, d.Get(out, size_t(cu.back()) * c.h * c.dv)}};
                    if (c.state) o.push_back({"final_state", Bound::kReduction, d.Get(fin, ns)});
                    // The backward reads the initial state as it was.
                    const float* init2 = d.In(init);
-                   float *dq = d.Unwritten(nq), *dk = d.Unwritten(nq),
-                         *dv = d.Unwritten(nv),
-                         *dg = g.empty() ? nullptr : d.Unwritten(rows),
-                         *dinit2 = c.state ? d.Unwritten(ns) : nullptr;
-                   ops.linear_attention_backward(p, dq_in, dk_in, dv_in, dg_in, dcu,
-                                                 nseq, tt, init2, d.In(dout),
+                   float *dq = d.Unwritten(nq), *dk = d.Unwritten(nq), *dv = d.Unwritten(nv),
+                         *dg = g.empty() ? nullptr : d.Unwritten(rows), *dinit2 = c.state ? d.Unwritten(ns) : nullptr;
+                   ops.linear_attention_backward(p, dq_in, dk_in, dv_in, dg_in, dcu, nseq, tt, init2, d.In(dout),
                                                  d.In(dfin), dq, dk, dv, dg, dinit2);
                    o.push_back({"dq", Bound::kReduction, d.Get(dq, nq)});
                    o.push_back({"dk", Bound::kReduction, d.Get(dk, nq)});
                    o.push_back({"dv", Bound::kReduction, d.Get(dv, nv)});
                    if (dg != nullptr) o.push_back({"dg", Bound::kReduction, d.Get(dg, rows)});
-                   if (c.state)
-                     o.push_back({"d_initial_state", Bound::kReduction, d.Get(dinit2, ns)});
+                   if (c.state) o.push_back({"d_initial_state", Bound::kReduction, d.Get(dinit2, ns)});
                    return o;
                  }});
     seed += 7;
@@ -670,49 +634,45 @@ void AddSparseDecode(Table& t) {
       if (i > 0) lens += ",";
       lens += std::to_string(c.lens[i]);
     }
-    t.push_back({"sparse_decode",
-                 Fmt("lens%s cap%d H%d Hkv%d D%d block%d top%d sink%d recent%d",
-                     lens.c_str(), c.cap, c.h, c.hkv, c.d, c.bs, c.topk, c.sinks,
-                     c.recent),
-                 [=](Ops& ops, DeviceMemory& mem, Ops&) {
-                   const int batch = int(c.lens.size());
-                   AttentionParams p;
-                   p.num_heads = c.h;
-                   p.num_kv_heads = c.hkv;
-                   p.head_dim = c.d;
-                   SparseDecodeParams s{c.bs, c.topk, c.sinks, c.recent};
-                   const size_t nq = size_t(batch) * c.h * c.d;
-                   const size_t nc = size_t(batch) * c.cap * c.hkv * c.d;
-                   const size_t ns = size_t(batch) * ((c.cap + c.bs - 1) / c.bs) *
-                                     c.hkv * 2 * c.d;
-                   auto q = AttnInput(nq, seed, 1.5f), kc = AttnInput(nc, seed + 1, 1.5f),
-                        vc = RandomVec(nc, seed + 2);
-                   Tensors d(mem);
-                   const float* dk = d.In(kc);
-                   const int32_t* dl = d.In(c.lens);
-                   float* sum = d.Unwritten(ns);
-                   ops.key_block_summaries(p, batch, dk, c.cap, dl, c.bs, 0, sum);
-                   float* out = d.Unwritten(nq);
-                   ops.sparse_decode_attention(p, s, d.In(q), batch, dk, d.In(vc), c.cap,
-                                               dl, sum, out);
-                   return Outputs{{"summaries", Bound::kExact, d.Get(sum, ns)},
-                                  {"out", Bound::kReduction, d.Get(out, nq)}};
-                 }});
+    t.push_back(
+        {"sparse_decode",
+         Fmt("lens%s cap%d H%d Hkv%d D%d block%d top%d sink%d recent%d", lens.c_str(), c.cap, c.h, c.hkv, c.d, c.bs,
+             c.topk, c.sinks, c.recent),
+         [=](Ops& ops, DeviceMemory& mem, Ops&) {
+           const int batch = int(c.lens.size());
+           AttentionParams p;
+           p.num_heads = c.h;
+           p.num_kv_heads = c.hkv;
+           p.head_dim = c.d;
+           SparseDecodeParams s{c.bs, c.topk, c.sinks, c.recent};
+           const size_t nq = size_t(batch) * c.h * c.d;
+           const size_t nc = size_t(batch) * c.cap * c.hkv * c.d;
+           const size_t ns = size_t(batch) * ((c.cap + c.bs - 1) / c.bs) * c.hkv * 2 * c.d;
+           auto q = AttnInput(nq, seed, 1.5f), kc = AttnInput(nc, seed + 1, 1.5f), vc = RandomVec(nc, seed + 2);
+           Tensors d(mem);
+           const float* dk = d.In(kc);
+           const int32_t* dl = d.In(c.lens);
+           float* sum = d.Unwritten(ns);
+           ops.key_block_summaries(p, batch, dk, c.cap, dl, c.bs, 0, sum);
+           float* out = d.Unwritten(nq);
+           ops.sparse_decode_attention(p, s, d.In(q), batch, dk, d.In(vc), c.cap, dl, sum, out);
+           return Outputs{{"summaries", Bound::kExact, d.Get(sum, ns)}, {"out", Bound::kReduction, d.Get(out, nq)}};
+         }});
     seed += 3;
   }
 }
 
 // --------------------------------------------------------------- lm head --
 void AddLmHead(Table& t) {
-  struct Shape { int t, c, v, chunk; };
-  const Shape shapes[] = {{1, 1, 1, 1},       {1, 3, 2, 4},       {3, 16, 5, 2},
-                          {17, 37, 100, 7},   {40, 64, 1000, 64}, {9, 33, 5000, 4},
-                          {64, 24, 4099, 16}, {2, 8, 17, 1},      {37, 64, 1000, 16},
-                          {64, 128, 5003, 64}, {1, 8, 3, 4},      {9, 16, 301, 9}};
+  struct Shape {
+    int t, c, v, chunk;
+  };
+  const Shape shapes[] = {{1, 1, 1, 1},       {1, 3, 2, 4},        {3, 16, 5, 2},      {17, 37, 100, 7},
+                          {40, 64, 1000, 64}, {9, 33, 5000, 4},    {64, 24, 4099, 16}, {2, 8, 17, 1},
+                          {37, 64, 1000, 16}, {64, 128, 5003, 64}, {1, 8, 3, 4},       {9, 16, 301, 9}};
   uint64_t seed = 800;
   for (const Shape& s : shapes) {
-    t.push_back({"lm_head", Fmt("T%d C%d V%d chunk%d", s.t, s.c, s.v, s.chunk),
-                 [=](Ops& ops, DeviceMemory& mem, Ops&) {
+    t.push_back({"lm_head", Fmt("T%d C%d V%d chunk%d", s.t, s.c, s.v, s.chunk), [=](Ops& ops, DeviceMemory& mem, Ops&) {
                    auto h = RandomVec(size_t(s.t) * s.c, seed);
                    auto w = RandomVec(size_t(s.v) * s.c, seed + 1, -0.6, 0.6);
                    auto tg = RandomIds(s.t, 0, s.v - 1, seed + 2);
@@ -721,28 +681,22 @@ void AddLmHead(Table& t) {
                      tg[2] = s.v;   // out of range: also no target
                    }
                    auto dlogp = RandomVec(s.t, seed + 3);
-                   for (int i = 0; i < s.t; i += 3) dlogp[i] = 0.f;  // untrained
+                   for (int i = 0; i < s.t; i += 3) dlogp[i] = 0.f;     // untrained
                    auto dw = RandomVec(w.size(), seed + 4, -0.1, 0.1);  // += into
                    Tensors d(mem);
                    const float *dh_in = d.In(h), *dw_in = d.In(w);
                    const int32_t* dtg = d.In(tg);
                    float* scratch = d.Unwritten(size_t(s.chunk) * s.v);
-                   float *lp = d.Unwritten(s.t), *en = d.Unwritten(s.t),
-                         *lp_only = d.Unwritten(s.t);
-                   ops.lm_head_logprobs_forward(dh_in, dw_in, dtg, s.t, s.c, s.v,
-                                                s.chunk, scratch, lp, en);
-                   ops.lm_head_logprobs_forward(dh_in, dw_in, dtg, s.t, s.c, s.v,
-                                                s.chunk, scratch, lp_only, nullptr);
+                   float *lp = d.Unwritten(s.t), *en = d.Unwritten(s.t), *lp_only = d.Unwritten(s.t);
+                   ops.lm_head_logprobs_forward(dh_in, dw_in, dtg, s.t, s.c, s.v, s.chunk, scratch, lp, en);
+                   ops.lm_head_logprobs_forward(dh_in, dw_in, dtg, s.t, s.c, s.v, s.chunk, scratch, lp_only, nullptr);
                    float *dh = d.Unwritten(h.size()), *ddw = d.In(dw);
-                   ops.lm_head_logprobs_backward(dh_in, dw_in, dtg, d.In(dlogp),
-                                                 s.t, s.c, s.v, s.chunk, scratch,
-                                                 dh, ddw);
+                   ops.lm_head_logprobs_backward(dh_in, dw_in, dtg, d.In(dlogp), s.t, s.c, s.v, s.chunk, scratch, dh,
+                                                 ddw);
                    Outputs o{{"logp", Bound::kReduction, d.Get(lp, s.t)}};
                    // V = 1: every entropy is 0 up to rounding noise.
-                   if (s.v > 1)
-                     o.push_back({"entropy", Bound::kReduction, d.Get(en, s.t)});
-                   o.push_back({"logp (no entropy)", Bound::kReduction,
-                                d.Get(lp_only, s.t)});
+                   if (s.v > 1) o.push_back({"entropy", Bound::kReduction, d.Get(en, s.t)});
+                   o.push_back({"logp (no entropy)", Bound::kReduction, d.Get(lp_only, s.t)});
                    o.push_back({"dh", Bound::kReduction, d.Get(dh, h.size())});
                    o.push_back({"dw", Bound::kReduction, d.Get(ddw, w.size())});
                    return o;
@@ -750,29 +704,24 @@ void AddLmHead(Table& t) {
     seed += 5;
   }
   // No token trained: dh is exactly 0 and dw exactly unchanged.
-  t.push_back({"lm_head", "T10 C8 V50 chunk4 all dlogp 0",
-               [](Ops& ops, DeviceMemory& mem, Ops&) {
+  t.push_back({"lm_head", "T10 C8 V50 chunk4 all dlogp 0", [](Ops& ops, DeviceMemory& mem, Ops&) {
                  const int tt = 10, c = 8, v = 50, chunk = 4;
                  auto h = RandomVec(tt * c, 1), w = RandomVec(v * c, 2);
                  auto tg = RandomIds(tt, 0, v - 1, 3);
                  auto dw = RandomVec(v * c, 4);
                  Tensors d(mem);
                  float *dh = d.Unwritten(tt * c), *ddw = d.In(dw);
-                 ops.lm_head_logprobs_backward(
-                     d.In(h), d.In(w), d.In(tg), d.In(std::vector<float>(tt, 0.f)),
-                     tt, c, v, chunk, d.Unwritten(chunk * v), dh, ddw);
-                 return Outputs{{"dh", Bound::kExact, d.Get(dh, tt * c)},
-                                {"dw", Bound::kExact, d.Get(ddw, v * c)}};
+                 ops.lm_head_logprobs_backward(d.In(h), d.In(w), d.In(tg), d.In(std::vector<float>(tt, 0.f)), tt, c, v,
+                                               chunk, d.Unwritten(chunk * v), dh, ddw);
+                 return Outputs{{"dh", Bound::kExact, d.Get(dh, tt * c)}, {"dw", Bound::kExact, d.Get(ddw, v * c)}};
                }});
 }
 
 // ------------------------------------------------------------- optimizer --
 void AddOptimizer(Table& t) {
   uint64_t seed = 900;
-  for (size_t n : {size_t{0}, size_t{1}, size_t{17}, size_t{3001},
-                   size_t{100003}, size_t{1000003}, size_t{1} << 20}) {
-    t.push_back({"sum_squares", Fmt("n%zu", n),
-                 [=](Ops& ops, DeviceMemory& mem, Ops&) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{17}, size_t{3001}, size_t{100003}, size_t{1000003}, size_t{1} << 20}) {
+    t.push_back({"sum_squares", Fmt("n%zu", n), [=](Ops& ops, DeviceMemory& mem, Ops&) {
                    auto g = RandomVec(n, seed, -3, 3);
                    Tensors d(mem);
                    Output o{"sum", Bound::kDoubleSum, {}};
@@ -788,17 +737,13 @@ void AddOptimizer(Table& t) {
     float lr, beta2, wd;
     bool update;  // compare p - p0 too (needs |dp| >> ulp(p): lr 0.05)
   };
-  const Case cases[] = {{1, 1, 3, 0.05f, 0.95f, 0.1f, true},
-                        {7, 1, 3, 0.05f, 0.95f, 0.1f, true},
-                        {8, 1, 3, 0.05f, 0.95f, 0.1f, true},
-                        {100003, 1, 3, 0.05f, 0.95f, 0.1f, true},
-                        {10007, 1, 1, 1e-3f, 0.95f, 0.1f, false},
-                        {10007, 10, 1, 1e-3f, 0.95f, 0.1f, false},
+  const Case cases[] = {{1, 1, 3, 0.05f, 0.95f, 0.1f, true},      {7, 1, 3, 0.05f, 0.95f, 0.1f, true},
+                        {8, 1, 3, 0.05f, 0.95f, 0.1f, true},      {100003, 1, 3, 0.05f, 0.95f, 0.1f, true},
+                        {10007, 1, 1, 1e-3f, 0.95f, 0.1f, false}, {10007, 10, 1, 1e-3f, 0.95f, 0.1f, false},
                         {3001, 3, 1, 1e-3f, 0.999f, 0.01f, false}};
   for (const Case& c : cases) {
     t.push_back({"adamw",
-                 Fmt("n%zu steps%lld-%lld lr%g beta2 %g wd%g", c.n,
-                     (long long)c.first_step,
+                 Fmt("n%zu steps%lld-%lld lr%g beta2 %g wd%g", c.n, (long long)c.first_step,
                      (long long)(c.first_step + c.steps - 1), c.lr, c.beta2, c.wd),
                  [=](Ops& ops, DeviceMemory& mem, Ops&) {
                    auto p = RandomVec(c.n, seed), m = RandomVec(c.n, seed + 1, -0.1, 0.1),
@@ -807,8 +752,7 @@ void AddOptimizer(Table& t) {
                    float *dp = d.In(p), *dm = d.In(m), *dv = d.In(v);
                    for (int s = 0; s < c.steps; ++s) {
                      auto g = RandomVec(c.n, seed + 3 + s);
-                     ops.adamw_step(dp, d.In(g), dm, dv, c.n, c.lr, 0.9f, c.beta2,
-                                    1e-8f, c.wd, c.first_step + s);
+                     ops.adamw_step(dp, d.In(g), dm, dv, c.n, c.lr, 0.9f, c.beta2, 1e-8f, c.wd, c.first_step + s);
                    }
                    auto p1 = d.Get(dp, c.n);
                    Outputs o{{"p", Bound::kElementwise, p1},
@@ -834,24 +778,22 @@ void AddSampling(Table& t) {
   uint64_t seed = 1000;
   for (int v : {1, 7, 300, 5003, 151936}) {
     for (float temp : {0.f, 0.7f, 1.f, 1.3f}) {
-      t.push_back({"sample_logits", Fmt("rows64 v%d temperature %.1f", v, temp),
-                   [=](Ops& ops, DeviceMemory& mem, Ops&) {
-                     const int rows = 64;
-                     auto logits = RandomVec(size_t(rows) * v, seed, -8, 8);
-                     for (int i = 0; i < v; ++i) logits[size_t(5) * v + i] = 0.5f;
-                     auto u = RandomVec<double>(rows, seed + 1, 0, 1);
-                     u[0] = 0.0;
-                     u[1] = 0.9999999;
-                     Tensors d(mem);
-                     int32_t* ids = d.In(std::vector<int32_t>(rows, -7));
-                     float *lp = d.Unwritten(rows), *raw = d.Unwritten(rows);
-                     ops.sample_logits(d.In(logits), rows, v, temp, d.In(u), ids,
-                                       lp, raw);
-                     return Outputs{
-                         {"ids", Bound::kExact, AsFloats(d.Get(ids, rows))},
-                         {"logp_sample", Bound::kReduction, d.Get(lp, rows)},
-                         {"logp_raw", Bound::kReduction, d.Get(raw, rows)}};
-                   }});
+      t.push_back(
+          {"sample_logits", Fmt("rows64 v%d temperature %.1f", v, temp), [=](Ops& ops, DeviceMemory& mem, Ops&) {
+             const int rows = 64;
+             auto logits = RandomVec(size_t(rows) * v, seed, -8, 8);
+             for (int i = 0; i < v; ++i) logits[size_t(5) * v + i] = 0.5f;
+             auto u = RandomVec<double>(rows, seed + 1, 0, 1);
+             u[0] = 0.0;
+             u[1] = 0.9999999;
+             Tensors d(mem);
+             int32_t* ids = d.In(std::vector<int32_t>(rows, -7));
+             float *lp = d.Unwritten(rows), *raw = d.Unwritten(rows);
+             ops.sample_logits(d.In(logits), rows, v, temp, d.In(u), ids, lp, raw);
+             return Outputs{{"ids", Bound::kExact, AsFloats(d.Get(ids, rows))},
+                            {"logp_sample", Bound::kReduction, d.Get(lp, rows)},
+                            {"logp_raw", Bound::kReduction, d.Get(raw, rows)}};
+           }});
       seed += 2;
     }
   }
@@ -859,17 +801,13 @@ void AddSampling(Table& t) {
 
 // fp32 <-> bf16: bit for bit, NaN, Inf, denormals and ties included.
 void AddConvert(Table& t) {
-  t.push_back({"bf16", "n1000003 with specials",
-               [](Ops& ops, DeviceMemory& mem, Ops& ref) {
+  t.push_back({"bf16", "n1000003 with specials", [](Ops& ops, DeviceMemory& mem, Ops& ref) {
                  const size_t n = 1000003;
                  auto x = RandomVec(n, 1100, -1e3, 1e3);
-                 const uint32_t specials[] = {
-                     0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u,
-                     0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x00000001u,
-                     0x807fffffu, 0x3f808000u, 0x3f818000u, 0x7f7fffffu,
-                     0x7f7f8000u, 0x00008000u, 0x00018000u};
-                 for (size_t i = 0; i < sizeof(specials) / 4; ++i)
-                   std::memcpy(&x[i * 7], &specials[i], 4);
+                 const uint32_t specials[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                              0xffc00001u, 0x7f800001u, 0x00000001u, 0x807fffffu, 0x3f808000u,
+                                              0x3f818000u, 0x7f7fffffu, 0x7f7f8000u, 0x00008000u, 0x00018000u};
+                 for (size_t i = 0; i < sizeof(specials) / 4; ++i) std::memcpy(&x[i * 7], &specials[i], 4);
                  std::vector<uint16_t> bits(n);  // bf16_to_float's input
                  ref.float_to_bf16(x.data(), bits.data(), n);
                  Tensors d(mem);
@@ -877,9 +815,8 @@ void AddConvert(Table& t) {
                  ops.float_to_bf16(d.In(x), y, n);
                  float* back = d.Unwritten(n);
                  ops.bf16_to_float(d.In(bits), back, n);
-                 return Outputs{
-                     {"float_to_bf16", Bound::kExact, AsFloats(d.Get(y, n))},
-                     {"bf16_to_float", Bound::kExact, d.Get(back, n)}};
+                 return Outputs{{"float_to_bf16", Bound::kExact, AsFloats(d.Get(y, n))},
+                                {"bf16_to_float", Bound::kExact, d.Get(back, n)}};
                }});
 }
 

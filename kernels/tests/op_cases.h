@@ -47,8 +47,7 @@ struct OpCase {
   std::string shape;
   // Runs the case on `ops` with tensors in `memory`; `ref` prepares inputs
   // that come from a forward pass. Returns the outputs to compare.
-  std::function<std::vector<Output>(Ops& ops, DeviceMemory& memory, Ops& ref)>
-      run;
+  std::function<std::vector<Output>(Ops& ops, DeviceMemory& memory, Ops& ref)> run;
 };
 
 // The table, built once.

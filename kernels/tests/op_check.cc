@@ -12,11 +12,16 @@ namespace tandem::kernels::testing {
 
 double BoundOf(Bound b, const Bounds& bounds) {
   switch (b) {
-    case Bound::kExact: return 0.0;
-    case Bound::kElementwise: return bounds.elementwise;
-    case Bound::kReduction: return bounds.reduction;
-    case Bound::kUpdate: return bounds.update;
-    case Bound::kDoubleSum: return bounds.double_sum;
+    case Bound::kExact:
+      return 0.0;
+    case Bound::kElementwise:
+      return bounds.elementwise;
+    case Bound::kReduction:
+      return bounds.reduction;
+    case Bound::kUpdate:
+      return bounds.update;
+    case Bound::kDoubleSum:
+      return bounds.double_sum;
   }
   return 0.0;
 }
@@ -31,8 +36,7 @@ double ErrorOf(const Output& got, const Output& want, const Bounds& bounds) {
   const size_t n = want.values.size();
   if (want.bound == Bound::kExact) {
     size_t mismatches = 0;
-    for (size_t i = 0; i < n; ++i)
-      mismatches += std::memcmp(&got.values[i], &want.values[i], sizeof(float)) != 0;
+    for (size_t i = 0; i < n; ++i) mismatches += std::memcmp(&got.values[i], &want.values[i], sizeof(float)) != 0;
     return static_cast<double>(mismatches);
   }
   double diff = 0, ref = 0;
@@ -63,43 +67,35 @@ const std::vector<Output>& ReferenceOutputs(size_t case_index) {
   return it->second;
 }
 
-std::vector<Output> RunOutputs(size_t case_index, TestBackend& backend,
-                               std::string* note) {
+std::vector<Output> RunOutputs(size_t case_index, TestBackend& backend, std::string* note) {
   auto ref = MakeReferenceOps();
-  std::vector<Output> got =
-      OpCases()[case_index].run(*backend.ops, *backend.memory, *ref);
+  std::vector<Output> got = OpCases()[case_index].run(*backend.ops, *backend.memory, *ref);
   *note = backend.error ? backend.error() : "";
   if (note->empty() && !backend.memory->ok()) *note = backend.memory->last_error();
   return got;
 }
 
-std::vector<Check> CompareWithReference(size_t case_index,
-                                        const std::vector<Output>& got,
-                                        const Bounds& bounds,
+std::vector<Check> CompareWithReference(size_t case_index, const std::vector<Output>& got, const Bounds& bounds,
                                         const std::string& note) {
   const std::vector<Output>& want = ReferenceOutputs(case_index);
   std::vector<Check> checks;
   for (size_t i = 0; i < want.size(); ++i) {
     Check c{want[i].name, INFINITY, BoundOf(want[i].bound, bounds), false, note};
-    if (i < got.size() && got[i].name == want[i].name)
-      c.err = ErrorOf(got[i], want[i], bounds);
+    if (i < got.size() && got[i].name == want[i].name) c.err = ErrorOf(got[i], want[i], bounds);
     c.pass = note.empty() && c.err <= c.bound;
     checks.push_back(c);
   }
   return checks;
 }
 
-std::vector<Check> CompareBits(const std::vector<Output>& got,
-                               const std::vector<Output>& want) {
+std::vector<Check> CompareBits(const std::vector<Output>& got, const std::vector<Output>& want) {
   std::vector<Check> checks;
   for (size_t i = 0; i < want.size(); ++i) {
     Check c{want[i].name + " bits", INFINITY, 0.0, false, ""};
     if (i < got.size() && got[i].name == want[i].name) {
       c.err = want[i].bound == Bound::kDoubleSum
-                  ? double(std::memcmp(&got[i].scalar, &want[i].scalar,
-                                       sizeof(double)) != 0)
-                  : ErrorOf(Output{"", Bound::kExact, got[i].values},
-                            Output{"", Bound::kExact, want[i].values}, {});
+                  ? double(std::memcmp(&got[i].scalar, &want[i].scalar, sizeof(double)) != 0)
+                  : ErrorOf(Output{"", Bound::kExact, got[i].values}, Output{"", Bound::kExact, want[i].values}, {});
     }
     c.pass = c.err == 0.0;
     checks.push_back(c);

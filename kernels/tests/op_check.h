@@ -59,18 +59,14 @@ double ErrorOf(const Output& got, const Output& want, const Bounds& bounds);
 const std::vector<Output>& ReferenceOutputs(size_t case_index);
 
 // Runs case i on `backend`; `note` gets an error the backend recorded.
-std::vector<Output> RunOutputs(size_t case_index, TestBackend& backend,
-                               std::string* note);
+std::vector<Output> RunOutputs(size_t case_index, TestBackend& backend, std::string* note);
 
 // Compares outputs with the reference's under the backend's bounds.
-std::vector<Check> CompareWithReference(size_t case_index,
-                                        const std::vector<Output>& got,
-                                        const Bounds& bounds,
+std::vector<Check> CompareWithReference(size_t case_index, const std::vector<Output>& got, const Bounds& bounds,
                                         const std::string& note);
 
 // Compares outputs bit for bit with another backend's (one check each).
-std::vector<Check> CompareBits(const std::vector<Output>& got,
-                               const std::vector<Output>& want);
+std::vector<Check> CompareBits(const std::vector<Output>& got, const std::vector<Output>& want);
 
 // RunOutputs, then CompareWithReference.
 std::vector<Check> RunCase(size_t case_index, TestBackend& backend);

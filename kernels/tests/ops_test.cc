@@ -29,8 +29,7 @@
 namespace tandem::kernels::testing {
 namespace {
 
-const char* const kBackends[] = {"cpu_2threads", "cpu_1thread", "cpu_guarded",
-                                 "cuda_emu"};
+const char* const kBackends[] = {"cpu_2threads", "cpu_1thread", "cpu_guarded", "cuda_emu"};
 
 TestBackend MakeBackend(const std::string& name) {
   TestBackend b;
@@ -67,10 +66,8 @@ class PrintTally : public ::testing::Environment {
  public:
   void TearDown() override {
     std::printf("max relative error vs reference:\n");
-    for (const auto& [label, err] : Seen().max_err)
-      std::printf("  %-44s %.2e\n", label.c_str(), err);
-    for (const auto& [backend, n] : Seen().checks)
-      std::printf("%s: %d checks\n", backend.c_str(), n);
+    for (const auto& [label, err] : Seen().max_err) std::printf("  %-44s %.2e\n", label.c_str(), err);
+    for (const auto& [backend, n] : Seen().checks) std::printf("%s: %d checks\n", backend.c_str(), n);
   }
 };
 const auto* const kPrintTally = ::testing::AddGlobalTestEnvironment(new PrintTally);
@@ -94,16 +91,14 @@ TEST_P(KernelOps, MatchReference) {
   TestBackend backend = MakeBackend(backend_name);
   // cpu_guarded wraps the 2-thread CPU backend: outputs equal it bit for bit.
   std::unique_ptr<TestBackend> twin;
-  if (backend_name == "cpu_guarded")
-    twin = std::make_unique<TestBackend>(MakeBackend("cpu_2threads"));
+  if (backend_name == "cpu_guarded") twin = std::make_unique<TestBackend>(MakeBackend("cpu_2threads"));
   int checks = 0;
   for (size_t i = 0; i < OpCases().size(); ++i) {
     const OpCase& c = OpCases()[i];
     if (c.op != op) continue;
     std::string note;
     const std::vector<Output> got = RunOutputs(i, backend, &note);
-    std::vector<Check> checks_of_case =
-        CompareWithReference(i, got, backend.bounds, note);
+    std::vector<Check> checks_of_case = CompareWithReference(i, got, backend.bounds, note);
     if (twin != nullptr) {  // the guarded device changes no bit
       std::string twin_note;
       const std::vector<Output> want = RunOutputs(i, *twin, &twin_note);
@@ -113,9 +108,8 @@ TEST_P(KernelOps, MatchReference) {
       ++checks;
       double& worst = Seen().max_err[backend_name + " " + op + "." + check.output];
       worst = std::max(worst, check.err);
-      EXPECT_TRUE(check.pass) << backend_name << " " << op << " " << c.shape
-                              << " " << check.output << ": error " << check.err
-                              << " > bound " << check.bound << " " << check.note;
+      EXPECT_TRUE(check.pass) << backend_name << " " << op << " " << c.shape << " " << check.output << ": error "
+                              << check.err << " > bound " << check.bound << " " << check.note;
     }
   }
   Seen().checks[backend_name] += checks;
@@ -124,8 +118,7 @@ TEST_P(KernelOps, MatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, KernelOps, ::testing::ValuesIn(Params()),
                          [](const ::testing::TestParamInfo<Param>& info) {
-                           return std::get<0>(info.param) + "_" +
-                                  std::get<1>(info.param);
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
                          });
 
 }  // namespace

@@ -29,8 +29,7 @@ struct Expected {
   double value;
 };
 
-void CheckInvFreq(const RopeConfig& cfg, int seq_len,
-                  const std::vector<Expected>& expected, double scaling) {
+void CheckInvFreq(const RopeConfig& cfg, int seq_len, const std::vector<Expected>& expected, double scaling) {
   std::vector<float> inv(cfg.head_dim / 2);
   float attn = 0.f;
   rope_inv_freq(cfg, seq_len, inv.data(), &attn);
@@ -43,9 +42,7 @@ void CheckInvFreq(const RopeConfig& cfg, int seq_len,
 TEST(RopeInvFreq, Default) {
   RopeConfig cfg;
   cfg.head_dim = 8;
-  CheckInvFreq(cfg, 0,
-               {{0, 1.0}, {1, 0.10000000149011612}, {2, 0.009999999776482582},
-                {3, 0.0010000000474974513}},
+  CheckInvFreq(cfg, 0, {{0, 1.0}, {1, 0.10000000149011612}, {2, 0.009999999776482582}, {3, 0.0010000000474974513}},
                1.0);
 }
 
@@ -54,9 +51,7 @@ TEST(RopeInvFreq, Linear) {
   cfg.head_dim = 8;
   cfg.type = RopeType::kLinear;
   cfg.factor = 4.0;
-  CheckInvFreq(cfg, 0,
-               {{0, 0.25}, {1, 0.02500000037252903}, {2, 0.0024999999441206455},
-                {3, 0.0002500000118743628}},
+  CheckInvFreq(cfg, 0, {{0, 0.25}, {1, 0.02500000037252903}, {2, 0.0024999999441206455}, {3, 0.0002500000118743628}},
                1.0);
 }
 
@@ -67,13 +62,10 @@ TEST(RopeInvFreq, DynamicNtk) {
   cfg.factor = 2.0;
   cfg.original_max_position = 16;
   // seq_len 32 > 16: base = 1e4 * (2 * 32 / 16 - 1)^(8 / 6).
-  CheckInvFreq(cfg, 32,
-               {{0, 1.0}, {1, 0.06933612376451492}, {2, 0.0048074983060359955},
-                {3, 0.00033333332976326346}},
+  CheckInvFreq(cfg, 32, {{0, 1.0}, {1, 0.06933612376451492}, {2, 0.0048074983060359955}, {3, 0.00033333332976326346}},
                1.0);
   // seq_len below the original maximum: unscaled.
-  CheckInvFreq(cfg, 10,
-               {{1, 0.10000000149011612}, {3, 0.0010000000474974513}}, 1.0);
+  CheckInvFreq(cfg, 10, {{1, 0.10000000149011612}, {3, 0.0010000000474974513}}, 1.0);
 }
 
 TEST(RopeInvFreq, Yarn) {
@@ -169,12 +161,12 @@ TEST(RopeTables, YarnCosSinIncludeScaling) {
   };
   const Row rows[] = {
       {0, 1.13862943649292, 1.13862943649292, 1.13862943649292, 0, 0, 0},
-      {1, 0.6152041554450989, 1.1385934352874756, 1.13862943649292,
-       0.9581236243247986, 0.009051825851202011, 3.795967131736688e-05},
-      {7, 0.8584153056144714, 1.136866807937622, 1.13862943649292,
-       0.7480642795562744, 0.0633307471871376, 0.0002657177101355046},
-      {1000, 0.6403413414955139, -0.10897907614707947, 1.137996792793274,
-       0.9415094256401062, 1.1334022283554077, 0.03795263543725014},
+      {1, 0.6152041554450989, 1.1385934352874756, 1.13862943649292, 0.9581236243247986, 0.009051825851202011,
+       3.795967131736688e-05},
+      {7, 0.8584153056144714, 1.136866807937622, 1.13862943649292, 0.7480642795562744, 0.0633307471871376,
+       0.0002657177101355046},
+      {1000, 0.6403413414955139, -0.10897907614707947, 1.137996792793274, 0.9415094256401062, 1.1334022283554077,
+       0.03795263543725014},
   };
   for (const Row& r : rows) {
     const float* c = cos.data() + r.pos * half;
@@ -199,9 +191,8 @@ TEST(RopeApply, MatchesHfRotateHalf) {
   const float x0[4] = {1.f, 2.f, 3.f, 4.f};
   const int32_t pos = 3;
   const double a = 3.0, b = 0.03;  // position * inv_freq
-  const double expected[4] = {
-      1 * std::cos(a) - 3 * std::sin(a), 2 * std::cos(b) - 4 * std::sin(b),
-      3 * std::cos(a) + 1 * std::sin(a), 4 * std::cos(b) + 2 * std::sin(b)};
+  const double expected[4] = {1 * std::cos(a) - 3 * std::sin(a), 2 * std::cos(b) - 4 * std::sin(b),
+                              3 * std::cos(a) + 1 * std::sin(a), 4 * std::cos(b) + 2 * std::sin(b)};
   for (const auto& ops : Backends()) {
     float x[4] = {x0[0], x0[1], x0[2], x0[3]};
     ops->rope_apply(x, &pos, 1, 1, 4, cos.data(), sin.data(), false);

@@ -28,13 +28,11 @@ TEST(SparseDecode, AllBlocksEqualDenseDecode) {
   const std::vector<int32_t> lens{1, 333, 600};
   auto q = RandomVec(size_t(batch) * 8 * 64, 1), k = RandomVec(size_t(batch) * cap * 2 * 64, 2),
        v = RandomVec(k.size(), 3);
-  std::vector<float> sum(size_t(batch) * ((cap + bs - 1) / bs) * 2 * 2 * 64), dense(q.size()),
-      sparse(q.size());
+  std::vector<float> sum(size_t(batch) * ((cap + bs - 1) / bs) * 2 * 2 * 64), dense(q.size()), sparse(q.size());
   ops->key_block_summaries(p, batch, k.data(), cap, lens.data(), bs, 0, sum.data());
   ops->decode_attention(p, q.data(), batch, 1, k.data(), v.data(), cap, lens.data(), dense.data());
   SparseDecodeParams s{bs, 1000, 1, 2};
-  ops->sparse_decode_attention(p, s, q.data(), batch, k.data(), v.data(), cap, lens.data(),
-                               sum.data(), sparse.data());
+  ops->sparse_decode_attention(p, s, q.data(), batch, k.data(), v.data(), cap, lens.data(), sum.data(), sparse.data());
   EXPECT_LT(RelErr(sparse, dense), 1e-5);
 }
 
@@ -69,8 +67,7 @@ TEST(SparseDecode, FindsThePlantedBlock) {
   ops->key_block_summaries(p, 1, k.data(), cap, &len, bs, 0, sum.data());
   ops->decode_attention(p, q.data(), 1, 1, k.data(), v.data(), cap, &len, dense.data());
   SparseDecodeParams s{bs, 1, 1, 1};  // 3 blocks of 64 out of 64
-  ops->sparse_decode_attention(p, s, q.data(), 1, k.data(), v.data(), cap, &len, sum.data(),
-                               sparse.data());
+  ops->sparse_decode_attention(p, s, q.data(), 1, k.data(), v.data(), cap, &len, sum.data(), sparse.data());
   EXPECT_LT(RelErr(sparse, dense), 1e-2);
 }
 

@@ -11,8 +11,7 @@
 namespace tandem::kernels::testing {
 
 template <typename T = float>
-std::vector<T> RandomVec(size_t n, uint64_t seed, double lo = -1.0,
-                         double hi = 1.0) {
+std::vector<T> RandomVec(size_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> dist(lo, hi);
   std::vector<T> v(n);
@@ -20,8 +19,7 @@ std::vector<T> RandomVec(size_t n, uint64_t seed, double lo = -1.0,
   return v;
 }
 
-inline std::vector<int32_t> RandomIds(size_t n, int32_t lo, int32_t hi,
-                                      uint64_t seed) {
+inline std::vector<int32_t> RandomIds(size_t n, int32_t lo, int32_t hi, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int32_t> dist(lo, hi);
   std::vector<int32_t> v(n);

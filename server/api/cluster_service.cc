@@ -32,8 +32,8 @@ absl::StatusOr<std::string> ClusterService::Scope(const tandem::v1::StoreScope& 
   RETURN_IF_ERROR(CheckId("scope.job_id", scope.job_id()));
   RETURN_IF_ERROR(CheckRange("scope.generation", scope.generation(), 1, INT64_MAX));
   if (!jobs_->ScopeActive(scope.job_id(), scope.generation())) {
-    return absl::FailedPreconditionError(absl::StrCat("scope: job ", scope.job_id(), " generation ",
-                                                      scope.generation(), " is not running"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("scope: job ", scope.job_id(), " generation ", scope.generation(), " is not running"));
   }
   return KvStore::ScopeName(scope.job_id(), scope.generation());
 }
@@ -199,8 +199,8 @@ grpc::Status ClusterService::ReportPhase(grpc::ServerContext* ctx, const tandem:
         absl::InvalidArgumentError(absl::StrCat("failure.kind: unknown value ", req->failure().kind())));
   }
   if (!tandem::v1::RestoreSource_IsValid(req->setup().restore_source())) {
-    return ToGrpcStatus(
-        absl::InvalidArgumentError(absl::StrCat("setup.restore_source: unknown value ", req->setup().restore_source())));
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("setup.restore_source: unknown value ", req->setup().restore_source())));
   }
   TANDEM_RPC_CHECK(CheckMetrics("metrics", req->metrics()));
   if (req->values_size() > 256) return ToGrpcStatus(absl::InvalidArgumentError("values: at most 256 entries"));
@@ -240,8 +240,8 @@ grpc::Status ClusterService::StoreGet(grpc::ServerContext* ctx, const tandem::v1
   auto scope = StoreScopeFor(*ctx, req->scope());
   TANDEM_RPC_CHECK(scope.status());
   TANDEM_RPC_CHECK(CheckRange("timeout_ms", req->timeout_ms(), 0, kMaxStoreTimeoutMs));
-  auto value = kv_->Get(*scope, req->key(), req->timeout_ms(),
-                        [ctx, this] { return ctx->IsCancelled() || stopping_->load(); });
+  auto value =
+      kv_->Get(*scope, req->key(), req->timeout_ms(), [ctx, this] { return ctx->IsCancelled() || stopping_->load(); });
   TANDEM_RPC_CHECK(value.status());
   resp->set_value(*value);
   return grpc::Status::OK;
@@ -268,8 +268,8 @@ grpc::Status ClusterService::StoreWait(grpc::ServerContext* ctx, const tandem::v
     return ToGrpcStatus(absl::InvalidArgumentError("keys: between 1 and 1024 keys"));
   }
   std::vector<std::string> keys(req->keys().begin(), req->keys().end());
-  TANDEM_RPC_CHECK(kv_->Wait(*scope, keys, req->timeout_ms(),
-                             [ctx, this] { return ctx->IsCancelled() || stopping_->load(); }));
+  TANDEM_RPC_CHECK(
+      kv_->Wait(*scope, keys, req->timeout_ms(), [ctx, this] { return ctx->IsCancelled() || stopping_->load(); }));
   return grpc::Status::OK;
 }
 

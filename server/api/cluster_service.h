@@ -13,8 +13,8 @@
 
 #include "common/auth.h"
 #include "server/jobs/job_manager.h"
-#include "server/store/kv_store.h"
 #include "server/membership/membership.h"
+#include "server/store/kv_store.h"
 #include "tandem/v1/cluster.grpc.pb.h"
 #include "tandem/v1/config.pb.h"
 
@@ -24,8 +24,8 @@ class PhaseTimeline;
 
 class ClusterService final : public tandem::v1::Cluster::Service {
  public:
-  ClusterService(const tandem::v1::CoordinatorConfig& config, JobManager* jobs, Membership* membership,
-                 KvStore* kv, const common::TokenAuthenticator* auth, const std::atomic<bool>* stopping,
+  ClusterService(const tandem::v1::CoordinatorConfig& config, JobManager* jobs, Membership* membership, KvStore* kv,
+                 const common::TokenAuthenticator* auth, const std::atomic<bool>* stopping,
                  PhaseTimeline* timeline = nullptr)
       : config_(config),
         jobs_(jobs),

@@ -129,8 +129,7 @@ grpc::Status ControlService::GetJobLogs(grpc::ServerContext* ctx, const tandem::
   return grpc::Status::OK;
 }
 
-grpc::Status ControlService::ListCheckpoints(grpc::ServerContext* ctx,
-                                             const tandem::v1::ListCheckpointsRequest* req,
+grpc::Status ControlService::ListCheckpoints(grpc::ServerContext* ctx, const tandem::v1::ListCheckpointsRequest* req,
                                              tandem::v1::ListCheckpointsResponse* resp) {
   TANDEM_RPC_CHECK(auth_->Require(*ctx, common::Role::kAdmin));
   TANDEM_RPC_CHECK(CheckId("job_id", req->job_id()));

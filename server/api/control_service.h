@@ -21,8 +21,7 @@ class ControlService final : public tandem::v1::Control::Service {
 
   grpc::Status SubmitJob(grpc::ServerContext* ctx, const tandem::v1::SubmitJobRequest* req,
                          tandem::v1::SubmitJobResponse* resp) override;
-  grpc::Status GetJob(grpc::ServerContext* ctx, const tandem::v1::GetJobRequest* req,
-                      tandem::v1::Job* resp) override;
+  grpc::Status GetJob(grpc::ServerContext* ctx, const tandem::v1::GetJobRequest* req, tandem::v1::Job* resp) override;
   grpc::Status ListJobs(grpc::ServerContext* ctx, const tandem::v1::ListJobsRequest* req,
                         tandem::v1::ListJobsResponse* resp) override;
   grpc::Status CancelJob(grpc::ServerContext* ctx, const tandem::v1::CancelJobRequest* req,

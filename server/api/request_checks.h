@@ -46,9 +46,8 @@ inline absl::Status CheckLine(const std::string& field, const std::string& value
   RETURN_IF_ERROR(CheckText(field, value, max_bytes));
   for (unsigned char c : value) {
     if ((c < 0x20 && c != '\t') || c == 0x7f) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": control character 0x", absl::Hex(c, absl::kZeroPad2),
-                       " is not allowed (one line of text)"));
+      return absl::InvalidArgumentError(absl::StrCat(field, ": control character 0x", absl::Hex(c, absl::kZeroPad2),
+                                                     " is not allowed (one line of text)"));
     }
   }
   return absl::OkStatus();

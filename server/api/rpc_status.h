@@ -6,8 +6,8 @@
 #include "absl/status/status.h"
 #include "common/status_util.h"
 
-#define TANDEM_RPC_CHECK(expr)                                                   \
-  do {                                                                           \
-    ::absl::Status tandem_rpc_status_ = (expr);                                  \
+#define TANDEM_RPC_CHECK(expr)                                                               \
+  do {                                                                                       \
+    ::absl::Status tandem_rpc_status_ = (expr);                                              \
     if (!tandem_rpc_status_.ok()) return ::tandem::common::ToGrpcStatus(tandem_rpc_status_); \
   } while (0)

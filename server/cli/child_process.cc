@@ -57,7 +57,10 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(const ChildSpe
     const int err = errno;
     close(log_fd);
     if (null_fd >= 0) close(null_fd);
-    if (pipe_fds[0] >= 0) { close(pipe_fds[0]); close(pipe_fds[1]); }
+    if (pipe_fds[0] >= 0) {
+      close(pipe_fds[0]);
+      close(pipe_fds[1]);
+    }
     return absl::InternalError(absl::StrCat("fork: ", strerror(err)));
   }
   if (pid == 0) {
@@ -230,9 +233,9 @@ absl::StatusOr<std::string> FindProgram(const std::string& name, const std::stri
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
     const fs::path dir = self.parent_path();
-    for (const fs::path& p : {dir / name, dir.parent_path() / name,
-                              dir.parent_path().parent_path() / "worker" / "daemon" / name,
-                              dir.parent_path().parent_path() / "bin" / name}) {
+    for (const fs::path& p :
+         {dir / name, dir.parent_path() / name, dir.parent_path().parent_path() / "worker" / "daemon" / name,
+          dir.parent_path().parent_path() / "bin" / name}) {
       if (Executable(p)) return p.string();
     }
   }

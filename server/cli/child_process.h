@@ -44,10 +44,10 @@
 namespace tandem::cli {
 
 struct ChildSpec {
-  std::string path;                // executable
-  std::vector<std::string> args;   // without argv[0]
-  std::string log_file;            // stderr (+ stdout unless pipe_stdout)
-  bool pipe_stdout = false;        // read it through stdout_fd()
+  std::string path;               // executable
+  std::vector<std::string> args;  // without argv[0]
+  std::string log_file;           // stderr (+ stdout unless pipe_stdout)
+  bool pipe_stdout = false;       // read it through stdout_fd()
 };
 
 class ChildProcess {

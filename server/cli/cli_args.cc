@@ -76,8 +76,7 @@ absl::StatusOr<ParsedArgs> ParseArgs(const std::vector<std::string>& args, FlagS
   return out;
 }
 
-absl::StatusOr<long long> ParseInt(const std::string& flag, const std::string& text, long long lo,
-                                   long long hi) {
+absl::StatusOr<long long> ParseInt(const std::string& flag, const std::string& text, long long lo, long long hi) {
   errno = 0;
   char* end = nullptr;
   const long long v = std::strtoll(text.c_str(), &end, 10);

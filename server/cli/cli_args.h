@@ -16,8 +16,8 @@
 namespace tandem::cli {
 
 struct FlagSpec {
-  std::set<std::string> with_value;  // e.g. "set", "workers"
-  std::set<std::string> booleans;    // e.g. "follow", "local"
+  std::set<std::string> with_value;                // e.g. "set", "workers"
+  std::set<std::string> booleans;                  // e.g. "follow", "local"
   std::map<std::string, std::string> short_names;  // "f" -> "follow"
 };
 
@@ -26,9 +26,7 @@ struct ParsedArgs {
   std::map<std::string, std::vector<std::string>> values;
   std::set<std::string> set_booleans;
 
-  bool Has(const std::string& name) const {
-    return values.count(name) > 0 || set_booleans.count(name) > 0;
-  }
+  bool Has(const std::string& name) const { return values.count(name) > 0 || set_booleans.count(name) > 0; }
   // Last value given for name, or fallback.
   std::string Get(const std::string& name, const std::string& fallback = "") const;
   std::vector<std::string> GetAll(const std::string& name) const;
@@ -39,7 +37,6 @@ struct ParsedArgs {
 absl::StatusOr<ParsedArgs> ParseArgs(const std::vector<std::string>& args, FlagSpec spec);
 
 // Strict integer parse of a flag value, with a range.
-absl::StatusOr<long long> ParseInt(const std::string& flag, const std::string& text, long long lo,
-                                   long long hi);
+absl::StatusOr<long long> ParseInt(const std::string& flag, const std::string& text, long long lo, long long hi);
 
 }  // namespace tandem::cli

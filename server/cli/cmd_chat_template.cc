@@ -79,8 +79,7 @@ int CmdChatTemplate(const Args& args) {
       if (key != "messages") variables[key] = value;
     }
   } else {
-    return InputError(
-        absl::StrCat(messages_path, ": expected a list of messages or {\"messages\": [...], ...}"));
+    return InputError(absl::StrCat(messages_path, ": expected a list of messages or {\"messages\": [...], ...}"));
   }
 
   absl::StatusOr<chat_template::TokenizerChatTemplate> loaded = chat_template::LoadTokenizerChatTemplate(dir);

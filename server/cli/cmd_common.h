@@ -27,9 +27,8 @@ inline constexpr char kGlobalFlagsHelp[] =
 
 // Parses; on error prints it and sets *exit_code = 2; on --help prints usage
 // and sets *exit_code = 0. Returns nullopt in both cases.
-inline std::optional<ParsedArgs> ParseOrUsage(const std::vector<std::string>& args,
-                                              const FlagSpec& spec, const std::string& usage,
-                                              int* exit_code) {
+inline std::optional<ParsedArgs> ParseOrUsage(const std::vector<std::string>& args, const FlagSpec& spec,
+                                              const std::string& usage, int* exit_code) {
   auto parsed = ParseArgs(args, spec);
   if (!parsed.ok()) {
     std::cerr << "tandemctl: " << parsed.status().message() << "\n\n" << usage;

@@ -3,14 +3,14 @@
 
 #include <iostream>
 
-#include "worker/model/job_model.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "server/cli/cmd_common.h"
 #include "server/cli/commands.h"
 #include "server/cli/format.h"
 #include "server/cli/job_file.h"
+#include "worker/model/job_model.h"
 
 namespace tandem::cli {
 namespace v1 = tandem::v1;
@@ -54,8 +54,8 @@ int CmdSubmit(const Args& args) {
     std::cout << ToJson(resp) << "\n";
   } else {
     std::cout << resp.job_id() << "\n";
-    std::cerr << "submitted " << spec->name() << " as job " << resp.job_id()
-              << " (tandemctl watch " << resp.job_id() << ")\n";
+    std::cerr << "submitted " << spec->name() << " as job " << resp.job_id() << " (tandemctl watch " << resp.job_id()
+              << ")\n";
   }
   return kExitOk;
 }
@@ -78,8 +78,8 @@ int CmdValidate(const Args& args) {
   if (p->Get("output") == "json") {
     std::cout << ToJson(*spec) << "\n";
   } else {
-    std::cerr << p->positional[0] << ": ok (" << common::KindName(spec->kind()) << ", "
-              << spec->cluster().workers() << " worker(s), " << spec->train().steps() << " steps)\n";
+    std::cerr << p->positional[0] << ": ok (" << common::KindName(spec->kind()) << ", " << spec->cluster().workers()
+              << " worker(s), " << spec->train().steps() << " steps)\n";
     // What SubmitJob compares with the workers' memory.
     if (auto config = model::JobModelConfig(*spec); config.ok()) {
       std::cerr << "estimated memory per worker: " << model::EstimateJobMemory(*spec, *config).Describe() << "\n";
@@ -123,11 +123,13 @@ int CmdJobs(const Args& args) {
     for (const auto& j : resp.jobs()) std::cout << ToJson(j) << "\n";
     return kExitOk;
   }
-  std::vector<std::vector<std::string>> rows = {{"ID", "NAME", "KIND", "STATE", "STEP", "WORKERS", "CREATED", "REASON"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"ID", "NAME", "KIND", "STATE", "STEP", "WORKERS", "CREATED", "REASON"}};
   for (const auto& j : resp.jobs()) {
     rows.push_back({j.id(), j.spec().name(), KindName(j.spec().kind()), StateName(j.state()),
-                    absl::StrCat(j.step(), "/", j.total_steps()), absl::StrCat(j.worker_ids_size(), "/", j.spec().cluster().workers()),
-                    Age(j.created_at()), j.reason()});
+                    absl::StrCat(j.step(), "/", j.total_steps()),
+                    absl::StrCat(j.worker_ids_size(), "/", j.spec().cluster().workers()), Age(j.created_at()),
+                    j.reason()});
   }
   std::cout << Table(rows);
   return kExitOk;
@@ -157,7 +159,8 @@ int CmdStatus(const Args& args) {
   }
   const auto& m = job.latest();
   std::cout << "job:        " << job.id() << " (" << job.spec().name() << ", " << KindName(job.spec().kind()) << ")\n"
-            << "state:      " << StateName(job.state()) << (job.reason().empty() ? "" : "  (" + job.reason() + ")") << "\n"
+            << "state:      " << StateName(job.state()) << (job.reason().empty() ? "" : "  (" + job.reason() + ")")
+            << "\n"
             << "progress:   " << job.step() << "/" << job.total_steps() << "\n"
             << "workers:    " << job.worker_ids_size() << "/" << job.spec().cluster().workers() << " ("
             << common::DeviceName(job.spec().cluster().device()) << ")";
@@ -167,8 +170,7 @@ int CmdStatus(const Args& args) {
   const auto& rec = job.recovery();
   if (rec.degraded_logical_world() > 0) {
     std::cout << "degraded:   " << job.worker_ids_size() << " rank(s) compute " << rec.degraded_logical_world()
-              << " data shares since step " << rec.degraded_since_step()
-              << "; grows back when a worker is idle\n";
+              << " data shares since step " << rec.degraded_since_step() << "; grows back when a worker is idle\n";
   }
   if (rec.recoveries() > 0) {
     std::cout << "recoveries: " << rec.recoveries() << " (" << rec.steps_redone_total() << " steps redone"

@@ -76,8 +76,8 @@ int CmdWatch(const Args& args) {
     std::cout << ToJson(final_job) << "\n";
   } else {
     std::cout << "job " << final_job.id() << " " << StateName(final_job.state())
-              << (final_job.reason().empty() ? "" : ": " + final_job.reason()) << " (step "
-              << final_job.step() << "/" << final_job.total_steps() << ")\n";
+              << (final_job.reason().empty() ? "" : ": " + final_job.reason()) << " (step " << final_job.step() << "/"
+              << final_job.total_steps() << ")\n";
   }
   return ExitCodeForJob(final_job);
 }

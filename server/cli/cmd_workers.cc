@@ -3,8 +3,8 @@
 
 #include <iostream>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "server/cli/cmd_common.h"
 #include "server/cli/commands.h"
 #include "server/cli/format.h"
@@ -20,7 +20,8 @@ std::string DeviceText(v1::DeviceKind d) {
 }  // namespace
 
 int CmdWorkers(const Args& args) {
-  const std::string usage = "Usage: tandemctl workers\nLists registered workers and their state (IDLE, BUSY, DRAINING, LOST, GONE).\n";
+  const std::string usage =
+      "Usage: tandemctl workers\nLists registered workers and their state (IDLE, BUSY, DRAINING, LOST, GONE).\n";
   int code = 0;
   auto p = ParseOrUsage(args, {}, usage, &code);
   if (!p) return code;
@@ -40,10 +41,9 @@ int CmdWorkers(const Args& args) {
   const double now = NowUnix();
   for (const auto& w : resp.workers()) {
     rows.push_back({w.id(), w.name(), w.host(), absl::StrCat(DeviceText(w.device()), "x", w.device_count()),
-                    FormatBytes(w.memory_bytes()), WorkerStateName(w.state()),
-                    w.job_id().empty() ? "-" : w.job_id(), w.job_id().empty() ? "-" : absl::StrCat(w.rank()),
-                    w.last_heartbeat() > 0 ? FormatDuration(now - w.last_heartbeat()) + " ago" : "-",
-                    w.version()});
+                    FormatBytes(w.memory_bytes()), WorkerStateName(w.state()), w.job_id().empty() ? "-" : w.job_id(),
+                    w.job_id().empty() ? "-" : absl::StrCat(w.rank()),
+                    w.last_heartbeat() > 0 ? FormatDuration(now - w.last_heartbeat()) + " ago" : "-", w.version()});
   }
   std::cout << Table(rows);
   return kExitOk;
@@ -72,8 +72,8 @@ int CmdDrain(const Args& args) {
   if (client->options().json) {
     std::cout << ToJson(resp) << "\n";
   } else {
-    std::cout << "worker " << resp.worker().id() << " (" << resp.worker().name() << "): "
-              << WorkerStateName(resp.worker().state()) << "\n";
+    std::cout << "worker " << resp.worker().id() << " (" << resp.worker().name()
+              << "): " << WorkerStateName(resp.worker().state()) << "\n";
   }
   return kExitOk;
 }

@@ -17,11 +17,11 @@ namespace tandem::cli {
 
 struct ClientOptions {
   std::string coordinator = "127.0.0.1:7070";
-  std::string token;     // admin token ("" = none)
+  std::string token;  // admin token ("" = none)
   std::string tls_ca_pem;
   std::string tls_cert_pem, tls_key_pem;  // client certificate (mutual TLS)
   std::chrono::milliseconds timeout{10000};
-  bool json = false;     // --output json
+  bool json = false;  // --output json
 };
 
 // From the global flags and the environment. Errors: unreadable token/CA file.

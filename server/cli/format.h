@@ -12,9 +12,9 @@
 
 namespace tandem::cli {
 
-std::string StateName(tandem::v1::JobState s);        // "RUNNING"
+std::string StateName(tandem::v1::JobState s);           // "RUNNING"
 std::string WorkerStateName(tandem::v1::WorkerState s);  // "IDLE"
-std::string KindName(tandem::v1::JobKind k);           // "grpo"
+std::string KindName(tandem::v1::JobKind k);             // "grpo"
 bool IsTerminal(tandem::v1::JobState s);
 // 0:07, 3:25, 1:02:03.
 std::string FormatDuration(double seconds);

@@ -32,8 +32,7 @@ void Canceller::Track(grpc::ClientContext* ctx) {
 namespace {
 
 bool Transient(const grpc::Status& s) {
-  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
          s.error_code() == grpc::StatusCode::INTERNAL || s.error_code() == grpc::StatusCode::UNKNOWN;
 }
 
@@ -49,9 +48,8 @@ bool Pause(std::chrono::milliseconds d, Canceller* cancel) {
 
 }  // namespace
 
-grpc::Status FollowJob(ControlClient& client, const std::string& job_id, bool from_start,
-                       const JobEventFn& on_event, Canceller* cancel, v1::Job* final_job,
-                       std::chrono::seconds unreachable_limit) {
+grpc::Status FollowJob(ControlClient& client, const std::string& job_id, bool from_start, const JobEventFn& on_event,
+                       Canceller* cancel, v1::Job* final_job, std::chrono::seconds unreachable_limit) {
   auto last_contact = std::chrono::steady_clock::now();
   std::chrono::milliseconds delay(250);
   bool first = true;

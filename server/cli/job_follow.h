@@ -35,8 +35,8 @@ using JobEventFn = std::function<void(const tandem::v1::Job& job, const tandem::
 
 // Returns OK with *final_job in a terminal state; CANCELLED when cancel fired;
 // the RPC error otherwise (NOT_FOUND, UNAUTHENTICATED, UNAVAILABLE, ...).
-grpc::Status FollowJob(ControlClient& client, const std::string& job_id, bool from_start,
-                       const JobEventFn& on_event, Canceller* cancel, tandem::v1::Job* final_job,
+grpc::Status FollowJob(ControlClient& client, const std::string& job_id, bool from_start, const JobEventFn& on_event,
+                       Canceller* cancel, tandem::v1::Job* final_job,
                        std::chrono::seconds unreachable_limit = std::chrono::seconds(60));
 
 // Live progress on stdout: one rewritten line on a terminal, otherwise one

@@ -77,10 +77,11 @@ absl::Status LocalCluster::StartCoordinator(const std::string& program, const fs
   log_ = dir / "coordinator.log";
   ChildSpec spec;
   spec.path = program;
-  spec.args = {"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-               "--state-dir", (dir / "state").string(),
+  spec.args = {"--listen",           "127.0.0.1:0",
+               "--metrics-listen",   "127.0.0.1:0",
+               "--state-dir",        (dir / "state").string(),
                "--admin-token-file", (dir / "admin.token").string(),
-               "--join-token-file", (dir / "join.token").string()};
+               "--join-token-file",  (dir / "join.token").string()};
   spec.log_file = log_.string();
   spec.pipe_stdout = true;
   ASSIGN_OR_RETURN(coordinator_, ChildProcess::Start(spec));
@@ -137,9 +138,9 @@ absl::Status LocalCluster::StartWorkers(const std::string& program, const fs::pa
     m.name = absl::StrCat("local-", i);
     ChildSpec& spec = m.spec;
     spec.path = program;
-    spec.args = {"--coordinator", grpc_address_, "--name", m.name,
-                 "--device", device, "--data-address", "127.0.0.1",
-                 "--token-file", (dir / "join.token").string(), "--threads", absl::StrCat(threads)};
+    spec.args = {"--coordinator", grpc_address_,        "--name",    m.name,         "--device",
+                 device,          "--data-address",     "127.0.0.1", "--token-file", (dir / "join.token").string(),
+                 "--threads",     absl::StrCat(threads)};
     // One worker per GPU: local worker i computes on GPU i.
     if (device == "cuda") spec.args.insert(spec.args.end(), {"--device-index", absl::StrCat(i)});
     spec.log_file = (dir / absl::StrCat("worker-", i, ".log")).string();

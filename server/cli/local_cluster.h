@@ -49,8 +49,7 @@ class LocalCluster {
 
   // Starts the coordinator (logging to DIR/coordinator.log) and waits for its
   // ready line.
-  absl::Status StartCoordinator(const std::string& program, const std::filesystem::path& dir,
-                                Canceller* cancel);
+  absl::Status StartCoordinator(const std::string& program, const std::filesystem::path& dir, Canceller* cancel);
 
   // Starts the workers on the supervisor's thread; on_event runs there.
   absl::Status StartWorkers(const std::string& program, const std::filesystem::path& dir, int n,

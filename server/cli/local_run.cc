@@ -113,8 +113,8 @@ int CmdRunLocal(const Args& args) {
   }
   // Run directory, tokens, final spec.
   std::error_code ec;
-  fs::path dir = p->Has("run-dir") ? fs::path(p->Get("run-dir"))
-                                   : fs::path("runs") / absl::StrCat(spec->name(), "-", Timestamp());
+  fs::path dir =
+      p->Has("run-dir") ? fs::path(p->Get("run-dir")) : fs::path("runs") / absl::StrCat(spec->name(), "-", Timestamp());
   fs::create_directories(dir, ec);
   dir = fs::absolute(dir, ec).lexically_normal();
   if (ec || !fs::is_directory(dir)) {
@@ -142,8 +142,8 @@ int CmdRunLocal(const Args& args) {
   std::ofstream(dir / "job.yaml") << common::JobSpecToYaml(*spec);
   const int workers = spec->cluster().workers();
   const int cores = std::max(1u, std::thread::hardware_concurrency());
-  const int threads = spec->cluster().threads_per_worker() > 0 ? spec->cluster().threads_per_worker()
-                                                                : std::max(1, cores / workers);
+  const int threads =
+      spec->cluster().threads_per_worker() > 0 ? spec->cluster().threads_per_worker() : std::max(1, cores / workers);
   const std::string device = WorkerDevice(*spec, *p);
 
   Canceller cancel;
@@ -178,8 +178,8 @@ int CmdRunLocal(const Args& args) {
   }
   if (!json) {
     std::cerr << "tandemctl: coordinator at " << cluster.grpc_address() << " (metrics http://"
-              << cluster.metrics_address() << "/metrics), " << workers << " " << device
-              << " worker(s) x " << threads << " thread(s); run dir " << dir.string() << "\n"
+              << cluster.metrics_address() << "/metrics), " << workers << " " << device << " worker(s) x " << threads
+              << " thread(s); run dir " << dir.string() << "\n"
               << "tandemctl: dashboard http://" << cluster.metrics_address() << "/dashboard/ (log in with "
               << (dir / "admin.token").string() << ")\n";
   }
@@ -219,8 +219,8 @@ int CmdRunLocal(const Args& args) {
       continue;
     }
     if (std::chrono::steady_clock::now() > reg_until) {
-      return fail(absl::StrCat("only ", idle, " of ", workers, " workers registered within ",
-                               kRegisterTimeout.count(), " s; see ", dir.string(), "/worker-*.log"),
+      return fail(absl::StrCat("only ", idle, " of ", workers, " workers registered within ", kRegisterTimeout.count(),
+                               " s; see ", dir.string(), "/worker-*.log"),
                   kExitFailed);
     }
     std::this_thread::sleep_for(milliseconds(100));

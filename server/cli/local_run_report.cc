@@ -188,10 +188,10 @@ void PrintSummary(const v1::Job& job, const std::map<int64_t, v1::StepMetrics>& 
   }
   std::cout << "\n== " << job.spec().name() << " (job " << job.id() << "): " << StateName(job.state())
             << (job.reason().empty() ? "" : " - " + job.reason()) << "\n";
-  std::cout << absl::StrFormat("steps        %d/%d in %s (%d worker(s), %s)\n", job.step(), job.total_steps(),
-                               wall_seconds < 60 ? absl::StrFormat("%.1f s", wall_seconds)
-                                                 : FormatDuration(wall_seconds), job.spec().cluster().workers(),
-                               common::DeviceName(job.spec().cluster().device()));
+  std::cout << absl::StrFormat(
+      "steps        %d/%d in %s (%d worker(s), %s)\n", job.step(), job.total_steps(),
+      wall_seconds < 60 ? absl::StrFormat("%.1f s", wall_seconds) : FormatDuration(wall_seconds),
+      job.spec().cluster().workers(), common::DeviceName(job.spec().cluster().device()));
   if (final_loss != 0) std::cout << absl::StrFormat("final loss   %.4f\n", final_loss);
   if (has_reward) std::cout << absl::StrFormat("final reward %.4f\n", final_reward);
   if (acc_before >= 0) std::cout << absl::StrFormat("accuracy     %.3f -> %.3f\n", acc_before, acc_after);
@@ -210,7 +210,8 @@ void PrintSummary(const v1::Job& job, const std::map<int64_t, v1::StepMetrics>& 
     std::cout << "\n";
   }
   if (switch_s > 0 && phase_total > 0) {
-    std::cout << absl::StrFormat("switch share %.1f%% of phase time (%.2f s)\n", 100 * switch_s / phase_total, switch_s);
+    std::cout << absl::StrFormat("switch share %.1f%% of phase time (%.2f s)\n", 100 * switch_s / phase_total,
+                                 switch_s);
   }
   if (!restarts.empty()) {
     std::vector<std::string> items;

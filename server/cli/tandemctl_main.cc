@@ -15,7 +15,8 @@
 namespace {
 
 constexpr char kUsage[] =
-    "Usage: tandemctl COMMAND [ARGS] [--coordinator HOST:PORT] [--token-file PATH] [--tls-ca PATH] [--tls-cert PATH --tls-key PATH]\n"
+    "Usage: tandemctl COMMAND [ARGS] [--coordinator HOST:PORT] [--token-file PATH] [--tls-ca PATH] [--tls-cert PATH "
+    "--tls-key PATH]\n"
     "                 [--output text|json]\n"
     "\n"
     "Jobs:\n"

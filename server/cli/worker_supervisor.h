@@ -43,12 +43,12 @@
 namespace tandem::cli {
 
 struct SupervisorOptions {
-  bool restart = true;                                    // false: --no-restart
-  int max_restarts = 5;                                   // per member, over the run
-  std::chrono::milliseconds initial_backoff{500};         // before the first restart
-  std::chrono::milliseconds max_backoff{4000};            // doubling stops here
-  std::chrono::milliseconds poll{100};                    // how often exits are checked
-  std::chrono::milliseconds stop_grace{15000};            // SIGTERM -> SIGKILL in Stop()
+  bool restart = true;                             // false: --no-restart
+  int max_restarts = 5;                            // per member, over the run
+  std::chrono::milliseconds initial_backoff{500};  // before the first restart
+  std::chrono::milliseconds max_backoff{4000};     // doubling stops here
+  std::chrono::milliseconds poll{100};             // how often exits are checked
+  std::chrono::milliseconds stop_grace{15000};     // SIGTERM -> SIGKILL in Stop()
 };
 
 // The wait before restart number n + 1 (n restarts made so far).
@@ -73,8 +73,8 @@ struct SupervisorEvent {
   double time = 0;     // seconds since the epoch
   int restart = 0;     // kRestarted/kRestartFailed: this attempt's number (1-based)
   int max_restarts = 0;
-  std::string note;    // kExited: why not restarted ("clean exit", "--no-restart", "during start-up")
-  pid_t pid = -1;           // kRestarted: the new process
+  std::string note;  // kExited: why not restarted ("clean exit", "--no-restart", "during start-up")
+  pid_t pid = -1;    // kRestarted: the new process
   std::string log_file;
 };
 // "worker local-1 exited (signal 9: killed); restarted (1 of 5)" and the like.

@@ -90,9 +90,9 @@ void JobDriver::QuarantineIfInvalid() {
   if (known_state && IsTerminal(job_.state())) return;
   spdlog::error("job {}: quarantined: {}", id_, std::string(valid.message()));
   job_.clear_worker_ids();  // never sends it commands
-  FinishLocked(tandem::v1::JOB_STATE_FAILED,
-               absl::StrCat("quarantined when the coordinator started: its stored spec is not valid: ",
-                            valid.message()));
+  FinishLocked(
+      tandem::v1::JOB_STATE_FAILED,
+      absl::StrCat("quarantined when the coordinator started: its stored spec is not valid: ", valid.message()));
 }
 
 void JobDriver::Resume() {
@@ -124,8 +124,8 @@ bool JobDriver::StartOn(const std::vector<std::string>& worker_ids) {
   cursor_ = {};
   fail_reason_.clear();
   PersistLocked().IgnoreError();  // logged and noted; the job runs on
-  EventLocked("state", absl::StrCat("running on ", absl::StrJoin(worker_ids, ", "), " (generation ",
-                                    job_.generation(), ")"));
+  EventLocked("state",
+              absl::StrCat("running on ", absl::StrJoin(worker_ids, ", "), " (generation ", job_.generation(), ")"));
   StartThreadLocked();
   return true;
 }
@@ -145,8 +145,8 @@ absl::StatusOr<tandem::v1::Job> JobDriver::Cancel(const std::string& reason) {
   std::string why = reason.empty() ? "cancelled by user" : absl::StrCat("cancelled: ", reason);
   if (absl::Status s = PersistLocked(); !s.ok()) {
     // Not durable: a restarted coordinator would run the job again.
-    return absl::UnavailableError(absl::StrCat("cannot record the cancellation: ", s.message(),
-                                               " (free space or fix the disk, then retry)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot record the cancellation: ", s.message(), " (free space or fix the disk, then retry)"));
   }
   if (job_.state() == tandem::v1::JOB_STATE_PENDING) {
     FinishLocked(tandem::v1::JOB_STATE_CANCELLED, why);
@@ -225,8 +225,7 @@ int64_t JobDriver::GenerationFor(const std::string& worker_id) const {
 
 bool JobDriver::ScopeActive(int64_t generation) const {
   absl::MutexLock lock(&mu_);
-  return !IsTerminal(job_.state()) && job_.state() != tandem::v1::JOB_STATE_PENDING &&
-         job_.generation() == generation;
+  return !IsTerminal(job_.state()) && job_.state() != tandem::v1::JOB_STATE_PENDING && job_.generation() == generation;
 }
 
 void JobDriver::StartThreadLocked() {
@@ -255,8 +254,7 @@ absl::Status JobDriver::PersistLocked() {
   return s;
 }
 
-void JobDriver::EventLocked(const std::string& kind, const std::string& message,
-                             const StepMetrics* metrics) {
+void JobDriver::EventLocked(const std::string& kind, const std::string& message, const StepMetrics* metrics) {
   PublishLocked();
   tandem::v1::JobEvent e;
   e.set_job_id(job_.id());

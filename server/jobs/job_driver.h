@@ -149,8 +149,7 @@ class JobDriver {
   void CompletePhaseLocked(const PlannedPhase& phase) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CompleteSetupLocked(double wall) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Asks the driver to recover; `suspect` (may be empty) is replaced.
-  void RequestRecoveryLocked(const std::string& reason, const std::string& suspect)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RequestRecoveryLocked(const std::string& reason, const std::string& suspect) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs one recovery on the driver thread (waits with mu_ released).
   void RecoverLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // At a step boundary with a preempting member: checkpoint or hand over.
@@ -179,8 +178,7 @@ class JobDriver {
   std::vector<std::string> RankNodesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EventLocked(const std::string& kind, const std::string& message,
                    const tandem::v1::StepMetrics* metrics = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void LogLocked(const std::string& source, const std::vector<std::string>& lines)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LogLocked(const std::string& source, const std::vector<std::string>& lines) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const tandem::v1::CoordinatorConfig& config_;
   StateStore* const store_;
@@ -217,11 +215,11 @@ class JobDriver {
   std::atomic<bool> running_{false};   // the thread has not finished Run()
   std::atomic<bool> reapable_{false};  // finished and not joined yet
   // Recovery (job_recovery.cc).
-  std::string recover_reason_ ABSL_GUARDED_BY(mu_);  // non-empty: the driver recovers next
-  double recover_requested_at_ ABSL_GUARDED_BY(mu_) = 0;  // wall seconds
-  std::set<std::string> suspects_ ABSL_GUARDED_BY(mu_);   // members to replace
-  bool choosing_members_ ABSL_GUARDED_BY(mu_) = false;    // inside RecoverLocked's wait
-  std::set<std::string> preempting_ ABSL_GUARDED_BY(mu_);  // members that asked to leave
+  std::string recover_reason_ ABSL_GUARDED_BY(mu_);                 // non-empty: the driver recovers next
+  double recover_requested_at_ ABSL_GUARDED_BY(mu_) = 0;            // wall seconds
+  std::set<std::string> suspects_ ABSL_GUARDED_BY(mu_);             // members to replace
+  bool choosing_members_ ABSL_GUARDED_BY(mu_) = false;              // inside RecoverLocked's wait
+  std::set<std::string> preempting_ ABSL_GUARDED_BY(mu_);           // members that asked to leave
   std::map<std::string, int> restore_losses_ ABSL_GUARDED_BY(mu_);  // workers lost restoring each checkpoint
   int64_t preempt_checkpoint_step_ ABSL_GUARDED_BY(mu_) = -1;
   int64_t preempt_flush_step_ ABSL_GUARDED_BY(mu_) = -1;

@@ -154,10 +154,10 @@ absl::StatusOr<Job> JobManager::Submit(tandem::v1::JobSpec spec) {
   const DriverServices services{&config_, store_, membership_, kv_, clock_, this};
   auto d = std::make_shared<JobDriver>(services, std::move(job), seq);
   // Persisted (under the new driver's lock only) before anyone can see it.
-  RETURN_IF_ERROR(d->PersistNew(absl::StrCat(
-      "submitted ", common::KindName(spec.kind()), " job '", spec.name(), "' (", spec.cluster().workers(), " ",
-      common::DeviceName(spec.cluster().device()), " worker", spec.cluster().workers() == 1 ? "" : "s", ", ",
-      spec.train().steps(), " steps)")));
+  RETURN_IF_ERROR(
+      d->PersistNew(absl::StrCat("submitted ", common::KindName(spec.kind()), " job '", spec.name(), "' (",
+                                 spec.cluster().workers(), " ", common::DeviceName(spec.cluster().device()), " worker",
+                                 spec.cluster().workers() == 1 ? "" : "s", ", ", spec.train().steps(), " steps)")));
   {
     absl::MutexLock lock(&mu_);
     jobs_[d->id()] = d;
@@ -175,7 +175,8 @@ std::vector<Job> JobManager::List(JobState filter, int limit) const {
   std::vector<std::pair<int64_t, Job>> jobs;  // (seq, job)
   for (const auto& d : Drivers()) {
     Job job = d->Record();
-    if (filter == tandem::v1::JOB_STATE_UNSPECIFIED || job.state() == filter) jobs.emplace_back(d->seq(), std::move(job));
+    if (filter == tandem::v1::JOB_STATE_UNSPECIFIED || job.state() == filter)
+      jobs.emplace_back(d->seq(), std::move(job));
   }
   std::sort(jobs.begin(), jobs.end(), [](const auto& a, const auto& b) { return a.first > b.first; });  // newest first
   std::vector<Job> out;
@@ -314,8 +315,8 @@ void JobManager::ScheduleOnce() {
   for (const auto& d : Drivers()) {
     Job job = d->Record();
     if (job.state() != tandem::v1::JOB_STATE_PENDING) continue;
-    pending.push_back({d->id(), job.spec().priority(), d->seq(), job.spec().cluster().device(),
-                       job.spec().cluster().workers()});
+    pending.push_back(
+        {d->id(), job.spec().priority(), d->seq(), job.spec().cluster().device(), job.spec().cluster().workers()});
   }
   if (pending.empty()) return;
   ScheduleResult result = Schedule(pending, membership_->Idle());

@@ -95,11 +95,10 @@ class JobManager : public DriverHost {
 
   // Events after `after_seq`, waiting up to wait_ms for one to come.
   // *finished: the job is terminal and every event was returned.
-  absl::Status NextEvents(const std::string& job_id, int64_t after_seq, int64_t wait_ms,
-                          std::vector<StoredEvent>* out, bool* finished);
+  absl::Status NextEvents(const std::string& job_id, int64_t after_seq, int64_t wait_ms, std::vector<StoredEvent>* out,
+                          bool* finished);
   absl::StatusOr<int64_t> LastEventSeq(const std::string& job_id) const;
-  absl::StatusOr<std::vector<tandem::v1::LogLine>> Logs(const std::string& job_id, int64_t after_seq,
-                                                        int limit) const;
+  absl::StatusOr<std::vector<tandem::v1::LogLine>> Logs(const std::string& job_id, int64_t after_seq, int limit) const;
   absl::StatusOr<std::vector<tandem::v1::CheckpointRecord>> Checkpoints(const std::string& job_id) const;
 
   // "" while the state store takes writes; else the last write error (the

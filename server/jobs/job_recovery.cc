@@ -31,9 +31,9 @@ void JobDriver::OnWorkerLost(const LostWorker& lost) {
   auto it = std::find(ids.begin(), ids.end(), lost.worker_id);
   if (it == ids.end()) return;  // no longer a member (already replaced)
   int rank = static_cast<int>(it - ids.begin());
-  const std::string what = absl::StrCat("worker ", lost.worker_id,
-                                        lost.name.empty() ? "" : absl::StrCat(" (", lost.name, ")"), " rank ", rank,
-                                        " lost: ", lost.reason);
+  const std::string what =
+      absl::StrCat("worker ", lost.worker_id, lost.name.empty() ? "" : absl::StrCat(" (", lost.name, ")"), " rank ",
+                   rank, " lost: ", lost.reason);
   EventLocked("worker", what);
   // A worker that dies while restoring a checkpoint may have been killed by
   // it (a file damaged in a way the loader does not catch): the second loss
@@ -42,9 +42,8 @@ void JobDriver::OnWorkerLost(const LostWorker& lost) {
   if (inflight_ && inflight_->phase() == tandem::v1::PHASE_SETUP && !state_.restore_from().empty()) {
     const std::string path = state_.restore_from();
     if (++restore_losses_[path] >= 2 && CatalogueLocked().MarkBad(path)) {
-      EventLocked("recovery",
-                  absl::StrCat("checkpoint ", path, " is unusable (", restore_losses_[path],
-                               " workers were lost while restoring it): falling back to the previous one"));
+      EventLocked("recovery", absl::StrCat("checkpoint ", path, " is unusable (", restore_losses_[path],
+                                           " workers were lost while restoring it): falling back to the previous one"));
     }
   }
   RequestRecoveryLocked(what, lost.worker_id);
@@ -58,7 +57,7 @@ void JobDriver::OnWorkerPreempting(const std::string& worker_id) {
   if (it == ids.end() || preempting_.count(worker_id)) return;
   preempting_.insert(worker_id);
   EventLocked("worker", absl::StrCat("worker ", worker_id, " rank ", it - ids.begin(),
-                                        " is being preempted: handing it over at the next step boundary"));
+                                     " is being preempted: handing it over at the next step boundary"));
 }
 
 void JobDriver::RequestRecoveryLocked(const std::string& reason, const std::string& suspect) {
@@ -97,7 +96,7 @@ bool JobDriver::HandlePreemptionLocked() {
     preempt_checkpoint_step_ = step;
     extra_ = PlannedPhase{tandem::v1::PHASE_CHECKPOINT, step};
     EventLocked("checkpoint", absl::StrCat("checkpoint of step ", step, " before handing over preempted worker ",
-                                              absl::StrJoin(leaving, ", ")));
+                                           absl::StrJoin(leaving, ", ")));
     return false;  // the driver issues it now
   }
   // The peer copy leaves with the workers when every member is preempted at
@@ -111,9 +110,8 @@ bool JobDriver::HandlePreemptionLocked() {
   }
   std::string reason = absl::StrCat("worker ", absl::StrJoin(leaving, ", "), " preempted (SIGTERM)");
   if (step > newest && !fits) {
-    absl::StrAppend(&reason, "; no checkpoint: the last one took ",
-                    absl::StrFormat("%.1f s", last_checkpoint_seconds_), ", over the ",
-                    policy.preempt_checkpoint_budget_ms, " ms budget");
+    absl::StrAppend(&reason, "; no checkpoint: the last one took ", absl::StrFormat("%.1f s", last_checkpoint_seconds_),
+                    ", over the ", policy.preempt_checkpoint_budget_ms, " ms budget");
   }
   for (const auto& w : leaving) suspects_.insert(w);
   preempting_.clear();
@@ -148,7 +146,7 @@ bool JobDriver::HandleGrowBackLocked() {
       grow_checkpoint_step_ = step;
       extra_ = PlannedPhase{tandem::v1::PHASE_CHECKPOINT, step};
       EventLocked("checkpoint", absl::StrCat("checkpoint of step ", step, " before growing back to ",
-                                                std::min(full, current + idle), " of ", full, " ranks"));
+                                             std::min(full, current + idle), " of ", full, " ranks"));
       return false;  // the driver issues it now
     }
     if (grow_flush_step_ != step) {
@@ -160,15 +158,14 @@ bool JobDriver::HandleGrowBackLocked() {
   }
   grow_target_ = std::min(full, current + idle);
   recover_reason_ = absl::StrCat("growing back from ", current, " to ", grow_target_, " of ", full,
-                                   " ranks (idle workers available)");
+                                 " ranks (idle workers available)");
   recover_requested_at_ = clock_->WallSeconds();
   grow_back_ = true;
   spdlog::info("job {}: {}", job_.id(), recover_reason_);
   return true;
 }
 
-bool JobDriver::RecoverDegradedLocked(const std::vector<std::string>& old_ids,
-                                       const std::set<std::string>& survivors) {
+bool JobDriver::RecoverDegradedLocked(const std::vector<std::string>& old_ids, const std::set<std::string>& survivors) {
   if (survivors.empty()) return false;
   auto* rec = job_.mutable_recovery();
   const int logical_world =
@@ -182,10 +179,9 @@ bool JobDriver::RecoverDegradedLocked(const std::vector<std::string>& old_ids,
   }
   const std::vector<int> old_begin(state_.logical_begin().begin(), state_.logical_begin().end());
   const std::vector<int> old_own(state_.logical_own().begin(), state_.logical_own().end());
-  const LogicalShares shares =
-      DegradedShares(rec->degraded_logical_world() > 0 ? old_begin : std::vector<int>{},
-                     rec->degraded_logical_world() > 0 ? old_own : std::vector<int>{}, surviving_ranks,
-                     static_cast<int>(old_ids.size()));
+  const LogicalShares shares = DegradedShares(rec->degraded_logical_world() > 0 ? old_begin : std::vector<int>{},
+                                              rec->degraded_logical_world() > 0 ? old_own : std::vector<int>{},
+                                              surviving_ranks, static_cast<int>(old_ids.size()));
   if (absl::Status s = membership_->Reassign(job_.id(), ids); !s.ok()) {
     spdlog::info("job {}: degraded reassign: {} (normal recovery instead)", job_.id(), s.ToString());
     return false;
@@ -199,7 +195,8 @@ bool JobDriver::RecoverDegradedLocked(const std::vector<std::string>& old_ids,
     double detect = 0;
     for (const auto& id : leaving) {
       auto info = membership_->Get(id);
-      if (info.ok() && info->last_heartbeat() > 0) detect = std::max(detect, rec->started_at() - info->last_heartbeat());
+      if (info.ok() && info->last_heartbeat() > 0)
+        detect = std::max(detect, rec->started_at() - info->last_heartbeat());
     }
     rec->set_detect_seconds(std::max(0.0, detect));
   }
@@ -247,8 +244,9 @@ void JobDriver::RecoverLocked() {
   const bool grow = grow_back_;
   grow_back_ = false;
   bool continuing = false;  // a previous attempt of this recovery failed
-  if (auto give_up = BeginAttempt(policy, reason, recover_requested_at_ > 0 ? recover_requested_at_ : clock_->WallSeconds(),
-                                  job_.step(), rec, &state_, &continuing)) {
+  if (auto give_up =
+          BeginAttempt(policy, reason, recover_requested_at_ > 0 ? recover_requested_at_ : clock_->WallSeconds(),
+                       job_.step(), rec, &state_, &continuing)) {
     fail_reason_ = *give_up;
     return;
   }
@@ -287,7 +285,7 @@ void JobDriver::RecoverLocked() {
   job_.set_reason(reason);
   SaveLocked();
   EventLocked("recovery", absl::StrCat("recovering (generation ", old_generation, " -> ", job_.generation(),
-                                          ", attempt ", rec->recoveries(), "): ", reason));
+                                       ", attempt ", rec->recoveries(), "): ", reason));
 
   // Wait for the survivors and replacements. A short settle first: a killed
   // worker's stream and lease end a moment after its peers see the error.
@@ -336,8 +334,7 @@ void JobDriver::RecoverLocked() {
       const PhaseCursor next = plan_->Next(inflight_cursor);
       NoteInflightTraining(
           inflight_training->step, next,
-          absl::c_all_of(survivors, [&](const std::string& id) { return finished_inflight.count(id) > 0; }),
-          &state_);
+          absl::c_all_of(survivors, [&](const std::string& id) { return finished_inflight.count(id) > 0; }), &state_);
     }
     if (RecoverDegradedLocked(old_ids, survivors)) {
       choosing_members_ = false;
@@ -361,11 +358,11 @@ void JobDriver::RecoverLocked() {
       }
       if (!plan) {
         choosing_members_ = false;
-        fail_reason_ = absl::StrCat(reason, "; no replacement worker within ",
-                                      absl::FormatDuration(absl::Milliseconds(policy.replacement_timeout_ms)), " (",
-                                      survivors.size(), " of ", full, " workers left, ", idle.size(), " idle",
-                                      policy.min_workers < full ? absl::StrCat(", min_workers ", policy.min_workers) : "",
-                                      ")");
+        fail_reason_ =
+            absl::StrCat(reason, "; no replacement worker within ",
+                         absl::FormatDuration(absl::Milliseconds(policy.replacement_timeout_ms)), " (",
+                         survivors.size(), " of ", full, " workers left, ", idle.size(), " idle",
+                         policy.min_workers < full ? absl::StrCat(", min_workers ", policy.min_workers) : "", ")");
         return;
       }
     }
@@ -376,10 +373,10 @@ void JobDriver::RecoverLocked() {
       plan.reset();
     } else if (!reported_wait) {
       reported_wait = true;
-      EventLocked("recovery", absl::StrCat("waiting up to ",
-                                              absl::FormatDuration(absl::Milliseconds(policy.replacement_timeout_ms)),
-                                              " for ", full - static_cast<int>(survivors.size()),
-                                              " replacement worker(s)"));
+      EventLocked(
+          "recovery",
+          absl::StrCat("waiting up to ", absl::FormatDuration(absl::Milliseconds(policy.replacement_timeout_ms)),
+                       " for ", full - static_cast<int>(survivors.size()), " replacement worker(s)"));
     }
     mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(100));
   }
@@ -397,7 +394,8 @@ void JobDriver::RecoverLocked() {
     for (const auto& id : old_ids) {
       if (survivors.count(id)) continue;
       auto info = membership_->Get(id);
-      if (info.ok() && info->last_heartbeat() > 0) detect = std::max(detect, rec->started_at() - info->last_heartbeat());
+      if (info.ok() && info->last_heartbeat() > 0)
+        detect = std::max(detect, rec->started_at() - info->last_heartbeat());
     }
     rec->set_detect_seconds(std::max(0.0, detect));
   }
@@ -405,9 +403,9 @@ void JobDriver::RecoverLocked() {
 
   // Restore source: peer memory, else the newest good disk checkpoint, else
   // the job's resume_from, else scratch.
-  const RestorePlan restore = PlanRestore(policy, *plan, static_cast<int>(old_ids.size()),
-                                          CatalogueLocked().ChooseRestore(job_.spec().resume_from()), grow,
-                                          job_.mutable_recovery(), &state_);
+  const RestorePlan restore =
+      PlanRestore(policy, *plan, static_cast<int>(old_ids.size()),
+                  CatalogueLocked().ChooseRestore(job_.spec().resume_from()), grow, job_.mutable_recovery(), &state_);
   const bool was_degraded = restore.was_degraded;
   job_.clear_worker_ids();
   for (const auto& id : plan->worker_ids) job_.add_worker_ids(id);
@@ -431,6 +429,5 @@ void JobDriver::RecoverLocked() {
                            replaced.empty() ? "" : absl::StrCat(" (", absl::StrJoin(replaced, ", "), ")"),
                            "; restoring ", source));
 }
-
 
 }  // namespace tandem::server

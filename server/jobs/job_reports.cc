@@ -54,8 +54,8 @@ absl::Status JobDriver::OnReport(const tandem::v1::ReportPhaseRequest& report) {
         absl::StrCat("job ", job_.id(), " is ", JobStateName(job_.state()), ": drop its state"));
   }
   if (report.generation() != job_.generation()) {
-    return absl::FailedPreconditionError(absl::StrCat("generation ", report.generation(), " is stale; job ",
-                                                      job_.id(), " is at generation ", job_.generation()));
+    return absl::FailedPreconditionError(absl::StrCat("generation ", report.generation(), " is stale; job ", job_.id(),
+                                                      " is at generation ", job_.generation()));
   }
   if (!inflight_ || inflight_->command_id() != report.command_id()) {
     spdlog::debug("job {}: ignoring report for {} (not in flight)", job_.id(), report.command_id());
@@ -67,16 +67,15 @@ absl::Status JobDriver::OnReport(const tandem::v1::ReportPhaseRequest& report) {
   // aborted) is the cluster's, not the job's: recover without waiting for
   // the other ranks, which may hang on the dead peer until aborted.
   if (common::ReportFailureKind(report) == tandem::v1::PHASE_FAILURE_KIND_RETRYABLE) {
-    RequestRecoveryLocked(absl::StrCat(report.step() != 0 ? absl::StrCat("step ", report.step(), " ") : "",
-                                       "phase ", PhaseUpperName(report.phase()), " failed on worker ",
-                                       report.worker_id(), " (rank ", rank, "): ", report.error()),
+    RequestRecoveryLocked(absl::StrCat(report.step() != 0 ? absl::StrCat("step ", report.step(), " ") : "", "phase ",
+                                       PhaseUpperName(report.phase()), " failed on worker ", report.worker_id(),
+                                       " (rank ", rank, "): ", report.error()),
                           "");
   }
   return absl::OkStatus();
 }
 
-void JobDriver::RecordCheckpointLocked(int64_t generation,
-                                        const tandem::v1::PublishedCheckpoint& published) {
+void JobDriver::RecordCheckpointLocked(int64_t generation, const tandem::v1::PublishedCheckpoint& published) {
   tandem::v1::CheckpointRecord rec;
   rec.set_job_id(job_.id());
   rec.set_step(published.step());
@@ -98,7 +97,6 @@ void JobDriver::RecordCheckpointLocked(int64_t generation,
   EventLocked("checkpoint", absl::StrCat("checkpoint of step ", rec.step(), " at ", rec.path()));
 }
 
-
 void JobDriver::OnWorkerAttached(const std::string& worker_id) {
   absl::MutexLock lock(&mu_);
   {
@@ -111,7 +109,8 @@ void JobDriver::OnWorkerAttached(const std::string& worker_id) {
     if (it == ids.end()) return;
     int rank = static_cast<int>(it - ids.begin());
     if (!reports_.count(rank)) {
-      membership_->Resend(worker_id, CommandForRank(job_, state_, *inflight_, rank, config_.runs_dir(), RankNodesLocked()));
+      membership_->Resend(worker_id,
+                          CommandForRank(job_, state_, *inflight_, rank, config_.runs_dir(), RankNodesLocked()));
     }
   }
 }

@@ -58,8 +58,7 @@ void JobDriver::Run() {
       const std::vector<std::string> nodes =
           phase.phase == tandem::v1::PHASE_SETUP ? RankNodesLocked() : std::vector<std::string>{};
       for (size_t rank = 0; rank < workers.size(); ++rank) {
-        commands.push_back(
-            CommandForRank(job_, state_, *inflight_, static_cast<int>(rank), config_.runs_dir(), nodes));
+        commands.push_back(CommandForRank(job_, state_, *inflight_, static_cast<int>(rank), config_.runs_dir(), nodes));
       }
     }
     for (size_t rank = 0; rank < workers.size(); ++rank) {
@@ -74,9 +73,8 @@ void JobDriver::Run() {
     mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
     if (stopping_) break;
     if (cancel_requested_ || !fail_reason_.empty() || !recover_reason_.empty()) continue;
-    const std::string where =
-        absl::StrCat(phase.step != 0 ? absl::StrCat("step ", phase.step, " ") : "", "phase ",
-                     PhaseUpperName(phase.phase));
+    const std::string where = absl::StrCat(phase.step != 0 ? absl::StrCat("step ", phase.step, " ") : "", "phase ",
+                                           PhaseUpperName(phase.phase));
     if (reports_.size() != workers.size()) {
       std::vector<std::string> missing;
       std::string suspect;
@@ -87,24 +85,24 @@ void JobDriver::Run() {
           suspect = workers[rank];
         }
       }
-      RequestRecoveryLocked(absl::StrCat(where, " timed out after ",
-                                         absl::FormatDuration(absl::Milliseconds(timeout_ms)), " waiting for ",
-                                         absl::StrJoin(missing, ", ")),
-                            suspect);
+      RequestRecoveryLocked(
+          absl::StrCat(where, " timed out after ", absl::FormatDuration(absl::Milliseconds(timeout_ms)),
+                       " waiting for ", absl::StrJoin(missing, ", ")),
+          suspect);
       continue;
     }
     auto* rec = job_.mutable_recovery();
     for (const auto& [rank, rep] : reports_) {
       if (rep.ok()) continue;
-      const std::string what = absl::StrCat(where, " failed on worker ", workers[rank], " (rank ", rank, "): ",
-                                            rep.error().empty() ? "no message" : rep.error());
+      const std::string what = absl::StrCat(where, " failed on worker ", workers[rank], " (rank ", rank,
+                                            "): ", rep.error().empty() ? "no message" : rep.error());
       const bool in_recovery = rec->started_at() > 0;
       if (phase.phase == tandem::v1::PHASE_SETUP && in_recovery && state_.live_restore() && !state_.live_failed()) {
         state_.set_live_failed(true);
         EventLocked("recovery", absl::StrCat("live-state restore failed (", what, "): restoring from disk"));
         RequestRecoveryLocked(what, "");
       } else if (phase.phase == tandem::v1::PHASE_SETUP && in_recovery && state_.peer_restore_step() > 0 &&
-          !state_.peer_failed()) {
+                 !state_.peer_failed()) {
         state_.set_peer_failed(true);
         EventLocked("recovery", absl::StrCat("peer-memory restore failed (", what, "): falling back to disk"));
         RequestRecoveryLocked(what, "");
@@ -112,8 +110,8 @@ void JobDriver::Run() {
                  common::ReportFailureKind(rep) == tandem::v1::PHASE_FAILURE_KIND_RESTORE_FAILED) {
         const std::string bad = state_.restore_from();
         CatalogueLocked().MarkBad(bad);
-        EventLocked("recovery",
-                    absl::StrCat("checkpoint ", bad, " is unusable (", rep.error(), "): falling back to the previous one"));
+        EventLocked("recovery", absl::StrCat("checkpoint ", bad, " is unusable (", rep.error(),
+                                             "): falling back to the previous one"));
         RequestRecoveryLocked(what, "");
       } else {
         fail_reason_ = what;
@@ -185,8 +183,7 @@ void JobDriver::CompletePhaseLocked(const PlannedPhase& phase) {
     const int64_t done = -phase.step;
     EventLocked("warm_start",
                 absl::StrCat("warm start reached init.sft.stop_accuracy ", job_.spec().init().sft_stop_accuracy(),
-                             " at step ", done, "/", job_.spec().init().sft_steps(),
-                             " (teacher-forced exact ", probe,
+                             " at step ", done, "/", job_.spec().init().sft_steps(), " (teacher-forced exact ", probe,
                              "); skipping the remaining ", job_.spec().init().sft_steps() - done));
     next = plan_->AfterWarmStart();
   }
@@ -208,8 +205,8 @@ void JobDriver::CompletePhaseLocked(const PlannedPhase& phase) {
     if (kind == UnitKind::kStep) job_.set_step(acc.step());
     if (kind == UnitKind::kStep) CoordinatorMetrics::Global().StepCompleted(job_.spec().kind());
     SaveLocked();
-    std::string summary = kind == UnitKind::kWarmup ? absl::StrCat("warm-start step ", -acc.step(), "/",
-                                                                   job_.spec().init().sft_steps())
+    std::string summary = kind == UnitKind::kWarmup
+                              ? absl::StrCat("warm-start step ", -acc.step(), "/", job_.spec().init().sft_steps())
                           : kind == UnitKind::kBaseline ? std::string("baseline evaluation")
                                                         : StepSummary(acc, job_.total_steps());
     EventLocked("step", summary, &acc);
@@ -241,14 +238,13 @@ void JobDriver::CompleteSetupLocked(double wall) {
   const bool from_peer = source == tandem::v1::RESTORE_SOURCE_PEER;
   const char* from = live ? "live memory" : from_peer ? "peer memory" : restored_step >= 0 ? "disk" : "scratch";
   if (skipped > 0) {
-    EventLocked("recovery", absl::StrCat(skipped, " newer checkpoint(s) failed verification; used step ",
-                                            restored_step));
+    EventLocked("recovery",
+                absl::StrCat(skipped, " newer checkpoint(s) failed verification; used step ", restored_step));
   }
   if (rec->started_at() > 0) {
     const double total = clock_->WallSeconds() - rec->started_at();
     const double rendezvous = std::max(0.0, wall - restore_s);
-    const int64_t redone =
-        live ? 0 : std::max<int64_t>(0, state_.steps_before() - std::max<int64_t>(0, restored_step));
+    const int64_t redone = live ? 0 : std::max<int64_t>(0, state_.steps_before() - std::max<int64_t>(0, restored_step));
     StepMetrics m;
     m.set_step(std::max<int64_t>(0, restored_step));
     m.set_wall_time(clock_->WallSeconds());
@@ -258,10 +254,10 @@ void JobDriver::CompleteSetupLocked(double wall) {
     x["wait_seconds"] = rec->wait_seconds();
     x["rendezvous_seconds"] = rendezvous;
     x["restore_seconds"] = restore_s;
-    x["restore_source"] = live                ? tandem::v1::RESTORE_SOURCE_LIVE
-                          : from_peer         ? tandem::v1::RESTORE_SOURCE_PEER
+    x["restore_source"] = live                 ? tandem::v1::RESTORE_SOURCE_LIVE
+                          : from_peer          ? tandem::v1::RESTORE_SOURCE_PEER
                           : restored_step >= 0 ? tandem::v1::RESTORE_SOURCE_DISK
-                                              : tandem::v1::RESTORE_SOURCE_UNSPECIFIED;
+                                               : tandem::v1::RESTORE_SOURCE_UNSPECIFIED;
     x["degraded"] = rec->degraded_logical_world() > 0 ? 1 : 0;
     x["steps_redone"] = static_cast<double>(redone);
     x["world_size"] = job_.worker_ids_size();
@@ -281,9 +277,9 @@ void JobDriver::CompleteSetupLocked(double wall) {
   }
   SaveLocked();
   EventLocked("state", restored_step >= 0 ? absl::StrFormat("setup done on every worker; resumed from step %d "
-                                                               "(%s), continuing at step %d",
-                                                               restored_step, from, restored_step + 1)
-                                             : std::string("setup done on every worker"));
+                                                            "(%s), continuing at step %d",
+                                                            restored_step, from, restored_step + 1)
+                                          : std::string("setup done on every worker"));
 }
 
 std::vector<std::string> JobDriver::RankNodesLocked() const {

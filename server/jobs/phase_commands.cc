@@ -71,5 +71,4 @@ tandem::v1::WorkerCommand CommandForRank(const tandem::v1::Job& job, const tande
   return command;
 }
 
-
 }  // namespace tandem::server

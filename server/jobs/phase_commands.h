@@ -26,7 +26,6 @@ tandem::v1::PhaseCommand MakePhaseCommand(const tandem::v1::Job& job, PhaseCurso
 // assignment's topology.
 tandem::v1::WorkerCommand CommandForRank(const tandem::v1::Job& job, const tandem::v1::DriverState& state,
                                          const tandem::v1::PhaseCommand& inflight, int rank,
-                                         const std::string& runs_dir,
-                                         const std::vector<std::string>& rank_nodes = {});
+                                         const std::string& runs_dir, const std::vector<std::string>& rank_nodes = {});
 
 }  // namespace tandem::server

@@ -33,9 +33,12 @@ UnitKind PhasePlan::KindOf(int64_t unit) const {
 
 int64_t PhasePlan::StepOf(int64_t unit) const {
   switch (KindOf(unit)) {
-    case UnitKind::kWarmup: return -unit;
-    case UnitKind::kStep: return unit - first_step_unit_ + 1;
-    default: return 0;
+    case UnitKind::kWarmup:
+      return -unit;
+    case UnitKind::kStep:
+      return unit - first_step_unit_ + 1;
+    default:
+      return 0;
   }
 }
 
@@ -44,11 +47,21 @@ std::vector<PlannedPhase> PhasePlan::Unit(int64_t unit) const {
   if (unit < 0 || unit >= num_units_) return out;
   const int64_t step = StepOf(unit);
   switch (KindOf(unit)) {
-    case UnitKind::kSetup: out.push_back({tandem::v1::PHASE_SETUP, 0}); break;
-    case UnitKind::kWarmup: out.push_back({tandem::v1::PHASE_SFT_STEP, step, true}); break;
-    case UnitKind::kBaseline: out.push_back({tandem::v1::PHASE_EVAL, 0}); break;
-    case UnitKind::kExport: out.push_back({tandem::v1::PHASE_EXPORT, steps_}); break;
-    case UnitKind::kTeardown: out.push_back({tandem::v1::PHASE_TEARDOWN, steps_}); break;
+    case UnitKind::kSetup:
+      out.push_back({tandem::v1::PHASE_SETUP, 0});
+      break;
+    case UnitKind::kWarmup:
+      out.push_back({tandem::v1::PHASE_SFT_STEP, step, true});
+      break;
+    case UnitKind::kBaseline:
+      out.push_back({tandem::v1::PHASE_EVAL, 0});
+      break;
+    case UnitKind::kExport:
+      out.push_back({tandem::v1::PHASE_EXPORT, steps_});
+      break;
+    case UnitKind::kTeardown:
+      out.push_back({tandem::v1::PHASE_TEARDOWN, steps_});
+      break;
     case UnitKind::kStep: {
       if (kind_ == tandem::v1::JOB_KIND_SFT) {
         out.push_back({tandem::v1::PHASE_SFT_STEP, step});

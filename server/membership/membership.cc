@@ -115,13 +115,13 @@ absl::StatusOr<RegisterResult> Membership::Register(const tandem::v1::RegisterWo
   // A name or id held by a live worker goes only to the holder of its
   // credential: two workers started with one --name are refused, never
   // trade the identity back and forth.
-  const bool proven = e != nullptr && !e->credential_digest.empty() && !req.worker_credential().empty() &&
-                      common::ConstantTimeEquals(common::CredentialDigest(req.worker_credential()),
-                                                 e->credential_digest);
+  const bool proven =
+      e != nullptr && !e->credential_digest.empty() && !req.worker_credential().empty() &&
+      common::ConstantTimeEquals(common::CredentialDigest(req.worker_credential()), e->credential_digest);
   if (e != nullptr && !proven && LiveLocked(*e)) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "name: '", req.name(), "' is held by live worker ", e->info.id(), " on host '", e->info.host(),
-        "': give every worker its own --name (this one is refused until that worker's lease runs out)"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("name: '", req.name(), "' is held by live worker ", e->info.id(), " on host '", e->info.host(),
+                     "': give every worker its own --name (this one is refused until that worker's lease runs out)"));
   }
   RegisterResult result;
   std::string credential = proven ? req.worker_credential() : "";
@@ -146,7 +146,7 @@ absl::StatusOr<RegisterResult> Membership::Register(const tandem::v1::RegisterWo
   info.set_node(req.node().empty() ? req.host() : req.node());
   info.set_last_heartbeat(now);
   const bool in_job = !info.job_id().empty() && (info.state() == tandem::v1::WORKER_STATE_BUSY ||
-                                                  info.state() == tandem::v1::WORKER_STATE_DRAINING);
+                                                 info.state() == tandem::v1::WORKER_STATE_DRAINING);
   if (in_job && req.job_id() == info.job_id() && job_generation >= 0 && req.generation() == job_generation) {
     result.keep_job = true;
     result.rank = info.rank();
@@ -295,8 +295,8 @@ absl::StatusOr<WorkerInfo> Membership::Drain(const std::string& id_or_name) {
   if (e == nullptr) return absl::NotFoundError(absl::StrCat("worker: no worker with id or name '", id_or_name, "'"));
   auto state = e->info.state();
   if (state == tandem::v1::WORKER_STATE_LOST || state == tandem::v1::WORKER_STATE_GONE) {
-    return absl::FailedPreconditionError(absl::StrCat("worker ", e->info.id(), " is ",
-                                                      tandem::v1::WorkerState_Name(state)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", e->info.id(), " is ", tandem::v1::WorkerState_Name(state)));
   }
   if (state == tandem::v1::WORKER_STATE_IDLE) {
     e->info.set_state(tandem::v1::WORKER_STATE_DRAINING);

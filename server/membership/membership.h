@@ -91,8 +91,7 @@ class Membership {
 
   // `job_generation` returns the current generation of a job when the job
   // still runs with this worker (-1 otherwise); used to decide keep_job.
-  absl::StatusOr<RegisterResult> Register(const tandem::v1::RegisterWorkerRequest& request,
-                                          int64_t job_generation);
+  absl::StatusOr<RegisterResult> Register(const tandem::v1::RegisterWorkerRequest& request, int64_t job_generation);
   // OK when `credential` is the one Register issued to worker_id; else
   // UNAUTHENTICATED (none), NOT_FOUND (unknown or lost: re-register) or
   // PERMISSION_DENIED (another worker's, or a superseded one).

@@ -9,8 +9,7 @@
 
 namespace tandem::server {
 
-RecoveryPolicy EffectiveRecoveryPolicy(const tandem::v1::CoordinatorConfig& config,
-                                       const tandem::v1::JobSpec& spec) {
+RecoveryPolicy EffectiveRecoveryPolicy(const tandem::v1::CoordinatorConfig& config, const tandem::v1::JobSpec& spec) {
   RecoveryPolicy p;
   if (config.replacement_timeout_ms() > 0) p.replacement_timeout_ms = config.replacement_timeout_ms();
   if (config.max_recoveries() > 0) p.max_recoveries = config.max_recoveries();
@@ -100,8 +99,8 @@ bool CheckpointVisible(const std::string& path) {
   return std::filesystem::exists(std::filesystem::path(path) / "manifest.json", ec);
 }
 
-std::optional<tandem::v1::CheckpointRecord> ChooseCheckpoint(
-    const std::vector<tandem::v1::CheckpointRecord>& records, const std::set<std::string>& bad) {
+std::optional<tandem::v1::CheckpointRecord> ChooseCheckpoint(const std::vector<tandem::v1::CheckpointRecord>& records,
+                                                             const std::set<std::string>& bad) {
   std::vector<const tandem::v1::CheckpointRecord*> usable;
   for (const auto& r : records) {
     if (!bad.count(r.path())) usable.push_back(&r);

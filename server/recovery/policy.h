@@ -29,12 +29,11 @@ struct RecoveryPolicy {
   int max_recoveries = kDefaultMaxRecoveries;
   int64_t preempt_checkpoint_budget_ms = kDefaultPreemptCheckpointBudgetMs;
   bool peer_copies = true;
-  int min_workers = 0;  // elastic floor (== workers: not elastic)
+  int min_workers = 0;    // elastic floor (== workers: not elastic)
   bool degraded = false;  // MeCeFO: survivors take over lost shares at once
 };
 // The job spec's recovery keys override the coordinator's; zero = default.
-RecoveryPolicy EffectiveRecoveryPolicy(const tandem::v1::CoordinatorConfig& config,
-                                       const tandem::v1::JobSpec& spec);
+RecoveryPolicy EffectiveRecoveryPolicy(const tandem::v1::CoordinatorConfig& config, const tandem::v1::JobSpec& spec);
 
 // A candidate worker for the new generation.
 struct Candidate {
@@ -55,8 +54,8 @@ struct RankPlan {
 // order, then replacements.
 std::optional<RankPlan> PlanRanks(const std::vector<std::string>& old_ids,
                                   const std::map<std::string, std::string>& old_names,
-                                  const std::set<std::string>& survivors,
-                                  const std::vector<Candidate>& idle, int world);
+                                  const std::set<std::string>& survivors, const std::vector<Candidate>& idle,
+                                  int world);
 
 // Peer-memory restore is possible when the world is unchanged, copies exist
 // of `peer_step` at that world size, and every replaced rank's holder
@@ -66,8 +65,8 @@ bool PeerRestorePossible(const RankPlan& plan, int old_world, int64_t peer_step,
 // The newest usable disk checkpoint: skips `bad` ones; prefers those visible
 // on this machine (manifest present) but, when none is, trusts the records
 // (the runs dir may be storage the coordinator does not mount).
-std::optional<tandem::v1::CheckpointRecord> ChooseCheckpoint(
-    const std::vector<tandem::v1::CheckpointRecord>& records, const std::set<std::string>& bad);
+std::optional<tandem::v1::CheckpointRecord> ChooseCheckpoint(const std::vector<tandem::v1::CheckpointRecord>& records,
+                                                             const std::set<std::string>& bad);
 bool CheckpointVisible(const std::string& path);
 
 // Degraded continuation: the logical data shares of the survivors. The old

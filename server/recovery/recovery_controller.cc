@@ -6,8 +6,8 @@
 
 namespace tandem::server {
 
-std::optional<std::string> BeginAttempt(const RecoveryPolicy& policy, const std::string& reason,
-                                        double started_at, int64_t job_step, tandem::v1::RecoveryStatus* status,
+std::optional<std::string> BeginAttempt(const RecoveryPolicy& policy, const std::string& reason, double started_at,
+                                        int64_t job_step, tandem::v1::RecoveryStatus* status,
                                         tandem::v1::DriverState* state, bool* continuing) {
   if (status->recoveries() >= policy.max_recoveries) {
     return absl::StrCat(reason, " (giving up after ", status->recoveries(), " recoveries)");
@@ -104,10 +104,9 @@ SetupResume ResumeAfterSetup(const PhasePlan& plan, PhaseCursor after_setup, int
   out.cursor = after_setup;
   out.job_step = job_step;
   out.live = state->live_restore() && state->has_last_trained();
-  const bool live_inflight =
-      out.live && state->has_inflight_trained() && restored == state->inflight_trained_step();
-  out.restored_step = live_inflight ? state->inflight_trained_step()
-                      : out.live    ? state->last_trained_step()
+  const bool live_inflight = out.live && state->has_inflight_trained() && restored == state->inflight_trained_step();
+  out.restored_step = live_inflight   ? state->inflight_trained_step()
+                      : out.live      ? state->last_trained_step()
                       : restored >= 0 ? restored
                                       : -1;
   if (out.live) {

@@ -30,15 +30,14 @@ namespace tandem::server {
 // A new attempt of the recovery in progress, or the first one. Returns the
 // reason to give up (max_recoveries reached) or nullopt. *continuing: a
 // previous attempt of this recovery failed (its start and waits count on).
-std::optional<std::string> BeginAttempt(const RecoveryPolicy& policy, const std::string& reason,
-                                        double started_at, int64_t job_step, tandem::v1::RecoveryStatus* status,
+std::optional<std::string> BeginAttempt(const RecoveryPolicy& policy, const std::string& reason, double started_at,
+                                        int64_t job_step, tandem::v1::RecoveryStatus* status,
                                         tandem::v1::DriverState* state, bool* continuing);
 
 // The training phase in flight at the failure (step, and the cursor after
 // it): when every survivor finished it the survivors hold the state after
 // it; otherwise SETUP accepts it only when every survivor holds it.
-void NoteInflightTraining(int64_t step, PhaseCursor next, bool every_survivor_finished,
-                          tandem::v1::DriverState* state);
+void NoteInflightTraining(int64_t step, PhaseCursor next, bool every_survivor_finished, tandem::v1::DriverState* state);
 
 // Degraded continuation's restore source: the survivors' live state (no
 // rollback) unless that failed in this recovery, else `disk` (see
@@ -46,10 +45,10 @@ void NoteInflightTraining(int64_t step, PhaseCursor next, bool every_survivor_fi
 std::string PlanDegradedRestore(const RestoreSource& disk, tandem::v1::DriverState* state);
 
 struct RestorePlan {
-  bool peer = false;         // from the neighbours' memory
+  bool peer = false;  // from the neighbours' memory
   int64_t peer_step = 0;
   bool was_degraded = false;  // degraded mode ends with this recovery
-  std::string source;        // in words, for the event
+  std::string source;         // in words, for the event
 };
 // A normal recovery onto `plan`: peer memory when every replaced rank's
 // holder survived and its copy is not older than `disk`, else `disk`.

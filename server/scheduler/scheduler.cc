@@ -13,9 +13,8 @@ ScheduleResult Schedule(std::vector<PendingJob> pending, std::vector<tandem::v1:
     if (a.priority != b.priority) return a.priority > b.priority;
     return a.seq < b.seq;
   });
-  std::sort(idle.begin(), idle.end(), [](const auto& a, const auto& b) {
-    return a.name() != b.name() ? a.name() < b.name() : a.id() < b.id();
-  });
+  std::sort(idle.begin(), idle.end(),
+            [](const auto& a, const auto& b) { return a.name() != b.name() ? a.name() < b.name() : a.id() < b.id(); });
   std::map<tandem::v1::DeviceKind, std::vector<std::string>> free;
   for (const auto& w : idle) free[w.device()].push_back(w.id());
   std::map<tandem::v1::DeviceKind, std::string> blocked_by;
@@ -24,7 +23,8 @@ ScheduleResult Schedule(std::vector<PendingJob> pending, std::vector<tandem::v1:
     auto& pool = free[job.device];
     const std::string device = common::DeviceName(job.device);
     if (auto b = blocked_by.find(job.device); b != blocked_by.end()) {
-      result.reasons[job.id] = absl::StrCat("waiting behind job ", b->second, " (", device, " workers are reserved for it)");
+      result.reasons[job.id] =
+          absl::StrCat("waiting behind job ", b->second, " (", device, " workers are reserved for it)");
       continue;
     }
     if (static_cast<int>(pool.size()) < job.workers) {

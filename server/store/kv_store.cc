@@ -40,8 +40,7 @@ absl::Status KvStore::Put(Scope* s, const std::string& key, std::string value) {
   auto it = s->entries.find(key);
   size_t old = it == s->entries.end() ? 0 : key.size() + it->second.size();
   if (it == s->entries.end() && s->entries.size() >= limits_.max_entries_per_scope) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("store: scope is full (", s->entries.size(), " entries)"));
+    return absl::ResourceExhaustedError(absl::StrCat("store: scope is full (", s->entries.size(), " entries)"));
   }
   size_t bytes = s->bytes - old + key.size() + value.size();
   if (bytes > limits_.max_bytes_per_scope) {
@@ -78,8 +77,8 @@ absl::Status KvStore::WaitFor(const std::string& scope, const std::vector<std::s
     if (cancelled && cancelled()) return absl::CancelledError("store: wait cancelled");
     absl::Time now = absl::Now();
     if (now >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("store: timed out after ", timeout_ms,
-                                                      " ms waiting for key(s) ", absl::StrJoin(missing, ", ")));
+      return absl::DeadlineExceededError(
+          absl::StrCat("store: timed out after ", timeout_ms, " ms waiting for key(s) ", absl::StrJoin(missing, ", ")));
     }
     // Wake at least every 200 ms to look at `cancelled`.
     changed_.WaitWithDeadline(&mu_, std::min(deadline, now + absl::Milliseconds(200)));

@@ -25,8 +25,12 @@ class Stmt {
   absl::Status status(absl::string_view what) const {
     return rc_ == SQLITE_OK ? absl::OkStatus() : SqlError(db_, what, rc_);
   }
-  void Bind(int i, const std::string& s) { sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT); }
-  void BindBlob(int i, const std::string& s) { sqlite3_bind_blob(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT); }
+  void Bind(int i, const std::string& s) {
+    sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+  }
+  void BindBlob(int i, const std::string& s) {
+    sqlite3_bind_blob(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+  }
   void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
   void Bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
   // SQLITE_ROW -> true; SQLITE_DONE -> false; else error.
@@ -62,8 +66,8 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
   if (ec) return absl::FailedPreconditionError(absl::StrCat("state dir ", state_dir, ": ", ec.message()));
   std::string path = (std::filesystem::path(state_dir) / "coordinator.db").string();
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                           nullptr);
+  int rc =
+      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     absl::Status s = SqlError(db, absl::StrCat("open ", path), rc);
     sqlite3_close(db);
@@ -224,7 +228,8 @@ absl::Status StateStore::MigrateToDriverColumn() {
 }
 
 absl::Status StateStore::WriteGate() const {
-  if (fail_writes_.load()) return absl::UnavailableError(absl::StrCat("state store ", path_, ": write failed (injected)"));
+  if (fail_writes_.load())
+    return absl::UnavailableError(absl::StrCat("state store ", path_, ": write failed (injected)"));
   return absl::OkStatus();
 }
 
@@ -265,8 +270,9 @@ absl::Status StateStore::PutJob(const tandem::v1::Job& job, const tandem::v1::Dr
   absl::MutexLock lock(&mu_);
   // cursor_unit and cursor_sub repeat the driver state's cursor for people
   // reading the database with sqlite3.
-  Stmt s(db_, "INSERT OR REPLACE INTO jobs (id, seq, state, cursor_unit, cursor_sub, job, updated_at, driver) "
-              "VALUES (?, ?, ?, ?, ?, ?, julianday('now'), ?)");
+  Stmt s(db_,
+         "INSERT OR REPLACE INTO jobs (id, seq, state, cursor_unit, cursor_sub, job, updated_at, driver) "
+         "VALUES (?, ?, ?, ?, ?, ?, julianday('now'), ?)");
   RETURN_IF_ERROR(s.status("put job"));
   s.Bind(1, job.id());
   s.Bind(2, seq);
@@ -299,8 +305,9 @@ absl::StatusOr<std::vector<StoredJob>> StateStore::LoadJobs() {
 absl::StatusOr<int64_t> StateStore::AppendEvent(const tandem::v1::JobEvent& event) {
   RETURN_IF_ERROR(JobWriteGate(event.job_id()));
   absl::MutexLock lock(&mu_);
-  Stmt s(db_, "INSERT INTO events (job_id, seq, time, event) VALUES (?1, "
-              "(SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE job_id = ?1), ?2, ?3) RETURNING seq");
+  Stmt s(db_,
+         "INSERT INTO events (job_id, seq, time, event) VALUES (?1, "
+         "(SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE job_id = ?1), ?2, ?3) RETURNING seq");
   RETURN_IF_ERROR(s.status("append event"));
   s.Bind(1, event.job_id());
   s.Bind(2, event.time());
@@ -483,7 +490,9 @@ absl::Status StateStore::DeleteJob(const std::string& job_id) {
   RETURN_IF_ERROR(Exec("BEGIN"));
   absl::Status st;
   for (const char* table : {"jobs", "events", "logs", "checkpoints"}) {
-    Stmt s(db_, absl::StrCat("DELETE FROM ", table, table == std::string("jobs") ? " WHERE id = ?" : " WHERE job_id = ?").c_str());
+    Stmt s(db_,
+           absl::StrCat("DELETE FROM ", table, table == std::string("jobs") ? " WHERE id = ?" : " WHERE job_id = ?")
+               .c_str());
     st = s.status("delete job");
     if (!st.ok()) break;
     s.Bind(1, job_id);

@@ -67,8 +67,7 @@ class StateStore {
 
   // Returns the event's sequence number within its job (1, 2, ...).
   absl::StatusOr<int64_t> AppendEvent(const tandem::v1::JobEvent& event);
-  absl::StatusOr<std::vector<StoredEvent>> ListEvents(const std::string& job_id, int64_t after_seq,
-                                                      int limit);
+  absl::StatusOr<std::vector<StoredEvent>> ListEvents(const std::string& job_id, int64_t after_seq, int limit);
   absl::StatusOr<int64_t> LastEventSeq(const std::string& job_id);
   // Forgets the job's events with seq <= through (the oldest); seq numbers
   // of the others do not change.
@@ -76,8 +75,7 @@ class StateStore {
 
   // Assigns seq to each line; returns the last one.
   absl::StatusOr<int64_t> AppendLogs(const std::string& job_id, std::vector<tandem::v1::LogLine> lines);
-  absl::StatusOr<std::vector<tandem::v1::LogLine>> ListLogs(const std::string& job_id, int64_t after_seq,
-                                                            int limit);
+  absl::StatusOr<std::vector<tandem::v1::LogLine>> ListLogs(const std::string& job_id, int64_t after_seq, int limit);
 
   absl::Status PutWorker(const tandem::v1::WorkerInfo& worker, const std::string& credential_digest = "");
   absl::StatusOr<std::vector<StoredWorker>> LoadWorkers();

@@ -10,15 +10,17 @@ namespace {
 TEST(Check, PassingChecksDoNothingAndEvaluateOnce) {
   int calls = 0;
   TANDEM_CHECK(++calls == 1);
-  TANDEM_CHECK_OK([&] { ++calls; return absl::OkStatus(); }());
+  TANDEM_CHECK_OK([&] {
+    ++calls;
+    return absl::OkStatus();
+  }());
   TANDEM_CHECK_OK(absl::StatusOr<int>(3));
   EXPECT_EQ(calls, 2);
 }
 
 TEST(CheckDeathTest, FailingCheckNamesFileLineAndCondition) {
   const int rows = 3, capacity = 2;
-  EXPECT_DEATH(TANDEM_CHECK(rows <= capacity),
-               "check_test\\.cc:[0-9]+: check failed: rows <= capacity");
+  EXPECT_DEATH(TANDEM_CHECK(rows <= capacity), "check_test\\.cc:[0-9]+: check failed: rows <= capacity");
 }
 
 TEST(CheckDeathTest, FailingCheckOkNamesTheStatus) {
@@ -31,10 +33,8 @@ TEST(CheckDeathTest, FailingCheckOkNamesTheStatus) {
 
 TEST(Check, IsOneStatementUnderAnUnbracedIfElse) {
   int branch = 0;
-  if (branch == 0)
-    TANDEM_CHECK(branch == 0);
-  else
-    branch = 2;
+  if (branch == 0) TANDEM_CHECK(branch == 0);
+  else branch = 2;
   EXPECT_EQ(branch, 0);
 }
 

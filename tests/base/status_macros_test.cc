@@ -16,9 +16,7 @@ absl::StatusOr<int> Half(int n) {
   return n / 2;
 }
 
-absl::Status Check(int n) {
-  return n < 0 ? absl::OutOfRangeError("negative") : absl::OkStatus();
-}
+absl::Status Check(int n) { return n < 0 ? absl::OutOfRangeError("negative") : absl::OkStatus(); }
 
 absl::Status CheckBoth(int a, int b, int* reached) {
   RETURN_IF_ERROR(Check(a));
@@ -51,10 +49,8 @@ TEST(ReturnIfError, WorksInFunctionsReturningStatusOr) {
 
 TEST(ReturnIfError, IsOneStatementUnderAnUnbracedIfElse) {
   auto f = [](bool first, int n) -> absl::Status {
-    if (first)
-      RETURN_IF_ERROR(Check(n));
-    else
-      return absl::CancelledError("else branch");
+    if (first) RETURN_IF_ERROR(Check(n));
+    else return absl::CancelledError("else branch");
     return absl::OkStatus();
   };
   EXPECT_TRUE(f(true, 1).ok());
@@ -65,7 +61,10 @@ TEST(ReturnIfError, IsOneStatementUnderAnUnbracedIfElse) {
 TEST(ReturnIfError, EvaluatesTheExpressionOnce) {
   int calls = 0;
   auto f = [&]() -> absl::Status {
-    RETURN_IF_ERROR([&] { ++calls; return Check(-1); }());
+    RETURN_IF_ERROR([&] {
+      ++calls;
+      return Check(-1);
+    }());
     return absl::OkStatus();
   };
   EXPECT_FALSE(f().ok());
@@ -101,7 +100,8 @@ TEST(AssignOrReturn, DeclaresOrAssignsAndReturnsErrors) {
 
 absl::Status TwoOnOneLine(int a, int b, int* sum) {
   // Two uses on one line need two temporaries.
-  ASSIGN_OR_RETURN(int x, Half(a)); ASSIGN_OR_RETURN(int y, Half(b));
+  ASSIGN_OR_RETURN(int x, Half(a));
+  ASSIGN_OR_RETURN(int y, Half(b));
   *sum = x + y;
   return absl::OkStatus();
 }

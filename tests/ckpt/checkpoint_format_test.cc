@@ -25,9 +25,7 @@ std::string TempDir() {
   return t;
 }
 
-void WriteText(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
+void WriteText(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
 std::string ReadText(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -165,8 +163,7 @@ TEST(CheckpointFormatTest, BadManifests) {
   WriteText(dir + "/manifest.json", Resigned(world));
   m = ReadManifest(dir);
   ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.status().message().find("lists 2 shards for world size 3"), std::string::npos)
-      << m.status();
+  EXPECT_NE(m.status().message().find("lists 2 shards for world size 3"), std::string::npos) << m.status();
 
   // A shard file name that leaves the directory.
   std::string escape = good;
@@ -190,8 +187,7 @@ TEST(CheckpointFormatTest, BadManifests) {
 
 // Builds a raw shard file and the ShardFileInfo that matches it (size and
 // checksum), so ReadShard gets past the checksum to the structural checks.
-ShardFileInfo RawShard(const std::string& dir, uint32_t header_len, const std::string& header,
-                       size_t payload_floats) {
+ShardFileInfo RawShard(const std::string& dir, uint32_t header_len, const std::string& header, size_t payload_floats) {
   std::string data("TNDMSHRD", 8);
   const uint32_t version = 1;
   data.append(reinterpret_cast<const char*>(&version), 4);
@@ -359,8 +355,7 @@ TEST(CheckpointFormatTest, RangeCoverageErrors) {
     auto loaded = LoadCheckpoint(FinalDir(root, 3));
     ASSERT_FALSE(loaded.ok()) << c.what;
     EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss) << c.what;
-    EXPECT_NE(loaded.status().message().find(c.error), std::string::npos)
-        << c.what << ": " << loaded.status();
+    EXPECT_NE(loaded.status().message().find(c.error), std::string::npos) << c.what << ": " << loaded.status();
     fs::remove_all(root);
   }
 }
@@ -461,10 +456,14 @@ TEST(CheckpointFormatTest, ManifestFieldsOfTheWrongTypeAreDataLoss) {
   EXPECT_NE(m.status().message().find("'generation' must be an integer"), std::string::npos) << m.status();
 
   // Every integer field: floats, strings, values that do not fit.
-  const nlohmann::json base = {{"format", "tandem-checkpoint"}, {"version", 1},      {"step", 3},
-                               {"world_size", 1},               {"zero_stage", 0},    {"total_floats", 2},
-                               {"shards", {{{"file", "shard-00000-of-00001.bin"}, {"rank", 0}, {"bytes", 24},
-                                            {"xxh64", "0123456789abcdef"}}}}};
+  const nlohmann::json base = {
+      {"format", "tandem-checkpoint"},
+      {"version", 1},
+      {"step", 3},
+      {"world_size", 1},
+      {"zero_stage", 0},
+      {"total_floats", 2},
+      {"shards", {{{"file", "shard-00000-of-00001.bin"}, {"rank", 0}, {"bytes", 24}, {"xxh64", "0123456789abcdef"}}}}};
   WriteText(dir + "/manifest.json", base.dump());
   ASSERT_TRUE(ReadManifest(dir).ok()) << ReadManifest(dir).status();
   struct Case {

@@ -17,9 +17,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
-}
+double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
 // Fires `signal` after `delay` on its own thread; records when.
 class DelayedAbort {
@@ -106,8 +104,7 @@ TEST(AbortRendezvousTest, PeerNeverShowsUp) {
 // Release() (then fails), like a process stopped right after publishing.
 class FreezingStore final : public Store {
  public:
-  FreezingStore(Store* base, std::string freeze_after)
-      : base_(base), freeze_after_(std::move(freeze_after)) {}
+  FreezingStore(Store* base, std::string freeze_after) : base_(base), freeze_after_(std::move(freeze_after)) {}
   absl::Status Set(std::string_view key, std::string_view value) override {
     absl::Status st = base_->Set(key, value);
     if (key.ends_with(freeze_after_)) frozen_ = true;
@@ -117,9 +114,7 @@ class FreezingStore final : public Store {
     if (frozen_) return Hang();
     return base_->Get(key, timeout);
   }
-  absl::StatusOr<int64_t> Add(std::string_view key, int64_t delta) override {
-    return base_->Add(key, delta);
-  }
+  absl::StatusOr<int64_t> Add(std::string_view key, int64_t delta) override { return base_->Add(key, delta); }
   absl::Status Wait(const std::vector<std::string>& keys, milliseconds timeout) override {
     if (frozen_) return Hang();
     return base_->Wait(keys, timeout);

@@ -15,8 +15,7 @@ class RanksTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(RanksTest, Allreduce) {
   const int n = GetParam();
-  for (size_t len : {size_t{0}, size_t{1}, size_t{7}, size_t{1001},
-                     size_t{300007}}) {
+  for (size_t len : {size_t{0}, size_t{1}, size_t{7}, size_t{1001}, size_t{300007}}) {
     std::vector<std::vector<float>> in(n);
     for (int r = 0; r < n; ++r) in[r] = Values(r, len);
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
@@ -90,8 +89,7 @@ TEST_P(RanksTest, AllgatherVariableCountsAndAliasing) {
     size_t my_off = 0;
     for (int r = 0; r < c.rank(); ++r) my_off += counts[r];
     std::copy(mine.begin(), mine.end(), out2.begin() + my_off);
-    ASSERT_TRUE(
-        c.allgather(out2.data() + my_off, out2.data(), counts, kT).ok());
+    ASSERT_TRUE(c.allgather(out2.data() + my_off, out2.data(), counts, kT).ok());
     size_t off = 0;
     for (int r = 0; r < n; ++r) {
       auto v = Values(r, counts[r], 2);

@@ -9,8 +9,8 @@
 #include <atomic>
 #include <filesystem>
 
-#include "tests/comm/comm_test_util.h"
 #include "absl/strings/match.h"
+#include "tests/comm/comm_test_util.h"
 #include "worker/comm/file_store.h"
 
 extern char** environ;
@@ -21,18 +21,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
-}
+double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
 // Two connected ranks (threads) for the tests below.
 struct Pair2 {
   InMemoryStore store;
   std::unique_ptr<Collective> c[2];
   explicit Pair2(milliseconds timeout = milliseconds(10000)) {
-    std::thread t([&] {
-      c[1] = *MakeCollective("gloo", store, 1, 2, testing::TestOptions(timeout));
-    });
+    std::thread t([&] { c[1] = *MakeCollective("gloo", store, 1, 2, testing::TestOptions(timeout)); });
     auto c0 = MakeCollective("gloo", store, 0, 2, testing::TestOptions(timeout));
     t.join();
     EXPECT_TRUE(c0.ok()) << c0.status();
@@ -43,12 +39,10 @@ struct Pair2 {
 TEST(Failure, RendezvousTimesOutWhenARankNeverJoins) {
   InMemoryStore store;
   const auto t0 = Clock::now();
-  auto c = MakeCollective("gloo", store, 0, 2,
-                          testing::TestOptions(milliseconds(500)));
+  auto c = MakeCollective("gloo", store, 0, 2, testing::TestOptions(milliseconds(500)));
   ASSERT_FALSE(c.ok());
   EXPECT_LT(Seconds(t0), 5.0);
-  EXPECT_NE(c.status().message().find("gloo"), std::string::npos)
-      << c.status();
+  EXPECT_NE(c.status().message().find("gloo"), std::string::npos) << c.status();
 }
 
 TEST(Failure, AllreduceTimesOutWhenPeerNeverCalls) {
@@ -56,13 +50,10 @@ TEST(Failure, AllreduceTimesOutWhenPeerNeverCalls) {
   ASSERT_TRUE(p.c[0] && p.c[1]);
   std::vector<float> data(100, 1.f);
   const auto t0 = Clock::now();
-  absl::Status s =
-      p.c[0]->allreduce(data.data(), data.size(), ReduceOp::kSum,
-                        milliseconds(300));
+  absl::Status s = p.c[0]->allreduce(data.data(), data.size(), ReduceOp::kSum, milliseconds(300));
   EXPECT_FALSE(s.ok());
   EXPECT_LT(Seconds(t0), 3.0);
-  EXPECT_TRUE(absl::StartsWith(s.message(), "gloo: allreduce failed"))
-      << s;
+  EXPECT_TRUE(absl::StartsWith(s.message(), "gloo: allreduce failed")) << s;
   // Broken from now on: later calls fail fast.
   absl::Status again = p.c[0]->barrier(milliseconds(300));
   EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition) << again;
@@ -82,8 +73,7 @@ TEST(Failure, AbortUnblocksWaitingRecv) {
   EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
   EXPECT_LT(Seconds(t0), 3.0);
   // Every later call fails too.
-  EXPECT_EQ(p.c[0]->barrier(milliseconds(1000)).code(),
-            absl::StatusCode::kAborted);
+  EXPECT_EQ(p.c[0]->barrier(milliseconds(1000)).code(), absl::StatusCode::kAborted);
 }
 
 TEST(Failure, AbortUnblocksWaitingAllreduceAndPeerSeesIt) {
@@ -102,8 +92,7 @@ TEST(Failure, AbortUnblocksWaitingAllreduceAndPeerSeesIt) {
     std::this_thread::sleep_for(milliseconds(200));
     p.c[0]->Abort();
   });
-  absl::Status s0 = p.c[0]->allreduce(data.data(), data.size(), ReduceOp::kSum,
-                                      milliseconds(30000));
+  absl::Status s0 = p.c[0]->allreduce(data.data(), data.size(), ReduceOp::kSum, milliseconds(30000));
   aborter.join();
   peer.join();
   EXPECT_EQ(s0.code(), absl::StatusCode::kAborted) << s0;
@@ -120,8 +109,7 @@ TEST(Failure, PeerThreadDestroysItsCommunicatorMidCollective) {
   });
   std::vector<float> data(1000, 1.f);
   const auto t0 = Clock::now();
-  absl::Status s = p.c[0]->allreduce(data.data(), data.size(), ReduceOp::kSum,
-                                     milliseconds(10000));
+  absl::Status s = p.c[0]->allreduce(data.data(), data.size(), ReduceOp::kSum, milliseconds(10000));
   peer.join();
   EXPECT_FALSE(s.ok());
   EXPECT_LT(Seconds(t0), 10.5);
@@ -131,9 +119,7 @@ TEST(Failure, PeerThreadDestroysItsCommunicatorMidCollective) {
 
 std::string PeerBinary() {
   // comm_peer_process sits next to this test binary.
-  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() /
-          "comm_peer_process")
-      .string();
+  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "comm_peer_process").string();
 }
 
 pid_t Spawn(const std::vector<std::string>& args) {
@@ -148,8 +134,7 @@ pid_t Spawn(const std::vector<std::string>& args) {
 }
 
 std::string TempDir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             (name + "." + std::to_string(getpid()));
+  auto dir = std::filesystem::temp_directory_path() / (name + "." + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();
@@ -177,27 +162,23 @@ TEST(Processes, KilledPeerProcessGivesAnErrorNotAHang) {
   pid_t pid = Spawn({PeerBinary(), dir, "1", "2", "sleep"});
   ASSERT_GT(pid, 0);
   FileStore store(dir);
-  auto c = MakeCollective("gloo", store, 0, 2,
-                          testing::TestOptions(milliseconds(20000)));
+  auto c = MakeCollective("gloo", store, 0, 2, testing::TestOptions(milliseconds(20000)));
   ASSERT_TRUE(c.ok()) << c.status();
   std::vector<float> data(100, 1.f);
-  ASSERT_TRUE((*c)->allreduce(data.data(), 100, ReduceOp::kSum,
-                              milliseconds(20000)).ok());
+  ASSERT_TRUE((*c)->allreduce(data.data(), 100, ReduceOp::kSum, milliseconds(20000)).ok());
   EXPECT_EQ(data[0], 3.f);  // 1 + (peer rank 1 contributes 2)
   std::thread killer([&] {
     std::this_thread::sleep_for(milliseconds(300));
     kill(pid, SIGKILL);
   });
   const auto t0 = Clock::now();
-  absl::Status s = (*c)->allreduce(data.data(), 100, ReduceOp::kSum,
-                                   milliseconds(10000));
+  absl::Status s = (*c)->allreduce(data.data(), 100, ReduceOp::kSum, milliseconds(10000));
   killer.join();
   int status = 0;
   waitpid(pid, &status, 0);
   EXPECT_FALSE(s.ok());
   EXPECT_LT(Seconds(t0), 10.5);
-  std::printf("killed peer -> %s after %.2f s\n", s.ToString().c_str(),
-              Seconds(t0));
+  std::printf("killed peer -> %s after %.2f s\n", s.ToString().c_str(), Seconds(t0));
   std::filesystem::remove_all(dir);
 }
 
@@ -232,9 +213,8 @@ TEST_P(StalledPeer, AbortEndsAnOperationStuckBehindAPeerThatStoppedReading) {
     (*c)->Abort();
   });
   const auto t0 = Clock::now();
-  absl::Status s = mode == "stall"
-                       ? (*c)->send(payload.data(), payload.size(), 1, 7, milliseconds(20000))
-                       : (*c)->allreduce(big.data(), big.size(), ReduceOp::kSum, milliseconds(20000));
+  absl::Status s = mode == "stall" ? (*c)->send(payload.data(), payload.size(), 1, 7, milliseconds(20000))
+                                   : (*c)->allreduce(big.data(), big.size(), ReduceOp::kSum, milliseconds(20000));
   const double took = Seconds(t0);
   aborter.join();
   kill(pid, SIGKILL);

@@ -19,24 +19,20 @@ using std::chrono::milliseconds;
 
 class StoreService final : public tandem::v1::Cluster::Service {
  public:
-  grpc::Status StoreSet(grpc::ServerContext* ctx,
-                        const tandem::v1::StoreSetRequest* req,
+  grpc::Status StoreSet(grpc::ServerContext* ctx, const tandem::v1::StoreSetRequest* req,
                         tandem::v1::StoreSetResponse*) override {
     if (auto s = Auth(ctx); !s.ok()) return s;
     return To(store_.Set(Key(req->scope(), req->key()), req->value()));
   }
-  grpc::Status StoreGet(grpc::ServerContext* ctx,
-                        const tandem::v1::StoreGetRequest* req,
+  grpc::Status StoreGet(grpc::ServerContext* ctx, const tandem::v1::StoreGetRequest* req,
                         tandem::v1::StoreGetResponse* resp) override {
     if (auto s = Auth(ctx); !s.ok()) return s;
-    auto v = store_.Get(Key(req->scope(), req->key()),
-                        milliseconds(req->timeout_ms()));
+    auto v = store_.Get(Key(req->scope(), req->key()), milliseconds(req->timeout_ms()));
     if (!v.ok()) return To(v.status());
     resp->set_value(*v);
     return grpc::Status::OK;
   }
-  grpc::Status StoreAdd(grpc::ServerContext* ctx,
-                        const tandem::v1::StoreAddRequest* req,
+  grpc::Status StoreAdd(grpc::ServerContext* ctx, const tandem::v1::StoreAddRequest* req,
                         tandem::v1::StoreAddResponse* resp) override {
     if (auto s = Auth(ctx); !s.ok()) return s;
     auto v = store_.Add(Key(req->scope(), req->key()), req->delta());
@@ -44,16 +40,14 @@ class StoreService final : public tandem::v1::Cluster::Service {
     resp->set_value(*v);
     return grpc::Status::OK;
   }
-  grpc::Status StoreWait(grpc::ServerContext* ctx,
-                         const tandem::v1::StoreWaitRequest* req,
+  grpc::Status StoreWait(grpc::ServerContext* ctx, const tandem::v1::StoreWaitRequest* req,
                          tandem::v1::StoreWaitResponse*) override {
     if (auto s = Auth(ctx); !s.ok()) return s;
     std::vector<std::string> keys;
     for (const auto& k : req->keys()) keys.push_back(Key(req->scope(), k));
     return To(store_.Wait(keys, milliseconds(req->timeout_ms())));
   }
-  grpc::Status StoreDelete(grpc::ServerContext* ctx,
-                           const tandem::v1::StoreDeleteRequest* req,
+  grpc::Status StoreDelete(grpc::ServerContext* ctx, const tandem::v1::StoreDeleteRequest* req,
                            tandem::v1::StoreDeleteResponse* resp) override {
     if (auto s = Auth(ctx); !s.ok()) return s;
     auto v = store_.Delete(Key(req->scope(), req->key()));
@@ -63,19 +57,16 @@ class StoreService final : public tandem::v1::Cluster::Service {
   }
 
  private:
-  static std::string Key(const tandem::v1::StoreScope& scope,
-                         const std::string& key) {
+  static std::string Key(const tandem::v1::StoreScope& scope, const std::string& key) {
     return absl::StrCat(scope.job_id(), "/", scope.generation(), "/", key);
   }
   static grpc::Status To(const absl::Status& s) {
     if (s.ok()) return grpc::Status::OK;
-    return grpc::Status(static_cast<grpc::StatusCode>(s.code()),
-                        std::string(s.message()));
+    return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
   }
   static grpc::Status Auth(grpc::ServerContext* ctx) {
     auto it = ctx->client_metadata().find("authorization");
-    if (it == ctx->client_metadata().end() ||
-        std::string(it->second.data(), it->second.size()) != "Bearer secret") {
+    if (it == ctx->client_metadata().end() || std::string(it->second.data(), it->second.size()) != "Bearer secret") {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad token");
     }
     return grpc::Status::OK;
@@ -119,8 +110,7 @@ TEST_F(GrpcStoreTest, OperationsScopesAndTimeouts) {
   EXPECT_EQ(*s->Add("n", 5), 5);
   EXPECT_EQ(*s->Add("n", -2), 3);
   EXPECT_TRUE(s->Wait({"k", "n"}, milliseconds(1000)).ok());
-  EXPECT_EQ(s->Get("missing", milliseconds(200)).status().code(),
-            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(s->Get("missing", milliseconds(200)).status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_TRUE(*s->Delete("k"));
   // Another generation does not see generation 1's keys.
   auto other = Make("secret", 2);
@@ -152,9 +142,7 @@ TEST_F(GrpcStoreTest, GlooRendezvousThroughCoordinatorStore) {
   c[0] = std::move(*made);
   ASSERT_TRUE(c[1]);
   std::vector<float> a(5, 1.f), b(5, 2.f);
-  std::thread t2([&] {
-    EXPECT_TRUE(c[1]->allreduce(b.data(), 5, ReduceOp::kSum, milliseconds(5000)).ok());
-  });
+  std::thread t2([&] { EXPECT_TRUE(c[1]->allreduce(b.data(), 5, ReduceOp::kSum, milliseconds(5000)).ok()); });
   EXPECT_TRUE(c[0]->allreduce(a.data(), 5, ReduceOp::kSum, milliseconds(5000)).ok());
   t2.join();
   EXPECT_EQ(a[4], 3.f);

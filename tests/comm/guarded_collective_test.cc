@@ -21,8 +21,7 @@ constexpr Timeout kT{20000};
 constexpr size_t kCap = size_t{256} << 20;
 
 // Runs fn(guarded collective, its memory) on n threads, one rank each.
-void RunGuarded(int n,
-                const std::function<void(Collective&, GuardedMemory&)>& fn) {
+void RunGuarded(int n, const std::function<void(Collective&, GuardedMemory&)>& fn) {
   ::tandem::testing::RunRankThreads(n, [&](int, std::unique_ptr<Collective> c) {
     auto mem = kernels::MakeGuardedMemory(kCap);
     auto g = MakeGuardedCollective(std::move(c), mem.get());
@@ -44,8 +43,7 @@ std::vector<float> Down(const DeviceArray<float>& a) {
 }
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() &&
-         std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 class GuardedCollectiveTest : public ::testing::TestWithParam<int> {};
@@ -98,8 +96,7 @@ TEST_P(GuardedCollectiveTest, ReduceScatterAllgatherMatchHost) {
     auto dev_in = Up(mem, in);
     auto dev_out = Up(mem, std::vector<float>(counts[me], -1.f));
     ASSERT_TRUE(c.reduce_scatter(in.data(), host_out.data(), counts, kT).ok());
-    ASSERT_TRUE(
-        c.reduce_scatter(dev_in.data(), dev_out.data(), counts, kT).ok());
+    ASSERT_TRUE(c.reduce_scatter(dev_in.data(), dev_out.data(), counts, kT).ok());
     EXPECT_TRUE(SameBits(Down(dev_out), host_out));
     // Mixed: device in, host out.
     std::vector<float> mixed(counts[me]);
@@ -113,13 +110,11 @@ TEST_P(GuardedCollectiveTest, ReduceScatterAllgatherMatchHost) {
     DeviceArray<float> dev_all;
     ASSERT_TRUE(dev_all.AllocateZeroed(&mem, total));
     dev_all.Upload(mine.data(), mine.size(), off);
-    ASSERT_TRUE(
-        c.allgather(dev_all.data() + off, dev_all.data(), counts, kT).ok());
+    ASSERT_TRUE(c.allgather(dev_all.data() + off, dev_all.data(), counts, kT).ok());
     EXPECT_TRUE(SameBits(Down(dev_all), host_all));
     for (int r = 0, o = 0; r < c.size(); o += counts[r], ++r) {
       const auto theirs = Values(r, counts[r], 5);
-      EXPECT_TRUE(
-          std::equal(theirs.begin(), theirs.end(), host_all.begin() + o));
+      EXPECT_TRUE(std::equal(theirs.begin(), theirs.end(), host_all.begin() + o));
     }
   });
 }

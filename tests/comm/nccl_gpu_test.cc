@@ -31,8 +31,7 @@ TEST(NcclSingleRank, Collectives) {
   float *d_in = nullptr, *d_out = nullptr;
   ASSERT_EQ(cudaMalloc(&d_in, n * 4), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&d_out, n * 4), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(d_in, host.data(), n * 4, cudaMemcpyHostToDevice),
-            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d_in, host.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
   const Timeout t(20000);
   std::vector<float> back(n);
   ASSERT_TRUE((*c)->allreduce(d_in, n, ReduceOp::kSum, t).ok());
@@ -108,8 +107,7 @@ TEST(NcclSingleRank, OrderedAfterLegacyStreamFromNewThread) {
   ASSERT_EQ(cudaMalloc(&src, n * 4), cudaSuccess);
   std::vector<float> expect(n);
   for (size_t i = 0; i < n; ++i) expect[i] = 1.f + float(i % 1013);
-  ASSERT_EQ(cudaMemcpy(src, expect.data(), n * 4, cudaMemcpyHostToDevice),
-            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(src, expect.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(cudaMemset(x, 0, n * 4), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   for (int rep = 0; rep < 3; ++rep) {
@@ -122,14 +120,12 @@ TEST(NcclSingleRank, OrderedAfterLegacyStreamFromNewThread) {
     std::vector<float> host_sum(1, 2.f);
     std::thread comm([&] {
       st = (*c)->allreduce(x, n, ReduceOp::kMax, Timeout(20000));
-      if (st.ok()) st = (*c)->allreduce(host_sum.data(), 1, ReduceOp::kSum,
-                                        Timeout(20000));
+      if (st.ok()) st = (*c)->allreduce(host_sum.data(), 1, ReduceOp::kSum, Timeout(20000));
     });
     comm.join();
     ASSERT_TRUE(st.ok()) << st;
     std::vector<float> back(n);
-    ASSERT_EQ(cudaMemcpy(back.data(), x, n * 4, cudaMemcpyDeviceToHost),
-              cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(back.data(), x, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     EXPECT_EQ(back, expect) << "rep " << rep;
     EXPECT_EQ(host_sum[0], 2.f);
     cudaMemset(x, 0, n * 4);

@@ -6,8 +6,8 @@
 //          kStallBytes from rank 0 (the test stops, then kills this process).
 //   stall_allreduce: the same, in an allreduce of kStallBytes.
 #include <cstdio>
-#include <fstream>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,19 +47,25 @@ int main(int argc, char** argv) {
     return (*c)->allreduce(big.data(), big.size(), ReduceOp::kSum, t).ok() ? 0 : 1;
   }
   const float sum = size * (size + 1) / 2.f;
-  for (float v : data) if (v != sum) return 3;
+  for (float v : data)
+    if (v != sum) return 3;
   std::vector<float> scan(70001, static_cast<float>(rank + 1));
   if (!(*c)->all_scan(scan.data(), scan.size(), ScanOp::Sum(), t).ok()) return 1;
   const float prefix = rank * (rank + 1) / 2.f;
-  for (float v : scan) if (v != prefix) return 4;
+  for (float v : scan)
+    if (v != prefix) return 4;
   std::vector<size_t> counts(size);
   for (int r = 0; r < size; ++r) counts[r] = 1000 + r;
   size_t total = 0, off = 0;
-  for (int r = 0; r < size; ++r) { if (r < rank) off += counts[r]; total += counts[r]; }
+  for (int r = 0; r < size; ++r) {
+    if (r < rank) off += counts[r];
+    total += counts[r];
+  }
   std::vector<float> mine(counts[rank], static_cast<float>(rank)), all(total);
   if (!(*c)->allgather(mine.data(), all.data(), counts, t).ok()) return 1;
   size_t i = 0;
   for (int r = 0; r < size; ++r)
-    for (size_t k = 0; k < counts[r]; ++k, ++i) if (all[i] != r) return 5;
+    for (size_t k = 0; k < counts[r]; ++k, ++i)
+      if (all[i] != r) return 5;
   return (*c)->barrier(t).ok() ? 0 : 1;
 }

@@ -107,8 +107,8 @@ TEST(QuantizedExchange, ErrorFeedbackKeepsTheRunningSumExact) {
     }
     double fb = 0, plain = 0;
     for (size_t i = 0; i < out.size(); ++i) {
-      const double exact = calls * (double(Values(0, total, 9)[r * total / 2 + i]) +
-                                    double(Values(1, total, 9)[r * total / 2 + i]));
+      const double exact =
+          calls * (double(Values(0, total, 9)[r * total / 2 + i]) + double(Values(1, total, 9)[r * total / 2 + i]));
       fb = std::max(fb, std::fabs(sum_fb[i] - exact));
       plain = std::max(plain, std::fabs(sum_plain[i] - exact));
     }
@@ -116,7 +116,7 @@ TEST(QuantizedExchange, ErrorFeedbackKeepsTheRunningSumExact) {
     worst_feedback = std::max(worst_feedback, fb);
     worst_plain = std::max(worst_plain, plain);
   });
-  EXPECT_LT(worst_feedback, 0.1);          // one step of 1/7 at most
+  EXPECT_LT(worst_feedback, 0.1);  // one step of 1/7 at most
   EXPECT_GT(worst_plain, 10 * worst_feedback);
 }
 

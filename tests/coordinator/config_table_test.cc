@@ -83,8 +83,8 @@ void ExpectRefused(const Row& row, const std::string& assignment, absl::string_v
   std::string message(st.message());
   if (absl::StartsWith(message, "config: ")) message = message.substr(8);
   EXPECT_TRUE(absl::StartsWith(message, Shown(row))) << assignment << " -> " << message;
-  EXPECT_TRUE(absl::StrContains(message, expect)) << assignment << " -> " << message << " (expected '" << expect
-                                                  << "')";
+  EXPECT_TRUE(absl::StrContains(message, expect))
+      << assignment << " -> " << message << " (expected '" << expect << "')";
 }
 
 class ConfigRowTest : public ::testing::TestWithParam<Row> {};
@@ -104,8 +104,7 @@ TEST_P(ConfigRowTest, AboveMaximumNamesPathAndBound) {
   const FieldDescriptor* f = FieldOf(GetParam());
   if (key.max >= 1e300) return;  // no maximum: nothing to check for this row
   const double above = IsInteger(f) ? key.max + 1 : key.max + std::max(1.0, std::abs(key.max));
-  ExpectRefused(GetParam(), Set(GetParam(), Number(f, above)),
-                absl::StrCat("must be <= ", Bound(key.max)));
+  ExpectRefused(GetParam(), Set(GetParam(), Number(f, above)), absl::StrCat("must be <= ", Bound(key.max)));
 }
 
 TEST_P(ConfigRowTest, WrongTypeNamesPath) {

@@ -24,8 +24,8 @@
 #include "tandem/v1/cluster.grpc.pb.h"
 #include "tandem/v1/control.grpc.pb.h"
 #include "tests/support/coordinator_harness.h"
-#include "tests/support/http_client.h"
 #include "tests/support/fake_worker.h"
+#include "tests/support/http_client.h"
 
 namespace tandem::server {
 namespace {
@@ -41,8 +41,7 @@ std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token, int ms = 5000
 }
 
 // A call with the token and a worker credential.
-std::unique_ptr<grpc::ClientContext> WorkerCtx(const std::string& token, const std::string& credential,
-                                               int ms = 5000) {
+std::unique_ptr<grpc::ClientContext> WorkerCtx(const std::string& token, const std::string& credential, int ms = 5000) {
   auto ctx = test_support::AuthContext(token, ms);
   common::AddWorkerCredential(ctx.get(), credential);
   return ctx;
@@ -156,11 +155,11 @@ class CoordinatorTest : public ::testing::Test {
   std::vector<std::unique_ptr<FakeWorker>> workers_;
 };
 
-#define EXPECT_CODE(call, code)                                                     \
-  do {                                                                              \
-    grpc::Status st_ = (call);                                                      \
+#define EXPECT_CODE(call, code)                                                                  \
+  do {                                                                                           \
+    grpc::Status st_ = (call);                                                                   \
     EXPECT_EQ(st_.error_code(), grpc::StatusCode::code) << #call << ": " << st_.error_message(); \
-    EXPECT_TRUE(Healthy(channel_)) << "unhealthy after " << #call;                  \
+    EXPECT_TRUE(Healthy(channel_)) << "unhealthy after " << #call;                               \
   } while (0)
 
 TEST_F(CoordinatorTest, BadInputAndCredentialsGetClearErrors) {
@@ -332,7 +331,8 @@ TEST_F(CoordinatorTest, BadInputAndCredentialsGetClearErrors) {
   tandem::v1::StoreGetRequest sget;
   tandem::v1::StoreGetResponse sget_resp;
   sget.mutable_scope()->set_job_id("j-000001");
-  EXPECT_CODE(cluster_->StoreGet(WorkerCtx(kJoin, credential).get(), sget, &sget_resp), INVALID_ARGUMENT);  // generation 0
+  EXPECT_CODE(cluster_->StoreGet(WorkerCtx(kJoin, credential).get(), sget, &sget_resp),
+              INVALID_ARGUMENT);  // generation 0
   tandem::v1::StoreWaitRequest swait;
   tandem::v1::StoreWaitResponse swait_resp;
   EXPECT_CODE(cluster_->StoreWait(Ctx("").get(), swait, &swait_resp), UNAUTHENTICATED);
@@ -367,8 +367,8 @@ TEST_F(CoordinatorTest, SftJobRunsOnTwoWorkersWithEventsLogsAndStore) {
   ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_SUCCEEDED) << job.reason();
   EXPECT_EQ(job.step(), 3);
   EXPECT_EQ(job.generation(), 1);
-  const std::vector<std::string> expected = {"PHASE_SETUP(0)", "PHASE_SFT_STEP(1)", "PHASE_SFT_STEP(2)",
-                                             "PHASE_EVAL(2)", "PHASE_SFT_STEP(3)", "PHASE_EVAL(3)",
+  const std::vector<std::string> expected = {"PHASE_SETUP(0)",  "PHASE_SFT_STEP(1)", "PHASE_SFT_STEP(2)",
+                                             "PHASE_EVAL(2)",   "PHASE_SFT_STEP(3)", "PHASE_EVAL(3)",
                                              "PHASE_EXPORT(3)", "PHASE_TEARDOWN(3)"};
   EXPECT_EQ(a->phases(), expected);
   EXPECT_EQ(b->phases(), expected);
@@ -413,10 +413,10 @@ TEST_F(CoordinatorTest, WarmStartThatReachesItsStopAccuracyEndsEarly) {
   auto job = WaitFor(id, Done);
   ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_SUCCEEDED) << job.reason();
   const std::vector<std::string> expected = {
-      "PHASE_SETUP(0)",    "PHASE_SFT_STEP(-1)", "PHASE_SFT_STEP(-2)", "PHASE_SFT_STEP(-3)",
-      "PHASE_EVAL(0)",     "PHASE_ROLLOUT(1)",   "PHASE_SCORE(1)",     "PHASE_LOGPROBS(1)",
-      "PHASE_UPDATE(1)",   "PHASE_ROLLOUT(2)",   "PHASE_SCORE(2)",     "PHASE_LOGPROBS(2)",
-      "PHASE_UPDATE(2)",   "PHASE_EVAL(2)",      "PHASE_EXPORT(2)",    "PHASE_TEARDOWN(2)"};
+      "PHASE_SETUP(0)",  "PHASE_SFT_STEP(-1)", "PHASE_SFT_STEP(-2)", "PHASE_SFT_STEP(-3)",
+      "PHASE_EVAL(0)",   "PHASE_ROLLOUT(1)",   "PHASE_SCORE(1)",     "PHASE_LOGPROBS(1)",
+      "PHASE_UPDATE(1)", "PHASE_ROLLOUT(2)",   "PHASE_SCORE(2)",     "PHASE_LOGPROBS(2)",
+      "PHASE_UPDATE(2)", "PHASE_EVAL(2)",      "PHASE_EXPORT(2)",    "PHASE_TEARDOWN(2)"};
   EXPECT_EQ(a->phases(), expected);
   tandem::v1::WatchJobRequest watch;
   watch.set_job_id(id);
@@ -502,7 +502,8 @@ TEST_F(CoordinatorTest, SubmitAppliesTheWorkersModelLimits) {
          s->mutable_model()->mutable_config()->mutable_rope_scaling()->set_factor(2000);
        },
        "rope_scaling.factor"},
-      {"char vocab 50", [](auto* s) { s->mutable_model()->mutable_config()->set_vocab_size(50); }, "with the char tokenizer"},
+      {"char vocab 50", [](auto* s) { s->mutable_model()->mutable_config()->set_vocab_size(50); },
+       "with the char tokenizer"},
       {"2^36 parameters",
        [](auto* s) {
          auto* c = s->mutable_model()->mutable_config();
@@ -678,7 +679,8 @@ TEST_F(CoordinatorTest, WorkerIdentityIsBoundToItsCredential) {
   tandem::v1::RegisterWorkerResponse registered;
   grpc::Status st = cluster_->RegisterWorker(Ctx(kJoin).get(), reg, &registered);
   EXPECT_CODE(st, ALREADY_EXISTS);
-  EXPECT_NE(st.error_message().find("'alpha' is held by live worker " + alpha), std::string::npos) << st.error_message();
+  EXPECT_NE(st.error_message().find("'alpha' is held by live worker " + alpha), std::string::npos)
+      << st.error_message();
   EXPECT_NE(st.error_message().find("own --name"), std::string::npos) << st.error_message();
   reg.set_worker_id(alpha);
   reg.set_worker_credential("0123");
@@ -724,8 +726,9 @@ TEST_F(CoordinatorTest, WorkerIdentityIsBoundToItsCredential) {
   EXPECT_TRUE(Checkpoints(id).empty());
   // A member may only publish the job's own checkpoint directory of the step.
   report.set_worker_id(alpha);
-  for (const std::string& path : std::vector<std::string>{"/evil/step-99999999", "/evil/../" + job.spec().checkpoint().dir() + "/step-00000001",
-                                 common::CheckpointStepPath(job.spec().checkpoint().dir(), 5)}) {
+  for (const std::string& path :
+       std::vector<std::string>{"/evil/step-99999999", "/evil/../" + job.spec().checkpoint().dir() + "/step-00000001",
+                                common::CheckpointStepPath(job.spec().checkpoint().dir(), 5)}) {
     forged->set_path(path);
     st = cluster_->ReportPhase(a->WorkerContext().get(), report, &reported);
     EXPECT_CODE(st, INVALID_ARGUMENT);
@@ -799,8 +802,9 @@ class BackgroundPublisher {
 
 TEST_F(CoordinatorTest, CheckpointRecordsKeepReportedStepAndSizeAcrossRestart) {
   BackgroundPublisher publisher;
-  auto fill = [&publisher](FakeWorker& w, const tandem::v1::PhaseCommand& cmd,
-                           tandem::v1::ReportPhaseRequest* report) { publisher.Fill(w, cmd, report); };
+  auto fill = [&publisher](FakeWorker& w, const tandem::v1::PhaseCommand& cmd, tandem::v1::ReportPhaseRequest* report) {
+    publisher.Fill(w, cmd, report);
+  };
   AddWorker("alpha", fill);
   AddWorker("beta", fill);
   auto spec = SftSpec(2, 4);
@@ -852,10 +856,9 @@ TEST_F(CoordinatorTest, CheckpointListFollowsTheWorkersRetention) {
 
 TEST_F(CoordinatorTest, CheckpointPublishedBeforeAFailedPhaseIsRecorded) {
   BackgroundPublisher publisher;
-  auto* a = AddWorker("alpha", [&publisher](FakeWorker& w, const tandem::v1::PhaseCommand& cmd,
-                                            tandem::v1::ReportPhaseRequest* report) {
-    publisher.Fill(w, cmd, report);
-  });
+  auto* a =
+      AddWorker("alpha", [&publisher](FakeWorker& w, const tandem::v1::PhaseCommand& cmd,
+                                      tandem::v1::ReportPhaseRequest* report) { publisher.Fill(w, cmd, report); });
   a->fail = [](const tandem::v1::PhaseCommand& c, tandem::v1::PhaseFailure* failure) {
     failure->set_kind(tandem::v1::PHASE_FAILURE_KIND_FATAL);
     failure->set_message("boom");

@@ -95,13 +95,16 @@ TEST_F(HttpServerTest, RequestsReachHandlersWithHeadersAndBodies) {
   server_->Handle(
       "/echo",
       [](const HttpRequest& r) {
-        return HttpResponse{200, "text/plain",
-                            r.method + "|" + r.path + "|" + r.query + "|" + r.Header("x-thing") + "|" + r.peer + "|" +
-                                r.body,
-                            {{"Set-Cookie", "a=b; HttpOnly"}}};
+        return HttpResponse{
+            200,
+            "text/plain",
+            r.method + "|" + r.path + "|" + r.query + "|" + r.Header("x-thing") + "|" + r.peer + "|" + r.body,
+            {{"Set-Cookie", "a=b; HttpOnly"}}};
       },
       /*allow_post=*/true);
-  server_->HandlePrefix("/files/", [](const HttpRequest& r) { return HttpResponse{200, "text/plain", "files:" + r.path}; });
+  server_->HandlePrefix("/files/", [](const HttpRequest& r) {
+    return HttpResponse{200, "text/plain", "files:" + r.path};
+  });
   server_->HandlePrefix("/files/deep/", [](const HttpRequest& r) { return HttpResponse{200, "text/plain", "deep"}; });
   ASSERT_TRUE(server_->Start("127.0.0.1", 0).ok());
   const int port = server_->port();

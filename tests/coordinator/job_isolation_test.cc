@@ -90,7 +90,8 @@ TEST(JobIsolationTest, AHeldWriteOfOneJobDoesNotBlockAnotherJobsReports) {
   // cursor after a phase) is held, with A's driver lock taken.
   const std::string a = test_support::SubmitJob(control.get(), kToken, SftSpec("a", 100000));
   ASSERT_FALSE(a.empty());
-  test_support::WaitForJob(control.get(), kToken, a, [](const auto& j) { return j.step() >= 1; }, 20000, 20);
+  test_support::WaitForJob(
+      control.get(), kToken, a, [](const auto& j) { return j.step() >= 1; }, 20000, 20);
   latch.Arm(a);
   ASSERT_TRUE(latch.WaitHeld()) << "job A never wrote again";
 
@@ -116,7 +117,8 @@ TEST(JobIsolationTest, AHeldWriteOfOneJobDoesNotBlockAnotherJobsReports) {
       control.get(), kToken, a, [step_a](const auto& j) { return j.step() > step_a; }, 20000, 20);
   EXPECT_GT(job_a.step(), step_a);
   ASSERT_TRUE(coordinator->jobs()->Cancel(a, "test over").ok());
-  test_support::WaitForJob(control.get(), kToken, a, [](const auto& j) { return IsTerminal(j.state()); }, 20000, 20);
+  test_support::WaitForJob(
+      control.get(), kToken, a, [](const auto& j) { return IsTerminal(j.state()); }, 20000, 20);
   workers.clear();
   coordinator.reset();
   std::filesystem::remove_all(dir);

@@ -55,8 +55,7 @@ TEST(JobSpecTest, IssueExampleParses) {
 }
 
 TEST(JobSpecTest, OverridesAndRoundTrip) {
-  auto spec = ParseJobSpecYaml(kIssueExample, {"train.steps=10", "cluster.workers=4", "rl.kl_coef=0",
-                                               "task.op=mul"});
+  auto spec = ParseJobSpecYaml(kIssueExample, {"train.steps=10", "cluster.workers=4", "rl.kl_coef=0", "task.op=mul"});
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->train().steps(), 10);
   EXPECT_EQ(spec->cluster().workers(), 4);
@@ -72,7 +71,8 @@ TEST(JobSpecTest, OverridesAndRoundTrip) {
 TEST(JobSpecTest, BadInputsNameTheField) {
   const std::string base = kIssueExample;
   EXPECT_NE(ErrorOf("kind: [sft").find("malformed YAML: line 1"), std::string::npos) << ErrorOf("kind: [sft");
-  EXPECT_EQ(ErrorOf(base, {"train.stepz=3"}).rfind("train.stepz: unknown key; allowed: steps, lr, global_batch", 0), 0u);
+  EXPECT_EQ(ErrorOf(base, {"train.stepz=3"}).rfind("train.stepz: unknown key; allowed: steps, lr, global_batch", 0),
+            0u);
   EXPECT_EQ(ErrorOf(base, {"train.steps=abc"}), "train.steps: expected an integer, got 'abc'");
   EXPECT_EQ(ErrorOf(base, {"train.steps=1.5"}), "train.steps: expected an integer, got '1.5'");
   EXPECT_EQ(ErrorOf(base, {"train.lr=fast"}), "train.lr: expected a number, got 'fast'");
@@ -96,8 +96,7 @@ TEST(JobSpecTest, BadInputsNameTheField) {
   EXPECT_EQ(ErrorOf(base, {"init.sft.steps=-1"}), "init.sft.steps: must be >= 0, got -1");
   EXPECT_EQ(ErrorOf(base, {"task.op=sub"}), "task.op: 'sub' is not allowed; allowed: \"\", add, mul");
   std::string megabyte(1 << 20, 'x');
-  EXPECT_EQ(ErrorOf(base + "\noutput_dir: " + megabyte + "\n"),
-            "output_dir: too long (1048576 chars; at most 4096)");
+  EXPECT_EQ(ErrorOf(base + "\noutput_dir: " + megabyte + "\n"), "output_dir: too long (1048576 chars; at most 4096)");
   EXPECT_EQ(ErrorOf(std::string(5 << 20, '#')), "job file: too large (5242880 bytes; at most 4194304)");
   EXPECT_EQ(ErrorOf(base, {"output_dir=/tmp/\xff"}), "output_dir: is not valid UTF-8");
   EXPECT_EQ(ErrorOf(base, {"name=bad name!"}), "name: 'bad name!' must be 1-128 characters of A-Z a-z 0-9 . _ -");
@@ -129,7 +128,8 @@ TEST(JobSpecTest, BadInputsNameTheField) {
   EXPECT_EQ(ErrorOf("model: {from: /m}\ntask: {name: sort}\n"), "kind: required; allowed: sft, grpo, ppo");
   EXPECT_EQ(ErrorOf(base, {"rl.prompts_per_step=3"}), "rl.prompts_per_step: 3 is not divisible by the workers = 2");
   EXPECT_EQ(ErrorOf("- 1\n- 2\n"), "document: expected a map, got a list");
-  EXPECT_EQ(ErrorOf(base, {"task.name=reverse"}), "task.op: applies only to the arithmetic task; remove it for reverse");
+  EXPECT_EQ(ErrorOf(base, {"task.name=reverse"}),
+            "task.op: applies only to the arithmetic task; remove it for reverse");
   EXPECT_EQ(ErrorOf("kind: sft\nmodel: {from: /m}\ntask: {name: sort, digits: 3}\n"),
             "task.digits: applies only to the arithmetic task; use task.min_len/task.max_len for sort");
   EXPECT_EQ(ErrorOf("kind: sft\nmodel: {from: /m}\ntask: {name: sort}\n"), "OK");
@@ -137,9 +137,9 @@ TEST(JobSpecTest, BadInputsNameTheField) {
   EXPECT_EQ(ErrorOf(base, {"recovery.degraded=true"}), "OK");
   EXPECT_EQ(ErrorOf(base, {"recovery.degraded=true", "cluster.zero_stage=3"}), "OK");
   EXPECT_EQ(ErrorOf(base, {"recovery.degraded=true", "cluster.zero_stage=0"}), "OK");
-  EXPECT_EQ(ErrorOf(base, {"recovery.degraded=true", "cluster.zero_stage=0", "cluster.workers=1",
-                           "rl.prompts_per_step=16"}),
-            "recovery.degraded: needs cluster.workers >= 2");
+  EXPECT_EQ(
+      ErrorOf(base, {"recovery.degraded=true", "cluster.zero_stage=0", "cluster.workers=1", "rl.prompts_per_step=16"}),
+      "recovery.degraded: needs cluster.workers >= 2");
   EXPECT_EQ(ErrorOf(base, {"recovery.degraded_cheap_backward=true"}),
             "recovery.degraded_cheap_backward: only with recovery.degraded: true");
   EXPECT_EQ(ErrorOf(base, {"recovery.degraded_low_rank=8"}),
@@ -171,7 +171,8 @@ TEST(JobSpecTest, MissingFileAndHfConfigKeys) {
 TEST(JobSpecTest, InlineModelTypesHeadDimAndLlama3Rope) {
   std::string path = ::testing::TempDir() + "/job_spec_model_types.yaml";
   auto load = [&](const std::string& model) {
-    std::ofstream(path) << "kind: sft\ntask: {name: reverse}\nmodel:\n  config:\n" << model
+    std::ofstream(path) << "kind: sft\ntask: {name: reverse}\nmodel:\n  config:\n"
+                        << model
                         << "    vocab_size: 128\n    hidden_size: 48\n    intermediate_size: 64\n"
                            "    num_hidden_layers: 2\n    num_attention_heads: 4\n"
                            "    num_key_value_heads: 2\n    tokenizer: char\n";
@@ -192,8 +193,9 @@ TEST(JobSpecTest, InlineModelTypesHeadDimAndLlama3Rope) {
   EXPECT_EQ(m->LayerWindow(0), 8);
   EXPECT_EQ(m->LayerWindow(1), 8);
 
-  auto llama3 = load("    rope_scaling: {rope_type: llama3, factor: 8.0, low_freq_factor: 1.0,\n"
-                     "                   high_freq_factor: 4.0, original_max_position_embeddings: 64}\n");
+  auto llama3 = load(
+      "    rope_scaling: {rope_type: llama3, factor: 8.0, low_freq_factor: 1.0,\n"
+      "                   high_freq_factor: 4.0, original_max_position_embeddings: 64}\n");
   ASSERT_TRUE(llama3.ok()) << llama3.status();
   m = model::ModelConfigFromJob(llama3->model().config());
   ASSERT_TRUE(m.ok()) << m.status();
@@ -201,8 +203,9 @@ TEST(JobSpecTest, InlineModelTypesHeadDimAndLlama3Rope) {
   EXPECT_EQ(m->Rope().high_freq_factor, 4.0);
 
   // The worker's checks, applied when the file is read, name the key.
-  auto no_high = load("    rope_scaling: {rope_type: llama3, factor: 8.0, low_freq_factor: 1.0,\n"
-                      "                   original_max_position_embeddings: 64}\n");
+  auto no_high = load(
+      "    rope_scaling: {rope_type: llama3, factor: 8.0, low_freq_factor: 1.0,\n"
+      "                   original_max_position_embeddings: 64}\n");
   ASSERT_FALSE(no_high.ok());
   EXPECT_NE(no_high.status().message().find("model.config.rope_scaling.high_freq_factor"), std::string::npos)
       << no_high.status();
@@ -242,7 +245,8 @@ TEST(DaemonConfigTest, PlaintextOnANetworkAddressNeedsInsecure) {
     EXPECT_NE(refused.status().message().find("cross the network in plaintext"), std::string::npos) << refused.status();
     EXPECT_NE(refused.status().message().find("--insecure"), std::string::npos);
     EXPECT_TRUE(LoadCoordinatorConfig("", {absl::StrCat("listen='", open, "'"), "insecure=true"}).ok()) << open;
-    EXPECT_TRUE(LoadCoordinatorConfig("", {absl::StrCat("listen='", open, "'"), "tls.cert=c.pem", "tls.key=k.pem"}).ok());
+    EXPECT_TRUE(
+        LoadCoordinatorConfig("", {absl::StrCat("listen='", open, "'"), "tls.cert=c.pem", "tls.key=k.pem"}).ok());
   }
   // --insecure is a switch; "--insecure=false" still parses.
   const char* argv[] = {"tandem-coordinator", "--listen", "0.0.0.0:1", "--insecure", "--lease-ms", "3000"};
@@ -295,8 +299,8 @@ TEST(AuthTest, TokenFileWarnings) {
 TEST(DaemonConfigTest, FileFlagsAndErrors) {
   std::string path = ::testing::TempDir() + "/coordinator_test.yaml";
   std::ofstream(path) << "listen: 0.0.0.0:9000\nlease_ms: 3000\ntls: {cert: a.pem, key: b.pem}\n";  // TLS: any address
-  const char* argv[] = {"tandem-coordinator", "--config", path.c_str(), "--listen=127.0.0.1:0", "--lease-ms",
-                        "4000", "--set", "heartbeat_ms=500"};
+  const char* argv[] = {"tandem-coordinator", "--config", path.c_str(), "--listen=127.0.0.1:0",
+                        "--lease-ms",         "4000",     "--set",      "heartbeat_ms=500"};
   auto args = ParseDaemonArgs(8, argv, CoordinatorFlags());
   ASSERT_TRUE(args.ok()) << args.status();
   auto config = LoadCoordinatorConfig(args->config_file, args->overrides);
@@ -309,7 +313,9 @@ TEST(DaemonConfigTest, FileFlagsAndErrors) {
   const char* bad[] = {"x", "--bogus=1"};
   EXPECT_EQ(ParseDaemonArgs(2, bad, CoordinatorFlags()).status().message(), "unknown flag --bogus (see --help)");
   std::ofstream(path) << "lease_msx: 3000\n";
-  EXPECT_EQ(std::string(LoadCoordinatorConfig(path).status().message()).rfind(path + ": lease_msx: unknown key; allowed: listen", 0), 0u)
+  EXPECT_EQ(std::string(LoadCoordinatorConfig(path).status().message())
+                .rfind(path + ": lease_msx: unknown key; allowed: listen", 0),
+            0u)
       << LoadCoordinatorConfig(path).status();
   EXPECT_EQ(LoadCoordinatorConfig("", {"heartbeat_ms=6000"}).status().message(),
             "heartbeat_ms: 6000 must be < lease_ms = 5000");
@@ -330,9 +336,7 @@ TEST(DaemonConfigTest, FileFlagsAndErrors) {
   }
   // Strings must be UTF-8: invalid bytes would print back as U+FFFD, longer
   // than the limit (found by the daemon_config fuzz target).
-  {
-    std::ofstream(path) << "coordinator: 127.0.0.1\xff\xff:7070\nname: caf\xc3\xa9\n";
-  }
+  { std::ofstream(path) << "coordinator: 127.0.0.1\xff\xff:7070\nname: caf\xc3\xa9\n"; }
   EXPECT_EQ(LoadWorkerConfig(path).status().message(), path + ": coordinator: is not valid UTF-8");
   EXPECT_EQ(LoadWorkerConfig("", {"name=w\xc0\x80"}).status().message(), "config: name: is not valid UTF-8");
   EXPECT_EQ(LoadWorkerConfig("", {"name=w\xed\xa0\x80"}).status().message(), "config: name: is not valid UTF-8");
@@ -370,7 +374,8 @@ TEST(JobSpecDataTest, DataAndRewardRules) {
   EXPECT_EQ(ErrorOf(kDataJob, {"reward.type=bleu"}).rfind("reward.type: 'bleu' is not allowed", 0), 0u);
   EXPECT_EQ(ErrorOf(kDataJob, {"reward.type=regex"}), "reward.pattern: required with reward.type: regex");
   EXPECT_EQ(ErrorOf(kDataJob, {"data.prompt_overflow=cut"}).rfind("data.prompt_overflow: 'cut' is not allowed", 0), 0u);
-  EXPECT_EQ(ErrorOf(kDataJob, {"task.name=arithmetic"}), "data.train: set either data or task.name/task.data, not both");
+  EXPECT_EQ(ErrorOf(kDataJob, {"task.name=arithmetic"}),
+            "data.train: set either data or task.name/task.data, not both");
   EXPECT_EQ(ErrorOf(kDataJob, {"model={config: {vocab_size: 99, hidden_size: 8, intermediate_size: 8, "
                                "num_hidden_layers: 1, num_attention_heads: 2}}"}),
             "data.train: needs model.from: a model directory with its tokenizer.json");
@@ -378,7 +383,8 @@ TEST(JobSpecDataTest, DataAndRewardRules) {
   EXPECT_EQ(ErrorOf(kDataJob, {"rl.stop=[\"\"]"}), "rl.stop[0]: must not be empty");
   // Text data runs co-located: a disaggregated placement is refused (tandemctl
   // validate and SubmitJob share this check; tests/python covers SubmitJob).
-  EXPECT_EQ(ErrorOf(kDataJob, {"cluster.workers=2", "placement={mode: disaggregated, rollout_workers: 1, "
+  EXPECT_EQ(ErrorOf(kDataJob, {"cluster.workers=2",
+                               "placement={mode: disaggregated, rollout_workers: 1, "
                                "train_workers: 1}"}),
             "data.train: is not supported with placement.mode: disaggregated yet");
   EXPECT_EQ(ErrorOf(kDataJob, {"data.chat=true", "data.prompt_key=''", "data.messages_key=m"}),

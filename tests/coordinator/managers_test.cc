@@ -7,9 +7,9 @@
 #include <thread>
 
 #include "server/clock.h"
-#include "server/store/kv_store.h"
 #include "server/membership/membership.h"
 #include "server/scheduler/scheduler.h"
+#include "server/store/kv_store.h"
 #include "server/store/state_store.h"
 
 namespace tandem::server {
@@ -128,8 +128,8 @@ TEST(SchedulerTest, GangPriorityFifoAndReasons) {
   EXPECT_EQ(r.start[0].job_id, "b");
   EXPECT_EQ(r.start[0].worker_ids, std::vector<std::string>{"w-1"});
   // Enough for everyone.
-  r = Schedule(pending, {Idle("w-1", "n1"), Idle("w-2", "n2"), Idle("w-3", "n3"), Idle("w-4", "n4"),
-                         Idle("w-5", "n5"), Idle("g-1", "g1", tandem::v1::DEVICE_KIND_CUDA)});
+  r = Schedule(pending, {Idle("w-1", "n1"), Idle("w-2", "n2"), Idle("w-3", "n3"), Idle("w-4", "n4"), Idle("w-5", "n5"),
+                         Idle("g-1", "g1", tandem::v1::DEVICE_KIND_CUDA)});
   ASSERT_EQ(r.start.size(), 3u);
   EXPECT_TRUE(r.reasons.empty());
 }
@@ -205,7 +205,7 @@ TEST(MembershipTest, LeasesReRegisterAssignDrain) {
   EXPECT_TRUE(absl::IsPermissionDenied(m.CheckCredential("w-1", b->credential)));
   EXPECT_TRUE(absl::IsUnauthenticated(m.CheckCredential("w-1", "")));
   EXPECT_EQ(*m.WorkerForCredential(b->credential), "w-2");
-  EXPECT_TRUE(m.Idle().empty());                           // not attached yet
+  EXPECT_TRUE(m.Idle().empty());  // not attached yet
   auto att = m.Attach("w-1");
   ASSERT_TRUE(att.ok());
   uint64_t epoch = att->second;
@@ -288,9 +288,7 @@ TEST(MembershipTest, SupersededStreamLeavesCommandsForTheNewStream) {
 
   CommandQueue::PopResult old_result = CommandQueue::PopResult::kTimeout;
   tandem::v1::WorkerCommand old_got;
-  std::thread old_stream([&] {
-    old_result = queue->Pop(old_epoch, 10000, &old_got);
-  });
+  std::thread old_stream([&] { old_result = queue->Pop(old_epoch, 10000, &old_got); });
   // The old stream waits in Pop (nothing observable says so; the new attach
   // must end that wait whether it started or not).
   std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -30,7 +30,8 @@ TEST(RankTopologyTest, SetupAssignmentCarriesTheGroupsOfEachRank) {
               (rank < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}));
   }
   // Unknown nodes (a list that does not match the ranks): no topology.
-  EXPECT_FALSE(CommandForRank(job, tandem::v1::DriverState(), setup, 0, "/runs", {"n0"}).phase().assignment().has_topology());
+  EXPECT_FALSE(
+      CommandForRank(job, tandem::v1::DriverState(), setup, 0, "/runs", {"n0"}).phase().assignment().has_topology());
   EXPECT_FALSE(CommandForRank(job, tandem::v1::DriverState(), setup, 0, "/runs").phase().assignment().has_topology());
 }
 

@@ -32,9 +32,12 @@ JobSpec DisaggSpec(std::vector<std::string> overrides) {
 }
 
 std::vector<std::string> Disagg(int r, int t, const std::string& coupling, int k) {
-  return {"cluster.workers=" + std::to_string(r + t), "placement.mode=disaggregated",
-          "placement.rollout_workers=" + std::to_string(r), "placement.train_workers=" + std::to_string(t),
-          "placement.coupling=" + coupling, "placement.max_staleness=" + std::to_string(k)};
+  return {"cluster.workers=" + std::to_string(r + t),
+          "placement.mode=disaggregated",
+          "placement.rollout_workers=" + std::to_string(r),
+          "placement.train_workers=" + std::to_string(t),
+          "placement.coupling=" + coupling,
+          "placement.max_staleness=" + std::to_string(k)};
 }
 
 double Extra(const ReportPhaseRequest& r, const std::string& key) {
@@ -81,10 +84,11 @@ void SyncMatchesColocated(const char* kl) {
     (disagg ? acc_dis : acc_colo) = c.RunOk(PHASE_EVAL, kSteps).metrics().accuracy();
   }
   for (int i = 0; i < kSteps; ++i) {
-    std::printf("[disagg-sync kl %s] step %d: reward %.4f / %.4f, tokens %.0f / %.0f, loss %.6g / %.6g "
-                "(co-located / disaggregated), staleness max %.0f, dropped %.0f\n",
-                kl, i + 1, colo[i].reward, dis[i].reward, colo[i].rollout_tokens, dis[i].rollout_tokens, colo[i].loss,
-                dis[i].loss, dis[i].staleness_max, dis[i].dropped);
+    std::printf(
+        "[disagg-sync kl %s] step %d: reward %.4f / %.4f, tokens %.0f / %.0f, loss %.6g / %.6g "
+        "(co-located / disaggregated), staleness max %.0f, dropped %.0f\n",
+        kl, i + 1, colo[i].reward, dis[i].reward, colo[i].rollout_tokens, dis[i].rollout_tokens, colo[i].loss,
+        dis[i].loss, dis[i].staleness_max, dis[i].dropped);
     EXPECT_EQ(dis[i].staleness_max, 0) << "step " << i + 1;
     EXPECT_EQ(dis[i].staleness_mean, 0) << "step " << i + 1;
     EXPECT_EQ(dis[i].dropped, 0) << "step " << i + 1;
@@ -150,9 +154,10 @@ TEST(DisaggEngineTest, AsyncStalenessNeverExceedsBoundAndDropsAreCounted) {
   double stale_steps = 0;
   for (int s = 1; s <= kSteps; ++s) {
     StepFigures f = RlStep(c, s, true);
-    std::printf("[disagg-async] step %d: staleness max %.0f mean %.2f, kept %.0f dropped %.0f (uneven %.0f) "
-                "of %.0f, reward %.4f\n",
-                s, f.staleness_max, f.staleness_mean, f.kept, f.dropped, f.uneven, f.received, f.reward);
+    std::printf(
+        "[disagg-async] step %d: staleness max %.0f mean %.2f, kept %.0f dropped %.0f (uneven %.0f) "
+        "of %.0f, reward %.4f\n",
+        s, f.staleness_max, f.staleness_mean, f.kept, f.dropped, f.uneven, f.received, f.reward);
     ASSERT_GE(f.staleness_max, 0) << "ROLLOUT reports no staleness at step " << s;
     EXPECT_LE(f.staleness_max, kBound) << "step " << s;
     EXPECT_LE(f.staleness_mean, f.staleness_max) << "step " << s;
@@ -160,8 +165,8 @@ TEST(DisaggEngineTest, AsyncStalenessNeverExceedsBoundAndDropsAreCounted) {
     EXPECT_EQ(f.kept + f.dropped + f.uneven, f.received) << "step " << s;
     if (f.staleness_max > 0) ++stale_steps;
   }
-  std::printf("[disagg-async] %.0f of %d steps trained on trajectories of an older policy (overlap)\n",
-              stale_steps, kSteps);
+  std::printf("[disagg-async] %.0f of %d steps trained on trajectories of an older policy (overlap)\n", stale_steps,
+              kSteps);
   EXPECT_GE(c.RunOk(PHASE_EVAL, kSteps).metrics().accuracy(), 0);
   c.RunOk(PHASE_EXPORT, kSteps);
   EXPECT_FALSE(LoadExported(dir + "/final").empty());
@@ -177,8 +182,7 @@ TEST(DisaggEngineTest, RolloutWithoutSyncFailsNamingThePhase) {
   EXPECT_NE(res[1].status.message().find("ROLLOUT for step 2 without its SYNC_WEIGHTS"), std::string::npos)
       << res[1].status;
   ASSERT_FALSE(res[0].status.ok());  // the trainer learns at once, not by a timeout
-  EXPECT_NE(res[0].status.message().find("rollout rank 1 sent no trajectories"), std::string::npos)
-      << res[0].status;
+  EXPECT_NE(res[0].status.message().find("rollout rank 1 sent no trajectories"), std::string::npos) << res[0].status;
 }
 
 TEST(DisaggEngineTest, PlacementMustSplitPromptsOverTrainers) {

@@ -34,8 +34,7 @@ TEST(CommRegressionTest, RepeatedUnevenReduceScatterThreeRanks) {
         const int salt = round * 100 + static_cast<int>(u);
         auto in = Values(r, n, salt);
         std::vector<float> out(counts[r]);
-        ASSERT_TRUE(c.reduce_scatter(in.data(), out.data(), counts,
-                                     std::chrono::milliseconds(20000)).ok());
+        ASSERT_TRUE(c.reduce_scatter(in.data(), out.data(), counts, std::chrono::milliseconds(20000)).ok());
         size_t off = 0;
         for (int q = 0; q < r; ++q) off += counts[q];
         std::vector<float> want(counts[r], 0.f);

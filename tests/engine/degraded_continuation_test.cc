@@ -45,12 +45,11 @@ constexpr int kFailAfter = 3;  // rank 1 dies during step 4
 constexpr int kGrowBack = 8;   // checkpoint after step 8; the replacement joins
 
 JobSpec SftSpec(const std::string& dir, bool cheap, int low_rank = 0, int stage = 0) {
-  return ParseSpec(TinySftYaml(), {"cluster.workers=" + std::to_string(kW),
-                                   "cluster.zero_stage=" + std::to_string(stage),
-                                   "train.steps=" + std::to_string(kSteps), "recovery.degraded=true",
-                                   std::string("recovery.degraded_cheap_backward=") + (cheap ? "true" : "false"),
-                                   "recovery.degraded_low_rank=" + std::to_string(low_rank),
-                                   "checkpoint.dir=" + dir + "/ckpt"});
+  return ParseSpec(TinySftYaml(),
+                   {"cluster.workers=" + std::to_string(kW), "cluster.zero_stage=" + std::to_string(stage),
+                    "train.steps=" + std::to_string(kSteps), "recovery.degraded=true",
+                    std::string("recovery.degraded_cheap_backward=") + (cheap ? "true" : "false"),
+                    "recovery.degraded_low_rank=" + std::to_string(low_rank), "checkpoint.dir=" + dir + "/ckpt"});
 }
 
 // The survivors of 3 ranks after old rank `lost` died: old ranks in order
@@ -65,7 +64,7 @@ std::vector<int> Survivors(int lost) {
 }
 
 std::function<void(int, tandem::v1::Assignment&)> LiveRestore(int64_t step, int logical_world,
-                                                             const std::vector<int>& survivors) {
+                                                              const std::vector<int>& survivors) {
   return [=](int rank, tandem::v1::Assignment& a) {
     a.set_live_restore(true);
     a.set_live_restore_step(step);
@@ -192,8 +191,7 @@ TEST(DegradedContinuationTest, SftLossesMatchFaultFreeRun) {
         worst = d;
         worst_step = s;
       }
-      EXPECT_LE(d, 1e-5) << "lost rank " << lost << ", step " << s << ": " << run[s - 1] << " vs "
-                         << base[s - 1];
+      EXPECT_LE(d, 1e-5) << "lost rank " << lost << ", step " << s << ": " << run[s - 1] << " vs " << base[s - 1];
     }
     std::printf(
         "[degraded] SFT W=3, rank %d lost in step %d, 2 ranks for steps %d-%d, 3 again from %d: "
@@ -209,10 +207,10 @@ TEST(DegradedContinuationTest, CheapBackwardRunsAndLossKeepsFalling) {
   for (int s = kFailAfter + 1; s <= kSteps; ++s) worst = std::max(worst, RelDiff(run[s - 1], base[s - 1]));
   const double early = (run[3] + run[4] + run[5]) / 3;  // steps 4-6
   const double late = (run[kSteps - 3] + run[kSteps - 2] + run[kSteps - 1]) / 3;
-  std::printf("[degraded] SFT cheap backward: loss steps 4-6 %.4f -> steps %d-%d %.4f (exact run %.4f); "
-              "largest rel diff vs exact %.3g\n",
-              early, kSteps - 2, kSteps, late,
-              (base[kSteps - 3] + base[kSteps - 2] + base[kSteps - 1]) / 3, worst);
+  std::printf(
+      "[degraded] SFT cheap backward: loss steps 4-6 %.4f -> steps %d-%d %.4f (exact run %.4f); "
+      "largest rel diff vs exact %.3g\n",
+      early, kSteps - 2, kSteps, late, (base[kSteps - 3] + base[kSteps - 2] + base[kSteps - 1]) / 3, worst);
   EXPECT_LT(late, early);
   EXPECT_GT(worst, 1e-6) << "the cheap backward changed nothing: is it applied?";
   EXPECT_LE(run[3], base[3] * (1 + 1e-5)) << "step 4's loss comes before any cheap update";
@@ -236,12 +234,13 @@ TEST(DegradedContinuationTest, ShardedStagesMatchFaultFreeRun) {
       for (int s = 1; s <= kSteps; ++s) {
         const double d = RelDiff(run[s - 1], base[s - 1]);
         worst = std::max(worst, d);
-        EXPECT_LE(d, 1e-5) << "stage " << stage << ", lost rank " << lost << ", step " << s << ": "
-                           << run[s - 1] << " vs " << base[s - 1];
+        EXPECT_LE(d, 1e-5) << "stage " << stage << ", lost rank " << lost << ", step " << s << ": " << run[s - 1]
+                           << " vs " << base[s - 1];
       }
-      std::printf("[degraded] SFT ZeRO-%d W=3, rank %d lost in step %d, grown back after step %d: largest loss "
-                  "rel diff vs fault-free %.3g\n",
-                  stage, lost, kFailAfter + 1, kGrowBack, worst);
+      std::printf(
+          "[degraded] SFT ZeRO-%d W=3, rank %d lost in step %d, grown back after step %d: largest loss "
+          "rel diff vs fault-free %.3g\n",
+          stage, lost, kFailAfter + 1, kGrowBack, worst);
     }
   }
 }
@@ -300,9 +299,10 @@ TEST(DegradedContinuationTest, LowRankFfnGradientsStillLowerTheLoss) {
     for (int s = kFailAfter + 1; s <= kSteps; ++s) worst = std::max(worst, RelDiff(run[s - 1], base[s - 1]));
     const double early = (run[3] + run[4] + run[5]) / 3;
     const double late = (run[kSteps - 3] + run[kSteps - 2] + run[kSteps - 1]) / 3;
-    std::printf("[degraded] SFT low-rank MLP gradients, rank %2d of 32: loss steps 4-6 %.4f -> steps %d-%d %.4f; "
-                "largest loss rel diff vs exact %.3g\n",
-                r, early, kSteps - 2, kSteps, late, worst);
+    std::printf(
+        "[degraded] SFT low-rank MLP gradients, rank %2d of 32: loss steps 4-6 %.4f -> steps %d-%d %.4f; "
+        "largest loss rel diff vs exact %.3g\n",
+        r, early, kSteps - 2, kSteps, late, worst);
     EXPECT_LT(late, early) << "rank " << r;
     EXPECT_LE(run[3], base[3] * (1 + 1e-5)) << "step 4's loss comes before any low-rank update";
     worst_by_rank.push_back(worst);
@@ -382,10 +382,8 @@ TEST(DegradedContinuationTest, RankWithoutStateFailsEveryRank) {
     ASSERT_FALSE(r.status.ok());
     EXPECT_EQ(r.status.message().rfind("live restore: ", 0), 0u) << r.status;
   }
-  EXPECT_NE(res[0].status.message().find("1 rank(s) hold no live state of step 2"), std::string::npos)
-      << res[0].status;
-  EXPECT_NE(res[1].status.message().find("rank 1 holds no state of this job"), std::string::npos)
-      << res[1].status;
+  EXPECT_NE(res[0].status.message().find("1 rank(s) hold no live state of step 2"), std::string::npos) << res[0].status;
+  EXPECT_NE(res[1].status.message().find("rank 1 holds no state of this job"), std::string::npos) << res[1].status;
   fs::remove_all(dir);
 }
 
@@ -401,8 +399,7 @@ TEST(DegradedContinuationTest, UncoveredShareFailsEveryRank) {
   });
   for (const auto& r : res) {
     ASSERT_FALSE(r.status.ok());
-    EXPECT_NE(r.status.message().find("logical share 1 of 3 is assigned to 0 ranks"), std::string::npos)
-        << r.status;
+    EXPECT_NE(r.status.message().find("logical share 1 of 3 is assigned to 0 ranks"), std::string::npos) << r.status;
   }
   fs::remove_all(dir);
 }
@@ -477,9 +474,9 @@ void ContinueOnRankZero(EngineCluster& c, const JobSpec& spec, int64_t step) {
 TEST(DegradedContinuationTest, GrpoSurvivorMatchesFaultFreeRun) {
   constexpr int kRl = 4, kRlFail = 2;
   constexpr int kWarm = 15;  // an SFT warm start, so that rewards vary and GRPO learns
-  const JobSpec spec = ParseSpec(
-      TinyGrpoYaml(), {"cluster.workers=2", "recovery.degraded=true", "train.steps=4",
-                       "init.sft.steps=" + std::to_string(kWarm), "init.sft.lr=1e-2", "train.lr=1e-2"});
+  const JobSpec spec =
+      ParseSpec(TinyGrpoYaml(), {"cluster.workers=2", "recovery.degraded=true", "train.steps=4",
+                                 "init.sft.steps=" + std::to_string(kWarm), "init.sft.lr=1e-2", "train.lr=1e-2"});
   std::vector<RlFigures> base, run;
   {
     EngineCluster c(2);
@@ -501,8 +498,8 @@ TEST(DegradedContinuationTest, GrpoSurvivorMatchesFaultFreeRun) {
     const auto& b = base[s - 1];
     for (double d : {RelDiff(a.loss, b.loss), RelDiff(a.reward, b.reward), RelDiff(a.kl, b.kl)}) {
       worst = std::max(worst, d);
-      EXPECT_LE(d, 1e-5) << "step " << s << ": loss " << a.loss << " vs " << b.loss << ", reward "
-                         << a.reward << " vs " << b.reward << ", kl " << a.kl << " vs " << b.kl;
+      EXPECT_LE(d, 1e-5) << "step " << s << ": loss " << a.loss << " vs " << b.loss << ", reward " << a.reward << " vs "
+                         << b.reward << ", kl " << a.kl << " vs " << b.kl;
     }
   }
   // The cheap backward on the taken-over share runs through GRPO too.
@@ -521,8 +518,8 @@ TEST(DegradedContinuationTest, GrpoSurvivorMatchesFaultFreeRun) {
   }
   EXPECT_GT(base.back().kl, 0) << "the KL reference must be in use";
   EXPECT_NE(base.back().loss, 0) << "the update must do something";
-  std::printf("[degraded] GRPO W=2 -> 1 survivor after step %d: largest rel diff (loss, reward, kl) %.3g\n",
-              kRlFail, worst);
+  std::printf("[degraded] GRPO W=2 -> 1 survivor after step %d: largest rel diff (loss, reward, kl) %.3g\n", kRlFail,
+              worst);
 }
 
 }  // namespace

@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <cstring>
 
-#include "tests/engine/engine_test_util.h"
 #include "kernels/backends.h"
+#include "tests/engine/engine_test_util.h"
 #include "worker/ckpt/checkpoint.h"
 
 namespace tandem::enginetest {
@@ -38,12 +38,10 @@ void ExpectSame(const Trace& cpu, const Trace& guarded, const std::string& what)
   }
   ASSERT_FALSE(cpu.weights.empty()) << what;
   ASSERT_EQ(cpu.weights.size(), guarded.weights.size()) << what;
-  EXPECT_EQ(std::memcmp(cpu.weights.data(), guarded.weights.data(),
-                        cpu.weights.size() * sizeof(float)),
-            0)
+  EXPECT_EQ(std::memcmp(cpu.weights.data(), guarded.weights.data(), cpu.weights.size() * sizeof(float)), 0)
       << what << ": final weights differ, max abs diff " << MaxAbsDiff(cpu.weights, guarded.weights);
-  std::printf("[device-path] %s: %zu figures and %zu weights identical; device memory %.0f bytes\n",
-              what.c_str(), cpu.figures.size(), cpu.weights.size(), guarded.device_bytes);
+  std::printf("[device-path] %s: %zu figures and %zu weights identical; device memory %.0f bytes\n", what.c_str(),
+              cpu.figures.size(), cpu.weights.size(), guarded.device_bytes);
 }
 
 Trace RunSft(const std::string& device, int world, int stage, const std::string& precision) {
@@ -89,15 +87,14 @@ INSTANTIATE_TEST_SUITE_P(Stages, DeviceSftTest,
                          ::testing::Combine(::testing::Values(0, 1, 2, 3),
                                             ::testing::Values(std::string("fp32"), std::string("bf16"))),
                          [](const auto& info) {
-                           return "stage" + std::to_string(std::get<0>(info.param)) + "_" +
-                                  std::get<1>(info.param);
+                           return "stage" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
                          });
 
 Trace RunGrpo(const std::string& device, const std::string& dir, bool restore) {
   Trace t;
-  const JobSpec spec = ParseSpec(TinyGrpoYaml(), {"init.sft.steps=3", "init.sft.lr=1e-2", "cluster.zero_stage=3",
-                                                  "train.steps=3", "checkpoint.dir=" + dir + "/ckpt",
-                                                  "output_dir=" + dir + "/final"});
+  const JobSpec spec =
+      ParseSpec(TinyGrpoYaml(), {"init.sft.steps=3", "init.sft.lr=1e-2", "cluster.zero_stage=3", "train.steps=3",
+                                 "checkpoint.dir=" + dir + "/ckpt", "output_dir=" + dir + "/final"});
   EngineCluster c(2, restore ? "job-device-grpo-resume" : "job-device-grpo", device);
   if (restore) {
     c.SetupOk(spec, ckpt::FinalDir(dir + "/ckpt", 2));
@@ -108,8 +105,7 @@ Trace RunGrpo(const std::string& device, const std::string& dir, bool restore) {
   double steady_bytes = -1;
   for (int s = restore ? 3 : 1; s <= 3; ++s) {
     auto r = c.RunOk(PHASE_ROLLOUT, s);
-    t.figures.push_back(r.metrics().extra().contains("rollout_tokens") ? r.metrics().extra().at("rollout_tokens")
-                                                                        : -1);
+    t.figures.push_back(r.metrics().extra().contains("rollout_tokens") ? r.metrics().extra().at("rollout_tokens") : -1);
     t.figures.push_back(c.RunOk(PHASE_SCORE, s).metrics().reward_mean());
     c.RunOk(PHASE_LOGPROBS, s);
     auto u = c.RunOk(PHASE_UPDATE, s);
@@ -177,10 +173,10 @@ TEST(DeviceCudaTest, SftFollowsCpuWithinTolerance) {
     auto run = [&](const std::string& device) {
       Trace t;
       const std::string dir = MakeTempDir("device-cuda");
-      const JobSpec spec = ParseSpec(TinySftYaml(), {"cluster.zero_stage=" + std::to_string(stage),
-                                                     "train.precision=" + precision, "train.steps=6",
-                                                     "cluster.device=" + std::string(device == "cuda" ? "cuda" : "cpu"),
-                                                     "output_dir=" + dir + "/final"});
+      const JobSpec spec =
+          ParseSpec(TinySftYaml(), {"cluster.zero_stage=" + std::to_string(stage), "train.precision=" + precision,
+                                    "train.steps=6", "cluster.device=" + std::string(device == "cuda" ? "cuda" : "cpu"),
+                                    "output_dir=" + dir + "/final"});
       EngineCluster c(1, "job-cuda-" + device, device);
       c.SetupOk(spec);
       for (int s = 1; s <= 6; ++s) t.figures.push_back(c.RunOk(PHASE_SFT_STEP, s).metrics().loss());

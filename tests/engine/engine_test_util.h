@@ -53,7 +53,8 @@ name: engine-test
 kind: sft
 seed: 11
 model:
-  config: )" + ::tandem::testing::TinyModelFlowMap() + R"(
+  config: )" +
+         ::tandem::testing::TinyModelFlowMap() + R"(
 task: {name: arithmetic, op: add, digits: 2, eval_size: 24}
 train: {steps: 20, lr: 3.0e-3, global_batch: 12, micro_batch: 2, warmup_steps: 2, seq_len: 16}
 cluster: {workers: 1, zero_stage: 0, threads_per_worker: 1}
@@ -68,7 +69,8 @@ name: engine-grpo-test
 kind: grpo
 seed: 5
 model:
-  config: )" + ::tandem::testing::TinyModelFlowMap() + R"(
+  config: )" +
+         ::tandem::testing::TinyModelFlowMap() + R"(
 task: {name: arithmetic, op: add, digits: 1, eval_size: 16, format_reward: 0.5}
 train: {steps: 20, lr: 3.0e-3, global_batch: 16, micro_batch: 4, warmup_steps: 0, seq_len: 16}
 rl: {group_size: 4, prompts_per_step: 4, max_new_tokens: 4, kl_coef: 0.01, temperature: 1.0}
@@ -103,10 +105,8 @@ class EngineCluster {
       o.worker_id = "w" + std::to_string(r);
       o.num_threads = 1;
       o.collective_timeout_ms = 30000;
-      o.store_factory = [this](const std::string& job, int64_t gen)
-          -> absl::StatusOr<std::unique_ptr<comm::Store>> {
-        return std::unique_ptr<comm::Store>(
-            new comm::PrefixStore(job + "/" + std::to_string(gen), &store_));
+      o.store_factory = [this](const std::string& job, int64_t gen) -> absl::StatusOr<std::unique_ptr<comm::Store>> {
+        return std::unique_ptr<comm::Store>(new comm::PrefixStore(job + "/" + std::to_string(gen), &store_));
       };
       engines_.push_back(worker::MakeJobEngine(o));
       active_.push_back(r);
@@ -149,9 +149,8 @@ class EngineCluster {
   // as ranks 0..members.size()-1 of that world; cluster.workers stays as in
   // `spec`. `edit(rank, assignment)` adds what the test needs (e.g. a live
   // restore). Later commands go to these members only.
-  std::vector<RankResult> SetupMembers(
-      const JobSpec& spec, const std::vector<int>& members,
-      const std::function<void(int, tandem::v1::Assignment&)>& edit = nullptr) {
+  std::vector<RankResult> SetupMembers(const JobSpec& spec, const std::vector<int>& members,
+                                       const std::function<void(int, tandem::v1::Assignment&)>& edit = nullptr) {
     ++generation_;
     active_ = members;
     const int n = static_cast<int>(members.size());
@@ -183,8 +182,8 @@ class EngineCluster {
   ReportPhaseRequest RunOk(Phase phase, int64_t step) {
     auto res = Run(phase, step);
     for (size_t r = 0; r < res.size(); ++r) {
-      EXPECT_TRUE(res[r].status.ok()) << tandem::v1::Phase_Name(phase) << " step " << step
-                                      << " rank " << r << ": " << res[r].status;
+      EXPECT_TRUE(res[r].status.ok()) << tandem::v1::Phase_Name(phase) << " step " << step << " rank " << r << ": "
+                                      << res[r].status;
     }
     return res[0].report;
   }
@@ -212,9 +211,7 @@ class EngineCluster {
     std::vector<RankResult> out(cmds.size());
     std::vector<std::thread> threads;
     for (size_t r = 0; r < cmds.size(); ++r) {
-      threads.emplace_back([&, r] {
-        out[r].status = engines_[active_[r]]->RunPhase(cmds[r], &out[r].report);
-      });
+      threads.emplace_back([&, r] { out[r].status = engines_[active_[r]]->RunPhase(cmds[r], &out[r].report); });
     }
     for (auto& t : threads) t.join();
     return out;

@@ -30,14 +30,21 @@ TEST(ExportTest, ModelFromDirectoryExportsCompleteHfDirectory) {
   const std::string src = dir + "/source", out = dir + "/final";
   // A Qwen3 model (q/k norms, head_dim 12 against hidden 32 / 4 heads) with
   // the built-in char tokenizer.
-  auto config = model::ParseConfigJson(json{{"model_type", "qwen3"}, {"vocab_size", 99},
-                                            {"hidden_size", 32}, {"intermediate_size", 64},
-                                            {"num_hidden_layers", 2}, {"num_attention_heads", 4},
-                                            {"num_key_value_heads", 2}, {"head_dim", 12},
-                                            {"max_position_embeddings", 32}, {"tokenizer", "char"},
-                                            {"bos_token_id", 1}, {"eos_token_id", 2},
-                                            {"pad_token_id", 0}, {"tie_word_embeddings", false}}
-                                           .dump());
+  auto config = model::ParseConfigJson(json{
+      {"model_type", "qwen3"},
+      {"vocab_size", 99},
+      {"hidden_size", 32},
+      {"intermediate_size", 64},
+      {"num_hidden_layers", 2},
+      {"num_attention_heads", 4},
+      {"num_key_value_heads", 2},
+      {"head_dim", 12},
+      {"max_position_embeddings", 32},
+      {"tokenizer", "char"},
+      {"bos_token_id", 1},
+      {"eos_token_id", 2},
+      {"pad_token_id", 0},
+      {"tie_word_embeddings", false}}.dump());
   ASSERT_TRUE(config.ok()) << config.status();
   model::Model m(*config, nullptr);
   std::vector<float> params(m.layout().total_floats());
@@ -73,8 +80,7 @@ checkpoint: {every: 0, keep: 1}
   EXPECT_EQ(Read(out + "/tokenizer_config.json"), tokenizer_config);
   EXPECT_EQ(Read(out + "/special_tokens_map.json"), special_tokens);
   const json gen = json::parse(Read(out + "/generation_config.json"));
-  EXPECT_EQ(gen, (json{{"temperature", 0.6}, {"bos_token_id", 1}, {"eos_token_id", 2},
-                       {"pad_token_id", 0}}));
+  EXPECT_EQ(gen, (json{{"temperature", 0.6}, {"bos_token_id", 1}, {"eos_token_id", 2}, {"pad_token_id", 0}}));
   const json cfg = json::parse(Read(out + "/config.json"));
   EXPECT_EQ(cfg["architectures"], json::array({"Qwen3ForCausalLM"}));
   EXPECT_EQ(cfg["head_dim"], 12);

@@ -30,9 +30,7 @@ struct StepFigures {
 StepFigures RlStep(EngineCluster& c, int64_t step) {
   StepFigures f;
   auto r = c.RunOk(PHASE_ROLLOUT, step);
-  f.rollout_tokens = r.metrics().extra().contains("rollout_tokens")
-                         ? r.metrics().extra().at("rollout_tokens")
-                         : -1;
+  f.rollout_tokens = r.metrics().extra().contains("rollout_tokens") ? r.metrics().extra().at("rollout_tokens") : -1;
   auto s = c.RunOk(PHASE_SCORE, step);
   f.reward = s.metrics().reward_mean();
   f.accuracy = s.metrics().extra().at("rollout_accuracy");
@@ -58,17 +56,14 @@ TEST(GrpoPhasesTest, PhasesInOrderAndOutOfOrderFailsNamingPhase) {
   // UPDATE without LOGPROBS.
   res = c.Run(PHASE_UPDATE, 1);
   ASSERT_FALSE(res[0].status.ok());
-  EXPECT_NE(res[0].status.message().find("UPDATE for step 1 without LOGPROBS"), std::string::npos)
-      << res[0].status;
+  EXPECT_NE(res[0].status.message().find("UPDATE for step 1 without LOGPROBS"), std::string::npos) << res[0].status;
   c.RunOk(PHASE_LOGPROBS, 1);
   auto up = c.RunOk(PHASE_UPDATE, 1);
   EXPECT_EQ(up.metrics().extra().at("policy_version"), 1);
   // SCORE of a step whose ROLLOUT did not run.
   res = c.Run(PHASE_SCORE, 2);
   ASSERT_FALSE(res[0].status.ok());
-  EXPECT_NE(res[0].status.message().find("SCORE for step 2 without its ROLLOUT"),
-            std::string::npos)
-      << res[0].status;
+  EXPECT_NE(res[0].status.message().find("SCORE for step 2 without its ROLLOUT"), std::string::npos) << res[0].status;
   // A phase for a job the worker does not hold.
   tandem::v1::PhaseCommand cmd;
   cmd.set_command_id("other");
@@ -91,9 +86,10 @@ TEST(GrpoPhasesTest, MemoryDoesNotGrowOver50Cycles) {
     if (s > kWarmup) peak = std::max(peak, worker::CurrentRssBytes());
   }
   const int64_t end = worker::CurrentRssBytes();
-  std::printf("[grpo-memory] RSS after %d warm-up cycles %.2f MiB, max over the next %d "
-              "%.2f MiB, at the end %.2f MiB\n",
-              kWarmup, after_warmup / 1048576.0, kCycles, peak / 1048576.0, end / 1048576.0);
+  std::printf(
+      "[grpo-memory] RSS after %d warm-up cycles %.2f MiB, max over the next %d "
+      "%.2f MiB, at the end %.2f MiB\n",
+      kWarmup, after_warmup / 1048576.0, kCycles, peak / 1048576.0, end / 1048576.0);
   ASSERT_GT(after_warmup, 0);
   // Small slack for allocator noise; a leak of one trajectory batch per
   // cycle would exceed it.
@@ -105,9 +101,8 @@ TEST(GrpoPhasesTest, SeededRunImprovesReward) {
   // A short SFT warm start teaches part of the answer format; GRPO then
   // raises the reward (format + correctness) within 40 steps.
   constexpr int kWarm = 15, kSteps = 40;
-  c.SetupOk(ParseSpec(TinyGrpoYaml(), {"init.sft.steps=" + std::to_string(kWarm), "init.sft.lr=1e-2",
-                                   "train.lr=1e-2", "rl.prompts_per_step=8",
-                                   "train.steps=" + std::to_string(kSteps)}));
+  c.SetupOk(ParseSpec(TinyGrpoYaml(), {"init.sft.steps=" + std::to_string(kWarm), "init.sft.lr=1e-2", "train.lr=1e-2",
+                                       "rl.prompts_per_step=8", "train.steps=" + std::to_string(kSteps)}));
   for (int w = 1; w <= kWarm; ++w) c.RunOk(PHASE_SFT_STEP, -w);
   std::vector<double> rewards;
   for (int s = 1; s <= kSteps; ++s) rewards.push_back(RlStep(c, s).reward);
@@ -117,8 +112,7 @@ TEST(GrpoPhasesTest, SeededRunImprovesReward) {
     return t / (e - b);
   };
   const double first = mean(0, 6), last = mean(kSteps - 6, kSteps);
-  std::printf("[grpo-reward] mean reward steps 1-6 %.3f, steps %d-%d %.3f\n", first,
-              kSteps - 5, kSteps, last);
+  std::printf("[grpo-reward] mean reward steps 1-6 %.3f, steps %d-%d %.3f\n", first, kSteps - 5, kSteps, last);
   EXPECT_GT(last, first + 0.1);
 }
 
@@ -152,10 +146,10 @@ TEST(GrpoPhasesTest, WarmStartStopAccuracyHoldsTheModel) {
   // step on every step of B holds (no update, so the probe's verdict stays).
   constexpr int kWarm = 200;
   auto spec = [&](double stop) {
-    return ParseSpec(TinyGrpoYaml(), {"init.sft.steps=" + std::to_string(kWarm), "init.sft.lr=1e-2",
-                                      "model.config.hidden_size=64", "model.config.intermediate_size=172",
-                                      "cluster.workers=2", "cluster.zero_stage=2",
-                                      "init.sft.stop_accuracy=" + std::to_string(stop)});
+    return ParseSpec(TinyGrpoYaml(),
+                     {"init.sft.steps=" + std::to_string(kWarm), "init.sft.lr=1e-2", "model.config.hidden_size=64",
+                      "model.config.intermediate_size=172", "cluster.workers=2", "cluster.zero_stage=2",
+                      "init.sft.stop_accuracy=" + std::to_string(stop)});
   };
   EngineCluster a(2, "job-a");
   a.SetupOk(spec(1.0));
@@ -197,7 +191,7 @@ TEST(GrpoPhasesTest, SameTrajectoriesForOneAndTwoRanks) {
     EngineCluster c(world);
     // N=2 runs ZeRO-3 (weights gathered for the rollout) against N=1 stage 0.
     c.SetupOk(ParseSpec(TinyGrpoYaml(), {"init.sft.steps=15", "init.sft.lr=1e-2",
-                                     "cluster.zero_stage=" + std::to_string(world == 2 ? 3 : 0)}));
+                                         "cluster.zero_stage=" + std::to_string(world == 2 ? 3 : 0)}));
     for (int w = 1; w <= 15; ++w) c.RunOk(PHASE_SFT_STEP, -w);
     auto& out = world == 1 ? one : two;
     for (int s = 1; s <= 6; ++s) out.push_back(RlStep(c, s));
@@ -207,10 +201,10 @@ TEST(GrpoPhasesTest, SameTrajectoriesForOneAndTwoRanks) {
     EXPECT_DOUBLE_EQ(one[i].reward, two[i].reward) << "step " << i + 1;
     EXPECT_DOUBLE_EQ(one[i].accuracy, two[i].accuracy) << "step " << i + 1;
     EXPECT_LE(RelDiff(one[i].loss, two[i].loss), 1e-4) << "step " << i + 1;
-    std::printf("[grpo-determinism] step %zu: reward %.4f / %.4f, tokens %.0f / %.0f, "
-                "loss %.6g / %.6g (N=1 stage 0 / N=2 stage 3)\n",
-                i + 1, one[i].reward, two[i].reward, one[i].rollout_tokens,
-                two[i].rollout_tokens, one[i].loss, two[i].loss);
+    std::printf(
+        "[grpo-determinism] step %zu: reward %.4f / %.4f, tokens %.0f / %.0f, "
+        "loss %.6g / %.6g (N=1 stage 0 / N=2 stage 3)\n",
+        i + 1, one[i].reward, two[i].reward, one[i].rollout_tokens, two[i].rollout_tokens, one[i].loss, two[i].loss);
   }
 }
 
@@ -219,10 +213,9 @@ TEST(GrpoPhasesTest, SameTrajectoriesForOneAndTwoRanks) {
 // same rollouts, rewards and final weights, bit for bit.
 TEST(GrpoPhasesTest, RestoredRunIsBitIdentical) {
   const std::string dir = MakeTempDir("grpo-ckpt");
-  const JobSpec spec = ParseSpec(TinyGrpoYaml(), {"init.sft.steps=3", "init.sft.lr=1e-2",
-                                              "cluster.zero_stage=2", "train.steps=4",
-                                              "checkpoint.dir=" + dir + "/ckpt",
-                                              "output_dir=" + dir + "/final"});
+  const JobSpec spec =
+      ParseSpec(TinyGrpoYaml(), {"init.sft.steps=3", "init.sft.lr=1e-2", "cluster.zero_stage=2", "train.steps=4",
+                                 "checkpoint.dir=" + dir + "/ckpt", "output_dir=" + dir + "/final"});
   std::vector<StepFigures> first;
   std::vector<float> full;
   {

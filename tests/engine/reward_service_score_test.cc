@@ -68,7 +68,8 @@ name: reward-service
 kind: grpo
 seed: 3
 model:
-  config: )" + ::tandem::testing::TinyModelFlowMap() + R"(
+  config: )" + ::tandem::testing::TinyModelFlowMap() +
+                       R"(
 task: {name: arithmetic, op: add, digits: 1, eval_size: 8, reward_timeout_ms: 300}
 train: {steps: 2, lr: 1.0e-3, global_batch: 8, micro_batch: 4, seq_len: 16}
 rl: {group_size: 2, prompts_per_step: 2, max_new_tokens: 3}
@@ -96,8 +97,7 @@ TEST(RewardServiceScoreTest, SlowServiceTimesOutClearly) {
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   ASSERT_FALSE(res[0].status.ok());
   EXPECT_EQ(res[0].status.code(), absl::StatusCode::kDeadlineExceeded) << res[0].status;
-  EXPECT_NE(res[0].status.message().find("reward service at " + server.address() +
-                                         " did not answer within 300 ms"),
+  EXPECT_NE(res[0].status.message().find("reward service at " + server.address() + " did not answer within 300 ms"),
             std::string::npos)
       << res[0].status;
   // A reward service that does not answer is the cluster's failure.

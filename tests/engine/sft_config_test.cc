@@ -26,8 +26,7 @@ TEST(SftConfigTest, TinyArithmeticConfigTrains) {
     last = rep.metrics().loss();
     if (full && (s % spec->train().eval_every() == 0 || s == steps)) {
       auto ev = c.RunOk(tandem::v1::PHASE_EVAL, s);
-      std::printf("[sft-config] step %d loss %.4f held-out accuracy %.3f (%.1f s)\n", s, last,
-                  ev.metrics().accuracy(),
+      std::printf("[sft-config] step %d loss %.4f held-out accuracy %.3f (%.1f s)\n", s, last, ev.metrics().accuracy(),
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
   }

@@ -21,11 +21,9 @@ struct RunResult {
 RunResult RunSft(int world, int stage) {
   RunResult out;
   const std::string dir = MakeTempDir("eq");
-  const JobSpec spec =
-      ParseSpec(TinySftYaml(), {"cluster.workers=" + std::to_string(world),
-                                "cluster.zero_stage=" + std::to_string(stage),
-                                "train.steps=" + std::to_string(kSteps),
-                                "output_dir=" + dir + "/final"});
+  const JobSpec spec = ParseSpec(
+      TinySftYaml(), {"cluster.workers=" + std::to_string(world), "cluster.zero_stage=" + std::to_string(stage),
+                      "train.steps=" + std::to_string(kSteps), "output_dir=" + dir + "/final"});
   EngineCluster cluster(world);
   cluster.SetupOk(spec);
   for (int s = 1; s <= kSteps; ++s) {
@@ -66,9 +64,8 @@ TEST_P(SftEqualityTest, SameLossAndWeightsAsOneRankStageZero) {
       worst_step = s + 1;
     }
     worst_norm = std::max(worst_norm, RelDiff(run.grad_norms[s], base.grad_norms[s]));
-    EXPECT_LE(d, 1e-5) << "step " << s + 1 << ": loss " << run.losses[s] << " vs "
-                       << base.losses[s] << ", grad norm " << run.grad_norms[s] << " vs "
-                       << base.grad_norms[s];
+    EXPECT_LE(d, 1e-5) << "step " << s + 1 << ": loss " << run.losses[s] << " vs " << base.losses[s] << ", grad norm "
+                       << run.grad_norms[s] << " vs " << base.grad_norms[s];
   }
   const double wdiff = MaxAbsDiff(run.weights, base.weights);
   double wmax = 0;
@@ -85,13 +82,12 @@ TEST_P(SftEqualityTest, SameLossAndWeightsAsOneRankStageZero) {
   EXPECT_NEAR(run.accuracy, base.accuracy, 1.0 / 24 + 1e-9);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    WorldsAndStages, SftEqualityTest,
-    ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(0, 1, 2, 3)),
-    [](const auto& info) {
-      return "N" + std::to_string(std::get<0>(info.param)) + "_stage" +
-             std::to_string(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(WorldsAndStages, SftEqualityTest,
+                         ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(0, 1, 2, 3)),
+                         [](const auto& info) {
+                           return "N" + std::to_string(std::get<0>(info.param)) + "_stage" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace tandem::enginetest

@@ -24,11 +24,10 @@ struct RunResult {
 RunResult RunSft(const std::string& precision, int world, int stage) {
   RunResult out;
   const std::string dir = MakeTempDir("bf16");
-  const JobSpec spec = ParseSpec(
-      TinySftYaml(), {"cluster.workers=" + std::to_string(world),
-                      "cluster.zero_stage=" + std::to_string(stage),
-                      "train.steps=" + std::to_string(kSteps),
-                      "train.precision=" + precision, "output_dir=" + dir + "/final"});
+  const JobSpec spec =
+      ParseSpec(TinySftYaml(), {"cluster.workers=" + std::to_string(world),
+                                "cluster.zero_stage=" + std::to_string(stage), "train.steps=" + std::to_string(kSteps),
+                                "train.precision=" + precision, "output_dir=" + dir + "/final"});
   EXPECT_EQ(spec.train().precision(), precision);
   EngineCluster cluster(world);
   auto setup = cluster.Setup(spec);
@@ -53,8 +52,7 @@ TEST(ZeroBf16Engine, SftMatchesAcrossRanksStagesAndFp32) {
   double worst_fp32 = 0;
   for (int s = 0; s < kSteps; ++s) worst_fp32 = std::max(worst_fp32, RelDiff(base.losses[s], fp32.losses[s]));
   std::printf("[bf16-engine] N=1 stage 0: loss %.5f -> %.5f (fp32 %.5f -> %.5f), rel diff to fp32 %.3g\n",
-              base.losses.front(), base.losses.back(), fp32.losses.front(), fp32.losses.back(),
-              worst_fp32);
+              base.losses.front(), base.losses.back(), fp32.losses.front(), fp32.losses.back(), worst_fp32);
   EXPECT_LE(worst_fp32, 2e-2);
   EXPECT_GT(worst_fp32, 0) << "bf16 compute copy not in effect";
   // The export holds the fp32 masters (off the bf16 grid).
@@ -76,10 +74,11 @@ TEST(ZeroBf16Engine, SftMatchesAcrossRanksStagesAndFp32) {
       EXPECT_LE(RelDiff(run.losses[s], base.losses[s]), 1e-5)
           << "N=" << world << " stage " << stage << " step " << s + 1;
     }
-    std::printf("[bf16-engine] N=%d stage %d: largest per-step loss rel diff %.3g (vs fp32 %.3g), "
-                "final masters max abs diff %.3g; rank 0 fp32 master bytes %.0f (%.2f Psi)\n",
-                world, stage, worst, worst_f, MaxAbsDiff(run.weights, base.weights),
-                run.param_bytes, run.param_bytes / run.num_params);
+    std::printf(
+        "[bf16-engine] N=%d stage %d: largest per-step loss rel diff %.3g (vs fp32 %.3g), "
+        "final masters max abs diff %.3g; rank 0 fp32 master bytes %.0f (%.2f Psi)\n",
+        world, stage, worst, worst_f, MaxAbsDiff(run.weights, base.weights), run.param_bytes,
+        run.param_bytes / run.num_params);
     EXPECT_LE(worst_f, 2e-2);
     // Stages 1-3 keep only this rank's share of the fp32 masters.
     const double want = stage == 0 ? 4 * run.num_params : 4 * run.num_params / world;

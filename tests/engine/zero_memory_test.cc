@@ -20,10 +20,14 @@ struct Expected {
 Expected Formula(int stage, int world, double psi) {
   const double n = world;
   switch (stage) {
-    case 0: return {4 * psi, 4 * psi, 8 * psi};
-    case 1: return {4 * psi, 4 * psi, 8 * psi / n};
-    case 2: return {4 * psi, 4 * psi / n, 8 * psi / n};
-    default: return {4 * psi / n, 4 * psi / n, 8 * psi / n};
+    case 0:
+      return {4 * psi, 4 * psi, 8 * psi};
+    case 1:
+      return {4 * psi, 4 * psi, 8 * psi / n};
+    case 2:
+      return {4 * psi, 4 * psi / n, 8 * psi / n};
+    default:
+      return {4 * psi / n, 4 * psi / n, 8 * psi / n};
   }
 }
 
@@ -38,20 +42,19 @@ TEST_P(ZeroMemoryTest, PerRankBytesMatchFormulas) {
   const int world = GetParam();
   EngineCluster cluster(world);
   for (int stage = 0; stage <= 3; ++stage) {
-    const JobSpec spec = ParseSpec(TinySftYaml(), {"cluster.zero_stage=" + std::to_string(stage),
-                                                   "train.global_batch=24"});
+    const JobSpec spec =
+        ParseSpec(TinySftYaml(), {"cluster.zero_stage=" + std::to_string(stage), "train.global_batch=24"});
     auto res = cluster.Setup(spec);
     double sum_total = 0, psi = 0;
     for (int r = 0; r < world; ++r) {
       ASSERT_TRUE(res[r].status.ok()) << res[r].status;
       const auto& v = res[r].report.values();
-      ASSERT_TRUE(v.contains("num_params") && v.contains("param_bytes") &&
-                  v.contains("grad_bytes") && v.contains("optimizer_bytes"));
+      ASSERT_TRUE(v.contains("num_params") && v.contains("param_bytes") && v.contains("grad_bytes") &&
+                  v.contains("optimizer_bytes"));
       psi = v.at("num_params");
       const Expected e = Formula(stage, world, psi);
       const std::string tag =
-          "N=" + std::to_string(world) + " stage " + std::to_string(stage) + " rank " +
-          std::to_string(r);
+          "N=" + std::to_string(world) + " stage " + std::to_string(stage) + " rank " + std::to_string(r);
       ExpectNear(v.at("param_bytes"), e.param, tag + " params");
       ExpectNear(v.at("grad_bytes"), e.grad, tag + " grads");
       ExpectNear(v.at("optimizer_bytes"), e.opt, tag + " optimizer");
@@ -59,17 +62,16 @@ TEST_P(ZeroMemoryTest, PerRankBytesMatchFormulas) {
       ExpectNear(total, e.param + e.grad + e.opt, tag + " total");
       sum_total += total;
       if (r == 0) {
-        std::printf("[zero-memory] N=%d stage=%d psi=%.0f rank0: params %.0f grads %.0f "
-                    "optimizer %.0f total %.0f B = %.3f psi (formula %.3f psi)\n",
-                    world, stage, psi, v.at("param_bytes"), v.at("grad_bytes"),
-                    v.at("optimizer_bytes"), total, total / psi,
-                    (e.param + e.grad + e.opt) / psi);
+        std::printf(
+            "[zero-memory] N=%d stage=%d psi=%.0f rank0: params %.0f grads %.0f "
+            "optimizer %.0f total %.0f B = %.3f psi (formula %.3f psi)\n",
+            world, stage, psi, v.at("param_bytes"), v.at("grad_bytes"), v.at("optimizer_bytes"), total, total / psi,
+            (e.param + e.grad + e.opt) / psi);
       }
     }
     // Sharded parts add up exactly over the ranks: nothing lost or doubled.
     const Expected e = Formula(stage, world, psi);
-    EXPECT_DOUBLE_EQ(sum_total, world * (e.param + e.grad + e.opt))
-        << "N=" << world << " stage " << stage;
+    EXPECT_DOUBLE_EQ(sum_total, world * (e.param + e.grad + e.opt)) << "N=" << world << " stage " << stage;
   }
 }
 

@@ -37,8 +37,7 @@ void RoundTrip(const absl::StatusOr<Config>& config, Load load, ToYaml to_yaml, 
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tandem;
-  std::vector<std::string> parts =
-      absl::StrSplit(absl::string_view(reinterpret_cast<const char*>(data), size), '\0');
+  std::vector<std::string> parts = absl::StrSplit(absl::string_view(reinterpret_cast<const char*>(data), size), '\0');
   const std::vector<std::string> overrides(parts.begin() + 1, parts.end());
   if (overrides.size() > 8) return 0;  // as many flags as anyone types; keeps inputs focused
   const std::string& dir = fuzz::ScratchDir("daemon_config");

@@ -34,8 +34,8 @@ inline const std::string& ScratchDir(const char* name) {
   // Never destroyed: the exit handler below runs after static destructors.
   static const std::string* const dir = [name] {
     const char* tmp = std::getenv("TMPDIR");
-    auto* d = new std::string(std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/tandem-fuzz-" +
-                              name + "-" + std::to_string(::getpid()));
+    auto* d = new std::string(std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/tandem-fuzz-" + name +
+                              "-" + std::to_string(::getpid()));
     std::error_code ec;
     std::filesystem::remove_all(*d, ec);
     std::filesystem::create_directories(*d, ec);
@@ -44,9 +44,9 @@ inline const std::string& ScratchDir(const char* name) {
   }();
   static const bool cleanup_registered = [] {
     return std::atexit([] {
-      std::error_code ignored;
-      std::filesystem::remove_all(*dir, ignored);
-    }) == 0;
+             std::error_code ignored;
+             std::filesystem::remove_all(*dir, ignored);
+           }) == 0;
   }();
   (void)cleanup_registered;
   return *dir;

@@ -18,8 +18,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tandem;
-  std::vector<std::string> parts =
-      absl::StrSplit(absl::string_view(reinterpret_cast<const char*>(data), size), '\0');
+  std::vector<std::string> parts = absl::StrSplit(absl::string_view(reinterpret_cast<const char*>(data), size), '\0');
   const std::string text = parts.front();
   std::vector<std::string> overrides(parts.begin() + 1, parts.end());
   if (overrides.size() > 8) return 0;  // as many as anyone types; keeps inputs focused
@@ -35,8 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::Fail("the normalized job does not load again: " + again.status().ToString() + "\n" + yaml);
   }
   if (!google::protobuf::util::MessageDifferencer::Equals(*spec, *again)) {
-    fuzz::Fail("the job changes in the round trip through YAML:\n" + spec->DebugString() + "\n" +
-               again->DebugString());
+    fuzz::Fail("the job changes in the round trip through YAML:\n" + spec->DebugString() + "\n" + again->DebugString());
   }
   // SubmitJob: what the coordinator derives from the spec.
   const server::PhasePlan plan(*spec);

@@ -53,18 +53,28 @@ std::shared_ptr<const tandem::text::Tokenizer> ChatTokenizer(const std::string& 
   for (const char* m : merged) vocab[m] = id++;
   Json added = Json::array();
   for (const char* t : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
-    added.push_back({{"id", id++}, {"content", t}, {"single_word", false}, {"lstrip", false},
-                     {"rstrip", false}, {"normalized", false}, {"special", true}});
+    added.push_back({{"id", id++},
+                     {"content", t},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
   }
-  const Json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false},
-                           {"use_regex", true}};
-  const Json tokenizer = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr},
-                          {"added_tokens", added}, {"normalizer", nullptr}, {"pre_tokenizer", byte_level},
-                          {"post_processor", nullptr}, {"decoder", byte_level},
-                          {"model", {{"type", "BPE"}, {"vocab", vocab},
-                                     {"merges", {"Ġ Ġ", "h e", "i n", "Ġ t"}}}}};
+  const Json byte_level = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", true}};
+  const Json tokenizer = {{"version", "1.0"},
+                          {"truncation", nullptr},
+                          {"padding", nullptr},
+                          {"added_tokens", added},
+                          {"normalizer", nullptr},
+                          {"pre_tokenizer", byte_level},
+                          {"post_processor", nullptr},
+                          {"decoder", byte_level},
+                          {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"Ġ Ġ", "h e", "i n", "Ġ t"}}}}};
   const Json config = {
-      {"eos_token", "<|im_end|>"}, {"pad_token", "<|endoftext|>"},
+      {"eos_token", "<|im_end|>"},
+      {"pad_token", "<|endoftext|>"},
       {"chat_template",
        "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
        "'<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"}};

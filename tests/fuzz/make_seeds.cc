@@ -66,8 +66,8 @@ void SafetensorsSeeds(const fs::path& out, const fs::path& tmp) {
   const model::ModelConfig config = TinyModelConfig();
   std::vector<float> params(model::ParamLayout(config).total_floats());
   for (size_t i = 0; i < params.size(); ++i) params[i] = 0.01f * static_cast<float>(i % 97) - 0.4f;
-  for (auto [dtype, name] : {std::pair{model::StDtype::kF32, "gen-tiny-f32"},
-                             std::pair{model::StDtype::kBF16, "gen-tiny-bf16"}}) {
+  for (auto [dtype, name] :
+       {std::pair{model::StDtype::kF32, "gen-tiny-f32"}, std::pair{model::StDtype::kBF16, "gen-tiny-bf16"}}) {
     const fs::path dir = tmp / name;
     model::SaveOptions save;
     save.dtype = dtype;

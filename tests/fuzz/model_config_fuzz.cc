@@ -27,8 +27,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string written = ToConfigJson(*config);
   auto again = ParseConfigJson(written);
   if (!again.ok()) {
-    tandem::fuzz::Fail("ToConfigJson wrote a config.json that does not parse: " + again.status().ToString() +
-                       "\n" + written);
+    tandem::fuzz::Fail("ToConfigJson wrote a config.json that does not parse: " + again.status().ToString() + "\n" +
+                       written);
   }
   if (ToConfigJson(*again) != written) {
     tandem::fuzz::Fail("config.json changes in the round trip:\n" + written + "\n" + ToConfigJson(*again));

@@ -46,12 +46,12 @@
 #include "common/auth.h"
 #include "common/daemon_config.h"
 #include "common/job_spec.h"
-#include "server/clock.h"
 #include "server/api/cluster_service.h"
 #include "server/api/control_service.h"
+#include "server/clock.h"
 #include "server/jobs/job_manager.h"
-#include "server/store/kv_store.h"
 #include "server/membership/membership.h"
+#include "server/store/kv_store.h"
 #include "server/store/state_store.h"
 #include "spdlog/spdlog.h"
 #include "tests/fuzz/fixtures.h"
@@ -143,8 +143,8 @@ class InProcessCoordinator {
     c->auth_ = std::make_unique<common::TokenAuthenticator>(kAdminToken, kJoinToken, false);
     c->membership_ = std::make_unique<server::Membership>(c->config_, c->store_.get(), &c->clock_);
     if (absl::Status st = c->membership_->Load(); !st.ok()) Fail("Membership::Load: " + st.ToString());
-    c->jobs_ = std::make_unique<server::JobManager>(c->config_, c->store_.get(), c->membership_.get(), &c->kv_,
-                                                    &c->clock_);
+    c->jobs_ =
+        std::make_unique<server::JobManager>(c->config_, c->store_.get(), c->membership_.get(), &c->kv_, &c->clock_);
     if (absl::Status st = c->jobs_->Load(); !st.ok()) Fail("JobManager::Load: " + st.ToString());
     c->control_ = std::make_unique<ControlService>(c->jobs_.get(), c->membership_.get(), c->auth_.get(), &c->stopping_);
     c->cluster_ = std::make_unique<ClusterService>(c->config_, c->jobs_.get(), c->membership_.get(), &c->kv_,
@@ -196,8 +196,8 @@ struct Session {
 // a request go no further: gRPC refuses them before any handler runs.
 template <typename Service, typename Request, typename Response>
 void Call(Session* session, Service* service,
-          grpc::Status (Service::*handler)(grpc::ServerContext*, const Request*, Response*),
-          const Caller& caller, const uint8_t* bytes, size_t size) {
+          grpc::Status (Service::*handler)(grpc::ServerContext*, const Request*, Response*), const Caller& caller,
+          const uint8_t* bytes, size_t size) {
   Request request;
   if (!request.ParseFromArray(bytes, static_cast<int>(size))) return;
   if constexpr (std::is_same_v<Request, v1::StoreGetRequest> || std::is_same_v<Request, v1::StoreWaitRequest>) {
@@ -224,22 +224,38 @@ void Dispatch(Session* s, int rpc, const Caller& who, const uint8_t* b, size_t n
   ControlService* control = s->coordinator->control();
   ClusterService* cluster = s->coordinator->cluster();
   switch (rpc) {
-    case 0: return Call(s, control, &ControlService::SubmitJob, who, b, n);
-    case 1: return Call(s, control, &ControlService::GetJob, who, b, n);
-    case 2: return Call(s, control, &ControlService::ListJobs, who, b, n);
-    case 3: return Call(s, control, &ControlService::CancelJob, who, b, n);
-    case 4: return Call(s, control, &ControlService::ListWorkers, who, b, n);
-    case 5: return Call(s, control, &ControlService::DrainWorker, who, b, n);
-    case 6: return Call(s, control, &ControlService::GetJobLogs, who, b, n);
-    case 7: return Call(s, control, &ControlService::ListCheckpoints, who, b, n);
-    case 8: return Call(s, cluster, &ClusterService::RegisterWorker, who, b, n);
-    case 9: return Call(s, cluster, &ClusterService::Heartbeat, who, b, n);
-    case 10: return Call(s, cluster, &ClusterService::ReportPhase, who, b, n);
-    case 11: return Call(s, cluster, &ClusterService::StoreSet, who, b, n);
-    case 12: return Call(s, cluster, &ClusterService::StoreGet, who, b, n);
-    case 13: return Call(s, cluster, &ClusterService::StoreAdd, who, b, n);
-    case 14: return Call(s, cluster, &ClusterService::StoreWait, who, b, n);
-    case 15: return Call(s, cluster, &ClusterService::StoreDelete, who, b, n);
+    case 0:
+      return Call(s, control, &ControlService::SubmitJob, who, b, n);
+    case 1:
+      return Call(s, control, &ControlService::GetJob, who, b, n);
+    case 2:
+      return Call(s, control, &ControlService::ListJobs, who, b, n);
+    case 3:
+      return Call(s, control, &ControlService::CancelJob, who, b, n);
+    case 4:
+      return Call(s, control, &ControlService::ListWorkers, who, b, n);
+    case 5:
+      return Call(s, control, &ControlService::DrainWorker, who, b, n);
+    case 6:
+      return Call(s, control, &ControlService::GetJobLogs, who, b, n);
+    case 7:
+      return Call(s, control, &ControlService::ListCheckpoints, who, b, n);
+    case 8:
+      return Call(s, cluster, &ClusterService::RegisterWorker, who, b, n);
+    case 9:
+      return Call(s, cluster, &ClusterService::Heartbeat, who, b, n);
+    case 10:
+      return Call(s, cluster, &ClusterService::ReportPhase, who, b, n);
+    case 11:
+      return Call(s, cluster, &ClusterService::StoreSet, who, b, n);
+    case 12:
+      return Call(s, cluster, &ClusterService::StoreGet, who, b, n);
+    case 13:
+      return Call(s, cluster, &ClusterService::StoreAdd, who, b, n);
+    case 14:
+      return Call(s, cluster, &ClusterService::StoreWait, who, b, n);
+    case 15:
+      return Call(s, cluster, &ClusterService::StoreDelete, who, b, n);
   }
 }
 

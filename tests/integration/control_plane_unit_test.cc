@@ -12,6 +12,7 @@
 #include <iterator>
 
 #include "absl/synchronization/mutex.h"
+#include "common/phase_failure.h"
 #include "gtest/gtest.h"
 #include "server/cli/child_process.h"
 #include "server/cli/cli_args.h"
@@ -21,7 +22,6 @@
 #include "worker/daemon/backoff.h"
 #include "worker/daemon/host_info.h"
 #include "worker/daemon/report_envelope.h"
-#include "common/phase_failure.h"
 
 namespace tandem {
 namespace {
@@ -207,8 +207,7 @@ TEST(ChildProcessTest, ExitReasonAndInheritedDescriptors) {
   const int leaky = fcntl(opened, F_DUPFD, 100);  // clear of the one ls opens itself
   close(opened);
   ASSERT_GE(leaky, 100);
-  auto c = cli::ChildProcess::Start(
-      {"/bin/sh", {"-c", "ls /proc/self/fd | tr '\\n' ' '; exit 3"}, log, false});
+  auto c = cli::ChildProcess::Start({"/bin/sh", {"-c", "ls /proc/self/fd | tr '\\n' ' '; exit 3"}, log, false});
   close(leaky);
   ASSERT_TRUE(c.ok()) << c.status();
   for (int i = 0; i < 500 && (*c)->Running(); ++i) usleep(10 * 1000);

@@ -20,8 +20,7 @@ namespace tandem::test_support {
 namespace {
 
 std::map<std::string, tandem::v1::WorkerState> ListWorkers(RealCluster& c) {
-  auto stub = tandem::v1::Control::NewStub(
-      grpc::CreateChannel(c.grpc_address(), grpc::InsecureChannelCredentials()));
+  auto stub = tandem::v1::Control::NewStub(grpc::CreateChannel(c.grpc_address(), grpc::InsecureChannelCredentials()));
   tandem::v1::ListWorkersResponse resp;
   auto st = stub->ListWorkers(AuthContext(c.admin_token()).get(), tandem::v1::ListWorkersRequest(), &resp);
   EXPECT_TRUE(st.ok()) << st.error_message();

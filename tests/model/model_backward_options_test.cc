@@ -28,11 +28,17 @@ namespace tandem::model {
 namespace {
 
 ModelConfig MakeConfig(int layers) {
-  nlohmann::json j = {{"vocab_size", 13}, {"hidden_size", 16}, {"intermediate_size", 24},
-                      {"num_hidden_layers", layers}, {"num_attention_heads", 4},
-                      {"num_key_value_heads", 2}, {"max_position_embeddings", 64},
-                      {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0},
-                      {"model_type", "qwen2"}, {"tie_word_embeddings", false}};
+  nlohmann::json j = {{"vocab_size", 13},
+                      {"hidden_size", 16},
+                      {"intermediate_size", 24},
+                      {"num_hidden_layers", layers},
+                      {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2},
+                      {"max_position_embeddings", 64},
+                      {"rms_norm_eps", 1e-5},
+                      {"rope_theta", 10000.0},
+                      {"model_type", "qwen2"},
+                      {"tie_word_embeddings", false}};
   auto c = ParseConfigJson(j.dump());
   EXPECT_TRUE(c.ok()) << c.status();
   return *c;
@@ -41,9 +47,15 @@ ModelConfig MakeConfig(int layers) {
 class LoggingProvider : public ParamProvider {
  public:
   LoggingProvider(const ParamLayout& l, float* p, float* g) : l_(l), p_(p), g_(g) {}
-  const float* AcquireParams(int u) override { log += "P" + std::to_string(u) + " "; return p_ + l_.unit_offset(u); }
+  const float* AcquireParams(int u) override {
+    log += "P" + std::to_string(u) + " ";
+    return p_ + l_.unit_offset(u);
+  }
   void ReleaseParams(int u) override { log += "p" + std::to_string(u) + " "; }
-  float* AcquireGrads(int u) override { log += "G" + std::to_string(u) + " "; return g_ + l_.unit_offset(u); }
+  float* AcquireGrads(int u) override {
+    log += "G" + std::to_string(u) + " ";
+    return g_ + l_.unit_offset(u);
+  }
   void ReleaseGrads(int u) override { log += "g" + std::to_string(u) + " "; }
   std::string log;
 
@@ -74,9 +86,15 @@ class BackwardOptionsTest : public ::testing::Test {
       for (size_t i = 0; i < t.numel; ++i) {
         double v = nd(rng);
         switch (t.kind) {
-          case TensorView::Kind::kMatrix: v *= 0.35; break;
-          case TensorView::Kind::kNorm: v = 1.0 + 0.2 * v; break;
-          case TensorView::Kind::kBias: v *= 0.2; break;
+          case TensorView::Kind::kMatrix:
+            v *= 0.35;
+            break;
+          case TensorView::Kind::kNorm:
+            v = 1.0 + 0.2 * v;
+            break;
+          case TensorView::Kind::kBias:
+            v *= 0.2;
+            break;
         }
         params_[t.offset + i] = zero_o && is_o ? 0.f : static_cast<float>(v);
       }
@@ -110,8 +128,7 @@ class BackwardOptionsTest : public ::testing::Test {
   }
 
   static bool IsAttention(const std::string& name) {
-    return name.find("self_attn.") != std::string::npos ||
-           name.find("input_layernorm") != std::string::npos;
+    return name.find("self_attn.") != std::string::npos || name.find("input_layernorm") != std::string::npos;
   }
 
   double MaxAbs(const std::vector<float>& g, const TensorView& t) const {

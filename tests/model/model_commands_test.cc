@@ -59,9 +59,8 @@ TEST_F(CommandsTest, InitThenGenerate) {
   EXPECT_EQ(loaded->params, loaded2->params);
 
   int rc = -1;
-  std::string out = RunTool("generate --model " + P("m") +
-                                " --prompt '12+34=' --max-new-tokens 5 --output json --threads 1",
-                            &rc);
+  std::string out =
+      RunTool("generate --model " + P("m") + " --prompt '12+34=' --max-new-tokens 5 --output json --threads 1", &rc);
   ASSERT_EQ(rc, 0) << out;
   auto j = nlohmann::json::parse(out);
   EXPECT_EQ(j["prompt_ids"].size(), 7u);  // BOS + 6 chars
@@ -114,7 +113,8 @@ TEST_F(CommandsTest, DeclaredSizesAreNotAllocatedUpFront) {
                                    "bos_token_id: 1\neos_token_id: 2\npad_token_id: 0\n";
   ASSERT_EQ(ModelInitCommand({"--config", P("huge.yaml"), "--out", P("huge")}), 0);
   int rc = -1;
-  std::string out = RunTool("generate --model " + P("huge") + " --prompt-ids 1,5,6 --max-new-tokens 3 --threads 1", &rc);
+  std::string out =
+      RunTool("generate --model " + P("huge") + " --prompt-ids 1,5,6 --max-new-tokens 3 --threads 1", &rc);
   EXPECT_EQ(rc, 0) << out;
 
   const std::string tiny = std::string(TANDEM_SOURCE_DIR) + "/configs/models/tiny.yaml";

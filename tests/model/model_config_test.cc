@@ -20,12 +20,18 @@ namespace {
 using nlohmann::json;
 
 json BaseJson() {
-  return json{{"model_type", "llama"},     {"vocab_size", 100},
-              {"hidden_size", 32},         {"intermediate_size", 48},
-              {"num_hidden_layers", 2},    {"num_attention_heads", 4},
-              {"num_key_value_heads", 2},  {"rms_norm_eps", 1e-5},
-              {"rope_theta", 10000.0},     {"max_position_embeddings", 128},
-              {"tie_word_embeddings", false}, {"bos_token_id", 1},
+  return json{{"model_type", "llama"},
+              {"vocab_size", 100},
+              {"hidden_size", 32},
+              {"intermediate_size", 48},
+              {"num_hidden_layers", 2},
+              {"num_attention_heads", 4},
+              {"num_key_value_heads", 2},
+              {"rms_norm_eps", 1e-5},
+              {"rope_theta", 10000.0},
+              {"max_position_embeddings", 128},
+              {"tie_word_embeddings", false},
+              {"bos_token_id", 1},
               {"eos_token_id", 2}};
 }
 
@@ -158,8 +164,7 @@ TEST(ConfigTest, Mistral7B) {
   EXPECT_EQ(ParameterCount(*v1), 7241732096);  // Mistral 7B
   ParamLayout layout(*v1);
   EXPECT_NE(layout.Find("lm_head.weight"), nullptr);
-  EXPECT_EQ(layout.Find("model.layers.31.self_attn.k_proj.weight")->shape,
-            (std::vector<int64_t>{1024, 4096}));
+  EXPECT_EQ(layout.Find("model.layers.31.self_attn.k_proj.weight")->shape, (std::vector<int64_t>{1024, 4096}));
 
   auto v3 = ParseConfigJson(kMistral03Config);
   ASSERT_TRUE(v3.ok()) << v3.status();
@@ -216,10 +221,8 @@ TEST(ConfigTest, Qwen3) {
   EXPECT_EQ(ParameterCount(*c), 596049920);  // Qwen3-0.6B
   ParamLayout l(*c);
   EXPECT_TRUE(l.tied());
-  EXPECT_EQ(l.Find("model.layers.3.self_attn.q_proj.weight")->shape,
-            (std::vector<int64_t>{2048, 1024}));
-  EXPECT_EQ(l.Find("model.layers.3.self_attn.o_proj.weight")->shape,
-            (std::vector<int64_t>{1024, 2048}));
+  EXPECT_EQ(l.Find("model.layers.3.self_attn.q_proj.weight")->shape, (std::vector<int64_t>{2048, 1024}));
+  EXPECT_EQ(l.Find("model.layers.3.self_attn.o_proj.weight")->shape, (std::vector<int64_t>{1024, 2048}));
   const TensorView* qn = l.Find("model.layers.27.self_attn.q_norm.weight");
   ASSERT_NE(qn, nullptr);
   EXPECT_EQ(qn->shape, (std::vector<int64_t>{128}));
@@ -261,7 +264,12 @@ struct BadCase {
 
 TEST(ConfigTest, RejectsBadConfigsNamingTheKey) {
   const std::vector<BadCase> cases = {
-      {"heads not dividing hidden", [](json& j) { j["num_attention_heads"] = 5; j["num_key_value_heads"] = 5; }, "num_attention_heads"},
+      {"heads not dividing hidden",
+       [](json& j) {
+         j["num_attention_heads"] = 5;
+         j["num_key_value_heads"] = 5;
+       },
+       "num_attention_heads"},
       {"kv heads not dividing heads", [](json& j) { j["num_key_value_heads"] = 3; }, "num_key_value_heads"},
       {"zero kv heads", [](json& j) { j["num_key_value_heads"] = 0; }, "num_key_value_heads"},
       {"negative vocab", [](json& j) { j["vocab_size"] = -1; }, "vocab_size"},
@@ -273,38 +281,113 @@ TEST(ConfigTest, RejectsBadConfigsNamingTheKey) {
       {"odd head dim", [](json& j) { j["head_dim"] = 7; }, "head_dim"},
       {"bad eps", [](json& j) { j["rms_norm_eps"] = 0; }, "rms_norm_eps"},
       {"bad theta", [](json& j) { j["rope_theta"] = -1; }, "rope_theta"},
-      {"unknown rope type", [](json& j) { j["rope_scaling"] = {{"rope_type", "su"}, {"factor", 2}}; }, "rope_scaling.rope_type"},
-      {"rope type missing", [](json& j) { j["rope_scaling"] = {{"factor", 2}}; }, "rope_scaling"},
-      {"rope factor < 1", [](json& j) { j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 0.5}}; }, "rope_scaling.factor"},
+      {"unknown rope type",
+       [](json& j) {
+         j["rope_scaling"] = {{"rope_type", "su"}, {"factor", 2}};
+       },
+       "rope_scaling.rope_type"},
+      {"rope type missing",
+       [](json& j) {
+         j["rope_scaling"] = {{"factor", 2}};
+       },
+       "rope_scaling"},
+      {"rope factor < 1",
+       [](json& j) {
+         j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 0.5}};
+       },
+       "rope_scaling.factor"},
       {"layer_types length", [](json& j) { j["layer_types"] = {"full_attention"}; }, "layer_types"},
-      {"layer_types value", [](json& j) { j["layer_types"] = {"full_attention", "local"}; }, "layer_types"},
-      {"sliding without window", [](json& j) { j["layer_types"] = {"full_attention", "sliding_attention"}; }, "sliding_window"},
+      {"layer_types value",
+       [](json& j) {
+         j["layer_types"] = {"full_attention", "local"};
+       },
+       "layer_types"},
+      {"sliding without window",
+       [](json& j) {
+         j["layer_types"] = {"full_attention", "sliding_attention"};
+       },
+       "sliding_window"},
       {"eos out of vocab", [](json& j) { j["eos_token_id"] = 100; }, "eos_token_id"},
       {"bos negative", [](json& j) { j["bos_token_id"] = -5; }, "bos_token_id"},
       {"gelu", [](json& j) { j["hidden_act"] = "gelu"; }, "hidden_act"},
       {"mlp bias", [](json& j) { j["mlp_bias"] = true; }, "mlp_bias"},
       {"tokenizer kind", [](json& j) { j["tokenizer"] = "bpe"; }, "tokenizer"},
-      {"char vocab too small", [](json& j) { j["tokenizer"] = "char"; j["vocab_size"] = 50; }, "vocab_size"},
+      {"char vocab too small",
+       [](json& j) {
+         j["tokenizer"] = "char";
+         j["vocab_size"] = 50;
+       },
+       "vocab_size"},
       {"max pos zero", [](json& j) { j["max_position_embeddings"] = 0; }, "max_position_embeddings"},
-      {"llama3 without low_freq_factor", [](json& j) { j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}}; }, "rope_scaling.low_freq_factor"},
-      {"llama3 without original", [](json& j) { j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}}; }, "rope_scaling.original_max_position_embeddings"},
-      {"llama3 without factor", [](json& j) { j["rope_scaling"] = {{"rope_type", "llama3"}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}}; }, "rope_scaling.factor"},
-      {"llama3 high <= low", [](json& j) { j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0}, {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}}; }, "rope_scaling.high_freq_factor"},
-      {"llama3 low <= 0", [](json& j) { j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 0.0}, {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}}; }, "rope_scaling.low_freq_factor"},
-      {"low_freq_factor with linear", [](json& j) { j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}, {"low_freq_factor", 1.0}}; }, "rope_scaling.low_freq_factor"},
-      {"longrope", [](json& j) { j["rope_scaling"] = {{"rope_type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {1.0}}}; }, "rope_scaling.short_factor"},
+      {"llama3 without low_freq_factor",
+       [](json& j) {
+         j["rope_scaling"] = {{"rope_type", "llama3"},
+                              {"factor", 8.0},
+                              {"high_freq_factor", 4.0},
+                              {"original_max_position_embeddings", 64}};
+       },
+       "rope_scaling.low_freq_factor"},
+      {"llama3 without original",
+       [](json& j) {
+         j["rope_scaling"] = {
+             {"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}};
+       },
+       "rope_scaling.original_max_position_embeddings"},
+      {"llama3 without factor",
+       [](json& j) {
+         j["rope_scaling"] = {{"rope_type", "llama3"},
+                              {"low_freq_factor", 1.0},
+                              {"high_freq_factor", 4.0},
+                              {"original_max_position_embeddings", 64}};
+       },
+       "rope_scaling.factor"},
+      {"llama3 high <= low",
+       [](json& j) {
+         j["rope_scaling"] = {{"rope_type", "llama3"},
+                              {"factor", 8.0},
+                              {"low_freq_factor", 4.0},
+                              {"high_freq_factor", 4.0},
+                              {"original_max_position_embeddings", 64}};
+       },
+       "rope_scaling.high_freq_factor"},
+      {"llama3 low <= 0",
+       [](json& j) {
+         j["rope_scaling"] = {{"rope_type", "llama3"},
+                              {"factor", 8.0},
+                              {"low_freq_factor", 0.0},
+                              {"high_freq_factor", 4.0},
+                              {"original_max_position_embeddings", 64}};
+       },
+       "rope_scaling.low_freq_factor"},
+      {"low_freq_factor with linear",
+       [](json& j) {
+         j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}, {"low_freq_factor", 1.0}};
+       },
+       "rope_scaling.low_freq_factor"},
+      {"longrope",
+       [](json& j) {
+         j["rope_scaling"] = {{"rope_type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {1.0}}};
+       },
+       "rope_scaling.short_factor"},
       {"unknown model type", [](json& j) { j["model_type"] = "gemma"; }, "model_type"},
       {"partial rotary", [](json& j) { j["partial_rotary_factor"] = 0.5; }, "partial_rotary_factor"},
-      {"rope_parameters", [](json& j) { j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}}; }, "rope_parameters"},
-      {"eos list past 32 bits", [](json& j) { j["eos_token_id"] = {2, int64_t{1} << 40}; }, "is out of range"},
+      {"rope_parameters",
+       [](json& j) {
+         j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}};
+       },
+       "rope_parameters"},
+      {"eos list past 32 bits",
+       [](json& j) {
+         j["eos_token_id"] = {2, int64_t{1} << 40};
+       },
+       "is out of range"},
   };
   for (const BadCase& bc : cases) {
     json j = BaseJson();
     bc.mutate(j);
     auto c = ParseConfigJson(j.dump());
     ASSERT_FALSE(c.ok()) << bc.name;
-    EXPECT_NE(c.status().message().find(bc.expect), std::string::npos)
-        << bc.name << ": " << c.status().message();
+    EXPECT_NE(c.status().message().find(bc.expect), std::string::npos) << bc.name << ": " << c.status().message();
   }
   auto dup = ParseConfigJson(R"({"model_type": "llama", "vocab_size": 32, "vocab_size": 64})");
   ASSERT_FALSE(dup.ok());
@@ -366,8 +449,7 @@ TEST(ConfigTest, IntegersBeyondIntAreRefused) {
   j["eos_token_id"] = {2, 4294967298LL};
   auto c = ParseConfigJson(j.dump());
   ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.status().message().find("'eos_token_id' = 4294967298 is out of range"), std::string::npos)
-      << c.status();
+  EXPECT_NE(c.status().message().find("'eos_token_id' = 4294967298 is out of range"), std::string::npos) << c.status();
   j = BaseJson();
   j["vocab_size"] = 18446744073709551615ULL;
   c = ParseConfigJson(j.dump());
@@ -411,8 +493,9 @@ TEST(ConfigTest, YamlConfigErrorsNameTheKey) {
     auto c = LoadModelConfigFile(path);
     return c.ok() ? std::string("OK") : std::string(c.status().message());
   };
-  const std::string base = "vocab_size: 128\nhidden_size: 32\nintermediate_size: 64\nnum_hidden_layers: 1\n"
-                           "num_attention_heads: 4\n";
+  const std::string base =
+      "vocab_size: 128\nhidden_size: 32\nintermediate_size: 64\nnum_hidden_layers: 1\n"
+      "num_attention_heads: 4\n";
   EXPECT_EQ(error_of(base), "OK");
   EXPECT_EQ(error_of(base + "hidden_layers: 2\n").rfind(path + ": hidden_layers: unknown key; allowed: ", 0), 0u)
       << error_of(base + "hidden_layers: 2\n");

@@ -82,14 +82,13 @@ struct Buffers {
     acts.xn = xn.data();
     acts.hact = hact.data();
   }
-  kernels::DeviceArray<float> x, xmid, q, k, v, attn, lse, rstd_in, rstd_post, gate, up,
-      q_raw, k_raw, rstd_q, rstd_k, xn, hact, out, rstd;
+  kernels::DeviceArray<float> x, xmid, q, k, v, attn, lse, rstd_in, rstd_post, gate, up, q_raw, k_raw, rstd_q, rstd_k,
+      xn, hact, out, rstd;
   DecoderActivations acts;
 };
 
 struct Fixture {
-  explicit Fixture(const ModelConfig& c)
-      : ops(kernels::MakeCpuOps(1)), decoder(c, ops.get(), nullptr) {
+  explicit Fixture(const ModelConfig& c) : ops(kernels::MakeCpuOps(1)), decoder(c, ops.get(), nullptr) {
     Model init(c, ops.get());
     params.resize(init.layout().total_floats());
     init.InitParams(5, params.data());
@@ -178,8 +177,7 @@ TEST_P(DecoderTest, ForwardAllocatesNothing) {
   out.xn = b.out.data();
   out.rstd = b.rstd.data();
   // One decode step: the next token of each sequence.
-  const std::vector<int32_t> next = {4, 9}, next_pos = {7, 5},
-                             next_rows = {7, capacity + 5}, lengths = {8, 6};
+  const std::vector<int32_t> next = {4, 9}, next_pos = {7, 5}, next_rows = {7, capacity + 5}, lengths = {8, 6};
   DecoderInput decode;
   decode.rows = 2;
   decode.tokens = next.data();
@@ -209,8 +207,7 @@ TEST_P(DecoderTest, ForwardAllocatesNothing) {
   delete probe;
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, DecoderTest,
-                         ::testing::Values("llama", "mistral", "qwen2", "qwen3"),
+INSTANTIATE_TEST_SUITE_P(Layouts, DecoderTest, ::testing::Values("llama", "mistral", "qwen2", "qwen3"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace

@@ -31,10 +31,10 @@ using nlohmann::json;
 // and re-uploaded. (Generation uses one base per call, unlike the full
 // forward it is checked against: not used there.)
 ModelConfig Config(bool qwen, bool dynamic_ntk = true) {
-  json j = {{"vocab_size", 29}, {"hidden_size", 32}, {"intermediate_size", 40},
-            {"num_hidden_layers", 3}, {"num_attention_heads", 4},
-            {"num_key_value_heads", 2}, {"max_position_embeddings", 64},
-            {"rms_norm_eps", 1e-5}, {"eos_token_id", 2}, {"bos_token_id", 1}};
+  json j = {
+      {"vocab_size", 29},         {"hidden_size", 32},        {"intermediate_size", 40},       {"num_hidden_layers", 3},
+      {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"max_position_embeddings", 64}, {"rms_norm_eps", 1e-5},
+      {"eos_token_id", 2},        {"bos_token_id", 1}};
   if (qwen) {
     j["model_type"] = "qwen2";
     j["sliding_window"] = 5;
@@ -56,11 +56,11 @@ ModelConfig Config(bool qwen, bool dynamic_ntk = true) {
 // Qwen3: per-head q/k norms (their forward rstd and backward scratch in
 // the workspace), head_dim 12 against hidden 32 / 4 heads, untied.
 ModelConfig Qwen3Config() {
-  json j = {{"model_type", "qwen3"}, {"vocab_size", 29}, {"hidden_size", 32},
-            {"intermediate_size", 40}, {"num_hidden_layers", 3},
-            {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 12},
-            {"max_position_embeddings", 64}, {"rms_norm_eps", 1e-6},
-            {"eos_token_id", 2}, {"bos_token_id", 1}, {"tie_word_embeddings", false}};
+  json j = {{"model_type", "qwen3"},       {"vocab_size", 29},       {"hidden_size", 32},
+            {"intermediate_size", 40},     {"num_hidden_layers", 3}, {"num_attention_heads", 4},
+            {"num_key_value_heads", 2},    {"head_dim", 12},         {"max_position_embeddings", 64},
+            {"rms_norm_eps", 1e-6},        {"eos_token_id", 2},      {"bos_token_id", 1},
+            {"tie_word_embeddings", false}};
   auto c = ParseConfigJson(j.dump());
   EXPECT_TRUE(c.ok()) << c.status();
   return *c;
@@ -73,7 +73,7 @@ std::vector<float> RandomParams(const ParamLayout& layout, uint64_t seed) {
   for (const auto& t : layout.tensors()) {
     for (size_t i = 0; i < t.numel; ++i) {
       const float v = nd(rng);
-      p[t.offset + i] = t.kind == TensorView::Kind::kNorm ? 1.f + 0.1f * v
+      p[t.offset + i] = t.kind == TensorView::Kind::kNorm   ? 1.f + 0.1f * v
                         : t.kind == TensorView::Kind::kBias ? 0.1f * v
                                                             : 0.3f * v;
     }
@@ -99,8 +99,7 @@ Batch RandomBatch(const std::vector<int>& lengths, int vocab, uint64_t seed) {
   }
   for (size_t i = 0; i < a.size(); ++i) {
     if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
-      return ::testing::AssertionFailure() << "first difference at " << i << ": " << a[i]
-                                           << " vs " << b[i];
+      return ::testing::AssertionFailure() << "first difference at " << i << ": " << a[i] << " vs " << b[i];
     }
   }
   return ::testing::AssertionSuccess();
@@ -109,8 +108,7 @@ Batch RandomBatch(const std::vector<int>& lengths, int vocab, uint64_t seed) {
 // One training path: a model over a FlatParamProvider whose buffers live in
 // `mem` (host memory or guarded device memory).
 struct TrainPath {
-  TrainPath(const ModelConfig& c, kernels::Ops* ops, kernels::DeviceMemory* mem,
-            const std::vector<float>& params)
+  TrainPath(const ModelConfig& c, kernels::Ops* ops, kernels::DeviceMemory* mem, const std::vector<float>& params)
       : model(c, ops, 0, mem), mem(mem) {
     const size_t n = model.layout().total_floats();
     EXPECT_TRUE(p.Allocate(mem, n));
@@ -119,8 +117,7 @@ struct TrainPath {
     pp = std::make_unique<FlatParamProvider>(model.layout(), p.data(), g.data());
   }
   // Forward + masked SFT backward; returns logp and entropy.
-  void Step(const Batch& b, const BackwardOptions& bo, std::vector<float>* logp,
-            std::vector<float>* entropy) {
+  void Step(const Batch& b, const BackwardOptions& bo, std::vector<float>* logp, std::vector<float>* entropy) {
     const size_t T = b.num_tokens();
     logp->assign(T, 0.f);
     entropy->assign(T, 0.f);
@@ -155,8 +152,7 @@ void CheckTraining(const ModelConfig& c, uint64_t seed) {
   // Small, then larger (workspace growth, longer positions: new rope
   // tables), then small again, one with the attention backward skipped.
   const std::vector<Batch> batches = {RandomBatch({5, 3}, c.vocab_size, 1),
-                                      RandomBatch({9, 30, 1, 14}, c.vocab_size, 2),
-                                      RandomBatch({4}, c.vocab_size, 3)};
+                                      RandomBatch({9, 30, 1, 14}, c.vocab_size, 2), RandomBatch({4}, c.vocab_size, 3)};
   for (size_t i = 0; i < batches.size(); ++i) {
     BackwardOptions bo;
     bo.skip_attention = i == 2;
@@ -172,8 +168,7 @@ void CheckTraining(const ModelConfig& c, uint64_t seed) {
 
   // Logits (a device buffer per call, downloaded).
   const Batch& b = batches[1];
-  std::vector<float> zh(static_cast<size_t>(b.num_tokens()) * c.vocab_size),
-      zd(zh.size());
+  std::vector<float> zh(static_cast<size_t>(b.num_tokens()) * c.vocab_size), zd(zh.size());
   ASSERT_TRUE(host.model.ForwardLogits(b, *host.pp, zh.data()).ok());
   ASSERT_TRUE(dev.model.ForwardLogits(b, *dev.pp, zd.data()).ok());
   EXPECT_TRUE(SameBits(zh, zd)) << "logits";
@@ -200,8 +195,7 @@ void ExpectSameGeneration(const GenerationResult& a, const GenerationResult& b) 
 // Every generated token's raw log-prob equals the full forward's over the
 // prompt and the tokens before it (the KV cache, its zeroed tails and the
 // compaction of finished slots are right, not just the same on both paths).
-void ExpectMatchesFullForward(const ModelConfig& c, ParamProvider& pp,
-                              const std::vector<std::vector<int32_t>>& prompts,
+void ExpectMatchesFullForward(const ModelConfig& c, ParamProvider& pp, const std::vector<std::vector<int32_t>>& prompts,
                               const GenerationResult& r) {
   auto ops = kernels::MakeCpuOps(1);
   Model model(c, ops.get());
@@ -248,9 +242,12 @@ void CheckGeneration(const ModelConfig& c, uint64_t seed) {
   Generator dev(c, gops.get(), gmem.get());
 
   const std::vector<std::vector<int32_t>> small = {{1, 5, 9}, {1, 20}, {1, 3, 4, 7, 8, 11}};
-  const std::vector<std::vector<int32_t>> large = {
-      {1, 5, 9, 13}, {1}, {1, 3, 4, 7, 8, 11, 12, 17, 19, 21, 22}, {1, 6, 6},
-      {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}, {1, 28, 27}};
+  const std::vector<std::vector<int32_t>> large = {{1, 5, 9, 13},
+                                                   {1},
+                                                   {1, 3, 4, 7, 8, 11, 12, 17, 19, 21, 22},
+                                                   {1, 6, 6},
+                                                   {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17},
+                                                   {1, 28, 27}};
   SamplingOptions greedy;
   greedy.greedy = true;
   greedy.max_new_tokens = 9;
@@ -304,12 +301,11 @@ TEST(ModelDeviceTest, ExhaustedDeviceMemoryIsResourceExhausted) {
     dp.Upload(params.data(), params.size());
     FlatParamProvider pp(layout, dp.data(), dg.data());
     Model model(c, gops.get(), 0, gmem.get());
-    const Batch big = RandomBatch({63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63,
-                                   63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63,
-                                   63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63,
-                                   63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63,
-                                   63, 63, 63, 63, 63, 63, 63, 63},
-                                  c.vocab_size, 9);
+    const Batch big =
+        RandomBatch({63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63,
+                     63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63,
+                     63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63},
+                    c.vocab_size, 9);
     std::vector<float> logp(big.num_tokens());
     const absl::Status s = model.ForwardLogprobs(big, pp, logp.data());
     EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;

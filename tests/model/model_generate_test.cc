@@ -23,10 +23,10 @@ using nlohmann::json;
 // untied), Mistral (window on every layer), Llama 3 rope scaling past the
 // original context.
 ModelConfig Config(const std::string& kind) {
-  json j = {{"vocab_size", 29}, {"hidden_size", 32}, {"intermediate_size", 40},
-            {"num_hidden_layers", 3}, {"num_attention_heads", 4},
-            {"num_key_value_heads", 2}, {"max_position_embeddings", 64},
-            {"rms_norm_eps", 1e-5}, {"eos_token_id", 2}, {"bos_token_id", 1}};
+  json j = {
+      {"vocab_size", 29},         {"hidden_size", 32},        {"intermediate_size", 40},       {"num_hidden_layers", 3},
+      {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"max_position_embeddings", 64}, {"rms_norm_eps", 1e-5},
+      {"eos_token_id", 2},        {"bos_token_id", 1}};
   if (kind == "qwen3_tied" || kind == "qwen3_untied") {
     j["model_type"] = "qwen3";
     j["head_dim"] = 12;
@@ -36,8 +36,11 @@ ModelConfig Config(const std::string& kind) {
     j["model_type"] = "mistral";
     j["sliding_window"] = 4;
   } else if (kind == "llama3") {
-    j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8}};
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 8.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 8}};
   } else if (kind == "qwen") {
     j["model_type"] = "qwen2";
     j["sliding_window"] = 5;
@@ -58,7 +61,7 @@ std::vector<float> RandomParams(const Model& m, uint64_t seed) {
   for (const auto& t : m.layout().tensors()) {
     for (size_t i = 0; i < t.numel; ++i) {
       float v = nd(rng);
-      p[t.offset + i] = t.kind == TensorView::Kind::kNorm ? 1.f + 0.1f * v
+      p[t.offset + i] = t.kind == TensorView::Kind::kNorm   ? 1.f + 0.1f * v
                         : t.kind == TensorView::Kind::kBias ? 0.1f * v
                                                             : 0.3f * v;
     }
@@ -72,8 +75,7 @@ void CheckAgainstFullForward(kernels::Ops* ops, const std::string& kind) {
   std::vector<float> p = RandomParams(model, 3 + kind.size());
   FlatParamProvider pp(model.layout(), p.data(), nullptr);
   Generator gen(c, ops);
-  const std::vector<std::vector<int32_t>> prompts = {
-      {1, 5, 9, 13}, {1, 20}, {1, 3, 4, 7, 8, 11, 12, 17, 19}};
+  const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9, 13}, {1, 20}, {1, 3, 4, 7, 8, 11, 12, 17, 19}};
   SamplingOptions so;
   so.greedy = true;
   so.max_new_tokens = 10;
@@ -102,7 +104,8 @@ void CheckAgainstFullForward(kernels::Ops* ops, const std::string& kind) {
       const float* row = logits.data() + (seq.size() - 1) * V;
       int arg = 0;
       double mx = row[0], z = 0;
-      for (int v = 1; v < V; ++v) if (row[v] > row[arg]) arg = v;
+      for (int v = 1; v < V; ++v)
+        if (row[v] > row[arg]) arg = v;
       mx = row[arg];
       for (int v = 0; v < V; ++v) z += std::exp(row[v] - mx);
       const double lp = row[g.tokens[j]] - mx - std::log(z);
@@ -112,10 +115,10 @@ void CheckAgainstFullForward(kernels::Ops* ops, const std::string& kind) {
       max_diff = std::max(max_diff, std::fabs(g.raw_logprobs[j] - lp));
     }
   }
-  std::printf("[generate %s %s] max |logprob(KV cache) - logprob(full forward)| = %.3g\n",
-              ops->name(), kind.c_str(), max_diff);
-  const size_t expect_bytes = 2ull * c.num_hidden_layers * prompts.size() *
-                              (9 + 10) * c.KvHeads() * c.HeadDim() * sizeof(float);
+  std::printf("[generate %s %s] max |logprob(KV cache) - logprob(full forward)| = %.3g\n", ops->name(), kind.c_str(),
+              max_diff);
+  const size_t expect_bytes =
+      2ull * c.num_hidden_layers * prompts.size() * (9 + 10) * c.KvHeads() * c.HeadDim() * sizeof(float);
   EXPECT_EQ(res->kv_cache_bytes, expect_bytes);
   gen.Release();
   EXPECT_EQ(gen.kv_cache_bytes(), 0u);

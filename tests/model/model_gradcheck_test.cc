@@ -30,11 +30,10 @@ struct RefModel {
   const ModelConfig& c;
   const ParamLayout& l;
 
-  double Loss(const std::vector<double>& p, const Batch& b,
-              const std::vector<double>& w, std::vector<double>* logp_out) const {
-    const int T = b.num_tokens(), C = c.hidden_size, H = c.num_attention_heads,
-              KV = c.KvHeads(), D = c.HeadDim(), I = c.intermediate_size,
-              V = c.vocab_size;
+  double Loss(const std::vector<double>& p, const Batch& b, const std::vector<double>& w,
+              std::vector<double>* logp_out) const {
+    const int T = b.num_tokens(), C = c.hidden_size, H = c.num_attention_heads, KV = c.KvHeads(), D = c.HeadDim(),
+              I = c.intermediate_size, V = c.vocab_size;
     auto at = [&](const std::string& name) { return p.data() + l.Find(name)->offset; };
     std::vector<double> x(T * C), xn(T * C);
     const double* E = at("model.embed_tokens.weight");
@@ -48,8 +47,8 @@ struct RefModel {
         for (int i = 0; i < C; ++i) out[t * C + i] = in[t * C + i] * r * g[i];
       }
     };
-    auto linear = [&](const std::vector<double>& in, int n_in, const double* W, int n_out,
-                      const double* bias, std::vector<double>& out) {
+    auto linear = [&](const std::vector<double>& in, int n_in, const double* W, int n_out, const double* bias,
+                      std::vector<double>& out) {
       out.assign(static_cast<size_t>(T) * n_out, 0.0);
       for (int t = 0; t < T; ++t)
         for (int o = 0; o < n_out; ++o) {
@@ -124,7 +123,10 @@ struct RefModel {
             std::vector<double> sc;
             double mx = -1e300;
             for (int j = b.cu_seqlens[s]; j <= i; ++j) {
-              if (window > 0 && i - j >= window) { sc.push_back(-1e300); continue; }
+              if (window > 0 && i - j >= window) {
+                sc.push_back(-1e300);
+                continue;
+              }
               double d = 0;
               for (int e = 0; e < D; ++e) d += q[(i * H + h) * D + e] * k[(j * KV + kh) * D + e];
               d /= std::sqrt(static_cast<double>(D));
@@ -132,11 +134,13 @@ struct RefModel {
               mx = std::max(mx, d);
             }
             double z = 0;
-            for (double& e : sc) { e = e <= -1e299 ? 0.0 : std::exp(e - mx); z += e; }
+            for (double& e : sc) {
+              e = e <= -1e299 ? 0.0 : std::exp(e - mx);
+              z += e;
+            }
             for (int e = 0; e < D; ++e) {
               double o = 0;
-              for (int j = b.cu_seqlens[s]; j <= i; ++j)
-                o += sc[j - b.cu_seqlens[s]] / z * v[(j * KV + kh) * D + e];
+              for (int j = b.cu_seqlens[s]; j <= i; ++j) o += sc[j - b.cu_seqlens[s]] / z * v[(j * KV + kh) * D + e];
               attn[(i * H + h) * D + e] = o;
             }
           }
@@ -174,10 +178,10 @@ enum class Variant { kQwen2, kLlama, kQwen3Untied, kQwen3Tied, kHybrid };
 
 ModelConfig MakeConfig(Variant variant) {
   const bool qwen = variant == Variant::kQwen2;
-  json j = {{"vocab_size", 11}, {"hidden_size", 16}, {"intermediate_size", 24},
-            {"num_hidden_layers", 2}, {"num_attention_heads", 4},
-            {"num_key_value_heads", 2}, {"max_position_embeddings", 64},
-            {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0}};
+  json j = {
+      {"vocab_size", 11},         {"hidden_size", 16},        {"intermediate_size", 24},       {"num_hidden_layers", 2},
+      {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"max_position_embeddings", 64}, {"rms_norm_eps", 1e-5},
+      {"rope_theta", 10000.0}};
   if (variant == Variant::kQwen3Untied || variant == Variant::kQwen3Tied) {
     // head_dim 6: the heads are 24 wide against hidden 16.
     j["model_type"] = "qwen3";
@@ -211,11 +215,18 @@ ModelConfig MakeConfig(Variant variant) {
 class RecordingProvider : public ParamProvider {
  public:
   RecordingProvider(const ParamLayout& l, float* p, float* g) : l_(l), p_(p), g_(g) {}
-  const float* AcquireParams(int u) override { log += "P" + std::to_string(u) + " "; return p_ + l_.unit_offset(u); }
+  const float* AcquireParams(int u) override {
+    log += "P" + std::to_string(u) + " ";
+    return p_ + l_.unit_offset(u);
+  }
   void ReleaseParams(int u) override { log += "p" + std::to_string(u) + " "; }
-  float* AcquireGrads(int u) override { log += "G" + std::to_string(u) + " "; return g_ + l_.unit_offset(u); }
+  float* AcquireGrads(int u) override {
+    log += "G" + std::to_string(u) + " ";
+    return g_ + l_.unit_offset(u);
+  }
   void ReleaseGrads(int u) override { log += "g" + std::to_string(u) + " "; }
   std::string log;
+
  private:
   const ParamLayout& l_;
   float* p_;
@@ -235,9 +246,15 @@ void RunGradCheck(Variant variant) {
     for (size_t i = 0; i < t.numel; ++i) {
       double v = nd(rng);
       switch (t.kind) {
-        case TensorView::Kind::kMatrix: v *= 0.35; break;
-        case TensorView::Kind::kNorm: v = 1.0 + 0.2 * v; break;
-        case TensorView::Kind::kBias: v *= 0.2; break;
+        case TensorView::Kind::kMatrix:
+          v *= 0.35;
+          break;
+        case TensorView::Kind::kNorm:
+          v = 1.0 + 0.2 * v;
+          break;
+        case TensorView::Kind::kBias:
+          v *= 0.2;
+          break;
       }
       p[t.offset + i] = static_cast<float>(v);
     }
@@ -256,9 +273,9 @@ void RunGradCheck(Variant variant) {
   std::vector<float> dlogp(w.begin(), w.end());
   ASSERT_TRUE(model.Backward(dlogp.data(), pp).ok());
   // Unit order: forward 0,1..L, L+1 (tied: head from unit 0); backward L+1..0.
-  const std::string expect = !tied
-      ? "P0 p0 P1 p1 P2 p2 P3 p3 P3 p3 P3 G3 g3 p3 P2 G2 g2 p2 P1 G1 g1 p1 G0 g0 "
-      : "P0 p0 P1 p1 P2 p2 P3 p3 P0 p0 P3 G3 P0 G0 p0 g3 p3 P2 G2 g2 p2 P1 G1 g1 p1 G0 g0 g0 ";
+  const std::string expect =
+      !tied ? "P0 p0 P1 p1 P2 p2 P3 p3 P3 p3 P3 G3 g3 p3 P2 G2 g2 p2 P1 G1 g1 p1 G0 g0 "
+            : "P0 p0 P1 p1 P2 p2 P3 p3 P0 p0 P3 G3 P0 G0 p0 g3 p3 P2 G2 g2 p2 P1 G1 g1 p1 G0 g0 g0 ";
   EXPECT_EQ(pp.log, expect);
 
   RefModel ref{c, l};
@@ -285,16 +302,19 @@ void RunGradCheck(Variant variant) {
       const double num = (lp - lm) / (2 * h);
       const double err = std::fabs(num - grad[k]);
       max_grad = std::max(max_grad, std::fabs(num));
-      if (err > max_abs) { max_abs = err; worst = t.name + "[" + std::to_string(i) + "]"; }
+      if (err > max_abs) {
+        max_abs = err;
+        worst = t.name + "[" + std::to_string(i) + "]";
+      }
       if (std::fabs(num) > 1e-2) max_rel_big = std::max(max_rel_big, err / std::fabs(num));
     }
   }
-  const char* names[] = {"qwen2/untied/sliding", "llama/tied", "qwen3/untied/bias",
-                         "qwen3/tied/mqa", "llama/hybrid linear+window"};
-  std::printf("[gradcheck %s] max |analytic - numeric| = %.3g (at %s), max |grad| = %.3g, "
-              "relative to max = %.3g, max relative (|g| > 1e-2) = %.3g, forward max |dlogp| = %.3g\n",
-              names[static_cast<int>(variant)], max_abs, worst.c_str(), max_grad,
-              max_abs / max_grad, max_rel_big, max_lp);
+  const char* names[] = {"qwen2/untied/sliding", "llama/tied", "qwen3/untied/bias", "qwen3/tied/mqa",
+                         "llama/hybrid linear+window"};
+  std::printf(
+      "[gradcheck %s] max |analytic - numeric| = %.3g (at %s), max |grad| = %.3g, "
+      "relative to max = %.3g, max relative (|g| > 1e-2) = %.3g, forward max |dlogp| = %.3g\n",
+      names[static_cast<int>(variant)], max_abs, worst.c_str(), max_grad, max_abs / max_grad, max_rel_big, max_lp);
   EXPECT_LT(max_abs / max_grad, 1e-4);
   EXPECT_LT(max_rel_big, 1e-3);
   // The fast CPU backend's gradients agree with the reference backend's.
@@ -313,8 +333,7 @@ void RunGradCheck(Variant variant) {
   if (c.HasQkNorm()) {
     // The q/k norm weights get gradients, and they are checked above.
     double norm_grad = 0;
-    for (const char* n : {"model.layers.0.self_attn.q_norm.weight",
-                          "model.layers.1.self_attn.k_norm.weight"}) {
+    for (const char* n : {"model.layers.0.self_attn.q_norm.weight", "model.layers.1.self_attn.k_norm.weight"}) {
       const TensorView* t = l.Find(n);
       ASSERT_NE(t, nullptr) << n;
       for (size_t i = 0; i < t->numel; ++i) norm_grad += std::fabs(grad[t->offset + i]);
@@ -332,9 +351,13 @@ TEST(GradCheckTest, HybridLinearAndWindowLayers) { RunGradCheck(Variant::kHybrid
 // Sink layers decode with a per-layer state only: training refuses them by
 // name instead of computing something else.
 TEST(ModelTest, RefusesSinkLayersInTraining) {
-  json j = {{"model_type", "llama"}, {"vocab_size", 11}, {"hidden_size", 16},
-            {"intermediate_size", 24}, {"num_hidden_layers", 2},
-            {"num_attention_heads", 4}, {"max_position_embeddings", 64},
+  json j = {{"model_type", "llama"},
+            {"vocab_size", 11},
+            {"hidden_size", 16},
+            {"intermediate_size", 24},
+            {"num_hidden_layers", 2},
+            {"num_attention_heads", 4},
+            {"max_position_embeddings", 64},
             {"tandem_layer_types", {"full", "sink:2+window:3"}}};
   auto c = ParseConfigJson(j.dump());
   ASSERT_TRUE(c.ok()) << c.status();
@@ -391,7 +414,11 @@ TEST(ModelTest, InitIsDeterministicAndHfLike) {
       const float v = a[t.offset + i];
       if (t.kind == TensorView::Kind::kNorm) EXPECT_EQ(v, 1.f);
       if (t.kind == TensorView::Kind::kBias) EXPECT_EQ(v, 0.f);
-      if (t.kind == TensorView::Kind::kMatrix) { s += v; ss += v * v; ++n; }
+      if (t.kind == TensorView::Kind::kMatrix) {
+        s += v;
+        ss += v * v;
+        ++n;
+      }
     }
   }
   EXPECT_NEAR(s / n, 0.0, 0.002);

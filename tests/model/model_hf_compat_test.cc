@@ -67,8 +67,8 @@ class HfCompatTest : public ::testing::Test {
     if (!fs::exists("/usr/bin/python3")) {
       return "/usr/bin/python3 not found: install python3: deploy/install-deps.sh --for-tests";
     }
-    const std::string cmd = std::string("/usr/bin/python3 ") + TANDEM_SOURCE_DIR +
-                            "/tests/model/hf_reference.py " + args + " 2>&1";
+    const std::string cmd =
+        std::string("/usr/bin/python3 ") + TANDEM_SOURCE_DIR + "/tests/model/hf_reference.py " + args + " 2>&1";
     FILE* f = ::popen(cmd.c_str(), "r");
     if (f == nullptr) return "popen failed: " + cmd;
     std::string out;
@@ -78,14 +78,12 @@ class HfCompatTest : public ::testing::Test {
     const int rc = ::pclose(f);
     if (WIFEXITED(rc) && WEXITSTATUS(rc) == 0) return "";
     // A missing module (exit 3) prints one line naming the package.
-    const std::string how = WIFEXITED(rc) ? "exit " + std::to_string(WEXITSTATUS(rc))
-                                          : "status " + std::to_string(rc);
+    const std::string how = WIFEXITED(rc) ? "exit " + std::to_string(WEXITSTATUS(rc)) : "status " + std::to_string(rc);
     return "hf_reference.py " + args + " failed (" + how + "): " + out;
   }
 
   // Full logits [T, V] of `seqs` packed in one batch.
-  static std::vector<float> Logits(const LoadedModel& m, kernels::Ops* ops,
-                                   const nlohmann::json& seqs) {
+  static std::vector<float> Logits(const LoadedModel& m, kernels::Ops* ops, const nlohmann::json& seqs) {
     Batch b;
     b.cu_seqlens = {0};
     for (const auto& seq : seqs) {
@@ -151,8 +149,8 @@ class HfCompatTest : public ::testing::Test {
     const std::vector<float> logits = Logits(*loaded, ops, ref["sequences"]);
     double max_abs = 0;
     const double rel = RelativeError(ref["logits"], logits, loaded->config.vocab_size, &max_abs);
-    std::printf("[hf %s, %s ops%s] max |logit - torch| relative to max |logit| (%.3g): %.3g\n",
-                variant.c_str(), ops->name(), edit ? ", edited config" : "", max_abs, rel);
+    std::printf("[hf %s, %s ops%s] max |logit - torch| relative to max |logit| (%.3g): %.3g\n", variant.c_str(),
+                ops->name(), edit ? ", edited config" : "", max_abs, rel);
     if (!edit) EXPECT_LT(rel, tol);
     *result = rel;
   }
@@ -189,9 +187,7 @@ TEST_F(HfCompatTest, MistralSlidingWindowOnEveryLayer) {
   auto cpu = kernels::MakeCpuOps(0);
   Check("mistral_bf16", cpu.get(), kCpuTol);
   // The window matters: without it the logits differ.
-  const double full = Check("mistral_bf16", ops.get(), 0, [](ModelConfig& c) {
-    c.sliding_window = 0;
-  });
+  const double full = Check("mistral_bf16", ops.get(), 0, [](ModelConfig& c) { c.sliding_window = 0; });
   EXPECT_GT(full, 1e-1);
 }
 
@@ -217,13 +213,9 @@ TEST_F(HfCompatTest, Llama3RopeScalingPastOriginalContext) {
   // The scaling matters at these positions: without it, or with HF's
   // default-only frequencies divided by the factor (linear), the logits
   // are far off.
-  const double unscaled = Check("llama3_bf16", ops.get(), 0, [](ModelConfig& c) {
-    c.has_rope_scaling = false;
-  });
+  const double unscaled = Check("llama3_bf16", ops.get(), 0, [](ModelConfig& c) { c.has_rope_scaling = false; });
   EXPECT_GT(unscaled, 1e-1);
-  const double linear = Check("llama3_bf16", ops.get(), 0, [](ModelConfig& c) {
-    c.rope_scaling.rope_type = "linear";
-  });
+  const double linear = Check("llama3_bf16", ops.get(), 0, [](ModelConfig& c) { c.rope_scaling.rope_type = "linear"; });
   EXPECT_GT(linear, 1e-1);
 }
 
@@ -233,8 +225,7 @@ TEST_F(HfCompatTest, Llama3RopeScalingPastOriginalContext) {
 // config, and hf_reference.py, reading the exported directory as HF would,
 // computes the same logits.
 TEST_F(HfCompatTest, ExportLoadsBackIdenticallyAndIntoTheReference) {
-  const std::vector<std::string> variants = {"qwen3_tied_bf16", "qwen3_untied_f32",
-                                             "llama3_bf16", "mistral_bf16"};
+  const std::vector<std::string> variants = {"qwen3_tied_bf16", "qwen3_untied_f32", "llama3_bf16", "mistral_bf16"};
   auto ops = kernels::MakeReferenceOps();
   std::string dirs;
   std::vector<LoadedModel> exported;
@@ -256,8 +247,7 @@ TEST_F(HfCompatTest, ExportLoadsBackIdenticallyAndIntoTheReference) {
     ASSERT_TRUE(SaveModelDir(out.string(), m->config, m->params.data(), nullptr, save).ok());
     EXPECT_TRUE(fs::exists(out / "model.safetensors.index.json")) << v;
     EXPECT_TRUE(fs::exists(out / "generation_config.json")) << v;
-    EXPECT_EQ(*ReadFileToString((out / "tokenizer_config.json").string()),
-              R"({"model_max_length": 512})");
+    EXPECT_EQ(*ReadFileToString((out / "tokenizer_config.json").string()), R"({"model_max_length": 512})");
     auto back = LoadModelDir(out.string());
     ASSERT_TRUE(back.ok()) << back.status();
     // The whole flat buffer, padding (zeros on both sides) included.
@@ -279,8 +269,7 @@ TEST_F(HfCompatTest, ExportLoadsBackIdenticallyAndIntoTheReference) {
     auto ref = nlohmann::json::parse(*ReadFileToString((out / "logits.json").string()));
     const std::vector<float> logits = Logits(exported[k], ops.get(), sequences[k]);
     const double rel = RelativeError(ref["logits"], logits, exported[k].config.vocab_size);
-    std::printf("[hf export %s] max |logit - torch(exported dir)| relative: %.3g\n",
-                variants[k].c_str(), rel);
+    std::printf("[hf export %s] max |logit - torch(exported dir)| relative: %.3g\n", variants[k].c_str(), rel);
     EXPECT_LT(rel, kRefTol) << variants[k];
   }
 }

@@ -30,9 +30,14 @@ std::vector<float> Random(size_t n, uint32_t seed) {
 }
 
 ModelConfig Hybrid() {
-  json j = {{"model_type", "llama"}, {"vocab_size", 11}, {"hidden_size", 32},
-            {"intermediate_size", 24}, {"num_hidden_layers", 4},
-            {"num_attention_heads", 4}, {"num_key_value_heads", 4}, {"head_dim", 8},
+  json j = {{"model_type", "llama"},
+            {"vocab_size", 11},
+            {"hidden_size", 32},
+            {"intermediate_size", 24},
+            {"num_hidden_layers", 4},
+            {"num_attention_heads", 4},
+            {"num_key_value_heads", 4},
+            {"head_dim", 8},
             {"max_position_embeddings", 64},
             {"tandem_layer_types", {"full", "window:5", "sink:2+window:4", "linear"}}};
   auto c = ParseConfigJson(j.dump());
@@ -50,8 +55,7 @@ std::vector<float> Expected(const LayerType& t, int T, int H, int D, const std::
     kernels::LinearAttentionParams p{H, D, D, 0.f};
     std::vector<float> g(size_t(T) * H);
     for (size_t i = 0; i < g.size(); ++i) g[i] = float(LinearLogDecay(int(i % H)));
-    ref->linear_attention_forward(p, q.data(), k.data(), v.data(), g.data(), cu, 1, T,
-                                  nullptr, out.data(), nullptr);
+    ref->linear_attention_forward(p, q.data(), k.data(), v.data(), g.data(), cu, 1, T, nullptr, out.data(), nullptr);
     return out;
   }
   if (t.kind != LayerKind::kSinkWindow) {
@@ -137,8 +141,8 @@ TEST(LayerStateTest, DecodeStepsEqualTrainingRows) {
           err = std::max(err, std::fabs(double(out[b * HD + e]) - want[b][pos * HD + e]));
           ref = std::max(ref, std::fabs(double(want[b][pos * HD + e])));
         }
-        EXPECT_LT(err / ref, 1e-5) << "layer " << l << " (" << LayerTypeName(t) << ") slot "
-                                   << b << " position " << pos;
+        EXPECT_LT(err / ref, 1e-5) << "layer " << l << " (" << LayerTypeName(t) << ") slot " << b << " position "
+                                   << pos;
       }
     }
   }
@@ -161,15 +165,14 @@ TEST(LayerStateTest, RefusesPositionsThatSkip) {
 // 8 KV heads of 128) with full attention everywhere vs LongGen's pattern
 // (full attention in the middle third, sink:64+window:960 elsewhere).
 TEST(LayerStateTest, KvBytesFullVsHybridAt16k) {
-  json j = {{"model_type", "llama"}, {"vocab_size", 128256}, {"hidden_size", 4096},
-            {"intermediate_size", 14336}, {"num_hidden_layers", 32},
-            {"num_attention_heads", 32}, {"num_key_value_heads", 8},
-            {"max_position_embeddings", 131072}};
+  json j = {{"model_type", "llama"},    {"vocab_size", 128256},
+            {"hidden_size", 4096},      {"intermediate_size", 14336},
+            {"num_hidden_layers", 32},  {"num_attention_heads", 32},
+            {"num_key_value_heads", 8}, {"max_position_embeddings", 131072}};
   auto full = ParseConfigJson(j.dump());
   ASSERT_TRUE(full.ok()) << full.status();
   std::vector<std::string> types;
-  for (int l = 0; l < 32; ++l)
-    types.push_back(l >= 11 && l < 22 ? "full" : "sink:64+window:960");
+  for (int l = 0; l < 32; ++l) types.push_back(l >= 11 && l < 22 ? "full" : "sink:64+window:960");
   j["tandem_layer_types"] = types;
   auto hybrid = ParseConfigJson(j.dump());
   ASSERT_TRUE(hybrid.ok()) << hybrid.status();
@@ -178,8 +181,8 @@ TEST(LayerStateTest, KvBytesFullVsHybridAt16k) {
   const int64_t hb = LayerState::SequenceBytes(*hybrid, tokens);
   EXPECT_EQ(fb, int64_t{32} * 2 * tokens * 8 * 128 * 4);  // 4 GiB
   EXPECT_EQ(hb, int64_t{11} * 2 * tokens * 8 * 128 * 4 + int64_t{21} * 2 * 1024 * 8 * 128 * 4);
-  std::printf("KV bytes, one 16384-token sequence: full %.1f MiB, hybrid %.1f MiB (%.1f%% less)\n",
-              fb / 1048576.0, hb / 1048576.0, 100.0 * (1.0 - double(hb) / fb));
+  std::printf("KV bytes, one 16384-token sequence: full %.1f MiB, hybrid %.1f MiB (%.1f%% less)\n", fb / 1048576.0,
+              hb / 1048576.0, 100.0 * (1.0 - double(hb) / fb));
 }
 
 }  // namespace

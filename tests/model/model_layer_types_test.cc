@@ -15,10 +15,9 @@ namespace {
 using nlohmann::json;
 
 json Base() {
-  return json{{"model_type", "llama"},     {"vocab_size", 100},
-              {"hidden_size", 32},         {"intermediate_size", 48},
-              {"num_hidden_layers", 4},    {"num_attention_heads", 4},
-              {"rms_norm_eps", 1e-5},      {"max_position_embeddings", 4096}};
+  return json{
+      {"model_type", "llama"},  {"vocab_size", 100},        {"hidden_size", 32},    {"intermediate_size", 48},
+      {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"rms_norm_eps", 1e-5}, {"max_position_embeddings", 4096}};
 }
 
 TEST(LayerTypesTest, ParsesEveryType) {
@@ -37,9 +36,8 @@ TEST(LayerTypesTest, ParsesEveryType) {
   EXPECT_EQ(s->BoundedKeys(), 1024);
   for (const char* t : {"full", "linear", "window:7", "sink:1+window:2"})
     EXPECT_EQ(LayerTypeName(*ParseLayerType(t)), t);
-  for (const char* bad : {"", "Full", "window", "window:", "window:0", "window:-3",
-                          "window:12x", "sink:4", "sink:0+window:5", "sink:4+window:0",
-                          "sink:4+5", "window:4+sink:2", "sliding_attention"}) {
+  for (const char* bad : {"", "Full", "window", "window:", "window:0", "window:-3", "window:12x", "sink:4",
+                          "sink:0+window:5", "sink:4+window:0", "sink:4+5", "window:4+sink:2", "sliding_attention"}) {
     const auto st = ParseLayerType(bad).status();
     EXPECT_FALSE(st.ok()) << bad;
     EXPECT_NE(st.message().find("tandem_layer_types"), std::string::npos) << st;
@@ -82,18 +80,20 @@ TEST(LayerTypesTest, RefusesBadValuesNamingKeyAndLayer) {
       {"too short", {"full", "full"}, nullptr, "has 2 entries; must have num_hidden_layers (4)"},
       {"bad entry", {"full", "full", "local:5", "full"}, nullptr, "'local:5'"},
       {"bad entry layer", {"full", "full", "window:0", "full"}, nullptr, "(layer 2)"},
-      {"window too long", {"full", "window:5000", "full", "full"}, nullptr,
-       "must be <= max_position_embeddings"},
-      {"linear with gqa", {"linear", "full", "full", "full"},
-       [](json& j) { j["num_key_value_heads"] = 2; }, "'linear' needs num_key_value_heads"},
-      {"with HF layer_types", {"full", "full", "full", "full"},
+      {"window too long", {"full", "window:5000", "full", "full"}, nullptr, "must be <= max_position_embeddings"},
+      {"linear with gqa",
+       {"linear", "full", "full", "full"},
+       [](json& j) { j["num_key_value_heads"] = 2; },
+       "'linear' needs num_key_value_heads"},
+      {"with HF layer_types",
+       {"full", "full", "full", "full"},
        [](json& j) {
          j["sliding_window"] = 16;
-         j["layer_types"] = {"sliding_attention", "full_attention", "full_attention",
-                             "full_attention"};
+         j["layer_types"] = {"sliding_attention", "full_attention", "full_attention", "full_attention"};
        },
        "cannot be combined with Hugging Face sliding-window keys"},
-      {"mistral default window", {"full", "linear", "full", "full"},
+      {"mistral default window",
+       {"full", "linear", "full", "full"},
        [](json& j) { j["model_type"] = "mistral"; },
        "set sliding_window to null"},
   };
@@ -103,10 +103,8 @@ TEST(LayerTypesTest, RefusesBadValuesNamingKeyAndLayer) {
     if (c.edit != nullptr) c.edit(j);
     auto r = ParseConfigJson(j.dump());
     ASSERT_FALSE(r.ok()) << c.what;
-    EXPECT_NE(r.status().message().find("tandem_layer_types"), std::string::npos)
-        << c.what << ": " << r.status();
-    EXPECT_NE(r.status().message().find(c.expect), std::string::npos)
-        << c.what << ": " << r.status();
+    EXPECT_NE(r.status().message().find("tandem_layer_types"), std::string::npos) << c.what << ": " << r.status();
+    EXPECT_NE(r.status().message().find(c.expect), std::string::npos) << c.what << ": " << r.status();
   }
   // A Mistral config that nulls its window may use the Tandem key.
   json j = Base();

@@ -28,9 +28,8 @@ using nlohmann::json;
 class SafetensorsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tandem_st_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / ("tandem_st_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -38,8 +37,7 @@ class SafetensorsTest : public ::testing::Test {
   std::string P(const std::string& f) const { return (dir_ / f).string(); }
 
   // Writes a raw safetensors file: header JSON text + data bytes.
-  void WriteRaw(const std::string& path, const std::string& header,
-                const std::string& data, int64_t claimed_len = -1) {
+  void WriteRaw(const std::string& path, const std::string& header, const std::string& data, int64_t claimed_len = -1) {
     std::string out(8, '\0');
     const uint64_t n = claimed_len >= 0 ? static_cast<uint64_t>(claimed_len) : header.size();
     for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
@@ -49,10 +47,14 @@ class SafetensorsTest : public ::testing::Test {
   }
 
   ModelConfig TinyConfig(bool tied = false, bool qwen = false) {
-    json j = {{"model_type", qwen ? "qwen2" : "llama"}, {"vocab_size", 37},
-              {"hidden_size", 16}, {"intermediate_size", 24},
-              {"num_hidden_layers", 2}, {"num_attention_heads", 4},
-              {"num_key_value_heads", 2}, {"max_position_embeddings", 64},
+    json j = {{"model_type", qwen ? "qwen2" : "llama"},
+              {"vocab_size", 37},
+              {"hidden_size", 16},
+              {"intermediate_size", 24},
+              {"num_hidden_layers", 2},
+              {"num_attention_heads", 4},
+              {"num_key_value_heads", 2},
+              {"max_position_embeddings", 64},
               {"tie_word_embeddings", tied}};
     auto c = ParseConfigJson(j.dump());
     EXPECT_TRUE(c.ok()) << c.status();
@@ -105,8 +107,7 @@ TEST_F(SafetensorsTest, ModelDirRoundTripExact) {
       auto loaded = LoadModelDir(d);
       ASSERT_TRUE(loaded.ok()) << loaded.status();
       EXPECT_EQ(loaded->params.size(), p.size());
-      EXPECT_EQ(0, std::memcmp(loaded->params.data(), p.data(), p.size() * 4))
-          << "tied=" << tied << " qwen=" << qwen;
+      EXPECT_EQ(0, std::memcmp(loaded->params.data(), p.data(), p.size() * 4)) << "tied=" << tied << " qwen=" << qwen;
       EXPECT_EQ(ToConfigJson(loaded->config), ToConfigJson(c));
       EXPECT_FALSE(loaded->tokenizer.has_value());
       fs::remove_all(d);
@@ -145,8 +146,7 @@ TEST_F(SafetensorsTest, Bf16SaveAndF16Load) {
         expect[t.offset + i] = F16ToF32(v);
       }
     }
-    h[t.name] = {{"dtype", f64 ? "F64" : "F16"}, {"shape", t.shape},
-                 {"data_offsets", {begin, data.size()}}};
+    h[t.name] = {{"dtype", f64 ? "F64" : "F16"}, {"shape", t.shape}, {"data_offsets", {begin, data.size()}}};
   }
   fs::create_directories(P("f16"));
   WriteRaw(P("f16/model.safetensors"), h.dump(), data);
@@ -200,11 +200,10 @@ json ReadJson(const std::string& path) {
 // splits them; the directory loads back bit for bit; a later save into the
 // same directory removes the weight files it does not use.
 TEST_F(SafetensorsTest, ExportShardsLikeHf) {
-  json cj = {{"model_type", "qwen3"}, {"vocab_size", 37}, {"hidden_size", 16},
-             {"intermediate_size", 24}, {"num_hidden_layers", 3},
-             {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 6},
-             {"tie_word_embeddings", false}, {"bos_token_id", 1},
-             {"eos_token_id", {2, 3}}, {"pad_token_id", 0}};
+  json cj = {{"model_type", "qwen3"},    {"vocab_size", 37},       {"hidden_size", 16},
+             {"intermediate_size", 24},  {"num_hidden_layers", 3}, {"num_attention_heads", 4},
+             {"num_key_value_heads", 2}, {"head_dim", 6},          {"tie_word_embeddings", false},
+             {"bos_token_id", 1},        {"eos_token_id", {2, 3}}, {"pad_token_id", 0}};
   auto parsed = ParseConfigJson(cj.dump());
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   const ModelConfig c = *parsed;
@@ -255,8 +254,8 @@ TEST_F(SafetensorsTest, ExportShardsLikeHf) {
   EXPECT_EQ(config["head_dim"], 6);
   EXPECT_EQ(config["eos_token_id"], json::array({2, 3}));
   const json gen = ReadJson(d + "/generation_config.json");
-  EXPECT_EQ(gen, (json{{"_from_model_config", true}, {"bos_token_id", 1},
-                       {"eos_token_id", {2, 3}}, {"pad_token_id", 0}}));
+  EXPECT_EQ(gen,
+            (json{{"_from_model_config", true}, {"bos_token_id", 1}, {"eos_token_id", {2, 3}}, {"pad_token_id", 0}}));
 
   // Under the default limit (HF's 5 GB): one file; the shards and the index go.
   EXPECT_EQ(kDefaultMaxShardBytes, 5000000000u);
@@ -269,9 +268,7 @@ TEST_F(SafetensorsTest, ExportShardsLikeHf) {
   EXPECT_EQ(0, std::memcmp(loaded->params.data(), p.data(), p.size() * 4));
   // And back to shards (BF16 this time): model.safetensors goes, since a
   // loader would prefer it to the index.
-  ASSERT_TRUE(SaveModelDir(d, c, p.data(), nullptr,
-                           {.dtype = StDtype::kBF16, .max_shard_bytes = limit / 2})
-                  .ok());
+  ASSERT_TRUE(SaveModelDir(d, c, p.data(), nullptr, {.dtype = StDtype::kBF16, .max_shard_bytes = limit / 2}).ok());
   EXPECT_FALSE(fs::exists(d + "/model.safetensors"));
   loaded = LoadModelDir(d);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -319,7 +316,7 @@ TEST_F(SafetensorsTest, ExportCopiesSourceTokenizerAndGenerationConfig) {
   EXPECT_EQ(gen["temperature"], 0.7);
   EXPECT_EQ(gen["do_sample"], true);
   EXPECT_EQ(gen["eos_token_id"], json::array({5, 6}));  // the source's
-  EXPECT_EQ(gen["bos_token_id"], 1);                     // added
+  EXPECT_EQ(gen["bos_token_id"], 1);                    // added
   EXPECT_FALSE(gen.contains("_from_model_config"));
   auto loaded = LoadModelDir(out);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -349,29 +346,69 @@ TEST_F(SafetensorsTest, BadFiles) {
   EXPECT_EQ(good->tensors().size(), 2u);
   EXPECT_EQ(good->metadata().at("format"), "pt");
 
-  struct Case { const char* name; std::function<void(const std::string&)> write; const char* expect; };
+  struct Case {
+    const char* name;
+    std::function<void(const std::string&)> write;
+    const char* expect;
+  };
   const std::vector<Case> cases = {
       {"empty", [&](const std::string& p) { std::ofstream(p, std::ios::binary) << ""; }, "shorter than the 8-byte"},
-      {"5 bytes", [&](const std::string& p) { std::ofstream(p, std::ios::binary) << "abcde"; }, "shorter than the 8-byte"},
+      {"5 bytes", [&](const std::string& p) { std::ofstream(p, std::ios::binary) << "abcde"; },
+       "shorter than the 8-byte"},
       {"header past end", [&](const std::string& p) { WriteRaw(p, good_header, data, 1 << 20); }, "past the end"},
-      {"huge header length", [&](const std::string& p) { WriteRaw(p, good_header, data, int64_t{1} << 62); }, "past the end"},
+      {"huge header length", [&](const std::string& p) { WriteRaw(p, good_header, data, int64_t{1} << 62); },
+       "past the end"},
       {"truncated data", [&](const std::string& p) { WriteRaw(p, good_header, data.substr(0, 20)); }, "out of range"},
       {"invalid json", [&](const std::string& p) { WriteRaw(p, "{\"a\": [1, 2", data); }, "not valid JSON"},
       {"json not object", [&](const std::string& p) { WriteRaw(p, "[1,2]", data); }, "not an object"},
-      {"unknown dtype", [&](const std::string& p) { WriteRaw(p, R"({"a":{"dtype":"F17","shape":[2],"data_offsets":[0,8]}})", data); }, "unknown dtype"},
-      {"unsupported dtype", [&](const std::string& p) { WriteRaw(p, R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", data); }, "not supported"},
-      {"offsets out of range", [&](const std::string& p) { WriteRaw(p, R"({"a":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}})", data); }, "out of range"},
-      {"offsets reversed", [&](const std::string& p) { WriteRaw(p, R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", data); }, "begin > end"},
-      {"offsets overlapping", [&](const std::string& p) { WriteRaw(p, R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})", data); }, "overlap"},
-      {"size mismatch", [&](const std::string& p) { WriteRaw(p, R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", data); }, "needs 12"},
-      {"negative shape", [&](const std::string& p) { WriteRaw(p, R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", data); }, "non-negative"},
-      {"negative offset", [&](const std::string& p) { WriteRaw(p, R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", data); }, "non-negative"},
-      {"missing dtype", [&](const std::string& p) { WriteRaw(p, R"({"a":{"shape":[1],"data_offsets":[0,4]}})", data); }, "missing dtype"},
+      {"unknown dtype",
+       [&](const std::string& p) { WriteRaw(p, R"({"a":{"dtype":"F17","shape":[2],"data_offsets":[0,8]}})", data); },
+       "unknown dtype"},
+      {"unsupported dtype",
+       [&](const std::string& p) { WriteRaw(p, R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", data); },
+       "not supported"},
+      {"offsets out of range",
+       [&](const std::string& p) { WriteRaw(p, R"({"a":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}})", data); },
+       "out of range"},
+      {"offsets reversed",
+       [&](const std::string& p) { WriteRaw(p, R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", data); },
+       "begin > end"},
+      {"offsets overlapping",
+       [&](const std::string& p) {
+         WriteRaw(
+             p,
+             R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})",
+             data);
+       },
+       "overlap"},
+      {"size mismatch",
+       [&](const std::string& p) { WriteRaw(p, R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", data); },
+       "needs 12"},
+      {"negative shape",
+       [&](const std::string& p) { WriteRaw(p, R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", data); },
+       "non-negative"},
+      {"negative offset",
+       [&](const std::string& p) { WriteRaw(p, R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", data); },
+       "non-negative"},
+      {"missing dtype", [&](const std::string& p) { WriteRaw(p, R"({"a":{"shape":[1],"data_offsets":[0,4]}})", data); },
+       "missing dtype"},
       {"bad metadata", [&](const std::string& p) { WriteRaw(p, R"({"__metadata__":{"x":1}})", data); }, "__metadata__"},
       // Two readers could pick different entries of a duplicated key.
-      {"duplicate tensor", [&](const std::string& p) { WriteRaw(p, R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data); }, "key 'a' appears twice"},
-      {"duplicate field", [&](const std::string& p) { WriteRaw(p, R"({"a":{"dtype":"F32","dtype":"F16","shape":[1],"data_offsets":[0,4]}})", data); }, "key 'dtype' appears twice"},
-      {"deep nesting", [&](const std::string& p) { WriteRaw(p, std::string(100, '[') + std::string(100, ']'), data); }, "nested deeper"},
+      {"duplicate tensor",
+       [&](const std::string& p) {
+         WriteRaw(
+             p,
+             R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+             data);
+       },
+       "key 'a' appears twice"},
+      {"duplicate field",
+       [&](const std::string& p) {
+         WriteRaw(p, R"({"a":{"dtype":"F32","dtype":"F16","shape":[1],"data_offsets":[0,4]}})", data);
+       },
+       "key 'dtype' appears twice"},
+      {"deep nesting", [&](const std::string& p) { WriteRaw(p, std::string(100, '[') + std::string(100, ']'), data); },
+       "nested deeper"},
   };
   for (const Case& c : cases) {
     const std::string path = P("bad.safetensors");
@@ -379,8 +416,7 @@ TEST_F(SafetensorsTest, BadFiles) {
     auto f = SafetensorsFile::Open(path);
     ASSERT_FALSE(f.ok()) << c.name;
     EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument) << c.name;
-    EXPECT_NE(f.status().message().find(c.expect), std::string::npos)
-        << c.name << ": " << f.status().message();
+    EXPECT_NE(f.status().message().find(c.expect), std::string::npos) << c.name << ": " << f.status().message();
   }
   auto missing = SafetensorsFile::Open(P("nope.safetensors"));
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
@@ -423,8 +459,7 @@ TEST_F(SafetensorsTest, BadModelDirs) {
   m.InitParams(1, p.data());
   std::vector<StTensorToWrite> all;
   for (const auto& t : m.layout().tensors()) all.push_back({t.name, t.shape, p.data() + t.offset});
-  auto make = [&](const std::string& name, std::vector<StTensorToWrite> tensors,
-                  const std::string& config_json) {
+  auto make = [&](const std::string& name, std::vector<StTensorToWrite> tensors, const std::string& config_json) {
     fs::create_directories(P(name));
     EXPECT_TRUE(WriteSafetensors(P(name + "/model.safetensors"), tensors, {{"format", "pt"}}).ok());
     std::ofstream(P(name + "/config.json")) << config_json;
@@ -434,9 +469,9 @@ TEST_F(SafetensorsTest, BadModelDirs) {
   ASSERT_TRUE(make("ok", all, cj).ok());
 
   auto no_norm = all;
-  no_norm.erase(std::remove_if(no_norm.begin(), no_norm.end(),
-                               [](const auto& t) { return t.name == "model.norm.weight"; }),
-                no_norm.end());
+  no_norm.erase(
+      std::remove_if(no_norm.begin(), no_norm.end(), [](const auto& t) { return t.name == "model.norm.weight"; }),
+      no_norm.end());
   auto r = make("missing", no_norm, cj);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("missing tensor(s) model.norm.weight"), std::string::npos) << r.status();
@@ -446,7 +481,8 @@ TEST_F(SafetensorsTest, BadModelDirs) {
   extra.push_back({"model.layers.2.mlp.up_proj.weight", {4, 4}, junk.data()});
   r = make("extra", extra, cj);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("unexpected tensor 'model.layers.2.mlp.up_proj.weight'"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("unexpected tensor 'model.layers.2.mlp.up_proj.weight'"), std::string::npos)
+      << r.status();
 
   // Ignored HF buffers are fine.
   auto inv = all;
@@ -459,7 +495,8 @@ TEST_F(SafetensorsTest, BadModelDirs) {
   }
   r = make("shape", wrong, cj);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("has shape [16, 8] but config.json implies [8, 16]"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("has shape [16, 8] but config.json implies [8, 16]"), std::string::npos)
+      << r.status();
 
   // Config says a bigger hidden size than the file holds.
   json bigger = json::parse(cj);
@@ -530,7 +567,10 @@ TEST_F(SafetensorsTest, AtomicWriteLeavesNoTempFiles) {
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(*s, "world");
   int n = 0;
-  for (auto& e : fs::directory_iterator(dir_)) { (void)e; ++n; }
+  for (auto& e : fs::directory_iterator(dir_)) {
+    (void)e;
+    ++n;
+  }
   EXPECT_EQ(n, 1);
   EXPECT_FALSE(WriteFileAtomic(P("no/such/dir/x"), "a").ok());
 }

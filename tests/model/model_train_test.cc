@@ -61,7 +61,8 @@ TEST(TrainTest, TwoDigitAdditionLearns) {
   auto cfg = LoadModelConfigFile(std::string(TANDEM_SOURCE_DIR) + "/configs/models/tiny.yaml");
   ASSERT_TRUE(cfg.ok()) << cfg.status();
   const CharTokenizer tok = CharTokenizer::Default();
-  auto ops = kernels::MakeCpuOps(std::getenv("TANDEM_TRAIN_THREADS") ? std::atoi(std::getenv("TANDEM_TRAIN_THREADS")) : 1);
+  auto ops =
+      kernels::MakeCpuOps(std::getenv("TANDEM_TRAIN_THREADS") ? std::atoi(std::getenv("TANDEM_TRAIN_THREADS")) : 1);
   Model model(*cfg, ops.get());
   const size_t n = model.layout().total_floats();
   std::vector<float> p(n), g(n), m(n, 0.f), v(n, 0.f);
@@ -90,7 +91,10 @@ TEST(TrainTest, TwoDigitAdditionLearns) {
     mask.clear();
     for (int i = 0; i < batch; ++i) {
       int a, c;
-      do { a = digit(rng); c = digit(rng); } while (held_out(a, c));
+      do {
+        a = digit(rng);
+        c = digit(rng);
+      } while (held_out(a, c));
       Problem pr = MakeProblem(a, c, tok);
       std::vector<int32_t> seq = pr.prompt;
       seq.insert(seq.end(), pr.answer.begin(), pr.answer.end());
@@ -120,8 +124,8 @@ TEST(TrainTest, TwoDigitAdditionLearns) {
   }
   const double acc1 = Accuracy(gen, pp, eval);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("[train] %d steps x %d problems: loss %.3f -> %.3f, held-out exact match %.3f -> %.3f, %.1f s\n",
-              steps, batch, first_loss, last_loss, acc0, acc1, secs);
+  std::printf("[train] %d steps x %d problems: loss %.3f -> %.3f, held-out exact match %.3f -> %.3f, %.1f s\n", steps,
+              batch, first_loss, last_loss, acc0, acc1, secs);
   EXPECT_LT(last_loss, 0.5 * first_loss);
   EXPECT_LT(acc0, 0.05);
   EXPECT_GT(acc1, 0.8);

@@ -104,10 +104,10 @@ class Ranks {
 };
 
 JobSpec Spec(int world, int stage, const std::string& dir, bool grpo = false, double kl = 0.05) {
-  std::vector<std::string> o = {"cluster.workers=" + std::to_string(world),
-                                "cluster.zero_stage=" + std::to_string(stage),
-                                "train.steps=" + std::to_string(kSteps), "checkpoint.keep=3",
-                                "checkpoint.dir=" + dir + "/ckpt", "output_dir=" + dir + "/final"};
+  std::vector<std::string> o = {
+      "cluster.workers=" + std::to_string(world), "cluster.zero_stage=" + std::to_string(stage),
+      "train.steps=" + std::to_string(kSteps),    "checkpoint.keep=3",
+      "checkpoint.dir=" + dir + "/ckpt",          "output_dir=" + dir + "/final"};
   if (grpo) {
     // A short SFT warm start makes rewards vary, so GRPO moves the policy
     // away from its reference (the weights after the warm start) and the
@@ -131,8 +131,8 @@ void TrainStep(Ranks& ranks, int64_t s, bool grpo) {
     ranks.RunOk(tandem::v1::PHASE_SFT_STEP, s);
     return;
   }
-  for (auto phase : {tandem::v1::PHASE_ROLLOUT, tandem::v1::PHASE_SCORE, tandem::v1::PHASE_LOGPROBS,
-                     tandem::v1::PHASE_UPDATE}) {
+  for (auto phase :
+       {tandem::v1::PHASE_ROLLOUT, tandem::v1::PHASE_SCORE, tandem::v1::PHASE_LOGPROBS, tandem::v1::PHASE_UPDATE}) {
     ranks.RunOk(phase, s);
   }
 }
@@ -169,8 +169,8 @@ std::vector<float> WithFailure(int world, int stage, int lost, bool peer, double
       EXPECT_TRUE(r.status.ok()) << r.status;
       EXPECT_TRUE(r.report.checkpoint().peer_copy());
     }
-    TrainStep(ranks, kCheckpoint + 1, grpo);  // redone after the failure
-    ranks.RunOk(tandem::v1::PHASE_EXPORT, kCheckpoint + 1);     // drains the background write
+    TrainStep(ranks, kCheckpoint + 1, grpo);                 // redone after the failure
+    ranks.RunOk(tandem::v1::PHASE_EXPORT, kCheckpoint + 1);  // drains the background write
     ranks.AbortAll();
     ranks.Replace(lost);
     const std::string disk = dir + "/ckpt/step-" + absl::StrFormat("%08d", kCheckpoint);

@@ -7,7 +7,6 @@
 namespace tandem::common {
 namespace {
 
-
 TEST(PhaseFailureTest, CodesOfTheClusterAreRetryable) {
   EXPECT_EQ(FailureKindOf(absl::AbortedError("job aborted on this worker")), v1::PHASE_FAILURE_KIND_RETRYABLE);
   EXPECT_EQ(FailureKindOf(absl::UnavailableError("x")), v1::PHASE_FAILURE_KIND_RETRYABLE);

@@ -16,13 +16,13 @@
 #include <set>
 #include <thread>
 
-#include "common/checkpoint_path.h"
 #include "absl/strings/match.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/auth.h"
+#include "common/checkpoint_path.h"
 #include "common/daemon_config.h"
 #include "server/coordinator.h"
 #include "server/jobs/job_manager.h"
@@ -49,8 +49,8 @@ std::string CkptPath(const tandem::v1::JobSpec& spec, int64_t step) {
 struct Shared {
   absl::Mutex mu;
   std::set<std::string> corrupt ABSL_GUARDED_BY(mu);  // restore from these fails
-  std::atomic<bool> live_restore_fails{false};         // SETUP with live_restore fails
-  std::atomic<int> phase_sleep_ms{0};                  // every answer takes this long
+  std::atomic<bool> live_restore_fails{false};        // SETUP with live_restore fails
+  std::atomic<int> phase_sleep_ms{0};                 // every answer takes this long
   // Checkpoints are published by the next FLUSH_CHECKPOINTS, as a real
   // worker's background write is, instead of with their CHECKPOINT report.
   std::atomic<bool> publish_on_flush{false};
@@ -65,8 +65,7 @@ void Fail(tandem::v1::ReportPhaseRequest* report, tandem::v1::PhaseFailureKind k
   report->mutable_failure()->set_message(message);
 }
 
-void Restored(tandem::v1::ReportPhaseRequest* report, int64_t step, tandem::v1::RestoreSource source,
-              double seconds) {
+void Restored(tandem::v1::ReportPhaseRequest* report, int64_t step, tandem::v1::RestoreSource source, double seconds) {
   auto* setup = report->mutable_setup();
   setup->set_restored(true);
   setup->set_restored_step(step);
@@ -146,9 +145,8 @@ class RecoveryTest : public ::testing::Test {
         .name = name,
         .address = [this] { return address_; },
         .token = kToken,
-        .fill = [shared](Worker& w, const tandem::v1::PhaseCommand& cmd, tandem::v1::ReportPhaseRequest* report) {
-          EngineLikeReport(shared, w, cmd, report);
-        }}));
+        .fill = [shared](Worker& w, const tandem::v1::PhaseCommand& cmd,
+                         tandem::v1::ReportPhaseRequest* report) { EngineLikeReport(shared, w, cmd, report); }}));
     return workers_.back().get();
   }
   tandem::v1::JobSpec Spec(int workers, int steps, int checkpoint_every) {
@@ -166,8 +164,7 @@ class RecoveryTest : public ::testing::Test {
   }
   std::string Submit(const tandem::v1::JobSpec& spec) { return test_support::SubmitJob(control_.get(), kToken, spec); }
   tandem::v1::Job GetJob(const std::string& id) { return test_support::GetJob(control_.get(), kToken, id); }
-  tandem::v1::Job WaitFor(const std::string& id, std::function<bool(const tandem::v1::Job&)> pred,
-                          int ms = 20000) {
+  tandem::v1::Job WaitFor(const std::string& id, std::function<bool(const tandem::v1::Job&)> pred, int ms = 20000) {
     return test_support::WaitForJob(control_.get(), kToken, id, pred, ms, 25);
   }
   static bool Done(const tandem::v1::Job& j) { return IsTerminal(j.state()); }
@@ -320,8 +317,8 @@ TEST_F(RecoveryTest, CheckpointWhoseRestoreKillsWorkersIsMarkedBad) {
   auto job = WaitFor(id, Done, 40000);
   auto events = Events(id);
   ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_SUCCEEDED) << job.reason() << Dump(events);
-  EXPECT_TRUE(HasEvent(events, absl::StrCat("checkpoint ", poison,
-                                            " is unusable (2 workers were lost while restoring it)")))
+  EXPECT_TRUE(
+      HasEvent(events, absl::StrCat("checkpoint ", poison, " is unusable (2 workers were lost while restoring it)")))
       << Dump(events);
   auto recovered = Recovered(events);
   ASSERT_TRUE(recovered) << Dump(events);
@@ -346,7 +343,8 @@ TEST_F(RecoveryTest, CorruptNewestCheckpointFallsBackToThePreviousOne) {
   auto job = WaitFor(id, Done);
   auto events = Events(id);
   ASSERT_EQ(job.state(), tandem::v1::JOB_STATE_SUCCEEDED) << job.reason() << Dump(events);
-  EXPECT_TRUE(HasEvent(events, absl::StrCat("checkpoint ", CkptPath(GetJob(id).spec(), 4), " is unusable"))) << Dump(events);
+  EXPECT_TRUE(HasEvent(events, absl::StrCat("checkpoint ", CkptPath(GetJob(id).spec(), 4), " is unusable")))
+      << Dump(events);
   auto recovered = Recovered(events);
   ASSERT_TRUE(recovered) << Dump(events);
   EXPECT_TRUE(absl::StrContains(recovered->message(), "from disk; resuming at step 3 (2 steps redone)"))
@@ -469,7 +467,8 @@ TEST_F(RecoveryTest, NoReplacementFailsWithAClearReason) {
   auto job = WaitFor(id, Done);
   EXPECT_EQ(job.state(), tandem::v1::JOB_STATE_FAILED);
   EXPECT_TRUE(absl::StrContains(job.reason(), "rank 0 lost: lease expired")) << job.reason();
-  EXPECT_TRUE(absl::StrContains(job.reason(), "no replacement worker within 300ms (1 of 2 workers left")) << job.reason();
+  EXPECT_TRUE(absl::StrContains(job.reason(), "no replacement worker within 300ms (1 of 2 workers left"))
+      << job.reason();
 }
 
 TEST_F(RecoveryTest, PreemptedWorkerIsHandedOverAfterACheckpoint) {

@@ -34,14 +34,14 @@ TEST(RecoveryPolicyTest, PeerRestoreNeedsTheHolderAndTheSameWorld) {
   plan.worker_ids = {"a", "b", "c"};
   plan.replaced_ranks = {1};
   EXPECT_TRUE(PeerRestorePossible(plan, 3, 4, 3));
-  EXPECT_FALSE(PeerRestorePossible(plan, 3, 0, 3));   // no copies yet
-  EXPECT_FALSE(PeerRestorePossible(plan, 3, 4, 2));   // copies of another world
-  plan.replaced_ranks = {1, 2};                       // rank 1's holder (2) is gone too
+  EXPECT_FALSE(PeerRestorePossible(plan, 3, 0, 3));  // no copies yet
+  EXPECT_FALSE(PeerRestorePossible(plan, 3, 4, 2));  // copies of another world
+  plan.replaced_ranks = {1, 2};                      // rank 1's holder (2) is gone too
   EXPECT_FALSE(PeerRestorePossible(plan, 3, 4, 3));
-  plan.replaced_ranks = {0, 2};                       // 0 held by 1, 2 held by 0 (replaced)
+  plan.replaced_ranks = {0, 2};  // 0 held by 1, 2 held by 0 (replaced)
   EXPECT_FALSE(PeerRestorePossible(plan, 3, 4, 3));
   plan.replaced_ranks = {};
-  EXPECT_TRUE(PeerRestorePossible(plan, 3, 4, 3));    // transient failure: own copies
+  EXPECT_TRUE(PeerRestorePossible(plan, 3, 4, 3));  // transient failure: own copies
   plan.same_world = false;
   EXPECT_FALSE(PeerRestorePossible(plan, 3, 4, 3));
 }

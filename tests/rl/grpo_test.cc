@@ -34,8 +34,7 @@ TEST(GroupAdvantagesTest, HandComputed) {
   EXPECT_DOUBLE_EQ((*a)[1], -0.5);
 
   // Group of 3 with rewards 0, 0, 3: mean 1, unbiased std sqrt(3).
-  a = GroupAdvantages(std::vector<double>{0, 0, 3},
-                      {.group_size = 3, .eps = 0});
+  a = GroupAdvantages(std::vector<double>{0, 0, 3}, {.group_size = 3, .eps = 0});
   ASSERT_TRUE(a.ok());
   EXPECT_NEAR((*a)[2], 2 / std::sqrt(3.0), 1e-12);
   EXPECT_NEAR((*a)[0], -1 / std::sqrt(3.0), 1e-12);
@@ -50,8 +49,7 @@ TEST(GroupAdvantagesTest, HandComputed) {
 TEST(GroupAdvantagesTest, Errors) {
   EXPECT_FALSE(GroupAdvantages(std::vector<double>{1, 2, 3}, {.group_size = 2}).ok());
   EXPECT_FALSE(GroupAdvantages(std::vector<double>{1, 2}, {.group_size = 0}).ok());
-  EXPECT_FALSE(
-      GroupAdvantages(std::vector<double>{1, NAN}, {.group_size = 2}).ok());
+  EXPECT_FALSE(GroupAdvantages(std::vector<double>{1, NAN}, {.group_size = 2}).ok());
 }
 
 // Tokens: r = 1.5, 0.5, 1.1 (masked) and one unmasked token.
@@ -63,9 +61,7 @@ struct Tiny {
   std::vector<double> mask_ = {1, 1, 1, 0};
   std::vector<int32_t> cu_ = {0, 2, 4};
   PolicyLossInput<double> In(bool with_ref = false) const {
-    return {new_, old_, with_ref ? std::span<const double>(ref_)
-                                 : std::span<const double>(),
-            adv_, mask_, cu_};
+    return {new_, old_, with_ref ? std::span<const double>(ref_) : std::span<const double>(), adv_, mask_, cu_};
   }
 };
 
@@ -107,7 +103,7 @@ TEST(PolicyLossTest, KlK3HandComputed) {
   ASSERT_TRUE(r.ok());
   // k3 = exp(ref-new) - (ref-new) - 1 with ref = 0:
   const double kl0 = 1 / 1.5 + std::log(1.5) - 1;  // 0.0721318
-  const double kl1 = 2 - std::log(2.0) - 1;         // 0.3068528
+  const double kl1 = 2 - std::log(2.0) - 1;        // 0.3068528
   const double kl2 = 1 / 1.1 + std::log(1.1) - 1;  // 0.0044010
   EXPECT_NEAR(kl0, 0.0721318, 1e-7);
   EXPECT_NEAR(kl1, 0.3068528, 1e-7);
@@ -153,10 +149,8 @@ TEST(PolicyLossTest, SplittingAcrossRanksWithGlobalNormaliserIsExact) {
   for (int half = 0; half < 2; ++half) {
     const size_t b = half * 2;
     PolicyLossInput<double> in{
-        std::span<const double>(t.new_).subspan(b, 2),
-        std::span<const double>(t.old_).subspan(b, 2),
-        std::span<const double>(t.ref_).subspan(b, 2),
-        std::span<const double>(t.adv_).subspan(b, 2),
+        std::span<const double>(t.new_).subspan(b, 2),  std::span<const double>(t.old_).subspan(b, 2),
+        std::span<const double>(t.ref_).subspan(b, 2),  std::span<const double>(t.adv_).subspan(b, 2),
         std::span<const double>(t.mask_).subspan(b, 2), {}};
     auto part = PolicyLoss(in, {.kl_coef = 0.05}, whole->masked_tokens);
     ASSERT_TRUE(part.ok());
@@ -182,8 +176,7 @@ TEST(PolicyLossTest, GradientMatchesCentralDifferences) {
     mask[i] = (i % 7 == 3) ? 0.0 : 1.0;
   }
   for (auto agg : {LossAggregation::kToken, LossAggregation::kSequence}) {
-    const PolicyLossOptions o{.clip_low = 0.2, .clip_high = 0.28,
-                              .kl_coef = 0.04, .aggregation = agg};
+    const PolicyLossOptions o{.clip_low = 0.2, .clip_high = 0.28, .kl_coef = 0.04, .aggregation = agg};
     PolicyLossInput<double> in{lnew, lold, lref, adv, mask, cu};
     auto r = PolicyLoss(in, o, agg == LossAggregation::kToken ? 100.0 : 0.0);
     ASSERT_TRUE(r.ok()) << r.status();
@@ -200,8 +193,7 @@ TEST(PolicyLossTest, GradientMatchesCentralDifferences) {
       PolicyLossInput<double> p = in, m = in;
       p.logp_new = plus;
       m.logp_new = minus;
-      const double fd = (PolicyLoss(p, o, norm).value().loss -
-                         PolicyLoss(m, o, norm).value().loss) / (2 * h);
+      const double fd = (PolicyLoss(p, o, norm).value().loss - PolicyLoss(m, o, norm).value().loss) / (2 * h);
       EXPECT_NEAR(r->dlogp[i], fd, 1e-8 + 1e-6 * std::abs(fd)) << "token " << i;
       ++checked;
     }
@@ -214,8 +206,7 @@ TEST(PolicyLossTest, GradientMatchesCentralDifferences) {
 TEST(PolicyLossTest, FloatMatchesDouble) {
   Tiny t;
   std::vector<float> nf(t.new_.begin(), t.new_.end()), of(t.old_.begin(), t.old_.end()),
-      rf(t.ref_.begin(), t.ref_.end()), af(t.adv_.begin(), t.adv_.end()),
-      mf(t.mask_.begin(), t.mask_.end());
+      rf(t.ref_.begin(), t.ref_.end()), af(t.adv_.begin(), t.adv_.end()), mf(t.mask_.begin(), t.mask_.end());
   PolicyLossInput<float> in{nf, of, rf, af, mf, t.cu_};
   auto f = PolicyLoss(in, {.kl_coef = 0.1});
   auto d = PolicyLoss(t.In(true), {.kl_coef = 0.1});

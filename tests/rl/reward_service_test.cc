@@ -21,8 +21,7 @@ enum class Mode { kCorrect, kSlow, kError, kWrongCount, kNan };
 class TestRewardService final : public tandem::v1::RewardService::Service {
  public:
   explicit TestRewardService(Mode mode) : mode_(mode) {}
-  grpc::Status Score(grpc::ServerContext* context,
-                     const tandem::v1::ScoreRequest* request,
+  grpc::Status Score(grpc::ServerContext* context, const tandem::v1::ScoreRequest* request,
                      tandem::v1::ScoreResponse* response) override {
     last_job_ = request->job_id();
     last_step_ = request->step();
@@ -59,16 +58,14 @@ class Server {
  public:
   explicit Server(Mode mode) : service_(mode) {
     grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port_);
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(&service_);
     server_ = builder.BuildAndStart();
   }
   ~Server() { Stop(); }
   void Stop() {
     if (server_) {
-      server_->Shutdown(std::chrono::system_clock::now() +
-                        std::chrono::milliseconds(100));
+      server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
       server_->Wait();
       server_.reset();
     }
@@ -82,14 +79,11 @@ class Server {
 };
 
 std::vector<RewardRequestItem> Items() {
-  return {{"1+1=", "2", "2", {5, 2}}, {"2+2=", "5", "4", {8}},
-          {"3+3=", "6", "6", {}}};
+  return {{"1+1=", "2", "2", {5, 2}}, {"2+2=", "5", "4", {8}}, {"3+3=", "6", "6", {}}};
 }
 
-std::unique_ptr<RewardClient> Client(const std::string& address,
-                                     int timeout_ms = 2000) {
-  auto c = RewardClient::Create(
-      {.address = address, .timeout_ms = timeout_ms, .job_id = "job-7"});
+std::unique_ptr<RewardClient> Client(const std::string& address, int timeout_ms = 2000) {
+  auto c = RewardClient::Create({.address = address, .timeout_ms = timeout_ms, .job_id = "job-7"});
   EXPECT_TRUE(c.ok()) << c.status();
   return std::move(c).value();
 }
@@ -116,12 +110,10 @@ TEST(RewardServiceTest, SlowServerTimesOutClearly) {
   auto client = Client(server.address(), 300);
   const auto start = Clock::now();
   auto r = client->Score(Items(), 1);
-  const double secs =
-      std::chrono::duration<double>(Clock::now() - start).count();
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(r.status().message(), "reward service at " + server.address() +
-                                      " did not answer within 300 ms");
+  EXPECT_EQ(r.status().message(), "reward service at " + server.address() + " did not answer within 300 ms");
   EXPECT_LT(secs, 2.0);
 }
 
@@ -138,14 +130,11 @@ TEST(RewardServiceTest, WrongCountAndNonFinite) {
   Server wrong(Mode::kWrongCount);
   auto r = Client(wrong.address())->Score(Items(), 1);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("returned 2 rewards for 3 items"),
-            std::string::npos)
-      << r.status();
+  EXPECT_NE(r.status().message().find("returned 2 rewards for 3 items"), std::string::npos) << r.status();
   Server nan(Mode::kNan);
   r = Client(nan.address())->Score(Items(), 1);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("non-finite"), std::string::npos)
-      << r.status();
+  EXPECT_NE(r.status().message().find("non-finite"), std::string::npos) << r.status();
 }
 
 TEST(RewardServiceTest, UnreachableFailsFast) {
@@ -156,8 +145,7 @@ TEST(RewardServiceTest, UnreachableFailsFast) {
   }  // port now closed
   const auto start = Clock::now();
   auto r = Client(address, 3000)->Score(Items(), 1);
-  const double secs =
-      std::chrono::duration<double>(Clock::now() - start).count();
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(r.status().message().find("is unreachable"), std::string::npos);
@@ -167,8 +155,7 @@ TEST(RewardServiceTest, UnreachableFailsFast) {
 TEST(RewardServiceTest, OptionErrors) {
   EXPECT_FALSE(RewardClient::Create({.address = ""}).ok());
   EXPECT_FALSE(RewardClient::Create({.address = "x:1", .timeout_ms = 0}).ok());
-  auto c = RewardClient::Create(
-      {.address = "x:1", .tls_ca_file = "/nonexistent/ca.pem"});
+  auto c = RewardClient::Create({.address = "x:1", .tls_ca_file = "/nonexistent/ca.pem"});
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("CA file"), std::string::npos);
 }

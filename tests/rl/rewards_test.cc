@@ -34,26 +34,26 @@ void Check(const VerifiableReward& r, const std::vector<Case>& cases) {
 TEST(Gsm8kRewardTest, Cases) {
   auto r = Make("gsm8k");
   Check(*r, {
-      {"She has 3 + 4 = 7 apples.\n#### 7", "3+4=7\n#### 7", true},
-      {"#### 42", "#### 42", true},
-      {"The answer is 42.", "#### 42", true},                 // last number
-      {"The answer is 42. Then 43 more.", "#### 42", false},  // last number is 43
-      {"#### 42\nThen 17 more lines", "#### 42", true},        // after #### wins
-      {"#### $1,000", "#### 1000", true},
-      {"#### 1,000.00", "#### 1000", true},
-      {"#### 42.0", "#### 42", true},
-      {"#### 42.50", "#### 42.5", true},
-      {"#### -5", "#### -5", true},
-      {"#### 5", "#### -5", false},
-      {"#### 1,2", "#### 12", false},  // not a thousands comma
-      {"#### forty-two", "#### 42", false},
-      {"no numbers here", "#### 42", false},
-      {"", "#### 42", false},
-      {"#### 42", "42", true},  // a bare reference
-      {"we have 12 then #### 7.", "#### 7", true},
-      {"#### 0.5", "#### .5", true},  // compared by value
-      {"#### 0.5", "#### 0.50", true},
-  });
+                {"She has 3 + 4 = 7 apples.\n#### 7", "3+4=7\n#### 7", true},
+                {"#### 42", "#### 42", true},
+                {"The answer is 42.", "#### 42", true},                 // last number
+                {"The answer is 42. Then 43 more.", "#### 42", false},  // last number is 43
+                {"#### 42\nThen 17 more lines", "#### 42", true},       // after #### wins
+                {"#### $1,000", "#### 1000", true},
+                {"#### 1,000.00", "#### 1000", true},
+                {"#### 42.0", "#### 42", true},
+                {"#### 42.50", "#### 42.5", true},
+                {"#### -5", "#### -5", true},
+                {"#### 5", "#### -5", false},
+                {"#### 1,2", "#### 12", false},  // not a thousands comma
+                {"#### forty-two", "#### 42", false},
+                {"no numbers here", "#### 42", false},
+                {"", "#### 42", false},
+                {"#### 42", "42", true},  // a bare reference
+                {"we have 12 then #### 7.", "#### 7", true},
+                {"#### 0.5", "#### .5", true},  // compared by value
+                {"#### 0.5", "#### 0.50", true},
+            });
 }
 
 TEST(Gsm8kRewardTest, FormatReward) {
@@ -92,56 +92,56 @@ TEST(MathRewardTest, Boxed) {
 TEST(MathRewardTest, Cases) {
   auto r = Make("math");
   Check(*r, {
-      {"so \\boxed{\\frac{1}{2}}", "\\boxed{\\frac12}", true},
-      {"\\boxed{\\dfrac{1}{2}}", "\\frac{1}{2}", true},
-      {"\\boxed{\\tfrac{3}{4}}", "3/4", true},
-      {"\\boxed{1/2}", "\\frac{1}{2}", true},
-      {"\\boxed{0.5}", "\\frac{1}{2}", true},  // by value
-      {"\\boxed{-\\frac{1}{2}}", "-0.5", true},
-      {"\\boxed{\\left( 1, 2 \\right)}", "(1,2)", true},
-      {"\\boxed{1,000}", "1000", true},
-      {"\\boxed{(1,2)}", "(12)", false},  // a pair, not a thousands comma
-      {"\\boxed{3.0}", "3", true},
-      {"\\boxed{90^\\circ}", "90", true},
-      {"\\boxed{90^{\\circ}}", "90", true},
-      {"\\boxed{50\\%}", "50", true},
-      {"\\boxed{10\\text{ cm}}", "10", true},
-      {"\\boxed{\\text{(A)}}", "(A)", true},
-      {"\\boxed{x = 5}", "5", true},
-      {"\\boxed{\\$5}", "5", true},
-      {"\\boxed{\\sqrt3}", "\\sqrt{3}", true},
-      {"\\boxed{ 2 x + 1 }", "2x+1", true},
-      {"\\boxed{.5}", "0.5", true},
-      {"\\boxed{2}", "\\boxed{3}", false},
-      {"the answer is 2", "2", false},  // no \boxed
-      {"\\boxed{}", "", false},
-      {"\\boxed{\\frac{1}{0}}", "\\frac{2}{0}", false},
-      {"final: \\boxed{1} wait, \\boxed{2}", "2", true},  // the last one
-  });
+                {"so \\boxed{\\frac{1}{2}}", "\\boxed{\\frac12}", true},
+                {"\\boxed{\\dfrac{1}{2}}", "\\frac{1}{2}", true},
+                {"\\boxed{\\tfrac{3}{4}}", "3/4", true},
+                {"\\boxed{1/2}", "\\frac{1}{2}", true},
+                {"\\boxed{0.5}", "\\frac{1}{2}", true},  // by value
+                {"\\boxed{-\\frac{1}{2}}", "-0.5", true},
+                {"\\boxed{\\left( 1, 2 \\right)}", "(1,2)", true},
+                {"\\boxed{1,000}", "1000", true},
+                {"\\boxed{(1,2)}", "(12)", false},  // a pair, not a thousands comma
+                {"\\boxed{3.0}", "3", true},
+                {"\\boxed{90^\\circ}", "90", true},
+                {"\\boxed{90^{\\circ}}", "90", true},
+                {"\\boxed{50\\%}", "50", true},
+                {"\\boxed{10\\text{ cm}}", "10", true},
+                {"\\boxed{\\text{(A)}}", "(A)", true},
+                {"\\boxed{x = 5}", "5", true},
+                {"\\boxed{\\$5}", "5", true},
+                {"\\boxed{\\sqrt3}", "\\sqrt{3}", true},
+                {"\\boxed{ 2 x + 1 }", "2x+1", true},
+                {"\\boxed{.5}", "0.5", true},
+                {"\\boxed{2}", "\\boxed{3}", false},
+                {"the answer is 2", "2", false},  // no \boxed
+                {"\\boxed{}", "", false},
+                {"\\boxed{\\frac{1}{0}}", "\\frac{2}{0}", false},
+                {"final: \\boxed{1} wait, \\boxed{2}", "2", true},  // the last one
+            });
 }
 
 TEST(ExactRewardTest, Cases) {
   auto r = Make("exact");
   Check(*r, {
-      {"Paris", "Paris", true},
-      {"  Paris\n", "Paris ", true},
-      {"paris", "Paris", false},
-      {"Paris.", "Paris", false},
-      {"", "", true},
-  });
+                {"Paris", "Paris", true},
+                {"  Paris\n", "Paris ", true},
+                {"paris", "Paris", false},
+                {"Paris.", "Paris", false},
+                {"", "", true},
+            });
   EXPECT_FALSE(r->Score("  ", "").well_formed);
 }
 
 TEST(RegexRewardTest, Cases) {
   auto r = Make("regex", "<answer>\\s*(.*?)\\s*</answer>");
   Check(*r, {
-      {"<answer>42</answer>", "42", true},
-      {"<answer> 42 </answer>", "42", true},
-      {"<answer>1</answer> oops <answer>42</answer>", "42", true},  // last match
-      {"<answer>41</answer>", "42", false},
-      {"42", "42", false},
-      {"<answer>héllo</answer>", "héllo", true},
-  });
+                {"<answer>42</answer>", "42", true},
+                {"<answer> 42 </answer>", "42", true},
+                {"<answer>1</answer> oops <answer>42</answer>", "42", true},  // last match
+                {"<answer>41</answer>", "42", false},
+                {"42", "42", false},
+                {"<answer>héllo</answer>", "héllo", true},
+            });
   auto whole = Make("regex", "[0-9]+");
   EXPECT_TRUE(whole->Score("a 1 b 42", "42").correct);
 }

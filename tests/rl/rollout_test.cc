@@ -25,17 +25,14 @@ TEST(BuildRlBatchTest, LayoutMasksCompletionIncludingEos) {
   EXPECT_EQ(p.positions, (std::vector<int32_t>{0, 1, 2, 3, 4, 0, 1, 2, 3, 4}));
   EXPECT_EQ(p.cu_seqlens, (std::vector<int32_t>{0, 5, 10}));
   EXPECT_EQ(p.loss_mask, (std::vector<float>{0, 0, 1, 1, 0, 0, 1, 1, 1, 0}));
-  EXPECT_EQ(b->advantages,
-            (std::vector<float>{0, 0, 0.7f, 0.7f, 0, 0, -0.3f, -0.3f, -0.3f, 0}));
-  EXPECT_EQ(b->logp_sampled,
-            (std::vector<float>{0, 0, -0.5f, -0.1f, 0, 0, -1, -2, -3, 0}));
+  EXPECT_EQ(b->advantages, (std::vector<float>{0, 0, 0.7f, 0.7f, 0, 0, -0.3f, -0.3f, -0.3f, 0}));
+  EXPECT_EQ(b->logp_sampled, (std::vector<float>{0, 0, -0.5f, -0.1f, 0, 0, -1, -2, -3, 0}));
   EXPECT_EQ(b->num_loss_tokens, 5);
   EXPECT_EQ(CountCompletionTokens(t), 5);
   EXPECT_EQ(p.num_sequences, 2);
 
   // The packed vectors feed the policy loss directly.
-  PolicyLossInput<float> in{b->logp_sampled, b->logp_sampled, {},
-                            b->advantages, p.loss_mask, p.cu_seqlens};
+  PolicyLossInput<float> in{b->logp_sampled, b->logp_sampled, {}, b->advantages, p.loss_mask, p.cu_seqlens};
   auto loss = PolicyLoss(in, {});
   ASSERT_TRUE(loss.ok());
   EXPECT_NEAR(loss->loss, -(0.7 * 2 - 0.3 * 3) / 5, 1e-6);

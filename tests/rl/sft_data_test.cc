@@ -14,16 +14,13 @@ namespace {
 
 const model::CharTokenizer kTok = model::CharTokenizer::Default();
 
-std::string Error(std::string_view text, SftTokens tokens = {},
-                  const model::CharTokenizer* tok = &kTok) {
+std::string Error(std::string_view text, SftTokens tokens = {}, const model::CharTokenizer* tok = &kTok) {
   auto d = SftDataset::FromJsonlText(text, "data.jsonl", tok, tokens, 0);
   EXPECT_FALSE(d.ok());
   return d.ok() ? "" : std::string(d.status().message());
 }
 
-bool Contains(const std::string& s, std::string_view part) {
-  return s.find(part) != std::string::npos;
-}
+bool Contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
 
 TEST(PackSftTest, Layout) {
   const std::vector<SftExample> ex = {{{10, 11}, {20}}, {{}, {30, 31}}};
@@ -33,8 +30,7 @@ TEST(PackSftTest, Layout) {
   EXPECT_EQ(b.targets, (std::vector<int32_t>{10, 11, 20, 2, 0, 30, 31, 2, 0}));
   EXPECT_EQ(b.positions, (std::vector<int32_t>{0, 1, 2, 3, 4, 0, 1, 2, 3}));
   EXPECT_EQ(b.cu_seqlens, (std::vector<int32_t>{0, 5, 9}));
-  EXPECT_EQ(b.loss_mask,
-            (std::vector<float>{0, 0, 1, 1, 0, 1, 1, 1, 0}));
+  EXPECT_EQ(b.loss_mask, (std::vector<float>{0, 0, 1, 1, 0, 1, 1, 1, 0}));
   EXPECT_EQ(b.max_seqlen(), 5);
   float masked = 0;
   for (float m : b.loss_mask) masked += m;
@@ -111,8 +107,7 @@ TEST(SftDatasetTest, ErrorsNameTheLine) {
 class TempDir {
  public:
   TempDir() {
-    path_ = std::filesystem::temp_directory_path() /
-            ("tandem_sft_test_" + std::to_string(::getpid()));
+    path_ = std::filesystem::temp_directory_path() / ("tandem_sft_test_" + std::to_string(::getpid()));
     std::filesystem::create_directories(path_);
   }
   ~TempDir() { std::filesystem::remove_all(path_); }
@@ -128,21 +123,16 @@ class TempDir {
 
 TEST(SftDatasetTest, FileLoaderBoundsLines) {
   TempDir dir;
-  auto d = SftDataset::FromJsonlFile(
-      dir.File("ok.jsonl", "{\"text\": \"ab\"}\n{\"ids\": [4]}\n"), &kTok, {}, 0);
+  auto d = SftDataset::FromJsonlFile(dir.File("ok.jsonl", "{\"text\": \"ab\"}\n{\"ids\": [4]}\n"), &kTok, {}, 0);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->size(), 2);
-  d = SftDataset::FromJsonlFile(dir.File("nonl.jsonl", "{\"ids\": [4]}"), &kTok,
-                                {}, 0);
+  d = SftDataset::FromJsonlFile(dir.File("nonl.jsonl", "{\"ids\": [4]}"), &kTok, {}, 0);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->size(), 1);
-  const std::string huge =
-      "{\"text\": \"x\"}\n{\"text\": \"" + std::string(kMaxLineBytes + 10, 'a') +
-      "\"}\n";
+  const std::string huge = "{\"text\": \"x\"}\n{\"text\": \"" + std::string(kMaxLineBytes + 10, 'a') + "\"}\n";
   d = SftDataset::FromJsonlFile(dir.File("long.jsonl", huge), &kTok, {}, 0);
   ASSERT_FALSE(d.ok());
-  EXPECT_TRUE(Contains(std::string(d.status().message()), "long.jsonl:2:"))
-      << d.status();
+  EXPECT_TRUE(Contains(std::string(d.status().message()), "long.jsonl:2:")) << d.status();
   EXPECT_TRUE(Contains(std::string(d.status().message()), "longer than"));
   d = SftDataset::FromJsonlFile(dir.File("empty.jsonl", ""), &kTok, {}, 0);
   ASSERT_FALSE(d.ok());
@@ -178,8 +168,7 @@ TEST(SftDatasetTest, FileEpochsArePermutations) {
 }
 
 TEST(SftDatasetTest, TaskBatchesDoNotDependOnWorldSize) {
-  std::shared_ptr<const Task> task =
-      MakeTask({.name = "arithmetic", .digits = 2}).value();
+  std::shared_ptr<const Task> task = MakeTask({.name = "arithmetic", .digits = 2}).value();
   auto d = SftDataset::FromTask(task, kTok, {.seq_len = 16}, 5);
   ASSERT_TRUE(d.ok()) << d.status();
   const int64_t g = 10;

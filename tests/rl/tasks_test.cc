@@ -93,10 +93,9 @@ TEST(TasksTest, StringTaskAnswers) {
 }
 
 TEST(TasksTest, HeldOutExamplesAreNeverTrainingExamples) {
-  for (TaskOptions o : {TaskOptions{.name = "arithmetic", .digits = 2},
-                        TaskOptions{.name = "sort", .min_len = 2, .max_len = 4},
-                        TaskOptions{.name = "reverse", .max_len = 3},
-                        TaskOptions{.name = "count", .max_len = 3}}) {
+  for (TaskOptions o :
+       {TaskOptions{.name = "arithmetic", .digits = 2}, TaskOptions{.name = "sort", .min_len = 2, .max_len = 4},
+        TaskOptions{.name = "reverse", .max_len = 3}, TaskOptions{.name = "count", .max_len = 3}}) {
     auto task = Make(o);
     std::set<std::string> train;
     for (uint64_t seed : {0, 1, 2}) {
@@ -124,12 +123,11 @@ TEST(TasksTest, HeldOutExamplesAreNeverTrainingExamples) {
 }
 
 TEST(TasksTest, SmallestInstanceSpacesStillGiveHeldOutExamples) {
-  for (TaskOptions o :
-       {TaskOptions{.name = "arithmetic", .op = "add", .digits = 1},
-        TaskOptions{.name = "arithmetic", .op = "mul", .digits = 1},
-        TaskOptions{.name = "sort", .min_len = 2, .max_len = 2},
-        TaskOptions{.name = "reverse", .min_len = 2, .max_len = 2},
-        TaskOptions{.name = "count", .min_len = 1, .max_len = 1}}) {
+  for (TaskOptions o : {TaskOptions{.name = "arithmetic", .op = "add", .digits = 1},
+                        TaskOptions{.name = "arithmetic", .op = "mul", .digits = 1},
+                        TaskOptions{.name = "sort", .min_len = 2, .max_len = 2},
+                        TaskOptions{.name = "reverse", .min_len = 2, .max_len = 2},
+                        TaskOptions{.name = "count", .min_len = 1, .max_len = 1}}) {
     auto task = Make(o);
     const auto eval = task->EvalExamples(0, 50);  // repeats allowed
     ASSERT_EQ(eval.size(), 50u);
@@ -177,16 +175,16 @@ TEST(TasksTest, PartialRewardCreditsPositionsFromTheEnd) {
     double reward;
   };
   const Case cases[] = {
-      {"42", "42", true, 1.0},            // exact: full reward, no partial part
-      {"42", "43", true, 0.5 * 1 / 2},    // tens right
-      {"42", "52", true, 0.5 * 1 / 2},    // units right
-      {"42", "24", true, 0.0},            // digits swapped: no position agrees
-      {"142", "42", true, 0.5 * 2 / 3},   // aligned at the end, over the longer
+      {"42", "42", true, 1.0},           // exact: full reward, no partial part
+      {"42", "43", true, 0.5 * 1 / 2},   // tens right
+      {"42", "52", true, 0.5 * 1 / 2},   // units right
+      {"42", "24", true, 0.0},           // digits swapped: no position agrees
+      {"142", "42", true, 0.5 * 2 / 3},  // aligned at the end, over the longer
       {"42", "142", true, 0.5 * 2 / 3},
       {"100", "99", true, 0.0},
-      {"42", "42", false, 0.0},           // no EOS: never credited
+      {"42", "42", false, 0.0},  // no EOS: never credited
       {"42", "43", false, 0.0},
-      {"42", "4a", true, 0.0},            // not well formed
+      {"42", "4a", true, 0.0},  // not well formed
       {"42", "", true, 0.0},
   };
   for (const Case& c : cases) {
@@ -207,29 +205,18 @@ TEST(TasksTest, ValidationNamesTheField) {
     return std::string(t.status().message());
   };
   EXPECT_NE(err({.name = "chess"}).find("task.name"), std::string::npos);
-  EXPECT_NE(err({.name = "arithmetic", .op = "div"}).find("task.op"),
-            std::string::npos);
-  EXPECT_NE(err({.name = "arithmetic", .digits = 10}).find("task.digits"),
-            std::string::npos);
-  EXPECT_NE(err({.name = "arithmetic", .digits = -1}).find("task.digits"),
-            std::string::npos);
-  EXPECT_NE(err({.name = "sort", .digits = 3}).find("task.digits"),
-            std::string::npos);
-  EXPECT_NE(err({.name = "sort", .op = "add"}).find("task.op"),
-            std::string::npos);
-  EXPECT_NE(err({.name = "sort", .min_len = 5, .max_len = 3}).find("task.max_len"),
-            std::string::npos);
-  EXPECT_NE(err({.name = "sort", .min_len = -2}).find("task.min_len"),
-            std::string::npos);
-  EXPECT_NE(err({.name = "reverse", .max_len = 65}).find("task.max_len"),
-            std::string::npos);
-  EXPECT_NE(err({.name = "sort", .min_len = 1, .max_len = 1}).find("hold out"),
-            std::string::npos);
-  EXPECT_NE(err({.name = "count", .format_reward = -1}).find("task.format_reward"),
-            std::string::npos);
+  EXPECT_NE(err({.name = "arithmetic", .op = "div"}).find("task.op"), std::string::npos);
+  EXPECT_NE(err({.name = "arithmetic", .digits = 10}).find("task.digits"), std::string::npos);
+  EXPECT_NE(err({.name = "arithmetic", .digits = -1}).find("task.digits"), std::string::npos);
+  EXPECT_NE(err({.name = "sort", .digits = 3}).find("task.digits"), std::string::npos);
+  EXPECT_NE(err({.name = "sort", .op = "add"}).find("task.op"), std::string::npos);
+  EXPECT_NE(err({.name = "sort", .min_len = 5, .max_len = 3}).find("task.max_len"), std::string::npos);
+  EXPECT_NE(err({.name = "sort", .min_len = -2}).find("task.min_len"), std::string::npos);
+  EXPECT_NE(err({.name = "reverse", .max_len = 65}).find("task.max_len"), std::string::npos);
+  EXPECT_NE(err({.name = "sort", .min_len = 1, .max_len = 1}).find("hold out"), std::string::npos);
+  EXPECT_NE(err({.name = "count", .format_reward = -1}).find("task.format_reward"), std::string::npos);
   for (double bad : {-0.1, 1.5, std::nan("")}) {
-    EXPECT_NE(err({.name = "arithmetic", .partial_reward = bad}).find("task.partial_reward"),
-              std::string::npos);
+    EXPECT_NE(err({.name = "arithmetic", .partial_reward = bad}).find("task.partial_reward"), std::string::npos);
   }
   auto ok = MakeTask({.name = "count"});
   ASSERT_TRUE(ok.ok());

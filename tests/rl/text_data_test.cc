@@ -34,9 +34,10 @@ std::string Message(std::string_view text, const TextDataOptions& o) {
 }
 
 TEST(TextDataTest, RowsAndExtraFields) {
-  auto d = Parse("{\"question\": \"1+1?\", \"answer\": \"#### 2\", \"id\": 7, \"src\": \"x\"}\n\n"
-                 "{\"question\": \"2+2?\", \"answer\": \"#### 4\"}\n",
-                 Rl());
+  auto d = Parse(
+      "{\"question\": \"1+1?\", \"answer\": \"#### 2\", \"id\": 7, \"src\": \"x\"}\n\n"
+      "{\"question\": \"2+2?\", \"answer\": \"#### 4\"}\n",
+      Rl());
   ASSERT_TRUE(d.ok()) << d.status();
   ASSERT_EQ(d->size(), 2);
   EXPECT_EQ(d->rows()[0].prompt, "1+1?");
@@ -52,8 +53,7 @@ TEST(TextDataTest, BadRowsNameFileAndLine) {
   EXPECT_EQ(Message(good + "{not json\n", Rl()).rfind("d.jsonl:2: row is not valid JSON: ", 0), 0u);
   EXPECT_EQ(Message(good + "[1]\n", Rl()), "d.jsonl:2: expected a JSON object, got array");
   EXPECT_EQ(Message(good + "{\"answer\": \"a\"}\n", Rl()), "d.jsonl:2: missing key \"question\" (prompt)");
-  EXPECT_EQ(Message(good + "{\"question\": \"q\"}\n", Rl()),
-            "d.jsonl:2: missing key \"answer\" (reference answer)");
+  EXPECT_EQ(Message(good + "{\"question\": \"q\"}\n", Rl()), "d.jsonl:2: missing key \"answer\" (reference answer)");
   EXPECT_EQ(Message(good + "{\"question\": 5, \"answer\": \"a\"}\n", Rl()),
             "d.jsonl:2: \"question\" must be a string, got number");
   EXPECT_EQ(Message(good + "{\"question\": \"q\", \"answer\": 42}\n", Rl()),
@@ -61,7 +61,8 @@ TEST(TextDataTest, BadRowsNameFileAndLine) {
   EXPECT_EQ(Message(good + "{\"question\": \"\", \"answer\": \"a\"}\n", Rl()), "d.jsonl:2: the prompt is empty");
   EXPECT_NE(Message(good + "{\"question\": \"caf\xc3\xa9\", \"answer\": \"a\"}\n", Rl()).find("d.jsonl:2: prompt:"),
             std::string::npos);  // the char tokenizer cannot encode it
-  EXPECT_EQ(Message("", Rl()), "d.jsonl: no usable rows (0 bad rows skipped, 0 prompts over data.max_prompt_tokens dropped)");
+  EXPECT_EQ(Message("", Rl()),
+            "d.jsonl: no usable rows (0 bad rows skipped, 0 prompts over data.max_prompt_tokens dropped)");
 }
 
 TEST(TextDataTest, SkipBadRowsCounts) {
@@ -120,8 +121,8 @@ TEST(TextDataTest, DeepRowsAndDuplicateKeysAreRefused) {
   {
     std::ofstream f(dir + "/deep.jsonl");
     f << "{\"question\": \"q\", \"answer\": \"a\"}\n";
-    f << "{\"question\": \"q\", \"answer\": \"a\", \"x\": " << std::string(100000, '[')
-      << std::string(100000, ']') << "}\n";
+    f << "{\"question\": \"q\", \"answer\": \"a\", \"x\": " << std::string(100000, '[') << std::string(100000, ']')
+      << "}\n";
   }
   auto tok = text::MakeCharTokenizer();
   auto deep = TextDataset::Load(dir + "/deep.jsonl", Rl(), *tok);
@@ -138,7 +139,9 @@ TEST(TextDataTest, SftResponses) {
   o.need_response = true;
   // The char tokenizer has no chat template.
   EXPECT_NE(Message("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, "
-                    "{\"role\": \"assistant\", \"content\": \"yo\"}]}\n", o).find("no chat template"),
+                    "{\"role\": \"assistant\", \"content\": \"yo\"}]}\n",
+                    o)
+                .find("no chat template"),
             std::string::npos);
   o = TextDataOptions();
   o.prompt_key = "p";
@@ -170,7 +173,10 @@ TEST(TextDataTest, ChatTemplateWithQwen3) {
   ASSERT_TRUE(d.ok()) << d.status();
   const TextRow& row = d->rows()[0];
   EXPECT_EQ(row.prompt.rfind("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
-                             "<|im_start|>assistant\n", 0), 0u) << row.prompt;
+                             "<|im_start|>assistant\n",
+                             0),
+            0u)
+      << row.prompt;
   EXPECT_EQ(row.prompt_ids.front(), *(*tok)->Encode("<|im_start|>", false)->begin());
   EXPECT_EQ(row.response, "4");
   EXPECT_EQ((*tok)->Decode(row.response_ids, true), "4");

@@ -23,10 +23,16 @@ using model::ModelConfig;
 // llama: tied; qwen: biases, one sliding layer, YaRN; qwen3: q/k norms;
 // mistral: a window on every layer.
 ModelConfig Config(const std::string& kind) {
-  nlohmann::json j = {{"vocab_size", 29}, {"hidden_size", 32}, {"intermediate_size", 40},
-                      {"num_hidden_layers", 3}, {"num_attention_heads", 4},
-                      {"num_key_value_heads", 2}, {"max_position_embeddings", 128},
-                      {"rms_norm_eps", 1e-5}, {"eos_token_id", 2}, {"bos_token_id", 1}};
+  nlohmann::json j = {{"vocab_size", 29},
+                      {"hidden_size", 32},
+                      {"intermediate_size", 40},
+                      {"num_hidden_layers", 3},
+                      {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2},
+                      {"max_position_embeddings", 128},
+                      {"rms_norm_eps", 1e-5},
+                      {"eos_token_id", 2},
+                      {"bos_token_id", 1}};
   if (kind == "qwen3") {
     j["model_type"] = "qwen3";
     j["head_dim"] = 12;
@@ -47,17 +53,16 @@ ModelConfig Config(const std::string& kind) {
 }
 
 struct Fixture {
-  explicit Fixture(const std::string& kind, kernels::Ops* ops_in)
-      : config(Config(kind)), ops(ops_in), m(config, ops) {
+  explicit Fixture(const std::string& kind, kernels::Ops* ops_in) : config(Config(kind)), ops(ops_in), m(config, ops) {
     params.assign(m.layout().total_floats(), 0.f);
     std::mt19937_64 rng(11 + kind.size());
     std::normal_distribution<float> nd;
     for (const auto& t : m.layout().tensors()) {
       for (size_t i = 0; i < t.numel; ++i) {
         const float v = nd(rng);
-        params[t.offset + i] = t.kind == model::TensorView::Kind::kNorm ? 1.f + 0.1f * v
+        params[t.offset + i] = t.kind == model::TensorView::Kind::kNorm   ? 1.f + 0.1f * v
                                : t.kind == model::TensorView::Kind::kBias ? 0.1f * v
-                                                                           : 0.3f * v;
+                                                                          : 0.3f * v;
       }
     }
     pp = std::make_unique<model::FlatParamProvider>(m.layout(), params.data(), nullptr);
@@ -286,7 +291,11 @@ TEST(RolloutEngineTest, BadOptionsAreRejectedByName) {
     std::function<void(RolloutOptions&)> set;
   };
   const Bad bad[] = {
-      {"temperature", [](RolloutOptions& o) { o.sampling.greedy = false; o.sampling.temperature = 0; }},
+      {"temperature",
+       [](RolloutOptions& o) {
+         o.sampling.greedy = false;
+         o.sampling.temperature = 0;
+       }},
       {"top_p", [](RolloutOptions& o) { o.sampling.top_p = 0; }},
       {"min_p", [](RolloutOptions& o) { o.sampling.min_p = 1; }},
       {"repetition_penalty", [](RolloutOptions& o) { o.sampling.repetition_penalty = 0; }},

@@ -54,7 +54,7 @@ class FakeWorker {
 
   // true -> report the phase failed with *failure (kind, message).
   std::function<bool(const tandem::v1::PhaseCommand&, tandem::v1::PhaseFailure*)> fail;
-  std::function<bool(const tandem::v1::PhaseCommand&)> stall;               // true -> never answer
+  std::function<bool(const tandem::v1::PhaseCommand&)> stall;  // true -> never answer
   std::atomic<bool> heartbeats_on{true};
   std::atomic<bool> preempting{false};  // sent in every heartbeat
   std::atomic<bool> released{false};    // a heartbeat answer had release set

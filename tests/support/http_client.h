@@ -46,7 +46,8 @@ inline std::string RawExchange(int port, const std::string& request, int timeout
     return "";
   }
   while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       out.clear();
       break;

@@ -122,8 +122,8 @@ absl::StatusOr<std::string> RealCluster::Run(const std::string& cmd, const std::
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   const int rc = pclose(p);
   if (rc != 0) {
-    return absl::UnavailableError(absl::StrCat("cluster.py ", cmd, " failed (exit ", WEXITSTATUS(rc), "): ",
-                                               absl::StripAsciiWhitespace(ReadFile(err)), "; command: ", line));
+    return absl::UnavailableError(absl::StrCat("cluster.py ", cmd, " failed (exit ", WEXITSTATUS(rc),
+                                               "): ", absl::StripAsciiWhitespace(ReadFile(err)), "; command: ", line));
   }
   return out;
 }

@@ -22,8 +22,7 @@
 namespace tandem::testing {
 
 // Gloo on 127.0.0.1 with a rendezvous and operation timeout of `timeout`.
-inline comm::CollectiveOptions TestOptions(
-    std::chrono::milliseconds timeout = std::chrono::milliseconds(20000)) {
+inline comm::CollectiveOptions TestOptions(std::chrono::milliseconds timeout = std::chrono::milliseconds(20000)) {
   comm::CollectiveOptions o;
   o.address = "127.0.0.1";
   o.timeout = timeout;
@@ -32,9 +31,8 @@ inline comm::CollectiveOptions TestOptions(
 
 // Runs fn(rank, collective) on n threads, one rank each; fn owns its
 // Collective (to wrap it, e.g. in a guarded collective).
-inline void RunRankThreads(
-    int n, const std::function<void(int, std::unique_ptr<comm::Collective>)>& fn,
-    const comm::CollectiveOptions& options = TestOptions()) {
+inline void RunRankThreads(int n, const std::function<void(int, std::unique_ptr<comm::Collective>)>& fn,
+                           const comm::CollectiveOptions& options = TestOptions()) {
   comm::InMemoryStore store;
   std::vector<std::thread> threads;
   threads.reserve(n);

@@ -22,9 +22,9 @@ using Ids = std::vector<int32_t>;
 json Make(const std::vector<std::string>& tokens, const json& merges) {
   json vocab = json::object();
   for (size_t i = 0; i < tokens.size(); ++i) vocab[tokens[i]] = i;
-  json j = {{"version", "1.0"},      {"truncation", nullptr},     {"padding", nullptr},
-            {"added_tokens", json::array()}, {"normalizer", nullptr}, {"pre_tokenizer", nullptr},
-            {"post_processor", nullptr},     {"decoder", nullptr}};
+  json j = {
+      {"version", "1.0"},      {"truncation", nullptr},    {"padding", nullptr},        {"added_tokens", json::array()},
+      {"normalizer", nullptr}, {"pre_tokenizer", nullptr}, {"post_processor", nullptr}, {"decoder", nullptr}};
   j["model"] = {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}};
   return j;
 }
@@ -36,17 +36,16 @@ HfTokenizer Load(const json& j, const json& config = json()) {
   return std::move(*t);
 }
 
-json Split(const std::string& pattern, const std::string& behavior, bool invert = false,
-           bool regex = false) {
+json Split(const std::string& pattern, const std::string& behavior, bool invert = false, bool regex = false) {
   return {{"type", "Split"},
           {"pattern", {{regex ? "Regex" : "String", pattern}}},
           {"behavior", behavior},
           {"invert", invert}};
 }
 
-json AddedToken(int id, const std::string& content, bool special, bool lstrip = false,
-                bool rstrip = false, bool normalized = false) {
-  return {{"id", id},         {"content", content}, {"single_word", false}, {"lstrip", lstrip},
+json AddedToken(int id, const std::string& content, bool special, bool lstrip = false, bool rstrip = false,
+                bool normalized = false) {
+  return {{"id", id},         {"content", content},       {"single_word", false}, {"lstrip", lstrip},
           {"rstrip", rstrip}, {"normalized", normalized}, {"special", special}};
 }
 
@@ -57,8 +56,7 @@ TEST(Bpe, MergesByRankLeftmostFirst) {
   // Equal ranks: the leftmost pair merges first: "bbb" -> bb, b.
   EXPECT_EQ(Load(j).Encode("bbb"), (Ids{3, 1}));
   // Pairs and "a b" strings are the same merges; "#version" lines are skipped.
-  json pairs = Make({"a", "b", "ab", "bb", "abb"},
-                    json::parse(R"(["#version: 0.2", ["b", "b"], "a b", ["a", "bb"]])"));
+  json pairs = Make({"a", "b", "ab", "bb", "abb"}, json::parse(R"(["#version: 0.2", ["b", "b"], "a b", ["a", "bb"]])"));
   EXPECT_EQ(Load(pairs).Encode("abbbb"), (Ids{4, 3}));
 }
 
@@ -127,8 +125,7 @@ TEST(Split, Behaviors) {
   EXPECT_EQ(encode(Split("-", "Isolated", true), "a-b"), (Ids{0, 1, 2}));
   EXPECT_EQ(encode(Split("[ab]", "Isolated", false, true), "ab-"), (Ids{0, 2, 1}));
   // A Sequence applies its pre-tokenizers in turn.
-  json seq = {{"type", "Sequence"},
-              {"pretokenizers", {Split("b", "Removed"), Split("-", "MergedWithPrevious")}}};
+  json seq = {{"type", "Sequence"}, {"pretokenizers", {Split("b", "Removed"), Split("-", "MergedWithPrevious")}}};
   EXPECT_EQ(encode(seq, "a-ba"), (Ids{3, 0}));
 }
 
@@ -151,8 +148,7 @@ TEST(Metaspace, PrependSchemesAndSplit) {
   json j = Make({m, "a", "b", m + "a", m + "b", "<s>", "a" + m, m + "a" + m + "b"},
                 {m + " a", m + " b", "a " + m, m + "a " + m + "b"});
   j["added_tokens"] = {AddedToken(5, "<s>", true)};
-  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", m}, {"prepend_scheme", "always"},
-                        {"split", true}};
+  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", m}, {"prepend_scheme", "always"}, {"split", true}};
   EXPECT_EQ(Load(j).Encode("a b"), (Ids{3, 4}));
   EXPECT_EQ(Load(j).Encode("<s>a"), (Ids{5, 3}));
   j["pre_tokenizer"]["prepend_scheme"] = "first";
@@ -200,8 +196,7 @@ TEST(Normalizer, UnicodeFormsPrependReplace) {
 TEST(AddedTokens, LongestLeftmostMatchAndStripping) {
   // 0 a, 1 " ", 2 <x>, 3 <x><y>, 4 <y>
   json j = Make({"a", " ", "<x>", "<x><y>", "<y>"}, json::array());
-  j["added_tokens"] = {AddedToken(2, "<x>", true), AddedToken(3, "<x><y>", true),
-                       AddedToken(4, "<y>", false)};
+  j["added_tokens"] = {AddedToken(2, "<x>", true), AddedToken(3, "<x><y>", true), AddedToken(4, "<y>", false)};
   EXPECT_EQ(Load(j).Encode("a<x><y>a<x>a<y>"), (Ids{0, 3, 0, 2, 0, 4}));
   EXPECT_EQ(Load(j).Encode("a <x> a"), (Ids{0, 1, 2, 1, 0}));
   j["added_tokens"][0]["lstrip"] = true;
@@ -240,8 +235,8 @@ TEST(PostProcessor, TemplateAndConfigOverride) {
   EXPECT_EQ(Load(j).Encode("aa", false), (Ids{2, 2}));
   EXPECT_EQ(Load(j).Encode(""), (Ids{0, 1}));
   // tokenizer_config.json's add_bos_token / add_eos_token replace it.
-  json c = {{"bos_token", "<s>"}, {"eos_token", {{"content", "</s>"}}}, {"add_bos_token", true},
-            {"add_eos_token", false}};
+  json c = {
+      {"bos_token", "<s>"}, {"eos_token", {{"content", "</s>"}}}, {"add_bos_token", true}, {"add_eos_token", false}};
   EXPECT_EQ(Load(j, c).Encode("a"), (Ids{0, 2}));
   c["add_bos_token"] = false;
   c["add_eos_token"] = true;
@@ -249,15 +244,13 @@ TEST(PostProcessor, TemplateAndConfigOverride) {
   // Sequence of post-processors; ByteLevel adds nothing.
   json seq = j;
   seq["post_processor"] = {{"type", "Sequence"},
-                           {"processors", {{{"type", "ByteLevel"}, {"trim_offsets", false}},
-                                           j["post_processor"]}}};
+                           {"processors", {{{"type", "ByteLevel"}, {"trim_offsets", false}}, j["post_processor"]}}};
   EXPECT_EQ(Load(seq).Encode("a"), (Ids{0, 2, 1}));
 }
 
 TEST(Config, SpecialIdsAndChatTemplates) {
   json j = Make({"<s>", "</s>", "<pad>", "a"}, json::array());
-  j["added_tokens"] = {AddedToken(0, "<s>", true), AddedToken(1, "</s>", true),
-                       AddedToken(2, "<pad>", false)};
+  j["added_tokens"] = {AddedToken(0, "<s>", true), AddedToken(1, "</s>", true), AddedToken(2, "<pad>", false)};
   json c = {{"bos_token", "<s>"},
             {"eos_token", {{"__type", "AddedToken"}, {"content", "</s>"}, {"lstrip", false}}},
             {"pad_token", "<pad>"},
@@ -303,8 +296,7 @@ TEST(Decoder, Chains) {
   EXPECT_EQ(t.Decode(Ids{3, 0, byte(0xE4), byte(0xB8), byte(0xAD), 2}), "<s> a\u4e2db");
   EXPECT_EQ(t.Decode(Ids{3, 0}, true), "a");
   // An invalid run of bytes gives one U+FFFD per byte (Hugging Face's rule).
-  EXPECT_EQ(t.Decode(Ids{byte(0x41), byte(0xE4), byte(0xB8), 2}),
-            "\ufffd\ufffd\ufffdb");
+  EXPECT_EQ(t.Decode(Ids{byte(0x41), byte(0xE4), byte(0xB8), 2}), "\ufffd\ufffd\ufffdb");
   // Ids no token has are skipped.
   EXPECT_EQ(t.Decode(Ids{0, 100000, -5, 2}), "ab");
   // No decoder: tokens joined by spaces.
@@ -321,8 +313,7 @@ TEST(Decoder, ByteLevelRepairsInvalidUtf8) {
   // (byte 0xAD is not printable: U+0143 stands for it.)
   json j = Make({"a", "\u0120", "\u00e4", "\u00b8", "\u0143", "\u00ff", "<|x|>", "\u4e2d"}, json::array());
   j["added_tokens"] = {AddedToken(6, "<|x|>", true)};
-  j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false},
-                  {"use_regex", false}};
+  j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
   HfTokenizer t = Load(j);
   EXPECT_EQ(t.Decode(Ids{0, 1, 2, 3, 4}), "a \u4e2d");
   EXPECT_EQ(t.Decode(Ids{2, 3, 0}), "\ufffda");  // one U+FFFD for the truncated sequence
@@ -346,9 +337,14 @@ TEST(Decoder, CleanUpTokenizationSpaces) {
 TEST(Encode, InvalidUtf8IsRepaired) {
   json j = Make({"a", "\ufffd"}, json::array());
   HfTokenizer t = Load(j);
-  EXPECT_EQ(t.Encode("a\xff" "a\xe4\xb8"), (Ids{0, 1, 0, 1}));
+  EXPECT_EQ(t.Encode("a\xff"
+                     "a\xe4\xb8"),
+            (Ids{0, 1, 0, 1}));
   std::string repaired;
-  AppendUtf8Lossy("\xf0\x9f\x98" "x\xc3\xa9\xed\xa0\x80", &repaired);
+  AppendUtf8Lossy(
+      "\xf0\x9f\x98"
+      "x\xc3\xa9\xed\xa0\x80",
+      &repaired);
   EXPECT_EQ(repaired, "\ufffdx\u00e9\ufffd\ufffd\ufffd");
   EXPECT_TRUE(IsValidUtf8("\xf4\x8f\xbf\xbf"));
   EXPECT_FALSE(IsValidUtf8("\xf4\x90\x80\x80"));
@@ -395,13 +391,12 @@ TEST_F(QwenTest, ConcurrentEncodeMatchesSerial) {
 }
 
 TEST_F(QwenTest, LargeInputsRoundTrip) {
-  const std::vector<std::string> texts = {
-      std::string(1 << 20, ' '), std::string(1 << 20, 'a'), std::string(1 << 19, '\n'),
-      [] {
-        std::string s;
-        for (int i = 0; i < 100000; ++i) s += "\u4e2d\u6587 \U0001F600 123 ";
-        return s;
-      }()};
+  const std::vector<std::string> texts = {std::string(1 << 20, ' '), std::string(1 << 20, 'a'),
+                                          std::string(1 << 19, '\n'), [] {
+                                            std::string s;
+                                            for (int i = 0; i < 100000; ++i) s += "\u4e2d\u6587 \U0001F600 123 ";
+                                            return s;
+                                          }()};
   for (const std::string& text : texts) {
     const Ids ids = tok_->Encode(text);
     EXPECT_FALSE(ids.empty());

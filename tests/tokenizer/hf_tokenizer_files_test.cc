@@ -109,8 +109,8 @@ TEST(TokenizerFiles, WrongTypes) {
           "behavior": "Isolated", "invert": false}]})");
   EXPECT_ERROR(Error(j), "pre_tokenizer.pretokenizers[0].pattern.Regex: regex does not compile");
   j = Base();
-  j["pre_tokenizer"] = json::parse(
-      R"({"type": "Split", "pattern": {"Regex": "a"}, "behavior": "Sideways", "invert": false})");
+  j["pre_tokenizer"] =
+      json::parse(R"({"type": "Split", "pattern": {"Regex": "a"}, "behavior": "Sideways", "invert": false})");
   EXPECT_ERROR(Error(j), "pre_tokenizer.behavior \"Sideways\" is not supported");
   j = Base();
   j["decoder"] = {{"type", "Strip"}, {"content", "ab"}, {"start", 1}, {"stop", 0}};
@@ -286,8 +286,7 @@ TEST(TokenizerFiles, BadConfig) {
                "additional_special_tokens[0] \"<x>\" is not a token of tokenizer.json");
   EXPECT_ERROR(Error(Base(), {{"added_tokens_decoder", {{"7", {{"content", "<t>"}}}}}}),
                "added_tokens_decoder.7: \"<t>\" does not match tokenizer.json (id 7 is \"<s>\")");
-  EXPECT_ERROR(Error(Base(), {{"added_tokens_decoder", {{"9", {{"content", "<t>"}}}}}}),
-               "(id 9 is unused)");
+  EXPECT_ERROR(Error(Base(), {{"added_tokens_decoder", {{"9", {{"content", "<t>"}}}}}}), "(id 9 is unused)");
   EXPECT_ERROR(Error(Base(), json::array()), "tokenizer_config.json: (top level): expected an object");
 }
 
@@ -311,8 +310,7 @@ TEST(TokenizerFiles, LoadDirErrors) {
   std::ofstream(dir / "tokenizer_config.json") << "{\"eos_token\": \"<none>\"}";
   auto bad = HfTokenizer::LoadDir(dir.string());
   ASSERT_FALSE(bad.ok());
-  EXPECT_ERROR(std::string(bad.status().message()),
-               dir.string() + ": tokenizer_config.json: eos_token \"<none>\"");
+  EXPECT_ERROR(std::string(bad.status().message()), dir.string() + ": tokenizer_config.json: eos_token \"<none>\"");
   fs::remove_all(dir);
 }
 
@@ -337,9 +335,15 @@ TEST(TokenizerFiles, DamagedFilesNeverCrash) {
     for (size_t e = 0; e < edits && !damaged.empty(); ++e) {
       const size_t pos = rng.Below(damaged.size());
       switch (rng.Below(3)) {
-        case 0: damaged[pos] = alphabet[rng.Below(alphabet.size())]; break;
-        case 1: damaged.erase(pos, 1 + rng.Below(8)); break;
-        default: damaged.insert(pos, 1, alphabet[rng.Below(alphabet.size())]); break;
+        case 0:
+          damaged[pos] = alphabet[rng.Below(alphabet.size())];
+          break;
+        case 1:
+          damaged.erase(pos, 1 + rng.Below(8));
+          break;
+        default:
+          damaged.insert(pos, 1, alphabet[rng.Below(alphabet.size())]);
+          break;
       }
     }
     auto t = HfTokenizer::FromJson(damaged);

@@ -37,8 +37,7 @@ const Case kCases[] = {
     {"qwen3", testing::kRealTokenizers[0], Variant::kAsIs, true},
     {"llama3", testing::kRealTokenizers[1], Variant::kAsIs, false},
     {"llama2", testing::kRealTokenizers[2], Variant::kAsIs, false},
-    {"qwen3_gpt2_stripped_tokens", testing::kRealTokenizers[0], Variant::kGpt2StrippedTokens,
-     false},
+    {"qwen3_gpt2_stripped_tokens", testing::kRealTokenizers[0], Variant::kGpt2StrippedTokens, false},
     {"llama2_metaspace_first", testing::kRealTokenizers[2], Variant::kMetaspaceFirst, false},
 };
 
@@ -47,8 +46,8 @@ std::string WriteVariant(const std::string& dir, Variant variant) {
   namespace fs = std::filesystem;
   json j = json::parse(testing::ReadText(dir + "/tokenizer.json"));
   if (variant == Variant::kGpt2StrippedTokens) {
-    j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", true},
-                          {"trim_offsets", false}, {"use_regex", true}};
+    j["pre_tokenizer"] = {
+        {"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}};
     for (json& t : j["added_tokens"]) {
       if (t["content"] == "<|im_start|>") t["lstrip"] = t["rstrip"] = true;
       if (t["content"] == "<|im_end|>") t["normalized"] = true;
@@ -56,16 +55,14 @@ std::string WriteVariant(const std::string& dir, Variant variant) {
     }
   } else {
     j["normalizer"] = nullptr;
-    j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"},
-                          {"prepend_scheme", "first"}, {"split", false}};
+    j["pre_tokenizer"] = {
+        {"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}, {"split", false}};
   }
   const fs::path out = fs::path(::testing::TempDir()) /
-                       ("tok_variant_" + std::to_string(::getpid()) + "_" +
-                        std::to_string(static_cast<int>(variant)));
+                       ("tok_variant_" + std::to_string(::getpid()) + "_" + std::to_string(static_cast<int>(variant)));
   fs::create_directories(out);
   std::ofstream(out / "tokenizer.json") << j.dump();
-  fs::copy_file(dir + "/tokenizer_config.json", out / "tokenizer_config.json",
-                fs::copy_options::overwrite_existing);
+  fs::copy_file(dir + "/tokenizer_config.json", out / "tokenizer_config.json", fs::copy_options::overwrite_existing);
   return out.string();
 }
 
@@ -94,13 +91,12 @@ TEST_P(ReferenceTest, IdsAndDecodingMatchReference) {
     const char* where = i < corpus_size ? "corpus" : "random";
     if (ids != ref.ids[i] && ++id_mismatches <= 10) {
       ADD_FAILURE() << where << " text " << i << ": " << json(texts[i]).dump()
-                    << "\n  ours: " << testing::IdsToString(ids)
-                    << "\n  ref:  " << testing::IdsToString(ref.ids[i]);
+                    << "\n  ours: " << testing::IdsToString(ids) << "\n  ref:  " << testing::IdsToString(ref.ids[i]);
     }
     const std::string decoded = tok->Decode(ref.ids[i]);
     if (decoded != ref.decoded[i] && ++decode_mismatches <= 10) {
-      ADD_FAILURE() << where << " text " << i << " decodes to " << json(decoded).dump()
-                    << ", reference " << json(ref.decoded[i]).dump();
+      ADD_FAILURE() << where << " text " << i << " decodes to " << json(decoded).dump() << ", reference "
+                    << json(ref.decoded[i]).dump();
     }
     if (GetParam().lossless_up_to_nfc) {
       std::string buffer;
@@ -118,9 +114,7 @@ TEST_P(ReferenceTest, IdsAndDecodingMatchReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Real, ReferenceTest, ::testing::ValuesIn(kCases),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           return std::string(info.param.name);
-                         });
+                         [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace tandem::tokenizer

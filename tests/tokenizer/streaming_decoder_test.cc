@@ -76,9 +76,9 @@ TEST_P(StreamingTest, RandomIdsStreamLikeDecode) {
 // Token sequences full of what clean_up_tokenization_spaces rewrites
 // (" .", " n't", " ' ", ...), split over tokens in every way.
 TEST_P(StreamingTest, CleanUpPatternsAcrossTokens) {
-  const std::vector<std::string> pieces = {" ", ".", " .", "'", " '", "n", "n't", "'t", "'s", " 's",
-                                           "ve", "'ve", "re", " 're", "!", "?", ",", " ,", "m",
-                                           "'m", "a", "e", "s", "t", "v", "r", "x", "\n", " ' "};
+  const std::vector<std::string> pieces = {" ",  ".",   " .", "'",    " '", "n", "n't", "'t", "'s", " 's",
+                                           "ve", "'ve", "re", " 're", "!",  "?", ",",   " ,", "m",  "'m",
+                                           "a",  "e",   "s",  "t",    "v",  "r", "x",   "\n", " ' "};
   std::vector<std::vector<int32_t>> piece_ids;
   for (const std::string& p : pieces) piece_ids.push_back(tok_->Encode(p, false));
   testing::Rng rng(5);
@@ -103,8 +103,7 @@ TEST_P(StreamingTest, PartialCharactersAreHeldBack) {
   for (int32_t id : ids) pieces.push_back(d.Add(id));
   pieces.push_back(d.Flush());
   for (const std::string& p : pieces) {
-    EXPECT_TRUE(p.empty() || p.find("\U0001FAE0") != std::string::npos || p.find("ok") != std::string::npos ||
-                p == " ")
+    EXPECT_TRUE(p.empty() || p.find("\U0001FAE0") != std::string::npos || p.find("ok") != std::string::npos || p == " ")
         << nlohmann::json(p).dump();
     out += p;
   }

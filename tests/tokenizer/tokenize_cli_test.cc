@@ -36,8 +36,8 @@ class TokenizeCliTest : public ::testing::Test {
   // Runs tandemctl with `args` (already quoted), stdin from `stdin_file`.
   Result Run(const std::string& args, const std::string& stdin_file = "/dev/null") {
     const std::string err_path = (tmp_ / "stderr").string();
-    const std::string cmd = ShellQuote(TANDEMCTL) + " " + args + " <" + ShellQuote(stdin_file) +
-                            " 2>" + ShellQuote(err_path);
+    const std::string cmd =
+        ShellQuote(TANDEMCTL) + " " + args + " <" + ShellQuote(stdin_file) + " 2>" + ShellQuote(err_path);
     Result r;
     FILE* f = ::popen(cmd.c_str(), "r");
     char buf[4096];
@@ -133,7 +133,8 @@ TEST_F(TokenizeCliTest, ErrorsAreClear) {
       {"tokenize " + Tok() + " --text-file " + ShellQuote(bad_utf8), 2, "not valid UTF-8 (at byte 3)"},
       {"tokenize " + Tok() + " --decode --text '1 x 3'", 2, "\"x\" is not a token id"},
       {"tokenize " + Tok() + " --decode --text '1 -2'", 2, "id -2 is not a token of this tokenizer"},
-      {"tokenize " + Tok() + " --decode --text 999999999", 2, "id 999999999 is not a token of this tokenizer (ids are 0..151668)"},
+      {"tokenize " + Tok() + " --decode --text 999999999", 2,
+       "id 999999999 is not a token of this tokenizer (ids are 0..151668)"},
       {"tokenize " + Tok() + " --decode --text '[1, \"a\"]'", 2, "the JSON list holds \"a\", not an integer"},
       {"tokenize " + Tok() + " --decode --text '[1, 2'", 2, "not a JSON list"},
   };

@@ -49,8 +49,7 @@ uint16_t PlainRound(float x) {
   const double lo = std::fabs(Bf16Value(t));
   // The next bf16 up in magnitude; past the largest finite one IEEE
   // rounding treats the overflow threshold as 2^128.
-  const double hi = (t & 0x7fff) == 0x7f7f ? std::ldexp(1.0, 128)
-                                           : std::fabs(Bf16Value(t + 1));
+  const double hi = (t & 0x7fff) == 0x7f7f ? std::ldexp(1.0, 128) : std::fabs(Bf16Value(t + 1));
   const double dlo = a - lo, dhi = hi - a;
   if (dlo < dhi) return t;
   if (dhi < dlo) return t + 1;
@@ -91,8 +90,7 @@ void CheckBackend(Ops& ops) {
     infs += std::isinf(x[i]) || std::isinf(Bf16Value(y[i]));
     denormals += std::fpclassify(x[i]) == FP_SUBNORMAL;
     ties += (b & 0xffff) == 0x8000;
-    ASSERT_EQ(y[i], PlainRound(x[i]))
-        << ops.name() << ": " << std::hex << b << " (" << x[i] << ")";
+    ASSERT_EQ(y[i], PlainRound(x[i])) << ops.name() << ": " << std::hex << b << " (" << x[i] << ")";
   }
   EXPECT_GT(nans, 100u);
   EXPECT_GT(infs, 10u);

@@ -26,11 +26,11 @@ struct RunResult {
 };
 
 JobSpec Spec(int world, int stage, const std::string& compression, bool feedback, const std::string& dir) {
-  return ParseSpec(TinySftYaml(), {"cluster.workers=" + std::to_string(world),
-                                   "cluster.zero_stage=" + std::to_string(stage),
-                                   "zero.grad_compression=" + compression,
-                                   std::string("zero.error_feedback=") + (feedback ? "true" : "false"),
-                                   "checkpoint.dir=" + dir + "/ckpt", "output_dir=" + dir + "/final"});
+  return ParseSpec(
+      TinySftYaml(),
+      {"cluster.workers=" + std::to_string(world), "cluster.zero_stage=" + std::to_string(stage),
+       "zero.grad_compression=" + compression, std::string("zero.error_feedback=") + (feedback ? "true" : "false"),
+       "checkpoint.dir=" + dir + "/ckpt", "output_dir=" + dir + "/final"});
 }
 
 RunResult RunSft(int world, int stage, const std::string& compression, bool feedback) {
@@ -55,16 +55,18 @@ TEST(Int4Engine, SftTracksFp32WithErrorFeedback) {
     const RunResult loco = RunSft(2, stage, "int4", true);
     const RunResult plain = RunSft(2, stage, "int4", false);
     EXPECT_LT(fp32.losses.back(), fp32.losses.front());
-    std::printf("[int4-engine] N=2 stage %d: final loss fp32 %.5f, int4+EF %.5f (%.2f%%), int4 no EF %.5f "
-                "(%.2f%%); max |w - w_fp32| %.3g vs %.3g; bytes sent by rank 0 in the last step: fp32 "
-                "reduce_scatter %.0f allreduce %.0f, int4 send_recv %.0f allgather %.0f\n",
-                stage, fp32.losses.back(), loco.losses.back(), 100 * RelDiff(loco.losses.back(), fp32.losses.back()),
-                plain.losses.back(), 100 * RelDiff(plain.losses.back(), fp32.losses.back()),
-                MaxAbsDiff(loco.weights, fp32.weights), MaxAbsDiff(plain.weights, fp32.weights),
-                fp32.last.extra().contains("bytes_sent_reduce_scatter") ? fp32.last.extra().at("bytes_sent_reduce_scatter") : 0.0,
-                fp32.last.extra().contains("bytes_sent_allreduce") ? fp32.last.extra().at("bytes_sent_allreduce") : 0.0,
-                loco.last.extra().contains("bytes_sent_send_recv") ? loco.last.extra().at("bytes_sent_send_recv") : 0.0,
-                loco.last.extra().contains("bytes_sent_allgather") ? loco.last.extra().at("bytes_sent_allgather") : 0.0);
+    std::printf(
+        "[int4-engine] N=2 stage %d: final loss fp32 %.5f, int4+EF %.5f (%.2f%%), int4 no EF %.5f "
+        "(%.2f%%); max |w - w_fp32| %.3g vs %.3g; bytes sent by rank 0 in the last step: fp32 "
+        "reduce_scatter %.0f allreduce %.0f, int4 send_recv %.0f allgather %.0f\n",
+        stage, fp32.losses.back(), loco.losses.back(), 100 * RelDiff(loco.losses.back(), fp32.losses.back()),
+        plain.losses.back(), 100 * RelDiff(plain.losses.back(), fp32.losses.back()),
+        MaxAbsDiff(loco.weights, fp32.weights), MaxAbsDiff(plain.weights, fp32.weights),
+        fp32.last.extra().contains("bytes_sent_reduce_scatter") ? fp32.last.extra().at("bytes_sent_reduce_scatter")
+                                                                : 0.0,
+        fp32.last.extra().contains("bytes_sent_allreduce") ? fp32.last.extra().at("bytes_sent_allreduce") : 0.0,
+        loco.last.extra().contains("bytes_sent_send_recv") ? loco.last.extra().at("bytes_sent_send_recv") : 0.0,
+        loco.last.extra().contains("bytes_sent_allgather") ? loco.last.extra().at("bytes_sent_allgather") : 0.0);
     EXPECT_LE(RelDiff(loco.losses.back(), fp32.losses.back()), 0.02) << "stage " << stage;
     // Without error feedback the weights end further from the fp32 job's.
     EXPECT_LT(MaxAbsDiff(loco.weights, fp32.weights), MaxAbsDiff(plain.weights, fp32.weights)) << "stage " << stage;
@@ -102,10 +104,9 @@ TEST(Int4Engine, CheckpointCarriesTheErrorAndReshards) {
 TEST(Int4Engine, GrpoStillLearns) {
   EngineCluster c(2);
   constexpr int kWarm = 15, kSteps = 40;
-  c.SetupOk(ParseSpec(TinyGrpoYaml(), {"init.sft.steps=" + std::to_string(kWarm), "init.sft.lr=1e-2",
-                                       "train.lr=1e-2", "rl.prompts_per_step=8", "cluster.workers=2",
-                                       "cluster.zero_stage=3", "zero.grad_compression=int4",
-                                       "train.steps=" + std::to_string(kSteps)}));
+  c.SetupOk(ParseSpec(TinyGrpoYaml(), {"init.sft.steps=" + std::to_string(kWarm), "init.sft.lr=1e-2", "train.lr=1e-2",
+                                       "rl.prompts_per_step=8", "cluster.workers=2", "cluster.zero_stage=3",
+                                       "zero.grad_compression=int4", "train.steps=" + std::to_string(kSteps)}));
   for (int w = 1; w <= kWarm; ++w) c.RunOk(tandem::v1::PHASE_SFT_STEP, -w);
   std::vector<double> rewards;
   for (int s = 1; s <= kSteps; ++s) {

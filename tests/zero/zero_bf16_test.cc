@@ -34,7 +34,7 @@ using test_model::TinyConfig;
 using test_model::UnitsOf;
 
 constexpr int kSteps = 20;
-constexpr int kBatch = 4;   // sequences per step, 2 micro-batches of 2
+constexpr int kBatch = 4;  // sequences per step, 2 micro-batches of 2
 constexpr float kLr = 3e-3f, kClip = 1.0f;
 
 struct RunResult {
@@ -46,8 +46,7 @@ struct RunResult {
 // the figures do not depend on N apart from the weights themselves.
 RunResult Train(Precision precision, int stage, int n) {
   const model::ModelConfig config = TinyConfig();
-  std::vector<std::vector<double>> sample_loss(kSteps,
-                                               std::vector<double>(kBatch));
+  std::vector<std::vector<double>> sample_loss(kSteps, std::vector<double>(kBatch));
   std::vector<double> tokens(kSteps, 0);
   for (int s = 0; s < kSteps; ++s) {
     for (int i = 0; i < kBatch; ++i) {
@@ -134,10 +133,10 @@ TEST(ZeroBf16, TrainingMatchesAcrossRanksAndStagesAndFp32) {
     worst_fp32 = std::max(worst_fp32, Rel(base.losses[s], fp32.losses[s]));
     any_diff = std::max(any_diff, Rel(base.losses[s], fp32.losses[s]));
   }
-  std::printf("[bf16] N=1 stage 0: loss %.5f -> %.5f (fp32 %.5f -> %.5f), "
-              "largest rel diff to fp32 %.3g\n",
-              base.losses.front(), base.losses.back(), fp32.losses.front(),
-              fp32.losses.back(), worst_fp32);
+  std::printf(
+      "[bf16] N=1 stage 0: loss %.5f -> %.5f (fp32 %.5f -> %.5f), "
+      "largest rel diff to fp32 %.3g\n",
+      base.losses.front(), base.losses.back(), fp32.losses.front(), fp32.losses.back(), worst_fp32);
   EXPECT_LE(worst_fp32, 2e-2);
   // The compute copy really is bf16: the losses are not the fp32 ones.
   EXPECT_GT(any_diff, 1e-6);
@@ -150,17 +149,16 @@ TEST(ZeroBf16, TrainingMatchesAcrossRanksAndStagesAndFp32) {
       for (int s = 0; s < kSteps; ++s) {
         worst = std::max(worst, Rel(run.losses[s], base.losses[s]));
         worst_f = std::max(worst_f, Rel(run.losses[s], fp32.losses[s]));
-        EXPECT_LE(Rel(run.losses[s], base.losses[s]), 1e-5)
-            << "N=" << n << " stage " << stage << " step " << s + 1;
+        EXPECT_LE(Rel(run.losses[s], base.losses[s]), 1e-5) << "N=" << n << " stage " << stage << " step " << s + 1;
       }
       double wdiff = 0;
       for (size_t i = 0; i < run.final_masters.size(); ++i) {
-        wdiff = std::max(wdiff, std::fabs(double(run.final_masters[i]) -
-                                          base.final_masters[i]));
+        wdiff = std::max(wdiff, std::fabs(double(run.final_masters[i]) - base.final_masters[i]));
       }
-      std::printf("[bf16] N=%d stage %d: largest per-step loss rel diff %.3g "
-                  "(vs fp32 %.3g), final masters max abs diff %.3g\n",
-                  n, stage, worst, worst_f, wdiff);
+      std::printf(
+          "[bf16] N=%d stage %d: largest per-step loss rel diff %.3g "
+          "(vs fp32 %.3g), final masters max abs diff %.3g\n",
+          n, stage, worst, worst_f, wdiff);
       EXPECT_LE(worst_f, 2e-2);
       EXPECT_LE(wdiff, 1e-4);
     }
@@ -174,18 +172,15 @@ bool IsBf16(float x) {
 }
 
 // Every unit the model reads equals bf16(master), bit for bit, on every rank.
-void ExpectComputeCopy(ZeroOptimizer& z, model::ParamProvider& p,
-                       const std::vector<float>& masters, const char* what) {
+void ExpectComputeCopy(ZeroOptimizer& z, model::ParamProvider& p, const std::vector<float>& masters, const char* what) {
   const auto& units = z.units();
   for (size_t u = 0; u < units.size(); ++u) {
     const float* w = p.AcquireParams(static_cast<int>(u));
     for (size_t i = 0; i < units[u].size; ++i) {
-      const float want = kernels::FloatFromBf16(
-          kernels::Bf16FromFloat(masters[units[u].offset + i]));
+      const float want = kernels::FloatFromBf16(kernels::Bf16FromFloat(masters[units[u].offset + i]));
       ASSERT_TRUE(IsBf16(w[i])) << what << " unit " << u << " [" << i << "]";
       ASSERT_EQ(std::memcmp(&w[i], &want, 4), 0)
-          << what << " unit " << u << " [" << i << "]: " << w[i] << " vs "
-          << want;
+          << what << " unit " << u << " [" << i << "]: " << w[i] << " vs " << want;
     }
     p.ReleaseParams(static_cast<int>(u));
   }
@@ -256,8 +251,7 @@ TEST(ZeroBf16, ComputeCopyIsRoundedMasterOnEveryRankAndSurvivesReload) {
         z.CopyOptimizerShard(m.data(), v.data());
         for (const auto& p : z.shard_map()) {
           for (size_t i = 0; i < p.size; ++i) {
-            ASSERT_EQ(shard[p.shard_offset + i],
-                      masters[z.units()[p.unit].offset + p.unit_offset + i]);
+            ASSERT_EQ(shard[p.shard_offset + i], masters[z.units()[p.unit].offset + p.unit_offset + i]);
           }
         }
         ZeroOptions o2 = o;
@@ -315,16 +309,15 @@ TEST(ZeroBf16, Stage3AllgatherMovesHalfTheBytes) {
         }
         ASSERT_TRUE(z.Drain().ok());
         if (c.rank() == 0) {
-          received[precision == Precision::kBf16] =
-              c.bytes(comm::CollectiveKind::kAllgather).received;
+          received[precision == Precision::kBf16] = c.bytes(comm::CollectiveKind::kAllgather).received;
         }
       });
     }
-    std::printf("[bf16] stage 3 N=2 %s units: allgather received fp32 %llu B, "
-                "bf16 %llu B (ratio %.4f)\n",
-                even ? "even" : "odd", (unsigned long long)received[0],
-                (unsigned long long)received[1],
-                double(received[1]) / double(received[0]));
+    std::printf(
+        "[bf16] stage 3 N=2 %s units: allgather received fp32 %llu B, "
+        "bf16 %llu B (ratio %.4f)\n",
+        even ? "even" : "odd", (unsigned long long)received[0], (unsigned long long)received[1],
+        double(received[1]) / double(received[0]));
     ASSERT_GT(received[0], 0u);
     if (even) {
       EXPECT_EQ(received[1] * 2, received[0]);
@@ -381,26 +374,22 @@ TEST(ZeroBf16, MemoryMatchesFormulas) {
         reports[c.rank()] = z.memory();
       });
       // master, compute copy, grads, m+v
-      const double f[4][4] = {
-          {4 * psi, 2 * psi, 4 * psi, 8 * psi},
-          {4 * psi / n, 2 * psi, 4 * psi, 8 * psi / n},
-          {4 * psi / n, 2 * psi, 4 * psi / n, 8 * psi / n},
-          {4 * psi / n, 2 * psi / n, 4 * psi / n, 8 * psi / n}};
+      const double f[4][4] = {{4 * psi, 2 * psi, 4 * psi, 8 * psi},
+                              {4 * psi / n, 2 * psi, 4 * psi, 8 * psi / n},
+                              {4 * psi / n, 2 * psi, 4 * psi / n, 8 * psi / n},
+                              {4 * psi / n, 2 * psi / n, 4 * psi / n, 8 * psi / n}};
       const double* e = f[stage];
       const double formula = e[0] + e[1] + e[2] + e[3];
       for (int r = 0; r < n; ++r) {
         const auto& m = reports[r];
-        const double state =
-            m.param_bytes + m.compute_bytes + m.grad_bytes + m.optimizer_bytes;
+        const double state = m.param_bytes + m.compute_bytes + m.grad_bytes + m.optimizer_bytes;
         if (r == 0) {
           std::printf(
               "bf16 stage %d N=%d rank 0: master %.2f MB bf16 %.2f MB grads "
               "%.2f MB m+v %.2f MB = %.2f MB (formula %.2f MB = %.2f Psi, "
               "%+.3f%%) + temp %.2f MB\n",
-              stage, n, m.param_bytes / 1e6, m.compute_bytes / 1e6,
-              m.grad_bytes / 1e6, m.optimizer_bytes / 1e6, state / 1e6,
-              formula / 1e6, formula / psi, 100 * (state / formula - 1),
-              m.temp_bytes / 1e6);
+              stage, n, m.param_bytes / 1e6, m.compute_bytes / 1e6, m.grad_bytes / 1e6, m.optimizer_bytes / 1e6,
+              state / 1e6, formula / 1e6, formula / psi, 100 * (state / formula - 1), m.temp_bytes / 1e6);
         }
         EXPECT_NEAR(m.param_bytes / e[0], 1.0, 0.05);
         EXPECT_NEAR(m.compute_bytes / e[1], 1.0, 0.05);
@@ -419,8 +408,7 @@ TEST(ZeroBf16, ParsePrecision) {
   EXPECT_EQ(*ParsePrecision("bf16"), Precision::kBf16);
   auto bad = ParsePrecision("fp16");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("expected fp32 or bf16"),
-            std::string::npos);
+  EXPECT_NE(bad.status().message().find("expected fp32 or bf16"), std::string::npos);
 }
 
 }  // namespace

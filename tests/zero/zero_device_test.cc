@@ -74,8 +74,7 @@ void RunRanks(int n, bool guarded, const std::function<void(Backend&)>& fn) {
   });
 }
 
-ZeroOptions OptionsFor(Backend& b, int stage, Precision precision,
-                       std::vector<Unit> units) {
+ZeroOptions OptionsFor(Backend& b, int stage, Precision precision, std::vector<Unit> units) {
   ZeroOptions o;
   o.stage = stage;
   o.precision = precision;
@@ -92,21 +91,19 @@ ZeroOptions OptionsFor(Backend& b, int stage, Precision precision,
 struct Record {
   std::vector<double> losses;
   std::vector<double> norms;
-  std::vector<float> logp;      // model test: every micro-batch's logp
-  std::vector<float> masters;   // GatherFull
+  std::vector<float> logp;     // model test: every micro-batch's logp
+  std::vector<float> masters;  // GatherFull
   std::vector<float> shard, m, v;
-  std::vector<float> infer;     // inference_view after BeginInference
+  std::vector<float> infer;  // inference_view after BeginInference
   MemoryReport mem;
 };
 
 template <typename T>
 bool SameBits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() &&
-         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
-void ExpectSameMemory(const MemoryReport& a, const MemoryReport& b,
-                      const std::string& what) {
+void ExpectSameMemory(const MemoryReport& a, const MemoryReport& b, const std::string& what) {
   EXPECT_EQ(a.param_bytes, b.param_bytes) << what;
   EXPECT_EQ(a.compute_bytes, b.compute_bytes) << what;
   EXPECT_EQ(a.grad_bytes, b.grad_bytes) << what;
@@ -115,8 +112,7 @@ void ExpectSameMemory(const MemoryReport& a, const MemoryReport& b,
   EXPECT_EQ(a.offloaded_bytes, b.offloaded_bytes) << what;
 }
 
-void ExpectSameRecords(const std::vector<Record>& host,
-                       const std::vector<Record>& dev, const std::string& what) {
+void ExpectSameRecords(const std::vector<Record>& host, const std::vector<Record>& dev, const std::string& what) {
   ASSERT_EQ(host.size(), dev.size());
   for (size_t r = 0; r < host.size(); ++r) {
     const std::string w = what + " rank " + std::to_string(r);
@@ -137,8 +133,7 @@ std::vector<float> ReadAll(ZeroOptimizer& z, model::ParamProvider& p) {
   std::vector<float> out(z.num_params());
   for (size_t u = 0; u < z.units().size(); ++u) {
     const float* w = p.AcquireParams(static_cast<int>(u));
-    z.device_memory()->CopyToHost(out.data() + z.units()[u].offset, w,
-                                  z.units()[u].size * sizeof(float));
+    z.device_memory()->CopyToHost(out.data() + z.units()[u].offset, w, z.units()[u].size * sizeof(float));
     p.ReleaseParams(static_cast<int>(u));
   }
   return out;
@@ -204,8 +199,7 @@ void SyntheticPass(ZeroOptimizer& z, int step, int pass, int rank, double* loss)
     mem->CopyToHost(w.data(), p, w.size() * sizeof(float));
     mem->CopyToHost(g.data(), d, g.size() * sizeof(float));
     for (size_t i = 0; i < g.size(); ++i) {
-      g[i] += 0.5f * w[i] +
-              0.05f * std::sin(0.3f * i + step + 2 * pass + u + 0.7f * rank);
+      g[i] += 0.5f * w[i] + 0.05f * std::sin(0.3f * i + step + 2 * pass + u + 0.7f * rank);
     }
     mem->CopyToDevice(d, g.data(), g.size() * sizeof(float));
     z.ReleaseGrads(u);
@@ -214,8 +208,7 @@ void SyntheticPass(ZeroOptimizer& z, int step, int pass, int rank, double* loss)
   z.ReleaseParams(0);
 }
 
-std::vector<Record> TrainSynthetic(bool guarded, int n, int stage,
-                                   Precision precision, bool offload) {
+std::vector<Record> TrainSynthetic(bool guarded, int n, int stage, Precision precision, bool offload) {
   std::vector<Record> records(n);
   RunRanks(n, guarded, [&](Backend& b) {
     auto opt = ZeroOptimizer::Create(OptionsFor(b, stage, precision, OddUnits()));
@@ -267,16 +260,14 @@ TEST_P(DeviceSynthetic, GuardedMatchesHostBitForBit) {
   ExpectSameRecords(host, dev,
                     "N=" + std::to_string(n) + " stage " + std::to_string(stage) +
                         (precision == Precision::kBf16 ? " bf16" : " fp32"));
-  std::printf("N=%d stage %d %s: guarded == host (norm[0] %.6g, temp %zu B)\n", n,
-              stage, precision == Precision::kBf16 ? "bf16" : "fp32",
-              host[0].norms[0], host[0].mem.temp_bytes);
+  std::printf("N=%d stage %d %s: guarded == host (norm[0] %.6g, temp %zu B)\n", n, stage,
+              precision == Precision::kBf16 ? "bf16" : "fp32", host[0].norms[0], host[0].mem.temp_bytes);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Zero, DeviceSynthetic,
-    ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(0, 1, 2, 3),
-                       ::testing::Values(Precision::kFp32, Precision::kBf16)),
-    ParamName);
+INSTANTIATE_TEST_SUITE_P(Zero, DeviceSynthetic,
+                         ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(0, 1, 2, 3),
+                                            ::testing::Values(Precision::kFp32, Precision::kBf16)),
+                         ParamName);
 
 // ---- a tiny Llama model on the same memory -------------------------------------
 
@@ -337,19 +328,17 @@ TEST_P(DeviceModel, GuardedMatchesHostBitForBit) {
                         (precision == Precision::kBf16 ? " bf16" : " fp32"));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Zero, DeviceModel,
-    ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(0, 1, 2, 3),
-                       ::testing::Values(Precision::kFp32, Precision::kBf16)),
-    ParamName);
+INSTANTIATE_TEST_SUITE_P(Zero, DeviceModel,
+                         ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(0, 1, 2, 3),
+                                            ::testing::Values(Precision::kFp32, Precision::kBf16)),
+                         ParamName);
 
 // ---- offload ---------------------------------------------------------------------
 
 TEST(ZeroDeviceOffload, FreesDeviceMomentsAndContinuesIdentically) {
   for (int stage = 0; stage <= 3; ++stage) {
     for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
-      const std::string what = "stage " + std::to_string(stage) +
-                               (precision == Precision::kBf16 ? " bf16" : " fp32");
+      const std::string what = "stage " + std::to_string(stage) + (precision == Precision::kBf16 ? " bf16" : " fp32");
       const auto plain = TrainSynthetic(true, 2, stage, precision, false);
       const auto offloaded = TrainSynthetic(true, 2, stage, precision, true);
       ExpectSameRecords(plain, offloaded, what);
@@ -412,8 +401,7 @@ TEST(ZeroDeviceErrors, FailedAllocationIsResourceExhaustedWithBytes) {
   auto opt = ZeroOptimizer::Create(o);
   ASSERT_FALSE(opt.ok());
   EXPECT_EQ(opt.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(opt.status().message().find("1200000 bytes"), std::string::npos)
-      << opt.status();
+  EXPECT_NE(opt.status().message().find("1200000 bytes"), std::string::npos) << opt.status();
   std::printf("%s\n", opt.status().ToString().c_str());
   EXPECT_EQ(mem->allocated_bytes(), 0u) << "nothing leaks";
 }

@@ -102,8 +102,8 @@ RunResult Train(int stage, int n, GradCompression compression, bool feedback) {
       ASSERT_TRUE(r.ok()) << r.status();
     }
     if (c.rank() == 0) {
-      out.fp32_grad_bytes = c.bytes(comm::CollectiveKind::kReduceScatter).sent +
-                            c.bytes(comm::CollectiveKind::kAllreduce).sent;
+      out.fp32_grad_bytes =
+          c.bytes(comm::CollectiveKind::kReduceScatter).sent + c.bytes(comm::CollectiveKind::kAllreduce).sent;
       out.int4_grad_bytes = c.bytes(comm::CollectiveKind::kSendRecv).sent;
     }
     std::vector<float> full(z.num_params());
@@ -146,15 +146,14 @@ TEST_P(Int4Training, TracksFp32WithErrorFeedbackAndDriftsWithout) {
   }
   const double d_loco = Distance(loco.final_params, fp32.final_params);
   const double d_plain = Distance(plain.final_params, fp32.final_params);
-  std::printf("[int4] stage %d N=%d: final loss fp32 %.5f, int4+EF %.5f (%.2f%%), int4 no EF %.5f (%.2f%%); "
-              "mean per-step loss rel diff %.3g vs %.3g; |params - fp32| %.4g vs %.4g; "
-              "gradient bytes sent by rank 0: fp32 %llu, int4 %llu (%.3f)\n",
-              stage, n, fp32.losses.back(), loco.losses.back(),
-              100 * Rel(loco.losses.back(), fp32.losses.back()), plain.losses.back(),
-              100 * Rel(plain.losses.back(), fp32.losses.back()), mean_loco, mean_plain, d_loco, d_plain,
-              static_cast<unsigned long long>(fp32.fp32_grad_bytes),
-              static_cast<unsigned long long>(loco.int4_grad_bytes),
-              double(loco.int4_grad_bytes) / double(fp32.fp32_grad_bytes));
+  std::printf(
+      "[int4] stage %d N=%d: final loss fp32 %.5f, int4+EF %.5f (%.2f%%), int4 no EF %.5f (%.2f%%); "
+      "mean per-step loss rel diff %.3g vs %.3g; |params - fp32| %.4g vs %.4g; "
+      "gradient bytes sent by rank 0: fp32 %llu, int4 %llu (%.3f)\n",
+      stage, n, fp32.losses.back(), loco.losses.back(), 100 * Rel(loco.losses.back(), fp32.losses.back()),
+      plain.losses.back(), 100 * Rel(plain.losses.back(), fp32.losses.back()), mean_loco, mean_plain, d_loco, d_plain,
+      static_cast<unsigned long long>(fp32.fp32_grad_bytes), static_cast<unsigned long long>(loco.int4_grad_bytes),
+      double(loco.int4_grad_bytes) / double(fp32.fp32_grad_bytes));
   EXPECT_LE(Rel(loco.losses.back(), fp32.losses.back()), 0.02);
   // Measured (reference ops, so the same on every machine): 1.27-1.52x.
   EXPECT_GT(d_plain, 1.15 * d_loco) << "without error feedback the run drifts further";
@@ -165,8 +164,7 @@ TEST_P(Int4Training, TracksFp32WithErrorFeedbackAndDriftsWithout) {
   EXPECT_LT(double(loco.int4_grad_bytes), 0.16 * double(fp32.fp32_grad_bytes));
 }
 
-INSTANTIATE_TEST_SUITE_P(Zero, Int4Training,
-                         ::testing::Values(Case{0, 2}, Case{2, 2}, Case{3, 2}, Case{3, 3}),
+INSTANTIATE_TEST_SUITE_P(Zero, Int4Training, ::testing::Values(Case{0, 2}, Case{2, 2}, Case{3, 2}, Case{3, 3}),
                          [](const auto& info) {
                            return "stage" + std::to_string(info.param.stage) + "_N" + std::to_string(info.param.n);
                          });

@@ -111,12 +111,9 @@ void ForwardBackward(model::ParamProvider& p, const Sample& s, float w) {
 // Plain full-buffer provider for the reference.
 class FullProvider : public model::ParamProvider {
  public:
-  FullProvider(std::vector<Unit> units, std::vector<float>* params,
-               std::vector<float>* grads)
+  FullProvider(std::vector<Unit> units, std::vector<float>* params, std::vector<float>* grads)
       : units_(std::move(units)), params_(params), grads_(grads) {}
-  const float* AcquireParams(int u) override {
-    return params_->data() + units_[u].offset;
-  }
+  const float* AcquireParams(int u) override { return params_->data() + units_[u].offset; }
   void ReleaseParams(int) override {}
   float* AcquireGrads(int u) override { return grads_->data() + units_[u].offset; }
   void ReleaseGrads(int) override {}
@@ -155,9 +152,8 @@ std::vector<float> Reference(std::vector<double>* norms) {
     norms->push_back(norm);
     const double coef = kClip / (norm + 1e-6);
     if (coef < 1) ops->scale(grads.data(), float(coef), psi);
-    ops->adamw_step(params.data(), grads.data(), m.data(), v.data(), psi, kLr,
-                    kAdam.beta1, kAdam.beta2, kAdam.eps, kAdam.weight_decay,
-                    step + 1);
+    ops->adamw_step(params.data(), grads.data(), m.data(), v.data(), psi, kLr, kAdam.beta1, kAdam.beta2, kAdam.eps,
+                    kAdam.weight_decay, step + 1);
   }
   return params;
 }
@@ -202,8 +198,7 @@ TEST_P(StageRanks, MatchesSingleProcessAdamW) {
         // run the same number of passes: give idle ranks a zero-weight pass.
         const int have = [&] {
           int k = 0;
-          for (int i = mb * kBatch / 2; i < (mb + 1) * kBatch / 2; ++i)
-            k += (i % n == c.rank());
+          for (int i = mb * kBatch / 2; i < (mb + 1) * kBatch / 2; ++i) k += (i % n == c.rank());
           return k;
         }();
         const int most = (kBatch / 2 + n - 1) / n;
@@ -231,14 +226,13 @@ TEST_P(StageRanks, MatchesSingleProcessAdamW) {
       EXPECT_NEAR(results[r].norms[s], ref_norms[s], 1e-5 * ref_norms[s]);
     }
   }
-  std::printf("stage %d N=%d: max |diff| %.3g, max rel diff %.3g (norm[0] %.4g)\n",
-              stage, n, max_diff, max_rel, ref_norms[0]);
+  std::printf("stage %d N=%d: max |diff| %.3g, max rel diff %.3g (norm[0] %.4g)\n", stage, n, max_diff, max_rel,
+              ref_norms[0]);
   EXPECT_LE(max_rel, 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(Zero, StageRanks,
-                         ::testing::Combine(::testing::Values(0, 1, 2, 3),
-                                            ::testing::Values(1, 2, 3)));
+                         ::testing::Combine(::testing::Values(0, 1, 2, 3), ::testing::Values(1, 2, 3)));
 
 // Per-rank memory: params+grads+optimizer within 5% of the fp32 formulas,
 // temporaries bounded by a few unit sizes.
@@ -285,17 +279,15 @@ TEST(ZeroMemory, MatchesFormulas) {
         ASSERT_TRUE(z.Step(1e-3f, 1.f).ok());
         reports[c.rank()] = z.memory();
       });
-      const double formula[4] = {16 * psi, 8 * psi + 8 * psi / n,
-                                 4 * psi + 12 * psi / n, 16 * psi / n};
+      const double formula[4] = {16 * psi, 8 * psi + 8 * psi / n, 4 * psi + 12 * psi / n, 16 * psi / n};
       for (int r = 0; r < n; ++r) {
         const auto& m = reports[r];
         const double state = m.param_bytes + m.grad_bytes + m.optimizer_bytes;
         std::printf(
             "stage %d N=%d rank %d: params %.2f MB grads %.2f MB optim %.2f MB"
             " = %.2f MB (formula %.2f MB, %.2f%%) + temp %.2f MB\n",
-            stage, n, r, m.param_bytes / 1e6, m.grad_bytes / 1e6,
-            m.optimizer_bytes / 1e6, state / 1e6, formula[stage] / 1e6,
-            100 * (state / formula[stage] - 1), m.temp_bytes / 1e6);
+            stage, n, r, m.param_bytes / 1e6, m.grad_bytes / 1e6, m.optimizer_bytes / 1e6, state / 1e6,
+            formula[stage] / 1e6, 100 * (state / formula[stage] - 1), m.temp_bytes / 1e6);
         EXPECT_NEAR(state / formula[stage], 1.0, 0.05);
         EXPECT_LE(m.temp_bytes, 8 * max_unit * 4);
       }
@@ -336,8 +328,7 @@ TEST(ZeroStage3, InferenceGathersOnceAndFrees) {
     z.CopyParamShard(shard.data());
     for (const auto& piece : z.shard_map()) {
       for (size_t i = 0; i < piece.size; ++i) {
-        ASSERT_EQ(shard[piece.shard_offset + i],
-                  init[units[piece.unit].offset + piece.unit_offset + i]);
+        ASSERT_EQ(shard[piece.shard_offset + i], init[units[piece.unit].offset + piece.unit_offset + i]);
       }
     }
   });

@@ -37,7 +37,6 @@ const DictData& Globals();
 // defaults.size() parameters are optional, the others required. Returns
 // the bound values in parameter order.
 absl::StatusOr<std::vector<Value>> BindArgs(std::string_view function, CallArgs& args,
-                                            std::initializer_list<std::string_view> names,
-                                            std::vector<Value> defaults);
+                                            std::initializer_list<std::string_view> names, std::vector<Value> defaults);
 
 }  // namespace tandem::chat_template

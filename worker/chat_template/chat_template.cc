@@ -51,8 +51,7 @@ absl::StatusOr<Json> ReadJson(const std::string& path) {
 // A special token: a string or an AddedToken-style {"content": ...}.
 std::optional<std::string> TokenText(const Json& j) {
   if (j.is_string()) return j.get<std::string>();
-  if (j.is_object() && j.contains("content") && j["content"].is_string())
-    return j["content"].get<std::string>();
+  if (j.is_object() && j.contains("content") && j["content"].is_string()) return j["content"].get<std::string>();
   return std::nullopt;
 }
 
@@ -66,14 +65,13 @@ absl::StatusOr<std::string> PickTemplate(const Json& t, std::string_view name, c
   for (const Json& e : t) {
     if (!e.is_object() || !e.contains("name") || !e["name"].is_string() || !e.contains("template") ||
         !e["template"].is_string()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": chat_template list entries must be {name, template}"));
+      return absl::InvalidArgumentError(absl::StrCat(where, ": chat_template list entries must be {name, template}"));
     }
     if (e["name"].get<std::string>() == name) return e["template"].get<std::string>();
     names.push_back(e["name"].get<std::string>());
   }
-  return absl::NotFoundError(absl::StrCat(where, ": no chat template named '", AV(name),
-                                          "' (it has: ", absl::StrJoin(names, ", "), ")"));
+  return absl::NotFoundError(
+      absl::StrCat(where, ": no chat template named '", AV(name), "' (it has: ", absl::StrJoin(names, ", "), ")"));
 }
 
 }  // namespace
@@ -107,12 +105,10 @@ absl::StatusOr<std::string> ChatTemplate::Render(const Json& messages, bool add_
   return out;
 }
 
-absl::StatusOr<TokenizerChatTemplate> LoadTokenizerChatTemplate(const std::string& dir,
-                                                                std::string_view name) {
+absl::StatusOr<TokenizerChatTemplate> LoadTokenizerChatTemplate(const std::string& dir, std::string_view name) {
   const std::string config_path = dir + "/tokenizer_config.json";
   ASSIGN_OR_RETURN(Json config, ReadJson(config_path));
-  if (!config.is_object())
-    return absl::InvalidArgumentError(absl::StrCat(config_path, ": not a JSON object"));
+  if (!config.is_object()) return absl::InvalidArgumentError(absl::StrCat(config_path, ": not a JSON object"));
   TokenizerChatTemplate out;
   const std::string jinja_path = dir + "/chat_template.jinja";
   const std::string json_path = dir + "/chat_template.json";
@@ -127,12 +123,10 @@ absl::StatusOr<TokenizerChatTemplate> LoadTokenizerChatTemplate(const std::strin
   } else if (config.contains("chat_template") && !config["chat_template"].is_null()) {
     ASSIGN_OR_RETURN(out.source, PickTemplate(config["chat_template"], name, config_path));
   } else {
-    return absl::NotFoundError(
-        absl::StrCat(dir, ": no chat template (no chat_template.jinja, no chat_template.json, ",
-                     "and tokenizer_config.json has no \"chat_template\")"));
+    return absl::NotFoundError(absl::StrCat(dir, ": no chat template (no chat_template.jinja, no chat_template.json, ",
+                                            "and tokenizer_config.json has no \"chat_template\")"));
   }
-  for (const char* key :
-       {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
     if (!config.contains(key)) continue;
     std::optional<std::string> text = TokenText(config[key]);
     if (!text || text->empty()) continue;
@@ -145,10 +139,8 @@ absl::StatusOr<TokenizerChatTemplate> LoadTokenizerChatTemplate(const std::strin
     }
     if (!list.empty()) out.special_tokens["additional_special_tokens"] = std::move(list);
   }
-  if (out.special_tokens.contains("bos_token"))
-    out.bos_token = out.special_tokens["bos_token"].get<std::string>();
-  if (out.special_tokens.contains("eos_token"))
-    out.eos_token = out.special_tokens["eos_token"].get<std::string>();
+  if (out.special_tokens.contains("bos_token")) out.bos_token = out.special_tokens["bos_token"].get<std::string>();
+  if (out.special_tokens.contains("eos_token")) out.eos_token = out.special_tokens["eos_token"].get<std::string>();
   return out;
 }
 

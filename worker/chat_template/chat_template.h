@@ -44,16 +44,14 @@ class ChatTemplate {
   // Errors: InvalidArgument for bad input and template runtime errors
   // (including raise_exception), Unimplemented, ResourceExhausted; template
   // errors start "chat template line N: ".
-  absl::StatusOr<std::string> Render(
-      const nlohmann::ordered_json& messages, bool add_generation_prompt,
-      const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
+  absl::StatusOr<std::string> Render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                     const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
 
   // The local time strftime_now() formats; by default the system clock.
   void set_clock(std::function<std::tm()> now) { now_ = std::move(now); }
 
  private:
-  ChatTemplate(std::shared_ptr<const TemplateAst> ast, const Limits& limits)
-      : ast_(std::move(ast)), limits_(limits) {}
+  ChatTemplate(std::shared_ptr<const TemplateAst> ast, const Limits& limits) : ast_(std::move(ast)), limits_(limits) {}
 
   std::shared_ptr<const TemplateAst> ast_;
   Limits limits_;

@@ -23,8 +23,7 @@ absl::Status TypeError(std::string message) { return absl::InvalidArgumentError(
 absl::Status UndefinedError(const Value& v) { return absl::InvalidArgumentError(v.undefined_message()); }
 
 absl::Status IntegerOverflow() {
-  return absl::UnimplementedError(
-      "integer overflow: results beyond 64 bits (Python's big integers) are not supported");
+  return absl::UnimplementedError("integer overflow: results beyond 64 bits (Python's big integers) are not supported");
 }
 
 // jinja2's object_type_repr: "dict object", "None", ...
@@ -84,8 +83,8 @@ const char* OpSymbol(BinaryOp op) {
 }
 
 absl::Status Unsupported(BinaryOp op, const Value& a, const Value& b) {
-  return TypeError(absl::StrCat("unsupported operand type(s) for ", OpSymbol(op), ": '", TypeName(a),
-                                "' and '", TypeName(b), "'"));
+  return TypeError(
+      absl::StrCat("unsupported operand type(s) for ", OpSymbol(op), ": '", TypeName(a), "' and '", TypeName(b), "'"));
 }
 
 // Python's slice.indices(length) for optional bounds.
@@ -144,8 +143,7 @@ absl::Status AtLine(int line, const absl::Status& status) {
   return absl::Status(status.code(), LineMessage(line, std::string(status.message())));
 }
 
-Interpreter::Interpreter(const Limits& limits, std::function<std::tm()> now)
-    : limits_(limits), now_(std::move(now)) {}
+Interpreter::Interpreter(const Limits& limits, std::function<std::tm()> now) : limits_(limits), now_(std::move(now)) {}
 
 Interpreter::~Interpreter() {
   for (auto& ns : namespaces_) ns->Clear();
@@ -173,8 +171,7 @@ absl::Status Interpreter::Step() {
 absl::Status Interpreter::ChargeString(size_t bytes) {
   if (bytes > limits_.max_output_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("the template built a string of ", bytes,
-                                                     " bytes, more than the limit of ",
-                                                     limits_.max_output_bytes));
+                                                     " bytes, more than the limit of ", limits_.max_output_bytes));
   }
   steps_ += static_cast<int64_t>(bytes / 64);
   return Step();
@@ -183,8 +180,7 @@ absl::Status Interpreter::ChargeString(size_t bytes) {
 absl::Status Interpreter::ChargeList(size_t items) {
   if (items > static_cast<size_t>(limits_.max_loop_iterations)) {
     return absl::ResourceExhaustedError(absl::StrCat("the template built a list of ", items,
-                                                     " items, more than the limit of ",
-                                                     limits_.max_loop_iterations));
+                                                     " items, more than the limit of ", limits_.max_loop_iterations));
   }
   steps_ += static_cast<int64_t>(items / 8);
   return Step();
@@ -260,8 +256,8 @@ absl::StatusOr<Value> Interpreter::GetItem(const Value& obj, const Value& key) {
       }
       break;
     case Kind::kList:
-      if (key.is_integer_like() && obj.list().kind != SeqKind::kDictKeys &&
-          obj.list().kind != SeqKind::kDictValues && obj.list().kind != SeqKind::kDictItems) {
+      if (key.is_integer_like() && obj.list().kind != SeqKind::kDictKeys && obj.list().kind != SeqKind::kDictValues &&
+          obj.list().kind != SeqKind::kDictItems) {
         const auto& items = obj.list().items;
         int64_t i = key.as_int();
         if (i < 0) i += static_cast<int64_t>(items.size());
@@ -371,8 +367,7 @@ absl::StatusOr<Value> Interpreter::CallValue(const Value& callee, CallArgs& args
 absl::StatusOr<Value> Interpreter::CallFilter(std::string_view name, const Value& input, CallArgs& args) {
   FilterFn fn = FindFilter(name);
   if (fn == nullptr) {
-    if (IsJinjaFilter(name))
-      return absl::UnimplementedError(absl::StrCat("filter '", AV(name), "' is not supported"));
+    if (IsJinjaFilter(name)) return absl::UnimplementedError(absl::StrCat("filter '", AV(name), "' is not supported"));
     return absl::InvalidArgumentError(absl::StrCat("no filter named '", AV(name), "'"));
   }
   RETURN_IF_ERROR(Step());
@@ -382,8 +377,7 @@ absl::StatusOr<Value> Interpreter::CallFilter(std::string_view name, const Value
 absl::StatusOr<bool> Interpreter::CallTest(std::string_view name, const Value& input, CallArgs& args) {
   TestFn fn = FindTest(name);
   if (fn == nullptr) {
-    if (IsJinjaTest(name))
-      return absl::UnimplementedError(absl::StrCat("test '", AV(name), "' is not supported"));
+    if (IsJinjaTest(name)) return absl::UnimplementedError(absl::StrCat("test '", AV(name), "' is not supported"));
     return absl::InvalidArgumentError(absl::StrCat("no test named '", AV(name), "'"));
   }
   RETURN_IF_ERROR(Step());
@@ -392,8 +386,7 @@ absl::StatusOr<bool> Interpreter::CallTest(std::string_view name, const Value& i
 
 absl::StatusOr<Value> Interpreter::CallMacro(const Stmt& macro, const ScopePtr& defining, CallArgs& args) {
   if (call_depth_ >= limits_.max_call_depth) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("macro calls nest more than ", limits_.max_call_depth, " deep"));
+    return absl::ResourceExhaustedError(absl::StrCat("macro calls nest more than ", limits_.max_call_depth, " deep"));
   }
   auto scope = std::make_shared<Scope>();
   scope->parent = defining;
@@ -485,8 +478,8 @@ absl::StatusOr<Value> Interpreter::Arith(BinaryOp op, const Value& a, const Valu
         return Value::List(std::move(items), a.list().kind);
       }
       if (a.is_string() || IsSeq(a, false)) {
-        return TypeError(absl::StrCat("can only concatenate ", TypeName(a), " (not \"", TypeName(b),
-                                      "\") to ", TypeName(a)));
+        return TypeError(
+            absl::StrCat("can only concatenate ", TypeName(a), " (not \"", TypeName(b), "\") to ", TypeName(a)));
       }
       return Unsupported(op, a, b);
     case BinaryOp::kSub:
@@ -515,8 +508,8 @@ absl::StatusOr<Value> Interpreter::Arith(BinaryOp op, const Value& a, const Valu
       }
       if (seq == nullptr) {
         if (a.is_string() || IsSeq(a, false) || b.is_string() || IsSeq(b, false)) {
-          return TypeError(absl::StrCat("can't multiply sequence by non-int of type '",
-                                        TypeName(a.is_number() ? a : b), "'"));
+          return TypeError(
+              absl::StrCat("can't multiply sequence by non-int of type '", TypeName(a.is_number() ? a : b), "'"));
         }
         return Unsupported(op, a, b);
       }
@@ -701,8 +694,8 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, const ScopePtr& scop
     }
     case ExprType::kFilter: {
       // jinja2 does not fold filters that take the render context.
-      if (const_mode_ && (e.name == "map" || e.name == "select" || e.name == "reject" ||
-                          e.name == "selectattr" || e.name == "rejectattr")) {
+      if (const_mode_ && (e.name == "map" || e.name == "select" || e.name == "reject" || e.name == "selectattr" ||
+                          e.name == "rejectattr")) {
         return NotConstant();
       }
       ASSIGN_OR_RETURN(Value input, Eval(*e.operands[0], scope));
@@ -726,10 +719,9 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, const ScopePtr& scop
         if (v.as_int() == INT64_MIN) return IntegerOverflow();
         return Value::Int(-v.as_int());
       }
-      if (v.kind() == Kind::kFloat)
-        return Value::Float(e.type == ExprType::kNeg ? -v.as_double() : v.as_double());
-      return TypeError(absl::StrCat("bad operand type for unary ", e.type == ExprType::kNeg ? "-" : "+",
-                                    ": '", TypeName(v), "'"));
+      if (v.kind() == Kind::kFloat) return Value::Float(e.type == ExprType::kNeg ? -v.as_double() : v.as_double());
+      return TypeError(
+          absl::StrCat("bad operand type for unary ", e.type == ExprType::kNeg ? "-" : "+", ": '", TypeName(v), "'"));
     }
     case ExprType::kNot: {
       ASSIGN_OR_RETURN(Value v, Eval(*e.operands[0], scope));
@@ -771,8 +763,7 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, const ScopePtr& scop
 
 // ---- statements ----
 
-absl::StatusOr<Interpreter::Flow> Interpreter::Exec(const Body& body, const ScopePtr& scope,
-                                                    std::string* out) {
+absl::StatusOr<Interpreter::Flow> Interpreter::Exec(const Body& body, const ScopePtr& scope, std::string* out) {
   for (const auto& s : body) {
     absl::StatusOr<Flow> flow = ExecStmt(*s, scope, out);
     if (!flow.ok()) return AtLine(s->line, flow.status());
@@ -790,8 +781,8 @@ absl::Status Interpreter::Assign(const Target& t, const Value& v, const ScopePtr
       if (v.is_undefined()) return UndefinedError(v);
       ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
       if (items.size() < t.items.size()) {
-        return TypeError(absl::StrCat("not enough values to unpack (expected ", t.items.size(), ", got ",
-                                      items.size(), ")"));
+        return TypeError(
+            absl::StrCat("not enough values to unpack (expected ", t.items.size(), ", got ", items.size(), ")"));
       }
       if (items.size() > t.items.size()) {
         return TypeError(absl::StrCat("too many values to unpack (expected ", t.items.size(), ")"));
@@ -814,8 +805,7 @@ absl::Status Interpreter::Assign(const Target& t, const Value& v, const ScopePtr
   return absl::OkStatus();
 }
 
-absl::StatusOr<Interpreter::Flow> Interpreter::ExecFor(const Stmt& s, const ScopePtr& scope,
-                                                       std::string* out) {
+absl::StatusOr<Interpreter::Flow> Interpreter::ExecFor(const Stmt& s, const ScopePtr& scope, std::string* out) {
   ASSIGN_OR_RETURN(Value iterable, Eval(*s.expr, scope));
   absl::StatusOr<std::vector<Value>> all = Iterate(iterable);
   if (!all.ok()) return AtLine(s.expr->line, all.status());
@@ -856,10 +846,8 @@ absl::StatusOr<Interpreter::Flow> Interpreter::ExecFor(const Stmt& s, const Scop
     a.Set("length", Value::Int(length));
     a.Set("depth", Value::Int(1));
     a.Set("depth0", Value::Int(0));
-    a.Set("previtem",
-          i > 0 ? items[static_cast<size_t>(i - 1)] : Value::Undefined("there is no previous item"));
-    a.Set("nextitem",
-          i + 1 < length ? items[static_cast<size_t>(i + 1)] : Value::Undefined("there is no next item"));
+    a.Set("previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value::Undefined("there is no previous item"));
+    a.Set("nextitem", i + 1 < length ? items[static_cast<size_t>(i + 1)] : Value::Undefined("there is no next item"));
     a.Set("cycle", Value::Callable("cycle", [i](Interpreter&, CallArgs& args) -> absl::StatusOr<Value> {
             if (!args.keyword.empty()) return TypeError("cycle() takes no keyword arguments");
             if (args.positional.empty()) return TypeError("no items for cycling given");
@@ -879,8 +867,7 @@ absl::StatusOr<Interpreter::Flow> Interpreter::ExecFor(const Stmt& s, const Scop
   return Flow::kNormal;
 }
 
-absl::StatusOr<Interpreter::Flow> Interpreter::ExecStmt(const Stmt& s, const ScopePtr& scope,
-                                                        std::string* out) {
+absl::StatusOr<Interpreter::Flow> Interpreter::ExecStmt(const Stmt& s, const ScopePtr& scope, std::string* out) {
   RETURN_IF_ERROR(Step());
   switch (s.type) {
     case StmtType::kOutput:
@@ -921,8 +908,8 @@ absl::StatusOr<Interpreter::Flow> Interpreter::ExecStmt(const Stmt& s, const Sco
       const Stmt* node = &s;
       ScopePtr defining = scope;
       macro_scopes_.push_back(scope);
-      scope->vars[s.name] = Value::Callable(
-          s.name, [node, defining](Interpreter& interp, CallArgs& args) -> absl::StatusOr<Value> {
+      scope->vars[s.name] =
+          Value::Callable(s.name, [node, defining](Interpreter& interp, CallArgs& args) -> absl::StatusOr<Value> {
             return interp.CallMacro(*node, defining, args);
           });
       return Flow::kNormal;

@@ -201,8 +201,7 @@ absl::StatusOr<Value> LazyGenerator(F compute) {
 absl::StatusOr<Value> FAbs(Interpreter&, const Value& in, CallArgs& args) {
   RETURN_IF_ERROR(BindArgs("abs", args, {}, {}).status());
   if (in.is_integer_like()) {
-    if (in.as_int() == INT64_MIN)
-      return absl::UnimplementedError("integers beyond 64 bits are not supported");
+    if (in.as_int() == INT64_MIN) return absl::UnimplementedError("integers beyond 64 bits are not supported");
     return Value::Int(std::llabs(in.as_int()));
   }
   if (in.kind() == Kind::kFloat) return Value::Float(std::fabs(in.as_double()));
@@ -236,8 +235,8 @@ absl::StatusOr<Value> FLength(Interpreter&, const Value& in, CallArgs& args) {
 }
 
 absl::StatusOr<Value> FDefault(Interpreter&, const Value& in, CallArgs& args) {
-  ASSIGN_OR_RETURN(auto a, BindArgs("default", args, {"default_value", "boolean"},
-                                       {Value::String(""), Value::Bool(false)}));
+  ASSIGN_OR_RETURN(auto a,
+                   BindArgs("default", args, {"default_value", "boolean"}, {Value::String(""), Value::Bool(false)}));
   if (in.is_undefined() || (Truthy(a[1]) && !Truthy(in))) return a[0];
   return in;
 }
@@ -298,7 +297,7 @@ absl::StatusOr<Value> FInt(Interpreter&, const Value& in, CallArgs& args) {
 
 absl::StatusOr<Value> FIndent(Interpreter& interp, const Value& in, CallArgs& args) {
   ASSIGN_OR_RETURN(auto a, BindArgs("indent", args, {"width", "first", "blank"},
-                                       {Value::Int(4), Value::Bool(false), Value::Bool(false)}));
+                                    {Value::Int(4), Value::Bool(false), Value::Bool(false)}));
   if (in.is_undefined()) return absl::InvalidArgumentError(in.undefined_message());
   if (!in.is_string())
     return TypeError(absl::StrCat("unsupported operand type(s) for +=: '", TypeName(in), "' and 'str'"));
@@ -335,8 +334,7 @@ absl::StatusOr<Value> FItems(Interpreter&, const Value& in, CallArgs& args) {
   return LazyGenerator([&](std::vector<Value>* out) -> absl::Status {
     if (in.is_undefined()) return absl::OkStatus();
     if (in.kind() != Kind::kDict) return TypeError("Can only get item pairs from a mapping.");
-    for (const auto& [k, v] : in.dict().items())
-      out->push_back(Value::List({Value::String(k), v}, SeqKind::kTuple));
+    for (const auto& [k, v] : in.dict().items()) out->push_back(Value::List({Value::String(k), v}, SeqKind::kTuple));
     return absl::OkStatus();
   });
 }
@@ -418,14 +416,12 @@ absl::StatusOr<Value> FReverse(Interpreter&, const Value& in, CallArgs& args) {
 }
 
 absl::StatusOr<Value> FRound(Interpreter&, const Value& in, CallArgs& args) {
-  ASSIGN_OR_RETURN(
-      auto a, BindArgs("round", args, {"precision", "method"}, {Value::Int(0), Value::String("common")}));
+  ASSIGN_OR_RETURN(auto a, BindArgs("round", args, {"precision", "method"}, {Value::Int(0), Value::String("common")}));
   if (!a[1].is_string() || (a[1].str() != "common" && a[1].str() != "ceil" && a[1].str() != "floor")) {
     return absl::InvalidArgumentError("method must be common, ceil or floor");
   }
   if (in.is_undefined()) return absl::InvalidArgumentError(in.undefined_message());
-  if (!in.is_number())
-    return TypeError(absl::StrCat("type ", TypeName(in), " doesn't define __round__ method"));
+  if (!in.is_number()) return TypeError(absl::StrCat("type ", TypeName(in), " doesn't define __round__ method"));
   if (!a[0].is_integer_like()) {
     return TypeError(absl::StrCat("'", TypeName(a[0]), "' object cannot be interpreted as an integer"));
   }
@@ -442,8 +438,7 @@ absl::StatusOr<Value> FRound(Interpreter&, const Value& in, CallArgs& args) {
     std::snprintf(buf.data(), buf.size(), "%.*f", static_cast<int>(precision), x);
     return Value::Float(std::strtod(buf.data(), nullptr));
   }
-  if (precision > 22)
-    return absl::UnimplementedError("round() with ceil/floor beyond 22 digits is not supported");
+  if (precision > 22) return absl::UnimplementedError("round() with ceil/floor beyond 22 digits is not supported");
   const double scale = std::pow(10.0, static_cast<double>(precision));
   const double scaled = in.as_double() * scale;
   if (!std::isfinite(scaled)) return absl::InvalidArgumentError("cannot convert float infinity to integer");
@@ -452,9 +447,8 @@ absl::StatusOr<Value> FRound(Interpreter&, const Value& in, CallArgs& args) {
 }
 
 absl::StatusOr<Value> FToJson(Interpreter& interp, const Value& in, CallArgs& args) {
-  ASSIGN_OR_RETURN(auto a,
-                      BindArgs("tojson", args, {"ensure_ascii", "indent", "separators", "sort_keys"},
-                               {Value::Bool(false), Value::None(), Value::None(), Value::Bool(false)}));
+  ASSIGN_OR_RETURN(auto a, BindArgs("tojson", args, {"ensure_ascii", "indent", "separators", "sort_keys"},
+                                    {Value::Bool(false), Value::None(), Value::None(), Value::Bool(false)}));
   JsonOptions o;
   o.ensure_ascii = Truthy(a[0]);
   if (a[1].is_string()) {
@@ -541,8 +535,7 @@ absl::StatusOr<Value> SelectOrReject(Interpreter& interp, const Value& in, CallA
       if (test) {
         CallArgs sub;
         sub.line = args.line;
-        sub.positional.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(off) + 1,
-                              args.positional.end());
+        sub.positional.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(off) + 1, args.positional.end());
         sub.keyword = args.keyword;
         ASSIGN_OR_RETURN(ok, interp.CallTest(*test, v, sub));
       } else {
@@ -590,7 +583,7 @@ absl::Status SortBy(std::vector<std::pair<std::vector<Value>, Value>>* keyed, bo
 
 absl::StatusOr<Value> FSort(Interpreter& interp, const Value& in, CallArgs& args) {
   ASSIGN_OR_RETURN(auto a, BindArgs("sort", args, {"reverse", "case_sensitive", "attribute"},
-                                       {Value::Bool(false), Value::Bool(false), Value::None()}));
+                                    {Value::Bool(false), Value::Bool(false), Value::None()}));
   ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
   std::vector<AttrGetter> getters;
   if (a[2].is_string()) {
@@ -622,9 +615,8 @@ absl::StatusOr<Value> FSort(Interpreter& interp, const Value& in, CallArgs& args
 
 absl::StatusOr<Value> FDictSort(Interpreter& interp, const Value& in, CallArgs& args) {
   ASSIGN_OR_RETURN(auto a, BindArgs("dictsort", args, {"case_sensitive", "by", "reverse"},
-                                       {Value::Bool(false), Value::String("key"), Value::Bool(false)}));
-  if (in.kind() != Kind::kDict)
-    return TypeError(absl::StrCat("'", TypeName(in), "' object has no attribute 'items'"));
+                                    {Value::Bool(false), Value::String("key"), Value::Bool(false)}));
+  if (in.kind() != Kind::kDict) return TypeError(absl::StrCat("'", TypeName(in), "' object has no attribute 'items'"));
   int pos;
   if (a[1].is_string() && a[1].str() == "key") {
     pos = 0;
@@ -650,8 +642,8 @@ absl::StatusOr<Value> FDictSort(Interpreter& interp, const Value& in, CallArgs& 
 }
 
 absl::StatusOr<Value> FUnique(Interpreter& interp, const Value& in, CallArgs& args) {
-  ASSIGN_OR_RETURN(
-      auto a, BindArgs("unique", args, {"case_sensitive", "attribute"}, {Value::Bool(false), Value::None()}));
+  ASSIGN_OR_RETURN(auto a,
+                   BindArgs("unique", args, {"case_sensitive", "attribute"}, {Value::Bool(false), Value::None()}));
   return LazyGenerator([&](std::vector<Value>* out) -> absl::Status {
     ASSIGN_OR_RETURN(AttrGetter getter, AttrGetter::Make(a[1]));
     getter.ignore_case = !Truthy(a[0]);
@@ -676,7 +668,7 @@ absl::StatusOr<Value> FUnique(Interpreter& interp, const Value& in, CallArgs& ar
 
 absl::StatusOr<Value> MinMax(Interpreter& interp, const Value& in, CallArgs& args, bool max) {
   ASSIGN_OR_RETURN(auto a, BindArgs(max ? "max" : "min", args, {"case_sensitive", "attribute"},
-                                       {Value::Bool(false), Value::None()}));
+                                    {Value::Bool(false), Value::None()}));
   ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in));
   if (items.empty()) return Value::Undefined("No aggregated item, sequence was empty.");
   ASSIGN_OR_RETURN(AttrGetter getter, AttrGetter::Make(a[1]));
@@ -715,8 +707,7 @@ absl::StatusOr<Value> Add(const Value& a, const Value& b) {
     items.insert(items.end(), b.list().items.begin(), b.list().items.end());
     return Value::List(std::move(items));
   }
-  return TypeError(
-      absl::StrCat("unsupported operand type(s) for +: '", TypeName(a), "' and '", TypeName(b), "'"));
+  return TypeError(absl::StrCat("unsupported operand type(s) for +: '", TypeName(a), "' and '", TypeName(b), "'"));
 }
 
 absl::StatusOr<Value> FSum(Interpreter& interp, const Value& in, CallArgs& args) {
@@ -774,10 +765,10 @@ constexpr FilterEntry kFilters[] = {
     {"upper", FUpper},
 };
 
-constexpr std::string_view kJinjaOnlyFilters[] = {
-    "attr",     "batch",     "center", "e",         "escape",   "filesizeformat", "forceescape",
-    "format",   "groupby",   "pprint", "random",    "safe",     "slice",          "striptags",
-    "truncate", "urlencode", "urlize", "wordcount", "wordwrap", "xmlattr"};
+constexpr std::string_view kJinjaOnlyFilters[] = {"attr",           "batch",       "center",    "e",         "escape",
+                                                  "filesizeformat", "forceescape", "format",    "groupby",   "pprint",
+                                                  "random",         "safe",        "slice",     "striptags", "truncate",
+                                                  "urlencode",      "urlize",      "wordcount", "wordwrap",  "xmlattr"};
 
 }  // namespace
 

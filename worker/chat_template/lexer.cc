@@ -143,9 +143,7 @@ absl::StatusOr<std::string> DecodeStringLiteral(std::string_view body, int line)
     if (static_cast<unsigned char>(next) >= 0x80) {
       // backslashreplace turned the character into \xhh / \uhhhh / \Uhhhhhhhh,
       // so this backslash escapes the backslash of that sequence.
-      size_t n = static_cast<unsigned char>(next) >= 0xF0   ? 4
-                 : static_cast<unsigned char>(next) >= 0xE0 ? 3
-                                                            : 2;
+      size_t n = static_cast<unsigned char>(next) >= 0xF0 ? 4 : static_cast<unsigned char>(next) >= 0xE0 ? 3 : 2;
       const char32_t cp = text::Decode(body.substr(i + 1, n))[0];
       char buf[16];
       if (cp <= 0xFF) {
@@ -231,9 +229,8 @@ absl::StatusOr<std::string> DecodeStringLiteral(std::string_view body, int line)
   return out;
 }
 
-constexpr std::string_view kOperators[] = {"**", "//", "==", "!=", ">=", "<=", "+", "-", "/",
-                                           "*",  "%",  "~",  "[",  "]",  "(",  ")", "{", "}",
-                                           ">",  "<",  "=",  ".",  ":",  "|",  ",", ";"};
+constexpr std::string_view kOperators[] = {"**", "//", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%", "~", "[",
+                                           "]",  "(",  ")",  "{",  "}",  ">",  "<", "=", ".", ":", "|", ",", ";"};
 
 class Lexer {
  public:
@@ -273,8 +270,7 @@ class Lexer {
 
  private:
   int LineAt(size_t pos) const {
-    return 1 +
-           static_cast<int>(std::lower_bound(newlines_.begin(), newlines_.end(), pos) - newlines_.begin());
+    return 1 + static_cast<int>(std::lower_bound(newlines_.begin(), newlines_.end(), pos) - newlines_.begin());
   }
 
   void Emit(TokenType type, std::string text, size_t pos) {
@@ -426,8 +422,7 @@ class Lexer {
             return Error(line, absl::StrCat("integer literal ", src_.substr(pos, e - pos), " is too large"));
           }
         }
-        tokens_.push_back(
-            Token{TokenType::kInteger, src_.substr(pos, e - pos), static_cast<int64_t>(v), 0, line});
+        tokens_.push_back(Token{TokenType::kInteger, src_.substr(pos, e - pos), static_cast<int64_t>(v), 0, line});
         pos = e;
         continue;
       }
@@ -466,8 +461,8 @@ class Lexer {
         } else if (op == ")" || op == "]" || op == "}") {
           if (closers.empty()) return Error(line, absl::StrCat("unexpected '", AV(op), "'"));
           if (closers.back() != op[0]) {
-            return Error(line, absl::StrCat("unexpected '", AV(op), "', expected '",
-                                            std::string(1, closers.back()), "'"));
+            return Error(line,
+                         absl::StrCat("unexpected '", AV(op), "', expected '", std::string(1, closers.back()), "'"));
           }
           closers.pop_back();
         }

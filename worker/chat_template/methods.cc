@@ -104,8 +104,7 @@ absl::StatusOr<Value> CaseMethod(const Value& self, CallArgs& args, text::CaseOp
 }
 
 // str.isxxx() for ASCII text; non-ASCII text is refused (Unicode tables).
-absl::StatusOr<Value> CharClass(const Value& self, CallArgs& args, std::string_view name,
-                                bool (*pred)(char)) {
+absl::StatusOr<Value> CharClass(const Value& self, CallArgs& args, std::string_view name, bool (*pred)(char)) {
   RETURN_IF_ERROR(BindArgs(name, args, {}, {}).status());
   const std::string& s = self.str();
   if (!text::IsAscii(s)) {
@@ -118,8 +117,7 @@ absl::StatusOr<Value> CharClass(const Value& self, CallArgs& args, std::string_v
   return Value::Bool(true);
 }
 
-absl::StatusOr<Value> StrMethod(Interpreter& interp, const Value& self, std::string_view name,
-                                CallArgs& args) {
+absl::StatusOr<Value> StrMethod(Interpreter& interp, const Value& self, std::string_view name, CallArgs& args) {
   using text::CaseOp;
   using text::StripSide;
   if (name == "strip") return Strip(self, args, StripSide::kBoth, name);
@@ -167,8 +165,7 @@ absl::StatusOr<Value> StrMethod(Interpreter& interp, const Value& self, std::str
     std::string out;
     for (size_t i = 0; i < items.size(); ++i) {
       if (!items[i].is_string()) {
-        return TypeError(
-            absl::StrCat("sequence item ", i, ": expected str instance, ", TypeName(items[i]), " found"));
+        return TypeError(absl::StrCat("sequence item ", i, ": expected str instance, ", TypeName(items[i]), " found"));
       }
       if (i > 0) out += self.str();
       out += items[i].str();
@@ -198,8 +195,7 @@ absl::StatusOr<Value> StrMethod(Interpreter& interp, const Value& self, std::str
       parts = right ? std::vector<Value>{Value::String(""), Value::String(""), self}
                     : std::vector<Value>{self, Value::String(""), Value::String("")};
     } else {
-      parts = {Value::String(s.substr(0, pos)), Value::String(sep),
-               Value::String(s.substr(pos + sep.size()))};
+      parts = {Value::String(s.substr(0, pos)), Value::String(sep), Value::String(s.substr(pos + sep.size()))};
     }
     return Value::List(std::move(parts), SeqKind::kTuple);
   }
@@ -216,13 +212,11 @@ absl::StatusOr<Value> StrMethod(Interpreter& interp, const Value& self, std::str
     return CharClass(self, args, name, [](char c) { return c >= '0' && c <= '9'; });
   }
   if (name == "isalpha") {
-    return CharClass(self, args, name,
-                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); });
+    return CharClass(self, args, name, [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); });
   }
   if (name == "isalnum") {
-    return CharClass(self, args, name, [](char c) {
-      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-    });
+    return CharClass(self, args, name,
+                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); });
   }
   return absl::UnimplementedError(absl::StrCat("str.", AV(name), "() is not supported"));
 }
@@ -302,12 +296,10 @@ Value Unsafe(const Value& self, std::string_view name) {
       absl::StrCat("access to attribute '", AV(name), "' of '", TypeName(self), "' object is unsafe."));
 }
 
-absl::StatusOr<std::vector<std::pair<std::string, Value>>> DictArgs(std::string_view function,
-                                                                    CallArgs& args) {
+absl::StatusOr<std::vector<std::pair<std::string, Value>>> DictArgs(std::string_view function, CallArgs& args) {
   std::vector<std::pair<std::string, Value>> out;
   if (args.positional.size() > 1) {
-    return TypeError(
-        absl::StrCat(AV(function), " expected at most 1 argument, got ", args.positional.size()));
+    return TypeError(absl::StrCat(AV(function), " expected at most 1 argument, got ", args.positional.size()));
   }
   if (args.positional.size() == 1) {
     const Value& src = args.positional[0];
@@ -349,8 +341,7 @@ absl::StatusOr<Value> GlobalRange(Interpreter& interp, CallArgs& args) {
   if (step > 0 && stop > start) count = (static_cast<__int128>(stop) - start + step - 1) / step;
   if (step < 0 && stop < start) count = (static_cast<__int128>(start) - stop - step - 1) / -step;
   if (count > 100000) {
-    return absl::ResourceExhaustedError(
-        "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+    return absl::ResourceExhaustedError("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
   }
   RETURN_IF_ERROR(interp.ChargeList(static_cast<size_t>(count)));
   std::vector<Value> items;
@@ -431,8 +422,8 @@ absl::StatusOr<std::vector<Value>> BindArgs(std::string_view function, CallArgs&
   const size_t n = names.size();
   const size_t required = n - defaults.size();
   if (args.positional.size() > n) {
-    return TypeError(absl::StrCat(AV(function), "() takes at most ", n, " argument(s) (",
-                                  args.positional.size(), " given)"));
+    return TypeError(
+        absl::StrCat(AV(function), "() takes at most ", n, " argument(s) (", args.positional.size(), " given)"));
   }
   std::vector<Value> out(n);
   std::vector<bool> bound(n, false);
@@ -445,18 +436,15 @@ absl::StatusOr<std::vector<Value>> BindArgs(std::string_view function, CallArgs&
     for (auto it = names.begin(); it != names.end(); ++it, ++i) {
       if (*it == key) break;
     }
-    if (i == n)
-      return TypeError(absl::StrCat(AV(function), "() got an unexpected keyword argument '", key, "'"));
-    if (bound[i])
-      return TypeError(absl::StrCat(AV(function), "() got multiple values for argument '", key, "'"));
+    if (i == n) return TypeError(absl::StrCat(AV(function), "() got an unexpected keyword argument '", key, "'"));
+    if (bound[i]) return TypeError(absl::StrCat(AV(function), "() got multiple values for argument '", key, "'"));
     out[i] = value;
     bound[i] = true;
   }
   size_t i = 0;
   for (auto it = names.begin(); it != names.end(); ++it, ++i) {
     if (bound[i]) continue;
-    if (i < required)
-      return TypeError(absl::StrCat(AV(function), "() missing required argument '", AV(*it), "'"));
+    if (i < required) return TypeError(absl::StrCat(AV(function), "() missing required argument '", AV(*it), "'"));
     out[i] = defaults[i - required];
   }
   return out;
@@ -467,14 +455,13 @@ Value GetMethod(const Value& self, std::string_view name, bool* found) {
   switch (self.kind()) {
     case Kind::kString:
       if (Among(name,
-                {"strip",        "lstrip",       "rstrip",       "split",     "rsplit",     "splitlines",
-                 "startswith",   "endswith",     "lower",        "upper",     "capitalize", "title",
-                 "replace",      "find",         "rfind",        "index",     "rindex",     "count",
-                 "join",         "removeprefix", "removesuffix", "partition", "rpartition", "isspace",
-                 "isdigit",      "isdecimal",    "isnumeric",    "isalpha",   "isalnum",    "format",
-                 "format_map",   "casefold",     "swapcase",     "center",    "ljust",      "rjust",
-                 "zfill",        "expandtabs",   "encode",       "islower",   "isupper",    "istitle",
-                 "isidentifier", "isprintable",  "isascii"})) {
+                {"strip",        "lstrip",      "rstrip",     "split",      "rsplit",    "splitlines",   "startswith",
+                 "endswith",     "lower",       "upper",      "capitalize", "title",     "replace",      "find",
+                 "rfind",        "index",       "rindex",     "count",      "join",      "removeprefix", "removesuffix",
+                 "partition",    "rpartition",  "isspace",    "isdigit",    "isdecimal", "isnumeric",    "isalpha",
+                 "isalnum",      "format",      "format_map", "casefold",   "swapcase",  "center",       "ljust",
+                 "rjust",        "zfill",       "expandtabs", "encode",     "islower",   "isupper",      "istitle",
+                 "isidentifier", "isprintable", "isascii"})) {
         return Bound(self, name);
       }
       break;
@@ -487,8 +474,7 @@ Value GetMethod(const Value& self, std::string_view name, bool* found) {
           self.list().kind == SeqKind::kRange) {
         if (Among(name, {"index", "count"})) return Bound(self, name);
         if (self.list().kind == SeqKind::kList) {
-          if (Among(name, {"append", "reverse", "insert", "sort", "extend", "remove"}))
-            return Unsafe(self, name);
+          if (Among(name, {"append", "reverse", "insert", "sort", "extend", "remove"})) return Unsafe(self, name);
           if (Among(name, {"pop", "clear", "copy"})) return Bound(self, name);
         }
       }

@@ -68,9 +68,7 @@ class Parser {
     if (pos_ + 1 < tokens_.size()) ++pos_;
   }
   static bool IsName(const Token& t, std::string_view v) { return t.type == TokenType::kName && t.text == v; }
-  static bool IsOp(const Token& t, std::string_view v) {
-    return t.type == TokenType::kOperator && t.text == v;
-  }
+  static bool IsOp(const Token& t, std::string_view v) { return t.type == TokenType::kOperator && t.text == v; }
   bool SkipName(std::string_view v) {
     if (!IsName(Cur(), v)) return false;
     Next();
@@ -154,8 +152,8 @@ class Parser {
   }
 
   absl::Status NestingError(int line) const {
-    return absl::ResourceExhaustedError(LineMessage(
-        line, absl::StrCat("the template nests more than ", limits_.max_nesting, " levels deep")));
+    return absl::ResourceExhaustedError(
+        LineMessage(line, absl::StrCat("the template nests more than ", limits_.max_nesting, " levels deep")));
   }
 
   // ---- statements ----
@@ -219,8 +217,8 @@ class Parser {
     ASSIGN_OR_RETURN(Body body, Subparse(&ends));
     open_.pop_back();
     if (Cur().type == TokenType::kEof) {
-      return SyntaxError(Cur().line, absl::StrCat("unexpected end of template: '", tag, "' on line ", line,
-                                                  " needs ", Quoted(ends)));
+      return SyntaxError(
+          Cur().line, absl::StrCat("unexpected end of template: '", tag, "' on line ", line, " needs ", Quoted(ends)));
     }
     if (drop_needle) Next();
     return body;
@@ -261,8 +259,8 @@ class Parser {
     if (name.rfind("end", 0) == 0 || name == "else" || name == "elif") {
       if (open_.empty()) return SyntaxError(line, absl::StrCat("unexpected '", name, "': no block is open"));
       return SyntaxError(
-          line, absl::StrCat("unexpected '", name, "': the innermost open block is '", open_.back().tag,
-                             "' on line ", open_.back().line, ", closed by ", Quoted(open_.back().ends)));
+          line, absl::StrCat("unexpected '", name, "': the innermost open block is '", open_.back().tag, "' on line ",
+                             open_.back().line, ", closed by ", Quoted(open_.back().ends)));
     }
     return SyntaxError(line, absl::StrCat("unknown tag '", name, "'"));
   }
@@ -449,8 +447,8 @@ class Parser {
       }
       return t;
     }
-    return SyntaxError(
-        e.line, e.type == ExprType::kConst ? "can't assign to 'const'" : "can't assign to this expression");
+    return SyntaxError(e.line,
+                       e.type == ExprType::kConst ? "can't assign to 'const'" : "can't assign to this expression");
   }
 
   absl::StatusOr<Target> ParseAssignTarget(bool with_tuple, bool name_only, const Ends& extra_end,
@@ -515,9 +513,7 @@ class Parser {
     return Done(std::move(t));
   }
 
-  absl::StatusOr<ExprPtr> ParseExpression(bool with_condexpr) {
-    return with_condexpr ? ParseCondExpr() : ParseOr();
-  }
+  absl::StatusOr<ExprPtr> ParseExpression(bool with_condexpr) { return with_condexpr ? ParseCondExpr() : ParseOr(); }
 
   absl::StatusOr<ExprPtr> ParseCondExpr() {
     DepthGuard guard(this);
@@ -587,9 +583,9 @@ class Parser {
     int line = Cur().line;
     ASSIGN_OR_RETURN(ExprPtr expr, ParseMath1());
     ExprPtr cmp;
-    static const std::pair<std::string_view, CompareOp> kOps[] = {
-        {"==", CompareOp::kEq}, {"!=", CompareOp::kNe}, {"<", CompareOp::kLt},
-        {"<=", CompareOp::kLe}, {">", CompareOp::kGt},  {">=", CompareOp::kGe}};
+    static const std::pair<std::string_view, CompareOp> kOps[] = {{"==", CompareOp::kEq}, {"!=", CompareOp::kNe},
+                                                                  {"<", CompareOp::kLt},  {"<=", CompareOp::kLe},
+                                                                  {">", CompareOp::kGt},  {">=", CompareOp::kGe}};
     while (true) {
       std::optional<CompareOp> op;
       for (const auto& [text, o] : kOps) {

@@ -40,13 +40,12 @@ CT_SIMPLE_TEST(TMapping, "mapping", v.kind() == Kind::kDict)
 CT_SIMPLE_TEST(TCallable, "callable",
                v.kind() == Kind::kCallable || v.kind() == Kind::kUndefined || v.kind() == Kind::kObject)
 CT_SIMPLE_TEST(TIterable, "iterable",
-               v.kind() == Kind::kUndefined || v.is_string() || v.kind() == Kind::kList ||
-                   v.kind() == Kind::kDict || v.kind() == Kind::kIterator || v.kind() == Kind::kObject)
+               v.kind() == Kind::kUndefined || v.is_string() || v.kind() == Kind::kList || v.kind() == Kind::kDict ||
+                   v.kind() == Kind::kIterator || v.kind() == Kind::kObject)
 CT_SIMPLE_TEST(TSequence, "sequence",
                v.kind() == Kind::kUndefined || v.is_string() || v.kind() == Kind::kDict ||
-                   (v.kind() == Kind::kList &&
-                    (v.list().kind == SeqKind::kList || v.list().kind == SeqKind::kTuple ||
-                     v.list().kind == SeqKind::kRange)))
+                   (v.kind() == Kind::kList && (v.list().kind == SeqKind::kList || v.list().kind == SeqKind::kTuple ||
+                                                v.list().kind == SeqKind::kRange)))
 
 #undef CT_SIMPLE_TEST
 
@@ -75,8 +74,7 @@ absl::StatusOr<bool> TDivisibleBy(Interpreter&, const Value& v, CallArgs& args) 
   ASSIGN_OR_RETURN(auto a, BindArgs("divisibleby", args, {"num"}, {}));
   if (v.is_undefined()) return absl::InvalidArgumentError(v.undefined_message());
   if (!v.is_number() || !a[0].is_number()) {
-    return TypeError(
-        absl::StrCat("unsupported operand type(s) for %: '", TypeName(v), "' and '", TypeName(a[0]), "'"));
+    return TypeError(absl::StrCat("unsupported operand type(s) for %: '", TypeName(v), "' and '", TypeName(a[0]), "'"));
   }
   if (a[0].as_double() == 0) return TypeError("integer division or modulo by zero");
   if (v.is_integer_like() && a[0].is_integer_like()) {
@@ -114,7 +112,6 @@ struct TestEntry {
   std::string_view name;
   TestFn fn;
 };
-
 
 constexpr TestEntry kTests[] = {
     {"boolean", TBoolean},

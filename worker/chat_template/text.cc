@@ -138,13 +138,13 @@ size_t CodePointIndex(std::string_view s, size_t byte) { return CodePointCount(s
 
 bool IsSpace(char32_t c) {
   if (c < 0x80) return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20);
-  return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
-         c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+  return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+         c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 bool IsLineBreak(char32_t c) {
-  return c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D || c == 0x1E ||
-         c == 0x85 || c == 0x2028 || c == 0x2029;
+  return c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D || c == 0x1E || c == 0x85 ||
+         c == 0x2028 || c == 0x2029;
 }
 
 bool IsPrintable(char32_t c) { return !InRanges(kNonPrintable, c); }
@@ -168,8 +168,7 @@ std::string Strip(std::string_view s, StripSide side, const std::string* chars) 
   return Encode(cps, b, e);
 }
 
-std::vector<std::string> Split(std::string_view s, const std::string* sep, int64_t maxsplit,
-                               bool from_right) {
+std::vector<std::string> Split(std::string_view s, const std::string* sep, int64_t maxsplit, bool from_right) {
   std::vector<std::string> out;
   if (sep != nullptr) {
     if (!from_right) {
@@ -446,9 +445,7 @@ absl::StatusOr<std::string> ChangeCase(std::string_view s, CaseOp op) {
     case CaseOp::kTitleFilter: {
       // jinja2: re.split(r"([-\s({\[<]+)") then item[0].upper() + item[1:].lower().
       std::vector<char32_t> cps = Decode(s);
-      auto is_sep = [](char32_t c) {
-        return c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || IsSpace(c);
-      };
+      auto is_sep = [](char32_t c) { return c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || IsSpace(c); };
       out.clear();
       size_t k = 0;
       while (k < cps.size()) {
@@ -458,8 +455,7 @@ absl::StatusOr<std::string> ChangeCase(std::string_view s, CaseOp op) {
         for (size_t m = k; m < j; ++m) {
           char32_t c = cps[m];
           if (c < 0x80)
-            c = static_cast<char32_t>(m == k ? AsciiUpper(static_cast<char>(c))
-                                             : AsciiLower(static_cast<char>(c)));
+            c = static_cast<char32_t>(m == k ? AsciiUpper(static_cast<char>(c)) : AsciiLower(static_cast<char>(c)));
           AppendUtf8(c, &out);
         }
         k = j;

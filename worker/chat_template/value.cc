@@ -14,8 +14,7 @@ namespace tandem::chat_template {
 namespace {
 
 absl::Status TooDeep() {
-  return absl::InvalidArgumentError(
-      absl::StrCat("value nests more than ", kMaxValueDepth, " containers deep"));
+  return absl::InvalidArgumentError(absl::StrCat("value nests more than ", kMaxValueDepth, " containers deep"));
 }
 
 int MaxDepth(const std::vector<Value>& items) {
@@ -105,9 +104,8 @@ absl::StatusOr<std::string> ReprDict(const DictData& d, int depth) {
 }
 
 absl::Status NotPrintable(const Value& v) {
-  return absl::UnimplementedError(
-      absl::StrCat("cannot print a ", TypeName(v),
-                   " object (Python prints its memory address); convert it first, e.g. with |list"));
+  return absl::UnimplementedError(absl::StrCat(
+      "cannot print a ", TypeName(v), " object (Python prints its memory address); convert it first, e.g. with |list"));
 }
 
 absl::StatusOr<std::string> ReprAt(const Value& v, int depth) {
@@ -152,8 +150,7 @@ absl::StatusOr<std::string> ReprAt(const Value& v, int depth) {
 }
 
 absl::Status NotSerializable(const Value& v) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("Object of type ", TypeName(v), " is not JSON serializable"));
+  return absl::InvalidArgumentError(absl::StrCat("Object of type ", TypeName(v), " is not JSON serializable"));
 }
 
 struct JsonWriter {
@@ -547,8 +544,8 @@ absl::StatusOr<int> Compare(const Value& a, const Value& b, std::string_view op)
     return absl::InvalidArgumentError((a.is_undefined() ? a : b).undefined_message());
   }
   if (a.is_number() && b.is_number()) {
-    const bool nan = (!a.is_integer_like() && std::isnan(a.as_double())) ||
-                     (!b.is_integer_like() && std::isnan(b.as_double()));
+    const bool nan =
+        (!a.is_integer_like() && std::isnan(a.as_double())) || (!b.is_integer_like() && std::isnan(b.as_double()));
     // Every ordering comparison with NaN is false: report "unordered" as 2.
     if (nan) return 2;
     return CompareNumbers(a, b);
@@ -567,8 +564,8 @@ absl::StatusOr<int> Compare(const Value& a, const Value& b, std::string_view op)
     }
     return x.size() < y.size() ? -1 : (x.size() > y.size() ? 1 : 0);
   }
-  return absl::InvalidArgumentError(absl::StrCat("'", AV(op), "' not supported between instances of '",
-                                                 TypeName(a), "' and '", TypeName(b), "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("'", AV(op), "' not supported between instances of '", TypeName(a), "' and '", TypeName(b), "'"));
 }
 
 absl::StatusOr<std::string> ToJson(const Value& v, const JsonOptions& options) {
@@ -665,8 +662,7 @@ absl::StatusOr<bool> Contains(const Value& container, const Value& item) {
     case Kind::kUndefined:
       return false;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("argument of type '", TypeName(container), "' is not iterable"));
+      return absl::InvalidArgumentError(absl::StrCat("argument of type '", TypeName(container), "' is not iterable"));
   }
 }
 

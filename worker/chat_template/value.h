@@ -177,8 +177,7 @@ class Value {
   struct CallRep {
     std::shared_ptr<const CallableData> c;
   };
-  std::variant<UndefRep, NoneRep, bool, int64_t, double, StrRep, ListRep, DictRep, NsRep, IterRep, ObjRep,
-               CallRep>
+  std::variant<UndefRep, NoneRep, bool, int64_t, double, StrRep, ListRep, DictRep, NsRep, IterRep, ObjRep, CallRep>
       rep_;
 };
 

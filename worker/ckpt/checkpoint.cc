@@ -36,7 +36,6 @@ constexpr int kMaxWorldSize = 1 << 16;
 // a + b, or an error when it does not fit in 64 bits.
 bool AddOverflows(uint64_t a, uint64_t b, uint64_t* sum) { return __builtin_add_overflow(a, b, sum); }
 
-
 absl::Status FsyncPath(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY);
   if (fd < 0) return absl::InternalError("open " + path + ": " + std::strerror(errno));
@@ -68,8 +67,7 @@ absl::StatusOr<uint64_t> FromHex(const std::string& s) {
 // integer silently, so only integers that fit T are taken. A missing key
 // leaves *out as it is when `optional`, else is an error.
 template <typename T>
-absl::Status ReadInteger(const json& object, const char* key, T* out, const std::string& where,
-                         bool optional = false) {
+absl::Status ReadInteger(const json& object, const char* key, T* out, const std::string& where, bool optional = false) {
   const auto it = object.is_object() ? object.find(key) : object.end();
   if (it == object.end()) {
     return optional ? absl::OkStatus() : absl::DataLossError(where + ": '" + key + "' is missing");
@@ -88,8 +86,8 @@ absl::Status ReadInteger(const json& object, const char* key, T* out, const std:
 }
 
 absl::Status ShardSizeMismatch(const std::string& path, uint64_t actual, uint64_t claimed) {
-  return absl::DataLossError("checkpoint shard " + path + " has " + std::to_string(actual) +
-                             " bytes, manifest says " + std::to_string(claimed) + " (truncated?)");
+  return absl::DataLossError("checkpoint shard " + path + " has " + std::to_string(actual) + " bytes, manifest says " +
+                             std::to_string(claimed) + " (truncated?)");
 }
 
 std::string ManifestChecksum(json j) {
@@ -115,15 +113,10 @@ std::string ShardFileName(int rank, int world_size) {
   return buf;
 }
 
-std::string PartialDir(const std::string& root, int64_t step) {
-  return root + "/" + StepDirName(step) + ".partial";
-}
-std::string FinalDir(const std::string& root, int64_t step) {
-  return root + "/" + StepDirName(step);
-}
+std::string PartialDir(const std::string& root, int64_t step) { return root + "/" + StepDirName(step) + ".partial"; }
+std::string FinalDir(const std::string& root, int64_t step) { return root + "/" + StepDirName(step); }
 
-absl::StatusOr<ShardFileInfo> WriteShard(const std::string& dir, int world_size,
-                                         const ShardState& state) {
+absl::StatusOr<ShardFileInfo> WriteShard(const std::string& dir, int world_size, const ShardState& state) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError("create " + dir + ": " + ec.message());
@@ -134,9 +127,8 @@ absl::StatusOr<ShardFileInfo> WriteShard(const std::string& dir, int world_size,
   header["arrays"] = json::array();
   for (const auto& [name, values] : state.arrays) {
     if (values.size() != n) {
-      return absl::InvalidArgumentError("shard array " + name + " has " +
-                                        std::to_string(values.size()) + " floats, ranges cover " +
-                                        std::to_string(n));
+      return absl::InvalidArgumentError("shard array " + name + " has " + std::to_string(values.size()) +
+                                        " floats, ranges cover " + std::to_string(n));
     }
     header["arrays"].push_back(name);
   }
@@ -169,8 +161,7 @@ absl::StatusOr<ShardState> ReadShard(const std::string& dir, const ShardFileInfo
   const std::string path = dir + "/" + info.file;
   auto data = model::ReadFileToString(path);
   if (!data.ok()) {
-    return absl::NotFoundError("checkpoint shard " + path + " is missing: " +
-                               std::string(data.status().message()));
+    return absl::NotFoundError("checkpoint shard " + path + " is missing: " + std::string(data.status().message()));
   }
   if (data->size() != info.bytes) return ShardSizeMismatch(path, data->size(), info.bytes);
   if (Xxh64(data->data(), data->size()) != info.xxh64) {
@@ -191,8 +182,7 @@ absl::StatusOr<ShardState> ReadShard(const std::string& dir, const ShardFileInfo
   auto parsed = model::ParseStrictJson(std::string_view(data->data() + 16, hlen), "shard header");
   if (!parsed.ok()) return absl::DataLossError(path + ": " + std::string(parsed.status().message()));
   json header = std::move(*parsed);
-  if (!header.is_object() || !header.contains("ranges") ||
-      !header.contains("arrays") || !header["ranges"].is_array() ||
+  if (!header.is_object() || !header.contains("ranges") || !header.contains("arrays") || !header["ranges"].is_array() ||
       !header["arrays"].is_array()) {
     return absl::DataLossError(path + ": invalid shard header");
   }
@@ -207,8 +197,7 @@ absl::StatusOr<ShardState> ReadShard(const std::string& dir, const ShardFileInfo
   const uint64_t max_floats = data->size() / 4;
   uint64_t n = 0;
   for (const auto& r : header["ranges"]) {
-    if (!r.is_array() || r.size() != 2 || !r[0].is_number_unsigned() ||
-        !r[1].is_number_unsigned()) {
+    if (!r.is_array() || r.size() != 2 || !r[0].is_number_unsigned() || !r[1].is_number_unsigned()) {
       return absl::DataLossError(path + ": invalid range in shard header");
     }
     const Range range{r[0].get<uint64_t>(), r[1].get<uint64_t>()};
@@ -229,8 +218,7 @@ absl::StatusOr<ShardState> ReadShard(const std::string& dir, const ShardFileInfo
       if (seen == name.get<std::string>()) return absl::DataLossError(path + ": array " + seen + " appears twice");
     }
     if (n * 4 > data->size() - pos) {
-      return absl::DataLossError(path + ": array " + name.get<std::string>() +
-                                 " runs past the end of the file");
+      return absl::DataLossError(path + ": array " + name.get<std::string>() + " runs past the end of the file");
     }
     std::vector<float> values(n);
     if (n > 0) std::memcpy(values.data(), data->data() + pos, n * 4);  // empty: data() may be null
@@ -282,8 +270,7 @@ absl::Status WriteManifest(const std::string& dir, const Manifest& m) {
   j["extra"] = m.extra;
   j["shards"] = json::array();
   for (const auto& s : m.shards) {
-    j["shards"].push_back({{"file", s.file}, {"rank", s.rank}, {"bytes", s.bytes},
-                           {"xxh64", ToHex(s.xxh64)}});
+    j["shards"].push_back({{"file", s.file}, {"rank", s.rank}, {"bytes", s.bytes}, {"xxh64", ToHex(s.xxh64)}});
   }
   j["checksum"] = ManifestChecksum(j);
   return model::WriteFileAtomic(dir + "/manifest.json", j.dump(2));
@@ -314,13 +301,13 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {
                          j["checksum"].get<std::string>() != ManifestChecksum(j))) {
       return absl::DataLossError(dir + "/manifest.json fails its checksum (damaged or edited)");
     }
-    for (const absl::Status& st : {ReadInteger(j, "step", &m.step, where),
-                                   ReadInteger(j, "world_size", &m.world_size, where),
-                                   ReadInteger(j, "zero_stage", &m.zero_stage, where),
-                                   ReadInteger(j, "generation", &m.generation, where, /*optional=*/true),
-                                   ReadInteger(j, "policy_version", &m.policy_version, where, true),
-                                   ReadInteger(j, "optimizer_steps", &m.optimizer_steps, where, true),
-                                   ReadInteger(j, "total_floats", &m.total_floats, where)}) {
+    for (const absl::Status& st :
+         {ReadInteger(j, "step", &m.step, where), ReadInteger(j, "world_size", &m.world_size, where),
+          ReadInteger(j, "zero_stage", &m.zero_stage, where),
+          ReadInteger(j, "generation", &m.generation, where, /*optional=*/true),
+          ReadInteger(j, "policy_version", &m.policy_version, where, true),
+          ReadInteger(j, "optimizer_steps", &m.optimizer_steps, where, true),
+          ReadInteger(j, "total_floats", &m.total_floats, where)}) {
       RETURN_IF_ERROR(st);
     }
     m.config_hash = j.value("config_hash", "");
@@ -409,8 +396,7 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir) {
     if (&info == &m.shards.front()) {
       array_names = names;
     } else if (names != array_names) {
-      return absl::DataLossError(dir + "/" + info.file +
-                                 ": holds different arrays than the first shard");
+      return absl::DataLossError(dir + "/" + info.file + ": holds different arrays than the first shard");
     }
     for (const auto& [name, values] : shard.arrays) {
       auto& full = out.arrays[name];
@@ -430,8 +416,7 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir) {
       }
       for (uint64_t i = r.offset; i < r.offset + r.count; ++i) {
         if (covered[i]++) {
-          return absl::DataLossError(dir + ": element " + std::to_string(i) +
-                                     " is stored by two shards");
+          return absl::DataLossError(dir + ": element " + std::to_string(i) + " is stored by two shards");
         }
       }
     }
@@ -449,8 +434,7 @@ std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& 
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
-    if (!e.is_directory() || name.rfind("step-", 0) != 0 ||
-        name.find('.') != std::string::npos) {
+    if (!e.is_directory() || name.rfind("step-", 0) != 0 || name.find('.') != std::string::npos) {
       continue;
     }
     char* end = nullptr;
@@ -462,8 +446,7 @@ std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& 
   return out;
 }
 
-absl::StatusOr<LoadedCheckpoint> LoadLatestValid(const std::string& root,
-                                                 std::vector<std::string>* skipped) {
+absl::StatusOr<LoadedCheckpoint> LoadLatestValid(const std::string& root, std::vector<std::string>* skipped) {
   for (const auto& [step, dir] : ListCheckpoints(root)) {
     auto c = LoadCheckpoint(dir);
     if (c.ok()) return c;

@@ -77,8 +77,7 @@ std::string ShardFileName(int rank, int world_size);
 
 // Writes `state` as DIR/ShardFileName(rank, world) atomically and durably;
 // returns its size and checksum. DIR is created if missing.
-absl::StatusOr<ShardFileInfo> WriteShard(const std::string& dir, int world_size,
-                                         const ShardState& state);
+absl::StatusOr<ShardFileInfo> WriteShard(const std::string& dir, int world_size, const ShardState& state);
 // Reads and verifies one shard (size and checksum from `info`).
 absl::StatusOr<ShardState> ReadShard(const std::string& dir, const ShardFileInfo& info);
 
@@ -117,8 +116,7 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir);
 std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& root);
 // The newest checkpoint that loads; `skipped` receives "dir: reason" for each
 // newer one that did not (corrupt, truncated, missing shard).
-absl::StatusOr<LoadedCheckpoint> LoadLatestValid(const std::string& root,
-                                                 std::vector<std::string>* skipped);
+absl::StatusOr<LoadedCheckpoint> LoadLatestValid(const std::string& root, std::vector<std::string>* skipped);
 // Deletes all but the newest `keep` complete checkpoints and any stale
 // .partial directories older than the newest complete one.
 absl::Status ApplyRetention(const std::string& root, int keep);

@@ -4,8 +4,7 @@
 
 namespace tandem::comm {
 
-AbortSignal::Registration& AbortSignal::Registration::operator=(
-    Registration&& other) noexcept {
+AbortSignal::Registration& AbortSignal::Registration::operator=(Registration&& other) noexcept {
   if (this != &other) {
     Reset();
     signal_ = std::move(other.signal_);
@@ -27,8 +26,7 @@ void AbortSignal::Abort() {
   for (auto& [id, fn] : callbacks_) fn();
 }
 
-AbortSignal::Registration AbortSignal::Register(
-    const std::shared_ptr<AbortSignal>& self, std::function<void()> fn) {
+AbortSignal::Registration AbortSignal::Register(const std::shared_ptr<AbortSignal>& self, std::function<void()> fn) {
   if (self == nullptr || !fn) return Registration();
   absl::MutexLock lock(&self->mu_);
   if (self->aborted()) {

@@ -44,8 +44,7 @@ class AbortSignal {
 
    private:
     friend class AbortSignal;
-    Registration(std::shared_ptr<AbortSignal> signal, uint64_t id)
-        : signal_(std::move(signal)), id_(id) {}
+    Registration(std::shared_ptr<AbortSignal> signal, uint64_t id) : signal_(std::move(signal)), id_(id) {}
     std::shared_ptr<AbortSignal> signal_;
     uint64_t id_ = 0;
   };
@@ -59,8 +58,7 @@ class AbortSignal {
 
   // `self` must own this signal (a shared_ptr keeps it alive for the
   // Registration). A null `self` gives an empty Registration and never runs fn.
-  static Registration Register(const std::shared_ptr<AbortSignal>& self,
-                               std::function<void()> fn);
+  static Registration Register(const std::shared_ptr<AbortSignal>& self, std::function<void()> fn);
 
  private:
   void Unregister(uint64_t id);

@@ -9,12 +9,12 @@
 
 namespace tandem::comm {
 
-absl::StatusOr<std::unique_ptr<Collective>> MakeGlooCollective(
-    Store& store, int rank, int size, const CollectiveOptions& options);
+absl::StatusOr<std::unique_ptr<Collective>> MakeGlooCollective(Store& store, int rank, int size,
+                                                               const CollectiveOptions& options);
 
 #if defined(TANDEM_HAVE_NCCL)
-absl::StatusOr<std::unique_ptr<Collective>> MakeNcclCollective(
-    Store& store, int rank, int size, const CollectiveOptions& options);
+absl::StatusOr<std::unique_ptr<Collective>> MakeNcclCollective(Store& store, int rank, int size,
+                                                               const CollectiveOptions& options);
 #endif
 
 }  // namespace tandem::comm

@@ -7,13 +7,20 @@ namespace tandem::comm {
 
 std::string_view CollectiveKindName(CollectiveKind kind) {
   switch (kind) {
-    case CollectiveKind::kAllreduce: return "allreduce";
-    case CollectiveKind::kReduceScatter: return "reduce_scatter";
-    case CollectiveKind::kAllgather: return "allgather";
-    case CollectiveKind::kBroadcast: return "broadcast";
-    case CollectiveKind::kBarrier: return "barrier";
-    case CollectiveKind::kSendRecv: return "send_recv";
-    case CollectiveKind::kAllScan: return "all_scan";
+    case CollectiveKind::kAllreduce:
+      return "allreduce";
+    case CollectiveKind::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveKind::kAllgather:
+      return "allgather";
+    case CollectiveKind::kBroadcast:
+      return "broadcast";
+    case CollectiveKind::kBarrier:
+      return "barrier";
+    case CollectiveKind::kSendRecv:
+      return "send_recv";
+    case CollectiveKind::kAllScan:
+      return "all_scan";
   }
   return "unknown";
 }
@@ -21,8 +28,7 @@ std::string_view CollectiveKindName(CollectiveKind kind) {
 ScanOp ScanOp::Sum() {
   ScanOp op;
   op.identity = 0.f;
-  op.combine = [](const float* carry_in, const float* mine, float* carry_out,
-                  size_t /*offset*/, size_t count) {
+  op.combine = [](const float* carry_in, const float* mine, float* carry_out, size_t /*offset*/, size_t count) {
     for (size_t i = 0; i < count; ++i) carry_out[i] = carry_in[i] + mine[i];
   };
   return op;
@@ -31,8 +37,7 @@ ScanOp ScanOp::Sum() {
 ScanOp ScanOp::Affine(float decay) {
   ScanOp op;
   op.identity = 0.f;
-  op.combine = [decay](const float* carry_in, const float* mine,
-                       float* carry_out, size_t /*offset*/, size_t count) {
+  op.combine = [decay](const float* carry_in, const float* mine, float* carry_out, size_t /*offset*/, size_t count) {
     for (size_t i = 0; i < count; ++i) {
       carry_out[i] = decay * carry_in[i] + mine[i];
     }
@@ -63,8 +68,7 @@ void Collective::ResetBytes() {
   }
 }
 
-void Collective::CountBytes(CollectiveKind kind, uint64_t sent,
-                            uint64_t received) {
+void Collective::CountBytes(CollectiveKind kind, uint64_t sent, uint64_t received) {
   auto& c = counts_[static_cast<int>(kind)];
   c.sent += sent;
   c.received += received;
@@ -77,25 +81,21 @@ std::vector<size_t> SplitEven(size_t n, int parts) {
   return counts;
 }
 
-absl::StatusOr<std::unique_ptr<Collective>> MakeCollective(
-    std::string_view backend, Store& store, int rank, int size,
-    const CollectiveOptions& options) {
+absl::StatusOr<std::unique_ptr<Collective>> MakeCollective(std::string_view backend, Store& store, int rank, int size,
+                                                           const CollectiveOptions& options) {
   if (size < 1 || rank < 0 || rank >= size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("collective: bad rank ", rank, " of size ", size));
+    return absl::InvalidArgumentError(absl::StrCat("collective: bad rank ", rank, " of size ", size));
   }
   if (backend == "gloo") return MakeGlooCollective(store, rank, size, options);
   if (backend == "nccl") {
 #if defined(TANDEM_HAVE_NCCL)
     return MakeNcclCollective(store, rank, size, options);
 #else
-    return absl::UnimplementedError(
-        "nccl: backend not built (this build has no CUDA); use gloo");
+    return absl::UnimplementedError("nccl: backend not built (this build has no CUDA); use gloo");
 #endif
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("collective: unknown backend '", std::string(backend),
-                   "' (expected gloo or nccl)"));
+      absl::StrCat("collective: unknown backend '", std::string(backend), "' (expected gloo or nccl)"));
 }
 
 }  // namespace tandem::comm

@@ -70,9 +70,8 @@ struct ByteCount {
 // Rank 0 starts from `identity` in every element. For an associative
 // element-wise operator this is the exclusive prefix scan.
 struct ScanOp {
-  using Combine = std::function<void(const float* carry_in, const float* mine,
-                                     float* carry_out, size_t offset,
-                                     size_t count)>;
+  using Combine =
+      std::function<void(const float* carry_in, const float* mine, float* carry_out, size_t offset, size_t count)>;
   float identity = 0.f;
   Combine combine;
 
@@ -95,35 +94,27 @@ class Collective {
   int size() const { return size_; }
 
   // In-place: data[0..n) becomes the reduction over ranks.
-  virtual absl::Status allreduce(float* data, size_t n, ReduceOp op,
-                                 Timeout timeout) = 0;
+  virtual absl::Status allreduce(float* data, size_t n, ReduceOp op, Timeout timeout) = 0;
   // `in` has sum(counts) elements on every rank; rank r receives the summed
   // counts[r] elements at offset sum(counts[<r]) into `out` (counts[r]
   // elements). Uneven counts allowed. `in` and `out` must not overlap.
-  virtual absl::Status reduce_scatter(const float* in, float* out,
-                                      const std::vector<size_t>& counts,
+  virtual absl::Status reduce_scatter(const float* in, float* out, const std::vector<size_t>& counts,
                                       Timeout timeout) = 0;
   // Rank r contributes counts[r] elements from `in`; `out` receives all
   // ranks' elements, rank by rank (sum(counts) elements). `in` may alias
   // out + sum(counts[<r]).
-  virtual absl::Status allgather(const float* in, float* out,
-                                 const std::vector<size_t>& counts,
-                                 Timeout timeout) = 0;
-  virtual absl::Status broadcast(float* data, size_t n, int root,
-                                 Timeout timeout) = 0;
+  virtual absl::Status allgather(const float* in, float* out, const std::vector<size_t>& counts, Timeout timeout) = 0;
+  virtual absl::Status broadcast(float* data, size_t n, int root, Timeout timeout) = 0;
   virtual absl::Status barrier(Timeout timeout) = 0;
   // Point-to-point; a send matches the recv with the same (peer, tag) in
   // order. send is a rendezvous: it returns once the peer has posted the
   // matching recv and the data left this buffer (so two ranks that both send
   // first deadlock until the timeout - order them).
-  virtual absl::Status send(const void* data, size_t bytes, int peer,
-                            uint32_t tag, Timeout timeout) = 0;
-  virtual absl::Status recv(void* data, size_t bytes, int peer, uint32_t tag,
-                            Timeout timeout) = 0;
+  virtual absl::Status send(const void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) = 0;
+  virtual absl::Status recv(void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) = 0;
   // Exclusive scan along the rank chain, block by block (bytes per rank do
   // not grow with N): data[0..n) becomes the carry after ranks 0..r-1.
-  virtual absl::Status all_scan(float* data, size_t n, const ScanOp& op,
-                                Timeout timeout) = 0;
+  virtual absl::Status all_scan(float* data, size_t n, const ScanOp& op, Timeout timeout) = 0;
 
   // Makes every waiting and later call fail with Aborted. Any thread.
   virtual void Abort() = 0;
@@ -170,9 +161,8 @@ struct CollectiveOptions {
 // backend: "gloo" or "nccl". Rendezvous happens here (blocks until every rank
 // has joined, options.timeout passes, or options.abort is aborted). `store` need only live through this
 // call.
-absl::StatusOr<std::unique_ptr<Collective>> MakeCollective(
-    std::string_view backend, Store& store, int rank, int size,
-    const CollectiveOptions& options);
+absl::StatusOr<std::unique_ptr<Collective>> MakeCollective(std::string_view backend, Store& store, int rank, int size,
+                                                           const CollectiveOptions& options);
 
 // Element counts of splitting n into `parts` near-equal contiguous pieces
 // (the first n % parts pieces get one more).

@@ -31,23 +31,19 @@ bool ReadFile(const std::string& path, std::string* out) {
 }
 
 absl::Status WriteAtomically(const std::string& path, std::string_view value) {
-  const std::string tmp =
-      absl::StrCat(path, ".tmp.", getpid(), ".", g_tmp_counter++);
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid(), ".", g_tmp_counter++);
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) {
-      return absl::UnavailableError(
-          absl::StrCat("file store: cannot write ", tmp));
+      return absl::UnavailableError(absl::StrCat("file store: cannot write ", tmp));
     }
     out.write(value.data(), value.size());
     if (!out) {
-      return absl::UnavailableError(
-          absl::StrCat("file store: short write to ", tmp));
+      return absl::UnavailableError(absl::StrCat("file store: short write to ", tmp));
     }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("file store: cannot rename ", tmp, " to ", path));
+    return absl::UnavailableError(absl::StrCat("file store: cannot rename ", tmp, " to ", path));
   }
   return absl::OkStatus();
 }
@@ -76,18 +72,14 @@ std::string FileStore::Path(std::string_view key) const {
   return absl::StrCat(dir_, "/k", absl::BytesToHexString(std::string(key)));
 }
 
-absl::Status FileStore::Set(std::string_view key, std::string_view value) {
-  return WriteAtomically(Path(key), value);
-}
+absl::Status FileStore::Set(std::string_view key, std::string_view value) { return WriteAtomically(Path(key), value); }
 
-absl::StatusOr<std::string> FileStore::Get(std::string_view key,
-                                           std::chrono::milliseconds timeout) {
+absl::StatusOr<std::string> FileStore::Get(std::string_view key, std::chrono::milliseconds timeout) {
   const std::string path = Path(key);
   std::string value;
   if (!PollUntil([&] { return ReadFile(path, &value); }, timeout)) {
     return absl::DeadlineExceededError(
-        absl::StrCat("file store: key '", std::string(key), "' not set within ",
-                     timeout.count(), " ms"));
+        absl::StrCat("file store: key '", std::string(key), "' not set within ", timeout.count(), " ms"));
   }
   return value;
 }
@@ -96,16 +88,15 @@ absl::StatusOr<int64_t> FileStore::Add(std::string_view key, int64_t delta) {
   const std::string lock_path = dir_ + "/.lock";
   int fd = open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("file store: cannot open ", lock_path));
+    return absl::UnavailableError(absl::StrCat("file store: cannot open ", lock_path));
   }
   flock(fd, LOCK_EX);
   std::string old;
   int64_t value = 0;
   absl::Status status;
   if (ReadFile(Path(key), &old) && !absl::SimpleAtoi(old, &value)) {
-    status = absl::FailedPreconditionError(absl::StrCat(
-        "file store: key '", std::string(key), "' does not hold an integer"));
+    status = absl::FailedPreconditionError(
+        absl::StrCat("file store: key '", std::string(key), "' does not hold an integer"));
   } else {
     value += delta;
     status = WriteAtomically(Path(key), absl::StrCat(value));
@@ -116,8 +107,7 @@ absl::StatusOr<int64_t> FileStore::Add(std::string_view key, int64_t delta) {
   return value;
 }
 
-absl::Status FileStore::Wait(const std::vector<std::string>& keys,
-                             std::chrono::milliseconds timeout) {
+absl::Status FileStore::Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   auto all = [&] {
     for (const auto& k : keys) {
       struct stat st;
@@ -126,14 +116,11 @@ absl::Status FileStore::Wait(const std::vector<std::string>& keys,
     return true;
   };
   if (!PollUntil(all, timeout)) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "file store: keys not all set within ", timeout.count(), " ms"));
+    return absl::DeadlineExceededError(absl::StrCat("file store: keys not all set within ", timeout.count(), " ms"));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> FileStore::Delete(std::string_view key) {
-  return std::remove(Path(key).c_str()) == 0;
-}
+absl::StatusOr<bool> FileStore::Delete(std::string_view key) { return std::remove(Path(key).c_str()) == 0; }
 
 }  // namespace tandem::comm

@@ -19,11 +19,9 @@ class FileStore final : public Store {
   explicit FileStore(std::string dir);
 
   absl::Status Set(std::string_view key, std::string_view value) override;
-  absl::StatusOr<std::string> Get(std::string_view key,
-                                  std::chrono::milliseconds timeout) override;
+  absl::StatusOr<std::string> Get(std::string_view key, std::chrono::milliseconds timeout) override;
   absl::StatusOr<int64_t> Add(std::string_view key, int64_t delta) override;
-  absl::Status Wait(const std::vector<std::string>& keys,
-                    std::chrono::milliseconds timeout) override;
+  absl::Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   absl::StatusOr<bool> Delete(std::string_view key) override;
 
  private:

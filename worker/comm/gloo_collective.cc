@@ -42,12 +42,12 @@
 #include <numeric>
 #include <stdexcept>
 
+#include <dirent.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
-#include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -70,8 +70,7 @@ namespace {
 // Shuts down every connected TCP socket of this process whose local address
 // (as Gloo prints it) is in `addresses`; with `listening`, listening sockets
 // bound to those addresses too.
-void ShutdownSockets(const std::vector<std::string>& addresses,
-                     bool listening = false) {
+void ShutdownSockets(const std::vector<std::string>& addresses, bool listening = false) {
   DIR* dir = opendir("/proc/self/fd");
   if (dir == nullptr) return;
   std::vector<int> fds;
@@ -88,16 +87,13 @@ void ShutdownSockets(const std::vector<std::string>& addresses,
     if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) != 0) {
       int accepting = 0;
       socklen_t alen = sizeof(accepting);
-      if (!listening ||
-          getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &alen) != 0 ||
-          accepting == 0) {
+      if (!listening || getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &alen) != 0 || accepting == 0) {
         continue;
       }
     }
     std::string name;
     try {
-      name = gloo::transport::tcp::Address(reinterpret_cast<sockaddr*>(&local),
-                                           len).str();
+      name = gloo::transport::tcp::Address(reinterpret_cast<sockaddr*>(&local), len).str();
     } catch (const std::exception&) {
       continue;
     }
@@ -122,17 +118,19 @@ using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 
 ReduceFn PickReduce(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return &gloo::sum<float>;
-    case ReduceOp::kMax: return &gloo::max<float>;
-    case ReduceOp::kMin: return &gloo::min<float>;
+    case ReduceOp::kSum:
+      return &gloo::sum<float>;
+    case ReduceOp::kMax:
+      return &gloo::max<float>;
+    case ReduceOp::kMin:
+      return &gloo::min<float>;
   }
   return &gloo::sum<float>;
 }
 
 class GlooCollective final : public Collective {
  public:
-  GlooCollective(int rank, int size, Timeout timeout)
-      : Collective(rank, size), default_timeout_(timeout) {}
+  GlooCollective(int rank, int size, Timeout timeout) : Collective(rank, size), default_timeout_(timeout) {}
 
   ~GlooCollective() override {
     // No abort callback runs once this returns.
@@ -145,12 +143,10 @@ class GlooCollective final : public Collective {
   absl::Status Connect(Store& store, const CollectiveOptions& options) {
     // Aborting the signal aborts this communicator, during the rendezvous
     // and for its whole life.
-    abort_registration_ =
-        AbortSignal::Register(options.abort, [this] { Abort(); });
+    abort_registration_ = AbortSignal::Register(options.abort, [this] { Abort(); });
     AbortableStore abortable(&store, options.abort);
     PrefixStore scoped(options.prefix + "/gloo", &abortable);
-    const std::string where =
-        absl::StrCat("rank ", rank(), " of ", size(), ", address ", options.address);
+    const std::string where = absl::StrCat("rank ", rank(), " of ", size(), ", address ", options.address);
     if (size() > 1) {
       // Every rank arrives before anyone connects, so the connect below
       // only waits for peers that are known to be alive.
@@ -163,8 +159,7 @@ class GlooCollective final : public Collective {
       if (!st.ok()) {
         if (aborted_ || absl::IsAborted(st)) return AbortedRendezvous(where);
         return absl::Status(
-            st.code(), absl::StrCat("gloo: rendezvous failed (", where,
-                                    "): not every rank arrived: ", st.message()));
+            st.code(), absl::StrCat("gloo: rendezvous failed (", where, "): not every rank arrived: ", st.message()));
       }
     }
     const Timeout connect_timeout = std::min(options.timeout, options.connect_timeout);
@@ -176,8 +171,7 @@ class GlooCollective final : public Collective {
       gloo::transport::tcp::attr attr;
       attr.hostname = options.address;
       device_ = gloo::transport::tcp::CreateDevice(attr);
-      auto context =
-          std::make_shared<gloo::rendezvous::Context>(rank(), size());
+      auto context = std::make_shared<gloo::rendezvous::Context>(rank(), size());
       context->setTimeout(pair_timeout);
       context->connectFullMesh(gloo_store, device_);
       context->setTimeout(options.timeout);
@@ -196,8 +190,7 @@ class GlooCollective final : public Collective {
       }
     } catch (const std::exception& e) {
       if (aborted_) return AbortedRendezvous(where);
-      return absl::UnavailableError(
-          absl::StrCat("gloo: rendezvous failed (", where, "): ", e.what()));
+      return absl::UnavailableError(absl::StrCat("gloo: rendezvous failed (", where, "): ", e.what()));
     }
     if (aborted_) return AbortedRendezvous(where);
     return absl::OkStatus();
@@ -205,8 +198,7 @@ class GlooCollective final : public Collective {
 
   std::string_view backend() const override { return "gloo"; }
 
-  absl::Status allreduce(float* data, size_t n, ReduceOp op,
-                         Timeout timeout) override {
+  absl::Status allreduce(float* data, size_t n, ReduceOp op, Timeout timeout) override {
     return Run("allreduce", [&]() -> absl::Status {
       if (n == 0) return absl::OkStatus();
       if (size() == 1) {
@@ -228,17 +220,14 @@ class GlooCollective final : public Collective {
     });
   }
 
-  absl::Status reduce_scatter(const float* in, float* out,
-                              const std::vector<size_t>& counts,
+  absl::Status reduce_scatter(const float* in, float* out, const std::vector<size_t>& counts,
                               Timeout timeout) override {
     return Run("reduce_scatter", [&]() -> absl::Status {
       if (counts.size() != static_cast<size_t>(size())) {
         return absl::InvalidArgumentError(
-            absl::StrCat("gloo: reduce_scatter failed: ", counts.size(),
-                         " counts for ", size(), " ranks"));
+            absl::StrCat("gloo: reduce_scatter failed: ", counts.size(), " counts for ", size(), " ranks"));
       }
-      const size_t total = std::accumulate(counts.begin(), counts.end(),
-                                           size_t{0});
+      const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
       size_t offset = 0;
       for (int r = 0; r < rank(); ++r) offset += counts[r];
       if (total == 0) return absl::OkStatus();
@@ -265,17 +254,13 @@ class GlooCollective final : public Collective {
       return absl::OkStatus();
     });
   }
-  absl::Status allgather(const float* in, float* out,
-                         const std::vector<size_t>& counts,
-                         Timeout timeout) override {
+  absl::Status allgather(const float* in, float* out, const std::vector<size_t>& counts, Timeout timeout) override {
     return Run("allgather", [&]() -> absl::Status {
       if (counts.size() != static_cast<size_t>(size())) {
         return absl::InvalidArgumentError(
-            absl::StrCat("gloo: allgather failed: ", counts.size(),
-                         " counts for ", size(), " ranks"));
+            absl::StrCat("gloo: allgather failed: ", counts.size(), " counts for ", size(), " ranks"));
       }
-      const size_t total = std::accumulate(counts.begin(), counts.end(),
-                                           size_t{0});
+      const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
       size_t offset = 0;
       for (int r = 0; r < rank(); ++r) offset += counts[r];
       if (total == 0) return absl::OkStatus();
@@ -299,12 +284,10 @@ class GlooCollective final : public Collective {
     });
   }
 
-  absl::Status broadcast(float* data, size_t n, int root,
-                         Timeout timeout) override {
+  absl::Status broadcast(float* data, size_t n, int root, Timeout timeout) override {
     return Run("broadcast", [&]() -> absl::Status {
       if (root < 0 || root >= size()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("gloo: broadcast failed: bad root ", root));
+        return absl::InvalidArgumentError(absl::StrCat("gloo: broadcast failed: bad root ", root));
       }
       if (n == 0) return absl::OkStatus();
       if (size() == 1) {
@@ -326,8 +309,7 @@ class GlooCollective final : public Collective {
         if (vrank + (size_t{1} << j) < vsize) ++children;
       }
       const uint64_t bytes = n * sizeof(float);
-      CountBytes(CollectiveKind::kBroadcast, children * bytes,
-                 vrank == 0 ? 0 : bytes);
+      CountBytes(CollectiveKind::kBroadcast, children * bytes, vrank == 0 ? 0 : bytes);
       return absl::OkStatus();
     });
   }
@@ -346,12 +328,10 @@ class GlooCollective final : public Collective {
     });
   }
 
-  absl::Status send(const void* data, size_t bytes, int peer, uint32_t tag,
-                    Timeout timeout) override {
+  absl::Status send(const void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override {
     return Run("send", [&]() -> absl::Status {
       if (peer < 0 || peer >= size() || peer == rank()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("gloo: send failed: bad peer ", peer));
+        return absl::InvalidArgumentError(absl::StrCat("gloo: send failed: bad peer ", peer));
       }
       if (bytes == 0) return absl::OkStatus();
       auto buf = context_->createUnboundBuffer(const_cast<void*>(data), bytes);
@@ -363,12 +343,10 @@ class GlooCollective final : public Collective {
     });
   }
 
-  absl::Status recv(void* data, size_t bytes, int peer, uint32_t tag,
-                    Timeout timeout) override {
+  absl::Status recv(void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override {
     return Run("recv", [&]() -> absl::Status {
       if (peer < 0 || peer >= size() || peer == rank()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("gloo: recv failed: bad peer ", peer));
+        return absl::InvalidArgumentError(absl::StrCat("gloo: recv failed: bad peer ", peer));
       }
       if (bytes == 0) return absl::OkStatus();
       auto buf = context_->createUnboundBuffer(data, bytes);
@@ -380,12 +358,10 @@ class GlooCollective final : public Collective {
     });
   }
 
-  absl::Status all_scan(float* data, size_t n, const ScanOp& op,
-                        Timeout timeout) override {
+  absl::Status all_scan(float* data, size_t n, const ScanOp& op, Timeout timeout) override {
     return Run("all_scan", [&]() -> absl::Status {
       if (!op.combine) {
-        return absl::InvalidArgumentError(
-            "gloo: all_scan failed: ScanOp has no combine function");
+        return absl::InvalidArgumentError("gloo: all_scan failed: ScanOp has no combine function");
       }
       if (n == 0) return absl::OkStatus();
       const int r = rank();
@@ -407,8 +383,7 @@ class GlooCollective final : public Collective {
       if (has_next) {
         for (int k = 0; k < 2; ++k) {
           out_mem[k].resize(block);
-          out_buf[k] = context_->createUnboundBuffer(out_mem[k].data(),
-                                                     block * sizeof(float));
+          out_buf[k] = context_->createUnboundBuffer(out_mem[k].data(), block * sizeof(float));
         }
       }
       WaitingBuffers waiting(this, {in_buf.get(), out_buf[0].get(), out_buf[1].get()});
@@ -438,8 +413,7 @@ class GlooCollective final : public Collective {
       for (int k = 0; k < 2; ++k) {
         if (out_busy[k]) WaitSend(*out_buf[k], timeout);
       }
-      CountBytes(CollectiveKind::kAllScan, has_next ? n * 4 : 0,
-                 has_prev ? n * 4 : 0);
+      CountBytes(CollectiveKind::kAllScan, has_next ? n * 4 : 0, has_prev ? n * 4 : 0);
       return absl::OkStatus();
     });
   }
@@ -498,8 +472,7 @@ class GlooCollective final : public Collective {
     // (shorter, see Connect).
     std::vector<char> get(const std::string& key) override { return store_.get(key); }
     void wait(const std::vector<std::string>& keys) override { store_.wait(keys); }
-    void wait(const std::vector<std::string>& keys,
-              const std::chrono::milliseconds& /*timeout*/) override {
+    void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& /*timeout*/) override {
       store_.wait(keys);
     }
 
@@ -509,8 +482,7 @@ class GlooCollective final : public Collective {
   };
 
   static absl::Status AbortedRendezvous(const std::string& where) {
-    return absl::AbortedError(
-        absl::StrCat("gloo: rendezvous aborted (", where, ")"));
+    return absl::AbortedError(absl::StrCat("gloo: rendezvous aborted (", where, ")"));
   }
 
   // Ring reduce-scatter in place over `work` (chunk i at offs[i], counts[i]
@@ -519,8 +491,8 @@ class GlooCollective final : public Collective {
   // own; after N-1 steps chunk r holds every rank's contribution. Returns
   // (bytes sent, bytes received). Throws on failure, like Gloo (see Run).
   std::pair<uint64_t, uint64_t> RingReduceScatter(float* work, const std::vector<size_t>& offs,
-                                                  const std::vector<size_t>& counts, ReduceFn reduce,
-                                                  uint64_t slot, Timeout timeout) {
+                                                  const std::vector<size_t>& counts, ReduceFn reduce, uint64_t slot,
+                                                  Timeout timeout) {
     const int n = size(), r = rank();
     size_t total = 0, max_count = 0;
     for (size_t c : counts) {
@@ -556,8 +528,7 @@ class GlooCollective final : public Collective {
   // offs[r]): step s passes chunk r-s on to the next rank and takes chunk
   // r-s-1 from the previous one. Returns (bytes sent, bytes received).
   std::pair<uint64_t, uint64_t> RingAllgather(float* out, const std::vector<size_t>& offs,
-                                              const std::vector<size_t>& counts, uint64_t slot,
-                                              Timeout timeout) {
+                                              const std::vector<size_t>& counts, uint64_t slot, Timeout timeout) {
     const int n = size(), r = rank();
     size_t total = 0;
     for (size_t c : counts) total += c;
@@ -588,8 +559,7 @@ class GlooCollective final : public Collective {
   // an abort never slips between the check in Run() and the registration.
   class WaitingBuffers {
    public:
-    WaitingBuffers(GlooCollective* owner,
-                   std::initializer_list<gloo::transport::UnboundBuffer*> buffers)
+    WaitingBuffers(GlooCollective* owner, std::initializer_list<gloo::transport::UnboundBuffer*> buffers)
         : owner_(owner) {
       absl::MutexLock lock(&owner_->waiting_mu_);
       if (owner_->aborted_) throw AbortedWait();
@@ -627,15 +597,14 @@ class GlooCollective final : public Collective {
   template <typename F>
   absl::Status Run(std::string_view op, F&& fn) {
     if (aborted_) {
-      return absl::AbortedError(
-          absl::StrCat("gloo: ", std::string(op), " failed: communicator aborted"));
+      return absl::AbortedError(absl::StrCat("gloo: ", std::string(op), " failed: communicator aborted"));
     }
     if (broken_) {
       // The cluster's failure: the job recovers with a new communicator.
       return common::WithFailureKind(
           absl::FailedPreconditionError(absl::StrCat("gloo: ", std::string(op),
-                                                     " failed: communicator broken by an earlier error (",
-                                                     first_error_, "); create a new one")),
+                                                     " failed: communicator broken by an earlier error (", first_error_,
+                                                     "); create a new one")),
           tandem::v1::PHASE_FAILURE_KIND_RETRYABLE);
     }
     try {
@@ -646,12 +615,10 @@ class GlooCollective final : public Collective {
       absl::StatusCode code = absl::StatusCode::kUnavailable;
       if (aborted_) {
         code = absl::StatusCode::kAborted;
-      } else if (absl::StrContains(e.what(), "imed out") ||
-                 absl::StrContains(e.what(), "timeout")) {
+      } else if (absl::StrContains(e.what(), "imed out") || absl::StrContains(e.what(), "timeout")) {
         code = absl::StatusCode::kDeadlineExceeded;
       }
-      return absl::Status(code,
-                          absl::StrCat("gloo: ", std::string(op), " failed: ", e.what()));
+      return absl::Status(code, absl::StrCat("gloo: ", std::string(op), " failed: ", e.what()));
     }
   }
 
@@ -673,8 +640,8 @@ class GlooCollective final : public Collective {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Collective>> MakeGlooCollective(
-    Store& store, int rank, int size, const CollectiveOptions& options) {
+absl::StatusOr<std::unique_ptr<Collective>> MakeGlooCollective(Store& store, int rank, int size,
+                                                               const CollectiveOptions& options) {
   auto c = std::make_unique<GlooCollective>(rank, size, options.timeout);
   RETURN_IF_ERROR(c->Connect(store, options));
   return std::unique_ptr<Collective>(std::move(c));

@@ -22,12 +22,9 @@ std::vector<char> GlooStore::get(const std::string& key) {
   return std::vector<char>(v->begin(), v->end());
 }
 
-void GlooStore::wait(const std::vector<std::string>& keys) {
-  wait(keys, timeout_);
-}
+void GlooStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
 
-void GlooStore::wait(const std::vector<std::string>& keys,
-                     const std::chrono::milliseconds& timeout) {
+void GlooStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
   absl::Status s = store_->Wait(keys, timeout);
   if (!s.ok()) Throw(s);
 }

@@ -20,14 +20,12 @@ namespace tandem::comm {
 class GlooStore final : public gloo::rendezvous::Store {
  public:
   // `timeout` applies to get() and wait() without an explicit timeout.
-  GlooStore(comm::Store* store, std::chrono::milliseconds timeout)
-      : store_(store), timeout_(timeout) {}
+  GlooStore(comm::Store* store, std::chrono::milliseconds timeout) : store_(store), timeout_(timeout) {}
 
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;
   void wait(const std::vector<std::string>& keys) override;
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override;
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
 
  private:
   comm::Store* const store_;

@@ -25,8 +25,7 @@ absl::Status FromGrpc(const grpc::Status& s, std::string_view what) {
 
 class GrpcStore final : public Store {
  public:
-  GrpcStore(const GrpcStoreOptions& options,
-            std::shared_ptr<grpc::Channel> channel)
+  GrpcStore(const GrpcStoreOptions& options, std::shared_ptr<grpc::Channel> channel)
       : options_(options), stub_(tandem::v1::Cluster::NewStub(channel)) {
     scope_.set_job_id(options.job_id);
     scope_.set_generation(options.generation);
@@ -43,8 +42,7 @@ class GrpcStore final : public Store {
     return FromGrpc(stub_->StoreSet(&ctx, req, &resp), "StoreSet");
   }
 
-  absl::StatusOr<std::string> Get(std::string_view key,
-                                  std::chrono::milliseconds timeout) override {
+  absl::StatusOr<std::string> Get(std::string_view key, std::chrono::milliseconds timeout) override {
     tandem::v1::StoreGetRequest req;
     *req.mutable_scope() = scope_;
     req.set_key(std::string(key));
@@ -68,8 +66,7 @@ class GrpcStore final : public Store {
     return resp.value();
   }
 
-  absl::Status Wait(const std::vector<std::string>& keys,
-                    std::chrono::milliseconds timeout) override {
+  absl::Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
     tandem::v1::StoreWaitRequest req;
     *req.mutable_scope() = scope_;
     for (const auto& k : keys) req.add_keys(k);
@@ -93,8 +90,7 @@ class GrpcStore final : public Store {
 
  private:
   void Prepare(grpc::ClientContext* ctx, std::chrono::milliseconds blocking) {
-    ctx->set_deadline(std::chrono::system_clock::now() + blocking +
-                      options_.rpc_slack);
+    ctx->set_deadline(std::chrono::system_clock::now() + blocking + options_.rpc_slack);
     if (!options_.token.empty()) {
       ctx->AddMetadata("authorization", absl::StrCat("Bearer ", options_.token));
     }
@@ -110,29 +106,26 @@ class GrpcStore final : public Store {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Store>> MakeGrpcStore(
-    const GrpcStoreOptions& options) {
+absl::StatusOr<std::unique_ptr<Store>> MakeGrpcStore(const GrpcStoreOptions& options) {
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (options.ca_path.empty()) {
     creds = grpc::InsecureChannelCredentials();
   } else {
     std::ifstream in(options.ca_path);
     if (!in) {
-      return absl::NotFoundError(absl::StrCat(
-          "store: cannot read CA file '", options.ca_path, "'"));
+      return absl::NotFoundError(absl::StrCat("store: cannot read CA file '", options.ca_path, "'"));
     }
     std::stringstream pem;
     pem << in.rdbuf();
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = pem.str();
     // Mutual TLS: the worker's client certificate and key, when given.
-    for (auto [path, field] : {std::pair{&options.cert_path, &ssl.pem_cert_chain},
-                               std::pair{&options.key_path, &ssl.pem_private_key}}) {
+    for (auto [path, field] :
+         {std::pair{&options.cert_path, &ssl.pem_cert_chain}, std::pair{&options.key_path, &ssl.pem_private_key}}) {
       if (path->empty()) continue;
       std::ifstream f(*path);
       if (!f) {
-        return absl::NotFoundError(
-            absl::StrCat("store: cannot read TLS file '", *path, "'"));
+        return absl::NotFoundError(absl::StrCat("store: cannot read TLS file '", *path, "'"));
       }
       std::stringstream buf;
       buf << f.rdbuf();

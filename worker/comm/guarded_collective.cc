@@ -10,39 +10,30 @@ namespace {
 
 class GuardedCollective final : public Collective {
  public:
-  GuardedCollective(std::unique_ptr<Collective> inner,
-                    kernels::GuardedMemory* memory)
-      : Collective(inner->rank(), inner->size()),
-        inner_(std::move(inner)),
-        mem_(memory) {}
+  GuardedCollective(std::unique_ptr<Collective> inner, kernels::GuardedMemory* memory)
+      : Collective(inner->rank(), inner->size()), inner_(std::move(inner)), mem_(memory) {}
 
   std::string_view backend() const override { return inner_->backend(); }
 
-  absl::Status allreduce(float* data, size_t n, ReduceOp op,
-                         Timeout timeout) override {
+  absl::Status allreduce(float* data, size_t n, ReduceOp op, Timeout timeout) override {
     float* d = F(data, n, "allreduce data");
     return Counted([&] { return inner_->allreduce(d, n, op, timeout); });
   }
 
-  absl::Status reduce_scatter(const float* in, float* out,
-                              const std::vector<size_t>& counts,
+  absl::Status reduce_scatter(const float* in, float* out, const std::vector<size_t>& counts,
                               Timeout timeout) override {
     const float* i = F(in, Sum(counts), "reduce_scatter in");
     float* o = F(out, Mine(counts), "reduce_scatter out");
-    return Counted(
-        [&] { return inner_->reduce_scatter(i, o, counts, timeout); });
+    return Counted([&] { return inner_->reduce_scatter(i, o, counts, timeout); });
   }
 
-  absl::Status allgather(const float* in, float* out,
-                         const std::vector<size_t>& counts,
-                         Timeout timeout) override {
+  absl::Status allgather(const float* in, float* out, const std::vector<size_t>& counts, Timeout timeout) override {
     const float* i = F(in, Mine(counts), "allgather in");
     float* o = F(out, Sum(counts), "allgather out");
     return Counted([&] { return inner_->allgather(i, o, counts, timeout); });
   }
 
-  absl::Status broadcast(float* data, size_t n, int root,
-                         Timeout timeout) override {
+  absl::Status broadcast(float* data, size_t n, int root, Timeout timeout) override {
     float* d = F(data, n, "broadcast data");
     return Counted([&] { return inner_->broadcast(d, n, root, timeout); });
   }
@@ -51,20 +42,17 @@ class GuardedCollective final : public Collective {
     return Counted([&] { return inner_->barrier(timeout); });
   }
 
-  absl::Status send(const void* data, size_t bytes, int peer, uint32_t tag,
-                    Timeout timeout) override {
+  absl::Status send(const void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override {
     const void* d = mem_->Real(data, bytes, "send data", /*allow_host=*/true);
     return Counted([&] { return inner_->send(d, bytes, peer, tag, timeout); });
   }
 
-  absl::Status recv(void* data, size_t bytes, int peer, uint32_t tag,
-                    Timeout timeout) override {
+  absl::Status recv(void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override {
     void* d = mem_->Real(data, bytes, "recv data", /*allow_host=*/true);
     return Counted([&] { return inner_->recv(d, bytes, peer, tag, timeout); });
   }
 
-  absl::Status all_scan(float* data, size_t n, const ScanOp& op,
-                        Timeout timeout) override {
+  absl::Status all_scan(float* data, size_t n, const ScanOp& op, Timeout timeout) override {
     float* d = F(data, n, "all_scan data");
     return Counted([&] { return inner_->all_scan(d, n, op, timeout); });
   }
@@ -101,12 +89,10 @@ class GuardedCollective final : public Collective {
   }
 
   float* F(float* p, size_t n, const char* what) const {
-    return static_cast<float*>(
-        mem_->Real(p, n * sizeof(float), what, /*allow_host=*/true));
+    return static_cast<float*>(mem_->Real(p, n * sizeof(float), what, /*allow_host=*/true));
   }
   const float* F(const float* p, size_t n, const char* what) const {
-    return static_cast<const float*>(
-        mem_->Real(p, n * sizeof(float), what, /*allow_host=*/true));
+    return static_cast<const float*>(mem_->Real(p, n * sizeof(float), what, /*allow_host=*/true));
   }
   static size_t Sum(const std::vector<size_t>& counts) {
     return std::accumulate(counts.begin(), counts.end(), size_t{0});
@@ -122,8 +108,7 @@ class GuardedCollective final : public Collective {
 
 }  // namespace
 
-std::unique_ptr<Collective> MakeGuardedCollective(
-    std::unique_ptr<Collective> inner, kernels::GuardedMemory* memory) {
+std::unique_ptr<Collective> MakeGuardedCollective(std::unique_ptr<Collective> inner, kernels::GuardedMemory* memory) {
   return std::make_unique<GuardedCollective>(std::move(inner), memory);
 }
 

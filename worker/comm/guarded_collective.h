@@ -17,7 +17,6 @@
 
 namespace tandem::comm {
 
-std::unique_ptr<Collective> MakeGuardedCollective(
-    std::unique_ptr<Collective> inner, kernels::GuardedMemory* memory);
+std::unique_ptr<Collective> MakeGuardedCollective(std::unique_ptr<Collective> inner, kernels::GuardedMemory* memory);
 
 }  // namespace tandem::comm

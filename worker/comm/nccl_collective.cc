@@ -28,8 +28,8 @@
 #include <chrono>
 #include <cstring>
 #include <initializer_list>
-#include <numeric>
 #include <mutex>
+#include <numeric>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -48,8 +48,7 @@ absl::Status CudaError(std::string_view what, cudaError_t e) {
 }
 
 absl::Status NcclError(std::string_view what, ncclResult_t r) {
-  return absl::UnavailableError(
-      absl::StrCat("nccl: ", std::string(what), " failed: ", ncclGetErrorString(r)));
+  return absl::UnavailableError(absl::StrCat("nccl: ", std::string(what), " failed: ", ncclGetErrorString(r)));
 }
 
 // OK on success, else the error above: for RETURN_IF_ERROR.
@@ -67,13 +66,15 @@ class Stream {
   Stream() = default;
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
-  ~Stream() { if (s_) cudaStreamDestroy(s_); }
+  ~Stream() {
+    if (s_) cudaStreamDestroy(s_);
+  }
   absl::Status Create() {
-    RETURN_IF_ERROR(CudaStatus("stream create",
-                               cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)));
+    RETURN_IF_ERROR(CudaStatus("stream create", cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)));
     return absl::OkStatus();
   }
   cudaStream_t get() const { return s_; }
+
  private:
   cudaStream_t s_ = nullptr;
 };
@@ -83,13 +84,15 @@ class Event {
   Event() = default;
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
-  ~Event() { if (e_) cudaEventDestroy(e_); }
+  ~Event() {
+    if (e_) cudaEventDestroy(e_);
+  }
   absl::Status Create() {
-    RETURN_IF_ERROR(CudaStatus("event create",
-                               cudaEventCreateWithFlags(&e_, cudaEventDisableTiming)));
+    RETURN_IF_ERROR(CudaStatus("event create", cudaEventCreateWithFlags(&e_, cudaEventDisableTiming)));
     return absl::OkStatus();
   }
   cudaEvent_t get() const { return e_; }
+
  private:
   cudaEvent_t e_ = nullptr;
 };
@@ -101,7 +104,9 @@ class StagingBuffer {
   StagingBuffer() = default;
   StagingBuffer(const StagingBuffer&) = delete;
   StagingBuffer& operator=(const StagingBuffer&) = delete;
-  ~StagingBuffer() { if (p_) cudaFree(p_); }
+  ~StagingBuffer() {
+    if (p_) cudaFree(p_);
+  }
   absl::Status Reserve(size_t bytes) {
     if (bytes <= capacity_) return absl::OkStatus();
     const size_t want = std::max(bytes, capacity_ + capacity_ / 2);
@@ -110,13 +115,12 @@ class StagingBuffer {
       p_ = nullptr;
       capacity_ = 0;
     }
-    RETURN_IF_ERROR(CudaStatus(absl::StrCat("cudaMalloc of ", want,
-                                            " bytes for host staging"),
-                               cudaMalloc(&p_, want)));
+    RETURN_IF_ERROR(CudaStatus(absl::StrCat("cudaMalloc of ", want, " bytes for host staging"), cudaMalloc(&p_, want)));
     capacity_ = want;
     return absl::OkStatus();
   }
   char* get() const { return static_cast<char*>(p_); }
+
  private:
   void* p_ = nullptr;
   size_t capacity_ = 0;
@@ -130,8 +134,7 @@ bool IsHostPointer(const void* p) {
     cudaGetLastError();  // older runtimes: invalid value for plain host memory
     return true;
   }
-  return attr.type == cudaMemoryTypeUnregistered ||
-         attr.type == cudaMemoryTypeHost;
+  return attr.type == cudaMemoryTypeUnregistered || attr.type == cudaMemoryTypeHost;
 }
 
 // One buffer argument of a call: where NCCL should read/write it.
@@ -149,13 +152,16 @@ class DeviceBuffer {
   DeviceBuffer() = default;
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { if (p_) cudaFree(p_); }
+  ~DeviceBuffer() {
+    if (p_) cudaFree(p_);
+  }
   absl::Status Allocate(size_t bytes) {
     RETURN_IF_ERROR(CudaStatus("cudaMalloc", cudaMalloc(&p_, bytes)));
     RETURN_IF_ERROR(CudaStatus("cudaMemset", cudaMemset(p_, 0, bytes)));
     return absl::OkStatus();
   }
   float* get() const { return static_cast<float*>(p_); }
+
  private:
   void* p_ = nullptr;
 };
@@ -178,6 +184,7 @@ class Communicator {
       ncclCommAbort(comm_);
     }
   }
+
  private:
   ncclComm_t comm_ = nullptr;
   bool aborted_ = false;
@@ -185,17 +192,19 @@ class Communicator {
 
 ncclRedOp_t ToNccl(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kMin:
+      return ncclMin;
   }
   return ncclSum;
 }
 
 class NcclCollective final : public Collective {
  public:
-  NcclCollective(int rank, int size, int device)
-      : Collective(rank, size), device_(device) {}
+  NcclCollective(int rank, int size, int device) : Collective(rank, size), device_(device) {}
 
   absl::Status Init(Store& store, const CollectiveOptions& options) {
     RETURN_IF_ERROR(CudaStatus("cudaSetDevice", cudaSetDevice(device_)));
@@ -218,8 +227,7 @@ class NcclCollective final : public Collective {
       }
       std::memcpy(&id, v->data(), sizeof(id));
     }
-    RETURN_IF_ERROR(NcclStatus("ncclCommInitRank",
-                               ncclCommInitRank(comm_.out(), size(), id, rank())));
+    RETURN_IF_ERROR(NcclStatus("ncclCommInitRank", ncclCommInitRank(comm_.out(), size(), id, rank())));
     RETURN_IF_ERROR(stream_.Create());
     RETURN_IF_ERROR(done_.Create());
     RETURN_IF_ERROR(ready_.Create());
@@ -228,51 +236,42 @@ class NcclCollective final : public Collective {
 
   std::string_view backend() const override { return "nccl"; }
 
-  absl::Status allreduce(float* data, size_t n, ReduceOp op,
-                         Timeout timeout) override {
+  absl::Status allreduce(float* data, size_t n, ReduceOp op, Timeout timeout) override {
     BusyScope busy(this);
     RETURN_IF_ERROR(Check("allreduce"));
     if (n == 0) return absl::OkStatus();
     Region d{data, n * 4, true, true};
     RETURN_IF_ERROR(Begin("allreduce", {&d}));
-    RETURN_IF_ERROR(NcclStatus("allreduce",
-                               ncclAllReduce(d.dev, d.dev, n, ncclFloat, ToNccl(op),
-                                             comm_.get(), stream_.get())));
+    RETURN_IF_ERROR(
+        NcclStatus("allreduce", ncclAllReduce(d.dev, d.dev, n, ncclFloat, ToNccl(op), comm_.get(), stream_.get())));
     const uint64_t moved = 2 * (size() - 1) * n * 4 / size();
-    return Finish("allreduce", CollectiveKind::kAllreduce, moved, moved,
-                  timeout, {&d});
+    return Finish("allreduce", CollectiveKind::kAllreduce, moved, moved, timeout, {&d});
   }
 
-  absl::Status reduce_scatter(const float* in, float* out,
-                              const std::vector<size_t>& counts,
+  absl::Status reduce_scatter(const float* in, float* out, const std::vector<size_t>& counts,
                               Timeout timeout) override {
     BusyScope busy(this);
     RETURN_IF_ERROR(Check("reduce_scatter"));
     if (counts.size() != static_cast<size_t>(size())) {
       return absl::InvalidArgumentError("nccl: reduce_scatter failed: counts");
     }
-    const size_t total = std::accumulate(counts.begin(), counts.end(),
-                                         size_t{0});
+    const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
     if (total == 0) return absl::OkStatus();
     Region ri{in, total * 4, true, false};
     Region ro{out, counts[rank()] * 4, false, true};
     RETURN_IF_ERROR(Begin("reduce_scatter", {&ri, &ro}));
     in = static_cast<const float*>(ri.dev);
     out = static_cast<float*>(ro.dev);
-    const bool even = std::all_of(counts.begin(), counts.end(),
-                                  [&](size_t c) { return c == counts[0]; });
+    const bool even = std::all_of(counts.begin(), counts.end(), [&](size_t c) { return c == counts[0]; });
     if (even) {
-      RETURN_IF_ERROR(NcclStatus("reduce_scatter",
-                                 ncclReduceScatter(in, out, counts[0], ncclFloat,
-                                                   ncclSum, comm_.get(),
-                                                   stream_.get())));
+      RETURN_IF_ERROR(NcclStatus(
+          "reduce_scatter", ncclReduceScatter(in, out, counts[0], ncclFloat, ncclSum, comm_.get(), stream_.get())));
     } else {
       RETURN_IF_ERROR(NcclStatus("reduce_scatter", ncclGroupStart()));
       size_t off = 0;
       for (int r = 0; r < size(); ++r) {
         if (counts[r] > 0) {
-          ncclResult_t res = ncclReduce(in + off, out, counts[r], ncclFloat,
-                                        ncclSum, r, comm_.get(), stream_.get());
+          ncclResult_t res = ncclReduce(in + off, out, counts[r], ncclFloat, ncclSum, r, comm_.get(), stream_.get());
           if (res != ncclSuccess) {
             ncclGroupEnd();
             return NcclError("reduce_scatter", res);
@@ -283,20 +282,16 @@ class NcclCollective final : public Collective {
       RETURN_IF_ERROR(NcclStatus("reduce_scatter", ncclGroupEnd()));
     }
     const uint64_t moved = (size() - 1) * total * 4 / size();
-    return Finish("reduce_scatter", CollectiveKind::kReduceScatter, moved,
-                  moved, timeout, {&ri, &ro});
+    return Finish("reduce_scatter", CollectiveKind::kReduceScatter, moved, moved, timeout, {&ri, &ro});
   }
 
-  absl::Status allgather(const float* in, float* out,
-                         const std::vector<size_t>& counts,
-                         Timeout timeout) override {
+  absl::Status allgather(const float* in, float* out, const std::vector<size_t>& counts, Timeout timeout) override {
     BusyScope busy(this);
     RETURN_IF_ERROR(Check("allgather"));
     if (counts.size() != static_cast<size_t>(size())) {
       return absl::InvalidArgumentError("nccl: allgather failed: counts");
     }
-    const size_t total = std::accumulate(counts.begin(), counts.end(),
-                                         size_t{0});
+    const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
     if (total == 0) return absl::OkStatus();
     // `in` may alias out + offset: a host `in` inside a host `out` is staged
     // as part of `out` (copied in whole), keeping the aliasing.
@@ -314,20 +309,17 @@ class NcclCollective final : public Collective {
     }
     in = static_cast<const float*>(ri.dev);
     out = static_cast<float*>(ro.dev);
-    const bool even = std::all_of(counts.begin(), counts.end(),
-                                  [&](size_t c) { return c == counts[0]; });
+    const bool even = std::all_of(counts.begin(), counts.end(), [&](size_t c) { return c == counts[0]; });
     if (even) {
-      RETURN_IF_ERROR(NcclStatus("allgather",
-                                 ncclAllGather(in, out, counts[0], ncclFloat,
-                                               comm_.get(), stream_.get())));
+      RETURN_IF_ERROR(
+          NcclStatus("allgather", ncclAllGather(in, out, counts[0], ncclFloat, comm_.get(), stream_.get())));
     } else {
       RETURN_IF_ERROR(NcclStatus("allgather", ncclGroupStart()));
       size_t off = 0;
       for (int r = 0; r < size(); ++r) {
         if (counts[r] > 0) {
           const float* src = r == rank() ? in : out + off;
-          ncclResult_t res = ncclBroadcast(src, out + off, counts[r], ncclFloat,
-                                           r, comm_.get(), stream_.get());
+          ncclResult_t res = ncclBroadcast(src, out + off, counts[r], ncclFloat, r, comm_.get(), stream_.get());
           if (res != ncclSuccess) {
             ncclGroupEnd();
             return NcclError("allgather", res);
@@ -338,12 +330,10 @@ class NcclCollective final : public Collective {
       RETURN_IF_ERROR(NcclStatus("allgather", ncclGroupEnd()));
     }
     const uint64_t sent = (size() - 1) * total * 4 / size();
-    return Finish("allgather", CollectiveKind::kAllgather, sent,
-                  (total - counts[rank()]) * 4, timeout, {&ro});
+    return Finish("allgather", CollectiveKind::kAllgather, sent, (total - counts[rank()]) * 4, timeout, {&ro});
   }
 
-  absl::Status broadcast(float* data, size_t n, int root,
-                         Timeout timeout) override {
+  absl::Status broadcast(float* data, size_t n, int root, Timeout timeout) override {
     BusyScope busy(this);
     RETURN_IF_ERROR(Check("broadcast"));
     if (root < 0 || root >= size()) {
@@ -352,13 +342,11 @@ class NcclCollective final : public Collective {
     if (n == 0) return absl::OkStatus();
     Region d{data, n * 4, true, true};
     RETURN_IF_ERROR(Begin("broadcast", {&d}));
-    RETURN_IF_ERROR(NcclStatus("broadcast",
-                               ncclBroadcast(d.dev, d.dev, n, ncclFloat, root,
-                                             comm_.get(), stream_.get())));
+    RETURN_IF_ERROR(
+        NcclStatus("broadcast", ncclBroadcast(d.dev, d.dev, n, ncclFloat, root, comm_.get(), stream_.get())));
     // Ring broadcast: every rank but the last in the ring forwards once.
     const int vrank = (rank() - root + size()) % size();
-    return Finish("broadcast", CollectiveKind::kBroadcast,
-                  vrank + 1 < size() ? n * 4 : 0, vrank > 0 ? n * 4 : 0,
+    return Finish("broadcast", CollectiveKind::kBroadcast, vrank + 1 < size() ? n * 4 : 0, vrank > 0 ? n * 4 : 0,
                   timeout, {&d});
   }
 
@@ -366,15 +354,12 @@ class NcclCollective final : public Collective {
     BusyScope busy(this);
     RETURN_IF_ERROR(Check("barrier"));
     RETURN_IF_ERROR(Begin("barrier", {}));
-    RETURN_IF_ERROR(NcclStatus("barrier",
-                               ncclAllReduce(scratch_.get(), scratch_.get(), 1,
-                                             ncclFloat, ncclSum, comm_.get(),
-                                             stream_.get())));
+    RETURN_IF_ERROR(NcclStatus(
+        "barrier", ncclAllReduce(scratch_.get(), scratch_.get(), 1, ncclFloat, ncclSum, comm_.get(), stream_.get())));
     return Finish("barrier", CollectiveKind::kBarrier, 0, 0, timeout, {});
   }
 
-  absl::Status send(const void* data, size_t bytes, int peer, uint32_t tag,
-                    Timeout timeout) override {
+  absl::Status send(const void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override {
     BusyScope busy(this);
     RETURN_IF_ERROR(Check("send"));
     if (peer < 0 || peer >= size() || peer == rank()) {
@@ -383,13 +368,11 @@ class NcclCollective final : public Collective {
     if (bytes == 0) return absl::OkStatus();
     Region d{data, bytes, true, false};
     RETURN_IF_ERROR(Begin("send", {&d}));
-    RETURN_IF_ERROR(NcclStatus("send", ncclSend(d.dev, bytes, ncclChar, peer,
-                                                comm_.get(), stream_.get())));
+    RETURN_IF_ERROR(NcclStatus("send", ncclSend(d.dev, bytes, ncclChar, peer, comm_.get(), stream_.get())));
     return Finish("send", CollectiveKind::kSendRecv, bytes, 0, timeout, {});
   }
 
-  absl::Status recv(void* data, size_t bytes, int peer, uint32_t tag,
-                    Timeout timeout) override {
+  absl::Status recv(void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override {
     BusyScope busy(this);
     RETURN_IF_ERROR(Check("recv"));
     if (peer < 0 || peer >= size() || peer == rank()) {
@@ -398,8 +381,7 @@ class NcclCollective final : public Collective {
     if (bytes == 0) return absl::OkStatus();
     Region d{data, bytes, false, true};
     RETURN_IF_ERROR(Begin("recv", {&d}));
-    RETURN_IF_ERROR(NcclStatus("recv", ncclRecv(d.dev, bytes, ncclChar, peer,
-                                                comm_.get(), stream_.get())));
+    RETURN_IF_ERROR(NcclStatus("recv", ncclRecv(d.dev, bytes, ncclChar, peer, comm_.get(), stream_.get())));
     return Finish("recv", CollectiveKind::kSendRecv, 0, bytes, timeout, {&d});
   }
 
@@ -417,8 +399,7 @@ class NcclCollective final : public Collective {
  private:
   absl::Status Check(std::string_view op) {
     if (aborted_) {
-      return absl::AbortedError(
-          absl::StrCat("nccl: ", std::string(op), " failed: communicator aborted"));
+      return absl::AbortedError(absl::StrCat("nccl: ", std::string(op), " failed: communicator aborted"));
     }
     if (broken_) {
       return common::WithFailureKind(
@@ -440,6 +421,7 @@ class NcclCollective final : public Collective {
     }
     BusyScope(const BusyScope&) = delete;
     BusyScope& operator=(const BusyScope&) = delete;
+
    private:
     NcclCollective* c_;
   };
@@ -481,8 +463,7 @@ class NcclCollective final : public Collective {
         // Pageable memory is copied out of the caller's buffer before the
         // call returns; pinned memory is read in stream order (before the
         // operation completes, which Finish waits for).
-        e = cudaMemcpyAsync(r->dev, r->host, r->bytes, cudaMemcpyHostToDevice,
-                            stream_.get());
+        e = cudaMemcpyAsync(r->dev, r->host, r->bytes, cudaMemcpyHostToDevice, stream_.get());
         if (e != cudaSuccess) return Broken(CudaError(op, e));
       }
     }
@@ -495,8 +476,7 @@ class NcclCollective final : public Collective {
 
   // Waits for the enqueued work in slices; counts bytes on success.
   // Then copies the staged copy_out regions back to the host.
-  absl::Status Finish(std::string_view op, CollectiveKind kind, uint64_t sent,
-                      uint64_t received, Timeout timeout,
+  absl::Status Finish(std::string_view op, CollectiveKind kind, uint64_t sent, uint64_t received, Timeout timeout,
                       std::initializer_list<const Region*> regions) {
     cudaError_t e = cudaEventRecord(done_.get(), stream_.get());
     if (e != cudaSuccess) {
@@ -522,14 +502,13 @@ class NcclCollective final : public Collective {
       if (aborted_) {
         broken_ = true;
         AbortComm();
-        return absl::AbortedError(
-            absl::StrCat("nccl: ", std::string(op), " failed: communicator aborted"));
+        return absl::AbortedError(absl::StrCat("nccl: ", std::string(op), " failed: communicator aborted"));
       }
       if (std::chrono::steady_clock::now() > deadline) {
         broken_ = true;
         AbortComm();
-        return absl::DeadlineExceededError(absl::StrCat(
-            "nccl: ", std::string(op), " failed: timed out after ", timeout.count(), " ms"));
+        return absl::DeadlineExceededError(
+            absl::StrCat("nccl: ", std::string(op), " failed: timed out after ", timeout.count(), " ms"));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
@@ -537,8 +516,7 @@ class NcclCollective final : public Collective {
     bool copied = false;
     for (const Region* r : regions) {
       if (!r->staged || !r->copy_out) continue;
-      e = cudaMemcpyAsync(const_cast<void*>(r->host), r->dev, r->bytes,
-                          cudaMemcpyDeviceToHost, stream_.get());
+      e = cudaMemcpyAsync(const_cast<void*>(r->host), r->dev, r->bytes, cudaMemcpyDeviceToHost, stream_.get());
       if (e != cudaSuccess) return Broken(CudaError(op, e));
       copied = true;
     }
@@ -567,8 +545,8 @@ class NcclCollective final : public Collective {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Collective>> MakeNcclCollective(
-    Store& store, int rank, int size, const CollectiveOptions& options) {
+absl::StatusOr<std::unique_ptr<Collective>> MakeNcclCollective(Store& store, int rank, int size,
+                                                               const CollectiveOptions& options) {
   auto c = std::make_unique<NcclCollective>(rank, size, options.device);
   RETURN_IF_ERROR(c->Init(store, options));
   return std::unique_ptr<Collective>(std::move(c));

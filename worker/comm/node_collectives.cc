@@ -27,8 +27,7 @@ absl::StatusOr<std::unique_ptr<Collective>> MakeGroup(std::string_view backend, 
   o.prefix = absl::StrCat(options.prefix, "/", suffix);
   auto made = MakeCollective(backend, store, group_rank, static_cast<int>(members.size()), o);
   if (!made.ok()) {
-    return absl::Status(made.status().code(),
-                        absl::StrCat("node groups (", suffix, "): ", made.status().message()));
+    return absl::Status(made.status().code(), absl::StrCat("node groups (", suffix, "): ", made.status().message()));
   }
   return MakeTieredCollective(std::move(*made), std::move(nodes), std::move(ledger));
 }

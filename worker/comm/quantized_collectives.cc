@@ -118,8 +118,8 @@ absl::Status QuantizedExchange::ReduceScatter(Collective& comm, const float* in,
     return absl::InvalidArgumentError("quantized reduce_scatter: larger than the exchange was sized for");
   }
   for (int j = 0; j < world; ++j) {
-    if (j != r) QuantizeInt4(in + offs[j], error != nullptr ? error + offs[j] : nullptr, counts[j],
-                             send_wire_.data() + woff[j]);
+    if (j != r)
+      QuantizeInt4(in + offs[j], error != nullptr ? error + offs[j] : nullptr, counts[j], send_wire_.data() + woff[j]);
   }
   // The own piece does not travel: exact, and its residual is used up.
   for (size_t i = 0; i < counts[r]; ++i) {
@@ -155,8 +155,8 @@ absl::Status QuantizedExchange::ReduceScatter(Collective& comm, const float* in,
   return absl::OkStatus();
 }
 
-absl::Status QuantizedExchange::Allreduce(Collective& comm, float* data, size_t n, float* error,
-                                          float* owner_error, Timeout timeout) {
+absl::Status QuantizedExchange::Allreduce(Collective& comm, float* data, size_t n, float* error, float* owner_error,
+                                          Timeout timeout) {
   const int world = comm.size(), r = comm.rank();
   if (world == 1 || n == 0) return absl::OkStatus();
   const std::vector<size_t> counts = SplitEven(n, world);

@@ -58,13 +58,12 @@ class QuantizedExchange {
   // In place over data[n], split as SplitEven(n, size). error[n] feeds the
   // reduce-scatter; owner_error[SplitEven(n, size)[rank]] (nullable with
   // error) feeds the allgather of this rank's summed piece.
-  absl::Status Allreduce(Collective& comm, float* data, size_t n, float* error, float* owner_error,
-                         Timeout timeout);
+  absl::Status Allreduce(Collective& comm, float* data, size_t n, float* error, float* owner_error, Timeout timeout);
 
  private:
-  std::vector<uint8_t> send_wire_;  // every piece of the input, quantised
-  std::vector<uint8_t> recv_wire_;  // one piece
-  std::vector<float> piece_;        // this rank's summed piece
+  std::vector<uint8_t> send_wire_;                 // every piece of the input, quantised
+  std::vector<uint8_t> recv_wire_;                 // one piece
+  std::vector<float> piece_;                       // this rank's summed piece
   std::vector<size_t> offs_, woff_, wire_floats_;  // per rank
 };
 

@@ -15,36 +15,29 @@ absl::Status InMemoryStore::Set(std::string_view key, std::string_view value) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> InMemoryStore::Get(
-    std::string_view key, std::chrono::milliseconds timeout) {
+absl::StatusOr<std::string> InMemoryStore::Get(std::string_view key, std::chrono::milliseconds timeout) {
   absl::MutexLock lock(&mu_);
-  auto present = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return data_.find(key) != data_.end();
-  };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&present),
-                            absl::FromChrono(timeout))) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "store: key '", std::string(key), "' not set within ", timeout.count(), " ms"));
+  auto present = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return data_.find(key) != data_.end(); };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&present), absl::FromChrono(timeout))) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("store: key '", std::string(key), "' not set within ", timeout.count(), " ms"));
   }
   return data_.find(key)->second;
 }
 
-absl::StatusOr<int64_t> InMemoryStore::Add(std::string_view key,
-                                           int64_t delta) {
+absl::StatusOr<int64_t> InMemoryStore::Add(std::string_view key, int64_t delta) {
   absl::MutexLock lock(&mu_);
   auto it = data_.find(key);
   int64_t value = 0;
   if (it != data_.end() && !absl::SimpleAtoi(it->second, &value)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("store: key '", std::string(key), "' does not hold an integer"));
+    return absl::FailedPreconditionError(absl::StrCat("store: key '", std::string(key), "' does not hold an integer"));
   }
   value += delta;
   data_[std::string(key)] = absl::StrCat(value);
   return value;
 }
 
-absl::Status InMemoryStore::Wait(const std::vector<std::string>& keys,
-                                 std::chrono::milliseconds timeout) {
+absl::Status InMemoryStore::Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   absl::MutexLock lock(&mu_);
   auto present = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     for (const auto& k : keys) {
@@ -52,10 +45,8 @@ absl::Status InMemoryStore::Wait(const std::vector<std::string>& keys,
     }
     return true;
   };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&present),
-                            absl::FromChrono(timeout))) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "store: keys not all set within ", timeout.count(), " ms"));
+  if (!mu_.AwaitWithTimeout(absl::Condition(&present), absl::FromChrono(timeout))) {
+    return absl::DeadlineExceededError(absl::StrCat("store: keys not all set within ", timeout.count(), " ms"));
   }
   return absl::OkStatus();
 }
@@ -68,34 +59,24 @@ absl::StatusOr<bool> InMemoryStore::Delete(std::string_view key) {
   return true;
 }
 
-std::string PrefixStore::Key(std::string_view key) const {
-  return absl::StrCat(prefix_, "/", std::string(key));
-}
+std::string PrefixStore::Key(std::string_view key) const { return absl::StrCat(prefix_, "/", std::string(key)); }
 
-absl::Status PrefixStore::Set(std::string_view key, std::string_view value) {
-  return base_->Set(Key(key), value);
-}
+absl::Status PrefixStore::Set(std::string_view key, std::string_view value) { return base_->Set(Key(key), value); }
 
-absl::StatusOr<std::string> PrefixStore::Get(
-    std::string_view key, std::chrono::milliseconds timeout) {
+absl::StatusOr<std::string> PrefixStore::Get(std::string_view key, std::chrono::milliseconds timeout) {
   return base_->Get(Key(key), timeout);
 }
 
-absl::StatusOr<int64_t> PrefixStore::Add(std::string_view key, int64_t delta) {
-  return base_->Add(Key(key), delta);
-}
+absl::StatusOr<int64_t> PrefixStore::Add(std::string_view key, int64_t delta) { return base_->Add(Key(key), delta); }
 
-absl::Status PrefixStore::Wait(const std::vector<std::string>& keys,
-                               std::chrono::milliseconds timeout) {
+absl::Status PrefixStore::Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   std::vector<std::string> scoped;
   scoped.reserve(keys.size());
   for (const auto& k : keys) scoped.push_back(Key(k));
   return base_->Wait(scoped, timeout);
 }
 
-absl::StatusOr<bool> PrefixStore::Delete(std::string_view key) {
-  return base_->Delete(Key(key));
-}
+absl::StatusOr<bool> PrefixStore::Delete(std::string_view key) { return base_->Delete(Key(key)); }
 
 absl::Status AbortableStore::CheckAborted() const {
   if (signal_ != nullptr && signal_->aborted()) {
@@ -109,14 +90,13 @@ absl::Status AbortableStore::Set(std::string_view key, std::string_view value) {
   return base_->Set(key, value);
 }
 
-absl::StatusOr<std::string> AbortableStore::Get(
-    std::string_view key, std::chrono::milliseconds timeout) {
+absl::StatusOr<std::string> AbortableStore::Get(std::string_view key, std::chrono::milliseconds timeout) {
   if (signal_ == nullptr) return base_->Get(key, timeout);
   // Wait in slices, then read (the key exists once Wait succeeded).
   if (absl::Status st = Wait({std::string(key)}, timeout); !st.ok()) {
     if (absl::IsDeadlineExceeded(st)) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "store: key '", std::string(key), "' not set within ", timeout.count(), " ms"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("store: key '", std::string(key), "' not set within ", timeout.count(), " ms"));
     }
     return st;
   }
@@ -129,15 +109,13 @@ absl::StatusOr<int64_t> AbortableStore::Add(std::string_view key, int64_t delta)
   return base_->Add(key, delta);
 }
 
-absl::Status AbortableStore::Wait(const std::vector<std::string>& keys,
-                                  std::chrono::milliseconds timeout) {
+absl::Status AbortableStore::Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   if (signal_ == nullptr) return base_->Wait(keys, timeout);
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + timeout;
   while (true) {
     RETURN_IF_ERROR(CheckAborted());
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - Clock::now());
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     const auto slice = std::clamp(left, std::chrono::milliseconds(1), slice_);
     absl::Status st = base_->Wait(keys, slice);
     if (!absl::IsDeadlineExceeded(st)) {
@@ -145,8 +123,7 @@ absl::Status AbortableStore::Wait(const std::vector<std::string>& keys,
       return st;
     }
     if (Clock::now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "store: keys not all set within ", timeout.count(), " ms"));
+      return absl::DeadlineExceededError(absl::StrCat("store: keys not all set within ", timeout.count(), " ms"));
     }
   }
 }

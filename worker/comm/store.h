@@ -36,12 +36,10 @@ class Store {
   virtual ~Store() = default;
   virtual absl::Status Set(std::string_view key, std::string_view value) = 0;
   // Blocks until `key` exists; DeadlineExceeded after `timeout`.
-  virtual absl::StatusOr<std::string> Get(std::string_view key,
-                                          std::chrono::milliseconds timeout) = 0;
+  virtual absl::StatusOr<std::string> Get(std::string_view key, std::chrono::milliseconds timeout) = 0;
   virtual absl::StatusOr<int64_t> Add(std::string_view key, int64_t delta) = 0;
   // Blocks until every key exists; DeadlineExceeded after `timeout`.
-  virtual absl::Status Wait(const std::vector<std::string>& keys,
-                            std::chrono::milliseconds timeout) = 0;
+  virtual absl::Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
   // Returns whether the key existed.
   virtual absl::StatusOr<bool> Delete(std::string_view key) = 0;
 };
@@ -50,11 +48,9 @@ class Store {
 class InMemoryStore final : public Store {
  public:
   absl::Status Set(std::string_view key, std::string_view value) override;
-  absl::StatusOr<std::string> Get(std::string_view key,
-                                  std::chrono::milliseconds timeout) override;
+  absl::StatusOr<std::string> Get(std::string_view key, std::chrono::milliseconds timeout) override;
   absl::StatusOr<int64_t> Add(std::string_view key, int64_t delta) override;
-  absl::Status Wait(const std::vector<std::string>& keys,
-                    std::chrono::milliseconds timeout) override;
+  absl::Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   absl::StatusOr<bool> Delete(std::string_view key) override;
 
  private:
@@ -65,14 +61,11 @@ class InMemoryStore final : public Store {
 // Scopes keys as "<prefix>/<key>" in `base` (not owned; must outlive this).
 class PrefixStore final : public Store {
  public:
-  PrefixStore(std::string prefix, Store* base)
-      : prefix_(std::move(prefix)), base_(base) {}
+  PrefixStore(std::string prefix, Store* base) : prefix_(std::move(prefix)), base_(base) {}
   absl::Status Set(std::string_view key, std::string_view value) override;
-  absl::StatusOr<std::string> Get(std::string_view key,
-                                  std::chrono::milliseconds timeout) override;
+  absl::StatusOr<std::string> Get(std::string_view key, std::chrono::milliseconds timeout) override;
   absl::StatusOr<int64_t> Add(std::string_view key, int64_t delta) override;
-  absl::Status Wait(const std::vector<std::string>& keys,
-                    std::chrono::milliseconds timeout) override;
+  absl::Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   absl::StatusOr<bool> Delete(std::string_view key) override;
 
  private:
@@ -91,11 +84,9 @@ class AbortableStore final : public Store {
                  std::chrono::milliseconds slice = std::chrono::milliseconds(200))
       : base_(base), signal_(std::move(signal)), slice_(slice) {}
   absl::Status Set(std::string_view key, std::string_view value) override;
-  absl::StatusOr<std::string> Get(std::string_view key,
-                                  std::chrono::milliseconds timeout) override;
+  absl::StatusOr<std::string> Get(std::string_view key, std::chrono::milliseconds timeout) override;
   absl::StatusOr<int64_t> Add(std::string_view key, int64_t delta) override;
-  absl::Status Wait(const std::vector<std::string>& keys,
-                    std::chrono::milliseconds timeout) override;
+  absl::Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   absl::StatusOr<bool> Delete(std::string_view key) override;
 
  private:

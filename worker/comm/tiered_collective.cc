@@ -8,9 +8,7 @@
 
 namespace tandem::comm {
 
-std::string_view TierName(Tier tier) {
-  return tier == Tier::kIntraNode ? "intra_node" : "inter_node";
-}
+std::string_view TierName(Tier tier) { return tier == Tier::kIntraNode ? "intra_node" : "inter_node"; }
 
 void TierLedger::Add(Tier tier, CollectiveKind kind, uint64_t sent, uint64_t received) {
   auto& c = cells_[static_cast<int>(tier)][static_cast<int>(kind)];
@@ -62,16 +60,15 @@ class TieredCollective final : public Collective {
                               Timeout timeout) override {
     return Ring(CollectiveKind::kReduceScatter, [&] { return inner_->reduce_scatter(in, out, counts, timeout); });
   }
-  absl::Status allgather(const float* in, float* out, const std::vector<size_t>& counts,
-                         Timeout timeout) override {
+  absl::Status allgather(const float* in, float* out, const std::vector<size_t>& counts, Timeout timeout) override {
     return Ring(CollectiveKind::kAllgather, [&] { return inner_->allgather(in, out, counts, timeout); });
   }
   absl::Status all_scan(float* data, size_t n, const ScanOp& op, Timeout timeout) override {
     return Ring(CollectiveKind::kAllScan, [&] { return inner_->all_scan(data, n, op, timeout); });
   }
   absl::Status barrier(Timeout timeout) override {
-    return Counted(CollectiveKind::kBarrier, [&] { return inner_->barrier(timeout); },
-                   [](uint64_t, uint64_t) {});
+    return Counted(
+        CollectiveKind::kBarrier, [&] { return inner_->barrier(timeout); }, [](uint64_t, uint64_t) {});
   }
 
   absl::Status broadcast(float* data, size_t n, int root, Timeout timeout) override {

@@ -46,8 +46,8 @@ class TierLedger {
 
 // member_nodes[i] is the node of the communicator's rank i (size() entries).
 // Fails (InvalidArgument) when the list does not match inner's size.
-absl::StatusOr<std::unique_ptr<Collective>> MakeTieredCollective(
-    std::unique_ptr<Collective> inner, std::vector<std::string> member_nodes,
-    std::shared_ptr<TierLedger> ledger);
+absl::StatusOr<std::unique_ptr<Collective>> MakeTieredCollective(std::unique_ptr<Collective> inner,
+                                                                 std::vector<std::string> member_nodes,
+                                                                 std::shared_ptr<TierLedger> ledger);
 
 }  // namespace tandem::comm

@@ -15,8 +15,7 @@ Backoff::Backoff(BackoffPolicy policy, uint64_t seed) : policy_(policy), rng_(se
 std::chrono::milliseconds Backoff::Next() {
   const double max_ms = static_cast<double>(policy_.max.count());
   // Stop growing the exponent once the cap is reached (no overflow).
-  double base = static_cast<double>(policy_.initial.count()) *
-                std::pow(policy_.multiplier, std::min(attempt_, 62));
+  double base = static_cast<double>(policy_.initial.count()) * std::pow(policy_.multiplier, std::min(attempt_, 62));
   base = std::min(base, max_ms);
   ++attempt_;
   std::uniform_real_distribution<double> u(1.0 - policy_.jitter, 1.0 + policy_.jitter);

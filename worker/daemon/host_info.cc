@@ -2,8 +2,8 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
-#include <sys/socket.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>

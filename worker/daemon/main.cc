@@ -95,7 +95,8 @@ int main(int argc, char** argv) {
   if (config->node().empty()) config->set_node(worker::HostName());
   if (absl::Status st = common::CheckNodeName(config->node()); !st.ok()) return Fail(std::string(st.message()), 2);
   if (absl::Status st = common::SetupLogging("tandem-worker", config->log_level(), config->log_file(),
-                                                   config->log_max_bytes(), config->log_max_files()); !st.ok()) {
+                                             config->log_max_bytes(), config->log_max_files());
+      !st.ok()) {
     return Fail(std::string(st.message()), 2);
   }
   auto token = common::LoadToken(config->token_file(), common::kJoinTokenEnv);
@@ -113,7 +114,6 @@ int main(int argc, char** argv) {
   spdlog::info("tandem-worker {} effective config:\n{}", TANDEM_VERSION, common::WorkerConfigToYaml(*config));
   if (token->empty()) spdlog::warn("no join token (--token-file or TANDEM_JOIN_TOKEN): calls are unauthenticated");
   for (const auto& warning : common::TokenFileWarnings(config->token_file())) spdlog::warn("{}", warning);
-
 
   worker::WorkerDaemonOptions options;
   options.coordinator = config->coordinator();
@@ -137,12 +137,12 @@ int main(int argc, char** argv) {
   engine_options.data_address = data_address;
   engine_options.num_threads = config->threads();
   engine_options.device = config->device();
-  worker::WorkerDaemon daemon(options, [engine_options](const std::string& worker_id,
-                                                      std::function<std::string()> credential) mutable {
-    engine_options.worker_id = worker_id;
-    engine_options.worker_credential = std::move(credential);
-    return worker::MakeJobEngine(engine_options);
-  });
+  worker::WorkerDaemon daemon(
+      options, [engine_options](const std::string& worker_id, std::function<std::string()> credential) mutable {
+        engine_options.worker_id = worker_id;
+        engine_options.worker_credential = std::move(credential);
+        return worker::MakeJobEngine(engine_options);
+      });
 
   std::thread signal_thread([&] {
     unsigned char b = 0;

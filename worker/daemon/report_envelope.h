@@ -14,7 +14,7 @@
 
 namespace tandem::worker {
 
-inline constexpr size_t kMaxReportLogLines = 256;   // the newest are kept
+inline constexpr size_t kMaxReportLogLines = 256;  // the newest are kept
 inline constexpr size_t kMaxReportLineChars = 4096;
 inline constexpr size_t kMaxReportErrorChars = 16384;
 

@@ -1,8 +1,8 @@
 #include "worker/daemon/worker_daemon.h"
 
-#include <new>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
+#include <new>
 
 #include <algorithm>
 #include <utility>
@@ -109,9 +109,10 @@ void WorkerDaemon::RequestPreempt() {
     RequestStop();
     return;
   }
-  spdlog::info("worker: preempted: asking the coordinator to checkpoint and hand this worker over "
-               "(at most {} s; a second signal stops at once)",
-               std::chrono::duration_cast<std::chrono::seconds>(options_.preempt_timeout).count());
+  spdlog::info(
+      "worker: preempted: asking the coordinator to checkpoint and hand this worker over "
+      "(at most {} s; a second signal stops at once)",
+      std::chrono::duration_cast<std::chrono::seconds>(options_.preempt_timeout).count());
 }
 
 void WorkerDaemon::RequestStop() {
@@ -179,12 +180,13 @@ void WorkerDaemon::LogMemoryEstimate(const v1::PhaseCommand& cmd) {
   const model::MemoryEstimate need = model::EstimateJobMemory(spec, *config);
   const int64_t usable = UsableMemoryBytes();
   if (usable > 0 && need.total > usable) {
-    spdlog::warn("worker: job {} needs about {} on this worker (estimate for {} rank(s)), more than the {} MiB it can use: "
-                 "the allocation may fail, or the kernel's OOM killer may end this process",
-                 cmd.job_id(), need.Describe(), spec.cluster().workers(), usable >> 20);
+    spdlog::warn(
+        "worker: job {} needs about {} on this worker (estimate for {} rank(s)), more than the {} MiB it can use: "
+        "the allocation may fail, or the kernel's OOM killer may end this process",
+        cmd.job_id(), need.Describe(), spec.cluster().workers(), usable >> 20);
   } else {
-    spdlog::info("worker: job {} needs about {} on this worker (estimate for {} rank(s)) of {} MiB usable", cmd.job_id(),
-                 need.Describe(), spec.cluster().workers(), usable >> 20);
+    spdlog::info("worker: job {} needs about {} on this worker (estimate for {} rank(s)) of {} MiB usable",
+                 cmd.job_id(), need.Describe(), spec.cluster().workers(), usable >> 20);
   }
 }
 
@@ -198,10 +200,10 @@ absl::Status WorkerDaemon::RunPhaseCatchingOutOfMemory(const v1::PhaseCommand& c
   } catch (const std::bad_alloc&) {
     report->Clear();
     engine_->Abort();
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "out of memory in ", v1::Phase_Name(cmd.phase()), " on this worker (", UsableMemoryBytes() >> 20,
-        " MiB usable): the job needs more memory than the worker has; use smaller batches or sequences, "
-        "a higher ZeRO stage, or more workers"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("out of memory in ", v1::Phase_Name(cmd.phase()), " on this worker (", UsableMemoryBytes() >> 20,
+                     " MiB usable): the job needs more memory than the worker has; use smaller batches or sequences, "
+                     "a higher ZeRO stage, or more workers"));
   }
 }
 
@@ -214,9 +216,8 @@ absl::Status WorkerDaemon::Register() {
   req.set_device_count(options_.device_count);
   req.set_memory_bytes(UsableMemoryBytes());
   req.set_version(options_.version);
-  req.set_data_address(options_.data_address.empty()
-                           ? LocalAddressTowards(options_.coordinator)
-                           : options_.data_address);
+  req.set_data_address(options_.data_address.empty() ? LocalAddressTowards(options_.coordinator)
+                                                     : options_.data_address);
   {
     absl::MutexLock lock(&mu_);
     req.set_worker_id(worker_id_);
@@ -252,8 +253,8 @@ absl::Status WorkerDaemon::Register() {
   credential_ = resp.worker_credential();
   registered_ = true;
   if (resp.heartbeat_interval_ms() > 0) heartbeat_ms_ = std::clamp<int64_t>(resp.heartbeat_interval_ms(), 50, 60000);
-  spdlog::info("worker: registered as {} (name {}, data address {}, lease {} ms, heartbeat {} ms)",
-               worker_id_, options_.name, req.data_address(), resp.lease_ms(), heartbeat_ms_);
+  spdlog::info("worker: registered as {} (name {}, data address {}, lease {} ms, heartbeat {} ms)", worker_id_,
+               options_.name, req.data_address(), resp.lease_ms(), heartbeat_ms_);
   cv_.SignalAll();
   return absl::OkStatus();
 }
@@ -291,14 +292,12 @@ void WorkerDaemon::Dispatch(const v1::WorkerCommand& cmd) {
         if (!pc.command_id().empty() && q.command_id() == pc.command_id()) return;
       }
       if (queue_.size() >= kMaxQueuedCommands) {
-        spdlog::error("worker: command queue full ({}); dropping command {}", queue_.size(),
-                      pc.command_id());
+        spdlog::error("worker: command queue full ({}); dropping command {}", queue_.size(), pc.command_id());
         return;
       }
       if (pc.phase() == v1::PHASE_SETUP && !running_command_id_.empty()) {
         // Runs once the phase in progress returns (an abort should end it).
-        spdlog::warn("worker: command {} waits for command {}, still running", pc.command_id(),
-                     running_command_id_);
+        spdlog::warn("worker: command {} waits for command {}, still running", pc.command_id(), running_command_id_);
       }
       queue_.push_back(pc);
       cv_.SignalAll();
@@ -309,9 +308,9 @@ void WorkerDaemon::Dispatch(const v1::WorkerCommand& cmd) {
       spdlog::warn("worker: coordinator aborts job {}", job);
       {
         absl::MutexLock lock(&mu_);
-        queue_.erase(std::remove_if(queue_.begin(), queue_.end(),
-                                    [&](const v1::PhaseCommand& c) { return c.job_id() == job; }),
-                     queue_.end());
+        queue_.erase(
+            std::remove_if(queue_.begin(), queue_.end(), [&](const v1::PhaseCommand& c) { return c.job_id() == job; }),
+            queue_.end());
         if (job_id_ == job) job_id_.clear();
       }
       if (engine_ != nullptr) engine_->Abort();
@@ -349,16 +348,16 @@ void WorkerDaemon::HeartbeatLoop() {
       if (preempting_) preempt_announced_ = true;
     }
     if (preempt_expired) {
-      spdlog::warn("worker: the coordinator did not release this worker within the preemption timeout; "
-                   "stopping (its job recovers without it)");
+      spdlog::warn(
+          "worker: the coordinator did not release this worker within the preemption timeout; "
+          "stopping (its job recovers without it)");
       RequestStop();
       return;
     }
     req.set_memory_bytes_in_use(ResidentMemoryBytes());
     v1::HeartbeatResponse resp;
     grpc::ClientContext ctx;
-    PrepareContext(&ctx, milliseconds(std::clamp<int64_t>(3 * interval, 1000,
-                                                           options_.rpc_timeout.count())));
+    PrepareContext(&ctx, milliseconds(std::clamp<int64_t>(3 * interval, 1000, options_.rpc_timeout.count())));
     grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
     if (s.ok()) {
       if (failures > 0) spdlog::info("worker: heartbeat ok again after {} failures", failures);
@@ -427,11 +426,11 @@ void WorkerDaemon::RunCommand(const v1::PhaseCommand& cmd) {
   }
   const std::string phase_name = v1::Phase_Name(cmd.phase());
   if (cached) {
-    spdlog::info("worker: command {} ({} step {}) already done; sending its report again",
-                 cmd.command_id(), phase_name, cmd.step());
+    spdlog::info("worker: command {} ({} step {}) already done; sending its report again", cmd.command_id(), phase_name,
+                 cmd.step());
   } else {
-    spdlog::info("worker: job {} gen {} {} step {} (command {})", cmd.job_id(), cmd.generation(),
-                 phase_name, cmd.step(), cmd.command_id());
+    spdlog::info("worker: job {} gen {} {} step {} (command {})", cmd.job_id(), cmd.generation(), phase_name,
+                 cmd.step(), cmd.command_id());
     if (cmd.phase() == v1::PHASE_SETUP) LogMemoryEstimate(cmd);
     const auto t0 = Clock::now();
     absl::Status st = RunPhaseCatchingOutOfMemory(cmd, &report);
@@ -439,8 +438,8 @@ void WorkerDaemon::RunCommand(const v1::PhaseCommand& cmd) {
     if (report.peak_memory_bytes() <= 0) report.set_peak_memory_bytes(ResidentMemoryBytes());
     SealReport(worker_id(), cmd, st, seconds, &report);
     if (!st.ok()) spdlog::error("worker: {} step {} failed: {}", phase_name, cmd.step(), st.ToString());
-    report.add_log_lines(fmt::format("{}: {} step {} {} in {:.3f} s", options_.name, phase_name,
-                                     cmd.step(), st.ok() ? "done" : "FAILED", report.seconds()));
+    report.add_log_lines(fmt::format("{}: {} step {} {} in {:.3f} s", options_.name, phase_name, cmd.step(),
+                                     st.ok() ? "done" : "FAILED", report.seconds()));
   }
   {
     absl::MutexLock lock(&mu_);
@@ -467,8 +466,8 @@ void WorkerDaemon::SendReport(const v1::ReportPhaseRequest& report) {
     const bool retry = IsTransient(s.error_code()) ||
                        (s.error_code() == grpc::StatusCode::NOT_FOUND && ++not_found <= kNotFoundRetries);
     if (!retry) {
-      spdlog::error("worker: coordinator rejected the report of command {}: {} ({})",
-                    report.command_id(), s.error_message(), static_cast<int>(s.error_code()));
+      spdlog::error("worker: coordinator rejected the report of command {}: {} ({})", report.command_id(),
+                    s.error_message(), static_cast<int>(s.error_code()));
       return;
     }
     // While stopping, keep trying only for a short, bounded time.
@@ -478,21 +477,18 @@ void WorkerDaemon::SendReport(const v1::ReportPhaseRequest& report) {
     }
     const auto delay = backoff.Next();
     if (Clock::now() + delay > give_up) {
-      spdlog::error("worker: giving up on the report of command {}: {}", report.command_id(),
-                    s.error_message());
+      spdlog::error("worker: giving up on the report of command {}: {}", report.command_id(), s.error_message());
       return;
     }
     if (backoff.attempt() == 1 || backoff.attempt() % 10 == 0) {
-      spdlog::warn("worker: report of command {} failed ({}); retrying", report.command_id(),
-                   s.error_message());
+      spdlog::warn("worker: report of command {} failed ({}); retrying", report.command_id(), s.error_message());
     }
     WaitForCoordinator(delay, /*stop_early=*/false);  // retries at once when the channel reconnects
   }
 }
 
 absl::Status WorkerDaemon::Run() {
-  spdlog::info("worker: {} starting (device {}, coordinator {})", options_.name, options_.device,
-               options_.coordinator);
+  spdlog::info("worker: {} starting (device {}, coordinator {})", options_.name, options_.device, options_.coordinator);
   std::thread heartbeat([this] { HeartbeatLoop(); });
   std::thread job;
   absl::Status fatal;
@@ -500,8 +496,7 @@ absl::Status WorkerDaemon::Run() {
   while (!stopping_.load()) {
     absl::Status st = Register();
     if (!st.ok()) {
-      if (st.code() == absl::StatusCode::kUnauthenticated ||
-          st.code() == absl::StatusCode::kPermissionDenied ||
+      if (st.code() == absl::StatusCode::kUnauthenticated || st.code() == absl::StatusCode::kPermissionDenied ||
           st.code() == absl::StatusCode::kInvalidArgument) {
         spdlog::error("worker: registration rejected: {}", st.ToString());
         fatal = st;
@@ -529,8 +524,8 @@ absl::Status WorkerDaemon::Run() {
     if (stopping_.load()) break;
     if (Clock::now() - attached_at > std::chrono::seconds(5)) backoff.Reset();
     const auto delay = backoff.Next();
-    spdlog::warn("worker: attach stream ended ({}: {}); reconnecting in {} ms",
-                 static_cast<int>(s.error_code()), s.error_message(), delay.count());
+    spdlog::warn("worker: attach stream ended ({}: {}); reconnecting in {} ms", static_cast<int>(s.error_code()),
+                 s.error_message(), delay.count());
     SleepUnlessStopping(delay);
   }
   stopping_.store(true);

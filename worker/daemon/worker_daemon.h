@@ -36,10 +36,10 @@
 #include <string>
 #include <thread>
 
+#include <grpcpp/security/credentials.h>
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include <grpcpp/security/credentials.h>
 
 #include "tandem/v1/cluster.grpc.pb.h"
 #include "worker/daemon/backoff.h"
@@ -48,17 +48,17 @@
 namespace tandem::worker {
 
 struct WorkerDaemonOptions {
-  std::string coordinator;             // host:port of the Cluster service
-  std::string name;                    // stable worker name (default: host name)
-  std::string device = "cpu";          // cpu | cuda
-  int device_count = 1;                // devices this worker drives
-  std::string data_address;            // for collectives; empty = route to coordinator
-  std::string node;                    // the machine (--node); empty = host name
-  int threads = 0;                     // compute threads (0 = all cores)
-  std::string token;                   // join token ("" = none)
+  std::string coordinator;     // host:port of the Cluster service
+  std::string name;            // stable worker name (default: host name)
+  std::string device = "cpu";  // cpu | cuda
+  int device_count = 1;        // devices this worker drives
+  std::string data_address;    // for collectives; empty = route to coordinator
+  std::string node;            // the machine (--node); empty = host name
+  int threads = 0;             // compute threads (0 = all cores)
+  std::string token;           // join token ("" = none)
   // Channel credentials (TLS / mutual TLS); nullptr = plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
-  std::string version;                 // reported to the coordinator
+  std::string version;  // reported to the coordinator
   // Reconnect and report-retry backoff. Capped at 1 s: after a coordinator
   // restart the workers are back within about a second of it listening.
   BackoffPolicy reconnect{std::chrono::milliseconds(100), std::chrono::milliseconds(1000)};
@@ -73,8 +73,8 @@ struct WorkerDaemonOptions {
 // Makes the engine once the coordinator has assigned the worker id (before
 // the first command can arrive). `credential` returns the worker's current
 // credential (for the engine's own calls to the coordinator).
-using EngineFactory = std::function<std::unique_ptr<JobEngine>(const std::string& worker_id,
-                                                               std::function<std::string()> credential)>;
+using EngineFactory =
+    std::function<std::unique_ptr<JobEngine>(const std::string& worker_id, std::function<std::string()> credential)>;
 
 class WorkerDaemon {
  public:
@@ -104,8 +104,7 @@ class WorkerDaemon {
   // memory (a warning when it does not fit).
   void LogMemoryEstimate(const tandem::v1::PhaseCommand& cmd);
   // engine_->RunPhase, with std::bad_alloc turned into a phase error.
-  absl::Status RunPhaseCatchingOutOfMemory(const tandem::v1::PhaseCommand& cmd,
-                                           tandem::v1::ReportPhaseRequest* report);
+  absl::Status RunPhaseCatchingOutOfMemory(const tandem::v1::PhaseCommand& cmd, tandem::v1::ReportPhaseRequest* report);
   // Holds the Attach stream until it ends; returns its final status.
   grpc::Status AttachOnce();
   void Dispatch(const tandem::v1::WorkerCommand& cmd);

@@ -38,8 +38,7 @@ std::string ConfigHash(const JobContext& ctx) {
   std::string bytes;
   ctx.spec().model().SerializeToString(&bytes);
   char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx",
-                static_cast<unsigned long long>(ckpt::Xxh64(bytes.data(), bytes.size())));
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(ckpt::Xxh64(bytes.data(), bytes.size())));
   return buf;
 }
 // Where the data stream continues after `step`: for text data the epoch and
@@ -51,8 +50,8 @@ std::string DataCursorText(const JobContext& ctx, int64_t step) {
   const uint64_t per_step = spec.kind() == tandem::v1::JOB_KIND_GRPO
                                 ? static_cast<uint64_t>(std::max(1, spec.rl().prompts_per_step()))
                                 : static_cast<uint64_t>(std::max(1, spec.train().global_batch()));
-  const rl::DataCursor c = rl::CursorAt(static_cast<uint64_t>(step) * per_step,
-                                        static_cast<uint64_t>(ctx.train_data->size()));
+  const rl::DataCursor c =
+      rl::CursorAt(static_cast<uint64_t>(step) * per_step, static_cast<uint64_t>(ctx.train_data->size()));
   return out + " epoch=" + std::to_string(c.epoch) + " position=" + std::to_string(c.position) +
          " rows=" + std::to_string(ctx.train_data->size());
 }
@@ -154,42 +153,42 @@ absl::Status Checkpoint(JobContext& ctx, int64_t step, ReportPhaseRequest* repor
   // the next generation, a degraded survivor's included).
   std::shared_ptr<comm::AbortSignal> abort = ctx.abort;
   JobContext* c = &ctx;
-  ctx.writer->Submit([state = std::move(state), manifest, root, keep, world, store, abort, c,
-                      step]() mutable -> absl::Status {
-    comm::AbortableStore abortable(store, abort);
-    const auto w0 = Clock::now();
-    const std::string dir = ckpt::PartialDir(root, step);
-    auto info = ckpt::WriteShard(dir, world, state);
-    if (!info.ok()) return info.status();
-    const std::string prefix = "ckpt/" + std::to_string(step);
-    if (absl::Status st = abortable.Set(prefix + "/shard/" + std::to_string(state.rank), ckpt::ShardAnnouncement(*info));
-        !st.ok())
-      return st;
-    // Rank 0 writes the manifest and publishes, so that its reports (the
-    // ones the coordinator keeps) carry the checkpoint path.
-    if (state.rank != 0) return absl::OkStatus();
-    for (int r = 0; r < world; ++r) {
-      auto v = abortable.Get(prefix + "/shard/" + std::to_string(r), std::chrono::seconds(60));
-      if (!v.ok()) return v.status();
-      auto shard = ckpt::ParseShardAnnouncement(*v, r, world);
-      if (!shard.ok()) return shard.status();
-      manifest.shards.push_back(*shard);
-    }
-    manifest.extra["write_seconds"] =
-        std::chrono::duration<double>(Clock::now() - w0).count();
-    if (absl::Status st = ckpt::WriteManifest(dir, manifest); !st.ok()) return st;
-    auto bytes = ckpt::CheckpointBytes(dir, manifest);
-    if (!bytes.ok()) return bytes.status();
-    if (absl::Status st = ckpt::Publish(root, step); !st.ok()) return st;
-    if (absl::Status st = ckpt::ApplyRetention(root, keep); !st.ok()) return st;
-    tandem::v1::PublishedCheckpoint published;
-    published.set_step(step);
-    published.set_path(ckpt::FinalDir(root, step));
-    published.set_bytes(static_cast<int64_t>(*bytes));
-    std::lock_guard<std::mutex> lock(c->published_mu);
-    c->published.push_back(std::move(published));
-    return absl::OkStatus();
-  });
+  ctx.writer->Submit(
+      [state = std::move(state), manifest, root, keep, world, store, abort, c, step]() mutable -> absl::Status {
+        comm::AbortableStore abortable(store, abort);
+        const auto w0 = Clock::now();
+        const std::string dir = ckpt::PartialDir(root, step);
+        auto info = ckpt::WriteShard(dir, world, state);
+        if (!info.ok()) return info.status();
+        const std::string prefix = "ckpt/" + std::to_string(step);
+        if (absl::Status st =
+                abortable.Set(prefix + "/shard/" + std::to_string(state.rank), ckpt::ShardAnnouncement(*info));
+            !st.ok())
+          return st;
+        // Rank 0 writes the manifest and publishes, so that its reports (the
+        // ones the coordinator keeps) carry the checkpoint path.
+        if (state.rank != 0) return absl::OkStatus();
+        for (int r = 0; r < world; ++r) {
+          auto v = abortable.Get(prefix + "/shard/" + std::to_string(r), std::chrono::seconds(60));
+          if (!v.ok()) return v.status();
+          auto shard = ckpt::ParseShardAnnouncement(*v, r, world);
+          if (!shard.ok()) return shard.status();
+          manifest.shards.push_back(*shard);
+        }
+        manifest.extra["write_seconds"] = std::chrono::duration<double>(Clock::now() - w0).count();
+        if (absl::Status st = ckpt::WriteManifest(dir, manifest); !st.ok()) return st;
+        auto bytes = ckpt::CheckpointBytes(dir, manifest);
+        if (!bytes.ok()) return bytes.status();
+        if (absl::Status st = ckpt::Publish(root, step); !st.ok()) return st;
+        if (absl::Status st = ckpt::ApplyRetention(root, keep); !st.ok()) return st;
+        tandem::v1::PublishedCheckpoint published;
+        published.set_step(step);
+        published.set_path(ckpt::FinalDir(root, step));
+        published.set_bytes(static_cast<int64_t>(*bytes));
+        std::lock_guard<std::mutex> lock(c->published_mu);
+        c->published.push_back(std::move(published));
+        return absl::OkStatus();
+      });
   report->mutable_checkpoint()->set_blocked_seconds(blocked);
   report->mutable_checkpoint()->set_snapshot_bytes(static_cast<int64_t>(snapshot_bytes));
   report->mutable_metrics()->set_step(step);
@@ -210,8 +209,7 @@ absl::Status RestoreCheckpoint(JobContext& ctx, const std::string& path, bool ow
     report->mutable_setup()->set_checkpoints_skipped(static_cast<int64_t>(skipped.size()));
   }
   if (!loaded.ok()) {
-    return absl::Status(loaded.status().code(),
-                        "restore from " + path + ": " + std::string(loaded.status().message()));
+    return absl::Status(loaded.status().code(), "restore from " + path + ": " + std::string(loaded.status().message()));
   }
   const auto& m = loaded->manifest;
   // Text data: the order is a function of (seed, step, rows), so the same
@@ -220,21 +218,22 @@ absl::Status RestoreCheckpoint(JobContext& ctx, const std::string& path, bool ow
   if (ctx.train_data && m.data_cursor.find(" rows=") != std::string::npos &&
       m.data_cursor.substr(m.data_cursor.find(" rows=")) !=
           DataCursorText(ctx, m.step).substr(DataCursorText(ctx, m.step).find(" rows="))) {
-    return absl::FailedPreconditionError(
-        "restore from " + loaded->dir + ": its data cursor '" + m.data_cursor + "' does not match data.train ('" +
-        DataCursorText(ctx, m.step) + "'): the data file changed, so the order would not continue");
+    return absl::FailedPreconditionError("restore from " + loaded->dir + ": its data cursor '" + m.data_cursor +
+                                         "' does not match data.train ('" + DataCursorText(ctx, m.step) +
+                                         "'): the data file changed, so the order would not continue");
   }
   if (own_checkpoint) {
     // The job's own checkpoint (chosen by the coordinator): it lies at the
     // job's path of its step and was written for this model.
     if (!common::IsCheckpointStepPath(loaded->dir, ctx.checkpoint_root, m.step)) {
-      return absl::DataLossError("restore from " + loaded->dir + ": its manifest says step " +
-                                 std::to_string(m.step) + ", which lives at " +
+      return absl::DataLossError("restore from " + loaded->dir + ": its manifest says step " + std::to_string(m.step) +
+                                 ", which lives at " +
                                  common::CheckpointStepPath(ctx.checkpoint_root, std::max<int64_t>(m.step, 1)));
     }
     if (!m.config_hash.empty() && m.config_hash != ConfigHash(ctx)) {
-      return absl::DataLossError("restore from " + loaded->dir + ": written for another model configuration (config_hash " +
-                                 m.config_hash + ", this job's is " + ConfigHash(ctx) + ")");
+      return absl::DataLossError("restore from " + loaded->dir +
+                                 ": written for another model configuration (config_hash " + m.config_hash +
+                                 ", this job's is " + ConfigHash(ctx) + ")");
     }
   } else if (!m.config_hash.empty() && m.config_hash != ConfigHash(ctx)) {
     report->add_log_lines("resume from " + loaded->dir +
@@ -242,9 +241,9 @@ absl::Status RestoreCheckpoint(JobContext& ctx, const std::string& path, bool ow
                           "its shapes match, continuing");
   }
   if (m.total_floats != ctx.zero->num_params()) {
-    return absl::FailedPreconditionError(
-        "restore from " + loaded->dir + ": checkpoint has " + std::to_string(m.total_floats) +
-        " parameters, the job's model has " + std::to_string(ctx.zero->num_params()));
+    return absl::FailedPreconditionError("restore from " + loaded->dir + ": checkpoint has " +
+                                         std::to_string(m.total_floats) + " parameters, the job's model has " +
+                                         std::to_string(ctx.zero->num_params()));
   }
   auto find = [&](const char* name) -> const std::vector<float>* {
     auto it = loaded->arrays.find(name);
@@ -254,8 +253,7 @@ absl::Status RestoreCheckpoint(JobContext& ctx, const std::string& path, bool ow
   const auto* mom1 = find("exp_avg");
   const auto* mom2 = find("exp_avg_sq");
   if (params == nullptr || mom1 == nullptr || mom2 == nullptr) {
-    return absl::DataLossError("restore from " + loaded->dir +
-                               ": checkpoint lacks params/exp_avg/exp_avg_sq");
+    return absl::DataLossError("restore from " + loaded->dir + ": checkpoint lacks params/exp_avg/exp_avg_sq");
   }
   // Reshard: take this rank's pieces of the full arrays.
   const auto ranges = OwnedRanges(*ctx.zero);
@@ -290,9 +288,8 @@ absl::Status RestoreCheckpoint(JobContext& ctx, const std::string& path, bool ow
   ctx.policy_version = m.policy_version;
   report->mutable_setup()->set_restored(true);
   report->mutable_setup()->set_restored_step(m.step);
-  report->add_log_lines("restored step " + std::to_string(m.step) + " from " + loaded->dir +
-                        " (written by " + std::to_string(m.world_size) + " ranks, ZeRO stage " +
-                        std::to_string(m.zero_stage) + ")");
+  report->add_log_lines("restored step " + std::to_string(m.step) + " from " + loaded->dir + " (written by " +
+                        std::to_string(m.world_size) + " ranks, ZeRO stage " + std::to_string(m.zero_stage) + ")");
   return absl::OkStatus();
 }
 

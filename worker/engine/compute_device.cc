@@ -6,8 +6,7 @@
 
 namespace tandem::worker {
 
-absl::StatusOr<std::unique_ptr<ComputeDevice>> MakeComputeDevice(std::string_view device,
-                                                                 int threads) {
+absl::StatusOr<std::unique_ptr<ComputeDevice>> MakeComputeDevice(std::string_view device, int threads) {
   auto d = std::make_unique<ComputeDevice>();
   d->name = device.empty() ? "cpu" : std::string(device);
   if (d->name == "cpu") {
@@ -53,13 +52,12 @@ absl::StatusOr<std::unique_ptr<ComputeDevice>> MakeComputeDevice(std::string_vie
         "/usr/local/cuda/bin/nvcc); use device: cpu");
 #endif
   }
-  return absl::InvalidArgumentError("device: expected cpu, cuda or cpu-guarded, got '" +
-                                    d->name + "'");
+  return absl::InvalidArgumentError("device: expected cpu, cuda or cpu-guarded, got '" + d->name + "'");
 }
 
-absl::StatusOr<std::unique_ptr<comm::Collective>> MakeDeviceCollective(
-    ComputeDevice& device, comm::Store& store, int rank, int world,
-    const comm::CollectiveOptions& options) {
+absl::StatusOr<std::unique_ptr<comm::Collective>> MakeDeviceCollective(ComputeDevice& device, comm::Store& store,
+                                                                       int rank, int world,
+                                                                       const comm::CollectiveOptions& options) {
   if (device.name == "cuda") return comm::MakeCollective("nccl", store, rank, world, options);
   auto gloo = comm::MakeCollective("gloo", store, rank, world, options);
   if (!gloo.ok() || device.guarded == nullptr) return gloo;

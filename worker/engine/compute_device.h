@@ -32,24 +32,23 @@ class GuardedMemory;
 namespace tandem::worker {
 
 struct ComputeDevice {
-  std::string name;                            // cpu | cuda | cpu-guarded
+  std::string name;  // cpu | cuda | cpu-guarded
   std::unique_ptr<kernels::DeviceMemory> memory;
-  kernels::GuardedMemory* guarded = nullptr;   // == memory for cpu-guarded
-  std::unique_ptr<kernels::Ops> ops;           // the job thread's
-  std::unique_ptr<kernels::Ops> comm_ops;      // ZeRO's communication thread's
+  kernels::GuardedMemory* guarded = nullptr;  // == memory for cpu-guarded
+  std::unique_ptr<kernels::Ops> ops;          // the job thread's
+  std::unique_ptr<kernels::Ops> comm_ops;     // ZeRO's communication thread's
   bool host_memory() const { return name == "cpu"; }
 };
 
 // `device`: a name above ("" = cpu). `threads`: CPU compute threads (0 =
 // all cores). FailedPrecondition when the device cannot be used here (no
 // CUDA in this build, no GPU visible), InvalidArgument for an unknown name.
-absl::StatusOr<std::unique_ptr<ComputeDevice>> MakeComputeDevice(std::string_view device,
-                                                                 int threads);
+absl::StatusOr<std::unique_ptr<ComputeDevice>> MakeComputeDevice(std::string_view device, int threads);
 
 // The job's communicator for `device`: Gloo for cpu, Gloo behind the
 // translating wrapper for cpu-guarded, NCCL for cuda.
-absl::StatusOr<std::unique_ptr<comm::Collective>> MakeDeviceCollective(
-    ComputeDevice& device, comm::Store& store, int rank, int world,
-    const comm::CollectiveOptions& options);
+absl::StatusOr<std::unique_ptr<comm::Collective>> MakeDeviceCollective(ComputeDevice& device, comm::Store& store,
+                                                                       int rank, int world,
+                                                                       const comm::CollectiveOptions& options);
 
 }  // namespace tandem::worker

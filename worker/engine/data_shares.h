@@ -26,7 +26,7 @@ struct JobContext;
 
 struct DataShare {
   int logical_rank = 0;
-  rl::IndexRange range;   // items of this share
+  rl::IndexRange range;     // items of this share
   bool taken_over = false;  // a lost rank's share (not this rank's own)
 };
 
@@ -50,7 +50,6 @@ bool CheapBackward(const JobContext& ctx, const DataShare& share);
 // rank-R FFN weight gradients whose projection is drawn from (job seed,
 // step, logical share, pass); an own share gets the exact defaults.
 model::ForwardOptions ShareForward(const JobContext& ctx, const DataShare& share);
-model::BackwardOptions ShareBackward(const JobContext& ctx, const DataShare& share, int64_t step,
-                                     int64_t pass);
+model::BackwardOptions ShareBackward(const JobContext& ctx, const DataShare& share, int64_t step, int64_t pass);
 
 }  // namespace tandem::worker

@@ -16,9 +16,7 @@ namespace tandem::worker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
-}
+double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
 void PutI64(float* at, int64_t v) { std::memcpy(at, &v, sizeof v); }  // two float slots
 int64_t GetI64(const float* at) {
@@ -41,7 +39,8 @@ absl::StatusOr<disagg::RolloutBatch> GenerateBatch(JobContext& ctx, DisaggState&
   // The same keys as the co-located ROLLOUT (grpo_phases.cc), so both modes
   // draw the same prompts and samples.
   for (int64_t p = mine.begin; p < mine.end; ++p) {
-    rl::Example ex = ctx.task->Sample(DeriveSeed(spec.seed(), kSeedRlPrompts), static_cast<uint64_t>((step - 1) * P + p));
+    rl::Example ex =
+        ctx.task->Sample(DeriveSeed(spec.seed(), kSeedRlPrompts), static_cast<uint64_t>((step - 1) * P + p));
     std::vector<int32_t> ids = {bos};
     auto enc = model::CharTokenizer::Default().Encode(ex.prompt);
     ids.insert(ids.end(), enc.begin(), enc.end());
@@ -68,9 +67,9 @@ absl::StatusOr<disagg::RolloutBatch> GenerateBatch(JobContext& ctx, DisaggState&
     if (d.weights_device_version != version || d.weights_device.size() != weights.size()) {
       if (d.weights_device.size() != weights.size() &&
           !d.weights_device.Allocate(ctx.device->memory.get(), weights.size())) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "rollout: cannot allocate ", weights.size() * sizeof(float), " bytes of device memory for the weights: ",
-            ctx.device->memory->last_error()));
+        return absl::ResourceExhaustedError(
+            absl::StrCat("rollout: cannot allocate ", weights.size() * sizeof(float),
+                         " bytes of device memory for the weights: ", ctx.device->memory->last_error()));
       }
       d.weights_device.Upload(weights.data(), weights.size());
       d.weights_device_version = version;
@@ -145,8 +144,8 @@ absl::Status SyncWeights(JobContext& ctx, DisaggState& d, int64_t step, ReportPh
   if (absl::Status st = d.all->broadcast(buf.data(), buf.size(), 0, ctx.timeout); !st.ok()) return st;
   const int64_t version = GetI64(&buf[psi]);
   if (GetI64(&buf[psi + 2]) != step) {
-    return absl::InternalError(absl::StrCat("SYNC_WEIGHTS for step ", step, " received the weights of step ",
-                                            GetI64(&buf[psi + 2])));
+    return absl::InternalError(
+        absl::StrCat("SYNC_WEIGHTS for step ", step, " received the weights of step ", GetI64(&buf[psi + 2])));
   }
   if (d.role == DisaggRole::kRollout) {
     buf.resize(psi);
@@ -224,8 +223,8 @@ absl::Status TrainerRollout(JobContext& ctx, DisaggState& d, int64_t step, Repor
     auto batch = disagg::Unpack((*got)[r]);
     if (!batch.ok()) return batch.status();
     if (batch->step != step) {
-      return absl::InternalError(absl::StrCat("ROLLOUT for step ", step, ": rollout rank ", r,
-                                              " sent the batch of step ", batch->step));
+      return absl::InternalError(
+          absl::StrCat("ROLLOUT for step ", step, ": rollout rank ", r, " sent the batch of step ", batch->step));
     }
     tokens += static_cast<double>(batch->generated_tokens);
     gen_seconds += batch->generate_seconds;
@@ -344,8 +343,8 @@ absl::StatusOr<disagg::RolloutBatch> DisaggState::TakeBatch(int64_t step, comm::
       return absl::FailedPreconditionError(absl::StrCat("ROLLOUT for step ", step, " before any SYNC_WEIGHTS"));
     }
     if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
-      return absl::DeadlineExceededError(absl::StrCat("async rollout: no batch of step ", step, " within ",
-                                                      timeout.count(), " ms"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("async rollout: no batch of step ", step, " within ", timeout.count(), " ms"));
     }
   }
 }
@@ -361,23 +360,21 @@ absl::StatusOr<DisaggRole> SetupDisaggregated(JobContext& ctx, const comm::Colle
   d->async = pl.coupling() == "async";
   d->max_staleness = d->async ? pl.max_staleness() : 0;
   if (d->train_world < 1 || d->rollout_world < 1 || d->train_world + d->rollout_world != ctx.world) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "placement: rollout_workers (", d->rollout_world, ") + train_workers (", d->train_world,
-        ") must be >= 1 each and equal the job's world of ", ctx.world));
+    return absl::InvalidArgumentError(absl::StrCat("placement: rollout_workers (", d->rollout_world,
+                                                   ") + train_workers (", d->train_world,
+                                                   ") must be >= 1 each and equal the job's world of ", ctx.world));
   }
   const int64_t P = spec.rl().prompts_per_step();
   if (P % d->train_world != 0 || P % d->rollout_world != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("rl.prompts_per_step: ", P,
-                                                   " must be divisible by placement.train_workers (",
-                                                   d->train_world, ") and placement.rollout_workers (",
-                                                   d->rollout_world, ") in disaggregated mode"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rl.prompts_per_step: ", P, " must be divisible by placement.train_workers (", d->train_world,
+                     ") and placement.rollout_workers (", d->rollout_world, ") in disaggregated mode"));
   }
   d->role = ctx.rank < d->train_world ? DisaggRole::kTrain : DisaggRole::kRollout;
   const std::string role_name = d->role == DisaggRole::kTrain ? "train" : "rollout";
   if (!ctx.assignment.role().empty() && ctx.assignment.role() != role_name) {
-    return absl::InvalidArgumentError(absl::StrCat("assignment: rank ", ctx.rank, " has role '",
-                                                   ctx.assignment.role(), "' but the placement makes it '",
-                                                   role_name, "'"));
+    return absl::InvalidArgumentError(absl::StrCat("assignment: rank ", ctx.rank, " has role '", ctx.assignment.role(),
+                                                   "' but the placement makes it '", role_name, "'"));
   }
   comm::CollectiveOptions co = base;
   co.prefix = base.prefix + "-all";
@@ -409,10 +406,10 @@ absl::Status FinishRolloutSetup(JobContext& ctx, std::vector<float> initial, Rep
   }
   (*report->mutable_values())["param_bytes"] = static_cast<double>(d.weights->size() * sizeof(float));
   (*report->mutable_values())["num_params"] = static_cast<double>(model::ParameterCount(ctx.config));
-  report->add_log_lines(absl::StrCat("rank ", d.global_rank, "/", d.global_world, ": rollout worker ", ctx.rank,
-                                     "/", d.rollout_world, " (", d.async ? "async" : "sync", " coupling",
-                                     d.async ? absl::StrCat(", max staleness ", d.max_staleness) : "",
-                                     "), model with ", model::ParameterCount(ctx.config), " parameters"));
+  report->add_log_lines(absl::StrCat("rank ", d.global_rank, "/", d.global_world, ": rollout worker ", ctx.rank, "/",
+                                     d.rollout_world, " (", d.async ? "async" : "sync", " coupling",
+                                     d.async ? absl::StrCat(", max staleness ", d.max_staleness) : "", "), model with ",
+                                     model::ParameterCount(ctx.config), " parameters"));
   return absl::OkStatus();
 }
 
@@ -421,11 +418,13 @@ std::optional<absl::Status> RunDisaggPhase(JobContext& ctx, const tandem::v1::Ph
   DisaggState& d = *ctx.disagg;
   const int64_t step = cmd.step();
   switch (cmd.phase()) {
-    case tandem::v1::PHASE_SYNC_WEIGHTS: return SyncWeights(ctx, d, step, report);
+    case tandem::v1::PHASE_SYNC_WEIGHTS:
+      return SyncWeights(ctx, d, step, report);
     case tandem::v1::PHASE_ROLLOUT:
       return d.role == DisaggRole::kTrain ? TrainerRollout(ctx, d, step, report)
                                           : RolloutRankRollout(ctx, d, step, report);
-    default: break;
+    default:
+      break;
   }
   if (d.role == DisaggRole::kRollout) {
     // SFT warm start, SCORE, LOGPROBS, UPDATE, EVAL, CHECKPOINT, EXPORT: the

@@ -100,7 +100,7 @@ class DisaggState {
   std::deque<disagg::RolloutBatch> ready_;
   int64_t next_step_ = 0;  // the batch the thread generates next
   bool stop_ = false;
-  absl::Status error_;     // the generation thread's failure (sticky)
+  absl::Status error_;  // the generation thread's failure (sticky)
   std::thread thread_;
 };
 
@@ -108,18 +108,15 @@ class DisaggState {
 // "train" among trainers), sets ctx.disagg, ctx.collective (trainers),
 // ctx.rank/ctx.world to the rank within the role. Fails on an inconsistent
 // placement (assignment role, world, prompts not divisible by trainers).
-absl::StatusOr<DisaggRole> SetupDisaggregated(JobContext& ctx,
-                                              const comm::CollectiveOptions& base);
+absl::StatusOr<DisaggRole> SetupDisaggregated(JobContext& ctx, const comm::CollectiveOptions& base);
 // Rollout ranks finish SETUP here: `initial` are the weights (version 0).
-absl::Status FinishRolloutSetup(JobContext& ctx, std::vector<float> initial,
-                                ReportPhaseRequest* report);
+absl::Status FinishRolloutSetup(JobContext& ctx, std::vector<float> initial, ReportPhaseRequest* report);
 
 // The engine's hook: handles `cmd` when its meaning differs in the
 // disaggregated mode (SYNC_WEIGHTS, ROLLOUT; everything on rollout ranks;
 // UPDATE of a step whose trajectories were all dropped); nullopt: run the
 // co-located phase.
-std::optional<absl::Status> RunDisaggPhase(JobContext& ctx,
-                                           const tandem::v1::PhaseCommand& cmd,
+std::optional<absl::Status> RunDisaggPhase(JobContext& ctx, const tandem::v1::PhaseCommand& cmd,
                                            ReportPhaseRequest* report);
 
 }  // namespace tandem::worker

@@ -132,8 +132,7 @@ absl::StatusOr<RolloutBatch> Unpack(std::span<const float> words) {
 }
 
 absl::StatusOr<Selection> SelectForTrainer(std::vector<rl::Trajectory> all, int64_t current_version,
-                                           int64_t max_staleness, int group_size, int train_rank,
-                                           int train_world) {
+                                           int64_t max_staleness, int group_size, int train_rank, int train_world) {
   if (group_size < 1 || train_world < 1 || train_rank < 0 || train_rank >= train_world) {
     return absl::InvalidArgumentError("SelectForTrainer: bad group size or trainer rank");
   }

@@ -24,10 +24,10 @@ namespace tandem::worker::disagg {
 
 // One rollout rank's trajectories of one step, group-major (G per prompt).
 struct RolloutBatch {
-  int64_t step = 0;                // RL step whose prompts were generated
+  int64_t step = 0;  // RL step whose prompts were generated
   std::vector<rl::Trajectory> trajectories;
   int64_t generated_tokens = 0;
-  double generate_seconds = 0;     // wall time of the generation
+  double generate_seconds = 0;  // wall time of the generation
 };
 
 std::vector<float> Pack(const RolloutBatch& batch);
@@ -46,9 +46,7 @@ struct Selection {
 // Fails when a group is incomplete (not group_size trajectories), when the
 // trajectories of one group carry different versions, or when a version is
 // newer than current_version.
-absl::StatusOr<Selection> SelectForTrainer(std::vector<rl::Trajectory> all,
-                                           int64_t current_version,
-                                           int64_t max_staleness, int group_size,
-                                           int train_rank, int train_world);
+absl::StatusOr<Selection> SelectForTrainer(std::vector<rl::Trajectory> all, int64_t current_version,
+                                           int64_t max_staleness, int group_size, int train_rank, int train_world);
 
 }  // namespace tandem::worker::disagg

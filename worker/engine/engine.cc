@@ -22,8 +22,7 @@ class JobEngineImpl final : public JobEngine {
  public:
   explicit JobEngineImpl(EngineOptions options) : options_(std::move(options)) {}
 
-  absl::Status RunPhase(const tandem::v1::PhaseCommand& cmd,
-                        ReportPhaseRequest* report) override {
+  absl::Status RunPhase(const tandem::v1::PhaseCommand& cmd, ReportPhaseRequest* report) override {
     ResetPeakRss();
     absl::Status st = Dispatch(cmd, report);
     {
@@ -68,8 +67,7 @@ class JobEngineImpl final : public JobEngine {
         // Degraded continuation: the previous generation's state is kept
         // (live_restore.h); its context goes away once the state is out.
         std::unique_ptr<JobContext> old = Take();
-        live = old ? TakeLiveState(*old, cmd.assignment().job_id())
-                   : LiveState::Missing("holds no state of this job");
+        live = old ? TakeLiveState(*old, cmd.assignment().job_id()) : LiveState::Missing("holds no state of this job");
       }
       Drop();
       auto ctx = std::make_unique<JobContext>();
@@ -125,14 +123,22 @@ class JobEngineImpl final : public JobEngine {
       if (auto st = RunDisaggPhase(*ctx, cmd, report)) return *st;
     }
     switch (cmd.phase()) {
-      case tandem::v1::PHASE_SFT_STEP: return SftStep(*ctx, cmd.step(), report);
-      case tandem::v1::PHASE_EVAL: return Evaluate(*ctx, cmd.step(), report);
-      case tandem::v1::PHASE_ROLLOUT: return Rollout(*ctx, cmd.step(), report);
-      case tandem::v1::PHASE_SCORE: return Score(*ctx, cmd.step(), report);
-      case tandem::v1::PHASE_LOGPROBS: return Logprobs(*ctx, cmd.step(), report);
-      case tandem::v1::PHASE_UPDATE: return Update(*ctx, cmd.step(), report);
-      case tandem::v1::PHASE_CHECKPOINT: return Checkpoint(*ctx, cmd.step(), report);
-      case tandem::v1::PHASE_FLUSH_CHECKPOINTS: return FinishCheckpoints(*ctx, report, /*wait=*/true);
+      case tandem::v1::PHASE_SFT_STEP:
+        return SftStep(*ctx, cmd.step(), report);
+      case tandem::v1::PHASE_EVAL:
+        return Evaluate(*ctx, cmd.step(), report);
+      case tandem::v1::PHASE_ROLLOUT:
+        return Rollout(*ctx, cmd.step(), report);
+      case tandem::v1::PHASE_SCORE:
+        return Score(*ctx, cmd.step(), report);
+      case tandem::v1::PHASE_LOGPROBS:
+        return Logprobs(*ctx, cmd.step(), report);
+      case tandem::v1::PHASE_UPDATE:
+        return Update(*ctx, cmd.step(), report);
+      case tandem::v1::PHASE_CHECKPOINT:
+        return Checkpoint(*ctx, cmd.step(), report);
+      case tandem::v1::PHASE_FLUSH_CHECKPOINTS:
+        return FinishCheckpoints(*ctx, report, /*wait=*/true);
       case tandem::v1::PHASE_EXPORT: {
         // Checkpoints in flight finish before the job can end.
         if (absl::Status st = FinishCheckpoints(*ctx, report, /*wait=*/true); !st.ok()) return st;

@@ -21,18 +21,14 @@ namespace tandem::worker {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
-}
+double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 int GroupSize(const JobContext& ctx) { return std::max(1, ctx.spec().rl().group_size()); }
 
 // One optimizer step per RL step: PPO's ratio is exactly 1 at that step.
 bool SingleUpdatePerStep(const JobContext& ctx) {
   return std::max(1, ctx.spec().rl().epochs()) == 1 && std::max(1, ctx.spec().rl().mini_batches()) == 1;
 }
-int64_t PromptsPerStep(const JobContext& ctx) {
-  return std::max(1, ctx.spec().rl().prompts_per_step());
-}
+int64_t PromptsPerStep(const JobContext& ctx) { return std::max(1, ctx.spec().rl().prompts_per_step()); }
 
 model::Batch ToModelBatch(const rl::PackedBatch& p) {
   model::Batch b;
@@ -126,8 +122,7 @@ class StopStrings {
   std::vector<std::string> texts_;
 };
 
-absl::Status ComputeLogprobs(JobContext& ctx, model::ParamProvider& params,
-                             std::vector<std::vector<float>>& out) {
+absl::Status ComputeLogprobs(JobContext& ctx, model::ParamProvider& params, std::vector<std::vector<float>>& out) {
   auto& trajs = ctx.rl.trajectories;
   out.assign(trajs.size(), {});
   const int micro = std::max(1, ctx.spec().train().micro_batch());
@@ -143,8 +138,7 @@ absl::Status ComputeLogprobs(JobContext& ctx, model::ParamProvider& params,
     if (!rb.ok()) return rb.status();
     model::Batch batch = ToModelBatch(rb->packed);
     logp.assign(batch.num_tokens(), 0.f);
-    if (absl::Status st = ctx.model->ForwardLogprobs(batch, params, logp.data()); !st.ok())
-      return st;
+    if (absl::Status st = ctx.model->ForwardLogprobs(batch, params, logp.data()); !st.ok()) return st;
     if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
     for (size_t s = 0; s < e - b; ++s) GatherSeq(rb->packed, logp.data(), s, out[b + s]);
   }
@@ -160,11 +154,11 @@ rl::CompletionText DecodeResponse(const JobContext& ctx, std::span<const int32_t
 
 absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
   if (!ctx.train_data && !ctx.task) {
-    return absl::FailedPreconditionError(
-        "ROLLOUT needs prompts with reference answers: set data.train or task.name");
+    return absl::FailedPreconditionError("ROLLOUT needs prompts with reference answers: set data.train or task.name");
   }
   if (!ctx.tokenizer) {
-    return absl::FailedPreconditionError("ROLLOUT needs a tokenizer (model.from with tokenizer.json, or the char tokenizer)");
+    return absl::FailedPreconditionError(
+        "ROLLOUT needs a tokenizer (model.from with tokenizer.json, or the char tokenizer)");
   }
   const auto& spec = ctx.spec();
   const int G = GroupSize(ctx);
@@ -268,12 +262,10 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   m->set_step(step);
   m->set_switch_seconds(enter_s + leave_s);
   (*m->mutable_extra())["rollout_tokens"] = sums[0];
-  (*m->mutable_extra())["rollout_tokens_per_s"] =
-      sums[1] > 0 ? sums[0] / (sums[1] / ctx.world) : 0;
+  (*m->mutable_extra())["rollout_tokens_per_s"] = sums[1] > 0 ? sums[0] / (sums[1] / ctx.world) : 0;
   (*m->mutable_extra())["kv_cache_bytes"] = static_cast<double>(gen->kv_pool_bytes);
   (*m->mutable_extra())["kv_cache_peak_bytes"] = static_cast<double>(gen->kv_peak_bytes);
-  (*m->mutable_extra())["rollout_prefill_tokens_saved"] =
-      static_cast<double>(gen->scheduler.prompt_tokens_saved);
+  (*m->mutable_extra())["rollout_prefill_tokens_saved"] = static_cast<double>(gen->scheduler.prompt_tokens_saved);
   (*m->mutable_extra())["rollout_preemptions"] = static_cast<double>(gen->scheduler.preemptions);
   (*m->mutable_extra())["response_length_mean"] = sums[4] > 0 ? sums[2] / sums[4] : 0;
   (*m->mutable_extra())["response_length_max"] = static_cast<double>(*global_max);
@@ -289,10 +281,9 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
 }
 
 absl::Status Score(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
-  if (ctx.rl.step != step || ctx.rl.trajectories.size() !=
-                                 ctx.rl.examples.size() * static_cast<size_t>(GroupSize(ctx))) {
-    return absl::FailedPreconditionError("SCORE for step " + std::to_string(step) +
-                                         " without its ROLLOUT");
+  if (ctx.rl.step != step ||
+      ctx.rl.trajectories.size() != ctx.rl.examples.size() * static_cast<size_t>(GroupSize(ctx))) {
+    return absl::FailedPreconditionError("SCORE for step " + std::to_string(step) + " without its ROLLOUT");
   }
   const int G = GroupSize(ctx);
   auto& trajs = ctx.rl.trajectories;
@@ -336,8 +327,8 @@ absl::Status Score(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
     const rl::Example& ex = ctx.rl.examples[i / G];
     if (ctx.task) {
       report->add_log_lines("step " + std::to_string(step) + " sample: " + ex.prompt + texts[i].text +
-                            (texts[i].terminated ? "" : "...") + " (answer " + ex.answer +
-                            ", reward " + std::to_string(trajs[i].reward) + ")");
+                            (texts[i].terminated ? "" : "...") + " (answer " + ex.answer + ", reward " +
+                            std::to_string(trajs[i].reward) + ")");
     } else {
       std::string extracted = "none";
       if (ctx.reward) {
@@ -370,9 +361,9 @@ absl::StatusOr<float*> RefParamsOnDevice(JobContext& ctx) {
   if (ctx.device->host_memory()) return ctx.ref_params.data();
   if (ctx.ref_device.size() != ctx.ref_params.size()) {
     if (!ctx.ref_device.Allocate(ctx.device->memory.get(), ctx.ref_params.size())) {
-      return absl::ResourceExhaustedError(
-          "KL reference: cannot allocate " + std::to_string(ctx.ref_params.size() * sizeof(float)) +
-          " bytes of device memory: " + ctx.device->memory->last_error());
+      return absl::ResourceExhaustedError("KL reference: cannot allocate " +
+                                          std::to_string(ctx.ref_params.size() * sizeof(float)) +
+                                          " bytes of device memory: " + ctx.device->memory->last_error());
     }
     ctx.ref_device.Upload(ctx.ref_params.data(), ctx.ref_params.size());
   }
@@ -381,8 +372,7 @@ absl::StatusOr<float*> RefParamsOnDevice(JobContext& ctx) {
 
 absl::Status Logprobs(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
   if (ctx.rl.step != step || !ctx.rl.scored) {
-    return absl::FailedPreconditionError("LOGPROBS for step " + std::to_string(step) +
-                                         " without ROLLOUT and SCORE");
+    return absl::FailedPreconditionError("LOGPROBS for step " + std::to_string(step) + " without ROLLOUT and SCORE");
   }
   // Old policy = the weights that generated the rollout (no update since).
   // With a single optimizer step per RL step (one epoch, one mini-batch)
@@ -407,8 +397,7 @@ absl::Status Logprobs(JobContext& ctx, int64_t step, ReportPhaseRequest* report)
     }
     std::vector<double> diff = {diff_sum, diff_n};
     if (absl::Status st = AllreduceSum(ctx, diff); !st.ok()) return st;
-    (*report->mutable_metrics()->mutable_extra())["logprob_mismatch_mean"] =
-        diff[1] > 0 ? diff[0] / diff[1] : 0;
+    (*report->mutable_metrics()->mutable_extra())["logprob_mismatch_mean"] = diff[1] > 0 ? diff[0] / diff[1] : 0;
   }
   if (!ctx.ref_params.empty()) {
     auto ref_weights = RefParamsOnDevice(ctx);
@@ -423,8 +412,7 @@ absl::Status Logprobs(JobContext& ctx, int64_t step, ReportPhaseRequest* report)
 
 absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
   if (ctx.rl.step != step || !ctx.rl.have_logprobs) {
-    return absl::FailedPreconditionError("UPDATE for step " + std::to_string(step) +
-                                         " without LOGPROBS");
+    return absl::FailedPreconditionError("UPDATE for step " + std::to_string(step) + " without LOGPROBS");
   }
   const auto start = Clock::now();
   const auto& spec = ctx.spec();
@@ -445,8 +433,7 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
   lo.clip_low = rlspec.clip() > 0 ? rlspec.clip() : 0.2;
   lo.clip_high = rlspec.clip_high() > 0 ? rlspec.clip_high() : lo.clip_low;
   lo.kl_coef = rlspec.kl_coef();
-  lo.aggregation = rlspec.loss_agg() == "sequence" ? rl::LossAggregation::kSequence
-                                                   : rl::LossAggregation::kToken;
+  lo.aggregation = rlspec.loss_agg() == "sequence" ? rl::LossAggregation::kSequence : rl::LossAggregation::kToken;
   const int epochs = std::max(1, rlspec.epochs());
   const int minis = std::max(1, rlspec.mini_batches());
   const int micro = std::max(1, spec.train().micro_batch());
@@ -470,7 +457,7 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
       // data share; passes (micro-batches) never mix shares.
       std::vector<size_t> idx;
       struct Pass {
-        size_t begin, end;  // into idx
+        size_t begin, end;         // into idx
         model::ForwardOptions fo;  // the share's options (data_shares.h)
         model::BackwardOptions bo;
       };
@@ -532,8 +519,7 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
         if (!rb.ok()) return rb.status();
         model::Batch batch = ToModelBatch(rb->packed);
         logp_new.assign(batch.num_tokens(), 0.f);
-        if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp_new.data(), nullptr, fo);
-            !st.ok())
+        if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp_new.data(), nullptr, fo); !st.ok())
           return st;
         if (old_is_current) {
           if (!padding) AddMismatch(rb->packed, sampled_ptr, logp_new, &mismatch_sum, &mismatch_n);
@@ -555,8 +541,7 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
           loss->loss = loss->kl_sum = loss->clipped_sum = loss->ratio_sum = 0;
           loss->masked_tokens = 0;
         }
-        if (absl::Status st = ctx.model->Backward(loss->dlogp.data(), *ctx.zero, bo); !st.ok())
-          return st;
+        if (absl::Status st = ctx.model->Backward(loss->dlogp.data(), *ctx.zero, bo); !st.ok()) return st;
         if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
         loss_sum += loss->loss;
         kl_sum += loss->kl_sum;
@@ -566,8 +551,7 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
       }
       // RL steps have their own schedule (the warm start's steps do not count).
       lr = sched.At((step - 1) * epochs * minis + updates);
-      auto stats = ctx.zero->Step(static_cast<float>(lr),
-                                  static_cast<float>(spec.train().grad_clip()));
+      auto stats = ctx.zero->Step(static_cast<float>(lr), static_cast<float>(spec.train().grad_clip()));
       if (!stats.ok()) return stats.status();
       grad_norm = stats->grad_norm;
       ctx.optimizer_steps++;

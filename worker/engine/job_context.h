@@ -7,8 +7,8 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -18,8 +18,8 @@
 #include "tandem/v1/cluster.pb.h"
 #include "worker/ckpt/async_writer.h"
 #include "worker/comm/collective.h"
-#include "worker/comm/tiered_collective.h"
 #include "worker/comm/store.h"
+#include "worker/comm/tiered_collective.h"
 #include "worker/engine/compute_device.h"
 #include "worker/model/config.h"
 #include "worker/model/generate.h"
@@ -42,11 +42,11 @@ class DisaggState;    // worker/engine/disagg.h
 
 struct RlStepState {
   int64_t step = 0;
-  std::vector<rl::Example> examples;           // this rank's prompts
-  std::vector<const rl::TextRow*> rows;        // their data rows (text data)
-  std::vector<int64_t> prompt_index;           // global index of each prompt
-  std::vector<rl::Trajectory> trajectories;    // group-major, G per prompt
-  std::vector<std::vector<float>> logp_old;    // per trajectory, per completion token
+  std::vector<rl::Example> examples;         // this rank's prompts
+  std::vector<const rl::TextRow*> rows;      // their data rows (text data)
+  std::vector<int64_t> prompt_index;         // global index of each prompt
+  std::vector<rl::Trajectory> trajectories;  // group-major, G per prompt
+  std::vector<std::vector<float>> logp_old;  // per trajectory, per completion token
   // One epoch of one mini-batch: the update's own forward runs on the
   // weights LOGPROBS would have used, so logp_old is not computed.
   bool old_is_current = false;

@@ -53,13 +53,13 @@ absl::Status GatherOldShards(JobContext& ctx, int64_t step, const LiveState& liv
     }
     const auto copy_step = static_cast<int64_t>(std::llround(info[2 * w + r]));
     if (copy_step > step) {
-      problem = who + ": the peer copy is of step " + std::to_string(copy_step) + ", newer than " +
-                std::to_string(step);
+      problem =
+          who + ": the peer copy is of step " + std::to_string(copy_step) + ", newer than " + std::to_string(step);
       break;
     }
     if (!full_params && copy_step != step) {
-      problem = who + ": its parameters are only in a peer copy of step " + std::to_string(copy_step) +
-                ", not " + std::to_string(step);
+      problem = who + ": its parameters are only in a peer copy of step " + std::to_string(copy_step) + ", not " +
+                std::to_string(step);
       break;
     }
     oldest_copy = std::min(oldest_copy, copy_step);
@@ -91,8 +91,7 @@ absl::Status GatherOldShards(JobContext& ctx, int64_t step, const LiveState& liv
   if (ctx.world > 1) {
     if (absl::Status st = ctx.zero->Drain(); !st.ok()) return st;
     for (std::vector<float>* buf : {params, m, v}) {
-      if (absl::Status st = ctx.collective->allreduce(buf->data(), psi, comm::ReduceOp::kSum, ctx.timeout);
-          !st.ok()) {
+      if (absl::Status st = ctx.collective->allreduce(buf->data(), psi, comm::ReduceOp::kSum, ctx.timeout); !st.ok()) {
         return st;
       }
     }
@@ -129,13 +128,13 @@ LiveState TakeLiveState(JobContext& old, const std::string& job_id) {
     s.params.resize(psi);
     s.exp_avg.resize(psi);
     s.exp_avg_sq.resize(psi);
-    if (absl::Status st = old.zero->CopyFullState(s.params.data(), s.exp_avg.data(), s.exp_avg_sq.data());
-        !st.ok()) {
+    if (absl::Status st = old.zero->CopyFullState(s.params.data(), s.exp_avg.data(), s.exp_avg_sq.data()); !st.ok()) {
       return LiveState::Missing(std::string(st.message()));
     }
   } else {
     if (old.zero->step_incomplete()) {
-      return LiveState::Missing("stopped inside an optimizer step (its shard is updated, the parameter allgather is not)");
+      return LiveState::Missing(
+          "stopped inside an optimizer step (its shard is updated, the parameter allgather is not)");
     }
     const size_t shard = old.zero->shard_size();
     s.exp_avg.resize(shard);
@@ -187,8 +186,8 @@ absl::Status LiveRestore(JobContext& ctx, int64_t step, std::optional<int64_t> i
     const size_t shard = ShardSize(zero::ComputeShardMap(ctx.zero->units(), live->old_rank, live->old_world));
     if ((live->params.size() != psi && live->own_params.size() != shard) || live->exp_avg.size() != shard ||
         live->exp_avg_sq.size() != shard) {
-      problem = me + " holds a shard that does not fit the model's partition for " +
-                std::to_string(live->old_world) + " ranks";
+      problem = me + " holds a shard that does not fit the model's partition for " + std::to_string(live->old_world) +
+                " ranks";
     }
   }
   // Everyone agrees before anyone loads (a collective below must not leave
@@ -208,10 +207,9 @@ absl::Status LiveRestore(JobContext& ctx, int64_t step, std::optional<int64_t> i
   }
   const int at_inflight = static_cast<int>(failures[1] + 0.5);
   if (at_inflight != 0 && at_inflight != ctx.world) {
-    return absl::FailedPreconditionError("live restore: " + std::to_string(at_inflight) + " of " +
-                                         std::to_string(ctx.world) + " rank(s) finished step " +
-                                         std::to_string(*inflight_step) + ", the others hold step " +
-                                         std::to_string(step));
+    return absl::FailedPreconditionError(
+        "live restore: " + std::to_string(at_inflight) + " of " + std::to_string(ctx.world) +
+        " rank(s) finished step " + std::to_string(*inflight_step) + ", the others hold step " + std::to_string(step));
   }
   if (at_inflight == ctx.world) step = *inflight_step;
   // The full vectors: held by every rank at stage 0; re-assembled from the
@@ -258,12 +256,11 @@ absl::Status LiveRestore(JobContext& ctx, int64_t step, std::optional<int64_t> i
   std::string shares;
   if (a.logical_world_size() > 0) {
     shares = ", computing shares [" + std::to_string(a.logical_rank_begin()) + ", " +
-             std::to_string(a.logical_rank_end()) + ") of " + std::to_string(a.logical_world_size()) +
-             " (own " + std::to_string(a.own_logical_rank()) + ")";
+             std::to_string(a.logical_rank_end()) + ") of " + std::to_string(a.logical_world_size()) + " (own " +
+             std::to_string(a.own_logical_rank()) + ")";
   }
   report->add_log_lines("kept the live state of step " + std::to_string(step) + " (degraded continuation, " +
-                        std::to_string(ctx.world) + " ranks" + shares + note + ") in " + std::to_string(secs) +
-                        " s");
+                        std::to_string(ctx.world) + " ranks" + shares + note + ") in " + std::to_string(secs) + " s");
   return absl::OkStatus();
 }
 

@@ -45,8 +45,8 @@ struct JobContext;
 struct LiveState {
   std::string why_not;  // non-empty: no usable state (e.g. "holds no state of this job")
   std::optional<int64_t> last_trained_step;
-  int stage = 0;       // ZeRO stage of the old context
-  int old_rank = 0;    // rank and world of the old partition
+  int stage = 0;     // ZeRO stage of the old context
+  int old_rank = 0;  // rank and world of the old partition
   int old_world = 1;
   // Stage 0: full, in the model's flat layout. Stages 1-3: `params` full
   // when held in full (else empty); own_params, exp_avg and exp_avg_sq are

@@ -120,8 +120,8 @@ absl::Status SnapshotShard::Parse(const std::string& bytes, SnapshotShard* out) 
   Reader r(bytes);
   int64_t magic = 0, world = 0, stage = 0, rank = 0;
   uint64_t nranges = 0;
-  bool ok = r.Get(&magic) && magic == kMagic && r.Get(&out->step) && r.Get(&world) && r.Get(&stage) &&
-            r.Get(&rank) && r.Get(&out->optimizer_steps) && r.Get(&out->policy_version) && r.Get(&nranges) &&
+  bool ok = r.Get(&magic) && magic == kMagic && r.Get(&out->step) && r.Get(&world) && r.Get(&stage) && r.Get(&rank) &&
+            r.Get(&out->optimizer_steps) && r.Get(&out->policy_version) && r.Get(&nranges) &&
             nranges <= bytes.size() / 16;
   if (ok) {
     out->ranges.resize(nranges);
@@ -192,9 +192,7 @@ absl::Status ExchangePeerCopies(JobContext& ctx, SnapshotShard own, tandem::v1::
 absl::Status RestoreFromPeers(JobContext& ctx, int64_t step, const std::vector<int>& receive_ranks,
                               tandem::v1::ReportPhaseRequest* report) {
   const auto t0 = Clock::now();
-  auto listed = [&](int r) {
-    return std::find(receive_ranks.begin(), receive_ranks.end(), r) != receive_ranks.end();
-  };
+  auto listed = [&](int r) { return std::find(receive_ranks.begin(), receive_ranks.end(), r) != receive_ranks.end(); };
   const int next = (ctx.rank + 1) % ctx.world;
   const int prev = (ctx.rank + ctx.world - 1) % ctx.world;
   PeerSnapshots empty;
@@ -275,9 +273,10 @@ absl::Status RestoreFromPeers(JobContext& ctx, int64_t step, const std::vector<i
   setup->set_restored_step(step);
   setup->set_restore_source(tandem::v1::RESTORE_SOURCE_PEER);
   setup->set_restore_seconds(secs);
-  report->add_log_lines("restored step " + std::to_string(step) + " from peer memory" +
-                        (listed(ctx.rank) ? " (shard received from rank " + std::to_string(next) + ")" : " (own copy)") +
-                        " in " + std::to_string(secs) + " s");
+  report->add_log_lines(
+      "restored step " + std::to_string(step) + " from peer memory" +
+      (listed(ctx.rank) ? " (shard received from rank " + std::to_string(next) + ")" : " (own copy)") + " in " +
+      std::to_string(secs) + " s");
   return absl::OkStatus();
 }
 

@@ -18,10 +18,8 @@ struct LiveState;  // live_restore.h
 
 // `live`: the previous generation's state when assignment.live_restore
 // (null otherwise, or when the engine held none).
-absl::Status SetupJob(const EngineOptions& options,
-                      const tandem::v1::Assignment& assignment,
-                      JobContext& ctx, ReportPhaseRequest* report,
-                      LiveState* live = nullptr);
+absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment& assignment, JobContext& ctx,
+                      ReportPhaseRequest* report, LiveState* live = nullptr);
 absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report);
 absl::Status Evaluate(JobContext& ctx, int64_t step, ReportPhaseRequest* report);
 absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report);

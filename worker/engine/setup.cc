@@ -7,7 +7,6 @@
 #include "common/job_spec.h"
 #include "common/phase_failure.h"
 #include "common/rank_topology.h"
-#include "worker/model/job_model.h"
 #include "worker/comm/grpc_store.h"
 #include "worker/engine/data_shares.h"
 #include "worker/engine/disagg.h"
@@ -15,6 +14,7 @@
 #include "worker/engine/peer_snapshot.h"
 #include "worker/engine/phases.h"
 #include "worker/engine/spec_convert.h"
+#include "worker/model/job_model.h"
 #include "worker/model/safetensors.h"
 
 namespace tandem::worker {
@@ -71,8 +71,7 @@ absl::Status BuildTextData(JobContext& ctx, const rl::SftTokens& sft_tokens) {
     }
     rl::SftTokens t = sft_tokens;
     t.bos = -1;  // the prompt ids carry what the tokenizer and template add
-    auto ds = rl::SftDataset::FromExamples(std::move(examples), t,
-                                           DeriveSeed(spec.seed(), kSeedSftData), d.shuffle());
+    auto ds = rl::SftDataset::FromExamples(std::move(examples), t, DeriveSeed(spec.seed(), kSeedSftData), d.shuffle());
     if (!ds.ok()) return ds.status();
     ctx.dataset.emplace(std::move(*ds));
   }
@@ -110,8 +109,7 @@ absl::Status BuildData(JobContext& ctx) {
   if (ctx.tokenizer && ctx.tokenizer->eos() && *ctx.tokenizer->eos() < ctx.config.vocab_size) {
     tokens.eos = *ctx.tokenizer->eos();
   }
-  tokens.seq_len = spec.train().seq_len() > 0 ? spec.train().seq_len()
-                                              : ctx.config.max_position_embeddings;
+  tokens.seq_len = spec.train().seq_len() > 0 ? spec.train().seq_len() : ctx.config.max_position_embeddings;
   const bool is_char = ctx.tokenizer && ctx.tokenizer->kind() == "char";
   const model::CharTokenizer char_tok = model::CharTokenizer::Default();
   const model::CharTokenizer* tok = is_char ? &char_tok : nullptr;
@@ -119,15 +117,13 @@ absl::Status BuildData(JobContext& ctx) {
     if (absl::Status st = BuildTextData(ctx, tokens); !st.ok()) return st;
   } else if (!task.name().empty()) {
     if (tok == nullptr) {
-      return absl::InvalidArgumentError(
-          "task." + task.name() +
-          ": built-in tasks need the char tokenizer (model.config.tokenizer: char)");
+      return absl::InvalidArgumentError("task." + task.name() +
+                                        ": built-in tasks need the char tokenizer (model.config.tokenizer: char)");
     }
     auto t = rl::MakeTask(ToTaskOptions(task));
     if (!t.ok()) return t.status();
     ctx.task = std::shared_ptr<const rl::Task>(std::move(*t));
-    auto ds = rl::SftDataset::FromTask(ctx.task, *tok, tokens,
-                                       DeriveSeed(spec.seed(), kSeedSftData));
+    auto ds = rl::SftDataset::FromTask(ctx.task, *tok, tokens, DeriveSeed(spec.seed(), kSeedSftData));
     if (!ds.ok()) return ds.status();
     ctx.dataset.emplace(std::move(*ds));
   } else if (!task.data().empty()) {
@@ -136,8 +132,7 @@ absl::Status BuildData(JobContext& ctx) {
           "task.data: GRPO needs prompts with reference answers: use the data section (data.train, "
           "data.prompt_key or data.messages_key, data.answer_key) and reward.type");
     }
-    auto ds = rl::SftDataset::FromJsonlFile(task.data(), tok, tokens,
-                                            DeriveSeed(spec.seed(), kSeedSftData));
+    auto ds = rl::SftDataset::FromJsonlFile(task.data(), tok, tokens, DeriveSeed(spec.seed(), kSeedSftData));
     if (!ds.ok()) return ds.status();
     ctx.dataset.emplace(std::move(*ds));
   }
@@ -155,10 +150,8 @@ absl::Status BuildData(JobContext& ctx) {
 
 }  // namespace
 
-absl::Status SetupJob(const EngineOptions& options,
-                      const tandem::v1::Assignment& assignment,
-                      JobContext& ctx, ReportPhaseRequest* report,
-                      LiveState* live) {
+absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment& assignment, JobContext& ctx,
+                      ReportPhaseRequest* report, LiveState* live) {
   ctx.assignment = assignment;
   // The engine reads the spec with every default applied (a coordinator of
   // another version may leave keys it does not know at zero) and every key
@@ -171,8 +164,8 @@ absl::Status SetupJob(const EngineOptions& options,
   ctx.world = assignment.world_size();
   const auto& spec = ctx.spec();
   if (ctx.world < 1 || ctx.rank < 0 || ctx.rank >= ctx.world) {
-    return absl::InvalidArgumentError("assignment: rank " + std::to_string(ctx.rank) +
-                                      " outside world of " + std::to_string(ctx.world));
+    return absl::InvalidArgumentError("assignment: rank " + std::to_string(ctx.rank) + " outside world of " +
+                                      std::to_string(ctx.world));
   }
   if (absl::Status st = ValidateShares(assignment); !st.ok()) return st;
 
@@ -180,9 +173,9 @@ absl::Status SetupJob(const EngineOptions& options,
   if (wants_cuda != (options.device == "cuda")) {
     // The scheduler matches device kinds; say so rather than silently
     // computing on another device.
-    return absl::FailedPreconditionError(
-        "cluster.device: the job asks for " + std::string(wants_cuda ? "cuda" : "cpu") +
-        " but this worker runs device '" + options.device + "'");
+    return absl::FailedPreconditionError("cluster.device: the job asks for " +
+                                         std::string(wants_cuda ? "cuda" : "cpu") + " but this worker runs device '" +
+                                         options.device + "'");
   }
 
   // Model config and initial weights.
@@ -190,8 +183,7 @@ absl::Status SetupJob(const EngineOptions& options,
   if (!spec.model().from().empty()) {
     auto loaded = model::LoadModelDir(spec.model().from());
     if (!loaded.ok()) {
-      return absl::Status(loaded.status().code(),
-                          "model.from: " + std::string(loaded.status().message()));
+      return absl::Status(loaded.status().code(), "model.from: " + std::string(loaded.status().message()));
     }
     ctx.config = loaded->config;
     full = std::move(loaded->params);
@@ -213,10 +205,10 @@ absl::Status SetupJob(const EngineOptions& options,
     if (ctx.config.tokenizer == "char") ctx.tokenizer = text::MakeCharTokenizer();
   }
   if (ctx.tokenizer && ctx.config.vocab_size < ctx.tokenizer->vocab_size()) {
-    return absl::InvalidArgumentError(
-        "model: vocab_size " + std::to_string(ctx.config.vocab_size) + " is smaller than the " +
-        std::string(ctx.tokenizer->kind()) + " tokenizer's " +
-        std::to_string(ctx.tokenizer->vocab_size()) + " (its ids would fall outside the embedding)");
+    return absl::InvalidArgumentError("model: vocab_size " + std::to_string(ctx.config.vocab_size) +
+                                      " is smaller than the " + std::string(ctx.tokenizer->kind()) + " tokenizer's " +
+                                      std::to_string(ctx.tokenizer->vocab_size()) +
+                                      " (its ids would fall outside the embedding)");
   }
   // Generation stops at every eos id the model's files name.
   for (int e : ctx.config.eos_token_ids) ctx.stop_ids.push_back(e);
@@ -231,9 +223,8 @@ absl::Status SetupJob(const EngineOptions& options,
     }
   }
 
-  const int threads = spec.cluster().threads_per_worker() > 0
-                          ? spec.cluster().threads_per_worker()
-                          : options.num_threads;
+  const int threads =
+      spec.cluster().threads_per_worker() > 0 ? spec.cluster().threads_per_worker() : options.num_threads;
   auto device = MakeComputeDevice(options.device, threads);
   if (!device.ok()) return device.status();
   ctx.device = std::move(*device);
@@ -332,9 +323,9 @@ absl::Status SetupJob(const EngineOptions& options,
     if (absl::Status st = AllreduceSum(ctx, owners); !st.ok()) return st;
     for (size_t l = 0; l < owners.size(); ++l) {
       if (owners[l] != 1) {
-        return absl::InvalidArgumentError(
-            "assignment: logical share " + std::to_string(l) + " of " + std::to_string(owners.size()) +
-            " is assigned to " + std::to_string(static_cast<int>(owners[l])) + " ranks (must be exactly 1)");
+        return absl::InvalidArgumentError("assignment: logical share " + std::to_string(l) + " of " +
+                                          std::to_string(owners.size()) + " is assigned to " +
+                                          std::to_string(static_cast<int>(owners[l])) + " ranks (must be exactly 1)");
       }
     }
   }
@@ -343,16 +334,17 @@ absl::Status SetupJob(const EngineOptions& options,
   if (ctx.checkpoint_root.empty() && !assignment.run_dir().empty()) {
     ctx.checkpoint_root = assignment.run_dir() + "/checkpoints";
   }
-  const std::string restore =
-      !assignment.restore_from().empty() ? assignment.restore_from() : spec.resume_from();
+  const std::string restore = !assignment.restore_from().empty() ? assignment.restore_from() : spec.resume_from();
   const auto restore_start = std::chrono::steady_clock::now();
   if (assignment.live_restore()) {
     // Degraded continuation: the survivors keep their live state.
     if (absl::Status st = LiveRestore(ctx, assignment.live_restore_step(),
-                                               assignment.live_restore_allow_inflight()
-                                                   ? std::optional<int64_t>(assignment.live_restore_inflight_step())
-                                                   : std::nullopt,
-                                               live, report); !st.ok()) return RestoreFailure(st);
+                                      assignment.live_restore_allow_inflight()
+                                          ? std::optional<int64_t>(assignment.live_restore_inflight_step())
+                                          : std::nullopt,
+                                      live, report);
+        !st.ok())
+      return RestoreFailure(st);
   } else if (assignment.peer_restore_step() > 0) {
     std::vector<int> ranks(assignment.peer_restore_ranks().begin(), assignment.peer_restore_ranks().end());
     if (absl::Status st = RestoreFromPeers(ctx, assignment.peer_restore_step(), ranks, report); !st.ok()) {
@@ -381,10 +373,8 @@ absl::Status SetupJob(const EngineOptions& options,
   (*report->mutable_values())["compute_bytes"] = static_cast<double>(mem.compute_bytes);
   // Everything this job holds in the device's memory (model workspace,
   // ZeRO state, KV cache once generated).
-  (*report->mutable_values())["device_bytes"] =
-      static_cast<double>(ctx.device->memory->allocated_bytes());
-  (*report->mutable_values())["num_params"] =
-      static_cast<double>(model::ParameterCount(ctx.config));
+  (*report->mutable_values())["device_bytes"] = static_cast<double>(ctx.device->memory->allocated_bytes());
+  (*report->mutable_values())["num_params"] = static_cast<double>(model::ParameterCount(ctx.config));
   if (!ctx.data_log.empty()) report->add_log_lines(ctx.data_log);
   if (ctx.train_data) {
     const auto& st = ctx.train_data->stats();
@@ -393,11 +383,9 @@ absl::Status SetupJob(const EngineOptions& options,
     (*report->mutable_values())["prompts_dropped"] = static_cast<double>(st.prompts_dropped);
     (*report->mutable_values())["prompts_truncated"] = static_cast<double>(st.prompts_truncated);
   }
-  report->add_log_lines("rank " + std::to_string(ctx.rank) + "/" +
-                        std::to_string(ctx.world) + ": model with " +
-                        std::to_string(model::ParameterCount(ctx.config)) +
-                        " parameters, ZeRO stage " + std::to_string(zo.stage) + ", device " +
-                        ctx.device->name);
+  report->add_log_lines("rank " + std::to_string(ctx.rank) + "/" + std::to_string(ctx.world) + ": model with " +
+                        std::to_string(model::ParameterCount(ctx.config)) + " parameters, ZeRO stage " +
+                        std::to_string(zo.stage) + ", device " + ctx.device->name);
   return absl::OkStatus();
 }
 

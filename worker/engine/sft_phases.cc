@@ -19,8 +19,8 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 // Counts the examples of a packed batch whose every completion token has
 // probability > 1/2 (so it is also the greedy choice): exact match under
 // teacher forcing.
-void CountTeacherForcedExact(const rl::PackedBatch& p, const std::vector<float>& logp,
-                             double* exact, double* examples) {
+void CountTeacherForcedExact(const rl::PackedBatch& p, const std::vector<float>& logp, double* exact,
+                             double* examples) {
   const float log_half = std::log(0.5f);
   for (size_t s = 0; s + 1 < p.cu_seqlens.size(); ++s) {
     bool any = false, all = true;
@@ -57,8 +57,7 @@ absl::Status AllreduceSum(JobContext& ctx, std::vector<double>& values) {
     buf[2 * i] = hi;
     buf[2 * i + 1] = static_cast<float>(values[i] - hi);
   }
-  absl::Status st = ctx.collective->allreduce(buf.data(), buf.size(),
-                                              comm::ReduceOp::kSum, ctx.timeout);
+  absl::Status st = ctx.collective->allreduce(buf.data(), buf.size(), comm::ReduceOp::kSum, ctx.timeout);
   if (!st.ok()) return st;
   for (size_t i = 0; i < values.size(); ++i) {
     values[i] = static_cast<double>(buf[2 * i]) + buf[2 * i + 1];
@@ -102,8 +101,7 @@ absl::StatusOr<double> ProbeExactFraction(JobContext& ctx, const std::vector<rl:
 absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
   const auto start = std::chrono::steady_clock::now();
   if (!ctx.dataset) {
-    return absl::FailedPreconditionError(
-        "SFT needs data: set task.name (a built-in task) or task.data (a JSONL file)");
+    return absl::FailedPreconditionError("SFT needs data: set task.name (a built-in task) or task.data (a JSONL file)");
   }
   const auto& spec = ctx.spec();
   const bool warm_start = step < 0;  // GRPO warm start steps are negative
@@ -171,15 +169,12 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
     for (const rl::IndexRange& mb : rl::MicroBatches(share.range, micro)) {
       const model::BackwardOptions bo = ShareBackward(ctx, share, data_step, pass++);
       std::vector<rl::SftExample> ex(global.begin() + mb.begin, global.begin() + mb.end);
-      rl::PackedBatch packed = rl::PackSft(ex, ctx.dataset->tokens().bos,
-                                           ctx.dataset->tokens().eos);
+      rl::PackedBatch packed = rl::PackSft(ex, ctx.dataset->tokens().bos, ctx.dataset->tokens().eos);
       model::Batch batch = ToModelBatch(packed);
       const int t = batch.num_tokens();
       logp.assign(t, 0.f);
       dlogp.assign(t, 0.f);
-      if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp.data(), nullptr, fo);
-          !st.ok())
-        return st;
+      if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp.data(), nullptr, fo); !st.ok()) return st;
       for (int i = 0; i < t; ++i) {
         if (packed.loss_mask[i] != 0.f) {
           loss_sum -= static_cast<double>(logp[i]) * packed.loss_mask[i];
@@ -202,8 +197,7 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   const double lr = sched.At(data_step);
   double grad_norm = 0;
   if (!hold) {
-    auto stats = ctx.zero->Step(static_cast<float>(lr),
-                                static_cast<float>(spec.train().grad_clip()));
+    auto stats = ctx.zero->Step(static_cast<float>(lr), static_cast<float>(spec.train().grad_clip()));
     if (!stats.ok()) return stats.status();
     grad_norm = stats->grad_norm;
     ctx.optimizer_steps++;
@@ -243,8 +237,7 @@ void ReportCollectiveBytes(JobContext& ctx, tandem::v1::StepMetrics* m) {
     auto kind = static_cast<comm::CollectiveKind>(k);
     auto b = ctx.collective->bytes(kind);
     if (b.calls == 0) continue;
-    (*m->mutable_extra())[std::string("bytes_sent_") +
-                          std::string(comm::CollectiveKindName(kind))] =
+    (*m->mutable_extra())[std::string("bytes_sent_") + std::string(comm::CollectiveKindName(kind))] =
         static_cast<double>(b.sent);
   }
   ctx.collective->ResetBytes();
@@ -272,8 +265,7 @@ namespace {
 absl::Status EvaluateTextData(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
   const auto& spec = ctx.spec();
   const auto& rows = ctx.eval_data->rows();
-  const int64_t n = std::min<int64_t>(static_cast<int64_t>(rows.size()),
-                                      spec.task().eval_size());
+  const int64_t n = std::min<int64_t>(static_cast<int64_t>(rows.size()), spec.task().eval_size());
   const rl::IndexRange mine = MyRange(ctx, n);
   const int k = spec.data().eval_samples();
   std::vector<std::vector<int32_t>> prompts;

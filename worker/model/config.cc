@@ -4,12 +4,12 @@
 #include <set>
 #include <utility>
 
-#include "common/base/status_macros.h"
-#include "worker/model/layer_types.h"
-#include "worker/model/strict_json.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "worker/model/layer_types.h"
+#include "worker/model/strict_json.h"
 
 namespace tandem::model {
 
@@ -20,27 +20,24 @@ using nlohmann::json;
 // An integral JSON number that fits an int (2.0 counts; 1e10 does not).
 absl::Status ToInt(const json& v, const char* key, int* out) {
   if (v.is_number_unsigned() || v.is_number_integer()) {
-    const bool fits = v.is_number_unsigned() ? std::in_range<int>(v.get<uint64_t>())
-                                             : std::in_range<int>(v.get<int64_t>());
+    const bool fits =
+        v.is_number_unsigned() ? std::in_range<int>(v.get<uint64_t>()) : std::in_range<int>(v.get<int64_t>());
     if (!fits) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config key '", key, "' = ", v.dump(), " is out of range"));
+      return absl::InvalidArgumentError(absl::StrCat("config key '", key, "' = ", v.dump(), " is out of range"));
     }
     *out = v.get<int>();
   } else if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
              std::fabs(v.get<double>()) < 2e9) {
     *out = static_cast<int>(v.get<double>());
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config key '", key, "' must be an integer, got ", v.dump()));
+    return absl::InvalidArgumentError(absl::StrCat("config key '", key, "' must be an integer, got ", v.dump()));
   }
   return absl::OkStatus();
 }
 
 // Typed readers: a missing or null key leaves *out unchanged; a key of the
 // wrong type is an error naming it.
-absl::Status GetInt(const json& j, const char* key, int* out,
-                    bool* present = nullptr) {
+absl::Status GetInt(const json& j, const char* key, int* out, bool* present = nullptr) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return absl::OkStatus();
   RETURN_IF_ERROR(ToInt(*it, key, out));
@@ -52,20 +49,17 @@ absl::Status GetDouble(const json& j, const char* key, double* out) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return absl::OkStatus();
   if (!it->is_number()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config key '", key, "' must be a number, got ", it->dump()));
+    return absl::InvalidArgumentError(absl::StrCat("config key '", key, "' must be a number, got ", it->dump()));
   }
   *out = it->get<double>();
   return absl::OkStatus();
 }
 
-absl::Status GetBool(const json& j, const char* key, bool* out,
-                     bool* present = nullptr) {
+absl::Status GetBool(const json& j, const char* key, bool* out, bool* present = nullptr) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return absl::OkStatus();
   if (!it->is_boolean()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config key '", key, "' must be true or false, got ", it->dump()));
+    return absl::InvalidArgumentError(absl::StrCat("config key '", key, "' must be true or false, got ", it->dump()));
   }
   *out = it->get<bool>();
   if (present != nullptr) *present = true;
@@ -76,8 +70,7 @@ absl::Status GetString(const json& j, const char* key, std::string* out) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return absl::OkStatus();
   if (!it->is_string()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config key '", key, "' must be a string, got ", it->dump()));
+    return absl::InvalidArgumentError(absl::StrCat("config key '", key, "' must be a string, got ", it->dump()));
   }
   *out = it->get<std::string>();
   return absl::OkStatus();
@@ -85,21 +78,18 @@ absl::Status GetString(const json& j, const char* key, std::string* out) {
 
 absl::Status ParseRopeScaling(const json& rs, RopeScaling* out) {
   if (!rs.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config key 'rope_scaling' must be an object or null, got ",
-        rs.dump()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key 'rope_scaling' must be an object or null, got ", rs.dump()));
   }
   std::string type;
   RETURN_IF_ERROR(GetString(rs, "rope_type", &type));
   if (type.empty()) RETURN_IF_ERROR(GetString(rs, "type", &type));
   if (type.empty()) {
-    return absl::InvalidArgumentError(
-        "config key 'rope_scaling' needs 'rope_type' (or 'type')");
+    return absl::InvalidArgumentError("config key 'rope_scaling' needs 'rope_type' (or 'type')");
   }
   out->rope_type = type;
   RETURN_IF_ERROR(GetDouble(rs, "factor", &out->factor));
-  RETURN_IF_ERROR(GetInt(rs, "original_max_position_embeddings",
-                                &out->original_max_position_embeddings));
+  RETURN_IF_ERROR(GetInt(rs, "original_max_position_embeddings", &out->original_max_position_embeddings));
   RETURN_IF_ERROR(GetDouble(rs, "beta_fast", &out->beta_fast));
   RETURN_IF_ERROR(GetDouble(rs, "beta_slow", &out->beta_slow));
   RETURN_IF_ERROR(GetDouble(rs, "attention_factor", &out->attention_factor));
@@ -107,25 +97,22 @@ absl::Status ParseRopeScaling(const json& rs, RopeScaling* out) {
   RETURN_IF_ERROR(GetDouble(rs, "high_freq_factor", &out->high_freq_factor));
   if (type == "llama3") {
     // transformers reads these four keys unconditionally.
-    for (const char* k : {"factor", "low_freq_factor", "high_freq_factor",
-                          "original_max_position_embeddings"}) {
+    for (const char* k : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
       if (!rs.contains(k) || rs[k].is_null()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "config key 'rope_scaling.", k, "' is required with rope_type llama3"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("config key 'rope_scaling.", k, "' is required with rope_type llama3"));
       }
     }
   }
   for (const char* k : {"low_freq_factor", "high_freq_factor"}) {
     if (rs.contains(k) && !rs[k].is_null() && type != "llama3") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config key 'rope_scaling.", k, "' is only used with rope_type llama3, not '",
-          type, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("config key 'rope_scaling.", k, "' is only used with rope_type llama3, not '", type, "'"));
     }
   }
   for (const char* k : {"mscale", "mscale_all_dim", "short_factor", "long_factor"}) {
     if (rs.contains(k) && !rs[k].is_null()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config key 'rope_scaling.", k, "' is not supported by Tandem"));
+      return absl::InvalidArgumentError(absl::StrCat("config key 'rope_scaling.", k, "' is not supported by Tandem"));
     }
   }
   return absl::OkStatus();
@@ -136,8 +123,7 @@ absl::Status ParseTandemLayerTypes(const json& j, ModelConfig* c) {
   const std::string key(kLayerTypesKey);
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return absl::OkStatus();
-  auto bad = absl::InvalidArgumentError(
-      absl::StrCat("config key '", key, "' must be a list of strings"));
+  auto bad = absl::InvalidArgumentError(absl::StrCat("config key '", key, "' must be a list of strings"));
   if (!it->is_array()) return bad;
   for (const auto& e : *it) {
     if (!e.is_string()) return bad;
@@ -150,14 +136,11 @@ absl::Status ParseTandemLayerTypes(const json& j, ModelConfig* c) {
 
 int ModelConfig::LayerWindow(int layer) const {
   if (!layer_types.empty()) {
-    return layer_types[layer] == "sliding_attention" && sliding_window > 0
-               ? sliding_window
-               : -1;
+    return layer_types[layer] == "sliding_attention" && sliding_window > 0 ? sliding_window : -1;
   }
   if (sliding_window <= 0) return -1;
   if (QwenFamily() || (model_type == "llama" && use_sliding_window_set)) {
-    return use_sliding_window && layer >= max_window_layers ? sliding_window
-                                                            : -1;
+    return use_sliding_window && layer >= max_window_layers ? sliding_window : -1;
   }
   return sliding_window;
 }
@@ -201,15 +184,13 @@ absl::StatusOr<ModelConfig> ParseConfigJson(std::string_view text) {
   bool kv_present = false;
   RETURN_IF_ERROR(GetInt(j, "num_key_value_heads", &c.num_key_value_heads, &kv_present));
   if (kv_present && c.num_key_value_heads <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config key 'num_key_value_heads' must be positive, got ",
-        c.num_key_value_heads));
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key 'num_key_value_heads' must be positive, got ", c.num_key_value_heads));
   }
   bool hd_present = false;
   RETURN_IF_ERROR(GetInt(j, "head_dim", &c.head_dim, &hd_present));
   if (hd_present && c.head_dim <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config key 'head_dim' must be positive, got ", c.head_dim));
+    return absl::InvalidArgumentError(absl::StrCat("config key 'head_dim' must be positive, got ", c.head_dim));
   }
   RETURN_IF_ERROR(GetDouble(j, "rms_norm_eps", &c.rms_norm_eps));
   RETURN_IF_ERROR(GetDouble(j, "rope_theta", &c.rope_theta));
@@ -241,22 +222,17 @@ absl::StatusOr<ModelConfig> ParseConfigJson(std::string_view text) {
     c.sliding_window = 4096;
   }
   if (c.model_type == "qwen2" || c.model_type == "qwen3") c.max_window_layers = 28;
-  RETURN_IF_ERROR(GetInt(j, "sliding_window", &c.sliding_window,
-                                &c.sliding_window_set));
+  RETURN_IF_ERROR(GetInt(j, "sliding_window", &c.sliding_window, &c.sliding_window_set));
   if (auto it = j.find("sliding_window"); it != j.end() && it->is_null()) c.sliding_window = 0;
-  RETURN_IF_ERROR(GetBool(j, "use_sliding_window",
-                                 &c.use_sliding_window,
-                                 &c.use_sliding_window_set));
+  RETURN_IF_ERROR(GetBool(j, "use_sliding_window", &c.use_sliding_window, &c.use_sliding_window_set));
   RETURN_IF_ERROR(GetInt(j, "max_window_layers", &c.max_window_layers));
   if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
     if (!it->is_array()) {
-      return absl::InvalidArgumentError(
-          "config key 'layer_types' must be a list of strings");
+      return absl::InvalidArgumentError("config key 'layer_types' must be a list of strings");
     }
     for (const auto& e : *it) {
       if (!e.is_string()) {
-        return absl::InvalidArgumentError(
-            "config key 'layer_types' must be a list of strings");
+        return absl::InvalidArgumentError("config key 'layer_types' must be a list of strings");
       }
       c.layer_types.push_back(e.get<std::string>());
     }
@@ -267,14 +243,13 @@ absl::StatusOr<ModelConfig> ParseConfigJson(std::string_view text) {
   std::string act = "silu";
   RETURN_IF_ERROR(GetString(j, "hidden_act", &act));
   if (act != "silu") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config key 'hidden_act' = '", act, "' is not supported (only silu)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key 'hidden_act' = '", act, "' is not supported (only silu)"));
   }
   bool mlp_bias = false;
   RETURN_IF_ERROR(GetBool(j, "mlp_bias", &mlp_bias));
   if (mlp_bias) {
-    return absl::InvalidArgumentError(
-        "config key 'mlp_bias' = true is not supported");
+    return absl::InvalidArgumentError("config key 'mlp_bias' = true is not supported");
   }
   if (j.contains("rope_parameters")) {
     // Newer transformers versions move rope_theta and the scaling here.
@@ -285,9 +260,8 @@ absl::StatusOr<ModelConfig> ParseConfigJson(std::string_view text) {
   double partial_rotary_factor = 1.0;
   RETURN_IF_ERROR(GetDouble(j, "partial_rotary_factor", &partial_rotary_factor));
   if (partial_rotary_factor != 1.0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config key 'partial_rotary_factor' = ", partial_rotary_factor,
-        " is not supported (rotary embedding over the whole head only)"));
+    return absl::InvalidArgumentError(absl::StrCat("config key 'partial_rotary_factor' = ", partial_rotary_factor,
+                                                   " is not supported (rotary embedding over the whole head only)"));
   }
   RETURN_IF_ERROR(Validate(c));
   return c;
@@ -295,14 +269,11 @@ absl::StatusOr<ModelConfig> ParseConfigJson(std::string_view text) {
 
 absl::Status Validate(const ModelConfig& c) {
   auto bad = [](absl::string_view key, auto value, absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config key '", key, "' = ", value, ": ", why));
+    return absl::InvalidArgumentError(absl::StrCat("config key '", key, "' = ", value, ": ", why));
   };
-  if (c.model_type != "llama" && c.model_type != "mistral" &&
-      c.model_type != "qwen2" && c.model_type != "qwen3") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config key 'model_type' = '", c.model_type,
-        "' is not supported (llama, mistral, qwen2, qwen3)"));
+  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2" && c.model_type != "qwen3") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key 'model_type' = '", c.model_type, "' is not supported (llama, mistral, qwen2, qwen3)"));
   }
   if (c.vocab_size <= 0) return bad("vocab_size", c.vocab_size, "must be positive");
   if (c.vocab_size > 4'000'000) return bad("vocab_size", c.vocab_size, "must be <= 4000000");
@@ -316,37 +287,34 @@ absl::Status Validate(const ModelConfig& c) {
   if (c.num_attention_heads > 1024) return bad("num_attention_heads", c.num_attention_heads, "must be <= 1024");
   if (c.head_dim == 0 && c.hidden_size % c.num_attention_heads != 0) {
     return bad("num_attention_heads", c.num_attention_heads,
-               absl::StrCat("must divide hidden_size (", c.hidden_size,
-                            ") when head_dim is not given"));
+               absl::StrCat("must divide hidden_size (", c.hidden_size, ") when head_dim is not given"));
   }
   if (c.num_key_value_heads < 0) return bad("num_key_value_heads", c.num_key_value_heads, "must be positive");
   if (c.num_attention_heads % c.KvHeads() != 0) {
     return bad("num_key_value_heads", c.KvHeads(),
-               absl::StrCat("must divide num_attention_heads (",
-                            c.num_attention_heads, ")"));
+               absl::StrCat("must divide num_attention_heads (", c.num_attention_heads, ")"));
   }
   const int d = c.HeadDim();
   if (d <= 0 || d % 2 != 0) return bad("head_dim", d, "must be positive and even (rotary embedding)");
   if (d > 1024) return bad("head_dim", d, "must be <= 1024");
   if (!(c.rms_norm_eps > 0) || c.rms_norm_eps > 1) return bad("rms_norm_eps", c.rms_norm_eps, "must be in (0, 1]");
   if (!(c.rope_theta > 1) || !std::isfinite(c.rope_theta)) return bad("rope_theta", c.rope_theta, "must be > 1");
-  if (c.max_position_embeddings <= 0) return bad("max_position_embeddings", c.max_position_embeddings, "must be positive");
-  if (c.max_position_embeddings > (1 << 24)) return bad("max_position_embeddings", c.max_position_embeddings, "must be <= 16777216");
+  if (c.max_position_embeddings <= 0)
+    return bad("max_position_embeddings", c.max_position_embeddings, "must be positive");
+  if (c.max_position_embeddings > (1 << 24))
+    return bad("max_position_embeddings", c.max_position_embeddings, "must be <= 16777216");
   if (c.has_rope_scaling) {
     const std::string& t = c.rope_scaling.rope_type;
-    if (t != "default" && t != "linear" && t != "dynamic" && t != "yarn" &&
-        t != "llama3") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config key 'rope_scaling.rope_type' = '", t,
-          "' is not supported (default, linear, dynamic, yarn, llama3)"));
+    if (t != "default" && t != "linear" && t != "dynamic" && t != "yarn" && t != "llama3") {
+      return absl::InvalidArgumentError(absl::StrCat("config key 'rope_scaling.rope_type' = '", t,
+                                                     "' is not supported (default, linear, dynamic, yarn, llama3)"));
     }
-    if (t != "default" && !(c.rope_scaling.factor >= 1.0 &&
-                            c.rope_scaling.factor <= 1024)) {
+    if (t != "default" && !(c.rope_scaling.factor >= 1.0 && c.rope_scaling.factor <= 1024)) {
       return bad("rope_scaling.factor", c.rope_scaling.factor, "must be in [1, 1024]");
     }
     if (c.rope_scaling.original_max_position_embeddings < 0) {
-      return bad("rope_scaling.original_max_position_embeddings",
-                 c.rope_scaling.original_max_position_embeddings, "must be positive");
+      return bad("rope_scaling.original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings,
+                 "must be positive");
     }
     if (c.rope_scaling.attention_factor < 0) {
       return bad("rope_scaling.attention_factor", c.rope_scaling.attention_factor, "must be >= 0");
@@ -354,8 +322,8 @@ absl::Status Validate(const ModelConfig& c) {
     if (t == "llama3") {
       const RopeScaling& rs = c.rope_scaling;
       if (rs.original_max_position_embeddings <= 0) {
-        return bad("rope_scaling.original_max_position_embeddings",
-                   rs.original_max_position_embeddings, "must be positive with rope_type llama3");
+        return bad("rope_scaling.original_max_position_embeddings", rs.original_max_position_embeddings,
+                   "must be positive with rope_type llama3");
       }
       if (!(rs.low_freq_factor > 0) || !std::isfinite(rs.low_freq_factor)) {
         return bad("rope_scaling.low_freq_factor", rs.low_freq_factor, "must be > 0");
@@ -370,15 +338,13 @@ absl::Status Validate(const ModelConfig& c) {
   if (!c.layer_types.empty()) {
     if (static_cast<int>(c.layer_types.size()) != c.num_hidden_layers) {
       return bad("layer_types", c.layer_types.size(),
-                 absl::StrCat("entries; must have num_hidden_layers (",
-                              c.num_hidden_layers, ") entries"));
+                 absl::StrCat("entries; must have num_hidden_layers (", c.num_hidden_layers, ") entries"));
     }
     bool any_sliding = false;
     for (const std::string& t : c.layer_types) {
       if (t != "full_attention" && t != "sliding_attention") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "config key 'layer_types' has '", t,
-            "'; expected full_attention or sliding_attention"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("config key 'layer_types' has '", t, "'; expected full_attention or sliding_attention"));
       }
       any_sliding |= t == "sliding_attention";
     }
@@ -392,8 +358,7 @@ absl::Status Validate(const ModelConfig& c) {
   RETURN_IF_ERROR(ValidateLayerTypes(c));
   auto check_id = [&](absl::string_view key, int id) -> absl::Status {
     if (id < -1 || id >= c.vocab_size) {
-      return bad(key, id, absl::StrCat("must be in [0, vocab_size=",
-                                       c.vocab_size, ")"));
+      return bad(key, id, absl::StrCat("must be in [0, vocab_size=", c.vocab_size, ")"));
     }
     return absl::OkStatus();
   };
@@ -401,17 +366,14 @@ absl::Status Validate(const ModelConfig& c) {
   RETURN_IF_ERROR(check_id("pad_token_id", c.pad_token_id));
   for (int e : c.eos_token_ids) RETURN_IF_ERROR(check_id("eos_token_id", e));
   if (!c.tokenizer.empty() && c.tokenizer != "char") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config key 'tokenizer' = '", c.tokenizer,
-        "': only \"char\" (built-in) or empty is supported"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key 'tokenizer' = '", c.tokenizer, "': only \"char\" (built-in) or empty is supported"));
   }
   if (c.tokenizer == "char" && c.vocab_size < 99) {
-    return bad("vocab_size", c.vocab_size,
-               "must be >= 99 with the char tokenizer");
+    return bad("vocab_size", c.vocab_size, "must be >= 99 with the char tokenizer");
   }
   if (ParameterCount(c) > (int64_t{1} << 36)) {
-    return absl::InvalidArgumentError(
-        "config describes more than 2^36 parameters; refusing");
+    return absl::InvalidArgumentError("config describes more than 2^36 parameters; refusing");
   }
   return absl::OkStatus();
 }
@@ -450,8 +412,7 @@ std::string ToConfigJson(const ModelConfig& c) {
     rs["rope_type"] = c.rope_scaling.rope_type;
     rs["factor"] = c.rope_scaling.factor;
     if (c.rope_scaling.original_max_position_embeddings > 0) {
-      rs["original_max_position_embeddings"] =
-          c.rope_scaling.original_max_position_embeddings;
+      rs["original_max_position_embeddings"] = c.rope_scaling.original_max_position_embeddings;
     }
     if (c.rope_scaling.rope_type == "llama3") {
       rs["low_freq_factor"] = c.rope_scaling.low_freq_factor;
@@ -485,8 +446,7 @@ std::string ToConfigJson(const ModelConfig& c) {
   // Written explicitly for Mistral and Qwen, whose HF config classes
   // default an absent sliding_window to 4096.
   if (c.sliding_window_set || c.sliding_window > 0 || c.model_type != "llama") {
-    j["sliding_window"] =
-        c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
+    j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
   }
   if (c.use_sliding_window_set || c.QwenFamily()) {
     j["use_sliding_window"] = c.use_sliding_window;

@@ -49,9 +49,9 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   int max_position_embeddings = 2048;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;  // q/k/v biases (Qwen2 always has them,
-                                // Mistral never)
-  int bos_token_id = -1;        // -1 = none
+  bool attention_bias = false;     // q/k/v biases (Qwen2 always has them,
+                                   // Mistral never)
+  int bos_token_id = -1;           // -1 = none
   std::vector<int> eos_token_ids;  // HF allows an int or a list
   int pad_token_id = -1;
   // Sliding-window attention. Per layer: layer_types[i] is "full_attention"
@@ -64,9 +64,9 @@ struct ModelConfig {
   // i - window < j <= i.
   int sliding_window = 0;
   std::vector<std::string> layer_types;
-  bool use_sliding_window = false;  // Qwen2
-  int max_window_layers = 0;        // Qwen2
-  bool sliding_window_set = false;  // key present (and non-null) in the input
+  bool use_sliding_window = false;      // Qwen2
+  int max_window_layers = 0;            // Qwen2
+  bool sliding_window_set = false;      // key present (and non-null) in the input
   bool use_sliding_window_set = false;  // key present in the input
   // Tandem extension: per-layer attention types (layer_types.h).
   std::vector<std::string> tandem_layer_types;
@@ -75,18 +75,10 @@ struct ModelConfig {
 
   // Derived.
   int HeadDim() const {
-    return head_dim > 0 ? head_dim
-                        : (num_attention_heads > 0
-                               ? hidden_size / num_attention_heads
-                               : 0);
+    return head_dim > 0 ? head_dim : (num_attention_heads > 0 ? hidden_size / num_attention_heads : 0);
   }
-  int KvHeads() const {
-    return num_key_value_heads > 0 ? num_key_value_heads
-                                   : num_attention_heads;
-  }
-  bool HasQkvBias() const {
-    return model_type == "qwen2" || (model_type != "mistral" && attention_bias);
-  }
+  int KvHeads() const { return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads; }
+  bool HasQkvBias() const { return model_type == "qwen2" || (model_type != "mistral" && attention_bias); }
   // Qwen3: RMSNorm over each query and key head (weights [head_dim]) after
   // the projections (and biases), before RoPE.
   bool HasQkNorm() const { return model_type == "qwen3"; }

@@ -52,9 +52,8 @@ absl::Status Decoder::EnsureLinearDecay(int rows) {
   }
   linear_decay_rows_ = 0;
   if (!linear_decay_.Allocate(mem_, host.size())) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "model: cannot allocate ", host.size() * sizeof(float),
-        " bytes of linear-attention decay in ", mem_->name(), " memory"));
+    return absl::ResourceExhaustedError(absl::StrCat("model: cannot allocate ", host.size() * sizeof(float),
+                                                     " bytes of linear-attention decay in ", mem_->name(), " memory"));
   }
   linear_decay_.Upload(host.data(), host.size());
   linear_decay_rows_ = n;
@@ -68,8 +67,7 @@ const float* Decoder::LinearDecay(int rows) const {
 
 absl::Status Decoder::MemoryStatus(const char* who) const {
   if (mem_->ok()) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat(who, ": device memory (", mem_->name(), "): ", mem_->last_error()));
+  return absl::InternalError(absl::StrCat(who, ": device memory (", mem_->name(), "): ", mem_->last_error()));
 }
 
 kernels::AttentionParams Decoder::Attention(int layer) const {
@@ -87,9 +85,7 @@ absl::Status Decoder::EnsureRope(int positions) {
   const kernels::RopeConfig rc = config_.Rope();
   // Dynamic NTK: HF recomputes the base from the longest sequence once it
   // exceeds the original maximum.
-  const int key = rc.type == kernels::RopeType::kDynamicNtk
-                      ? std::max(positions, rc.original_max_position)
-                      : 0;
+  const int key = rc.type == kernels::RopeType::kDynamicNtk ? std::max(positions, rc.original_max_position) : 0;
   if (key == rope_key_ && positions <= rope_rows_) return absl::OkStatus();
   // Sized by the positions in use (grown by doubling), never by
   // max_position_embeddings: a config may declare millions of positions.
@@ -106,10 +102,8 @@ absl::Status Decoder::EnsureRope(int positions) {
     if (!cos_d_.Allocate(mem_, n) || !sin_d_.Allocate(mem_, n)) {
       cos_d_.reset();
       sin_d_.reset();
-      return absl::ResourceExhaustedError(absl::StrCat("model: cannot allocate ",
-                                                       2 * n * sizeof(float),
-                                                       " bytes of rope tables in ",
-                                                       mem_->name(), " memory"));
+      return absl::ResourceExhaustedError(absl::StrCat("model: cannot allocate ", 2 * n * sizeof(float),
+                                                       " bytes of rope tables in ", mem_->name(), " memory"));
     }
   }
   cos_d_.Upload(cos_.data(), n);
@@ -130,8 +124,8 @@ void Decoder::ReleaseRope() {
   rope_key_ = -1;
 }
 
-void Decoder::ProjectQkv(const float* P, const LayerOffsets& o, int rows, const float* xn,
-                         float* q, float* k, float* v) const {
+void Decoder::ProjectQkv(const float* P, const LayerOffsets& o, int rows, const float* xn, float* q, float* k,
+                         float* v) const {
   const int C = dims_.C, HD = dims_.HD, KD = dims_.KD;
   ops_->matmul(false, true, rows, HD, C, 1.f, xn, C, P + o.q, C, 0.f, q, HD);
   ops_->matmul(false, true, rows, KD, C, 1.f, xn, C, P + o.k, C, 0.f, k, KD);
@@ -145,8 +139,7 @@ void Decoder::ProjectQkv(const float* P, const LayerOffsets& o, int rows, const 
   }
 }
 
-void Decoder::Layer(const float* P, int l, const DecoderInput& in,
-                    const DecoderActivations& a) const {
+void Decoder::Layer(const float* P, int l, const DecoderInput& in, const DecoderActivations& a) const {
   const int C = dims_.C, H = dims_.H, Hkv = dims_.Hkv, D = dims_.D, I = dims_.I;
   const int HD = dims_.HD, KD = dims_.KD;
   const LayerOffsets& o = layout_.layer(l);
@@ -180,13 +173,13 @@ void Decoder::Layer(const float* P, int l, const DecoderInput& in,
     ops_->embedding_backward(in.kv_rows, T, v, KD, in.cache->v[l].data());
   }
   if (in.cu != nullptr && layer_types_[l].kind == LayerKind::kLinear) {
-    ops_->linear_attention_forward(LinearAttention(), q, k, v, LinearDecay(T), in.cu,
-                                   in.num_seqs, T, nullptr, attn, nullptr);
+    ops_->linear_attention_forward(LinearAttention(), q, k, v, LinearDecay(T), in.cu, in.num_seqs, T, nullptr, attn,
+                                   nullptr);
   } else if (in.cu != nullptr) {
     ops_->attention_forward(ap, q, k, v, in.cu, in.num_seqs, T, attn, a.lse.at(l));
   } else {
-    ops_->decode_attention(ap, q, T, 1, in.cache->k[l].data(), in.cache->v[l].data(),
-                           in.cache->capacity, in.cache_len, attn);
+    ops_->decode_attention(ap, q, T, 1, in.cache->k[l].data(), in.cache->v[l].data(), in.cache->capacity, in.cache_len,
+                           attn);
   }
   if (xmid != x) mem_->CopyOnDevice(xmid, x, TC * sizeof(float));
   ops_->matmul(false, true, T, C, HD, 1.f, attn, HD, P + o.o, HD, 1.f, xmid, C);
@@ -199,15 +192,14 @@ void Decoder::Layer(const float* P, int l, const DecoderInput& in,
   ops_->matmul(false, true, T, C, I, 1.f, a.hact, I, P + o.down, I, 1.f, xo, C);
 }
 
-void Decoder::Forward(ParamProvider& pp, const DecoderInput& in,
-                      const DecoderActivations& acts, const DecoderOutput& out) const {
+void Decoder::Forward(ParamProvider& pp, const DecoderInput& in, const DecoderActivations& acts,
+                      const DecoderOutput& out) const {
   TANDEM_CHECK(in.cu != nullptr || (in.cache != nullptr && in.cache_len != nullptr));
   TANDEM_CHECK(in.cache == nullptr || in.kv_rows != nullptr);
   {
     const float* P = pp.AcquireParams(0);
     pp.Prefetch(1);
-    ops_->embedding_forward(in.tokens, in.rows, P + layout_.embed_offset(), dims_.C,
-                            acts.x.at(0));
+    ops_->embedding_forward(in.tokens, in.rows, P + layout_.embed_offset(), dims_.C, acts.x.at(0));
     pp.ReleaseParams(0);
   }
   for (int l = 0; l < dims_.L; ++l) {
@@ -225,16 +217,15 @@ void Decoder::Forward(ParamProvider& pp, const DecoderInput& in,
   const int fu = layout_.final_unit();
   const float* P = pp.AcquireParams(fu);
   if (layout_.tied()) pp.Prefetch(0);  // the LM head comes next
-  ops_->rmsnorm_forward(last, P + layout_.final_norm_offset(), out.rows, dims_.C, eps_,
-                        out.xn, out.rstd);
+  ops_->rmsnorm_forward(last, P + layout_.final_norm_offset(), out.rows, dims_.C, eps_, out.xn, out.rstd);
   pp.ReleaseParams(fu);
 }
 
 void Decoder::Logits(ParamProvider& pp, const float* xn, int rows, float* logits) const {
   const int hu = layout_.lm_head_unit();
   const float* P = pp.AcquireParams(hu);
-  ops_->matmul(false, true, rows, dims_.V, dims_.C, 1.f, xn, dims_.C,
-               P + layout_.lm_head_offset(), dims_.C, 0.f, logits, dims_.V);
+  ops_->matmul(false, true, rows, dims_.V, dims_.C, 1.f, xn, dims_.C, P + layout_.lm_head_offset(), dims_.C, 0.f,
+               logits, dims_.V);
   pp.ReleaseParams(hu);
 }
 

@@ -90,7 +90,7 @@ struct DecoderActivations {
 // slot's length must hold zeros.
 struct KvCache {
   std::span<kernels::DeviceArray<float>> k, v;  // one array per layer
-  int capacity = 0;                              // rows per slot
+  int capacity = 0;                             // rows per slot
 };
 
 // The tokens of one forward (device arrays).
@@ -146,15 +146,14 @@ class Decoder {
 
   // Embedding, every layer and the final norm (units 0..L+1, each acquired,
   // used and released in order). EnsureRope must cover the positions.
-  void Forward(ParamProvider& params, const DecoderInput& in,
-               const DecoderActivations& acts, const DecoderOutput& out) const;
+  void Forward(ParamProvider& params, const DecoderInput& in, const DecoderActivations& acts,
+               const DecoderOutput& out) const;
   // logits [rows, V] = xn W_head^T (the LM head unit acquired for the call).
   void Logits(ParamProvider& params, const float* xn, int rows, float* logits) const;
 
   // q, k (and v unless nullptr) = projections of xn (+ biases), rows rows;
   // P: the layer's unit.
-  void ProjectQkv(const float* P, const LayerOffsets& o, int rows, const float* xn,
-                  float* q, float* k, float* v) const;
+  void ProjectQkv(const float* P, const LayerOffsets& o, int rows, const float* xn, float* q, float* k, float* v) const;
   kernels::AttentionParams Attention(int layer) const;
   // Layer l's type (layer_types.h) and, for linear layers, the kernel's
   // options and the log decay [rows, H] (EnsureLinearDecay must cover the
@@ -169,8 +168,7 @@ class Decoder {
   absl::Status MemoryStatus(const char* who) const;
 
  private:
-  void Layer(const float* P, int layer, const DecoderInput& in,
-             const DecoderActivations& acts) const;
+  void Layer(const float* P, int layer, const DecoderInput& in, const DecoderActivations& acts) const;
 
   ModelConfig config_;
   ParamLayout layout_;

@@ -27,15 +27,22 @@ absl::Status Errno(absl::string_view what, const std::string& path) {
 class Fd {
  public:
   explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { if (fd_ >= 0) ::close(fd_); }
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
   int get() const { return fd_; }
-  int release() { int f = fd_; fd_ = -1; return f; }
+  int release() {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
   void reset(int fd) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = fd;
   }
+
  private:
   int fd_;
 };
@@ -71,8 +78,7 @@ absl::Status WriteFileAtomic(const std::string& path, std::string_view data) {
   return WriteFileAtomicParts(path, {data});
 }
 
-absl::Status WriteFileAtomicParts(const std::string& path,
-                                  const std::vector<std::string_view>& parts) {
+absl::Status WriteFileAtomicParts(const std::string& path, const std::vector<std::string_view>& parts) {
   return WriteFileAtomicStream(path, [&parts](const AtomicWriteFn& write) {
     for (std::string_view part : parts) {
       RETURN_IF_ERROR(write(part));
@@ -81,12 +87,10 @@ absl::Status WriteFileAtomicParts(const std::string& path,
   });
 }
 
-absl::Status WriteFileAtomicStream(
-    const std::string& path,
-    const std::function<absl::Status(const AtomicWriteFn& write)>& produce) {
+absl::Status WriteFileAtomicStream(const std::string& path,
+                                   const std::function<absl::Status(const AtomicWriteFn& write)>& produce) {
   const std::filesystem::path p(path);
-  const std::filesystem::path dir =
-      p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+  const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
   // A fresh name opened with O_EXCL | O_NOFOLLOW: never an existing file,
   // and never through a symlink someone placed where the temp file goes.
   std::string tmp;

@@ -18,14 +18,12 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 // new one, never a partial file.
 absl::Status WriteFileAtomic(const std::string& path, std::string_view data);
 // Same, with the contents produced in pieces (header + raw tensor bytes).
-absl::Status WriteFileAtomicParts(const std::string& path,
-                                  const std::vector<std::string_view>& parts);
+absl::Status WriteFileAtomicParts(const std::string& path, const std::vector<std::string_view>& parts);
 // Same, with the contents produced by `produce`, which calls `write` with
 // each piece in order (so a large file needs no copy of itself in memory).
 // An error from `produce` or `write` leaves the old file and no temp file.
 using AtomicWriteFn = std::function<absl::Status(std::string_view)>;
-absl::Status WriteFileAtomicStream(
-    const std::string& path,
-    const std::function<absl::Status(const AtomicWriteFn& write)>& produce);
+absl::Status WriteFileAtomicStream(const std::string& path,
+                                   const std::function<absl::Status(const AtomicWriteFn& write)>& produce);
 
 }  // namespace tandem::model

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 #include <utility>
 
@@ -21,11 +21,7 @@ uint64_t SplitMix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-double Now() {
-  return std::chrono::duration<double>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Picks a token from one row of logits; returns (token, sampling logprob,
 // raw logprob). `idx` and `prob` are scratch of V entries.
@@ -35,12 +31,15 @@ struct Pick {
   float raw_logprob;
 };
 
-Pick SampleRow(const float* logits, int v, const SamplingOptions& o, double u,
-               std::vector<int32_t>& idx, std::vector<double>& prob) {
+Pick SampleRow(const float* logits, int v, const SamplingOptions& o, double u, std::vector<int32_t>& idx,
+               std::vector<double>& prob) {
   double mx = -INFINITY;
   int32_t arg = 0;
   for (int i = 0; i < v; ++i) {
-    if (logits[i] > mx) { mx = logits[i]; arg = i; }
+    if (logits[i] > mx) {
+      mx = logits[i];
+      arg = i;
+    }
   }
   double sum = 0;
   for (int i = 0; i < v; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
@@ -51,9 +50,7 @@ Pick SampleRow(const float* logits, int v, const SamplingOptions& o, double u,
   int n = v;
   idx.resize(v);
   std::iota(idx.begin(), idx.end(), 0);
-  auto desc = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
+  auto desc = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   if (o.top_k > 0 && o.top_k < v) {
     std::partial_sort(idx.begin(), idx.begin() + o.top_k, idx.end(), desc);
     n = o.top_k;
@@ -88,28 +85,24 @@ Pick SampleRow(const float* logits, int v, const SamplingOptions& o, double u,
   int chosen = n - 1;
   for (int i = 0; i < n; ++i) {
     acc += prob[i];
-    if (target < acc) { chosen = i; break; }
+    if (target < acc) {
+      chosen = i;
+      break;
+    }
   }
   const int32_t tok = idx[chosen];
-  return {tok, static_cast<float>(std::log(prob[chosen] / z)),
-          static_cast<float>(logits[tok] - lse)};
+  return {tok, static_cast<float>(std::log(prob[chosen] / z)), static_cast<float>(logits[tok] - lse)};
 }
 
 }  // namespace
 
 double SampleUniform(uint64_t seed, uint64_t sequence_id, uint64_t token_index) {
-  const uint64_t h =
-      SplitMix64(SplitMix64(SplitMix64(seed) ^ sequence_id) ^
-                 (token_index * 0xd1342543de82ef95ull + 1));
+  const uint64_t h = SplitMix64(SplitMix64(SplitMix64(seed) ^ sequence_id) ^ (token_index * 0xd1342543de82ef95ull + 1));
   return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
 }
 
-Generator::Generator(const ModelConfig& config, kernels::Ops* ops,
-                     kernels::DeviceMemory* memory)
-    : decoder_(config, ops, memory),
-      d_(decoder_.dims()),
-      ops_(ops),
-      mem_(decoder_.memory()) {}
+Generator::Generator(const ModelConfig& config, kernels::Ops* ops, kernels::DeviceMemory* memory)
+    : decoder_(config, ops, memory), d_(decoder_.dims()), ops_(ops), mem_(decoder_.memory()) {}
 
 size_t Generator::kv_cache_bytes() const {
   size_t n = 0;
@@ -121,8 +114,7 @@ size_t Generator::kv_cache_bytes() const {
 void Generator::Release() {
   kc_.clear();
   vc_.clear();
-  for (auto* a : {&x_, &xn_, &q_, &k_, &v_, &attn_, &lse_, &gate_, &up_, &h_,
-                  &hn_, &logits_d_, &kraw_}) {
+  for (auto* a : {&x_, &xn_, &q_, &k_, &v_, &attn_, &lse_, &gate_, &up_, &h_, &hn_, &logits_d_, &kraw_}) {
     a->reset();
   }
   idx_d_.reset();
@@ -141,9 +133,8 @@ void Generator::Release() {
 absl::Status Generator::Ensure(int batch, int capacity, int rows) {
   auto exhausted = [this](const char* what, size_t bytes) {
     Release();
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "generate: cannot allocate ", bytes, " bytes of ", what, " in ",
-        mem_->name(), " memory"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("generate: cannot allocate ", bytes, " bytes of ", what, " in ", mem_->name(), " memory"));
   };
   if (batch > batch_cap_ || capacity > seq_cap_) {
     batch_cap_ = std::max(batch, batch_cap_);
@@ -164,9 +155,8 @@ absl::Status Generator::Ensure(int batch, int capacity, int rows) {
     const size_t r = rows;
     bool ok = true;
     using Buffer = std::pair<kernels::DeviceArray<float>*, int>;
-    const Buffer buffers[] = {{&x_, d_.C},   {&xn_, d_.C},   {&q_, d_.HD},   {&k_, d_.KD},
-                              {&v_, d_.KD},  {&attn_, d_.HD}, {&lse_, d_.H},  {&gate_, d_.I},
-                              {&up_, d_.I},  {&h_, d_.I}};
+    const Buffer buffers[] = {{&x_, d_.C},     {&xn_, d_.C},  {&q_, d_.HD},   {&k_, d_.KD}, {&v_, d_.KD},
+                              {&attn_, d_.HD}, {&lse_, d_.H}, {&gate_, d_.I}, {&up_, d_.I}, {&h_, d_.I}};
     for (const auto& [a, width] : buffers) {
       ok = ok && a->Allocate(mem_, r * static_cast<size_t>(width));
     }
@@ -180,8 +170,8 @@ absl::Status Generator::Ensure(int batch, int capacity, int rows) {
   }
   if (batch > out_cap_) {
     const size_t b = batch;
-    if (!hn_.Allocate(mem_, b * d_.C) || !logits_d_.Allocate(mem_, b * d_.V) ||
-        !u_d_.Allocate(mem_, b) || !pick_id_d_.Allocate(mem_, b) || !pick_lp_d_.Allocate(mem_, 2 * b)) {
+    if (!hn_.Allocate(mem_, b * d_.C) || !logits_d_.Allocate(mem_, b * d_.V) || !u_d_.Allocate(mem_, b) ||
+        !pick_id_d_.Allocate(mem_, b) || !pick_lp_d_.Allocate(mem_, 2 * b)) {
       return exhausted("logits", b * (d_.C + d_.V + 5) * sizeof(float));
     }
     out_cap_ = batch;
@@ -234,10 +224,9 @@ void Generator::Step(ParamProvider& pp, DecoderInput in, const int32_t* out_rows
   decoder_.Logits(pp, hn_.data(), n_out, logits_d_.data());
 }
 
-absl::StatusOr<GenerationResult> Generator::Generate(
-    const std::vector<std::vector<int32_t>>& prompts,
-    const SamplingOptions& o, ParamProvider& pp,
-    std::span<const uint64_t> sequence_ids) {
+absl::StatusOr<GenerationResult> Generator::Generate(const std::vector<std::vector<int32_t>>& prompts,
+                                                     const SamplingOptions& o, ParamProvider& pp,
+                                                     std::span<const uint64_t> sequence_ids) {
   const int B = static_cast<int>(prompts.size());
   if (B == 0) return absl::InvalidArgumentError("generate: no prompts");
   if (!sequence_ids.empty() && static_cast<int>(sequence_ids.size()) != B) {
@@ -254,10 +243,9 @@ absl::StatusOr<GenerationResult> Generator::Generate(
   for (int l = 0; l < d_.L; ++l) {
     const LayerType& t = decoder_.layer_type(l);
     if (t.kind == LayerKind::kLinear || t.kind == LayerKind::kSinkWindow) {
-      return absl::UnimplementedError(absl::StrCat(
-          "generate: layer ", l, " is '", LayerTypeName(t),
-          "'; this generator keeps a KV cache per layer, such layers decode "
-          "with a per-layer state (worker/model/layer_state.h)"));
+      return absl::UnimplementedError(absl::StrCat("generate: layer ", l, " is '", LayerTypeName(t),
+                                                   "'; this generator keeps a KV cache per layer, such layers decode "
+                                                   "with a per-layer state (worker/model/layer_state.h)"));
     }
   }
   int max_len = 0;
@@ -268,8 +256,8 @@ absl::StatusOr<GenerationResult> Generator::Generate(
     }
     for (int32_t id : prompts[b]) {
       if (id < 0 || id >= d_.V) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "generate: prompt ", b, " has token id ", id, " outside [0, ", d_.V, ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("generate: prompt ", b, " has token id ", id, " outside [0, ", d_.V, ")"));
       }
     }
     max_len = std::max<int>(max_len, prompts[b].size());
@@ -284,8 +272,7 @@ absl::StatusOr<GenerationResult> Generator::Generate(
   const int capacity = static_cast<int>(wanted);
   // Per-head rows (lse, q/k norms) are indexed with 32-bit ints.
   if (total > (1 << 24) || total * d_.H > INT32_MAX ||
-      static_cast<int64_t>(std::max(B, batch_cap_)) * std::max(capacity, seq_cap_) >=
-          (int64_t{1} << 31)) {
+      static_cast<int64_t>(std::max(B, batch_cap_)) * std::max(capacity, seq_cap_) >= (int64_t{1} << 31)) {
     return absl::InvalidArgumentError("generate: prompts too long");
   }
   RETURN_IF_ERROR(Ensure(B, capacity, static_cast<int>(std::max<int64_t>(total, B))));
@@ -363,8 +350,8 @@ absl::StatusOr<GenerationResult> Generator::Generate(
     }
     if (device_sampling) {
       u_d_.Upload(u_host_.data(), live);
-      ops_->sample_logits(logits_d_.data(), live, d_.V, o.greedy ? 0.f : o.temperature, u_d_.data(),
-                          pick_id_d_.data(), pick_lp_d_.data(), pick_lp_d_.data() + live);
+      ops_->sample_logits(logits_d_.data(), live, d_.V, o.greedy ? 0.f : o.temperature, u_d_.data(), pick_id_d_.data(),
+                          pick_lp_d_.data(), pick_lp_d_.data() + live);
       pick_id_d_.Download(pick_id_host_.data(), live);
       pick_lp_d_.Download(pick_lp_host_.data(), 2 * static_cast<size_t>(live));
       for (int s = 0; s < live; ++s) {

@@ -48,7 +48,7 @@ struct SamplingOptions {
   int top_k = 0;            // 0 = off
   float top_p = 1.f;        // (0, 1]; 1 = off
   uint64_t seed = 0;
-  bool stop_at_eos = true;  // the config's eos_token_ids stop a sequence
+  bool stop_at_eos = true;        // the config's eos_token_ids stop a sequence
   std::vector<int32_t> stop_ids;  // further stop ids
   // Called with (prompt index, token) after every generated token that is
   // not a stop id; true ends that sequence there (FinishReason::kStop), e.g.
@@ -78,15 +78,13 @@ struct GenerationResult {
 class Generator {
  public:
   // `ops` and `memory` must outlive the generator.
-  Generator(const ModelConfig& config, kernels::Ops* ops,
-            kernels::DeviceMemory* memory = nullptr);
+  Generator(const ModelConfig& config, kernels::Ops* ops, kernels::DeviceMemory* memory = nullptr);
 
   // `sequence_ids` (optional, one per prompt) key the random draws; by
   // default prompt i uses id i.
-  absl::StatusOr<GenerationResult> Generate(
-      const std::vector<std::vector<int32_t>>& prompts,
-      const SamplingOptions& options, ParamProvider& params,
-      std::span<const uint64_t> sequence_ids = {});
+  absl::StatusOr<GenerationResult> Generate(const std::vector<std::vector<int32_t>>& prompts,
+                                            const SamplingOptions& options, ParamProvider& params,
+                                            std::span<const uint64_t> sequence_ids = {});
 
   // Frees the KV cache and scratch.
   void Release();
@@ -114,8 +112,7 @@ class Generator {
   std::vector<kernels::DeviceArray<float>> kc_, vc_;
   std::vector<int32_t> cache_len_;  // host copy of the slots' cache lengths
   // Device scratch: rows_cap_ rows (x_ .. h_), out_cap_ rows (hn_, logits_d_).
-  kernels::DeviceArray<float> x_, xn_, q_, k_, v_, attn_, lse_, gate_, up_, h_,
-      hn_, logits_d_;
+  kernels::DeviceArray<float> x_, xn_, q_, k_, v_, attn_, lse_, gate_, up_, h_, hn_, logits_d_;
   // With q/k norms (Qwen3): k before its norm (q's goes through attn_).
   kernels::DeviceArray<float> kraw_;
   // Device index arrays (one allocation) and their host staging.

@@ -28,13 +28,10 @@ absl::Status Bad(const std::string& path, absl::string_view msg) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", msg));
 }
 
-std::string ShapeStr(const std::vector<int64_t>& s) {
-  return absl::StrCat("[", absl::StrJoin(s, ", "), "]");
-}
+std::string ShapeStr(const std::vector<int64_t>& s) { return absl::StrCat("[", absl::StrJoin(s, ", "), "]"); }
 }  // namespace
 
-absl::Status LoadWeights(const std::string& dir, const ModelConfig& config,
-                         float* params) {
+absl::Status LoadWeights(const std::string& dir, const ModelConfig& config, float* params) {
   namespace fs = std::filesystem;
   const ParamLayout layout(config);
   std::vector<std::string> files;
@@ -48,8 +45,7 @@ absl::Status LoadWeights(const std::string& dir, const ModelConfig& config,
     auto parsed = ParseStrictJson(text, "model.safetensors.index.json");
     if (!parsed.ok()) return Bad(index.string(), parsed.status().message());
     json j = std::move(*parsed);
-    if (!j.is_object() || !j.contains("weight_map") ||
-        !j["weight_map"].is_object()) {
+    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
       return Bad(index.string(), "not a JSON object with a \"weight_map\" object");
     }
     std::set<std::string> names;
@@ -61,8 +57,7 @@ absl::Status LoadWeights(const std::string& dir, const ModelConfig& config,
     }
     for (const std::string& n : names) files.push_back((fs::path(dir) / n).string());
   } else {
-    return absl::NotFoundError(absl::StrCat(
-        "no model.safetensors or model.safetensors.index.json in ", dir));
+    return absl::NotFoundError(absl::StrCat("no model.safetensors or model.safetensors.index.json in ", dir));
   }
   std::fill(params, params + layout.total_floats(), 0.f);
   std::set<std::string> seen;
@@ -76,13 +71,12 @@ absl::Status LoadWeights(const std::string& dir, const ModelConfig& config,
           const TensorView* emb = layout.Find("model.embed_tokens.weight");
           if (info.shape == emb->shape) continue;  // tied: the embedding is used
         }
-        return Bad(path, absl::StrCat("unexpected tensor '", name,
-                                      "': not part of the model described by config.json (",
-                                      config.model_type, ", ", config.num_hidden_layers,
-                                      " layers, tie_word_embeddings=",
-                                      config.tie_word_embeddings ? "true" : "false",
-                                      ", q/k/v bias=", config.HasQkvBias() ? "true" : "false",
-                                      ", q/k norm=", config.HasQkNorm() ? "true" : "false", ")"));
+        return Bad(path,
+                   absl::StrCat("unexpected tensor '", name, "': not part of the model described by config.json (",
+                                config.model_type, ", ", config.num_hidden_layers,
+                                " layers, tie_word_embeddings=", config.tie_word_embeddings ? "true" : "false",
+                                ", q/k/v bias=", config.HasQkvBias() ? "true" : "false",
+                                ", q/k norm=", config.HasQkNorm() ? "true" : "false", ")"));
       }
       if (info.shape != view->shape) {
         return Bad(path, absl::StrCat("tensor '", name, "' has shape ", ShapeStr(info.shape),
@@ -116,8 +110,7 @@ absl::Status LoadWeights(const std::string& dir, const ModelConfig& config,
       missing.resize(5);
       missing.push_back(absl::StrCat("... ", more, " more"));
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        dir, ": missing tensor(s) ", absl::StrJoin(missing, ", ")));
+    return absl::InvalidArgumentError(absl::StrCat(dir, ": missing tensor(s) ", absl::StrJoin(missing, ", ")));
   }
   return absl::OkStatus();
 }
@@ -133,8 +126,7 @@ absl::StatusOr<LoadedModel> LoadModelDir(const std::string& dir) {
   m.config = *std::move(config);
   m.params.assign(ParamLayout(m.config).total_floats(), 0.f);
   RETURN_IF_ERROR(LoadWeights(dir, m.config, m.params.data()));
-  if (m.config.tokenizer == "char" ||
-      std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) {
+  if (m.config.tokenizer == "char" || std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) {
     auto tok = CharTokenizer::Load(dir);
     if (tok.ok()) {
       m.tokenizer = *tok;
@@ -169,8 +161,7 @@ bool IsShardName(const std::string& name) {
 }
 
 // Weight files in `dir` from an earlier save that `keep` does not name.
-absl::Status RemoveStaleShards(const std::filesystem::path& dir,
-                               const std::set<std::string>& keep) {
+absl::Status RemoveStaleShards(const std::filesystem::path& dir, const std::set<std::string>& keep) {
   std::error_code ec;
   std::vector<std::filesystem::path> stale;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
@@ -184,14 +175,11 @@ absl::Status RemoveStaleShards(const std::filesystem::path& dir,
   return absl::OkStatus();
 }
 
-json TokenIdJson(const std::vector<int>& ids) {
-  return ids.size() == 1 ? json(ids[0]) : json(ids);
-}
+json TokenIdJson(const std::vector<int>& ids) { return ids.size() == 1 ? json(ids[0]) : json(ids); }
 
 // generation_config.json: the source's when it has one, with the config's
 // special ids added where missing.
-absl::StatusOr<std::string> GenerationConfigJson(const ModelConfig& c,
-                                                 const std::string& source_dir) {
+absl::StatusOr<std::string> GenerationConfigJson(const ModelConfig& c, const std::string& source_dir) {
   json g = json::object();
   bool from_source = false;
   if (!source_dir.empty()) {
@@ -219,9 +207,8 @@ absl::StatusOr<std::string> GenerationConfigJson(const ModelConfig& c,
 
 }  // namespace
 
-absl::Status SaveModelDir(const std::string& dir, const ModelConfig& config,
-                          const float* params, const CharTokenizer* tokenizer,
-                          const SaveOptions& options) {
+absl::Status SaveModelDir(const std::string& dir, const ModelConfig& config, const float* params,
+                          const CharTokenizer* tokenizer, const SaveOptions& options) {
   namespace fs = std::filesystem;
   if (options.dtype != StDtype::kF32 && options.dtype != StDtype::kBF16) {
     return absl::InvalidArgumentError("SaveModelDir: only F32 and BF16 are written");

@@ -50,9 +50,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromJob(const tandem::v1::ModelConfig& c)
     return absl::InvalidArgumentError("model.config.sliding_window: must be >= 1 when sliding_window_layers is set");
   }
   ModelConfig m;
-  m.model_type = !c.model_type().empty() ? c.model_type()
-                 : c.attention_bias()      ? "qwen2"
-                                           : "llama";
+  m.model_type = !c.model_type().empty() ? c.model_type() : c.attention_bias() ? "qwen2" : "llama";
   m.head_dim = c.head_dim();
   m.vocab_size = c.vocab_size();
   m.hidden_size = c.hidden_size();
@@ -62,26 +60,22 @@ absl::StatusOr<ModelConfig> ModelConfigFromJob(const tandem::v1::ModelConfig& c)
   m.num_key_value_heads = c.num_key_value_heads();
   if (c.rms_norm_eps() != 0) m.rms_norm_eps = c.rms_norm_eps();
   if (c.rope_theta() != 0) m.rope_theta = c.rope_theta();
-  if (c.has_rope_scaling() && !c.rope_scaling().rope_type().empty() &&
-      c.rope_scaling().rope_type() != "default") {
+  if (c.has_rope_scaling() && !c.rope_scaling().rope_type().empty() && c.rope_scaling().rope_type() != "default") {
     m.has_rope_scaling = true;
     const auto& r = c.rope_scaling();
     m.rope_scaling.rope_type = r.rope_type();
     if (r.factor() != 0) m.rope_scaling.factor = r.factor();
-    m.rope_scaling.original_max_position_embeddings =
-        r.original_max_position_embeddings();
+    m.rope_scaling.original_max_position_embeddings = r.original_max_position_embeddings();
     if (r.beta_fast() > 0) m.rope_scaling.beta_fast = r.beta_fast();
     if (r.beta_slow() > 0) m.rope_scaling.beta_slow = r.beta_slow();
     m.rope_scaling.attention_factor = r.attention_factor();
     m.rope_scaling.low_freq_factor = r.low_freq_factor();
     m.rope_scaling.high_freq_factor = r.high_freq_factor();
   }
-  if (c.max_position_embeddings() != 0)
-    m.max_position_embeddings = c.max_position_embeddings();
+  if (c.max_position_embeddings() != 0) m.max_position_embeddings = c.max_position_embeddings();
   m.tie_word_embeddings = c.tie_word_embeddings();
   m.attention_bias = c.attention_bias();
-  if (m.model_type == "mistral" && c.sliding_window() > 0 &&
-      c.sliding_window_layers_size() == 0) {
+  if (m.model_type == "mistral" && c.sliding_window() > 0 && c.sliding_window_layers_size() == 0) {
     // Mistral: the window applies to every layer.
     m.sliding_window = c.sliding_window();
     m.sliding_window_set = true;
@@ -105,9 +99,8 @@ absl::StatusOr<ModelConfig> ModelConfigFromJob(const tandem::v1::ModelConfig& c)
   m.layer_types.assign(m.num_hidden_layers, "full_attention");
   for (int layer : c.sliding_window_layers()) {
     if (layer < 0 || layer >= m.num_hidden_layers) {
-      return absl::InvalidArgumentError(
-          "model.config.sliding_window_layers: layer " +
-          std::to_string(layer) + " out of range [0, num_hidden_layers)");
+      return absl::InvalidArgumentError("model.config.sliding_window_layers: layer " + std::to_string(layer) +
+                                        " out of range [0, num_hidden_layers)");
     }
     if (m.layer_types[layer] == "sliding_attention") {
       return absl::InvalidArgumentError(
@@ -188,7 +181,8 @@ MemoryEstimate EstimateJobMemory(const tandem::v1::JobSpec& spec, const ModelCon
   // Per token and layer: the inputs of every matmul and norm kept for
   // backward (about 12 hidden-sized and 3 intermediate-sized vectors), plus
   // the attention probabilities of one layer at a time.
-  m.activations = Add(Mul({4, batch, seq, layers, Add(Mul({12, h}), Mul({3, inter}))}), Mul({4, batch, heads, seq, seq}));
+  m.activations =
+      Add(Mul({4, batch, seq, layers, Add(Mul({12, h}), Mul({3, inter}))}), Mul({4, batch, heads, seq, seq}));
   m.logits = Mul({2 * 4, batch, seq, c.vocab_size});
   if (rl) {
     const int64_t sequences =

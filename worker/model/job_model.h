@@ -31,7 +31,7 @@ absl::Status CheckJobForWorkers(const tandem::v1::JobSpec& spec);
 // shapes (ZeRO stage, batch, sequence, rollout sizes), meant to catch jobs
 // that cannot fit, not to plan to the byte. Sums saturate at INT64_MAX.
 struct MemoryEstimate {
-  int64_t params = 0;       // fp32 masters (and a bf16 compute copy)
+  int64_t params = 0;  // fp32 masters (and a bf16 compute copy)
   int64_t gradients = 0;
   int64_t optimizer = 0;    // Adam moments
   int64_t reference = 0;    // frozen reference policy (KL)

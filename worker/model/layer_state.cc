@@ -23,12 +23,11 @@ int64_t LayerState::SequenceBytes(const ModelConfig& c, int64_t tokens) {
   return total;
 }
 
-absl::StatusOr<std::unique_ptr<LayerState>> LayerState::Create(
-    const ModelConfig& config, kernels::Ops* ops, kernels::DeviceMemory* memory,
-    int slots, int capacity) {
+absl::StatusOr<std::unique_ptr<LayerState>> LayerState::Create(const ModelConfig& config, kernels::Ops* ops,
+                                                               kernels::DeviceMemory* memory, int slots, int capacity) {
   if (slots <= 0 || capacity <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "layer state: slots (", slots, ") and capacity (", capacity, ") must be positive"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer state: slots (", slots, ") and capacity (", capacity, ") must be positive"));
   }
   std::unique_ptr<LayerState> s(new LayerState());
   s->config_ = config;
@@ -43,9 +42,8 @@ absl::StatusOr<std::unique_ptr<LayerState>> LayerState::Create(
   s->k_.resize(L);
   s->v_.resize(L);
   auto oom = [&](size_t floats) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "layer state: cannot allocate ", floats * sizeof(float), " bytes in ",
-        memory->name(), " memory"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("layer state: cannot allocate ", floats * sizeof(float), " bytes in ", memory->name(), " memory"));
   };
   for (int l = 0; l < L; ++l) {
     const LayerType t = LayerTypeOf(config, l);
@@ -99,27 +97,26 @@ void LayerState::Reset(int slot) {
 int LayerState::RowOf(int layer, int pos) const {
   const LayerType& t = types_[layer];
   switch (t.kind) {
-    case LayerKind::kWindow: return pos % t.window;
+    case LayerKind::kWindow:
+      return pos % t.window;
     case LayerKind::kSinkWindow:
       return pos < t.sinks ? pos : t.sinks + (pos - t.sinks) % t.window;
-    default: return pos;
+    default:
+      return pos;
   }
 }
 
-absl::Status LayerState::Step(int layer, std::span<const int32_t> positions,
-                              const float* q, const float* k, const float* v,
-                              float* out) {
+absl::Status LayerState::Step(int layer, std::span<const int32_t> positions, const float* q, const float* k,
+                              const float* v, float* out) {
   const int n = static_cast<int>(positions.size());
   if (layer < 0 || layer >= static_cast<int>(types_.size()) || n > slots_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "layer state: layer ", layer, " or ", n, " slots out of range"));
+    return absl::InvalidArgumentError(absl::StrCat("layer state: layer ", layer, " or ", n, " slots out of range"));
   }
   const bool last_layer = layer + 1 == static_cast<int>(types_.size());
   for (int b = 0; b < n; ++b) {
     if (positions[b] != length_[b] || positions[b] >= capacity_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "layer state: slot ", b, " is at position ", length_[b], " (capacity ",
-          capacity_, "), got a token at ", positions[b]));
+      return absl::InvalidArgumentError(absl::StrCat("layer state: slot ", b, " is at position ", length_[b],
+                                                     " (capacity ", capacity_, "), got a token at ", positions[b]));
     }
   }
   const LayerType& t = types_[layer];
@@ -128,8 +125,8 @@ absl::Status LayerState::Step(int layer, std::span<const int32_t> positions,
     p.num_heads = H_;
     p.key_dim = D_;
     p.value_dim = D_;
-    ops_->linear_attention_forward(p, q, k, v, decay_.data(), cu_.data(), n, n,
-                                   k_[layer].data(), out, k_[layer].data());
+    ops_->linear_attention_forward(p, q, k, v, decay_.data(), cu_.data(), n, n, k_[layer].data(), out,
+                                   k_[layer].data());
   } else {
     const size_t kd = size_t(Hkv_) * D_, rows = rows_[layer];
     for (int b = 0; b < n; ++b) {
@@ -144,8 +141,8 @@ absl::Status LayerState::Step(int layer, std::span<const int32_t> positions,
     p.num_kv_heads = Hkv_;
     p.head_dim = D_;
     p.window = -1;  // every kept row is visible
-    ops_->decode_attention(p, q, n, 1, k_[layer].data(), v_[layer].data(),
-                           static_cast<int>(rows), cache_len_.data(), out);
+    ops_->decode_attention(p, q, n, 1, k_[layer].data(), v_[layer].data(), static_cast<int>(rows), cache_len_.data(),
+                           out);
   }
   if (last_layer) {
     for (int b = 0; b < n; ++b) ++length_[b];

@@ -40,9 +40,8 @@ class LayerState {
  public:
   // `capacity`: the longest sequence (positions) a slot will hold; full
   // layers keep that many rows, bounded layers min(capacity, their bound).
-  static absl::StatusOr<std::unique_ptr<LayerState>> Create(
-      const ModelConfig& config, kernels::Ops* ops, kernels::DeviceMemory* memory,
-      int slots, int capacity);
+  static absl::StatusOr<std::unique_ptr<LayerState>> Create(const ModelConfig& config, kernels::Ops* ops,
+                                                            kernels::DeviceMemory* memory, int slots, int capacity);
 
   // Bytes of decode state one sequence of `tokens` tokens needs in `layer`
   // (k and v rows for softmax layers, the [H, D, D] state for linear ones).
@@ -61,8 +60,8 @@ class LayerState {
   // One token for each of the first positions.size() slots, at positions
   // [b] (= the slot's length so far). q [n, H*D], k, v [n, Hkv*D] (after
   // RoPE), out [n, H*D]; device pointers.
-  absl::Status Step(int layer, std::span<const int32_t> positions, const float* q,
-                    const float* k, const float* v, float* out);
+  absl::Status Step(int layer, std::span<const int32_t> positions, const float* q, const float* k, const float* v,
+                    float* out);
 
  private:
   LayerState() = default;
@@ -77,8 +76,8 @@ class LayerState {
   // Per layer: k and v [slots, rows, Hkv, D] (softmax) or the state
   // [slots, H, D, D] (linear, in k_).
   std::vector<kernels::DeviceArray<float>> k_, v_;
-  std::vector<int32_t> length_;           // tokens per slot so far
-  std::vector<int32_t> host_idx_;         // staging for the index arrays
+  std::vector<int32_t> length_;              // tokens per slot so far
+  std::vector<int32_t> host_idx_;            // staging for the index arrays
   kernels::DeviceArray<int32_t> cache_len_;  // [slots]
   kernels::DeviceArray<int32_t> cu_;         // [slots + 1] = 0, 1, ..., slots
   kernels::DeviceArray<float> decay_;        // [slots, H] log decay

@@ -17,10 +17,10 @@ bool PositiveInt(std::string_view s, int* out) {
 }
 
 absl::Status BadEntry(std::string_view text) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "config key '", std::string(kLayerTypesKey), "' has '", std::string(text),
-      "'; expected full, window:N, sink:S+window:N or linear (N, S positive "
-      "integers)"));
+  return absl::InvalidArgumentError(absl::StrCat("config key '", std::string(kLayerTypesKey), "' has '",
+                                                 std::string(text),
+                                                 "'; expected full, window:N, sink:S+window:N or linear (N, S positive "
+                                                 "integers)"));
 }
 
 }  // namespace
@@ -43,8 +43,7 @@ absl::StatusOr<LayerType> ParseLayerType(std::string_view text) {
     const size_t plus = rest.find('+');
     if (plus == std::string_view::npos) return BadEntry(text);
     const std::string_view w = rest.substr(plus + 1);
-    if (!PositiveInt(rest.substr(0, plus), &t.sinks) ||
-        w.substr(0, kWindow.size()) != kWindow ||
+    if (!PositiveInt(rest.substr(0, plus), &t.sinks) || w.substr(0, kWindow.size()) != kWindow ||
         !PositiveInt(w.substr(kWindow.size()), &t.window)) {
       return BadEntry(text);
     }
@@ -56,11 +55,14 @@ absl::StatusOr<LayerType> ParseLayerType(std::string_view text) {
 
 std::string LayerTypeName(const LayerType& t) {
   switch (t.kind) {
-    case LayerKind::kFull: return "full";
-    case LayerKind::kWindow: return absl::StrCat("window:", t.window);
+    case LayerKind::kFull:
+      return "full";
+    case LayerKind::kWindow:
+      return absl::StrCat("window:", t.window);
     case LayerKind::kSinkWindow:
       return absl::StrCat("sink:", t.sinks, "+window:", t.window);
-    case LayerKind::kLinear: return "linear";
+    case LayerKind::kLinear:
+      return "linear";
   }
   return "full";
 }
@@ -69,36 +71,34 @@ absl::Status ValidateLayerTypes(const ModelConfig& c) {
   if (c.tandem_layer_types.empty()) return absl::OkStatus();
   const std::string key(kLayerTypesKey);
   if (static_cast<int>(c.tandem_layer_types.size()) != c.num_hidden_layers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config key '", key, "' has ", c.tandem_layer_types.size(),
-        " entries; must have num_hidden_layers (", c.num_hidden_layers, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("config key '", key, "' has ", c.tandem_layer_types.size(),
+                                                   " entries; must have num_hidden_layers (", c.num_hidden_layers,
+                                                   ")"));
   }
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     absl::StatusOr<LayerType> t = ParseLayerType(c.tandem_layer_types[l]);
     if (!t.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(t.status().message(), " (layer ", l, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(t.status().message(), " (layer ", l, ")"));
     }
-    if (t->window > c.max_position_embeddings ||
-        t->sinks > c.max_position_embeddings) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config key '", key, "' layer ", l, " '", c.tandem_layer_types[l],
-          "': window and sinks must be <= max_position_embeddings (",
-          c.max_position_embeddings, ")"));
+    if (t->window > c.max_position_embeddings || t->sinks > c.max_position_embeddings) {
+      return absl::InvalidArgumentError(absl::StrCat("config key '", key, "' layer ", l, " '", c.tandem_layer_types[l],
+                                                     "': window and sinks must be <= max_position_embeddings (",
+                                                     c.max_position_embeddings, ")"));
     }
     if (t->kind == LayerKind::kLinear && c.KvHeads() != c.num_attention_heads) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config key '", key, "' layer ", l,
-          " 'linear' needs num_key_value_heads (", c.KvHeads(),
-          ") == num_attention_heads (", c.num_attention_heads, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("config key '", key, "' layer ", l,
+                                                     " 'linear' needs num_key_value_heads (", c.KvHeads(),
+                                                     ") == num_attention_heads (", c.num_attention_heads, ")"));
     }
     if (c.LayerWindow(l) > 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config key '", key, "' cannot be combined with Hugging Face "
-          "sliding-window keys (layer_types, sliding_window, "
-          "use_sliding_window) that give layer ", l, " a window of ",
-          c.LayerWindow(l), "; set sliding_window to null and describe every "
-          "layer in ", key));
+      return absl::InvalidArgumentError(absl::StrCat("config key '", key,
+                                                     "' cannot be combined with Hugging Face "
+                                                     "sliding-window keys (layer_types, sliding_window, "
+                                                     "use_sliding_window) that give layer ",
+                                                     l, " a window of ", c.LayerWindow(l),
+                                                     "; set sliding_window to null and describe every "
+                                                     "layer in ",
+                                                     key));
     }
   }
   return absl::OkStatus();
@@ -118,8 +118,6 @@ LayerType LayerTypeOf(const ModelConfig& c, int layer) {
   return t;
 }
 
-double LinearLogDecay(int head) {
-  return std::log1p(-std::exp2(-5.0 - head));
-}
+double LinearLogDecay(int head) { return std::log1p(-std::exp2(-5.0 - head)); }
 
 }  // namespace tandem::model

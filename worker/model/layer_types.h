@@ -35,9 +35,7 @@ struct LayerType {
   bool softmax() const { return kind != LayerKind::kLinear; }
   // Keys that a decode step keeps per sequence, or -1 when unbounded.
   int BoundedKeys() const {
-    return kind == LayerKind::kWindow       ? window
-           : kind == LayerKind::kSinkWindow ? sinks + window
-                                            : -1;
+    return kind == LayerKind::kWindow ? window : kind == LayerKind::kSinkWindow ? sinks + window : -1;
   }
 };
 

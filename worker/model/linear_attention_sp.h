@@ -27,10 +27,8 @@ comm::ScanOp StateScan(std::vector<float> decay);
 // q, k [t, H, Dk], v and out [t, H, Dv], log_decay [t, H] (nullptr = none):
 // this rank's tokens. t may be 0 on some ranks.
 absl::Status LinearAttentionSpForward(comm::Collective& group, kernels::Ops& ops,
-                                      const kernels::LinearAttentionParams& p,
-                                      const float* q, const float* k, const float* v,
-                                      const float* log_decay, int t, float* out,
-                                      comm::Timeout timeout);
+                                      const kernels::LinearAttentionParams& p, const float* q, const float* k,
+                                      const float* v, const float* log_decay, int t, float* out, comm::Timeout timeout);
 
 // The backward of LinearAttentionSpForward: dout [t, H, Dv] of this rank's
 // tokens; writes dq, dk [t, H, Dk], dv [t, H, Dv] and d_log_decay [t, H]
@@ -42,10 +40,8 @@ absl::Status LinearAttentionSpForward(comm::Collective& group, kernels::Ops& ops
 // backward with the state it entered from and the gradient of the state it
 // left. Equals the single-rank backward within fp32 rounding.
 absl::Status LinearAttentionSpBackward(comm::Collective& group, kernels::Ops& ops,
-                                       const kernels::LinearAttentionParams& p,
-                                       const float* q, const float* k, const float* v,
-                                       const float* log_decay, int t, const float* dout,
-                                       float* dq, float* dk, float* dv, float* d_log_decay,
-                                       comm::Timeout timeout);
+                                       const kernels::LinearAttentionParams& p, const float* q, const float* k,
+                                       const float* v, const float* log_decay, int t, const float* dout, float* dq,
+                                       float* dk, float* dv, float* d_log_decay, comm::Timeout timeout);
 
 }  // namespace tandem::model

@@ -21,12 +21,8 @@ void Batch::AddSequence(std::span<const int32_t> seq) {
   cu_seqlens.push_back(static_cast<int32_t>(tokens.size()));
 }
 
-Model::Model(const ModelConfig& config, kernels::Ops* ops, int max_tokens,
-             kernels::DeviceMemory* memory)
-    : decoder_(config, ops, memory),
-      d_(decoder_.dims()),
-      ops_(ops),
-      mem_(decoder_.memory()) {
+Model::Model(const ModelConfig& config, kernels::Ops* ops, int max_tokens, kernels::DeviceMemory* memory)
+    : decoder_(config, ops, memory), d_(decoder_.dims()), ops_(ops), mem_(decoder_.memory()) {
   lm_chunk_ = std::clamp(262144 / std::max(d_.V, 1), 8, 1024);
   qk_norm_ = config.HasQkNorm();
   // A failure here leaves cap_ at 0: the first Forward* retries and reports.
@@ -38,44 +34,66 @@ absl::Status Model::EnsureCapacity(int t) {
   const size_t T = static_cast<size_t>(t);
   const size_t L = d_.L;
   size_t n = 0;
-  auto take = [&](size_t count) { size_t o = n; n += (count + 15) / 16 * 16; return o; };
-  const size_t o_x = take((L + 1) * T * d_.C), o_xmid = take(L * T * d_.C),
-               o_q = take(L * T * d_.HD), o_k = take(L * T * d_.KD),
-               o_v = take(L * T * d_.KD), o_attn = take(L * T * d_.HD),
-               o_lse = take(L * T * d_.H), o_r1 = take(L * T), o_r2 = take(L * T),
-               o_rf = take(T), o_xnf = take(T * d_.C), o_xn = take(T * d_.C),
-               o_hact = take(T * d_.I), o_dres = take(T * d_.C),
-               o_dtmp = take(T * d_.C), o_dxn = take(T * d_.C),
-               o_dattn = take(T * d_.HD), o_dq = take(T * d_.HD),
-               o_dk = take(T * d_.KD), o_dv = take(T * d_.KD),
-               o_dh = take(T * d_.I), o_dgate = take(T * d_.I),
+  auto take = [&](size_t count) {
+    size_t o = n;
+    n += (count + 15) / 16 * 16;
+    return o;
+  };
+  const size_t o_x = take((L + 1) * T * d_.C), o_xmid = take(L * T * d_.C), o_q = take(L * T * d_.HD),
+               o_k = take(L * T * d_.KD), o_v = take(L * T * d_.KD), o_attn = take(L * T * d_.HD),
+               o_lse = take(L * T * d_.H), o_r1 = take(L * T), o_r2 = take(L * T), o_rf = take(T),
+               o_xnf = take(T * d_.C), o_xn = take(T * d_.C), o_hact = take(T * d_.I), o_dres = take(T * d_.C),
+               o_dtmp = take(T * d_.C), o_dxn = take(T * d_.C), o_dattn = take(T * d_.HD), o_dq = take(T * d_.HD),
+               o_dk = take(T * d_.KD), o_dv = take(T * d_.KD), o_dh = take(T * d_.I), o_dgate = take(T * d_.I),
                o_dup = take(T * d_.I), o_dup2 = take(T * d_.I), o_rt = take(T),
-               o_lm = take(static_cast<size_t>(lm_chunk_) * d_.V),
-               o_logp = take(T), o_ent = take(T), o_dlogp = take(T);
+               o_lm = take(static_cast<size_t>(lm_chunk_) * d_.V), o_logp = take(T), o_ent = take(T), o_dlogp = take(T);
   const size_t qk = qk_norm_ ? 1 : 0;
-  const size_t o_rq = take(qk * L * T * d_.H), o_rk = take(qk * L * T * d_.Hkv),
-               o_qraw = take(qk * T * d_.HD), o_kraw = take(qk * T * d_.KD),
-               o_dqraw = take(qk * T * d_.HD), o_dkraw = take(qk * T * d_.KD);
+  const size_t o_rq = take(qk * L * T * d_.H), o_rk = take(qk * L * T * d_.Hkv), o_qraw = take(qk * T * d_.HD),
+               o_kraw = take(qk * T * d_.KD), o_dqraw = take(qk * T * d_.HD), o_dkraw = take(qk * T * d_.KD);
   ws_.reset();  // free the old workspace before allocating the larger one
   cap_ = 0;
   have_forward_ = false;
   if (!ws_.Allocate(mem_, n)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "model: cannot allocate a workspace of ", n * sizeof(float), " bytes for ",
-        t, " tokens in ", mem_->name(), " memory"));
+    return absl::ResourceExhaustedError(absl::StrCat("model: cannot allocate a workspace of ", n * sizeof(float),
+                                                     " bytes for ", t, " tokens in ", mem_->name(), " memory"));
   }
   float* b = ws_.data();
-  x_ = b + o_x; xmid_ = b + o_xmid; q_ = b + o_q; k_ = b + o_k; v_ = b + o_v;
-  attn_ = b + o_attn; lse_ = b + o_lse; dup2_ = b + o_dup2;
-  rstd1_ = b + o_r1; rstd2_ = b + o_r2; rstdf_ = b + o_rf; xnf_ = b + o_xnf;
-  xn_ = b + o_xn; hact_ = b + o_hact; dres_ = b + o_dres; dtmp_ = b + o_dtmp;
-  dxn_ = b + o_dxn; dattn_ = b + o_dattn; dq_ = b + o_dq; dk_ = b + o_dk;
-  dv_ = b + o_dv; dh_ = b + o_dh; dgate_ = b + o_dgate; dup_ = b + o_dup;
-  rstd_tmp_ = b + o_rt; lm_scratch_ = b + o_lm;
-  logp_ = b + o_logp; entropy_ = b + o_ent; dlogp_ = b + o_dlogp;
+  x_ = b + o_x;
+  xmid_ = b + o_xmid;
+  q_ = b + o_q;
+  k_ = b + o_k;
+  v_ = b + o_v;
+  attn_ = b + o_attn;
+  lse_ = b + o_lse;
+  dup2_ = b + o_dup2;
+  rstd1_ = b + o_r1;
+  rstd2_ = b + o_r2;
+  rstdf_ = b + o_rf;
+  xnf_ = b + o_xnf;
+  xn_ = b + o_xn;
+  hact_ = b + o_hact;
+  dres_ = b + o_dres;
+  dtmp_ = b + o_dtmp;
+  dxn_ = b + o_dxn;
+  dattn_ = b + o_dattn;
+  dq_ = b + o_dq;
+  dk_ = b + o_dk;
+  dv_ = b + o_dv;
+  dh_ = b + o_dh;
+  dgate_ = b + o_dgate;
+  dup_ = b + o_dup;
+  rstd_tmp_ = b + o_rt;
+  lm_scratch_ = b + o_lm;
+  logp_ = b + o_logp;
+  entropy_ = b + o_ent;
+  dlogp_ = b + o_dlogp;
   if (qk_norm_) {
-    rstdq_ = b + o_rq; rstdk_ = b + o_rk; qraw_ = b + o_qraw; kraw_ = b + o_kraw;
-    dqraw_ = b + o_dqraw; dkraw_ = b + o_dkraw;
+    rstdq_ = b + o_rq;
+    rstdk_ = b + o_rk;
+    qraw_ = b + o_qraw;
+    kraw_ = b + o_kraw;
+    dqraw_ = b + o_dqraw;
+    dkraw_ = b + o_dkraw;
   }
   // Index arrays: tokens, targets, positions (T each) and cu_seqlens, whose
   // size is nseq+1 (grown on demand in Prepare).
@@ -92,9 +110,9 @@ absl::Status Model::EnsureMlpStore(int t) {
   gate_ = up_ = nullptr;
   have_forward_ = false;
   if (!mlp_.Allocate(mem_, 2 * n)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "model: cannot allocate ", 2 * n * sizeof(float), " bytes of MLP activations for ", t,
-        " tokens in ", mem_->name(), " memory"));
+    return absl::ResourceExhaustedError(absl::StrCat("model: cannot allocate ", 2 * n * sizeof(float),
+                                                     " bytes of MLP activations for ", t, " tokens in ", mem_->name(),
+                                                     " memory"));
   }
   gate_ = mlp_.data();
   up_ = mlp_.data() + n;
@@ -109,8 +127,8 @@ absl::Status Model::EnsureLowRank(int t, int r) {
   low_rank_ws_.reset();
   lr_cap_ = lr_rank_ = 0;
   if (!low_rank_ws_.Allocate(mem_, n)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "model: cannot allocate ", n * sizeof(float), " bytes of low-rank gradient scratch"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("model: cannot allocate ", n * sizeof(float), " bytes of low-rank gradient scratch"));
   }
   lr_p_ = low_rank_ws_.data();
   lr_a_ = lr_p_ + static_cast<size_t>(rc) * d_.C;
@@ -167,8 +185,8 @@ absl::Status Model::Prepare(const Batch& batch) {
   if (idx_.size() < n) {
     // cu_seqlens may hold empty sequences, so nseq+1 can exceed T+1.
     if (!idx_.Allocate(mem_, std::max(n, 4 * static_cast<size_t>(cap_) + 1))) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "model: cannot allocate ", n * sizeof(int32_t), " bytes of batch indices"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("model: cannot allocate ", n * sizeof(int32_t), " bytes of batch indices"));
     }
   }
   idx_host_.clear();
@@ -193,10 +211,10 @@ absl::Status Model::CheckBatch(const Batch& b) const {
   if (T == 0) return absl::InvalidArgumentError("batch has no tokens");
   for (int l = 0; l < d_.L; ++l) {
     if (decoder_.layer_type(l).kind == LayerKind::kSinkWindow) {
-      return absl::UnimplementedError(absl::StrCat(
-          "model: layer ", l, " is '", LayerTypeName(decoder_.layer_type(l)),
-          "': attention sinks exist only in decode (worker/model/layer_state.h); "
-          "the training attention kernels take full, window:N and linear layers"));
+      return absl::UnimplementedError(
+          absl::StrCat("model: layer ", l, " is '", LayerTypeName(decoder_.layer_type(l)),
+                       "': attention sinks exist only in decode (worker/model/layer_state.h); "
+                       "the training attention kernels take full, window:N and linear layers"));
     }
   }
   // Per-head rows (attention lse, q/k norms) are indexed with 32-bit ints.
@@ -204,14 +222,11 @@ absl::Status Model::CheckBatch(const Batch& b) const {
     return absl::InvalidArgumentError(absl::StrCat("batch too large: ", T, " tokens"));
   }
   if (b.targets.size() != T || b.positions.size() != T) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "batch: tokens (", T, "), targets (", b.targets.size(),
-        ") and positions (", b.positions.size(), ") must have equal sizes"));
+    return absl::InvalidArgumentError(absl::StrCat("batch: tokens (", T, "), targets (", b.targets.size(),
+                                                   ") and positions (", b.positions.size(), ") must have equal sizes"));
   }
-  if (b.cu_seqlens.size() < 2 || b.cu_seqlens.front() != 0 ||
-      b.cu_seqlens.back() != static_cast<int32_t>(T)) {
-    return absl::InvalidArgumentError(
-        "batch: cu_seqlens must start at 0 and end at the number of tokens");
+  if (b.cu_seqlens.size() < 2 || b.cu_seqlens.front() != 0 || b.cu_seqlens.back() != static_cast<int32_t>(T)) {
+    return absl::InvalidArgumentError("batch: cu_seqlens must start at 0 and end at the number of tokens");
   }
   for (size_t i = 1; i < b.cu_seqlens.size(); ++i) {
     if (b.cu_seqlens[i] < b.cu_seqlens[i - 1]) {
@@ -220,16 +235,16 @@ absl::Status Model::CheckBatch(const Batch& b) const {
   }
   for (size_t t = 0; t < T; ++t) {
     if (b.tokens[t] < 0 || b.tokens[t] >= d_.V) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "batch: token id ", b.tokens[t], " at row ", t, " outside [0, ", d_.V, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("batch: token id ", b.tokens[t], " at row ", t, " outside [0, ", d_.V, ")"));
     }
     if (b.targets[t] < 0 || b.targets[t] >= d_.V) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "batch: target id ", b.targets[t], " at row ", t, " outside [0, ", d_.V, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("batch: target id ", b.targets[t], " at row ", t, " outside [0, ", d_.V, ")"));
     }
     if (b.positions[t] < 0 || b.positions[t] >= (1 << 24)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "batch: position ", b.positions[t], " at row ", t, " out of range"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("batch: position ", b.positions[t], " at row ", t, " out of range"));
     }
   }
   return absl::OkStatus();
@@ -271,8 +286,7 @@ void Model::ForwardHidden(ParamProvider& pp, bool recompute_mlp) {
   decoder_.Forward(pp, in, a, out);
 }
 
-absl::Status Model::ForwardLogprobs(const Batch& batch, ParamProvider& pp,
-                                    float* logp, float* entropy,
+absl::Status Model::ForwardLogprobs(const Batch& batch, ParamProvider& pp, float* logp, float* entropy,
                                     const ForwardOptions& options) {
   RETURN_IF_ERROR(Prepare(batch));
   if (!options.recompute_mlp) RETURN_IF_ERROR(EnsureMlpStore(T_));
@@ -280,9 +294,8 @@ absl::Status Model::ForwardLogprobs(const Batch& batch, ParamProvider& pp,
   ForwardHidden(pp, options.recompute_mlp);
   const int hu = layout().lm_head_unit();
   const float* P = pp.AcquireParams(hu);
-  ops_->lm_head_logprobs_forward(xnf_, P + layout().lm_head_offset(), targets_,
-                                 T_, d_.C, d_.V, lm_chunk_, lm_scratch_, logp_,
-                                 entropy != nullptr ? entropy_ : nullptr);
+  ops_->lm_head_logprobs_forward(xnf_, P + layout().lm_head_offset(), targets_, T_, d_.C, d_.V, lm_chunk_, lm_scratch_,
+                                 logp_, entropy != nullptr ? entropy_ : nullptr);
   pp.ReleaseParams(hu);
   mem_->CopyToHost(logp, logp_, static_cast<size_t>(T_) * sizeof(float));
   if (entropy != nullptr) {
@@ -293,14 +306,12 @@ absl::Status Model::ForwardLogprobs(const Batch& batch, ParamProvider& pp,
   return absl::OkStatus();
 }
 
-absl::Status Model::ForwardLogits(const Batch& batch, ParamProvider& pp,
-                                  float* logits) {
+absl::Status Model::ForwardLogits(const Batch& batch, ParamProvider& pp, float* logits) {
   RETURN_IF_ERROR(Prepare(batch));
   const size_t n = static_cast<size_t>(T_) * d_.V;
   kernels::DeviceArray<float> out;
   if (!out.Allocate(mem_, n)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "model: cannot allocate ", n * sizeof(float), " bytes of logits"));
+    return absl::ResourceExhaustedError(absl::StrCat("model: cannot allocate ", n * sizeof(float), " bytes of logits"));
   }
   ForwardHidden(pp, /*recompute_mlp=*/true);  // nothing is kept for a backward
   decoder_.Logits(pp, xnf_, T_, out.data());
@@ -308,8 +319,7 @@ absl::Status Model::ForwardLogits(const Batch& batch, ParamProvider& pp,
   return decoder_.MemoryStatus("model");
 }
 
-absl::Status Model::Backward(const float* dlogp, ParamProvider& pp,
-                             const BackwardOptions& options) {
+absl::Status Model::Backward(const float* dlogp, ParamProvider& pp, const BackwardOptions& options) {
   if (!have_forward_) {
     return absl::FailedPreconditionError("Backward without a ForwardLogprobs");
   }
@@ -335,12 +345,11 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp,
   pp.Prefetch(layout().layer_unit(d_.L - 1));
   const float* Ph = tied ? pp.AcquireParams(0) : Pf;
   float* Gh = tied ? pp.AcquireGrads(0) : Gf;
-  ops_->lm_head_logprobs_backward(xnf_, Ph + layout().lm_head_offset(),
-                                  targets_, dlogp_, T, C, V, lm_chunk_,
+  ops_->lm_head_logprobs_backward(xnf_, Ph + layout().lm_head_offset(), targets_, dlogp_, T, C, V, lm_chunk_,
                                   lm_scratch_, dxn_, Gh + layout().lm_head_offset());
   if (tied) pp.ReleaseParams(0);
-  ops_->rmsnorm_backward(dxn_, x_ + d_.L * TC, Pf + layout().final_norm_offset(),
-                         rstdf_, T, C, dres_, Gf + layout().final_norm_offset());
+  ops_->rmsnorm_backward(dxn_, x_ + d_.L * TC, Pf + layout().final_norm_offset(), rstdf_, T, C, dres_,
+                         Gf + layout().final_norm_offset());
   pp.ReleaseGrads(fu);
   pp.ReleaseParams(fu);
 
@@ -398,8 +407,7 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp,
       ops_->matmul(true, false, I, C, T, 1.f, dgate, I, xn_, C, 1.f, G + o.gate, C);
       ops_->matmul(true, false, I, C, T, 1.f, dup, I, xn_, C, 1.f, G + o.up, C);
     }
-    ops_->rmsnorm_backward(dxn_, xmid, P + o.post_norm, rstd2_ + lt, T, C,
-                           dtmp_, G + o.post_norm);
+    ops_->rmsnorm_backward(dxn_, xmid, P + o.post_norm, rstd2_ + lt, T, C, dtmp_, G + o.post_norm);
     ops_->add_inplace(dres_, dtmp_, TC);
     if (options.skip_attention) {  // the residual carries dres_ through
       pp.ReleaseGrads(unit);
@@ -411,12 +419,11 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp,
     ops_->matmul(false, false, T, HD, C, 1.f, dres_, C, P + o.o, HD, 0.f, dattn_, HD);
     ops_->matmul(true, false, C, HD, T, 1.f, dres_, C, attn, HD, 1.f, G + o.o, HD);
     if (decoder_.layer_type(l).kind == LayerKind::kLinear) {
-      ops_->linear_attention_backward(decoder_.LinearAttention(), q, k, v,
-                                      decoder_.LinearDecay(T), cu_, nseq_, T, nullptr,
-                                      dattn_, nullptr, dq_, dk_, dv_, nullptr, nullptr);
+      ops_->linear_attention_backward(decoder_.LinearAttention(), q, k, v, decoder_.LinearDecay(T), cu_, nseq_, T,
+                                      nullptr, dattn_, nullptr, dq_, dk_, dv_, nullptr, nullptr);
     } else {
-      ops_->attention_backward(decoder_.Attention(l), q, k, v, attn, dattn_, lse_ + lt * H,
-                               cu_, nseq_, T, dq_, dk_, dv_);
+      ops_->attention_backward(decoder_.Attention(l), q, k, v, attn, dattn_, lse_ + lt * H, cu_, nseq_, T, dq_, dk_,
+                               dv_);
     }
     ops_->rope_apply(dq_, positions_, T, H, D, cosb, sinb, true);
     ops_->rope_apply(dk_, positions_, T, Hkv, D, cosb, sinb, true);
@@ -427,10 +434,8 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp,
     if (qk_norm_) {
       // The norms' inputs, projected again from xn_ (v is not needed).
       decoder_.ProjectQkv(P, o, T, xn_, qraw_, kraw_, nullptr);
-      ops_->rmsnorm_backward(dq_, qraw_, P + o.q_norm, rstdq_ + lt * H, T * H, D,
-                             dqraw_, G + o.q_norm);
-      ops_->rmsnorm_backward(dk_, kraw_, P + o.k_norm, rstdk_ + lt * Hkv, T * Hkv, D,
-                             dkraw_, G + o.k_norm);
+      ops_->rmsnorm_backward(dq_, qraw_, P + o.q_norm, rstdq_ + lt * H, T * H, D, dqraw_, G + o.q_norm);
+      ops_->rmsnorm_backward(dk_, kraw_, P + o.k_norm, rstdk_ + lt * Hkv, T * Hkv, D, dkraw_, G + o.k_norm);
       dqp = dqraw_;
       dkp = dkraw_;
     }
@@ -445,8 +450,7 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp,
     ops_->matmul(true, false, HD, C, T, 1.f, dqp, HD, xn_, C, 1.f, G + o.q, C);
     ops_->matmul(true, false, KD, C, T, 1.f, dkp, KD, xn_, C, 1.f, G + o.k, C);
     ops_->matmul(true, false, KD, C, T, 1.f, dv_, KD, xn_, C, 1.f, G + o.v, C);
-    ops_->rmsnorm_backward(dxn_, x, P + o.input_norm, rstd1_ + lt, T, C,
-                           dtmp_, G + o.input_norm);
+    ops_->rmsnorm_backward(dxn_, x, P + o.input_norm, rstd1_ + lt, T, C, dtmp_, G + o.input_norm);
     ops_->add_inplace(dres_, dtmp_, TC);
     pp.ReleaseGrads(unit);
     pp.ReleaseParams(unit);
@@ -464,7 +468,7 @@ void Model::InitParams(uint64_t seed, float* params) const {
   std::mt19937_64 rng(seed);
   constexpr double kTwoPi = 6.283185307179586476925286766559;
   constexpr double kStd = 0.02;  // HF initializer_range
-  auto uniform = [&rng]() {  // (0, 1]
+  auto uniform = [&rng]() {      // (0, 1]
     return (static_cast<double>(rng() >> 11) + 1.0) * (1.0 / 9007199254740992.0);
   };
   for (const TensorView& t : layout().tensors()) {
@@ -487,8 +491,7 @@ void Model::InitParams(uint64_t seed, float* params) const {
   }
 }
 
-float SftLoss(std::span<const float> logp, std::span<const float> mask,
-              float* dlogp) {
+float SftLoss(std::span<const float> logp, std::span<const float> mask, float* dlogp) {
   double n = 0, sum = 0;
   for (size_t t = 0; t < logp.size(); ++t) {
     n += mask[t];

@@ -88,8 +88,7 @@ class Model {
   // `ops` and `memory` must outlive the model. When the workspace for
   // `max_tokens` cannot be allocated here, the first Forward* call retries
   // and reports ResourceExhausted.
-  Model(const ModelConfig& config, kernels::Ops* ops, int max_tokens = 0,
-        kernels::DeviceMemory* memory = nullptr);
+  Model(const ModelConfig& config, kernels::Ops* ops, int max_tokens = 0, kernels::DeviceMemory* memory = nullptr);
 
   const ModelConfig& config() const { return decoder_.config(); }
   const ParamLayout& layout() const { return decoder_.layout(); }
@@ -98,19 +97,16 @@ class Model {
   // predictive distribution when entropy != nullptr) and keeps what
   // Backward needs. logp/entropy: host arrays of T floats. InvalidArgument on
   // a malformed batch, ResourceExhausted when the workspace cannot grow.
-  absl::Status ForwardLogprobs(const Batch& batch, ParamProvider& params,
-                               float* logp, float* entropy = nullptr,
+  absl::Status ForwardLogprobs(const Batch& batch, ParamProvider& params, float* logp, float* entropy = nullptr,
                                const ForwardOptions& options = {});
   // Gradient of the last ForwardLogprobs: dlogp[T] (host) = dLoss/dlogp. ADDS
   // parameter gradients through AcquireGrads/ReleaseGrads (units L+1..0;
   // the same calls with skip_attention, so ZeRO's collectives match).
-  absl::Status Backward(const float* dlogp, ParamProvider& params,
-                        const BackwardOptions& options = {});
+  absl::Status Backward(const float* dlogp, ParamProvider& params, const BackwardOptions& options = {});
   // Full logits [T, V] into a host array (materialised in a device buffer
   // allocated for this call: for tests and evaluation of short batches).
   // Leaves no state for Backward.
-  absl::Status ForwardLogits(const Batch& batch, ParamProvider& params,
-                             float* logits);
+  absl::Status ForwardLogits(const Batch& batch, ParamProvider& params, float* logits);
 
   // HF-style initialisation into params[layout().total_floats()]:
   // N(0, 0.02) for matrices, ones for norms, zeros for biases and padding.
@@ -119,8 +115,7 @@ class Model {
 
   // Device bytes held by the model (workspace, index arrays, rope tables).
   size_t workspace_bytes() const {
-    return ws_.bytes() + mlp_.bytes() + low_rank_ws_.bytes() + idx_.bytes() +
-           decoder_.rope_bytes();
+    return ws_.bytes() + mlp_.bytes() + low_rank_ws_.bytes() + idx_.bytes() + decoder_.rope_bytes();
   }
   int capacity_tokens() const { return cap_; }
   kernels::DeviceMemory* memory() const { return decoder_.memory(); }
@@ -141,9 +136,9 @@ class Model {
   void ForwardHidden(ParamProvider& params, bool recompute_mlp);
 
   Decoder decoder_;
-  DecoderDims d_;                // decoder_.dims()
-  kernels::Ops* ops_;            // decoder_.ops()
-  kernels::DeviceMemory* mem_;   // decoder_.memory()
+  DecoderDims d_;               // decoder_.dims()
+  kernels::Ops* ops_;           // decoder_.ops()
+  kernels::DeviceMemory* mem_;  // decoder_.memory()
   int lm_chunk_;
 
   // The current batch on the device: one array [tokens T | targets T |
@@ -152,8 +147,7 @@ class Model {
   int nseq_ = 0;
   kernels::DeviceArray<int32_t> idx_;
   std::vector<int32_t> idx_host_;
-  const int32_t *tokens_ = nullptr, *targets_ = nullptr, *positions_ = nullptr,
-                *cu_ = nullptr;
+  const int32_t *tokens_ = nullptr, *targets_ = nullptr, *positions_ = nullptr, *cu_ = nullptr;
   bool have_forward_ = false;
   bool recomputed_mlp_ = false;  // the last forward kept no gate_/up_
 
@@ -163,16 +157,13 @@ class Model {
   kernels::DeviceArray<float> ws_;
   float *logp_ = nullptr, *entropy_ = nullptr, *dlogp_ = nullptr;
   // Per layer: q and k after RoPE (and the q/k norms), v, ...
-  float *x_ = nullptr, *xmid_ = nullptr, *q_ = nullptr, *k_ = nullptr,
-        *v_ = nullptr, *attn_ = nullptr, *lse_ = nullptr, *gate_ = nullptr,
-        *up_ = nullptr, *rstd1_ = nullptr, *rstd2_ = nullptr,
-        *rstdf_ = nullptr, *xnf_ = nullptr;
+  float *x_ = nullptr, *xmid_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *attn_ = nullptr, *lse_ = nullptr,
+        *gate_ = nullptr, *up_ = nullptr, *rstd1_ = nullptr, *rstd2_ = nullptr, *rstdf_ = nullptr, *xnf_ = nullptr;
   // Per layer, with q/k norms: their rstd [T, H] and [T, Hkv].
   float *rstdq_ = nullptr, *rstdk_ = nullptr;
   // Scratch (also used by backward).
-  float *xn_ = nullptr, *hact_ = nullptr, *dres_ = nullptr, *dtmp_ = nullptr,
-        *dxn_ = nullptr, *dattn_ = nullptr, *dq_ = nullptr, *dk_ = nullptr,
-        *dv_ = nullptr, *dh_ = nullptr, *dgate_ = nullptr, *dup_ = nullptr,
+  float *xn_ = nullptr, *hact_ = nullptr, *dres_ = nullptr, *dtmp_ = nullptr, *dxn_ = nullptr, *dattn_ = nullptr,
+        *dq_ = nullptr, *dk_ = nullptr, *dv_ = nullptr, *dh_ = nullptr, *dgate_ = nullptr, *dup_ = nullptr,
         *rstd_tmp_ = nullptr, *lm_scratch_ = nullptr, *dup2_ = nullptr;
   // Stored SwiGLU inputs, L T I floats each (gate_, up_ point into it),
   // sized for mlp_cap_ tokens; only forwards that keep them grow it.
@@ -185,14 +176,12 @@ class Model {
   std::vector<float> lr_host_;
   // Scratch with q/k norms: q and k before the norm (the backward
   // recomputes them from the layer input) and their gradients.
-  float *qraw_ = nullptr, *kraw_ = nullptr, *dqraw_ = nullptr,
-        *dkraw_ = nullptr;
+  float *qraw_ = nullptr, *kraw_ = nullptr, *dqraw_ = nullptr, *dkraw_ = nullptr;
   bool qk_norm_ = false;
 };
 
 // Masked mean negative log-likelihood: loss = -sum(mask*logp)/sum(mask);
 // writes dlogp[t] = -mask[t]/sum(mask) (0 everywhere when the mask is 0).
-float SftLoss(std::span<const float> logp, std::span<const float> mask,
-              float* dlogp);
+float SftLoss(std::span<const float> logp, std::span<const float> mask, float* dlogp);
 
 }  // namespace tandem::model

@@ -72,8 +72,7 @@ struct Flags {
   std::string error;
 };
 
-Flags ParseFlags(const std::vector<std::string>& args,
-                 const std::set<std::string>& with_value,
+Flags ParseFlags(const std::vector<std::string>& args, const std::set<std::string>& with_value,
                  const std::set<std::string>& boolean) {
   Flags f;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -90,11 +89,17 @@ Flags ParseFlags(const std::vector<std::string>& args,
       has_eq = true;
     }
     if (boolean.count(name)) {
-      if (has_eq) { f.error = absl::StrCat(name, " takes no value"); return f; }
+      if (has_eq) {
+        f.error = absl::StrCat(name, " takes no value");
+        return f;
+      }
       f.bools.insert(name);
     } else if (with_value.count(name)) {
       if (!has_eq) {
-        if (i + 1 >= args.size()) { f.error = absl::StrCat(name, " needs a value"); return f; }
+        if (i + 1 >= args.size()) {
+          f.error = absl::StrCat(name, " needs a value");
+          return f;
+        }
         value = args[++i];
       }
       f.values[name] = value;
@@ -152,10 +157,16 @@ absl::StatusOr<ModelConfig> LoadModelConfigFile(const std::string& path) {
 
 int ModelInitCommand(const std::vector<std::string>& args) {
   for (const auto& a : args) {
-    if (a == "--help" || a == "-h") { std::cout << kInitHelp; return 0; }
+    if (a == "--help" || a == "-h") {
+      std::cout << kInitHelp;
+      return 0;
+    }
   }
   Flags f = ParseFlags(args, {"--config", "--seed", "--out", "--dtype", "--tokenizer"}, {});
-  if (!f.error.empty()) { std::cerr << "model init: " << f.error << "\n" << kInitHelp; return kUsage; }
+  if (!f.error.empty()) {
+    std::cerr << "model init: " << f.error << "\n" << kInitHelp;
+    return kUsage;
+  }
   if (!f.values.count("--config") || !f.values.count("--out")) {
     std::cerr << "model init: --config and --out are required\n" << kInitHelp;
     return kUsage;
@@ -174,7 +185,10 @@ int ModelInitCommand(const std::vector<std::string>& args) {
     }
   }
   auto cfg = LoadModelConfigFile(f.values["--config"]);
-  if (!cfg.ok()) { std::cerr << "model init: " << cfg.status().message() << "\n"; return kRuntime; }
+  if (!cfg.ok()) {
+    std::cerr << "model init: " << cfg.status().message() << "\n";
+    return kRuntime;
+  }
   std::shared_ptr<const text::Tokenizer> hf;
   if (f.values.count("--tokenizer")) {
     if (cfg->tokenizer == "char") {
@@ -182,7 +196,10 @@ int ModelInitCommand(const std::vector<std::string>& args) {
       return kUsage;
     }
     auto t = text::LoadHfTokenizer(f.values["--tokenizer"]);
-    if (!t.ok()) { std::cerr << "model init: --tokenizer: " << t.status().message() << "\n"; return kRuntime; }
+    if (!t.ok()) {
+      std::cerr << "model init: --tokenizer: " << t.status().message() << "\n";
+      return kRuntime;
+    }
     if ((*t)->vocab_size() > cfg->vocab_size) {
       std::cerr << "model init: vocab_size " << cfg->vocab_size << " is smaller than the tokenizer's "
                 << (*t)->vocab_size() << "\n";
@@ -197,24 +214,28 @@ int ModelInitCommand(const std::vector<std::string>& args) {
   if (cfg->tokenizer == "char") tok = CharTokenizer::Default();
   SaveOptions save;
   save.dtype = dtype;
-  absl::Status s = SaveModelDir(f.values["--out"], *cfg, params.data(),
-                                tok ? &*tok : nullptr, save);
+  absl::Status s = SaveModelDir(f.values["--out"], *cfg, params.data(), tok ? &*tok : nullptr, save);
   if (s.ok() && hf) s = text::CopyTokenizerFiles(f.values["--tokenizer"], f.values["--out"]);
-  if (!s.ok()) { std::cerr << "model init: " << s.message() << "\n"; return kRuntime; }
-  std::cout << "wrote " << f.values["--out"] << ": " << ParameterCount(*cfg)
-            << " parameters, " << cfg->num_hidden_layers << " layers, seed " << seed
-            << (tok ? ", char tokenizer" : "") << (hf ? ", Hugging Face tokenizer" : "") << "\n";
+  if (!s.ok()) {
+    std::cerr << "model init: " << s.message() << "\n";
+    return kRuntime;
+  }
+  std::cout << "wrote " << f.values["--out"] << ": " << ParameterCount(*cfg) << " parameters, "
+            << cfg->num_hidden_layers << " layers, seed " << seed << (tok ? ", char tokenizer" : "")
+            << (hf ? ", Hugging Face tokenizer" : "") << "\n";
   return 0;
 }
 
 int GenerateCommand(const std::vector<std::string>& args) {
   for (const auto& a : args) {
-    if (a == "--help" || a == "-h") { std::cout << kGenerateHelp; return 0; }
+    if (a == "--help" || a == "-h") {
+      std::cout << kGenerateHelp;
+      return 0;
+    }
   }
   Flags f = ParseFlags(args,
-                       {"--model", "--prompt", "--prompt-ids", "--max-new-tokens",
-                        "--temperature", "--top-p", "--top-k", "--seed", "--output",
-                        "--num-samples", "--threads", "--system"},
+                       {"--model", "--prompt", "--prompt-ids", "--max-new-tokens", "--temperature", "--top-p",
+                        "--top-k", "--seed", "--output", "--num-samples", "--threads", "--system"},
                        {"--greedy", "--chat"});
   auto usage = [](const std::string& msg) {
     std::cerr << "generate: " << msg << "\n" << kGenerateHelp;
@@ -229,8 +250,7 @@ int GenerateCommand(const std::vector<std::string>& args) {
   if (chat && !f.values.count("--prompt")) return usage("--chat needs --prompt");
   if (f.values.count("--system") && !chat) return usage("--system needs --chat");
   SamplingOptions so;
-  const bool sampling_flags = f.values.count("--temperature") || f.values.count("--top-p") ||
-                              f.values.count("--top-k");
+  const bool sampling_flags = f.values.count("--temperature") || f.values.count("--top-p") || f.values.count("--top-k");
   if (f.bools.count("--greedy") && sampling_flags) {
     return usage("--greedy cannot be combined with --temperature/--top-p/--top-k");
   }
@@ -243,8 +263,7 @@ int GenerateCommand(const std::vector<std::string>& args) {
       (!ParseNumber(f.values["--temperature"], &so.temperature) || !(so.temperature > 0))) {
     return usage("--temperature must be a number > 0");
   }
-  if (f.values.count("--top-p") &&
-      (!ParseNumber(f.values["--top-p"], &so.top_p) || !(so.top_p > 0 && so.top_p <= 1))) {
+  if (f.values.count("--top-p") && (!ParseNumber(f.values["--top-p"], &so.top_p) || !(so.top_p > 0 && so.top_p <= 1))) {
     return usage("--top-p must be in (0, 1]");
   }
   if (f.values.count("--top-k") && (!ParseNumber(f.values["--top-k"], &so.top_k) || so.top_k < 0)) {
@@ -276,9 +295,11 @@ int GenerateCommand(const std::vector<std::string>& args) {
 
   const auto load_start = std::chrono::steady_clock::now();
   auto loaded = LoadModelDir(f.values["--model"]);
-  if (!loaded.ok()) { std::cerr << "generate: " << loaded.status().message() << "\n"; return kRuntime; }
-  const double load_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+  if (!loaded.ok()) {
+    std::cerr << "generate: " << loaded.status().message() << "\n";
+    return kRuntime;
+  }
+  const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   const ModelConfig& cfg = loaded->config;
   std::shared_ptr<const text::Tokenizer> tok;
   if (auto t = text::LoadModelTokenizer(f.values["--model"]); t.ok()) {
@@ -299,12 +320,18 @@ int GenerateCommand(const std::vector<std::string>& args) {
       if (f.values.count("--system")) messages.push_back({{"role", "system"}, {"content", f.values["--system"]}});
       messages.push_back({{"role", "user"}, {"content", text}});
       auto rendered = tok->ApplyChatTemplate(messages, /*add_generation_prompt=*/true);
-      if (!rendered.ok()) { std::cerr << "generate: --chat: " << rendered.status().message() << "\n"; return kRuntime; }
+      if (!rendered.ok()) {
+        std::cerr << "generate: --chat: " << rendered.status().message() << "\n";
+        return kRuntime;
+      }
       text = *rendered;
     }
     // A chat-rendered prompt already holds the special tokens it needs.
     auto ids = tok->Encode(text, /*add_special_tokens=*/!chat);
-    if (!ids.ok()) { std::cerr << "generate: --prompt: " << ids.status().message() << "\n"; return kUsage; }
+    if (!ids.ok()) {
+      std::cerr << "generate: --prompt: " << ids.status().message() << "\n";
+      return kUsage;
+    }
     if (is_char) prompt.push_back(cfg.bos_token_id >= 0 ? cfg.bos_token_id : *tok->bos());
     prompt.insert(prompt.end(), ids->begin(), ids->end());
   }
@@ -322,9 +349,7 @@ int GenerateCommand(const std::vector<std::string>& args) {
     }
   }
   if (tok && tok->eos() && *tok->eos() < cfg.vocab_size) so.stop_ids.push_back(*tok->eos());
-  auto decode = [&](const std::vector<int32_t>& ids) {
-    return tok->Decode(ids, /*skip_special_tokens=*/true);
-  };
+  auto decode = [&](const std::vector<int32_t>& ids) { return tok->Decode(ids, /*skip_special_tokens=*/true); };
   if (prompt.empty()) return usage("the prompt is empty");
   auto ops = kernels::MakeCpuOps(threads);
   ParamLayout layout(cfg);  // FlatParamProvider keeps a reference
@@ -332,7 +357,10 @@ int GenerateCommand(const std::vector<std::string>& args) {
   Generator gen(cfg, ops.get());
   std::vector<std::vector<int32_t>> prompts(samples, prompt);
   auto res = gen.Generate(prompts, so, provider);
-  if (!res.ok()) { std::cerr << "generate: " << res.status().message() << "\n"; return kRuntime; }
+  if (!res.ok()) {
+    std::cerr << "generate: " << res.status().message() << "\n";
+    return kRuntime;
+  }
   const double secs = res->prefill_seconds + res->decode_seconds;
   const double tps = res->decode_seconds > 0 ? res->generated_tokens / res->decode_seconds : 0;
   if (output == "json") {
@@ -363,9 +391,9 @@ int GenerateCommand(const std::vector<std::string>& args) {
       if (tok) std::cout << "text: " << decode(g.tokens) << "\n";
       std::cout << "finish: " << (g.finish == FinishReason::kStop ? "stop" : "length") << "\n";
     }
-    std::cerr << "loaded " << ParameterCount(cfg) << " parameters in " << load_seconds
-              << " s; generated " << res->generated_tokens << " tokens in " << secs << " s ("
-              << tps << " tokens/s decode), KV cache " << res->kv_cache_bytes << " bytes\n";
+    std::cerr << "loaded " << ParameterCount(cfg) << " parameters in " << load_seconds << " s; generated "
+              << res->generated_tokens << " tokens in " << secs << " s (" << tps << " tokens/s decode), KV cache "
+              << res->kv_cache_bytes << " bytes\n";
   }
   return 0;
 }

@@ -11,8 +11,7 @@ namespace {
 size_t AlignUp(size_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
 }  // namespace
 
-size_t ParamLayout::Add(int unit, std::string name, std::vector<int64_t> shape,
-                        TensorView::Kind kind) {
+size_t ParamLayout::Add(int unit, std::string name, std::vector<int64_t> shape, TensorView::Kind kind) {
   TensorView t;
   t.name = std::move(name);
   t.shape = std::move(shape);
@@ -65,8 +64,7 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
     l.down = Add(u, p + "mlp.down_proj.weight", {h, inter}, K::kMatrix);
   }
   norm_ = Add(final_unit(), "model.norm.weight", {h}, K::kNorm);
-  lm_head_ = tied_ ? embed_
-                   : Add(final_unit(), "lm_head.weight", {v, h}, K::kMatrix);
+  lm_head_ = tied_ ? embed_ : Add(final_unit(), "lm_head.weight", {v, h}, K::kMatrix);
   unit_offsets_.assign(num_units(), 0);
   size_t off = 0;
   for (int u = 0; u < num_units(); ++u) {

@@ -32,8 +32,8 @@ struct TensorView {
   std::string name;            // HF name
   std::vector<int64_t> shape;  // HF shape
   int unit = 0;
-  size_t offset_in_unit = 0;   // floats
-  size_t offset = 0;           // floats, in the full flat buffer
+  size_t offset_in_unit = 0;  // floats
+  size_t offset = 0;          // floats, in the full flat buffer
   size_t numel = 0;
   enum class Kind { kMatrix, kNorm, kBias } kind = Kind::kMatrix;
 };
@@ -42,8 +42,7 @@ struct TensorView {
 // Bias offsets are SIZE_MAX when the layout has no biases, q_norm/k_norm
 // when it has no per-head q/k norms.
 struct LayerOffsets {
-  size_t input_norm, q, k, v, q_bias, k_bias, v_bias, q_norm, k_norm, o,
-      post_norm, gate, up, down;
+  size_t input_norm, q, k, v, q_bias, k_bias, v_bias, q_norm, k_norm, o, post_norm, gate, up, down;
 };
 
 class ParamLayout {
@@ -63,16 +62,15 @@ class ParamLayout {
   const TensorView* Find(const std::string& name) const;
 
   const LayerOffsets& layer(int i) const { return layers_[i]; }
-  size_t embed_offset() const { return embed_; }     // in unit 0
-  size_t final_norm_offset() const { return norm_; } // in final_unit()
+  size_t embed_offset() const { return embed_; }      // in unit 0
+  size_t final_norm_offset() const { return norm_; }  // in final_unit()
   bool tied() const { return tied_; }
   // LM head: unit 0 / embed_offset() when tied, else final_unit().
   int lm_head_unit() const { return tied_ ? 0 : final_unit(); }
   size_t lm_head_offset() const { return lm_head_; }
 
  private:
-  size_t Add(int unit, std::string name, std::vector<int64_t> shape,
-             TensorView::Kind kind);
+  size_t Add(int unit, std::string name, std::vector<int64_t> shape, TensorView::Kind kind);
 
   int num_layers_ = 0;
   bool tied_ = false;
@@ -89,13 +87,9 @@ class FlatParamProvider final : public ParamProvider {
  public:
   FlatParamProvider(const ParamLayout& layout, float* params, float* grads)
       : layout_(layout), params_(params), grads_(grads) {}
-  const float* AcquireParams(int unit) override {
-    return params_ + layout_.unit_offset(unit);
-  }
+  const float* AcquireParams(int unit) override { return params_ + layout_.unit_offset(unit); }
   void ReleaseParams(int) override {}
-  float* AcquireGrads(int unit) override {
-    return grads_ + layout_.unit_offset(unit);
-  }
+  float* AcquireGrads(int unit) override { return grads_ + layout_.unit_offset(unit); }
   void ReleaseGrads(int) override {}
 
  private:

@@ -1,10 +1,10 @@
 #include "worker/model/safetensors.h"
 
-#include <cmath>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <cmath>
 
 #include <algorithm>
 #include <cerrno>
@@ -32,27 +32,33 @@ absl::Status Bad(const std::string& path, absl::string_view msg) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", msg));
 }
 
-std::string ShapeStr(const std::vector<int64_t>& s) {
-  return absl::StrCat("[", absl::StrJoin(s, ", "), "]");
-}
+std::string ShapeStr(const std::vector<int64_t>& s) { return absl::StrCat("[", absl::StrJoin(s, ", "), "]"); }
 }  // namespace
 
 const char* StDtypeName(StDtype d) {
   switch (d) {
-    case StDtype::kF32: return "F32";
-    case StDtype::kF16: return "F16";
-    case StDtype::kBF16: return "BF16";
-    case StDtype::kF64: return "F64";
+    case StDtype::kF32:
+      return "F32";
+    case StDtype::kF16:
+      return "F16";
+    case StDtype::kBF16:
+      return "BF16";
+    case StDtype::kF64:
+      return "F64";
   }
   return "?";
 }
 
 size_t StDtypeSize(StDtype d) {
   switch (d) {
-    case StDtype::kF32: return 4;
-    case StDtype::kF16: return 2;
-    case StDtype::kBF16: return 2;
-    case StDtype::kF64: return 8;
+    case StDtype::kF32:
+      return 4;
+    case StDtype::kF16:
+      return 2;
+    case StDtype::kBF16:
+      return 2;
+    case StDtype::kF64:
+      return 8;
   }
   return 0;
 }
@@ -88,7 +94,10 @@ float F16ToF32(uint16_t h) {
       bits = sign;
     } else {  // subnormal: normalise
       int e = -1;
-      do { ++e; mant <<= 1; } while ((mant & 0x400u) == 0);
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400u) == 0);
       bits = sign | ((127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
     }
   } else if (exp == 31) {
@@ -118,8 +127,7 @@ absl::Status ParseSafetensorsHeader(std::string_view text, size_t data_size,
       }
       for (auto m = v.begin(); m != v.end(); ++m) {
         if (!m.value().is_string()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "__metadata__ value of '", m.key(), "' is not a string"));
+          return absl::InvalidArgumentError(absl::StrCat("__metadata__ value of '", m.key(), "' is not a string"));
         }
         (*metadata)[m.key()] = m.value().get<std::string>();
       }
@@ -131,8 +139,7 @@ absl::Status ParseSafetensorsHeader(std::string_view text, size_t data_size,
     if (!v.is_object()) return bad("entry is not an object");
     if (!v.contains("dtype") || !v["dtype"].is_string()) return bad("missing dtype");
     if (!v.contains("shape") || !v["shape"].is_array()) return bad("missing shape");
-    if (!v.contains("data_offsets") || !v["data_offsets"].is_array() ||
-        v["data_offsets"].size() != 2) {
+    if (!v.contains("data_offsets") || !v["data_offsets"].is_array() || v["data_offsets"].size() != 2) {
       return bad("data_offsets must be [begin, end]");
     }
     StTensorInfo t;
@@ -143,12 +150,11 @@ absl::Status ParseSafetensorsHeader(std::string_view text, size_t data_size,
     else if (dt == "BF16") t.dtype = StDtype::kBF16;
     else if (dt == "F64") t.dtype = StDtype::kF64;
     else {
-      static const std::set<std::string> kKnown = {
-          "BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64",
-          "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64"};
-      return bad(kKnown.count(dt)
-                     ? absl::StrCat("dtype ", dt, " is not supported (F32, F16, BF16, F64)")
-                     : absl::StrCat("unknown dtype '", dt, "'"));
+      static const std::set<std::string> kKnown = {"BOOL", "U8",      "I8",      "U16",     "I16",     "U32",
+                                                   "I32",  "U64",     "I64",     "F8_E4M3", "F8_E5M2", "F8_E8M0",
+                                                   "F4",   "F6_E2M3", "F6_E3M2", "C64"};
+      return bad(kKnown.count(dt) ? absl::StrCat("dtype ", dt, " is not supported (F32, F16, BF16, F64)")
+                                  : absl::StrCat("unknown dtype '", dt, "'"));
     }
     unsigned __int128 numel = 1;
     for (const json& s : v["shape"]) {
@@ -170,14 +176,13 @@ absl::Status ParseSafetensorsHeader(std::string_view text, size_t data_size,
       return bad(absl::StrCat("data_offsets [", t.begin, ", ", t.end, "] have begin > end"));
     }
     if (t.end > data_size) {
-      return bad(absl::StrCat("data_offsets [", t.begin, ", ", t.end,
-                              "] out of range: the data section has ", data_size, " bytes"));
+      return bad(absl::StrCat("data_offsets [", t.begin, ", ", t.end, "] out of range: the data section has ",
+                              data_size, " bytes"));
     }
     const unsigned __int128 want = numel * StDtypeSize(t.dtype);
     if (want != t.end - t.begin) {
-      return bad(absl::StrCat("data_offsets span ", t.end - t.begin, " bytes but shape ",
-                              ShapeStr(t.shape), " of ", dt, " needs ",
-                              static_cast<uint64_t>(want)));
+      return bad(absl::StrCat("data_offsets span ", t.end - t.begin, " bytes but shape ", ShapeStr(t.shape), " of ", dt,
+                              " needs ", static_cast<uint64_t>(want)));
     }
     auto [pos, inserted] = tensors->emplace(name, std::move(t));
     if (!inserted) return bad("appears twice");
@@ -190,9 +195,8 @@ absl::Status ParseSafetensorsHeader(std::string_view text, size_t data_size,
   for (size_t i = 1; i < by_offset.size(); ++i) {
     if (by_offset[i]->begin < by_offset[i - 1]->end) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "tensors '", by_offset[i - 1]->name, "' [", by_offset[i - 1]->begin, ", ",
-          by_offset[i - 1]->end, ") and '", by_offset[i]->name, "' [",
-          by_offset[i]->begin, ", ", by_offset[i]->end, ") overlap"));
+          "tensors '", by_offset[i - 1]->name, "' [", by_offset[i - 1]->begin, ", ", by_offset[i - 1]->end, ") and '",
+          by_offset[i]->name, "' [", by_offset[i]->begin, ", ", by_offset[i]->end, ") overlap"));
     }
   }
   return absl::OkStatus();
@@ -213,8 +217,7 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   const size_t size = static_cast<size_t>(st.st_size);
   if (size < 8) {
     ::close(fd);
-    return Bad(path, absl::StrCat("file is ", size,
-                                  " bytes, shorter than the 8-byte header length (truncated?)"));
+    return Bad(path, absl::StrCat("file is ", size, " bytes, shorter than the 8-byte header length (truncated?)"));
   }
   void* m = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
@@ -228,8 +231,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(f.map_[i]) << (8 * i);
   if (n > size - 8) {
-    return Bad(path, absl::StrCat("header length ", n, " runs past the end of the file (",
-                                  size, " bytes; truncated?)"));
+    return Bad(path,
+               absl::StrCat("header length ", n, " runs past the end of the file (", size, " bytes; truncated?)"));
   }
   if (n > kMaxHeader) return Bad(path, absl::StrCat("header length ", n, " exceeds 100 MB"));
   f.data_start_ = 8 + n;
@@ -258,14 +261,12 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) noexcept {
   return *this;
 }
 
-absl::Status SafetensorsFile::ReadF32(const std::string& name, float* out,
-                                      size_t numel) const {
+absl::Status SafetensorsFile::ReadF32(const std::string& name, float* out, size_t numel) const {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) return Bad(path_, absl::StrCat("no tensor '", name, "'"));
   const StTensorInfo& t = it->second;
   if (t.numel() != numel) {
-    return Bad(path_, absl::StrCat("tensor '", name, "' has ", t.numel(),
-                                   " elements, expected ", numel));
+    return Bad(path_, absl::StrCat("tensor '", name, "' has ", t.numel(), " elements, expected ", numel));
   }
   const uint8_t* src = map_ + data_start_ + t.begin;
   switch (t.dtype) {
@@ -303,10 +304,8 @@ void SafetensorsFile::Release(const std::string& name) const {
   }
 }
 
-absl::Status WriteSafetensors(const std::string& path,
-                              const std::vector<StTensorToWrite>& tensors,
-                              const std::map<std::string, std::string>& metadata,
-                              StDtype dtype) {
+absl::Status WriteSafetensors(const std::string& path, const std::vector<StTensorToWrite>& tensors,
+                              const std::map<std::string, std::string>& metadata, StDtype dtype) {
   if (dtype != StDtype::kF32 && dtype != StDtype::kBF16) {
     return absl::InvalidArgumentError("WriteSafetensors: only F32 and BF16 are written");
   }

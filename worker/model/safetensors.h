@@ -81,10 +81,8 @@ struct StTensorToWrite {
 // Writes tensors (in the order given) atomically, streamed: BF16 is
 // converted (round to nearest even) in chunks, never the whole file at once.
 // dtype kF32 or kBF16.
-absl::Status WriteSafetensors(const std::string& path,
-                              const std::vector<StTensorToWrite>& tensors,
-                              const std::map<std::string, std::string>& metadata,
-                              StDtype dtype = StDtype::kF32);
+absl::Status WriteSafetensors(const std::string& path, const std::vector<StTensorToWrite>& tensors,
+                              const std::map<std::string, std::string>& metadata, StDtype dtype = StDtype::kF32);
 
 // Conversions (exposed for tests).
 float Bf16ToF32(uint16_t v);
@@ -102,8 +100,7 @@ struct LoadedModel {
 // lm_head.weight when tied), or a shape not matching config.json are errors.
 absl::StatusOr<LoadedModel> LoadModelDir(const std::string& dir);
 // Loads only the weights of `dir` into params (sized for `config`).
-absl::Status LoadWeights(const std::string& dir, const ModelConfig& config,
-                         float* params);
+absl::Status LoadWeights(const std::string& dir, const ModelConfig& config, float* params);
 
 // Hugging Face's default max_shard_size ("5GB", decimal).
 inline constexpr uint64_t kDefaultMaxShardBytes = 5'000'000'000ull;
@@ -125,9 +122,8 @@ struct SaveOptions {
 
 // Tokenizer files copied from SaveOptions::source_dir when present.
 inline constexpr const char* kTokenizerFiles[] = {
-    "tokenizer.json",  "tokenizer_config.json", "special_tokens_map.json",
-    "tokenizer.model", "vocab.json",            "merges.txt",
-    "added_tokens.json", "chat_template.jinja"};
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
+    "merges.txt",     "added_tokens.json",     "chat_template.jinja"};
 
 // Writes DIR (created if needed) as an HF model directory: the weights
 // (single file or shards, as above; weight files of an earlier save that do
@@ -136,8 +132,7 @@ inline constexpr const char* kTokenizerFiles[] = {
 // (bos/eos/pad ids; eos an int or a list), and the tokenizer: the source
 // directory's files, else the char tokenizer's tokenizer.json when
 // `tokenizer` != nullptr. Each file is written atomically.
-absl::Status SaveModelDir(const std::string& dir, const ModelConfig& config,
-                          const float* params, const CharTokenizer* tokenizer,
-                          const SaveOptions& options = {});
+absl::Status SaveModelDir(const std::string& dir, const ModelConfig& config, const float* params,
+                          const CharTokenizer* tokenizer, const SaveOptions& options = {});
 
 }  // namespace tandem::model

@@ -33,18 +33,16 @@ std::vector<int32_t> CharTokenizer::Encode(std::string_view text) const {
   return ids;
 }
 
-absl::StatusOr<std::vector<int32_t>> CharTokenizer::EncodeOrError(
-    std::string_view text) const {
+absl::StatusOr<std::vector<int32_t>> CharTokenizer::EncodeOrError(std::string_view text) const {
   std::vector<int32_t> ids;
   ids.reserve(text.size());
   for (size_t i = 0; i < text.size(); ++i) {
     const unsigned char ch = text[i];
     const int32_t id = CharId(ch);
     if (id < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "character 0x", absl::Hex(ch), " at byte ", i,
-          " is not in the char tokenizer's vocabulary (printable ASCII and "
-          "newline)"));
+      return absl::InvalidArgumentError(absl::StrCat("character 0x", absl::Hex(ch), " at byte ", i,
+                                                     " is not in the char tokenizer's vocabulary (printable ASCII and "
+                                                     "newline)"));
     }
     ids.push_back(id);
   }
@@ -83,8 +81,7 @@ std::string CharTokenizer::ToJson() const {
 }
 
 absl::Status CharTokenizer::Save(const std::string& dir) const {
-  return WriteFileAtomic((std::filesystem::path(dir) / "tokenizer.json").string(),
-                         ToJson());
+  return WriteFileAtomic((std::filesystem::path(dir) / "tokenizer.json").string(), ToJson());
 }
 
 absl::StatusOr<CharTokenizer> CharTokenizer::FromJson(std::string_view text) {
@@ -94,15 +91,13 @@ absl::StatusOr<CharTokenizer> CharTokenizer::FromJson(std::string_view text) {
     return absl::InvalidArgumentError("tokenizer.json is not a JSON object");
   }
   if (!j.contains("type") || j["type"] != "char") {
-    return absl::InvalidArgumentError(
-        "tokenizer.json: only {\"type\": \"char\"} tokenizers are supported");
+    return absl::InvalidArgumentError("tokenizer.json: only {\"type\": \"char\"} tokenizers are supported");
   }
   CharTokenizer t;
   if (j.contains("vocab")) {
     nlohmann::json expected = nlohmann::json::parse(t.ToJson())["vocab"];
     if (j["vocab"] != expected) {
-      return absl::InvalidArgumentError(
-          "tokenizer.json: char vocabulary differs from the built-in one");
+      return absl::InvalidArgumentError("tokenizer.json: char vocabulary differs from the built-in one");
     }
   }
   return t;
@@ -113,8 +108,7 @@ absl::StatusOr<CharTokenizer> CharTokenizer::Load(const std::string& dir) {
   ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path));
   auto t = FromJson(text);
   if (!t.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", t.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", t.status().message()));
   }
   return t;
 }

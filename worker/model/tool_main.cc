@@ -9,8 +9,7 @@
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  const char* usage =
-      "usage: tandem-model-tool model init --help | tandem-model-tool generate --help\n";
+  const char* usage = "usage: tandem-model-tool model init --help | tandem-model-tool generate --help\n";
   if (args.size() >= 2 && args[0] == "model" && args[1] == "init") {
     return tandem::model::ModelInitCommand({args.begin() + 2, args.end()});
   }

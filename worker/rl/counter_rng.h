@@ -21,8 +21,7 @@ constexpr uint64_t SplitMix64(uint64_t x) {
 
 // Key for (seed, index, stream); different streams give independent draws.
 constexpr uint64_t Mix(uint64_t seed, uint64_t index, uint64_t stream = 0) {
-  return SplitMix64(SplitMix64(SplitMix64(seed) ^ index) ^
-                    (stream * 0xd6e8feb86659fd93ULL + 0x2545f4914f6cdd1dULL));
+  return SplitMix64(SplitMix64(SplitMix64(seed) ^ index) ^ (stream * 0xd6e8feb86659fd93ULL + 0x2545f4914f6cdd1dULL));
 }
 
 // Private generator over the counter sequence Mix(key, 0), Mix(key, 1), ...
@@ -31,14 +30,10 @@ class CounterRng {
   explicit CounterRng(uint64_t key) : key_(key) {}
   uint64_t Next() { return SplitMix64(key_ ^ SplitMix64(counter_++)); }
   // Uniform in [0, n); n > 0. Lemire's multiply-shift (bias < n / 2^64).
-  uint64_t Uniform(uint64_t n) {
-    return static_cast<uint64_t>(
-        (static_cast<unsigned __int128>(Next()) * n) >> 64);
-  }
+  uint64_t Uniform(uint64_t n) { return static_cast<uint64_t>((static_cast<unsigned __int128>(Next()) * n) >> 64); }
   // Uniform in [lo, hi] (inclusive).
   int64_t UniformInt(int64_t lo, int64_t hi) {
-    return lo + static_cast<int64_t>(
-                    Uniform(static_cast<uint64_t>(hi - lo) + 1));
+    return lo + static_cast<int64_t>(Uniform(static_cast<uint64_t>(hi - lo) + 1));
   }
   // Uniform double in [0, 1) with 53 random bits.
   double UniformDouble() { return (Next() >> 11) * 0x1.0p-53; }

@@ -9,23 +9,20 @@
 
 namespace tandem::rl {
 
-absl::StatusOr<std::vector<double>> GroupAdvantages(
-    std::span<const double> rewards, const AdvantageOptions& o) {
+absl::StatusOr<std::vector<double>> GroupAdvantages(std::span<const double> rewards, const AdvantageOptions& o) {
   if (o.group_size < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rl.group_size must be >= 1, got ", o.group_size));
+    return absl::InvalidArgumentError(absl::StrCat("rl.group_size must be >= 1, got ", o.group_size));
   }
   if (rewards.size() % o.group_size != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        rewards.size(), " rewards do not split into groups of ", o.group_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat(rewards.size(), " rewards do not split into groups of ", o.group_size));
   }
   if (!(o.eps >= 0) || !std::isfinite(o.eps)) {
     return absl::InvalidArgumentError("advantage eps must be finite and >= 0");
   }
   for (size_t i = 0; i < rewards.size(); ++i) {
     if (!std::isfinite(rewards[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("reward ", i, " is not finite (", rewards[i], ")"));
+      return absl::InvalidArgumentError(absl::StrCat("reward ", i, " is not finite (", rewards[i], ")"));
     }
   }
   std::vector<double> adv(rewards.size());
@@ -50,37 +47,29 @@ absl::StatusOr<std::vector<double>> GroupAdvantages(
 }
 
 template <typename T>
-absl::StatusOr<PolicyLossResult<T>> PolicyLoss(const PolicyLossInput<T>& in,
-                                               const PolicyLossOptions& o,
+absl::StatusOr<PolicyLossResult<T>> PolicyLoss(const PolicyLossInput<T>& in, const PolicyLossOptions& o,
                                                double normaliser) {
   const size_t n = in.logp_new.size();
-  if (in.logp_old.size() != n || in.advantages.size() != n ||
-      in.mask.size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "policy loss inputs differ in length: logp_new ", n, ", logp_old ",
-        in.logp_old.size(), ", advantages ", in.advantages.size(), ", mask ",
-        in.mask.size()));
+  if (in.logp_old.size() != n || in.advantages.size() != n || in.mask.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat("policy loss inputs differ in length: logp_new ", n, ", logp_old ",
+                                                   in.logp_old.size(), ", advantages ", in.advantages.size(), ", mask ",
+                                                   in.mask.size()));
   }
   const bool have_ref = !in.logp_ref.empty();
   if (have_ref && in.logp_ref.size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "logp_ref has ", in.logp_ref.size(), " entries, expected ", n));
+    return absl::InvalidArgumentError(absl::StrCat("logp_ref has ", in.logp_ref.size(), " entries, expected ", n));
   }
   if (o.kl_coef != 0 && !have_ref) {
-    return absl::InvalidArgumentError(
-        "rl.kl_coef is not 0 but no reference log-probs were given");
+    return absl::InvalidArgumentError("rl.kl_coef is not 0 but no reference log-probs were given");
   }
   if (!(o.clip_low >= 0 && o.clip_low < 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rl.clip must be in [0, 1), got ", o.clip_low));
+    return absl::InvalidArgumentError(absl::StrCat("rl.clip must be in [0, 1), got ", o.clip_low));
   }
   if (!(o.clip_high >= 0) || !std::isfinite(o.clip_high)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rl.clip_high must be finite and >= 0, got ", o.clip_high));
+    return absl::InvalidArgumentError(absl::StrCat("rl.clip_high must be finite and >= 0, got ", o.clip_high));
   }
   if (!(o.kl_coef >= 0) || !std::isfinite(o.kl_coef)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rl.kl_coef must be finite and >= 0, got ", o.kl_coef));
+    return absl::InvalidArgumentError(absl::StrCat("rl.kl_coef must be finite and >= 0, got ", o.kl_coef));
   }
   if (!std::isfinite(normaliser)) {
     return absl::InvalidArgumentError("loss normaliser is not finite");
@@ -97,10 +86,8 @@ absl::StatusOr<PolicyLossResult<T>> PolicyLoss(const PolicyLossInput<T>& in,
     }
   } else {
     const auto& cu = in.cu_seqlens;
-    if (cu.size() < 2 || cu.front() != 0 ||
-        static_cast<size_t>(cu.back()) != n) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sequence aggregation needs cu_seqlens from 0 to ", n));
+    if (cu.size() < 2 || cu.front() != 0 || static_cast<size_t>(cu.back()) != n) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence aggregation needs cu_seqlens from 0 to ", n));
     }
     std::vector<double> per_seq(cu.size() - 1, 0.0);
     for (size_t s = 0; s + 1 < cu.size(); ++s) {
@@ -161,9 +148,9 @@ absl::StatusOr<PolicyLossResult<T>> PolicyLoss(const PolicyLossInput<T>& in,
   return res;
 }
 
-template absl::StatusOr<PolicyLossResult<float>> PolicyLoss(
-    const PolicyLossInput<float>&, const PolicyLossOptions&, double);
-template absl::StatusOr<PolicyLossResult<double>> PolicyLoss(
-    const PolicyLossInput<double>&, const PolicyLossOptions&, double);
+template absl::StatusOr<PolicyLossResult<float>> PolicyLoss(const PolicyLossInput<float>&, const PolicyLossOptions&,
+                                                            double);
+template absl::StatusOr<PolicyLossResult<double>> PolicyLoss(const PolicyLossInput<double>&, const PolicyLossOptions&,
+                                                             double);
 
 }  // namespace tandem::rl

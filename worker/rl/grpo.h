@@ -40,8 +40,7 @@ struct AdvantageOptions {
 };
 
 // rewards.size() must be a multiple of group_size (consecutive groups).
-absl::StatusOr<std::vector<double>> GroupAdvantages(
-    std::span<const double> rewards, const AdvantageOptions& options);
+absl::StatusOr<std::vector<double>> GroupAdvantages(std::span<const double> rewards, const AdvantageOptions& options);
 
 enum class LossAggregation { kToken, kSequence };
 
@@ -65,8 +64,8 @@ struct PolicyLossInput {
 
 template <typename T>
 struct PolicyLossResult {
-  double loss = 0;           // aggregated as documented above
-  std::vector<T> dlogp;      // d loss / d logp_new, per token
+  double loss = 0;       // aggregated as documented above
+  std::vector<T> dlogp;  // d loss / d logp_new, per token
   // Local sums so callers can combine ranks exactly:
   double masked_tokens = 0;  // sum of mask
   double kl_sum = 0;         // sum mask * kl_t
@@ -81,13 +80,12 @@ struct PolicyLossResult {
 
 // normaliser <= 0 means "use the local default" (see above).
 template <typename T>
-absl::StatusOr<PolicyLossResult<T>> PolicyLoss(const PolicyLossInput<T>& in,
-                                               const PolicyLossOptions& options,
+absl::StatusOr<PolicyLossResult<T>> PolicyLoss(const PolicyLossInput<T>& in, const PolicyLossOptions& options,
                                                double normaliser = 0);
 
-extern template absl::StatusOr<PolicyLossResult<float>> PolicyLoss(
-    const PolicyLossInput<float>&, const PolicyLossOptions&, double);
-extern template absl::StatusOr<PolicyLossResult<double>> PolicyLoss(
-    const PolicyLossInput<double>&, const PolicyLossOptions&, double);
+extern template absl::StatusOr<PolicyLossResult<float>> PolicyLoss(const PolicyLossInput<float>&,
+                                                                   const PolicyLossOptions&, double);
+extern template absl::StatusOr<PolicyLossResult<double>> PolicyLoss(const PolicyLossInput<double>&,
+                                                                    const PolicyLossOptions&, double);
 
 }  // namespace tandem::rl

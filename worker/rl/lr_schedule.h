@@ -27,10 +27,8 @@ struct LrSchedule {
     if (step < warmup_steps) {
       return lr * static_cast<double>(step) / static_cast<double>(warmup_steps);
     }
-    const double span = static_cast<double>(
-        std::max<int64_t>(1, total_steps - warmup_steps));
-    const double p =
-        std::min(1.0, static_cast<double>(step - warmup_steps) / span);
+    const double span = static_cast<double>(std::max<int64_t>(1, total_steps - warmup_steps));
+    const double p = std::min(1.0, static_cast<double>(step - warmup_steps) / span);
     const double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * p));
     return lr * (min_lr_ratio + (1.0 - min_lr_ratio) * cosine);
   }

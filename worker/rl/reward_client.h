@@ -12,9 +12,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -28,29 +28,27 @@ struct RewardRequestItem {
   std::string reference;  // expected answer when the task has one
   std::vector<int32_t> completion_ids;
   std::map<std::string, std::string> fields;  // the data row's other keys
-  bool terminated = false;  // the response ended (eos or a stop string)
+  bool terminated = false;                    // the response ended (eos or a stop string)
 };
 
 struct RewardClientOptions {
-  std::string address{};    // host:port (task.reward_service)
-  int timeout_ms = 30000;   // per Score call (task.reward_timeout_ms)
-  std::string tls_ca_file{}; // PEM roots; empty = plaintext channel
-  std::string job_id{};     // sent in ScoreRequest.job_id
+  std::string address{};      // host:port (task.reward_service)
+  int timeout_ms = 30000;     // per Score call (task.reward_timeout_ms)
+  std::string tls_ca_file{};  // PEM roots; empty = plaintext channel
+  std::string job_id{};       // sent in ScoreRequest.job_id
 };
 
 class RewardClient {
  public:
   // Validates options and creates the channel (does not connect yet).
-  static absl::StatusOr<std::unique_ptr<RewardClient>> Create(
-      const RewardClientOptions& options);
+  static absl::StatusOr<std::unique_ptr<RewardClient>> Create(const RewardClientOptions& options);
   ~RewardClient();
   RewardClient(const RewardClient&) = delete;
   RewardClient& operator=(const RewardClient&) = delete;
 
   // One reward per item, in order. An empty batch returns an empty vector
   // without calling the service.
-  absl::StatusOr<std::vector<double>> Score(
-      std::span<const RewardRequestItem> items, int64_t step) const;
+  absl::StatusOr<std::vector<double>> Score(std::span<const RewardRequestItem> items, int64_t step) const;
 
   const RewardClientOptions& options() const { return options_; }
 

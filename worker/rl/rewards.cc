@@ -19,17 +19,16 @@ namespace tandem::rl {
 // backtracking): owns its code.
 class Pcre2Pattern {
  public:
-  static absl::StatusOr<std::unique_ptr<Pcre2Pattern>> Compile(const std::string& pattern,
-                                                               std::string_view field) {
+  static absl::StatusOr<std::unique_ptr<Pcre2Pattern>> Compile(const std::string& pattern, std::string_view field) {
     int err = 0;
     PCRE2_SIZE offset = 0;
-    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                     PCRE2_UTF, &err, &offset, nullptr);
+    pcre2_code* code =
+        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF, &err, &offset, nullptr);
     if (code == nullptr) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(err, msg, sizeof(msg));
-      return absl::InvalidArgumentError(absl::StrCat(std::string(field), ": bad regular expression at offset ",
-                                                      offset, ": ", reinterpret_cast<const char*>(msg)));
+      return absl::InvalidArgumentError(absl::StrCat(std::string(field), ": bad regular expression at offset ", offset,
+                                                     ": ", reinterpret_cast<const char*>(msg)));
     }
     auto p = std::unique_ptr<Pcre2Pattern>(new Pcre2Pattern());
     p->code_ = code;
@@ -52,8 +51,7 @@ class Pcre2Pattern {
     std::optional<std::string> out;
     PCRE2_SIZE start = 0;
     while (start <= text.size()) {
-      const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), start,
-                                 0, md, context_);
+      const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), start, 0, md, context_);
       if (rc < 0) break;
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       const int group = rc > 1 ? 1 : 0;
@@ -83,8 +81,8 @@ bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
 // text[i] is a thousands comma: exactly three digits follow it.
 bool ThousandsCommaAt(std::string_view text, size_t i) {
-  return text[i] == ',' && i + 3 < text.size() && IsDigit(text[i + 1]) && IsDigit(text[i + 2]) && IsDigit(text[i + 3]) &&
-         (i + 4 >= text.size() || !IsDigit(text[i + 4]));
+  return text[i] == ',' && i + 3 < text.size() && IsDigit(text[i + 1]) && IsDigit(text[i + 2]) &&
+         IsDigit(text[i + 3]) && (i + 4 >= text.size() || !IsDigit(text[i + 4]));
 }
 
 std::string_view Trim(std::string_view s) {
@@ -323,7 +321,7 @@ std::string NormalizeMathAnswer(std::string_view answer) {
   }
   // "x = 5" -> "5" (a short left-hand side only).
   if (size_t eq = s.find('='); eq != std::string::npos && s.find('=', eq + 1) == std::string::npos &&
-                                Trim(std::string_view(s).substr(0, eq)).size() <= 2) {
+                               Trim(std::string_view(s).substr(0, eq)).size() <= 2) {
     s = std::string(Trim(std::string_view(s).substr(eq + 1)));
   }
   std::string nospace;

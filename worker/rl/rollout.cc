@@ -8,12 +8,10 @@
 
 namespace tandem::rl {
 
-absl::StatusOr<RlBatch> BuildRlBatch(std::span<const Trajectory> trajectories,
-                                     std::span<const double> advantages) {
+absl::StatusOr<RlBatch> BuildRlBatch(std::span<const Trajectory> trajectories, std::span<const double> advantages) {
   if (advantages.size() != trajectories.size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(advantages.size(), " advantages for ",
-                     trajectories.size(), " trajectories"));
+        absl::StrCat(advantages.size(), " advantages for ", trajectories.size(), " trajectories"));
   }
   RlBatch b;
   PackedBatch& p = b.packed;
@@ -31,20 +29,17 @@ absl::StatusOr<RlBatch> BuildRlBatch(std::span<const Trajectory> trajectories,
   for (size_t k = 0; k < trajectories.size(); ++k) {
     const Trajectory& t = trajectories[k];
     if (t.prompt_ids.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("trajectory ", k, " has an empty prompt (needs bos)"));
+      return absl::InvalidArgumentError(absl::StrCat("trajectory ", k, " has an empty prompt (needs bos)"));
     }
     const bool have_logp = !t.logp_sampled.empty();
     if (have_logp && t.logp_sampled.size() != t.completion_ids.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "trajectory ", k, " has ", t.logp_sampled.size(),
-          " sampled log-probs for ", t.completion_ids.size(), " tokens"));
+      return absl::InvalidArgumentError(absl::StrCat("trajectory ", k, " has ", t.logp_sampled.size(),
+                                                     " sampled log-probs for ", t.completion_ids.size(), " tokens"));
     }
     const size_t start = p.tokens.size();
     const int64_t prompt_len = static_cast<int64_t>(t.prompt_ids.size());
     p.tokens.insert(p.tokens.end(), t.prompt_ids.begin(), t.prompt_ids.end());
-    p.tokens.insert(p.tokens.end(), t.completion_ids.begin(),
-                    t.completion_ids.end());
+    p.tokens.insert(p.tokens.end(), t.completion_ids.begin(), t.completion_ids.end());
     const int64_t len = static_cast<int64_t>(p.tokens.size() - start);
     const float adv = static_cast<float>(advantages[k]);
     for (int64_t j = 0; j < len; ++j) {
@@ -54,8 +49,7 @@ absl::StatusOr<RlBatch> BuildRlBatch(std::span<const Trajectory> trajectories,
       p.targets.push_back(j + 1 < len ? p.tokens[start + j + 1] : 0);
       p.loss_mask.push_back(on ? 1.0f : 0.0f);
       b.advantages.push_back(on ? adv : 0.0f);
-      b.logp_sampled.push_back(
-          on && have_logp ? t.logp_sampled[j + 1 - prompt_len] : 0.0f);
+      b.logp_sampled.push_back(on && have_logp ? t.logp_sampled[j + 1 - prompt_len] : 0.0f);
       b.num_loss_tokens += on ? 1 : 0;
     }
     p.cu_seqlens.push_back(static_cast<int32_t>(p.tokens.size()));
@@ -80,42 +74,35 @@ std::vector<IndexRange> SplitEven(int64_t n, int parts) {
   return out;
 }
 
-absl::StatusOr<StalenessStats> DropStale(std::vector<Trajectory>* trajectories,
-                                         int64_t current_version,
+absl::StatusOr<StalenessStats> DropStale(std::vector<Trajectory>* trajectories, int64_t current_version,
                                          int64_t max_staleness) {
   if (max_staleness < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "placement.max_staleness must be >= 0, got ", max_staleness));
+    return absl::InvalidArgumentError(absl::StrCat("placement.max_staleness must be >= 0, got ", max_staleness));
   }
   StalenessStats stats;
   for (const Trajectory& t : *trajectories) {
     if (t.policy_version > current_version) {
-      return absl::InternalError(absl::StrCat(
-          "trajectory of policy version ", t.policy_version,
-          " is newer than the trainer's version ", current_version));
+      return absl::InternalError(absl::StrCat("trajectory of policy version ", t.policy_version,
+                                              " is newer than the trainer's version ", current_version));
     }
   }
-  auto keep_end = std::stable_partition(
-      trajectories->begin(), trajectories->end(), [&](const Trajectory& t) {
-        return current_version - t.policy_version <= max_staleness;
-      });
+  auto keep_end = std::stable_partition(trajectories->begin(), trajectories->end(), [&](const Trajectory& t) {
+    return current_version - t.policy_version <= max_staleness;
+  });
   stats.dropped = trajectories->end() - keep_end;
   trajectories->erase(keep_end, trajectories->end());
   stats.kept = static_cast<int64_t>(trajectories->size());
   for (const Trajectory& t : *trajectories) {
-    stats.max_kept_staleness =
-        std::max(stats.max_kept_staleness, current_version - t.policy_version);
+    stats.max_kept_staleness = std::max(stats.max_kept_staleness, current_version - t.policy_version);
   }
   return stats;
 }
 
-CompletionText DecodeCompletion(std::span<const int32_t> completion_ids,
-                                const model::CharTokenizer& tok) {
+CompletionText DecodeCompletion(std::span<const int32_t> completion_ids, const model::CharTokenizer& tok) {
   CompletionText out;
   auto it = std::find(completion_ids.begin(), completion_ids.end(), tok.eos());
   out.terminated = it != completion_ids.end();
-  out.text = tok.Decode(completion_ids.subspan(
-      0, static_cast<size_t>(it - completion_ids.begin())));
+  out.text = tok.Decode(completion_ids.subspan(0, static_cast<size_t>(it - completion_ids.begin())));
   return out;
 }
 
@@ -129,10 +116,8 @@ size_t FindStopString(std::string_view text, std::span<const std::string> stop_s
   return best;
 }
 
-CompletionText DecodeCompletion(std::span<const int32_t> completion_ids,
-                                const text::Tokenizer& tok,
-                                std::span<const int32_t> stop_ids,
-                                std::span<const std::string> stop_strings) {
+CompletionText DecodeCompletion(std::span<const int32_t> completion_ids, const text::Tokenizer& tok,
+                                std::span<const int32_t> stop_ids, std::span<const std::string> stop_strings) {
   CompletionText out;
   auto is_stop = [&](int32_t id) {
     if (stop_ids.empty()) return tok.eos() && id == *tok.eos();

@@ -42,8 +42,7 @@ struct RlBatch {
 // Packs `trajectories` with one advantage per trajectory. Fails when sizes
 // disagree, a prompt is empty, or logp_sampled is neither empty nor one per
 // completion token.
-absl::StatusOr<RlBatch> BuildRlBatch(std::span<const Trajectory> trajectories,
-                                     std::span<const double> advantages);
+absl::StatusOr<RlBatch> BuildRlBatch(std::span<const Trajectory> trajectories, std::span<const double> advantages);
 
 // Tokens with loss (completion tokens) over the trajectories: the global
 // normaliser for token aggregation, computable on every rank.
@@ -62,8 +61,7 @@ struct StalenessStats {
 // Removes trajectories whose staleness (current_version - policy_version)
 // exceeds max_staleness, keeping the order of the rest. A trajectory from a
 // version newer than current_version is an error.
-absl::StatusOr<StalenessStats> DropStale(std::vector<Trajectory>* trajectories,
-                                         int64_t current_version,
+absl::StatusOr<StalenessStats> DropStale(std::vector<Trajectory>* trajectories, int64_t current_version,
                                          int64_t max_staleness);
 
 // Completion text for reward functions: decodes ids before the first eos.
@@ -71,15 +69,12 @@ struct CompletionText {
   std::string text;
   bool terminated = false;  // an eos was sampled
 };
-CompletionText DecodeCompletion(std::span<const int32_t> completion_ids,
-                                const model::CharTokenizer& tok);
+CompletionText DecodeCompletion(std::span<const int32_t> completion_ids, const model::CharTokenizer& tok);
 // Any tokenizer: the ids before the first of `stop_ids` (the tokenizer's eos
 // when empty), special tokens skipped, and the text cut before the first
 // occurrence of any of `stop_strings` (which also counts as terminated).
-CompletionText DecodeCompletion(std::span<const int32_t> completion_ids,
-                                const text::Tokenizer& tok,
-                                std::span<const int32_t> stop_ids,
-                                std::span<const std::string> stop_strings = {});
+CompletionText DecodeCompletion(std::span<const int32_t> completion_ids, const text::Tokenizer& tok,
+                                std::span<const int32_t> stop_ids, std::span<const std::string> stop_strings = {});
 // Where the first of `stop_strings` starts in `text` (npos: none).
 size_t FindStopString(std::string_view text, std::span<const std::string> stop_strings);
 

@@ -45,17 +45,13 @@ uint64_t Permute(uint64_t j, uint64_t n, uint64_t key) {
 // from std::string_view: convert through Sv().
 absl::string_view Sv(std::string_view s) { return {s.data(), s.size()}; }
 
-std::string Where(std::string_view name, int64_t line) {
-  return absl::StrCat(Sv(name), ":", line, ": ");
-}
+std::string Where(std::string_view name, int64_t line) { return absl::StrCat(Sv(name), ":", line, ": "); }
 
-absl::StatusOr<std::vector<int32_t>> ParseIds(const nlohmann::json& value,
-                                              std::string_view key,
+absl::StatusOr<std::vector<int32_t>> ParseIds(const nlohmann::json& value, std::string_view key,
                                               const SftTokens& tokens) {
   if (!value.is_array()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("\"", Sv(key), "\" must be an array of token ids, got ",
-                     value.type_name()));
+        absl::StrCat("\"", Sv(key), "\" must be an array of token ids, got ", value.type_name()));
   }
   std::vector<int32_t> ids;
   ids.reserve(value.size());
@@ -63,68 +59,55 @@ absl::StatusOr<std::vector<int32_t>> ParseIds(const nlohmann::json& value,
     const nlohmann::json& v = value[i];
     if (!v.is_number_integer()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("\"", Sv(key), "\"[", i, "] must be an integer, got ",
-                       v.type_name()));
+          absl::StrCat("\"", Sv(key), "\"[", i, "] must be an integer, got ", v.type_name()));
     }
     const int64_t id = v.get<int64_t>();
     if (id < 0 || id >= tokens.vocab_size) {
       return absl::InvalidArgumentError(
-          absl::StrCat("\"", Sv(key), "\"[", i, "] = ", id,
-                       " is outside the vocabulary [0, ", tokens.vocab_size,
-                       ")"));
+          absl::StrCat("\"", Sv(key), "\"[", i, "] = ", id, " is outside the vocabulary [0, ", tokens.vocab_size, ")"));
     }
     ids.push_back(static_cast<int32_t>(id));
   }
   return ids;
 }
 
-absl::StatusOr<std::vector<int32_t>> ParseText(
-    const nlohmann::json& value, std::string_view key,
-    const model::CharTokenizer* tok) {
+absl::StatusOr<std::vector<int32_t>> ParseText(const nlohmann::json& value, std::string_view key,
+                                               const model::CharTokenizer* tok) {
   if (!value.is_string()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "\"", Sv(key), "\" must be a string, got ", value.type_name()));
+    return absl::InvalidArgumentError(absl::StrCat("\"", Sv(key), "\" must be a string, got ", value.type_name()));
   }
   if (tok == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "\"", Sv(key),
-        "\" is text but the model has no built-in tokenizer; give token ids "
-        "(\"prompt_ids\"/\"completion_ids\" or \"ids\")"));
+    return absl::InvalidArgumentError(absl::StrCat("\"", Sv(key),
+                                                   "\" is text but the model has no built-in tokenizer; give token ids "
+                                                   "(\"prompt_ids\"/\"completion_ids\" or \"ids\")"));
   }
   auto ids = tok->EncodeOrError(value.get_ref<const std::string&>());
   if (!ids.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("\"", Sv(key), "\": ", ids.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat("\"", Sv(key), "\": ", ids.status().message()));
   }
   return std::move(ids).value();
 }
 
 // Parses one JSONL object into an example.
-absl::StatusOr<SftExample> ParseLine(std::string_view line,
-                                     const model::CharTokenizer* tok,
-                                     const SftTokens& tokens) {
+absl::StatusOr<SftExample> ParseLine(std::string_view line, const model::CharTokenizer* tok, const SftTokens& tokens) {
   // Strict: no duplicate keys, bounded nesting (a row is untrusted input).
   ASSIGN_OR_RETURN(nlohmann::json j, model::ParseStrictJson(line, "row"));
   if (!j.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expected a JSON object, got ", j.type_name()));
+    return absl::InvalidArgumentError(absl::StrCat("expected a JSON object, got ", j.type_name()));
   }
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& k = it.key();
-    if (k != "prompt" && k != "completion" && k != "text" &&
-        k != "prompt_ids" && k != "completion_ids" && k != "ids") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown key \"", k,
-          "\"; expected {\"prompt\",\"completion\"}, {\"text\"}, "
-          "{\"prompt_ids\",\"completion_ids\"} or {\"ids\"}"));
+    if (k != "prompt" && k != "completion" && k != "text" && k != "prompt_ids" && k != "completion_ids" && k != "ids") {
+      return absl::InvalidArgumentError(absl::StrCat("unknown key \"", k,
+                                                     "\"; expected {\"prompt\",\"completion\"}, {\"text\"}, "
+                                                     "{\"prompt_ids\",\"completion_ids\"} or {\"ids\"}"));
     }
   }
   const auto has = [&](const char* k) { return j.contains(k); };
   SftExample ex;
   if (has("prompt") || has("completion")) {
     if (!has("prompt") || !has("completion") || j.size() != 2) {
-      return absl::InvalidArgumentError(
-          "the text form needs exactly \"prompt\" and \"completion\"");
+      return absl::InvalidArgumentError("the text form needs exactly \"prompt\" and \"completion\"");
     }
     ASSIGN_OR_RETURN(auto p, ParseText(j["prompt"], "prompt", tok));
     ASSIGN_OR_RETURN(auto c, ParseText(j["completion"], "completion", tok));
@@ -139,8 +122,7 @@ absl::StatusOr<SftExample> ParseLine(std::string_view line,
     ex.completion_ids = std::move(c);
   } else if (has("prompt_ids") || has("completion_ids")) {
     if (!has("prompt_ids") || !has("completion_ids") || j.size() != 2) {
-      return absl::InvalidArgumentError(
-          "the id form needs exactly \"prompt_ids\" and \"completion_ids\"");
+      return absl::InvalidArgumentError("the id form needs exactly \"prompt_ids\" and \"completion_ids\"");
     }
     ASSIGN_OR_RETURN(auto p, ParseIds(j["prompt_ids"], "prompt_ids", tokens));
     ASSIGN_OR_RETURN(auto c, ParseIds(j["completion_ids"], "completion_ids", tokens));
@@ -158,44 +140,38 @@ absl::StatusOr<SftExample> ParseLine(std::string_view line,
         "empty object; expected {\"prompt\",\"completion\"}, {\"text\"}, "
         "{\"prompt_ids\",\"completion_ids\"} or {\"ids\"}");
   }
-  const int64_t len = 2 + static_cast<int64_t>(ex.prompt_ids.size()) +
-                      static_cast<int64_t>(ex.completion_ids.size());
+  const int64_t len = 2 + static_cast<int64_t>(ex.prompt_ids.size()) + static_cast<int64_t>(ex.completion_ids.size());
   if (tokens.seq_len > 0 && len > tokens.seq_len) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sequence of ", len, " tokens (with bos and eos) exceeds "
-                     "train.seq_len ", tokens.seq_len));
+    return absl::InvalidArgumentError(absl::StrCat("sequence of ", len,
+                                                   " tokens (with bos and eos) exceeds "
+                                                   "train.seq_len ",
+                                                   tokens.seq_len));
   }
   return ex;
 }
 
-bool IsBlank(std::string_view line) {
-  return line.find_first_not_of(" \t\r") == std::string_view::npos;
-}
+bool IsBlank(std::string_view line) { return line.find_first_not_of(" \t\r") == std::string_view::npos; }
 
 absl::Status CheckTokens(const SftTokens& tokens) {
-  if (tokens.vocab_size <= 0 || tokens.bos < -1 ||
-      tokens.bos >= tokens.vocab_size || tokens.eos < 0 ||
+  if (tokens.vocab_size <= 0 || tokens.bos < -1 || tokens.bos >= tokens.vocab_size || tokens.eos < 0 ||
       tokens.eos >= tokens.vocab_size || tokens.seq_len < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "invalid token setup: bos ", tokens.bos, ", eos ", tokens.eos,
-        ", vocab ", tokens.vocab_size, ", seq_len ", tokens.seq_len));
+    return absl::InvalidArgumentError(absl::StrCat("invalid token setup: bos ", tokens.bos, ", eos ", tokens.eos,
+                                                   ", vocab ", tokens.vocab_size, ", seq_len ", tokens.seq_len));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<SftDataset> SftDataset::FromTask(
-    std::shared_ptr<const Task> task, const model::CharTokenizer& tok,
-    const SftTokens& tokens, uint64_t seed) {
+absl::StatusOr<SftDataset> SftDataset::FromTask(std::shared_ptr<const Task> task, const model::CharTokenizer& tok,
+                                                const SftTokens& tokens, uint64_t seed) {
   if (task == nullptr) return absl::InvalidArgumentError("no task given");
   RETURN_IF_ERROR(CheckTokens(tokens));
   const int longest = task->max_prompt_chars() + task->max_answer_chars() + 2;
   if (tokens.seq_len > 0 && longest > tokens.seq_len) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "train.seq_len ", tokens.seq_len, " is too short for the ",
-        task->name(), " task: its longest example needs ", longest,
-        " tokens (with bos and eos)"));
+    return absl::InvalidArgumentError(absl::StrCat("train.seq_len ", tokens.seq_len, " is too short for the ",
+                                                   task->name(), " task: its longest example needs ", longest,
+                                                   " tokens (with bos and eos)"));
   }
   SftDataset d;
   d.task_ = std::move(task);
@@ -205,9 +181,9 @@ absl::StatusOr<SftDataset> SftDataset::FromTask(
   return d;
 }
 
-absl::StatusOr<SftDataset> SftDataset::FromJsonlText(
-    std::string_view text, std::string_view name,
-    const model::CharTokenizer* tok, const SftTokens& tokens, uint64_t seed) {
+absl::StatusOr<SftDataset> SftDataset::FromJsonlText(std::string_view text, std::string_view name,
+                                                     const model::CharTokenizer* tok, const SftTokens& tokens,
+                                                     uint64_t seed) {
   RETURN_IF_ERROR(CheckTokens(tokens));
   SftDataset d;
   d.tokens_ = tokens;
@@ -222,31 +198,26 @@ absl::StatusOr<SftDataset> SftDataset::FromJsonlText(
     pos = end + 1;
     if (line.size() > kMaxLineBytes) {
       return absl::InvalidArgumentError(
-          absl::StrCat(Where(name, line_no), "line is longer than ",
-                       kMaxLineBytes, " bytes"));
+          absl::StrCat(Where(name, line_no), "line is longer than ", kMaxLineBytes, " bytes"));
     }
     if (IsBlank(line)) continue;
     auto ex = ParseLine(line, tok, tokens);
     if (!ex.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(Where(name, line_no), ex.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat(Where(name, line_no), ex.status().message()));
     }
     d.examples_.push_back(std::move(*ex));
   }
   if (d.examples_.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Sv(name), ": no examples (the file is empty or blank)"));
+    return absl::InvalidArgumentError(absl::StrCat(Sv(name), ": no examples (the file is empty or blank)"));
   }
   return d;
 }
 
-absl::StatusOr<SftDataset> SftDataset::FromJsonlFile(
-    const std::string& path, const model::CharTokenizer* tok,
-    const SftTokens& tokens, uint64_t seed) {
+absl::StatusOr<SftDataset> SftDataset::FromJsonlFile(const std::string& path, const model::CharTokenizer* tok,
+                                                     const SftTokens& tokens, uint64_t seed) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot open SFT data file ", path));
+    return absl::NotFoundError(absl::StrCat("cannot open SFT data file ", path));
   }
   // Reads line by line into a bounded buffer, so an over-long line is
   // reported without being held in memory.
@@ -260,8 +231,7 @@ absl::StatusOr<SftDataset> SftDataset::FromJsonlFile(
     ++line_no;
     if (in.fail() && !in.eof()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(Where(path, line_no), "line is longer than ",
-                       kMaxLineBytes, " bytes"));
+          absl::StrCat(Where(path, line_no), "line is longer than ", kMaxLineBytes, " bytes"));
     }
     // gcount includes the consumed '\n' unless at end of file.
     size_t len = static_cast<size_t>(got);
@@ -276,9 +246,8 @@ absl::StatusOr<SftDataset> SftDataset::FromJsonlFile(
   return FromJsonlText(text, path, tok, tokens, seed);
 }
 
-absl::StatusOr<SftDataset> SftDataset::FromExamples(std::vector<SftExample> examples,
-                                                    const SftTokens& tokens, uint64_t seed,
-                                                    bool shuffle) {
+absl::StatusOr<SftDataset> SftDataset::FromExamples(std::vector<SftExample> examples, const SftTokens& tokens,
+                                                    uint64_t seed, bool shuffle) {
   RETURN_IF_ERROR(CheckTokens(tokens));
   if (examples.empty()) return absl::InvalidArgumentError("no examples");
   SftDataset d;
@@ -293,11 +262,8 @@ uint64_t EpochPermute(uint64_t seed, uint64_t epoch, uint64_t n, uint64_t j) {
   return Permute(j, n, Mix(seed, epoch, kPermStream));
 }
 
-uint64_t SftDataset::SourceIndex(int64_t step, int64_t i,
-                                 int64_t global_batch) const {
-  const uint64_t flat = static_cast<uint64_t>(step) *
-                            static_cast<uint64_t>(global_batch) +
-                        static_cast<uint64_t>(i);
+uint64_t SftDataset::SourceIndex(int64_t step, int64_t i, int64_t global_batch) const {
+  const uint64_t flat = static_cast<uint64_t>(step) * static_cast<uint64_t>(global_batch) + static_cast<uint64_t>(i);
   if (task_ != nullptr) return flat;
   const uint64_t n = examples_.size();
   const uint64_t epoch = flat / n;
@@ -305,8 +271,7 @@ uint64_t SftDataset::SourceIndex(int64_t step, int64_t i,
   return EpochPermute(seed_, epoch, n, flat % n);
 }
 
-SftExample SftDataset::Get(int64_t step, int64_t i,
-                           int64_t global_batch) const {
+SftExample SftDataset::Get(int64_t step, int64_t i, int64_t global_batch) const {
   const uint64_t index = SourceIndex(step, i, global_batch);
   if (task_ == nullptr) return examples_[index];
   const Example ex = task_->Sample(seed_, index);
@@ -316,8 +281,7 @@ SftExample SftDataset::Get(int64_t step, int64_t i,
   return out;
 }
 
-std::vector<SftExample> SftDataset::Batch(int64_t step, int64_t global_batch,
-                                          int64_t range_begin,
+std::vector<SftExample> SftDataset::Batch(int64_t step, int64_t global_batch, int64_t range_begin,
                                           int64_t range_end) const {
   std::vector<SftExample> out;
   out.reserve(std::max<int64_t>(0, range_end - range_begin));
@@ -356,8 +320,7 @@ int PackedBatch::max_seqlen() const {
   return m;
 }
 
-PackedBatch PackSft(std::span<const SftExample> examples, int32_t bos,
-                    int32_t eos) {
+PackedBatch PackSft(std::span<const SftExample> examples, int32_t bos, int32_t eos) {
   PackedBatch b;
   size_t total = 0;
   for (const SftExample& ex : examples) {
@@ -372,12 +335,10 @@ PackedBatch PackSft(std::span<const SftExample> examples, int32_t bos,
   for (const SftExample& ex : examples) {
     const size_t start = b.tokens.size();
     // Targets past `first_completion` are completion tokens or the eos.
-    const int32_t first_completion =
-        static_cast<int32_t>(ex.prompt_ids.size()) + (bos >= 0 ? 1 : 0);
+    const int32_t first_completion = static_cast<int32_t>(ex.prompt_ids.size()) + (bos >= 0 ? 1 : 0);
     if (bos >= 0) b.tokens.push_back(bos);
     b.tokens.insert(b.tokens.end(), ex.prompt_ids.begin(), ex.prompt_ids.end());
-    b.tokens.insert(b.tokens.end(), ex.completion_ids.begin(),
-                    ex.completion_ids.end());
+    b.tokens.insert(b.tokens.end(), ex.completion_ids.begin(), ex.completion_ids.end());
     b.tokens.push_back(eos);
     const int32_t len = static_cast<int32_t>(b.tokens.size() - start);
     for (int32_t j = 0; j < len; ++j) {

@@ -57,32 +57,26 @@ class SftDataset {
  public:
   // Built-in task; needs the char tokenizer. Fails when the task's longest
   // example does not fit in tokens.seq_len.
-  static absl::StatusOr<SftDataset> FromTask(std::shared_ptr<const Task> task,
-                                             const model::CharTokenizer& tok,
-                                             const SftTokens& tokens,
-                                             uint64_t seed);
+  static absl::StatusOr<SftDataset> FromTask(std::shared_ptr<const Task> task, const model::CharTokenizer& tok,
+                                             const SftTokens& tokens, uint64_t seed);
   // JSONL file. `tok` may be null (a model without the char tokenizer): text
   // forms are then rejected and only id forms accepted.
-  static absl::StatusOr<SftDataset> FromJsonlFile(
-      const std::string& path, const model::CharTokenizer* tok,
-      const SftTokens& tokens, uint64_t seed);
+  static absl::StatusOr<SftDataset> FromJsonlFile(const std::string& path, const model::CharTokenizer* tok,
+                                                  const SftTokens& tokens, uint64_t seed);
   // Same, from JSONL text in memory; `name` is used in error messages.
-  static absl::StatusOr<SftDataset> FromJsonlText(
-      std::string_view text, std::string_view name,
-      const model::CharTokenizer* tok, const SftTokens& tokens, uint64_t seed);
+  static absl::StatusOr<SftDataset> FromJsonlText(std::string_view text, std::string_view name,
+                                                  const model::CharTokenizer* tok, const SftTokens& tokens,
+                                                  uint64_t seed);
 
   // Examples already tokenized (text data, worker/rl/text_data.h). With
   // shuffle false the order is the rows' own, epoch after epoch.
-  static absl::StatusOr<SftDataset> FromExamples(std::vector<SftExample> examples,
-                                                 const SftTokens& tokens, uint64_t seed,
-                                                 bool shuffle);
+  static absl::StatusOr<SftDataset> FromExamples(std::vector<SftExample> examples, const SftTokens& tokens,
+                                                 uint64_t seed, bool shuffle);
   // Example i of step `step`'s global batch of size global_batch.
   SftExample Get(int64_t step, int64_t i, int64_t global_batch) const;
   // Examples [range_begin, range_end) of the step's global batch.
-  std::vector<SftExample> Batch(int64_t step, int64_t global_batch,
-                                int64_t range_begin, int64_t range_end) const;
-  std::vector<SftExample> GlobalBatch(int64_t step,
-                                      int64_t global_batch) const {
+  std::vector<SftExample> Batch(int64_t step, int64_t global_batch, int64_t range_begin, int64_t range_end) const;
+  std::vector<SftExample> GlobalBatch(int64_t step, int64_t global_batch) const {
     return Batch(step, global_batch, 0, global_batch);
   }
   // Line index (file) or sample index (task) behind Get(step, i, G).
@@ -132,7 +126,6 @@ struct PackedBatch {
   int max_seqlen() const;
 };
 
-PackedBatch PackSft(std::span<const SftExample> examples, int32_t bos,
-                    int32_t eos);
+PackedBatch PackSft(std::span<const SftExample> examples, int32_t bos, int32_t eos);
 
 }  // namespace tandem::rl

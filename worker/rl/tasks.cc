@@ -57,20 +57,16 @@ uint64_t Pow10(int d) {
 }
 
 [[noreturn]] void Die(std::string_view what) {
-  std::fprintf(stderr, "%s:%d: internal error: %.*s\n", __FILE__, __LINE__,
-               static_cast<int>(what.size()), what.data());
+  std::fprintf(stderr, "%s:%d: internal error: %.*s\n", __FILE__, __LINE__, static_cast<int>(what.size()), what.data());
   std::abort();
 }
 
 class ArithmeticTask final : public Task {
  public:
-  ArithmeticTask(bool mul, int digits, double format_reward)
-      : Task(format_reward), mul_(mul), digits_(digits) {}
+  ArithmeticTask(bool mul, int digits, double format_reward) : Task(format_reward), mul_(mul), digits_(digits) {}
   std::string name() const override { return "arithmetic"; }
   int max_prompt_chars() const override { return 2 * digits_ + 2; }
-  int max_answer_chars() const override {
-    return mul_ ? 2 * digits_ : digits_ + 1;
-  }
+  int max_answer_chars() const override { return mul_ ? 2 * digits_ : digits_ + 1; }
   std::string_view answer_alphabet() const override { return kDigits; }
 
  protected:
@@ -185,9 +181,7 @@ double StringSpace(double alphabet, int lo, int hi) {
 
 }  // namespace
 
-bool Task::IsHeldOut(std::string_view prompt) {
-  return SplitMix64(Fnv1a(prompt)) % kHeldOutBuckets == 0;
-}
+bool Task::IsHeldOut(std::string_view prompt) { return SplitMix64(Fnv1a(prompt)) % kHeldOutBuckets == 0; }
 
 Example Task::Sample(uint64_t seed, uint64_t index) const {
   const uint64_t key = Mix(seed, index, kTrainStream);
@@ -227,13 +221,10 @@ std::vector<Example> Task::EvalExamples(uint64_t seed, int n) const {
   return out;
 }
 
-RewardResult Task::Reward(const Example& example, std::string_view completion,
-                          bool terminated) const {
+RewardResult Task::Reward(const Example& example, std::string_view completion, bool terminated) const {
   RewardResult r;
-  r.well_formed =
-      terminated && !completion.empty() &&
-      static_cast<int>(completion.size()) <= max_answer_chars() &&
-      completion.find_first_not_of(answer_alphabet()) == std::string_view::npos;
+  r.well_formed = terminated && !completion.empty() && static_cast<int>(completion.size()) <= max_answer_chars() &&
+                  completion.find_first_not_of(answer_alphabet()) == std::string_view::npos;
   r.correct = terminated && completion == example.answer;
   double credit = r.correct ? 1.0 : 0.0;
   if (!r.correct && r.well_formed && partial_reward_ > 0) {
@@ -255,8 +246,8 @@ absl::StatusOr<std::unique_ptr<Task>> MakeTaskOfKind(const TaskOptions& o);
 
 absl::StatusOr<std::unique_ptr<Task>> MakeTask(const TaskOptions& o) {
   if (!std::isfinite(o.partial_reward) || o.partial_reward < 0 || o.partial_reward > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "task.partial_reward must be a number in [0, 1], got ", o.partial_reward));
+    return absl::InvalidArgumentError(
+        absl::StrCat("task.partial_reward must be a number in [0, 1], got ", o.partial_reward));
   }
   auto task = MakeTaskOfKind(o);
   if (task.ok()) (*task)->partial_reward_ = o.partial_reward;
@@ -266,53 +257,44 @@ absl::StatusOr<std::unique_ptr<Task>> MakeTask(const TaskOptions& o) {
 namespace {
 absl::StatusOr<std::unique_ptr<Task>> MakeTaskOfKind(const TaskOptions& o) {
   if (!std::isfinite(o.format_reward) || o.format_reward < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "task.format_reward must be a finite number >= 0, got ",
-        o.format_reward));
+    return absl::InvalidArgumentError(
+        absl::StrCat("task.format_reward must be a finite number >= 0, got ", o.format_reward));
   }
   if (o.name == "arithmetic") {
     const std::string op = o.op.empty() ? "add" : o.op;
     if (op != "add" && op != "mul") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "task.op must be \"add\" or \"mul\" for the arithmetic task, got \"",
-          o.op, "\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("task.op must be \"add\" or \"mul\" for the arithmetic task, got \"", o.op, "\""));
     }
     const int digits = o.digits == 0 ? kDefaultDigits : o.digits;
     if (digits < 1 || digits > 9) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "task.digits must be in [1, 9] for the arithmetic task, got ",
-          o.digits));
+      return absl::InvalidArgumentError(
+          absl::StrCat("task.digits must be in [1, 9] for the arithmetic task, got ", o.digits));
     }
-    return std::make_unique<ArithmeticTask>(op == "mul", digits,
-                                            o.format_reward);
+    return std::make_unique<ArithmeticTask>(op == "mul", digits, o.format_reward);
   }
   if (o.name != "sort" && o.name != "reverse" && o.name != "count") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "task.name must be one of arithmetic, sort, reverse, count; got \"",
-        o.name, "\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("task.name must be one of arithmetic, sort, reverse, count; got \"", o.name, "\""));
   }
   if (!o.op.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "task.op applies only to the arithmetic task; remove it for ",
-        o.name));
+    return absl::InvalidArgumentError(
+        absl::StrCat("task.op applies only to the arithmetic task; remove it for ", o.name));
   }
   if (o.digits != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "task.digits applies only to the arithmetic task; use "
-        "task.min_len/task.max_len for ",
-        o.name));
+    return absl::InvalidArgumentError(
+        absl::StrCat("task.digits applies only to the arithmetic task; use "
+                     "task.min_len/task.max_len for ",
+                     o.name));
   }
   const int min_len = o.min_len == 0 ? kDefaultMinLen : o.min_len;
-  const int max_len = o.max_len == 0 ? std::max(kDefaultMaxLen, min_len)
-                                     : o.max_len;
+  const int max_len = o.max_len == 0 ? std::max(kDefaultMaxLen, min_len) : o.max_len;
   if (min_len < 1 || min_len > kMaxLen) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "task.min_len must be in [1, ", kMaxLen, "], got ", o.min_len));
+    return absl::InvalidArgumentError(absl::StrCat("task.min_len must be in [1, ", kMaxLen, "], got ", o.min_len));
   }
   if (max_len < min_len || max_len > kMaxLen) {
     return absl::InvalidArgumentError(
-        absl::StrCat("task.max_len must be in [task.min_len=", min_len, ", ",
-                     kMaxLen, "], got ", o.max_len));
+        absl::StrCat("task.max_len must be in [task.min_len=", min_len, ", ", kMaxLen, "], got ", o.max_len));
   }
   double space = 0;
   std::unique_ptr<Task> task;
@@ -327,11 +309,10 @@ absl::StatusOr<std::unique_ptr<Task>> MakeTaskOfKind(const TaskOptions& o) {
     task = std::make_unique<CountTask>(min_len, max_len, o.format_reward);
   }
   if (space < kMinInstances) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "task.max_len: the ", o.name, " task with lengths [", min_len, ", ",
-        max_len, "] has only ", space,
-        " distinct prompts; at least 100 are needed to hold out evaluation "
-        "examples (raise task.max_len)"));
+    return absl::InvalidArgumentError(absl::StrCat("task.max_len: the ", o.name, " task with lengths [", min_len, ", ",
+                                                   max_len, "] has only ", space,
+                                                   " distinct prompts; at least 100 are needed to hold out evaluation "
+                                                   "examples (raise task.max_len)"));
   }
   return task;
 }

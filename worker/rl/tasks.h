@@ -43,13 +43,13 @@ struct RewardResult {
 // Options of a built-in task. Zero values mean "default" so that a proto3
 // TaskSpec can be copied field by field.
 struct TaskOptions {
-  std::string name{};        // arithmetic | sort | reverse | count
-  std::string op{};          // arithmetic: add | mul (default add)
-  int digits = 0;            // arithmetic operand digits, 1..9 (default 2)
-  int min_len = 0;           // sort/reverse/count string length (default 2)
-  int max_len = 0;           // (default 6), at most 64
-  double format_reward = 0;  // >= 0; added when the answer is well formed
-  double partial_reward = 0; // in [0, 1]: credit for a well-formed wrong answer
+  std::string name{};         // arithmetic | sort | reverse | count
+  std::string op{};           // arithmetic: add | mul (default add)
+  int digits = 0;             // arithmetic operand digits, 1..9 (default 2)
+  int min_len = 0;            // sort/reverse/count string length (default 2)
+  int max_len = 0;            // (default 6), at most 64
+  double format_reward = 0;   // >= 0; added when the answer is well formed
+  double partial_reward = 0;  // in [0, 1]: credit for a well-formed wrong answer
 };
 
 class Task {
@@ -73,8 +73,7 @@ class Task {
   static bool IsHeldOut(std::string_view prompt);
 
   // Scores `completion` (text before EOS) against example.answer.
-  RewardResult Reward(const Example& example, std::string_view completion,
-                      bool terminated = true) const;
+  RewardResult Reward(const Example& example, std::string_view completion, bool terminated = true) const;
 
   double format_reward() const { return format_reward_; }
   double partial_reward() const { return partial_reward_; }

@@ -25,8 +25,7 @@ absl::StatusOr<std::string> StringField(const Json& row, const std::string& key,
     return absl::InvalidArgumentError(absl::StrCat("missing key \"", key, "\" (", what, ")"));
   }
   if (!it->is_string()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("\"", key, "\" must be a string, got ", it->type_name()));
+    return absl::InvalidArgumentError(absl::StrCat("\"", key, "\" must be a string, got ", it->type_name()));
   }
   return it->get<std::string>();
 }
@@ -48,16 +47,14 @@ absl::StatusOr<Json> Messages(const Json& row, const std::string& key) {
     }
     for (const char* k : {"role", "content"}) {
       if (!m.contains(k) || !m[k].is_string()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("\"", key, "\"[", i, "].", k, " must be a string"));
+        return absl::InvalidArgumentError(absl::StrCat("\"", key, "\"[", i, "].", k, " must be a string"));
       }
     }
   }
   return *it;
 }
 
-absl::StatusOr<TextRow> ParseRow(std::string_view line, const TextDataOptions& o,
-                                 const text::Tokenizer& tok) {
+absl::StatusOr<TextRow> ParseRow(std::string_view line, const TextDataOptions& o, const text::Tokenizer& tok) {
   // Strict: no duplicate keys, bounded nesting (a row is untrusted input).
   ASSIGN_OR_RETURN(Json j, model::ParseStrictOrderedJson(line, "row"));
   if (!j.is_object()) {
@@ -105,10 +102,9 @@ absl::StatusOr<TextRow> ParseRow(std::string_view line, const TextDataOptions& o
     has_response = true;
   }
   if (o.need_response && !has_response) {
-    return absl::InvalidArgumentError(
-        o.messages_key.empty()
-            ? absl::StrCat("no response: set data.response_key")
-            : absl::StrCat("no response: \"", o.messages_key, "\" does not end with an assistant turn"));
+    return absl::InvalidArgumentError(o.messages_key.empty() ? absl::StrCat("no response: set data.response_key")
+                                                             : absl::StrCat("no response: \"", o.messages_key,
+                                                                            "\" does not end with an assistant turn"));
   }
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& k = it.key();
@@ -132,8 +128,7 @@ absl::StatusOr<TextRow> ParseRow(std::string_view line, const TextDataOptions& o
 }  // namespace
 
 absl::StatusOr<TextDataset> TextDataset::FromText(std::string_view text, std::string_view name,
-                                                  const TextDataOptions& o,
-                                                  const text::Tokenizer& tok) {
+                                                  const TextDataOptions& o, const text::Tokenizer& tok) {
   TextDataset d;
   int64_t line_no = 0;
   size_t pos = 0;
@@ -151,8 +146,8 @@ absl::StatusOr<TextDataset> TextDataset::FromText(std::string_view text, std::st
     if (row.ok() && o.max_sequence_tokens > 0) {
       const int64_t len = static_cast<int64_t>(row->prompt_ids.size() + row->response_ids.size()) + 1;
       if (len > o.max_sequence_tokens) {
-        row = absl::InvalidArgumentError(absl::StrCat("sequence of ", len, " tokens (with eos) exceeds train.seq_len ",
-                                                      o.max_sequence_tokens));
+        row = absl::InvalidArgumentError(
+            absl::StrCat("sequence of ", len, " tokens (with eos) exceeds train.seq_len ", o.max_sequence_tokens));
       }
     }
     if (!row.ok()) {
@@ -174,9 +169,9 @@ absl::StatusOr<TextDataset> TextDataset::FromText(std::string_view text, std::st
   }
   d.stats_.rows = static_cast<int64_t>(d.rows_.size());
   if (d.rows_.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Sv(name), ": no usable rows (", d.stats_.bad_rows_skipped, " bad rows skipped, ",
-        d.stats_.prompts_dropped, " prompts over data.max_prompt_tokens dropped)"));
+    return absl::InvalidArgumentError(absl::StrCat(Sv(name), ": no usable rows (", d.stats_.bad_rows_skipped,
+                                                   " bad rows skipped, ", d.stats_.prompts_dropped,
+                                                   " prompts over data.max_prompt_tokens dropped)"));
   }
   return d;
 }

@@ -42,35 +42,35 @@ namespace tandem::rl {
 struct TextDataOptions {
   std::string prompt_key;
   std::string messages_key;
-  std::string answer_key;     // required for RL rows
-  std::string response_key;   // SFT; "" with messages: the last assistant turn
+  std::string answer_key;    // required for RL rows
+  std::string response_key;  // SFT; "" with messages: the last assistant turn
   std::string system_prompt;
-  bool chat = false;          // prompt_key text as a user turn (chat template)
-  bool need_answer = false;   // rows must have answer_key
-  bool need_response = false; // rows must have a response (SFT)
-  int max_prompt_tokens = 0;  // 0 = no limit
+  bool chat = false;               // prompt_key text as a user turn (chat template)
+  bool need_answer = false;        // rows must have answer_key
+  bool need_response = false;      // rows must have a response (SFT)
+  int max_prompt_tokens = 0;       // 0 = no limit
   bool truncate_overflow = false;  // else drop
   bool skip_bad_rows = false;
-  int max_sequence_tokens = 0;  // SFT: prompt + response + eos; 0 = no limit
+  int max_sequence_tokens = 0;       // SFT: prompt + response + eos; 0 = no limit
   std::string field = "data.train";  // named in errors about the file itself
 };
 
 struct TextRow {
-  int64_t line = 0;                    // 1-based line in the file
-  std::string prompt;                  // the prompt text (rendered)
+  int64_t line = 0;    // 1-based line in the file
+  std::string prompt;  // the prompt text (rendered)
   std::vector<int32_t> prompt_ids;
   std::string answer;
-  std::string response;                // SFT
-  std::vector<int32_t> response_ids;   // SFT (no eos)
+  std::string response;                       // SFT
+  std::vector<int32_t> response_ids;          // SFT (no eos)
   std::map<std::string, std::string> fields;  // the row's other keys
 };
 
 struct TextDataStats {
-  int64_t rows = 0;               // rows kept
+  int64_t rows = 0;  // rows kept
   int64_t bad_rows_skipped = 0;
   int64_t prompts_dropped = 0;
   int64_t prompts_truncated = 0;
-  std::string first_bad_row;      // message of the first skipped row
+  std::string first_bad_row;  // message of the first skipped row
 };
 
 class TextDataset {
@@ -80,8 +80,7 @@ class TextDataset {
   static absl::StatusOr<TextDataset> Load(const std::string& path, const TextDataOptions& options,
                                           const text::Tokenizer& tokenizer);
   static absl::StatusOr<TextDataset> FromText(std::string_view text, std::string_view name,
-                                              const TextDataOptions& options,
-                                              const text::Tokenizer& tokenizer);
+                                              const TextDataOptions& options, const text::Tokenizer& tokenizer);
 
   const std::vector<TextRow>& rows() const { return rows_; }
   int64_t size() const { return static_cast<int64_t>(rows_.size()); }

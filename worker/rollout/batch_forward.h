@@ -17,10 +17,10 @@ namespace tandem::rollout {
 // One step's rows. Every pointer is device memory of the forward's backend.
 struct ForwardBatch {
   int rows = 0;
-  const int32_t* tokens = nullptr;     // [rows]
-  const int32_t* positions = nullptr;  // [rows]
-  const int32_t* row_seq = nullptr;    // [rows] row of block_tables
-  const int32_t* slots = nullptr;      // [rows] cache slot of each row's k/v
+  const int32_t* tokens = nullptr;        // [rows]
+  const int32_t* positions = nullptr;     // [rows]
+  const int32_t* row_seq = nullptr;       // [rows] row of block_tables
+  const int32_t* slots = nullptr;         // [rows] cache slot of each row's k/v
   const int32_t* block_tables = nullptr;  // [sequences, max_blocks]
   int max_blocks = 0;
   // Rows whose logits are wanted (a row may repeat: samples of a shared
@@ -37,8 +37,7 @@ class BatchForward {
   virtual absl::Status Reserve(int rows, int outs, int positions) = 0;
   // Runs the batch, writing its k/v into `kv` and logits [num_out, V] to
   // logits() (device memory, valid until the next call).
-  virtual absl::Status Forward(model::ParamProvider& params, KvPool& kv,
-                               const ForwardBatch& batch) = 0;
+  virtual absl::Status Forward(model::ParamProvider& params, KvPool& kv, const ForwardBatch& batch) = 0;
   virtual const float* logits() const = 0;
   virtual float* mutable_logits() = 0;
   // Frees the scratch.

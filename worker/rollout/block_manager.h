@@ -32,9 +32,7 @@ class BlockManager {
   int peak_used_blocks() const { return peak_used_; }
   int ref_count(int32_t block) const { return refs_[block]; }
   // Blocks that positions [0, n) span.
-  int BlocksFor(int64_t n) const {
-    return static_cast<int>((n + block_size_ - 1) / block_size_);
-  }
+  int BlocksFor(int64_t n) const { return static_cast<int>((n + block_size_ - 1) / block_size_); }
 
   // Blocks a table needs (new blocks, plus a copy when the first written
   // block is shared) before positions [from, to) can be written.

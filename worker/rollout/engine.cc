@@ -10,19 +10,12 @@
 namespace tandem::rollout {
 namespace {
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
-RolloutEngine::RolloutEngine(const model::ModelConfig& config, kernels::Ops* ops,
-                             kernels::DeviceMemory* memory)
-    : forward_(config, ops, memory),
-      ops_(ops),
-      mem_(forward_.memory()),
-      vocab_(forward_.dims().V) {}
+RolloutEngine::RolloutEngine(const model::ModelConfig& config, kernels::Ops* ops, kernels::DeviceMemory* memory)
+    : forward_(config, ops, memory), ops_(ops), mem_(forward_.memory()), vocab_(forward_.dims().V) {}
 
 void RolloutEngine::Release() {
   kv_.Release();
@@ -44,12 +37,11 @@ void RolloutEngine::Release() {
 }
 
 size_t RolloutEngine::held_bytes() const {
-  return kv_.bytes() + forward_.scratch_bytes() + idx_d_.bytes() + u_d_.bytes() +
-         pick_id_d_.bytes() + pick_lp_d_.bytes();
+  return kv_.bytes() + forward_.scratch_bytes() + idx_d_.bytes() + u_d_.bytes() + pick_id_d_.bytes() +
+         pick_lp_d_.bytes();
 }
 
-absl::Status RolloutEngine::Check(const std::vector<RolloutRequest>& requests,
-                                  const RolloutOptions& o) const {
+absl::Status RolloutEngine::Check(const std::vector<RolloutRequest>& requests, const RolloutOptions& o) const {
   RETURN_IF_ERROR(ValidateSampling(o.sampling));
   if (o.max_new_tokens < 0) return absl::InvalidArgumentError("rollout: max_new_tokens < 0");
   if (o.block_size < 1 || o.block_size > 1024) {
@@ -65,8 +57,8 @@ absl::Status RolloutEngine::Check(const std::vector<RolloutRequest>& requests,
     }
     for (int32_t id : p) {
       if (id < 0 || id >= vocab_) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "rollout: prompt ", i, " has token id ", id, " outside [0, ", vocab_, ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("rollout: prompt ", i, " has token id ", id, " outside [0, ", vocab_, ")"));
       }
     }
   }
@@ -95,8 +87,7 @@ absl::Status RolloutEngine::Ensure(int rows, int outs, int positions, size_t ind
 }
 
 absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutRequest>& requests,
-                                                      const RolloutOptions& o,
-                                                      model::ParamProvider& params) {
+                                                      const RolloutOptions& o, model::ParamProvider& params) {
   RETURN_IF_ERROR(Check(requests, o));
   const double t0 = Now();
   RolloutResult res;
@@ -108,11 +99,9 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
   const size_t block_bytes = KvPool::BlockBytes(d.L, d.KD, o.block_size, o.kv_dtype);
   int64_t full = 0;  // blocks for every sequence at full length, unshared
   for (const auto& r : requests) {
-    full += (static_cast<int64_t>(r.prompt.size()) + o.max_new_tokens + o.block_size - 1) /
-            o.block_size;
+    full += (static_cast<int64_t>(r.prompt.size()) + o.max_new_tokens + o.block_size - 1) / o.block_size;
   }
-  int64_t num_blocks = o.kv_cache_bytes > 0 ? static_cast<int64_t>(o.kv_cache_bytes / block_bytes)
-                                            : full;
+  int64_t num_blocks = o.kv_cache_bytes > 0 ? static_cast<int64_t>(o.kv_cache_bytes / block_bytes) : full;
   num_blocks = std::min<int64_t>(num_blocks, std::min<int64_t>(full, INT32_MAX / o.block_size));
 
   SchedulerOptions so;
@@ -126,8 +115,7 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
     ASSIGN_OR_RETURN(int id, sched.Add(r.prompt, r.group, o.max_new_tokens));
     (void)id;
   }
-  if (kv_.num_blocks() != so.num_blocks || kv_.dtype() != o.kv_dtype ||
-      kv_.block_size() != o.block_size) {
+  if (kv_.num_blocks() != so.num_blocks || kv_.dtype() != o.kv_dtype || kv_.block_size() != o.block_size) {
     RETURN_IF_ERROR(kv_.Allocate(mem_, d.L, d.KD, o.block_size, so.num_blocks, o.kv_dtype));
   }
   const int R = o.max_batch_tokens;
@@ -190,15 +178,14 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
     // Sampling: stream of each sequence, token index = tokens generated.
     for (int i = 0; i < n_out; ++i) {
       const int s = step.samples[i].seq;
-      u_[i] = o.sampling.greedy ? 0.0
-                                : StreamUniform(o.sampling.seed, requests[s].stream,
-                                                static_cast<uint64_t>(sched.generated(s)));
+      u_[i] = o.sampling.greedy
+                  ? 0.0
+                  : StreamUniform(o.sampling.seed, requests[s].stream, static_cast<uint64_t>(sched.generated(s)));
     }
     if (device_sampling) {
       u_d_.Upload(u_.data(), n_out);
-      ops_->sample_logits(forward_.logits(), n_out, vocab_,
-                          o.sampling.greedy ? 0.f : o.sampling.temperature, u_d_.data(),
-                          pick_id_d_.data(), pick_lp_d_.data(), pick_lp_d_.data() + n_out);
+      ops_->sample_logits(forward_.logits(), n_out, vocab_, o.sampling.greedy ? 0.f : o.sampling.temperature,
+                          u_d_.data(), pick_id_d_.data(), pick_lp_d_.data(), pick_lp_d_.data() + n_out);
       pick_id_d_.Download(pick_id_.data(), n_out);
       pick_lp_d_.Download(pick_lp_.data(), 2 * static_cast<size_t>(n_out));
     } else {
@@ -206,8 +193,8 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
       mem_->CopyToHost(logits_.data(), forward_.logits(), logits_.size() * sizeof(float));
       for (int i = 0; i < n_out; ++i) {
         const int s = step.samples[i].seq;
-        const Pick p = host_sampler_.Sample(logits_.data() + static_cast<size_t>(i) * vocab_,
-                                            vocab_, o.sampling, u_[i], sched.tokens(s));
+        const Pick p = host_sampler_.Sample(logits_.data() + static_cast<size_t>(i) * vocab_, vocab_, o.sampling, u_[i],
+                                            sched.tokens(s));
         pick_id_[i] = p.token;
         pick_lp_[i] = p.logprob;
         pick_lp_[n_out + i] = p.raw_logprob;

@@ -80,11 +80,9 @@ struct RolloutResult {
 
 class RolloutEngine {
  public:
-  RolloutEngine(const model::ModelConfig& config, kernels::Ops* ops,
-                kernels::DeviceMemory* memory = nullptr);
+  RolloutEngine(const model::ModelConfig& config, kernels::Ops* ops, kernels::DeviceMemory* memory = nullptr);
 
-  absl::StatusOr<RolloutResult> Generate(const std::vector<RolloutRequest>& requests,
-                                         const RolloutOptions& options,
+  absl::StatusOr<RolloutResult> Generate(const std::vector<RolloutRequest>& requests, const RolloutOptions& options,
                                          model::ParamProvider& params);
   // Frees the KV cache and every scratch buffer.
   void Release();

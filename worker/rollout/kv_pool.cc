@@ -9,8 +9,8 @@ size_t KvPool::BlockBytes(int layers, int kv_dim, int block_size, kernels::KvDty
   return 2 * static_cast<size_t>(layers) * block_size * kv_dim * elem;
 }
 
-absl::Status KvPool::Allocate(kernels::DeviceMemory* mem, int layers, int kv_dim,
-                              int block_size, int num_blocks, kernels::KvDtype dtype) {
+absl::Status KvPool::Allocate(kernels::DeviceMemory* mem, int layers, int kv_dim, int block_size, int num_blocks,
+                              kernels::KvDtype dtype) {
   Release();
   mem_ = mem;
   dtype_ = dtype;
@@ -29,10 +29,10 @@ absl::Status KvPool::Allocate(kernels::DeviceMemory* mem, int layers, int kv_dim
   }
   if (!ok) {
     Release();
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "rollout: cannot allocate a KV cache of ", num_blocks, " blocks (",
-        BlockBytes(layers, kv_dim, block_size, dtype) * num_blocks, " bytes) in ", mem->name(),
-        " memory; lower rollout.kv_cache_bytes"));
+    return absl::ResourceExhaustedError(absl::StrCat("rollout: cannot allocate a KV cache of ", num_blocks, " blocks (",
+                                                     BlockBytes(layers, kv_dim, block_size, dtype) * num_blocks,
+                                                     " bytes) in ", mem->name(),
+                                                     " memory; lower rollout.kv_cache_bytes"));
   }
   num_blocks_ = num_blocks;
   return absl::OkStatus();

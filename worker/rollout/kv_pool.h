@@ -26,8 +26,8 @@ class KvPool {
 
   // Allocates num_blocks blocks per layer. ResourceExhausted when the
   // memory cannot hold them.
-  absl::Status Allocate(kernels::DeviceMemory* mem, int layers, int kv_dim, int block_size,
-                        int num_blocks, kernels::KvDtype dtype);
+  absl::Status Allocate(kernels::DeviceMemory* mem, int layers, int kv_dim, int block_size, int num_blocks,
+                        kernels::KvDtype dtype);
   void Release();
 
   int num_blocks() const { return num_blocks_; }

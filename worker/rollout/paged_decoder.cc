@@ -8,8 +8,7 @@
 
 namespace tandem::rollout {
 
-PagedDecoder::PagedDecoder(const model::ModelConfig& config, kernels::Ops* ops,
-                           kernels::DeviceMemory* memory)
+PagedDecoder::PagedDecoder(const model::ModelConfig& config, kernels::Ops* ops, kernels::DeviceMemory* memory)
     : decoder_(config, ops, memory), ops_(ops) {}
 
 absl::Status PagedDecoder::Reserve(int rows, int outs, int positions) {
@@ -19,10 +18,18 @@ absl::Status PagedDecoder::Reserve(int rows, int outs, int positions) {
   if (rows > rows_cap_) {
     const size_t r = rows;
     const bool qk_norm = decoder_.config().HasQkNorm();
-    const std::pair<kernels::DeviceArray<float>*, int> buffers[] = {
-        {&x_, d.C},   {&xn_, d.C},   {&q_, d.HD}, {&k_, d.KD},   {&v_, d.KD},
-        {&attn_, d.HD}, {&rstd_, d.H}, {&gate_, d.I}, {&up_, d.I}, {&h_, d.I},
-        {&qraw_, qk_norm ? d.HD : 0}, {&kraw_, qk_norm ? d.KD : 0}};
+    const std::pair<kernels::DeviceArray<float>*, int> buffers[] = {{&x_, d.C},
+                                                                    {&xn_, d.C},
+                                                                    {&q_, d.HD},
+                                                                    {&k_, d.KD},
+                                                                    {&v_, d.KD},
+                                                                    {&attn_, d.HD},
+                                                                    {&rstd_, d.H},
+                                                                    {&gate_, d.I},
+                                                                    {&up_, d.I},
+                                                                    {&h_, d.I},
+                                                                    {&qraw_, qk_norm ? d.HD : 0},
+                                                                    {&kraw_, qk_norm ? d.KD : 0}};
     bool ok = true;
     size_t bytes = 0;
     for (const auto& [a, width] : buffers) {
@@ -31,9 +38,8 @@ absl::Status PagedDecoder::Reserve(int rows, int outs, int positions) {
     }
     if (!ok) {
       Release();
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "rollout: cannot allocate ", bytes, " bytes of activations in ", mem->name(),
-          " memory; lower rollout.max_batch_tokens"));
+      return absl::ResourceExhaustedError(absl::StrCat("rollout: cannot allocate ", bytes, " bytes of activations in ",
+                                                       mem->name(), " memory; lower rollout.max_batch_tokens"));
     }
     rows_cap_ = rows;
   }
@@ -41,9 +47,8 @@ absl::Status PagedDecoder::Reserve(int rows, int outs, int positions) {
     if (!hn_.Allocate(mem, static_cast<size_t>(outs) * d.C) ||
         !logits_.Allocate(mem, static_cast<size_t>(outs) * d.V)) {
       Release();
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "rollout: cannot allocate logits for ", outs, " rows in ", mem->name(),
-          " memory; lower rollout.max_seqs"));
+      return absl::ResourceExhaustedError(absl::StrCat("rollout: cannot allocate logits for ", outs, " rows in ",
+                                                       mem->name(), " memory; lower rollout.max_seqs"));
     }
     out_cap_ = outs;
   }
@@ -55,8 +60,7 @@ absl::Status PagedDecoder::Reserve(int rows, int outs, int positions) {
 }
 
 void PagedDecoder::Release() {
-  for (auto* a : {&x_, &xn_, &q_, &qraw_, &k_, &kraw_, &v_, &attn_, &rstd_, &gate_, &up_,
-                  &h_, &hn_, &logits_}) {
+  for (auto* a : {&x_, &xn_, &q_, &qraw_, &k_, &kraw_, &v_, &attn_, &rstd_, &gate_, &up_, &h_, &hn_, &logits_}) {
     a->reset();
   }
   rows_cap_ = out_cap_ = 0;
@@ -65,8 +69,7 @@ void PagedDecoder::Release() {
 
 size_t PagedDecoder::scratch_bytes() const {
   size_t n = 0;
-  for (const auto* a : {&x_, &xn_, &q_, &qraw_, &k_, &kraw_, &v_, &attn_, &rstd_, &gate_, &up_,
-                        &h_, &hn_, &logits_}) {
+  for (const auto* a : {&x_, &xn_, &q_, &qraw_, &k_, &kraw_, &v_, &attn_, &rstd_, &gate_, &up_, &h_, &hn_, &logits_}) {
     n += a->bytes();
   }
   return n + decoder_.rope_bytes();
@@ -92,8 +95,7 @@ void PagedDecoder::Layer(const float* P, int l, KvPool& kv, const ForwardBatch& 
   ops_->rope_apply(k_.data(), b.positions, T, Hkv, D, decoder_.rope_cos(), decoder_.rope_sin(), false);
   const kernels::PagedKv pk = kv.Layer(l, b.block_tables, b.max_blocks);
   ops_->paged_kv_write(pk, KD, k_.data(), v_.data(), b.slots, T);
-  ops_->paged_attention(decoder_.Attention(l), pk, q_.data(), b.row_seq, b.positions, T,
-                        attn_.data());
+  ops_->paged_attention(decoder_.Attention(l), pk, q_.data(), b.row_seq, b.positions, T, attn_.data());
   ops_->matmul(false, true, T, C, HD, 1.f, attn_.data(), HD, P + o.o, HD, 1.f, x, C);
   ops_->rmsnorm_forward(x, P + o.post_norm, T, C, eps, xn_.data(), rstd_.data());
   ops_->matmul(false, true, T, I, C, 1.f, xn_.data(), C, P + o.gate, C, 0.f, gate_.data(), I);
@@ -126,8 +128,7 @@ absl::Status PagedDecoder::Forward(model::ParamProvider& pp, KvPool& kv, const F
     const float* P = pp.AcquireParams(fu);
     if (layout.tied()) pp.Prefetch(0);
     ops_->rmsnorm_forward(xn_.data(), P + layout.final_norm_offset(), b.num_out, d.C,
-                          static_cast<float>(decoder_.config().rms_norm_eps), hn_.data(),
-                          rstd_.data());
+                          static_cast<float>(decoder_.config().rms_norm_eps), hn_.data(), rstd_.data());
     pp.ReleaseParams(fu);
     decoder_.Logits(pp, hn_.data(), b.num_out, logits_.data());
   }

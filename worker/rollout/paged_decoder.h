@@ -16,12 +16,10 @@ namespace tandem::rollout {
 class PagedDecoder final : public BatchForward {
  public:
   // `ops` and `memory` must outlive the decoder (memory: the backend's).
-  PagedDecoder(const model::ModelConfig& config, kernels::Ops* ops,
-               kernels::DeviceMemory* memory);
+  PagedDecoder(const model::ModelConfig& config, kernels::Ops* ops, kernels::DeviceMemory* memory);
 
   absl::Status Reserve(int rows, int outs, int positions) override;
-  absl::Status Forward(model::ParamProvider& params, KvPool& kv,
-                       const ForwardBatch& batch) override;
+  absl::Status Forward(model::ParamProvider& params, KvPool& kv, const ForwardBatch& batch) override;
   const float* logits() const override { return logits_.data(); }
   float* mutable_logits() override { return logits_.data(); }
   void Release() override;
@@ -36,8 +34,7 @@ class PagedDecoder final : public BatchForward {
   model::Decoder decoder_;
   kernels::Ops* ops_;
   int rows_cap_ = 0, out_cap_ = 0;
-  kernels::DeviceArray<float> x_, xn_, q_, qraw_, k_, kraw_, v_, attn_, rstd_, gate_, up_,
-      h_, hn_, logits_;
+  kernels::DeviceArray<float> x_, xn_, q_, qraw_, k_, kraw_, v_, attn_, rstd_, gate_, up_, h_, hn_, logits_;
 };
 
 }  // namespace tandem::rollout

@@ -42,13 +42,11 @@ bool DeviceSamplable(const SamplingParams& p, int vocab) {
 }
 
 double StreamUniform(uint64_t seed, uint64_t stream, uint64_t token_index) {
-  const uint64_t h = SplitMix64(SplitMix64(SplitMix64(seed) ^ stream) ^
-                                (token_index * 0xd1342543de82ef95ull + 1));
+  const uint64_t h = SplitMix64(SplitMix64(SplitMix64(seed) ^ stream) ^ (token_index * 0xd1342543de82ef95ull + 1));
   return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
 }
 
-Pick HostSampler::Sample(const float* logits, int v, const SamplingParams& o, double u,
-                         std::span<const int32_t> seen) {
+Pick HostSampler::Sample(const float* logits, int v, const SamplingParams& o, double u, std::span<const int32_t> seen) {
   // Raw log-softmax normaliser (temperature 1, no penalty).
   double mx = -INFINITY;
   for (int i = 0; i < v; ++i) mx = std::max(mx, static_cast<double>(logits[i]));
@@ -120,8 +118,7 @@ Pick HostSampler::Sample(const float* logits, int v, const SamplingParams& o, do
     }
   }
   const int32_t tok = idx_[chosen];
-  return {tok, static_cast<float>(std::log(prob_[chosen] / total)),
-          static_cast<float>(logits[tok] - lse)};
+  return {tok, static_cast<float>(std::log(prob_[chosen] / total)), static_cast<float>(logits[tok] - lse)};
 }
 
 }  // namespace tandem::rollout

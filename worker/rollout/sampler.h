@@ -28,11 +28,11 @@ namespace tandem::rollout {
 
 struct SamplingParams {
   bool greedy = false;
-  float temperature = 1.f;        // > 0 unless greedy
-  int top_k = 0;                  // 0 = off
-  float top_p = 1.f;              // (0, 1]; 1 = off
-  float min_p = 0.f;              // [0, 1); 0 = off
-  float repetition_penalty = 1.f; // > 0; 1 = off
+  float temperature = 1.f;         // > 0 unless greedy
+  int top_k = 0;                   // 0 = off
+  float top_p = 1.f;               // (0, 1]; 1 = off
+  float min_p = 0.f;               // [0, 1); 0 = off
+  float repetition_penalty = 1.f;  // > 0; 1 = off
   uint64_t seed = 0;
 };
 
@@ -54,8 +54,7 @@ struct Pick {
 // reused across calls (grown once to the vocabulary).
 class HostSampler {
  public:
-  Pick Sample(const float* logits, int v, const SamplingParams& p, double u,
-              std::span<const int32_t> seen);
+  Pick Sample(const float* logits, int v, const SamplingParams& p, double u, std::span<const int32_t> seen);
 
  private:
   std::vector<float> work_;

@@ -8,8 +8,7 @@
 
 namespace tandem::rollout {
 
-Scheduler::Scheduler(const SchedulerOptions& options)
-    : opt_(options), blocks_(options.num_blocks, options.block_size) {
+Scheduler::Scheduler(const SchedulerOptions& options) : opt_(options), blocks_(options.num_blocks, options.block_size) {
   TANDEM_CHECK(opt_.max_batch_tokens > 0 && opt_.max_seqs > 0);
 }
 
@@ -18,10 +17,9 @@ absl::StatusOr<int> Scheduler::Add(std::vector<int32_t> prompt, int group, int m
   const int64_t positions = static_cast<int64_t>(prompt.size()) + std::max(max_new_tokens, 0);
   const int64_t need = (positions + opt_.block_size - 1) / opt_.block_size;
   if (need > opt_.num_blocks) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rollout: a sequence of ", positions, " positions needs ", need,
-        " KV cache blocks but the cache holds ", opt_.num_blocks,
-        "; raise rollout.kv_cache_bytes (or lower rl.max_new_tokens)"));
+    return absl::InvalidArgumentError(absl::StrCat("rollout: a sequence of ", positions, " positions needs ", need,
+                                                   " KV cache blocks but the cache holds ", opt_.num_blocks,
+                                                   "; raise rollout.kv_cache_bytes (or lower rl.max_new_tokens)"));
   }
   max_blocks_ = std::max<int>(max_blocks_, static_cast<int>(need));
   max_positions_ = std::max<int>(max_positions_, static_cast<int>(positions));
@@ -63,8 +61,8 @@ bool Scheduler::Reserve(int s, int from, int to, Step* step) {
     // The newest running sequence not in this step's plan (and not s).
     int victim = -1;
     for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-      const bool planned = std::any_of(step->chunks.begin(), step->chunks.end(),
-                                       [&](const Chunk& c) { return c.seq == *it; });
+      const bool planned =
+          std::any_of(step->chunks.begin(), step->chunks.end(), [&](const Chunk& c) { return c.seq == *it; });
       if (*it != s && !planned) {
         victim = *it;
         break;
@@ -114,13 +112,9 @@ bool Scheduler::Schedule(Step* step) {
         int fits = 0;
         if (remaining > 1) {
           const int first = q.computed / opt_.block_size;
-          const int cow = first < static_cast<int>(q.table.size()) &&
-                                  blocks_.ref_count(q.table[first]) > 1
-                              ? 1
-                              : 0;
-          fits = std::min(n, (static_cast<int>(q.table.size()) + blocks_.free_blocks() - cow) *
-                                     opt_.block_size -
-                                 q.computed);
+          const int cow = first < static_cast<int>(q.table.size()) && blocks_.ref_count(q.table[first]) > 1 ? 1 : 0;
+          fits = std::min(
+              n, (static_cast<int>(q.table.size()) + blocks_.free_blocks() - cow) * opt_.block_size - q.computed);
         }
         if (fits > 0 && blocks_.Prepare(q.table, q.computed, q.computed + fits, &step->copies)) {
           n = fits;

@@ -102,9 +102,7 @@ class Scheduler {
 
   std::span<const int32_t> tokens(int seq) const { return seqs_[seq].tokens; }
   int prompt_len(int seq) const { return seqs_[seq].prompt_len; }
-  int generated(int seq) const {
-    return static_cast<int>(seqs_[seq].tokens.size()) - seqs_[seq].prompt_len;
-  }
+  int generated(int seq) const { return static_cast<int>(seqs_[seq].tokens.size()) - seqs_[seq].prompt_len; }
   const BlockTable& table(int seq) const { return seqs_[seq].table; }
   int max_blocks_per_seq() const { return max_blocks_; }
   int max_positions() const { return max_positions_; }
@@ -118,8 +116,8 @@ class Scheduler {
     std::vector<int32_t> tokens;  // prompt ++ generated
     int prompt_len = 0;
     int group = -1;
-    int computed = 0;   // positions whose k/v are cached
-    int high_water = 0; // positions ever computed (recompute accounting)
+    int computed = 0;    // positions whose k/v are cached
+    int high_water = 0;  // positions ever computed (recompute accounting)
     State state = State::kWaiting;
     BlockTable table;
     std::vector<int> followers;  // attached sequences (leader only)

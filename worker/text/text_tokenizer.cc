@@ -34,9 +34,7 @@ class CharText final : public Tokenizer {
     return tok_.EncodeOrError(text);
   }
   std::string Decode(std::span<const int32_t> ids, bool) const override { return tok_.Decode(ids); }
-  std::unique_ptr<StreamDecoder> NewStreamDecoder(bool) const override {
-    return std::make_unique<CharStream>(tok_);
-  }
+  std::unique_ptr<StreamDecoder> NewStreamDecoder(bool) const override { return std::make_unique<CharStream>(tok_); }
   std::optional<int32_t> bos() const override { return tok_.bos(); }
   std::optional<int32_t> eos() const override { return tok_.eos(); }
   std::optional<int32_t> pad() const override { return tok_.pad(); }
@@ -62,8 +60,7 @@ class HfText final : public Tokenizer {
   HfText(tokenizer::HfTokenizer tok, std::string dir) : tok_(std::move(tok)), dir_(std::move(dir)) {}
 
   std::string_view kind() const override { return "hf"; }
-  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
-                                              bool add_special_tokens) const override {
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_special_tokens) const override {
     return tok_.Encode(text, add_special_tokens);
   }
   std::string Decode(std::span<const int32_t> ids, bool skip_special_tokens) const override {
@@ -94,8 +91,7 @@ class HfText final : public Tokenizer {
     }
     auto parsed = chat_template::ChatTemplate::Parse(t->source);
     if (!parsed.ok()) {
-      return absl::Status(parsed.status().code(),
-                          absl::StrCat(dir_, ": chat template: ", parsed.status().message()));
+      return absl::Status(parsed.status().code(), absl::StrCat(dir_, ": chat template: ", parsed.status().message()));
     }
     chat_.emplace(std::move(*parsed));
     special_tokens_ = t->special_tokens;
@@ -113,8 +109,7 @@ class HfText final : public Tokenizer {
 }  // namespace
 
 absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(const nlohmann::ordered_json&, bool) const {
-  return absl::FailedPreconditionError(
-      absl::StrCat("the ", std::string(kind()), " tokenizer has no chat template"));
+  return absl::FailedPreconditionError(absl::StrCat("the ", std::string(kind()), " tokenizer has no chat template"));
 }
 
 std::shared_ptr<const Tokenizer> MakeCharTokenizer() { return std::make_shared<CharText>(); }

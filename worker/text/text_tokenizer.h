@@ -42,8 +42,7 @@ class Tokenizer {
   // Ids of `text`. add_special_tokens: what the tokenizer's post-processor
   // adds (Llama's bos); the char tokenizer adds nothing. The char tokenizer
   // fails on a character it cannot encode, naming it.
-  virtual absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
-                                                      bool add_special_tokens) const = 0;
+  virtual absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_special_tokens) const = 0;
   // Text of `ids`; special tokens are left out when skip_special_tokens.
   virtual std::string Decode(std::span<const int32_t> ids, bool skip_special_tokens) const = 0;
   virtual std::unique_ptr<StreamDecoder> NewStreamDecoder(bool skip_special_tokens) const = 0;
@@ -88,9 +87,8 @@ absl::StatusOr<std::vector<int32_t>> GenerationConfigEosIds(const std::string& d
 
 // The files a Hugging Face tokenizer directory may hold, in the order they
 // are copied.
-inline constexpr const char* kTokenizerFiles[] = {
-    "tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
-    "chat_template.json", "special_tokens_map.json"};
+inline constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+                                                  "chat_template.json", "special_tokens_map.json"};
 
 // Copies the tokenizer files of `from` that exist into `to` (creating it).
 absl::Status CopyTokenizerFiles(const std::string& from, const std::string& to);

@@ -22,28 +22,23 @@ struct MergeLess {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& j,
-                                                            const std::string& path) {
+absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& j, const std::string& path) {
   RETURN_IF_ERROR(CheckFields(j, path,
-                                  {"type", "dropout", "unk_token", "continuing_subword_prefix",
-                                   "end_of_word_suffix", "fuse_unk", "byte_fallback",
-                                   "ignore_merges", "vocab", "merges"}));
+                              {"type", "dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix",
+                               "fuse_unk", "byte_fallback", "ignore_merges", "vocab", "merges"}));
   std::unique_ptr<BpeModel> m(new BpeModel());
   if (const Json* d = FindField(j, "dropout"); d != nullptr && !d->is_null()) {
     if (!d->is_number()) return JsonTypeError(JsonPath(path, "dropout"), "a number or null", *d);
     if (d->get<double>() != 0.0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(JsonPath(path, "dropout"), " ", d->dump(),
-                       " is not supported (only null or 0: encoding is deterministic)"));
+      return absl::InvalidArgumentError(absl::StrCat(JsonPath(path, "dropout"), " ", d->dump(),
+                                                     " is not supported (only null or 0: encoding is deterministic)"));
     }
   }
   ASSIGN_OR_RETURN(m->fuse_unk_, ReadBool(j, path, "fuse_unk", false));
   ASSIGN_OR_RETURN(m->byte_fallback_, ReadBool(j, path, "byte_fallback", false));
   ASSIGN_OR_RETURN(m->ignore_merges_, ReadBool(j, path, "ignore_merges", false));
-  ASSIGN_OR_RETURN(std::optional<std::string> prefix,
-                       ReadOptionalString(j, path, "continuing_subword_prefix"));
-  ASSIGN_OR_RETURN(std::optional<std::string> suffix,
-                       ReadOptionalString(j, path, "end_of_word_suffix"));
+  ASSIGN_OR_RETURN(std::optional<std::string> prefix, ReadOptionalString(j, path, "continuing_subword_prefix"));
+  ASSIGN_OR_RETURN(std::optional<std::string> suffix, ReadOptionalString(j, path, "end_of_word_suffix"));
   m->continuing_subword_prefix_ = prefix.value_or("");
   m->end_of_word_suffix_ = suffix.value_or("");
 
@@ -60,17 +55,17 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& j,
     max_id = std::max(max_id, id);
   }
   if (max_id + 1 - static_cast<int64_t>(vocab->size()) > kMaxUnusedIds) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(vocab_path, ": ids go up to ", max_id, " but there are only ", vocab->size(),
-                     " tokens (at most ", kMaxUnusedIds, " unused ids are accepted)"));
+    return absl::InvalidArgumentError(absl::StrCat(vocab_path, ": ids go up to ", max_id, " but there are only ",
+                                                   vocab->size(), " tokens (at most ", kMaxUnusedIds,
+                                                   " unused ids are accepted)"));
   }
   m->id_to_token_.resize(static_cast<size_t>(max_id + 1));
   for (auto it = vocab->begin(); it != vocab->end(); ++it) {
     const auto id = static_cast<size_t>(it.value().get<int64_t>());
     std::string& slot = m->id_to_token_[id];
     if (!slot.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(vocab_path, ": ", Quote(slot), " and ",
-                                                     Quote(it.key()), " both have id ", id));
+      return absl::InvalidArgumentError(
+          absl::StrCat(vocab_path, ": ", Quote(slot), " and ", Quote(it.key()), " both have id ", id));
     }
     slot = it.key();
   }
@@ -130,18 +125,17 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& j,
     const auto a_id = m->TokenToId(a);
     const auto b_id = m->TokenToId(b);
     if (!a_id || !b_id) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(entry, ": ", Quote(a_id ? b : a), " is not in ", vocab_path));
+      return absl::InvalidArgumentError(absl::StrCat(entry, ": ", Quote(a_id ? b : a), " is not in ", vocab_path));
     }
     if (b.size() < prefix_len) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          entry, ": ", Quote(b), " is shorter than continuing_subword_prefix"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(entry, ": ", Quote(b), " is shorter than continuing_subword_prefix"));
     }
     const std::string merged = a + b.substr(prefix_len);
     const auto new_id = m->TokenToId(merged);
     if (!new_id) {
-      return absl::InvalidArgumentError(absl::StrCat(entry, ": the merged token ", Quote(merged),
-                                                     " is not in ", vocab_path));
+      return absl::InvalidArgumentError(
+          absl::StrCat(entry, ": the merged token ", Quote(merged), " is not in ", vocab_path));
     }
     // A repeated pair takes its last rank, as in Hugging Face tokenizers.
     m->merges_[PairKey(*a_id, *b_id)] = MergeInfo{rank, *new_id};

@@ -29,8 +29,7 @@ inline constexpr int64_t kMaxTokenId = (1 << 24) - 1;
 
 class BpeModel {
  public:
-  static absl::StatusOr<std::unique_ptr<BpeModel>> FromJson(const Json& j,
-                                                            const std::string& path);
+  static absl::StatusOr<std::unique_ptr<BpeModel>> FromJson(const Json& j, const std::string& path);
 
   // Appends the ids of one pre-tokenized word to *ids.
   void Encode(std::string_view word, std::vector<int32_t>* ids) const;
@@ -73,7 +72,7 @@ class BpeModel {
   void InitialSymbols(std::string_view word, Scratch* s) const;
   void MergeAll(Scratch* s) const;
 
-  std::vector<std::string> id_to_token_;  // "" where no token has the id
+  std::vector<std::string> id_to_token_;                  // "" where no token has the id
   absl::flat_hash_map<std::string_view, int32_t> vocab_;  // views into id_to_token_
   absl::flat_hash_map<uint64_t, MergeInfo> merges_;
   int32_t ascii_ids_[128];  // single-byte characters, -1 when absent

@@ -57,8 +57,6 @@ void AppendByteLevel(std::string_view bytes, std::string* out) {
   out->resize(static_cast<size_t>(p - out->data()));
 }
 
-int ByteLevelByte(uint32_t cp) {
-  return cp < 0x144 ? T().cp_to_byte[cp] : -1;
-}
+int ByteLevelByte(uint32_t cp) { return cp < 0x144 ? T().cp_to_byte[cp] : -1; }
 
 }  // namespace tandem::tokenizer

@@ -61,8 +61,7 @@ absl::Status Decoder::Append(const Json& j, const std::string& path, std::vector
   }
   if (type == "ByteLevel") {
     // The pre-tokenizer's options; they do not change decoding.
-    RETURN_IF_ERROR(
-        CheckFields(j, path, {"type", "add_prefix_space", "trim_offsets", "use_regex"}));
+    RETURN_IF_ERROR(CheckFields(j, path, {"type", "add_prefix_space", "trim_offsets", "use_regex"}));
     for (const char* key : {"add_prefix_space", "trim_offsets", "use_regex"}) {
       RETURN_IF_ERROR(ReadBool(j, path, key, false).status());
     }
@@ -97,18 +96,16 @@ absl::Status Decoder::Append(const Json& j, const std::string& path, std::vector
     return absl::OkStatus();
   }
   if (type == "Metaspace") {
-    RETURN_IF_ERROR(CheckFields(
-        j, path, {"type", "replacement", "prepend_scheme", "split", "add_prefix_space", "str_rep"}));
+    RETURN_IF_ERROR(
+        CheckFields(j, path, {"type", "replacement", "prepend_scheme", "split", "add_prefix_space", "str_rep"}));
     Step s{Kind::kMetaspace};
     ASSIGN_OR_RETURN(s.text, ReadChar(j, path, "replacement", "\u2581"));
-    ASSIGN_OR_RETURN(const std::optional<std::string> scheme,
-                         ReadOptionalString(j, path, "prepend_scheme"));
+    ASSIGN_OR_RETURN(const std::optional<std::string> scheme, ReadOptionalString(j, path, "prepend_scheme"));
     ASSIGN_OR_RETURN(const bool add_prefix_space, ReadBool(j, path, "add_prefix_space", true));
     RETURN_IF_ERROR(ReadBool(j, path, "split", true).status());
     if (scheme.has_value() && *scheme != "always" && *scheme != "first" && *scheme != "never") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          JsonPath(path, "prepend_scheme"), " \"", *scheme,
-          "\" is not supported (supported: always, first, never)"));
+      return absl::InvalidArgumentError(absl::StrCat(JsonPath(path, "prepend_scheme"), " \"", *scheme,
+                                                     "\" is not supported (supported: always, first, never)"));
     }
     s.strip_first = scheme.has_value() ? *scheme != "never" : add_prefix_space;
     steps->push_back(std::move(s));

@@ -32,9 +32,9 @@ class Decoder {
   struct Step {
     Kind kind;
     std::shared_ptr<const Pattern> pattern = nullptr;  // Replace
-    std::string text = "";  // Replace: content; Strip: the character; Metaspace: replacement
-    size_t start = 0, stop = 0;  // Strip
-    bool strip_first = true;     // Metaspace: prepend_scheme is not "never"
+    std::string text = "";                             // Replace: content; Strip: the character; Metaspace: replacement
+    size_t start = 0, stop = 0;                        // Strip
+    bool strip_first = true;                           // Metaspace: prepend_scheme is not "never"
   };
   static absl::Status Append(const Json& j, const std::string& path, std::vector<Step>* steps);
   static void Apply(const Step& step, std::vector<std::string>* tokens);

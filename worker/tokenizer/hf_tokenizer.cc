@@ -108,8 +108,7 @@ const Json& FieldOrNull(const Json& j, std::string_view key) {
 }
 
 // A token named in tokenizer_config.json: "text" or {"content": "text", ...}.
-absl::StatusOr<std::optional<std::string>> ConfigTokenText(const Json& v,
-                                                           const std::string& path) {
+absl::StatusOr<std::optional<std::string>> ConfigTokenText(const Json& v, const std::string& path) {
   if (v.is_null()) return std::optional<std::string>();
   if (v.is_string()) return std::optional<std::string>(v.get<std::string>());
   if (v.is_object()) {
@@ -139,8 +138,8 @@ void ReplaceAllLiteral(std::string_view from, std::string_view to, std::string* 
 std::string CleanUpTokenizationSpaces(std::string_view text) {
   std::string s(text);
   static constexpr std::pair<std::string_view, std::string_view> kRules[] = {
-      {" .", "."},     {" ?", "?"},     {" !", "!"},     {" ,", ","},     {" ' ", "'"},
-      {" n't", "n't"}, {" 'm", "'m"},   {" 's", "'s"},   {" 've", "'ve"}, {" 're", "'re"}};
+      {" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},     {" ' ", "'"},
+      {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
   for (const auto& [from, to] : kRules) ReplaceAllLiteral(from, to, &s);
   return s;
 }
@@ -172,8 +171,7 @@ struct HfTokenizer::Impl {
   absl::Status ReadAddedTokens(const Json& tj);
   absl::Status ReadConfig(const Json& cj);
   std::optional<int32_t> Lookup(std::string_view token) const {
-    if (auto it = added_by_content.find(absl::string_view(token.data(), token.size()));
-        it != added_by_content.end()) {
+    if (auto it = added_by_content.find(absl::string_view(token.data(), token.size())); it != added_by_content.end()) {
       return added[static_cast<size_t>(it->second)].id;
     }
     return model->TokenToId(token);
@@ -185,16 +183,16 @@ struct HfTokenizer::Impl {
 
 absl::Status HfTokenizer::Impl::Build(const Json& tj) {
   RETURN_IF_ERROR(CheckFields(tj, "",
-                                  {"version", "truncation", "padding", "added_tokens", "normalizer",
-                                   "pre_tokenizer", "model", "post_processor", "decoder"}));
+                              {"version", "truncation", "padding", "added_tokens", "normalizer", "pre_tokenizer",
+                               "model", "post_processor", "decoder"}));
   if (const Json* v = FindField(tj, "version"); v != nullptr && !v->is_string()) {
     return JsonTypeError("version", "a string", *v);
   }
   for (const char* key : {"truncation", "padding"}) {
     if (!FieldOrNull(tj, key).is_null()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(key, " is set: it is not supported (Encode never truncates or pads; "
-                            "set it to null)"));
+      return absl::InvalidArgumentError(absl::StrCat(key,
+                                                     " is set: it is not supported (Encode never truncates or pads; "
+                                                     "set it to null)"));
     }
   }
   const Json* model_json = FindField(tj, "model");
@@ -203,8 +201,7 @@ absl::Status HfTokenizer::Impl::Build(const Json& tj) {
   if (model_type != "BPE") return UnsupportedType("model", model_type, "BPE");
   ASSIGN_OR_RETURN(model, BpeModel::FromJson(*model_json, "model"));
   ASSIGN_OR_RETURN(normalizer, Normalizer::FromJson(FieldOrNull(tj, "normalizer"), "normalizer"));
-  ASSIGN_OR_RETURN(pre_tokenizer,
-                       PreTokenizer::FromJson(FieldOrNull(tj, "pre_tokenizer"), "pre_tokenizer"));
+  ASSIGN_OR_RETURN(pre_tokenizer, PreTokenizer::FromJson(FieldOrNull(tj, "pre_tokenizer"), "pre_tokenizer"));
   ASSIGN_OR_RETURN(decoder, Decoder::FromJson(FieldOrNull(tj, "decoder"), "decoder"));
   RETURN_IF_ERROR(ReadAddedTokens(tj));
 
@@ -216,9 +213,9 @@ absl::Status HfTokenizer::Impl::Build(const Json& tj) {
     if (model->IdToToken(t.id) == nullptr) ++used;
   }
   if (limit - used > kMaxUnusedIds) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "added_tokens: ids go up to ", limit - 1, " but there are only ", used,
-        " tokens (at most ", kMaxUnusedIds, " unused ids are accepted)"));
+    return absl::InvalidArgumentError(absl::StrCat("added_tokens: ids go up to ", limit - 1, " but there are only ",
+                                                   used, " tokens (at most ", kMaxUnusedIds,
+                                                   " unused ids are accepted)"));
   }
   id_table.assign(static_cast<size_t>(limit), nullptr);
   special.assign(static_cast<size_t>(limit), false);
@@ -230,14 +227,13 @@ absl::Status HfTokenizer::Impl::Build(const Json& tj) {
   }
   for (size_t id = 0; id < id_table.size(); ++id) {
     const std::string* t = id_table[id];
-    byte_token[id] = t != nullptr && t->size() == 6 && t->compare(0, 3, "<0x") == 0 &&
-                     (*t)[5] == '>' && std::isxdigit(static_cast<unsigned char>((*t)[3])) &&
+    byte_token[id] = t != nullptr && t->size() == 6 && t->compare(0, 3, "<0x") == 0 && (*t)[5] == '>' &&
+                     std::isxdigit(static_cast<unsigned char>((*t)[3])) &&
                      std::isxdigit(static_cast<unsigned char>((*t)[4]));
   }
 
   auto known = [this](int32_t id) { return Known(id); };
-  ASSIGN_OR_RETURN(post_processor, PostProcessor::FromJson(FieldOrNull(tj, "post_processor"),
-                                                               "post_processor", known));
+  ASSIGN_OR_RETURN(post_processor, PostProcessor::FromJson(FieldOrNull(tj, "post_processor"), "post_processor", known));
   return absl::OkStatus();
 }
 
@@ -250,8 +246,8 @@ absl::Status HfTokenizer::Impl::ReadAddedTokens(const Json& tj) {
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string path = JsonPath("added_tokens", i);
     const Json& e = list[i];
-    RETURN_IF_ERROR(CheckFields(
-        e, path, {"id", "content", "single_word", "lstrip", "rstrip", "normalized", "special"}));
+    RETURN_IF_ERROR(
+        CheckFields(e, path, {"id", "content", "single_word", "lstrip", "rstrip", "normalized", "special"}));
     AddedToken t;
     const Json* id = FindField(e, "id");
     if (id == nullptr) return absl::InvalidArgumentError(JsonPath(path, "id") + " is missing");
@@ -261,30 +257,26 @@ absl::Status HfTokenizer::Impl::ReadAddedTokens(const Json& tj) {
     if (t.content.empty()) return absl::InvalidArgumentError(JsonPath(path, "content") + " is empty");
     ASSIGN_OR_RETURN(const bool single_word, ReadBool(e, path, "single_word", false));
     if (single_word) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(JsonPath(path, "single_word"), " true is not supported"));
+      return absl::InvalidArgumentError(absl::StrCat(JsonPath(path, "single_word"), " true is not supported"));
     }
     ASSIGN_OR_RETURN(t.lstrip, ReadBool(e, path, "lstrip", false));
     ASSIGN_OR_RETURN(t.rstrip, ReadBool(e, path, "rstrip", false));
     ASSIGN_OR_RETURN(t.special, ReadBool(e, path, "special", false));
     ASSIGN_OR_RETURN(t.normalized, ReadBool(e, path, "normalized", !t.special));
     if (auto prev = by_id.find(t.id); prev != by_id.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": id ", t.id, " is already ",
-                                                     Quote(added[prev->second].content)));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": id ", t.id, " is already ", Quote(added[prev->second].content)));
     }
     if (added_by_content.contains(t.content)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": ", Quote(t.content), " is listed twice"));
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", Quote(t.content), " is listed twice"));
     }
     if (auto model_id = model->TokenToId(t.content); model_id && *model_id != t.id) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": ", Quote(t.content), " has id ",
-                                                     *model_id, " in model.vocab, not ", t.id));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": ", Quote(t.content), " has id ", *model_id, " in model.vocab, not ", t.id));
     }
-    if (const std::string* model_text = model->IdToToken(t.id);
-        model_text != nullptr && *model_text != t.content) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": id ", t.id, " is ",
-                                                     Quote(*model_text), " in model.vocab, not ",
-                                                     Quote(t.content)));
+    if (const std::string* model_text = model->IdToToken(t.id); model_text != nullptr && *model_text != t.content) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": id ", t.id, " is ", Quote(*model_text), " in model.vocab, not ", Quote(t.content)));
     }
     by_id.emplace(t.id, added.size());
     added_by_content.emplace(t.content, static_cast<int>(added.size()));
@@ -296,13 +288,11 @@ absl::Status HfTokenizer::Impl::ReadAddedTokens(const Json& tj) {
 absl::Status HfTokenizer::Impl::ReadConfig(const Json& cj) {
   if (!cj.is_object()) return JsonTypeError("(top level)", "an object", cj);
   auto resolve = [this, &cj](const char* key, std::optional<int32_t>* out) -> absl::Status {
-    ASSIGN_OR_RETURN(const std::optional<std::string> text,
-                         ConfigTokenText(FieldOrNull(cj, key), key));
+    ASSIGN_OR_RETURN(const std::optional<std::string> text, ConfigTokenText(FieldOrNull(cj, key), key));
     if (!text) return absl::OkStatus();
     *out = Lookup(*text);
     if (!*out) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(key, " ", Quote(*text), " is not a token of tokenizer.json"));
+      return absl::InvalidArgumentError(absl::StrCat(key, " ", Quote(*text), " is not a token of tokenizer.json"));
     }
     return absl::OkStatus();
   };
@@ -320,8 +310,7 @@ absl::Status HfTokenizer::Impl::ReadConfig(const Json& cj) {
       if (!text) continue;
       const std::optional<int32_t> id = Lookup(*text);
       if (!id) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(path, " ", Quote(*text), " is not a token of tokenizer.json"));
+        return absl::InvalidArgumentError(absl::StrCat(path, " ", Quote(*text), " is not a token of tokenizer.json"));
       }
       special[static_cast<size_t>(*id)] = true;
     }
@@ -345,10 +334,9 @@ absl::Status HfTokenizer::Impl::ReadConfig(const Json& cj) {
       ASSIGN_OR_RETURN(const std::optional<std::string> text, ConfigTokenText(it.value(), path));
       if (!text) continue;
       if (!Known(static_cast<int32_t>(id)) || *id_table[static_cast<size_t>(id)] != *text) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            path, ": ", Quote(*text), " does not match tokenizer.json (id ", id, " is ",
-            Known(static_cast<int32_t>(id)) ? Quote(*id_table[static_cast<size_t>(id)]) : "unused",
-            ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": ", Quote(*text), " does not match tokenizer.json (id ", id, " is ",
+                         Known(static_cast<int32_t>(id)) ? Quote(*id_table[static_cast<size_t>(id)]) : "unused", ")"));
       }
     }
   }
@@ -404,8 +392,7 @@ HfTokenizer::HfTokenizer(HfTokenizer&&) noexcept = default;
 HfTokenizer& HfTokenizer::operator=(HfTokenizer&&) noexcept = default;
 HfTokenizer::~HfTokenizer() = default;
 
-absl::StatusOr<HfTokenizer> HfTokenizer::FromJson(std::string_view tokenizer_json,
-                                                  std::string_view config_json) {
+absl::StatusOr<HfTokenizer> HfTokenizer::FromJson(std::string_view tokenizer_json, std::string_view config_json) {
   auto tj = ParseJson(tokenizer_json);
   if (!tj.ok()) return Annotate(tj.status(), "tokenizer.json: ");
   Json cj = Json::object();
@@ -454,19 +441,15 @@ std::vector<int32_t> HfTokenizer::Encode(std::string_view text, bool add_special
   thread_local PreTokenizer::Scratch pre_scratch;
   thread_local std::string normalized_buffer;
   auto emit_word = [&](std::string_view word) { m.model->Encode(word, &ids); };
-  auto emit_token = [&](int index, size_t, size_t) {
-    ids.push_back(m.added[static_cast<size_t>(index)].id);
-  };
+  auto emit_token = [&](int index, size_t, size_t) { ids.push_back(m.added[static_cast<size_t>(index)].id); };
   auto encode_section = [&](size_t start, size_t end) {
     const std::string_view section = text.substr(start, end - start);
-    const std::string_view norm =
-        m.normalizer.empty() ? section : m.normalizer.Normalize(section, &normalized_buffer);
+    const std::string_view norm = m.normalizer.empty() ? section : m.normalizer.Normalize(section, &normalized_buffer);
     if (norm.empty()) return;
     m.normalized_matcher.Split(
         norm, m.added,
         [&](size_t s, size_t e) {
-          m.pre_tokenizer.Run(norm.substr(s, e - s), start == 0 && s == 0, &pre_scratch,
-                              emit_word);
+          m.pre_tokenizer.Run(norm.substr(s, e - s), start == 0 && s == 0, &pre_scratch, emit_word);
         },
         emit_token);
   };
@@ -493,9 +476,7 @@ std::string HfTokenizer::Decode(std::span<const int32_t> ids, bool skip_special_
   return text;
 }
 
-std::optional<int32_t> HfTokenizer::TokenToId(std::string_view token) const {
-  return impl_->Lookup(token);
-}
+std::optional<int32_t> HfTokenizer::TokenToId(std::string_view token) const { return impl_->Lookup(token); }
 
 std::optional<std::string> HfTokenizer::IdToToken(int32_t id) const {
   if (!impl_->Known(id)) return std::nullopt;
@@ -504,9 +485,7 @@ std::optional<std::string> HfTokenizer::IdToToken(int32_t id) const {
 
 bool HfTokenizer::IsKnownId(int32_t id) const { return impl_->Known(id); }
 
-bool HfTokenizer::IsSpecial(int32_t id) const {
-  return impl_->Known(id) && impl_->special[static_cast<size_t>(id)];
-}
+bool HfTokenizer::IsSpecial(int32_t id) const { return impl_->Known(id) && impl_->special[static_cast<size_t>(id)]; }
 
 int32_t HfTokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_table.size()); }
 std::optional<int32_t> HfTokenizer::bos_id() const { return impl_->bos; }
@@ -514,9 +493,7 @@ std::optional<int32_t> HfTokenizer::eos_id() const { return impl_->eos; }
 std::optional<int32_t> HfTokenizer::pad_id() const { return impl_->pad; }
 std::optional<int32_t> HfTokenizer::unk_id() const { return impl_->unk; }
 const std::string& HfTokenizer::chat_template() const { return impl_->chat_template; }
-const std::map<std::string, std::string>& HfTokenizer::chat_templates() const {
-  return impl_->chat_templates;
-}
+const std::map<std::string, std::string>& HfTokenizer::chat_templates() const { return impl_->chat_templates; }
 bool HfTokenizer::clean_up_spaces() const { return impl_->clean_up; }
 bool HfTokenizer::decoder_has_byte_fallback() const { return impl_->decoder.has_byte_fallback(); }
 bool HfTokenizer::IsByteFallbackToken(int32_t id) const {

@@ -32,8 +32,7 @@ class HfTokenizer {
   // chat_template, as transformers does).
   static absl::StatusOr<HfTokenizer> LoadDir(const std::string& dir);
   // config_json may be empty (no tokenizer_config.json).
-  static absl::StatusOr<HfTokenizer> FromJson(std::string_view tokenizer_json,
-                                              std::string_view config_json = {});
+  static absl::StatusOr<HfTokenizer> FromJson(std::string_view tokenizer_json, std::string_view config_json = {});
 
   HfTokenizer(HfTokenizer&&) noexcept;
   HfTokenizer& operator=(HfTokenizer&&) noexcept;

@@ -19,9 +19,7 @@ std::string JsonPath(const std::string& parent, std::string_view key) {
   return parent + "." + std::string(key);
 }
 
-std::string JsonPath(const std::string& parent, size_t index) {
-  return absl::StrCat(parent, "[", index, "]");
-}
+std::string JsonPath(const std::string& parent, size_t index) { return absl::StrCat(parent, "[", index, "]"); }
 
 std::string JsonTypeName(const Json& j) {
   switch (j.type()) {
@@ -50,15 +48,13 @@ absl::Status JsonTypeError(const std::string& path, std::string_view expected, c
       absl::StrCat(path, ": expected ", std::string(expected), ", got ", JsonTypeName(got)));
 }
 
-absl::Status CheckFields(const Json& j, const std::string& path,
-                         std::initializer_list<std::string_view> known) {
+absl::Status CheckFields(const Json& j, const std::string& path, std::initializer_list<std::string_view> known) {
   if (!j.is_object()) return JsonTypeError(path.empty() ? "(top level)" : path, "an object", j);
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool ok = false;
     for (std::string_view k : known) ok = ok || it.key() == k;
     if (!ok) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(JsonPath(path, it.key()), " is not supported (unknown field)"));
+      return absl::InvalidArgumentError(absl::StrCat(JsonPath(path, it.key()), " is not supported (unknown field)"));
     }
   }
   return absl::OkStatus();
@@ -70,16 +66,14 @@ const Json* FindField(const Json& j, std::string_view key) {
   return it == j.end() ? nullptr : &*it;
 }
 
-absl::StatusOr<bool> ReadBool(const Json& j, const std::string& path, std::string_view key,
-                              bool fallback) {
+absl::StatusOr<bool> ReadBool(const Json& j, const std::string& path, std::string_view key, bool fallback) {
   const Json* v = FindField(j, key);
   if (v == nullptr) return fallback;
   if (!v->is_boolean()) return JsonTypeError(JsonPath(path, key), "a boolean", *v);
   return v->get<bool>();
 }
 
-absl::StatusOr<std::string> ReadString(const Json& j, const std::string& path,
-                                       std::string_view key) {
+absl::StatusOr<std::string> ReadString(const Json& j, const std::string& path, std::string_view key) {
   const Json* v = FindField(j, key);
   if (v == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(JsonPath(path, key), " is missing"));
@@ -88,8 +82,7 @@ absl::StatusOr<std::string> ReadString(const Json& j, const std::string& path,
   return v->get<std::string>();
 }
 
-absl::StatusOr<std::optional<std::string>> ReadOptionalString(const Json& j,
-                                                              const std::string& path,
+absl::StatusOr<std::optional<std::string>> ReadOptionalString(const Json& j, const std::string& path,
                                                               std::string_view key) {
   const Json* v = FindField(j, key);
   if (v == nullptr || v->is_null()) return std::optional<std::string>();
@@ -97,14 +90,12 @@ absl::StatusOr<std::optional<std::string>> ReadOptionalString(const Json& j,
   return std::optional<std::string>(v->get<std::string>());
 }
 
-absl::StatusOr<int64_t> ReadIntValue(const Json& j, const std::string& path, int64_t lo,
-                                     int64_t hi) {
+absl::StatusOr<int64_t> ReadIntValue(const Json& j, const std::string& path, int64_t lo, int64_t hi) {
   int64_t v;
   if (j.is_number_unsigned()) {
     const uint64_t u = j.get<uint64_t>();
     if (u > static_cast<uint64_t>(hi)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": ", u, " is out of range [", lo, ", ", hi, "]"));
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", u, " is out of range [", lo, ", ", hi, "]"));
     }
     v = static_cast<int64_t>(u);
   } else if (j.is_number_integer()) {
@@ -113,14 +104,13 @@ absl::StatusOr<int64_t> ReadIntValue(const Json& j, const std::string& path, int
     return JsonTypeError(path, "an integer", j);
   }
   if (v < lo || v > hi) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", v, " is out of range [", lo, ", ", hi, "]"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", v, " is out of range [", lo, ", ", hi, "]"));
   }
   return v;
 }
 
-absl::StatusOr<int64_t> ReadInt(const Json& j, const std::string& path, std::string_view key,
-                                int64_t fallback, int64_t lo, int64_t hi) {
+absl::StatusOr<int64_t> ReadInt(const Json& j, const std::string& path, std::string_view key, int64_t fallback,
+                                int64_t lo, int64_t hi) {
   const Json* v = FindField(j, key);
   if (v == nullptr) return fallback;
   return ReadIntValue(*v, JsonPath(path, key), lo, hi);
@@ -144,12 +134,9 @@ absl::StatusOr<std::string> ReadType(const Json& j, const std::string& path) {
   return ReadString(j, path, "type");
 }
 
-absl::Status UnsupportedType(const std::string& path, const std::string& type,
-                             std::string_view supported) {
+absl::Status UnsupportedType(const std::string& path, const std::string& type, std::string_view supported) {
   return absl::InvalidArgumentError(absl::StrCat(JsonPath(path, "type"), " \"", type,
-                                                 "\" is not supported (supported: ",
-                                                 std::string(supported),
-                                                 ")"));
+                                                 "\" is not supported (supported: ", std::string(supported), ")"));
 }
 
 absl::Status Annotate(const absl::Status& s, std::string_view prefix) {

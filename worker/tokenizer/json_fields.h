@@ -35,28 +35,23 @@ std::string JsonTypeName(const Json& j);
 absl::Status JsonTypeError(const std::string& path, std::string_view expected, const Json& got);
 
 // j must be an object whose keys are all in `known`.
-absl::Status CheckFields(const Json& j, const std::string& path,
-                         std::initializer_list<std::string_view> known);
+absl::Status CheckFields(const Json& j, const std::string& path, std::initializer_list<std::string_view> known);
 
 // The member `key` of object j, or nullptr when absent.
 const Json* FindField(const Json& j, std::string_view key);
 
 // Absent: `fallback`. Present: must be a boolean.
-absl::StatusOr<bool> ReadBool(const Json& j, const std::string& path, std::string_view key,
-                              bool fallback);
+absl::StatusOr<bool> ReadBool(const Json& j, const std::string& path, std::string_view key, bool fallback);
 // Must be present and a string.
-absl::StatusOr<std::string> ReadString(const Json& j, const std::string& path,
-                                       std::string_view key);
+absl::StatusOr<std::string> ReadString(const Json& j, const std::string& path, std::string_view key);
 // Absent or null: nullopt; otherwise must be a string.
-absl::StatusOr<std::optional<std::string>> ReadOptionalString(const Json& j,
-                                                              const std::string& path,
+absl::StatusOr<std::optional<std::string>> ReadOptionalString(const Json& j, const std::string& path,
                                                               std::string_view key);
 // Absent: `fallback`. Present: an integer in [lo, hi].
-absl::StatusOr<int64_t> ReadInt(const Json& j, const std::string& path, std::string_view key,
-                                int64_t fallback, int64_t lo, int64_t hi);
+absl::StatusOr<int64_t> ReadInt(const Json& j, const std::string& path, std::string_view key, int64_t fallback,
+                                int64_t lo, int64_t hi);
 // An integer value in [lo, hi] (j itself).
-absl::StatusOr<int64_t> ReadIntValue(const Json& j, const std::string& path, int64_t lo,
-                                     int64_t hi);
+absl::StatusOr<int64_t> ReadIntValue(const Json& j, const std::string& path, int64_t lo, int64_t hi);
 
 // A string that holds exactly one Unicode character.
 absl::StatusOr<std::string> ReadChar(const Json& j, const std::string& path, std::string_view key,
@@ -66,8 +61,7 @@ absl::StatusOr<std::string> ReadChar(const Json& j, const std::string& path, std
 absl::StatusOr<std::string> ReadType(const Json& j, const std::string& path);
 
 // `<path>.type "<type>" is not supported (supported: <list>)`.
-absl::Status UnsupportedType(const std::string& path, const std::string& type,
-                             std::string_view supported);
+absl::Status UnsupportedType(const std::string& path, const std::string& type, std::string_view supported);
 
 // Prefixes a status message with context ("tokenizer.json: ").
 absl::Status Annotate(const absl::Status& s, std::string_view prefix);

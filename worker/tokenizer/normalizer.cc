@@ -42,8 +42,8 @@ absl::Status Normalizer::Append(const Json& j, const std::string& path, std::vec
   if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
     RETURN_IF_ERROR(CheckFields(j, path, {"type"}));
     UErrorCode status = U_ZERO_ERROR;
-    const icu::Normalizer2* form = type == "NFC"   ? icu::Normalizer2::getNFCInstance(status)
-                                   : type == "NFD" ? icu::Normalizer2::getNFDInstance(status)
+    const icu::Normalizer2* form = type == "NFC"    ? icu::Normalizer2::getNFCInstance(status)
+                                   : type == "NFD"  ? icu::Normalizer2::getNFDInstance(status)
                                    : type == "NFKC" ? icu::Normalizer2::getNFKCInstance(status)
                                                     : icu::Normalizer2::getNFKDInstance(status);
     if (U_FAILURE(status) || form == nullptr) {

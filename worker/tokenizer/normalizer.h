@@ -31,7 +31,7 @@ class Normalizer {
   struct Step {
     Kind kind;
     const void* unicode_form = nullptr;  // icu::Normalizer2 (owned by ICU)
-    std::string text = "";  // Prepend: the prefix; Replace: the content
+    std::string text = "";               // Prepend: the prefix; Replace: the content
     std::shared_ptr<const Pattern> pattern = nullptr;
   };
   static absl::Status Append(const Json& j, const std::string& path, std::vector<Step>* steps);

@@ -7,8 +7,7 @@ namespace tandem::tokenizer {
 
 absl::StatusOr<Pattern> Pattern::FromJson(const Json& j, const std::string& path) {
   if (!j.is_object() || j.size() != 1 || (!j.contains("String") && !j.contains("Regex"))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": expected {\"String\": ...} or {\"Regex\": ...}"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": expected {\"String\": ...} or {\"Regex\": ...}"));
   }
   Pattern p;
   if (j.contains("String")) {
@@ -62,8 +61,7 @@ void Pattern::FindMatches(std::string_view text, std::vector<Segment>* out) cons
   if (prev != text.size()) out->push_back({prev, text.size(), false});
 }
 
-void Pattern::ReplaceAll(std::string_view text, std::string_view content,
-                         std::string* out) const {
+void Pattern::ReplaceAll(std::string_view text, std::string_view content, std::string* out) const {
   size_t prev = 0;
   ForEachMatch(text, [&](size_t start, size_t end) {
     out->append(text.substr(prev, start - prev));

@@ -10,12 +10,9 @@ namespace {
 
 // Checks one item of a template ({"SpecialToken": {...}} or {"Sequence":
 // {...}}); sets *name (the special token) or *sequence ("A" / "B").
-absl::Status ReadItem(const Json& item, const std::string& path, std::string* name,
-                      std::string* sequence) {
-  if (!item.is_object() || item.size() != 1 ||
-      (!item.contains("SpecialToken") && !item.contains("Sequence"))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": expected {\"SpecialToken\": ...} or {\"Sequence\": ...}"));
+absl::Status ReadItem(const Json& item, const std::string& path, std::string* name, std::string* sequence) {
+  if (!item.is_object() || item.size() != 1 || (!item.contains("SpecialToken") && !item.contains("Sequence"))) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": expected {\"SpecialToken\": ...} or {\"Sequence\": ...}"));
   }
   const bool special = item.contains("SpecialToken");
   const std::string key = special ? "SpecialToken" : "Sequence";
@@ -38,8 +35,8 @@ absl::Status ReadItem(const Json& item, const std::string& path, std::string* na
 
 }  // namespace
 
-absl::StatusOr<PostProcessor> PostProcessor::FromJson(
-    const Json& j, const std::string& path, const std::function<bool(int32_t)>& known_id) {
+absl::StatusOr<PostProcessor> PostProcessor::FromJson(const Json& j, const std::string& path,
+                                                      const std::function<bool(int32_t)>& known_id) {
   PostProcessor p;
   if (j.is_null()) return p;
   RETURN_IF_ERROR(Append(j, path, known_id, &p.templates_));
@@ -55,8 +52,7 @@ PostProcessor PostProcessor::BosEos(std::optional<int32_t> bos, std::optional<in
   return p;
 }
 
-absl::Status PostProcessor::Append(const Json& j, const std::string& path,
-                                   const std::function<bool(int32_t)>& known_id,
+absl::Status PostProcessor::Append(const Json& j, const std::string& path, const std::function<bool(int32_t)>& known_id,
                                    std::vector<Template>* templates) {
   ASSIGN_OR_RETURN(const std::string type, ReadType(j, path));
   if (type == "Sequence") {
@@ -72,8 +68,7 @@ absl::Status PostProcessor::Append(const Json& j, const std::string& path,
     return absl::OkStatus();
   }
   if (type == "ByteLevel") {
-    RETURN_IF_ERROR(
-        CheckFields(j, path, {"type", "add_prefix_space", "trim_offsets", "use_regex"}));
+    RETURN_IF_ERROR(CheckFields(j, path, {"type", "add_prefix_space", "trim_offsets", "use_regex"}));
     for (const char* key : {"add_prefix_space", "trim_offsets", "use_regex"}) {
       RETURN_IF_ERROR(ReadBool(j, path, key, false).status());
     }
@@ -133,23 +128,20 @@ absl::Status PostProcessor::Append(const Json& j, const std::string& path,
       RETURN_IF_ERROR(ReadItem((*items)[i], ip, &name, &sequence));
       if (!sequence.empty()) {
         if (is_single && sequence != "A") {
-          return absl::InvalidArgumentError(
-              absl::StrCat(ip, ": the single template can only hold sequence A"));
+          return absl::InvalidArgumentError(absl::StrCat(ip, ": the single template can only hold sequence A"));
         }
         ++sequences;
         continue;
       }
       if (!specials->contains(name)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(ip, ": \"", name, "\" is not in ", specials_path));
+        return absl::InvalidArgumentError(absl::StrCat(ip, ": \"", name, "\" is not in ", specials_path));
       }
       if (!is_single) continue;
       std::vector<int32_t>& side = sequences == 0 ? single.before : single.after;
       for (const Json& id : (*specials)[name]["ids"]) side.push_back(id.get<int32_t>());
     }
     if (is_single && sequences != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(tp, ": must hold sequence A exactly once"));
+      return absl::InvalidArgumentError(absl::StrCat(tp, ": must hold sequence A exactly once"));
     }
   }
   templates->push_back(std::move(single));

@@ -33,8 +33,7 @@ class PostProcessor {
   struct Template {
     std::vector<int32_t> before, after;
   };
-  static absl::Status Append(const Json& j, const std::string& path,
-                             const std::function<bool(int32_t)>& known_id,
+  static absl::Status Append(const Json& j, const std::string& path, const std::function<bool(int32_t)>& known_id,
                              std::vector<Template>* templates);
 
   std::vector<Template> templates_;

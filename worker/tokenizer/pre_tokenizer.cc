@@ -9,8 +9,7 @@ namespace tandem::tokenizer {
 namespace {
 
 // The pattern of the ByteLevel pre-tokenizer's use_regex (GPT-2).
-constexpr char kGpt2Pattern[] =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr char kGpt2Pattern[] = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 }  // namespace
 
@@ -21,8 +20,7 @@ absl::StatusOr<PreTokenizer> PreTokenizer::FromJson(const Json& j, const std::st
   return p;
 }
 
-absl::Status PreTokenizer::Append(const Json& j, const std::string& path,
-                                  std::vector<Stage>* stages) {
+absl::Status PreTokenizer::Append(const Json& j, const std::string& path, std::vector<Stage>* stages) {
   ASSIGN_OR_RETURN(const std::string type, ReadType(j, path));
   if (type == "Sequence") {
     RETURN_IF_ERROR(CheckFields(j, path, {"type", "pretokenizers"}));
@@ -55,18 +53,17 @@ absl::Status PreTokenizer::Append(const Json& j, const std::string& path,
     } else if (behavior == "Contiguous") {
       s.behavior = Behavior::kContiguous;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          JsonPath(path, "behavior"), " \"", behavior,
-          "\" is not supported (supported: Removed, Isolated, MergedWithPrevious, "
-          "MergedWithNext, Contiguous)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(JsonPath(path, "behavior"), " \"", behavior,
+                       "\" is not supported (supported: Removed, Isolated, MergedWithPrevious, "
+                       "MergedWithNext, Contiguous)"));
     }
     ASSIGN_OR_RETURN(s.invert, ReadBool(j, path, "invert", false));
     stages->push_back(std::move(s));
     return absl::OkStatus();
   }
   if (type == "ByteLevel") {
-    RETURN_IF_ERROR(
-        CheckFields(j, path, {"type", "add_prefix_space", "trim_offsets", "use_regex"}));
+    RETURN_IF_ERROR(CheckFields(j, path, {"type", "add_prefix_space", "trim_offsets", "use_regex"}));
     Stage s{Kind::kByteLevel};
     ASSIGN_OR_RETURN(s.add_prefix_space, ReadBool(j, path, "add_prefix_space", true));
     // trim_offsets only moves offsets, which are not produced here.
@@ -81,19 +78,17 @@ absl::Status PreTokenizer::Append(const Json& j, const std::string& path,
     return absl::OkStatus();
   }
   if (type == "Metaspace") {
-    RETURN_IF_ERROR(CheckFields(
-        j, path, {"type", "replacement", "prepend_scheme", "split", "add_prefix_space", "str_rep"}));
+    RETURN_IF_ERROR(
+        CheckFields(j, path, {"type", "replacement", "prepend_scheme", "split", "add_prefix_space", "str_rep"}));
     Stage s{Kind::kMetaspace};
     ASSIGN_OR_RETURN(s.replacement, ReadChar(j, path, "replacement", "\u2581"));
     if (const Json* rep = FindField(j, "str_rep"); rep != nullptr) {
       ASSIGN_OR_RETURN(const std::string str_rep, ReadChar(j, path, "str_rep", ""));
       if (str_rep != s.replacement) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(JsonPath(path, "str_rep"), " differs from replacement"));
+        return absl::InvalidArgumentError(absl::StrCat(JsonPath(path, "str_rep"), " differs from replacement"));
       }
     }
-    ASSIGN_OR_RETURN(const std::optional<std::string> scheme,
-                         ReadOptionalString(j, path, "prepend_scheme"));
+    ASSIGN_OR_RETURN(const std::optional<std::string> scheme, ReadOptionalString(j, path, "prepend_scheme"));
     const Json* aps = FindField(j, "add_prefix_space");
     if (aps != nullptr && !aps->is_boolean()) {
       return JsonTypeError(JsonPath(path, "add_prefix_space"), "a boolean", *aps);
@@ -108,13 +103,12 @@ absl::Status PreTokenizer::Append(const Json& j, const std::string& path,
     } else if (*scheme == "never") {
       s.prepend = Prepend::kNever;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          JsonPath(path, "prepend_scheme"), " \"", *scheme,
-          "\" is not supported (supported: always, first, never)"));
+      return absl::InvalidArgumentError(absl::StrCat(JsonPath(path, "prepend_scheme"), " \"", *scheme,
+                                                     "\" is not supported (supported: always, first, never)"));
     }
     if (!add_prefix_space && s.prepend != Prepend::kNever) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": add_prefix_space false contradicts prepend_scheme \"", *scheme, "\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": add_prefix_space false contradicts prepend_scheme \"", *scheme, "\""));
     }
     ASSIGN_OR_RETURN(s.split, ReadBool(j, path, "split", true));
     ASSIGN_OR_RETURN(Pattern pat, Pattern::Literal(s.replacement));
@@ -144,8 +138,7 @@ void PreTokenizer::ApplyBehavior(Behavior behavior, bool invert, std::vector<Seg
       bool previous_match = false;
       for (size_t r = 0; r < v.size(); ++r) {
         const Segment s = v[r];
-        const bool merge =
-            contiguous ? s.is_match == previous_match : s.is_match && !previous_match;
+        const bool merge = contiguous ? s.is_match == previous_match : s.is_match && !previous_match;
         if (merge && w > 0) {
           v[w - 1].end = s.end;
         } else {
@@ -205,8 +198,7 @@ void PreTokenizer::RunStage(size_t i, std::string_view piece, bool at_start, Scr
       for (size_t k = 0; k < segs.size(); ++k) {
         const Segment s = segs[k];
         if (s.is_match) continue;
-        RunStage(i + 1, piece.substr(s.start, s.end - s.start), at_start && s.start == 0, scratch,
-                 emit);
+        RunStage(i + 1, piece.substr(s.start, s.end - s.start), at_start && s.start == 0, scratch, emit);
       }
       return;
     }
@@ -246,8 +238,7 @@ void PreTokenizer::RunStage(size_t i, std::string_view piece, bool at_start, Scr
         }
       }
       const bool needs_prefix = buf.compare(0, st.replacement.size(), st.replacement) != 0;
-      if (needs_prefix && (st.prepend == Prepend::kAlways ||
-                           (st.prepend == Prepend::kFirst && at_start))) {
+      if (needs_prefix && (st.prepend == Prepend::kAlways || (st.prepend == Prepend::kFirst && at_start))) {
         buf.insert(0, st.replacement);
       }
       if (!st.split) {
@@ -259,8 +250,7 @@ void PreTokenizer::RunStage(size_t i, std::string_view piece, bool at_start, Scr
       const std::string_view whole = buf;
       for (size_t k = 0; k < segs.size(); ++k) {
         const Segment s = segs[k];
-        RunStage(i + 1, whole.substr(s.start, s.end - s.start), at_start && s.start == 0, scratch,
-                 emit);
+        RunStage(i + 1, whole.substr(s.start, s.end - s.start), at_start && s.start == 0, scratch, emit);
       }
       return;
     }

@@ -70,11 +70,11 @@ absl::StatusOr<Regex> Regex::Compile(std::string_view pattern, bool literal) {
   if (literal) options |= PCRE2_LITERAL;
   int error = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                   options, &error, &offset, nullptr);
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset, nullptr);
   if (code == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("regex does not compile: ", ErrorText(error),
-                                                   " at offset ", offset));
+    return absl::InvalidArgumentError(
+        absl::StrCat("regex does not compile: ", ErrorText(error), " at offset ", offset));
   }
   Regex r;
   auto holder = std::make_shared<Code>();
@@ -95,12 +95,10 @@ bool Regex::Find(std::string_view subject, size_t from, size_t* start, size_t* e
     rc = pcre2_jit_match(code_->code, s, subject.size(), from, 0, st.data, st.context);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
       // The interpreter keeps its backtracking state on the heap instead.
-      rc = pcre2_match(code_->code, s, subject.size(), from, PCRE2_NO_UTF_CHECK, st.data,
-                       st.context);
+      rc = pcre2_match(code_->code, s, subject.size(), from, PCRE2_NO_UTF_CHECK, st.data, st.context);
     }
   } else {
-    rc = pcre2_match(code_->code, s, subject.size(), from, PCRE2_NO_UTF_CHECK, st.data,
-                     st.context);
+    rc = pcre2_match(code_->code, s, subject.size(), from, PCRE2_NO_UTF_CHECK, st.data, st.context);
   }
   if (rc < 0) return false;  // no match, or a resource limit: see the header
   const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(st.data);

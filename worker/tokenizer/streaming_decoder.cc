@@ -19,8 +19,19 @@ constexpr size_t kContext = 4;
 // Characters that clean-up patterns (" .", " n't", " 're", ...) are made of.
 bool IsCleanUpChar(char c) {
   switch (c) {
-    case ' ': case '.': case '?': case '!': case ',': case '\'':
-    case 'n': case 't': case 'm': case 's': case 'v': case 'e': case 'r':
+    case ' ':
+    case '.':
+    case '?':
+    case '!':
+    case ',':
+    case '\'':
+    case 'n':
+    case 't':
+    case 'm':
+    case 's':
+    case 'v':
+    case 'e':
+    case 'r':
       return true;
     default:
       return false;
@@ -55,8 +66,7 @@ std::string StreamingDecoder::Add(int32_t id) {
     while (ready > 0 && tokenizer_->IsByteFallbackToken(window_[ready - 1])) --ready;
   }
   if (ready == 0) return "";
-  const std::string text =
-      tokenizer_->DecodeRaw(std::span<const int32_t>(window_.data(), ready), false);
+  const std::string text = tokenizer_->DecodeRaw(std::span<const int32_t>(window_.data(), ready), false);
   // A trailing U+FFFD may be an incomplete character.
   size_t stable = text.size();
   while (stable >= kReplacementChar.size() &&

@@ -59,8 +59,7 @@ std::optional<std::vector<int64_t>> ParseIds(const std::string& text, std::strin
         *error = "the JSON list holds " + v.dump() + ", not an integer";
         return std::nullopt;
       }
-      ids.push_back(v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX ? INT64_MAX
-                                                                             : v.get<int64_t>());
+      ids.push_back(v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX ? INT64_MAX : v.get<int64_t>());
     }
     return ids;
   }
@@ -72,8 +71,8 @@ std::optional<std::vector<int64_t>> ParseIds(const std::string& text, std::strin
       continue;
     }
     size_t j = i;
-    while (j < text.size() && text[j] != ' ' && text[j] != '\t' && text[j] != '\n' &&
-           text[j] != '\r' && text[j] != ',') {
+    while (j < text.size() && text[j] != ' ' && text[j] != '\t' && text[j] != '\n' && text[j] != '\r' &&
+           text[j] != ',') {
       ++j;
     }
     const std::string word = text.substr(i, j - i);
@@ -112,14 +111,12 @@ int TokenizeCommand(const std::vector<std::string>& args) {
       has_value = true;
     }
     // tandemctl's connection flags apply to every command; tokenize ignores them.
-    static const char* kKnown[] = {"--tokenizer",  "--text",     "--text-file", "--output",
-                                   "--coordinator", "--token-file", "--tls-ca",  "--tls-cert",
-                                   "--tls-key"};
+    static const char* kKnown[] = {"--tokenizer",  "--text",   "--text-file", "--output", "--coordinator",
+                                   "--token-file", "--tls-ca", "--tls-cert",  "--tls-key"};
     bool known = false;
     for (const char* k : kKnown) known = known || name == k;
     if (!known) {
-      return Usage(a.rfind("--", 0) == 0 ? "unknown flag '" + name + "'"
-                                         : "unexpected argument '" + a + "'");
+      return Usage(a.rfind("--", 0) == 0 ? "unknown flag '" + name + "'" : "unexpected argument '" + a + "'");
     }
     if (!has_value) {
       if (i + 1 >= args.size()) return Usage(name + " needs a value");

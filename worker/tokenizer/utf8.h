@@ -29,9 +29,7 @@ void AppendUtf8Lossy(std::string_view s, std::string* out);
 uint32_t DecodeUtf8(std::string_view s, int* len);
 
 // Byte length of the UTF-8 sequence whose lead byte is b (1 for a stray byte).
-inline int Utf8LeadLength(unsigned char b) {
-  return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
-}
+inline int Utf8LeadLength(unsigned char b) { return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4; }
 
 void AppendUtf8(uint32_t cp, std::string* out);
 

@@ -53,16 +53,12 @@ class CommWorker {
     return task->done;
   }
 
-  absl::Status Run(std::function<absl::Status()> fn) {
-    return Wait(Submit(std::move(fn)));
-  }
+  absl::Status Run(std::function<absl::Status()> fn) { return Wait(Submit(std::move(fn))); }
 
   // Waits until the queue is empty; returns the first error of any task.
   absl::Status Drain() {
     absl::MutexLock lock(&mu_);
-    auto idle = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return queue_.empty() && !running_;
-    };
+    auto idle = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return queue_.empty() && !running_; };
     mu_.Await(absl::Condition(&idle));
     return first_error_;
   }
@@ -73,9 +69,7 @@ class CommWorker {
       std::shared_ptr<Task> task;
       {
         absl::MutexLock lock(&mu_);
-        auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-          return stop_ || !queue_.empty();
-        };
+        auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || !queue_.empty(); };
         mu_.Await(absl::Condition(&ready));
         if (queue_.empty()) return;  // stop_ and nothing left
         task = queue_.front();

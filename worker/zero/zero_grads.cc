@@ -48,8 +48,7 @@ float* ZeroOptimizer::AcquireGrads(int unit) {
     }
   }
   if (!buf) {
-    Fail(AllocError("a unit gradient buffer",
-                    std::max<size_t>(max_unit_, 1) * sizeof(float)));
+    Fail(AllocError("a unit gradient buffer", std::max<size_t>(max_unit_, 1) * sizeof(float)));
     return nullptr;
   }
   buf->task.reset();
@@ -78,8 +77,8 @@ void ZeroOptimizer::ReleaseGrads(int unit) {
   const comm::Timeout timeout = options_.timeout;
   const bool int4 = int4_grads();
   buf->task = worker_->Submit([=, this]() -> absl::Status {
-    absl::Status s = int4 ? Int4ReduceScatter(unit, in, piece_out)
-                          : comm->reduce_scatter(in, piece_out, counts, timeout);
+    absl::Status s =
+        int4 ? Int4ReduceScatter(unit, in, piece_out) : comm->reduce_scatter(in, piece_out, counts, timeout);
     if (!s.ok()) return s;
     if (piece.size > 0) ops->add_inplace(acc, piece_out, piece.size);
     return absl::OkStatus();

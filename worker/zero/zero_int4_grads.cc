@@ -33,8 +33,7 @@ absl::Status ZeroOptimizer::ReduceFullGrads() {
   comm::Collective* comm = options_.comm;
   const comm::Timeout timeout = options_.timeout;
   if (!int4_grads()) {
-    return worker_->Run(
-        [&] { return comm->allreduce(grads_full_.data(), psi_, comm::ReduceOp::kSum, timeout); });
+    return worker_->Run([&] { return comm->allreduce(grads_full_.data(), psi_, comm::ReduceOp::kSum, timeout); });
   }
   // Unit by unit through the host staging buffer; each unit's pieces are
   // the shard map's, so owner_error_ is indexed like the shard.
@@ -47,8 +46,7 @@ absl::Status ZeroOptimizer::ReduceFullGrads() {
       mem_->CopyToHost(q_in_.data(), dev, unit.size * sizeof(float));
       RETURN_IF_ERROR(qx_->Allreduce(*comm, q_in_.data(), unit.size,
                                      feedback ? grad_error_.data() + unit.offset : nullptr,
-                                     feedback ? owner_error_.data() + shard_map_[u].shard_offset : nullptr,
-                                     timeout));
+                                     feedback ? owner_error_.data() + shard_map_[u].shard_offset : nullptr, timeout));
       mem_->CopyToDevice(dev, q_in_.data(), unit.size * sizeof(float));
     }
     return absl::OkStatus();
@@ -60,8 +58,8 @@ absl::Status ZeroOptimizer::Int4ReduceScatter(int unit, const float* in, float* 
   const ShardPiece& mine = MyPiece(unit);
   mem_->CopyToHost(q_in_.data(), in, u.size * sizeof(float));
   RETURN_IF_ERROR(qx_->ReduceScatter(*options_.comm, q_in_.data(),
-                                     grad_error_.empty() ? nullptr : grad_error_.data() + u.offset,
-                                     q_out_.data(), UnitCounts(unit), options_.timeout));
+                                     grad_error_.empty() ? nullptr : grad_error_.data() + u.offset, q_out_.data(),
+                                     UnitCounts(unit), options_.timeout));
   if (mine.size > 0) mem_->CopyToDevice(piece, q_out_.data(), mine.size * sizeof(float));
   return absl::OkStatus();
 }

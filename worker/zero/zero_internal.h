@@ -25,7 +25,7 @@ struct ZeroOptimizer::Gather {
 
 struct ZeroOptimizer::GradBuf {
   kernels::DeviceArray<float> mem;
-  int refs = 0;      // open AcquireGrads on it
+  int refs = 0;  // open AcquireGrads on it
   bool open = false;
   std::shared_ptr<CommWorker::Task> task;  // reduce-scatter in flight
 };

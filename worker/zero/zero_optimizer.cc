@@ -27,40 +27,32 @@ class ZeroOptimizer::InferenceView final : public model::ParamProvider {
   void ReleaseGrads(int) override {}
 
  private:
-  bool Delegates() const {
-    return owner_->bf16() && owner_->options_.stage < 3 &&
-           !owner_->in_inference_;
-  }
+  bool Delegates() const { return owner_->bf16() && owner_->options_.stage < 3 && !owner_->in_inference_; }
   ZeroOptimizer* owner_;
 };
 
 absl::StatusOr<Precision> ParsePrecision(std::string_view name) {
   if (name.empty() || name == "fp32") return Precision::kFp32;
   if (name == "bf16") return Precision::kBf16;
-  return absl::InvalidArgumentError(
-      absl::StrCat("precision \"", std::string(name), "\" (expected fp32 or bf16)"));
+  return absl::InvalidArgumentError(absl::StrCat("precision \"", std::string(name), "\" (expected fp32 or bf16)"));
 }
 
-std::vector<ShardPiece> ComputeShardMap(const std::vector<Unit>& units,
-                                        int rank, int world) {
+std::vector<ShardPiece> ComputeShardMap(const std::vector<Unit>& units, int rank, int world) {
   std::vector<ShardPiece> map;
   size_t shard_offset = 0;
   for (size_t u = 0; u < units.size(); ++u) {
     const size_t base = units[u].size / world, extra = units[u].size % world;
     const size_t size = base + (static_cast<size_t>(rank) < extra ? 1 : 0);
-    const size_t offset =
-        base * rank + std::min<size_t>(static_cast<size_t>(rank), extra);
+    const size_t offset = base * rank + std::min<size_t>(static_cast<size_t>(rank), extra);
     map.push_back(ShardPiece{static_cast<int>(u), offset, size, shard_offset});
     shard_offset += size;
   }
   return map;
 }
 
-absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(
-    ZeroOptions options) {
+absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(ZeroOptions options) {
   if (options.stage < 0 || options.stage > 3) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("zero: stage ", options.stage, " (expected 0-3)"));
+    return absl::InvalidArgumentError(absl::StrCat("zero: stage ", options.stage, " (expected 0-3)"));
   }
   if (options.comm == nullptr || options.ops == nullptr) {
     return absl::InvalidArgumentError("zero: comm and ops are required");
@@ -71,9 +63,8 @@ absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(
   size_t expect = 0;
   for (size_t u = 0; u < options.units.size(); ++u) {
     if (options.units[u].offset != expect) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "zero: unit ", u, " starts at ", options.units[u].offset,
-          ", expected ", expect, " (units must be contiguous, in order)"));
+      return absl::InvalidArgumentError(absl::StrCat("zero: unit ", u, " starts at ", options.units[u].offset,
+                                                     ", expected ", expect, " (units must be contiguous, in order)"));
     }
     expect += options.units[u].size;
   }
@@ -82,8 +73,7 @@ absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(
   return z;
 }
 
-ZeroOptimizer::ZeroOptimizer(ZeroOptions options)
-    : options_(std::move(options)) {
+ZeroOptimizer::ZeroOptimizer(ZeroOptions options) : options_(std::move(options)) {
   if (options_.memory == nullptr) {
     owned_memory_ = kernels::MakeHostMemory();
     options_.memory = owned_memory_.get();
@@ -103,16 +93,14 @@ ZeroOptimizer::ZeroOptimizer(ZeroOptions options)
 
 absl::Status ZeroOptimizer::AllocError(const char* what, size_t bytes) const {
   const std::string detail = mem_->last_error();
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "zero: out of ", mem_->name(), " memory allocating ", what, " (", bytes,
-      " bytes; ", mem_->allocated_bytes(), " bytes allocated)",
-      detail.empty() ? "" : ": ", detail));
+  return absl::ResourceExhaustedError(absl::StrCat("zero: out of ", mem_->name(), " memory allocating ", what, " (",
+                                                   bytes, " bytes; ", mem_->allocated_bytes(), " bytes allocated)",
+                                                   detail.empty() ? "" : ": ", detail));
 }
 
 absl::Status ZeroOptimizer::MemoryStatus() const {
   if (mem_->ok()) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat("zero: device memory error: ", mem_->last_error()));
+  return absl::InternalError(absl::StrCat("zero: device memory error: ", mem_->last_error()));
 }
 
 absl::Status ZeroOptimizer::AllocateState() {
@@ -142,8 +130,7 @@ absl::Status ZeroOptimizer::AllocateState() {
   if (stage <= 1) wants.push_back({&grads_full_, nullptr, psi_, "the full gradients"});
   if (stage >= 2) {
     wants.push_back({&grad_shard_, nullptr, shard_size_, "the gradient shard"});
-    wants.push_back({&rs_piece_, nullptr, (max_unit_ + world_ - 1) / world_,
-                     "the reduce-scatter buffer"});
+    wants.push_back({&rs_piece_, nullptr, (max_unit_ + world_ - 1) / world_, "the reduce-scatter buffer"});
   }
   if (stage >= 1 && world_ > 1) {
     wants.push_back({&norm_buf_, nullptr, 2, "the norm buffer"});
@@ -151,11 +138,9 @@ absl::Status ZeroOptimizer::AllocateState() {
   wants.push_back({&m_, nullptr, opt_size(), "the first moments"});
   wants.push_back({&v_, nullptr, opt_size(), "the second moments"});
   for (const Want& w : wants) {
-    const bool ok = w.f32 != nullptr ? w.f32->AllocateZeroed(mem_, w.n)
-                                     : w.b16->AllocateZeroed(mem_, w.n);
+    const bool ok = w.f32 != nullptr ? w.f32->AllocateZeroed(mem_, w.n) : w.b16->AllocateZeroed(mem_, w.n);
     if (!ok) {
-      return AllocError(w.what, w.n * (w.f32 != nullptr ? sizeof(float)
-                                                        : sizeof(uint16_t)));
+      return AllocError(w.what, w.n * (w.f32 != nullptr ? sizeof(float) : sizeof(uint16_t)));
     }
   }
   if (int4_grads()) RETURN_IF_ERROR(AllocateInt4State());
@@ -178,9 +163,8 @@ const float* ZeroOptimizer::FullParams() const {
 }
 
 float* ZeroOptimizer::MasterPiece(const ShardPiece& p) {
-  return master_sharded()
-             ? param_shard_.data() + p.shard_offset
-             : params_full_.data() + options_.units[p.unit].offset + p.unit_offset;
+  return master_sharded() ? param_shard_.data() + p.shard_offset
+                          : params_full_.data() + options_.units[p.unit].offset + p.unit_offset;
 }
 
 const float* ZeroOptimizer::MasterPiece(const ShardPiece& p) const {
@@ -212,15 +196,13 @@ void ZeroOptimizer::UnpackWiden(int unit, const float* packed, float* dst) {
   const std::vector<size_t> counts = UnitCounts(unit);
   size_t in = 0, out = 0;  // packed floats, unit elements
   for (size_t c : counts) {
-    options_.ops->bf16_to_float(reinterpret_cast<const uint16_t*>(packed + in),
-                                dst + out, c);
+    options_.ops->bf16_to_float(reinterpret_cast<const uint16_t*>(packed + in), dst + out, c);
     in += (c + 1) / 2;
     out += c;
   }
 }
 
-void ZeroOptimizer::UnpackBf16(int unit, const float* packed,
-                               uint16_t* dst) const {
+void ZeroOptimizer::UnpackBf16(int unit, const float* packed, uint16_t* dst) const {
   const std::vector<size_t> counts = UnitCounts(unit);
   size_t in = 0, out = 0;
   for (size_t c : counts) {
@@ -231,16 +213,14 @@ void ZeroOptimizer::UnpackBf16(int unit, const float* packed,
 }
 
 void ZeroOptimizer::RefreshComputeShard() {
-  options_.ops->float_to_bf16(param_shard_.data(), compute_shard_.data(),
-                              shard_size_);
+  options_.ops->float_to_bf16(param_shard_.data(), compute_shard_.data(), shard_size_);
 }
 
 absl::Status ZeroOptimizer::RefreshComputeFull() {
   kernels::Ops* ops = options_.ops;
   if (options_.stage == 0 || world_ == 1) {
     // The masters are full (stage 0) or the shard is everything (N = 1).
-    const float* master =
-        options_.stage == 0 ? params_full_.data() : param_shard_.data();
+    const float* master = options_.stage == 0 ? params_full_.data() : param_shard_.data();
     ops->float_to_bf16(master, compute_full_.data(), psi_);
     return absl::OkStatus();
   }
@@ -254,13 +234,10 @@ absl::Status ZeroOptimizer::RefreshComputeFull() {
     const ShardPiece& piece = shard_map_[u];
     float* packed = pack_buf_.data();
     uint16_t* slot = reinterpret_cast<uint16_t*>(packed + mine);
-    ops->float_to_bf16(param_shard_.data() + piece.shard_offset, slot,
-                       piece.size);
+    ops->float_to_bf16(param_shard_.data() + piece.shard_offset, slot, piece.size);
     // Padding travels as zeros.
     if (piece.size % 2) mem_->SetZero(slot + piece.size, sizeof(uint16_t));
-    absl::Status s = worker_->Run([&] {
-      return comm->allgather(packed + mine, packed, counts, timeout);
-    });
+    absl::Status s = worker_->Run([&] { return comm->allgather(packed + mine, packed, counts, timeout); });
     if (!s.ok()) return s;
     UnpackBf16(unit, packed, compute_full_.data() + options_.units[u].offset);
   }
@@ -318,23 +295,18 @@ std::shared_ptr<ZeroOptimizer::Gather> ZeroOptimizer::StartGather(int unit) {
     size_t mine = 0;
     for (int r = 0; r < rank_; ++r) mine += counts[r];
     uint16_t* slot = reinterpret_cast<uint16_t*>(g->packed + mine);
-    mem_->CopyOnDevice(slot, compute_shard_.data() + piece.shard_offset,
-                       piece.size * sizeof(uint16_t));
+    mem_->CopyOnDevice(slot, compute_shard_.data() + piece.shard_offset, piece.size * sizeof(uint16_t));
     // Padding travels as zeros.
     if (piece.size % 2) mem_->SetZero(slot + piece.size, sizeof(uint16_t));
     float* packed = g->packed;
-    g->task = worker_->Submit([=] {
-      return comm->allgather(packed + mine, packed, counts, timeout);
-    });
+    g->task = worker_->Submit([=] { return comm->allgather(packed + mine, packed, counts, timeout); });
     gathered_[unit] = g;
     return g;
   }
   const std::vector<size_t> counts = UnitCounts(unit);
   const float* src = param_shard_.data() + piece.shard_offset;
   float* dst = g->buf;
-  g->task = worker_->Submit([=] {
-    return comm->allgather(src, dst, counts, timeout);
-  });
+  g->task = worker_->Submit([=] { return comm->allgather(src, dst, counts, timeout); });
   gathered_[unit] = g;
   return g;
 }
@@ -350,14 +322,12 @@ const float* ZeroOptimizer::AcquireParams(int unit) {
   if (in_inference_) return infer_full_.data() + u.offset;
   if (options_.stage < 3 && !bf16()) return params_full_.data() + u.offset;
   auto it = gathered_.find(unit);
-  std::shared_ptr<Gather> g =
-      it != gathered_.end() ? it->second : StartGather(unit);
+  std::shared_ptr<Gather> g = it != gathered_.end() ? it->second : StartGather(unit);
   if (g == nullptr) return nullptr;  // out of memory: status() says so
   if (g->refs == 0) {
     if (g->task) Fail(worker_->Wait(g->task));
     if (bf16() && options_.stage < 3) {
-      options_.ops->bf16_to_float(compute_full_.data() + u.offset, g->buf,
-                                  u.size);
+      options_.ops->bf16_to_float(compute_full_.data() + u.offset, g->buf, u.size);
     } else if (bf16()) {
       UnpackWiden(unit, g->packed, g->buf);
     }
@@ -390,8 +360,7 @@ absl::Status ZeroOptimizer::InitFromFull(const float* full) {
     params_full_.Upload(full, psi_);
   } else {
     for (const auto& p : shard_map_) {
-      param_shard_.Upload(full + options_.units[p.unit].offset + p.unit_offset,
-                          p.size, p.shard_offset);
+      param_shard_.Upload(full + options_.units[p.unit].offset + p.unit_offset, p.size, p.shard_offset);
     }
   }
   // Every rank converts the same full vector: the same bits everywhere.
@@ -402,13 +371,11 @@ absl::Status ZeroOptimizer::InitFromFull(const float* full) {
     // a gather buffer.
     float* stage_buf = TakeBuffer();
     if (stage_buf == nullptr) {
-      return AllocError("a unit gather buffer",
-                        std::max<size_t>(max_unit_, 1) * sizeof(float));
+      return AllocError("a unit gather buffer", std::max<size_t>(max_unit_, 1) * sizeof(float));
     }
     for (const Unit& u : options_.units) {
       mem_->CopyToDevice(stage_buf, full + u.offset, u.size * sizeof(float));
-      options_.ops->float_to_bf16(stage_buf, compute_full_.data() + u.offset,
-                                  u.size);
+      options_.ops->float_to_bf16(stage_buf, compute_full_.data() + u.offset, u.size);
     }
     ReturnBuffer(stage_buf);
   }
@@ -432,8 +399,7 @@ absl::Status ZeroOptimizer::GatherMasters(float* dst) {
     const float* mine = param_shard_.data() + shard_map_[u].shard_offset;
     float* out = dst + options_.units[u].offset;
     const std::vector<size_t> counts = UnitCounts(static_cast<int>(u));
-    absl::Status s = worker_->Run(
-        [&] { return comm->allgather(mine, out, counts, timeout); });
+    absl::Status s = worker_->Run([&] { return comm->allgather(mine, out, counts, timeout); });
     if (!s.ok()) return s;
   }
   return MemoryStatus();
@@ -452,8 +418,7 @@ absl::Status ZeroOptimizer::GatherFull(float* out) {
   // Unit by unit through a gather buffer, downloaded as it arrives.
   float* buf = TakeBuffer();
   if (buf == nullptr) {
-    return AllocError("a unit gather buffer",
-                      std::max<size_t>(max_unit_, 1) * sizeof(float));
+    return AllocError("a unit gather buffer", std::max<size_t>(max_unit_, 1) * sizeof(float));
   }
   comm::Collective* comm = options_.comm;
   const comm::Timeout timeout = options_.timeout;
@@ -463,8 +428,7 @@ absl::Status ZeroOptimizer::GatherFull(float* out) {
     const std::vector<size_t> counts = UnitCounts(static_cast<int>(u));
     s = worker_->Run([&] { return comm->allgather(mine, buf, counts, timeout); });
     if (s.ok()) {
-      mem_->CopyToHost(out + options_.units[u].offset, buf,
-                       options_.units[u].size * sizeof(float));
+      mem_->CopyToHost(out + options_.units[u].offset, buf, options_.units[u].size * sizeof(float));
     }
   }
   ReturnBuffer(buf);
@@ -525,8 +489,7 @@ MemoryReport ZeroOptimizer::memory() const {
   r.grad_bytes = grads_full_.bytes() + grad_shard_.bytes();
   r.optimizer_bytes = m_.bytes() + v_.bytes();
   r.offloaded_bytes = (m_host_.size() + v_host_.size()) * sizeof(float);
-  size_t temp = rs_piece_.bytes() + infer_full_.bytes() + pack_buf_.bytes() +
-                norm_buf_.bytes();
+  size_t temp = rs_piece_.bytes() + infer_full_.bytes() + pack_buf_.bytes() + norm_buf_.bytes();
   for (const auto& b : gather_bufs_) temp += b.bytes();
   for (const auto& b : packed_bufs_) temp += b.bytes();
   for (const auto& b : grad_bufs_) temp += b->mem.bytes();

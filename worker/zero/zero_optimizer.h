@@ -107,12 +107,12 @@ enum class GradCompression { kNone, kInt4 };
 absl::StatusOr<GradCompression> ParseGradCompression(std::string_view name);
 
 struct ZeroOptions {
-  int stage = 0;                      // 0..3
+  int stage = 0;  // 0..3
   Precision precision = Precision::kFp32;
-  std::vector<Unit> units;            // contiguous, covering [0, Psi)
-  comm::Collective* comm = nullptr;   // not owned; outlives the optimizer
-  kernels::Ops* ops = nullptr;        // not owned (adamw_step, sum_squares,
-                                      // scale, float_to_bf16, bf16_to_float)
+  std::vector<Unit> units;           // contiguous, covering [0, Psi)
+  comm::Collective* comm = nullptr;  // not owned; outlives the optimizer
+  kernels::Ops* ops = nullptr;       // not owned (adamw_step, sum_squares,
+                                     // scale, float_to_bf16, bf16_to_float)
   // Ops of the communication thread (add_inplace of reduce-scattered
   // gradient pieces); not owned. nullptr: `ops` (fine for the CPU
   // backends, which may be shared; CUDA passes a second instance).
@@ -121,7 +121,7 @@ struct ZeroOptions {
   // match `ops`. nullptr: the optimizer makes and owns a host memory.
   kernels::DeviceMemory* memory = nullptr;
   AdamWConfig adamw;
-  comm::Timeout timeout{120000};      // per collective
+  comm::Timeout timeout{120000};  // per collective
   // kInt4 (N > 1): stages 0-1 allreduce and stages 2-3 reduce-scatter the
   // gradients as int4 pieces, staged through host buffers. With
   // error_feedback each rank keeps its quantisation error (Psi floats on the
@@ -131,8 +131,8 @@ struct ZeroOptions {
 };
 
 struct StepResult {
-  double grad_norm = 0;    // global L2 norm of the summed gradient, pre-clip
-  double clip_scale = 1;   // factor applied to the gradient (1 = no clipping)
+  double grad_norm = 0;   // global L2 norm of the summed gradient, pre-clip
+  double clip_scale = 1;  // factor applied to the gradient (1 = no clipping)
 };
 
 struct MemoryReport {
@@ -140,14 +140,11 @@ struct MemoryReport {
   size_t compute_bytes = 0;  // bf16 compute copy (0 in fp32 mode)
   size_t grad_bytes = 0;
   size_t optimizer_bytes = 0;
-  size_t temp_bytes = 0;     // unit buffers, scratch, inference copy
+  size_t temp_bytes = 0;  // unit buffers, scratch, inference copy
   // Host bytes holding m and v while OffloadOptimizerState is in effect
   // (optimizer_bytes is then 0); not part of total(), which is device bytes.
   size_t offloaded_bytes = 0;
-  size_t total() const {
-    return param_bytes + compute_bytes + grad_bytes + optimizer_bytes +
-           temp_bytes;
-  }
+  size_t total() const { return param_bytes + compute_bytes + grad_bytes + optimizer_bytes + temp_bytes; }
 };
 
 // One piece of the shard: elements [unit_offset, unit_offset + size) of
@@ -160,15 +157,13 @@ struct ShardPiece {
 };
 
 // Pieces rank `rank` of `world` owns (the partition rule above).
-std::vector<ShardPiece> ComputeShardMap(const std::vector<Unit>& units,
-                                        int rank, int world);
+std::vector<ShardPiece> ComputeShardMap(const std::vector<Unit>& units, int rank, int world);
 
 class CommWorker;
 
 class ZeroOptimizer final : public model::ParamProvider {
  public:
-  static absl::StatusOr<std::unique_ptr<ZeroOptimizer>> Create(
-      ZeroOptions options);
+  static absl::StatusOr<std::unique_ptr<ZeroOptimizer>> Create(ZeroOptions options);
   ~ZeroOptimizer() override;
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
@@ -268,8 +263,8 @@ class ZeroOptimizer final : public model::ParamProvider {
 
  private:
   class InferenceView;
-  struct Gather;  // stage 3 gathered unit
-  struct GradBuf; // stage 2/3 unit gradient buffer
+  struct Gather;   // stage 3 gathered unit
+  struct GradBuf;  // stage 2/3 unit gradient buffer
 
   explicit ZeroOptimizer(ZeroOptions options);
   // Allocates the persistent state (Create); ResourceExhausted on failure.
@@ -278,14 +273,11 @@ class ZeroOptimizer final : public model::ParamProvider {
   absl::Status AllocError(const char* what, size_t bytes) const;
   // Internal when the DeviceMemory recorded an error, else OK.
   absl::Status MemoryStatus() const;
-  kernels::Ops* comm_ops() const {
-    return options_.comm_ops != nullptr ? options_.comm_ops : options_.ops;
-  }
+  kernels::Ops* comm_ops() const { return options_.comm_ops != nullptr ? options_.comm_ops : options_.ops; }
   size_t opt_size() const { return options_.stage == 0 ? psi_ : shard_size_; }
   // Offset of piece p in the moment vectors (full at stage 0, else shard).
   size_t OptOffset(const ShardPiece& p) const {
-    return options_.stage == 0 ? options_.units[p.unit].offset + p.unit_offset
-                               : p.shard_offset;
+    return options_.stage == 0 ? options_.units[p.unit].offset + p.unit_offset : p.shard_offset;
   }
   // Allgathers the fp32 master shard into dst[Psi] (device), unit by unit.
   absl::Status GatherMasters(float* dst);
@@ -294,9 +286,7 @@ class ZeroOptimizer final : public model::ParamProvider {
   bool bf16() const { return options_.precision == Precision::kBf16; }
   // Where the fp32 masters live: the shard (stage 3; bf16 stages 1-3) or
   // the full vector.
-  bool master_sharded() const {
-    return options_.stage == 3 || (bf16() && options_.stage >= 1);
-  }
+  bool master_sharded() const { return options_.stage == 3 || (bf16() && options_.stage >= 1); }
   float* MasterPiece(const ShardPiece& p);
   const float* MasterPiece(const ShardPiece& p) const;
   // bf16 packed allgather of one unit: rank r's counts[r] bf16 values travel
@@ -324,9 +314,7 @@ class ZeroOptimizer final : public model::ParamProvider {
   // Returns a unit's buffers to the free lists and forgets it.
   void ReleaseGather(std::map<int, std::shared_ptr<Gather>>::iterator it);
   absl::Status AllreduceNormSquared(double* sum_sq);
-  bool int4_grads() const {
-    return options_.grad_compression == GradCompression::kInt4 && world_ > 1;
-  }
+  bool int4_grads() const { return options_.grad_compression == GradCompression::kInt4 && world_ > 1; }
   // Stages 0-1: sums grads_full_ over ranks (fp32 allreduce or int4).
   absl::Status ReduceFullGrads();
   // Int4 state (Create, when int4_grads()): exchange, staging, errors.
@@ -348,15 +336,15 @@ class ZeroOptimizer final : public model::ParamProvider {
   size_t shard_size_ = 0;
 
   // Device arrays (see the storage table in the header comment).
-  kernels::DeviceArray<float> params_full_;   // stage 0-2 (bf16: stage 0)
-  kernels::DeviceArray<float> param_shard_;   // stage 3 (bf16: stages 1-3)
-  kernels::DeviceArray<float> grads_full_;    // stage 0-1
-  kernels::DeviceArray<float> grad_shard_;    // stage 2-3
-  kernels::DeviceArray<float> m_, v_;         // full (stage 0) or shard
-  kernels::DeviceArray<float> infer_full_;    // during inference (see above)
+  kernels::DeviceArray<float> params_full_;       // stage 0-2 (bf16: stage 0)
+  kernels::DeviceArray<float> param_shard_;       // stage 3 (bf16: stages 1-3)
+  kernels::DeviceArray<float> grads_full_;        // stage 0-1
+  kernels::DeviceArray<float> grad_shard_;        // stage 2-3
+  kernels::DeviceArray<float> m_, v_;             // full (stage 0) or shard
+  kernels::DeviceArray<float> infer_full_;        // during inference (see above)
   kernels::DeviceArray<uint16_t> compute_full_;   // bf16 stages 0-2
   kernels::DeviceArray<uint16_t> compute_shard_;  // bf16 stage 3
-  kernels::DeviceArray<float> norm_buf_;      // 2 floats: norm allreduce
+  kernels::DeviceArray<float> norm_buf_;          // 2 floats: norm allreduce
   // Host copies of m and v while offloaded.
   std::vector<float> m_host_, v_host_;
   bool in_inference_ = false;

@@ -22,8 +22,7 @@ absl::Status ZeroOptimizer::AllreduceNormSquared(double* sum_sq) {
   float* dev = norm_buf_.data();
   comm::Collective* comm = options_.comm;
   const comm::Timeout timeout = options_.timeout;
-  absl::Status s = worker_->Run(
-      [&] { return comm->allreduce(dev, 2, comm::ReduceOp::kSum, timeout); });
+  absl::Status s = worker_->Run([&] { return comm->allreduce(dev, 2, comm::ReduceOp::kSum, timeout); });
   if (!s.ok()) return s;
   norm_buf_.Download(pair, 2);
   if (absl::Status m = MemoryStatus(); !m.ok()) return m;
@@ -43,8 +42,7 @@ absl::Status ZeroOptimizer::AllgatherParams() {
         float* full = params_full_.data() + options_.units[u].offset;
         const float* mine = full + shard_map_[u].unit_offset;
         const std::vector<size_t> counts = UnitCounts(static_cast<int>(u));
-        absl::Status s = worker_->Run(
-            [&] { return comm->allgather(mine, full, counts, timeout); });
+        absl::Status s = worker_->Run([&] { return comm->allgather(mine, full, counts, timeout); });
         if (!s.ok()) return s;
       }
     }
@@ -58,8 +56,7 @@ absl::Status ZeroOptimizer::AllgatherParams() {
     float* full = params_full_.data() + unit.offset;
     const float* mine = full + shard_map_[u].unit_offset;
     const std::vector<size_t> counts = UnitCounts(static_cast<int>(u));
-    absl::Status s = worker_->Run(
-        [&] { return comm->allgather(mine, full, counts, timeout); });
+    absl::Status s = worker_->Run([&] { return comm->allgather(mine, full, counts, timeout); });
     if (!s.ok()) return s;
   }
   return MemoryStatus();
@@ -71,16 +68,14 @@ absl::Status ZeroOptimizer::AllgatherOptimizerState() {
   comm::Collective* comm = options_.comm;
   const comm::Timeout timeout = options_.timeout;
   if (offloaded_) {
-    return absl::FailedPreconditionError(
-        "zero: AllgatherOptimizerState while the optimizer state is offloaded");
+    return absl::FailedPreconditionError("zero: AllgatherOptimizerState while the optimizer state is offloaded");
   }
   for (kernels::DeviceArray<float>* state : {&m_, &v_}) {
     for (size_t u = 0; u < options_.units.size(); ++u) {
       float* full = state->data() + options_.units[u].offset;
       const float* mine = full + shard_map_[u].unit_offset;
       const std::vector<size_t> counts = UnitCounts(static_cast<int>(u));
-      absl::Status s = worker_->Run(
-          [&] { return comm->allgather(mine, full, counts, timeout); });
+      absl::Status s = worker_->Run([&] { return comm->allgather(mine, full, counts, timeout); });
       if (!s.ok()) return s;
     }
   }
@@ -117,9 +112,7 @@ absl::StatusOr<StepResult> ZeroOptimizer::Step(float lr, float max_grad_norm) {
   } else {
     if (stage == 1) {
       for (const auto& p : shard_map_) {
-        sum_sq += ops->sum_squares(
-            grads_full_.data() + options_.units[p.unit].offset + p.unit_offset,
-            p.size);
+        sum_sq += ops->sum_squares(grads_full_.data() + options_.units[p.unit].offset + p.unit_offset, p.size);
       }
     } else {
       sum_sq = ops->sum_squares(grad_shard_.data(), shard_size_);
@@ -142,33 +135,28 @@ absl::StatusOr<StepResult> ZeroOptimizer::Step(float lr, float max_grad_norm) {
   ++step_;
   if (stage == 0) {
     if (scale != 1.f) ops->scale(grads_full_.data(), scale, psi_);
-    ops->adamw_step(params_full_.data(), grads_full_.data(), m_.data(),
-                    v_.data(), psi_, lr, a.beta1, a.beta2, a.eps,
+    ops->adamw_step(params_full_.data(), grads_full_.data(), m_.data(), v_.data(), psi_, lr, a.beta1, a.beta2, a.eps,
                     a.weight_decay, step_);
   } else if (stage == 1 || stage == 2) {
     for (const auto& p : shard_map_) {
       if (p.size == 0) continue;
       const size_t full_off = options_.units[p.unit].offset + p.unit_offset;
-      float* g = stage == 1 ? grads_full_.data() + full_off
-                            : grad_shard_.data() + p.shard_offset;
+      float* g = stage == 1 ? grads_full_.data() + full_off : grad_shard_.data() + p.shard_offset;
       if (scale != 1.f) ops->scale(g, scale, p.size);
-      ops->adamw_step(MasterPiece(p), g, m_.data() + p.shard_offset,
-                      v_.data() + p.shard_offset, p.size, lr, a.beta1,
+      ops->adamw_step(MasterPiece(p), g, m_.data() + p.shard_offset, v_.data() + p.shard_offset, p.size, lr, a.beta1,
                       a.beta2, a.eps, a.weight_decay, step_);
     }
     // fp32: allgather the updated pieces; bf16: allgather their bf16 copy.
     step_incomplete_ = true;
-    if (absl::Status s = bf16() ? RefreshComputeFull() : AllgatherParams();
-        !s.ok()) {
+    if (absl::Status s = bf16() ? RefreshComputeFull() : AllgatherParams(); !s.ok()) {
       Fail(s);
       return s;
     }
     step_incomplete_ = false;
   } else {
     if (scale != 1.f) ops->scale(grad_shard_.data(), scale, shard_size_);
-    ops->adamw_step(param_shard_.data(), grad_shard_.data(), m_.data(),
-                    v_.data(), shard_size_, lr, a.beta1, a.beta2, a.eps,
-                    a.weight_decay, step_);
+    ops->adamw_step(param_shard_.data(), grad_shard_.data(), m_.data(), v_.data(), shard_size_, lr, a.beta1, a.beta2,
+                    a.eps, a.weight_decay, step_);
     if (bf16()) RefreshComputeShard();
   }
   if (bf16() && stage == 0) {

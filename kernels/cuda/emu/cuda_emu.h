@@ -38,8 +38,7 @@
 
 struct dim3 {
   unsigned x, y, z;
-  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1)
-      : x(x_), y(y_), z(z_) {}
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
 
 namespace tandem_emu {
@@ -123,8 +122,7 @@ inline void Trampoline() {
 }
 
 // Runs `kernel` (a callable invoking the __global__ function) over the grid.
-inline void Launch(dim3 grid, dim3 block, size_t smem_bytes,
-                   std::function<void()> kernel) {
+inline void Launch(dim3 grid, dim3 block, size_t smem_bytes, std::function<void()> kernel) {
   Block b;
   b.n = static_cast<int>(block.x * block.y * block.z);
   b.fibers.resize(b.n);
@@ -140,8 +138,7 @@ inline void Launch(dim3 grid, dim3 block, size_t smem_bytes,
     for (unsigned by = 0; by < grid.y; ++by)
       for (unsigned bx = 0; bx < grid.x; ++bx) {
         g_block = dim3(bx, by, bz);
-        b.smem.assign(smem_bytes / sizeof(float) + 1,
-                      std::numeric_limits<float>::quiet_NaN());
+        b.smem.assign(smem_bytes / sizeof(float) + 1, std::numeric_limits<float>::quiet_NaN());
         b.active = b.n;
         b.block_gen = 0;
         b.block_arrived = 0;
@@ -166,14 +163,12 @@ inline void Launch(dim3 grid, dim3 block, size_t smem_bytes,
             Fiber& f = b.fibers[i];
             if (f.done) continue;
             all_done = false;
-            const bool runnable = f.wait == 0 ||
-                                  (f.wait == 1 && b.block_gen > f.gen) ||
-                                  (f.wait == 2 && b.warp_gen[i / 32] > f.gen);
+            const bool runnable =
+                f.wait == 0 || (f.wait == 1 && b.block_gen > f.gen) || (f.wait == 2 && b.warp_gen[i / 32] > f.gen);
             if (!runnable) continue;
             f.wait = 0;
             b.current = i;
-            g_thread = dim3(i % block.x, (i / block.x) % block.y,
-                            i / (block.x * block.y));
+            g_thread = dim3(i % block.x, (i / block.x) % block.y, i / (block.x * block.y));
             swapcontext(&b.sched, &f.ctx);
             progress = true;
             if (f.done) {
@@ -185,8 +180,7 @@ inline void Launch(dim3 grid, dim3 block, size_t smem_bytes,
                 b.block_arrived = 0;
                 ++b.block_gen;
               }
-              if (b.warp_arrived[w] > 0 &&
-                  b.warp_arrived[w] == b.warp_active[w]) {
+              if (b.warp_arrived[w] > 0 && b.warp_arrived[w] == b.warp_active[w]) {
                 b.warp_arrived[w] = 0;
                 ++b.warp_gen[w];
               }
@@ -194,8 +188,7 @@ inline void Launch(dim3 grid, dim3 block, size_t smem_bytes,
           }
           if (all_done) break;
           if (!progress) {
-            std::fprintf(stderr, "cuda_emu: deadlock in block (%u,%u,%u)\n", bx,
-                         by, bz);
+            std::fprintf(stderr, "cuda_emu: deadlock in block (%u,%u,%u)\n", bx, by, bz);
             std::abort();
           }
         }

@@ -51,9 +51,7 @@ struct Row {
 std::vector<Row> g_rows;
 const char* g_filter = nullptr;
 
-bool Selected(const char* op) {
-  return g_filter == nullptr || std::strstr(op, g_filter) != nullptr;
-}
+bool Selected(const char* op) { return g_filter == nullptr || std::strstr(op, g_filter) != nullptr; }
 
 // RAII device array.
 template <typename T>
@@ -133,17 +131,15 @@ class Rng {
 };
 
 // Records one comparison; a CUDA error recorded by the backend fails it.
-void Report(CudaOps& cuda, const std::string& op, const std::string& shape,
-            double err, double tol, double ms) {
+void Report(CudaOps& cuda, const std::string& op, const std::string& shape, double err, double tol, double ms) {
   cuda.Synchronize();
   Row row{op, shape, err, tol, err <= tol && cuda.ok(), ms, ""};
   if (!cuda.ok()) {
     row.note = cuda.last_error();
     cuda.ClearError();
   }
-  std::printf("%-26s %-44s %10.3e %8.0e %-4s %9.3f %s\n", row.op.c_str(),
-              row.shape.c_str(), row.err, row.tol, row.pass ? "PASS" : "FAIL",
-              row.ms, row.note.c_str());
+  std::printf("%-26s %-44s %10.3e %8.0e %-4s %9.3f %s\n", row.op.c_str(), row.shape.c_str(), row.err, row.tol,
+              row.pass ? "PASS" : "FAIL", row.ms, row.note.c_str());
   std::fflush(stdout);
   g_rows.push_back(row);
 }
@@ -182,17 +178,14 @@ void RunTable(std::unique_ptr<CudaOps> cuda_ops) {
   for (size_t i = 0; i < cases.size(); ++i) {
     if (!Selected(cases[i].op.c_str())) continue;
     if (cases[i].op == "sparse_decode") continue;  // CPU backends only
-    testing::ReferenceOutputs(i);  // outside the timed region
+    testing::ReferenceOutputs(i);                  // outside the timed region
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<testing::Check> checks = testing::RunCase(i, backend);
-    const double ms = std::chrono::duration<double, std::milli>(
-                          std::chrono::steady_clock::now() - t0).count();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     for (const testing::Check& c : checks) {
-      Row row{cases[i].op + " " + c.output, cases[i].shape, c.err, c.bound,
-              c.pass, ms, c.note};
-      std::printf("%-30s %-44s %10.3e %8.0e %-4s %9.3f %s\n", row.op.c_str(),
-                  row.shape.c_str(), row.err, row.tol, row.pass ? "PASS" : "FAIL",
-                  row.ms, row.note.c_str());
+      Row row{cases[i].op + " " + c.output, cases[i].shape, c.err, c.bound, c.pass, ms, c.note};
+      std::printf("%-30s %-44s %10.3e %8.0e %-4s %9.3f %s\n", row.op.c_str(), row.shape.c_str(), row.err, row.tol,
+                  row.pass ? "PASS" : "FAIL", row.ms, row.note.c_str());
       std::fflush(stdout);
       g_rows.push_back(row);
     }
@@ -241,17 +234,14 @@ void TestMemory(CudaOps& cuda) {
   b.reset();
   bad = bad || mem->allocated_bytes() != 0;
   Report(cuda, "memory round trip",
-         Fmt("n%zu copy/zero/op/thread (bitwise) %s", n,
-             mem->ok() ? "" : mem->last_error().c_str()),
-         double(bad), 0, ms);
+         Fmt("n%zu copy/zero/op/thread (bitwise) %s", n, mem->ok() ? "" : mem->last_error().c_str()), double(bad), 0,
+         ms);
 
   std::unique_ptr<DeviceMemory> oom = MakeCudaMemory();
   void* huge = oom->Allocate(size_t(1) << 50);
-  const bool caught = huge == nullptr && !oom->ok() &&
-                      oom->last_error().find("out of memory") != std::string::npos;
+  const bool caught = huge == nullptr && !oom->ok() && oom->last_error().find("out of memory") != std::string::npos;
   if (huge != nullptr) oom->Free(huge);
-  Report(cuda, "memory oom", "1 PiB -> nullptr + error", caught ? 0.0 : 1.0, 0,
-         0);
+  Report(cuda, "memory oom", "1 PiB -> nullptr + error", caught ? 0.0 : 1.0, 0, 0);
 }
 
 // Unsupported shapes must become a recorded error, not a crash.
@@ -260,15 +250,13 @@ void TestErrors(CudaOps& cuda) {
   AttentionParams p;
   p.num_heads = 3;
   p.num_kv_heads = 2;  // does not divide
-  cuda.attention_forward(p, nullptr, nullptr, nullptr, nullptr, 1, 4, nullptr,
-                         nullptr);
+  cuda.attention_forward(p, nullptr, nullptr, nullptr, nullptr, 1, 4, nullptr, nullptr);
   const bool caught = !cuda.ok();
   const std::string msg = cuda.last_error();
   cuda.ClearError();
   Row row{"errors", "attention H3 Hkv2", caught ? 0.0 : 1.0, 0, caught, 0, msg};
-  std::printf("%-26s %-44s %10.3e %8.0e %-4s %9.3f %s\n", row.op.c_str(),
-              row.shape.c_str(), row.err, row.tol, row.pass ? "PASS" : "FAIL",
-              0.0, msg.c_str());
+  std::printf("%-26s %-44s %10.3e %8.0e %-4s %9.3f %s\n", row.op.c_str(), row.shape.c_str(), row.err, row.tol,
+              row.pass ? "PASS" : "FAIL", 0.0, msg.c_str());
   g_rows.push_back(row);
 }
 
@@ -281,17 +269,12 @@ void Bench(CudaOps& cuda) {
   Rng rng(10);
   {
     const int n = 4096;
-    Dev<float> a(rng.Uniform(size_t(n) * n)), b(rng.Uniform(size_t(n) * n)),
-        c(size_t(n) * n);
-    cuda.matmul(false, false, n, n, n, 1.f, a.get(), n, b.get(), n, 0.f,
-                c.get(), n);
+    Dev<float> a(rng.Uniform(size_t(n) * n)), b(rng.Uniform(size_t(n) * n)), c(size_t(n) * n);
+    cuda.matmul(false, false, n, n, n, 1.f, a.get(), n, b.get(), n, 0.f, c.get(), n);
     timer.Start();
-    for (int i = 0; i < 5; ++i)
-      cuda.matmul(false, false, n, n, n, 1.f, a.get(), n, b.get(), n, 0.f,
-                  c.get(), n);
+    for (int i = 0; i < 5; ++i) cuda.matmul(false, false, n, n, n, 1.f, a.get(), n, b.get(), n, 0.f, c.get(), n);
     const double ms = timer.StopMs() / 5;
-    std::printf("%-40s %10.3f %12.1f\n", "sgemm 4096^3 (fp32, no TF32)", ms,
-                2.0 * n * n * n / (ms * 1e6));
+    std::printf("%-40s %10.3f %12.1f\n", "sgemm 4096^3 (fp32, no TF32)", ms, 2.0 * n * n * n / (ms * 1e6));
   }
   for (int seqlen : {1024, 4096}) {
     const int batch = 4, h = 8, d = 64;
@@ -299,58 +282,47 @@ void Bench(CudaOps& cuda) {
     for (int i = 0; i < batch; ++i) cu.push_back(cu.back() + seqlen);
     const int t = cu.back();
     const size_t nq = size_t(t) * h * d;
-    Dev<float> q(rng.Uniform(nq)), k(rng.Uniform(nq)), v(rng.Uniform(nq)),
-        out(nq), lse(size_t(t) * h), g(rng.Uniform(nq)), dq(nq), dk(nq), dv(nq);
+    Dev<float> q(rng.Uniform(nq)), k(rng.Uniform(nq)), v(rng.Uniform(nq)), out(nq), lse(size_t(t) * h),
+        g(rng.Uniform(nq)), dq(nq), dk(nq), dv(nq);
     Dev<int32_t> dcu(cu);
     AttentionParams p;
     p.num_heads = h;
     p.num_kv_heads = h;
     p.head_dim = d;
-    cuda.attention_forward(p, q.get(), k.get(), v.get(), dcu.get(), batch, t,
-                           out.get(), lse.get());
+    cuda.attention_forward(p, q.get(), k.get(), v.get(), dcu.get(), batch, t, out.get(), lse.get());
     timer.Start();
-    cuda.attention_forward(p, q.get(), k.get(), v.get(), dcu.get(), batch, t,
-                           out.get(), lse.get());
+    cuda.attention_forward(p, q.get(), k.get(), v.get(), dcu.get(), batch, t, out.get(), lse.get());
     const double fwd_ms = timer.StopMs();
-    cuda.attention_backward(p, q.get(), k.get(), v.get(), out.get(), g.get(),
-                            lse.get(), dcu.get(), batch, t, dq.get(), dk.get(),
-                            dv.get());
+    cuda.attention_backward(p, q.get(), k.get(), v.get(), out.get(), g.get(), lse.get(), dcu.get(), batch, t, dq.get(),
+                            dk.get(), dv.get());
     timer.Start();
-    cuda.attention_backward(p, q.get(), k.get(), v.get(), out.get(), g.get(),
-                            lse.get(), dcu.get(), batch, t, dq.get(), dk.get(),
-                            dv.get());
+    cuda.attention_backward(p, q.get(), k.get(), v.get(), out.get(), g.get(), lse.get(), dcu.get(), batch, t, dq.get(),
+                            dk.get(), dv.get());
     const double bwd_ms = timer.StopMs();
     // Causal: half of the 4 B H T^2 D multiply-adds forward, 2.5x backward.
     const double fwd_flop = 2.0 * batch * h * double(seqlen) * seqlen * d;
-    std::printf("%-40s %10.3f %12.1f\n",
-                Fmt("attention fwd B4 H8 D64 T%d causal", seqlen).c_str(),
-                fwd_ms, fwd_flop / (fwd_ms * 1e6));
-    std::printf("%-40s %10.3f %12.1f\n",
-                Fmt("attention bwd B4 H8 D64 T%d causal", seqlen).c_str(),
-                bwd_ms, 2.5 * fwd_flop / (bwd_ms * 1e6));
+    std::printf("%-40s %10.3f %12.1f\n", Fmt("attention fwd B4 H8 D64 T%d causal", seqlen).c_str(), fwd_ms,
+                fwd_flop / (fwd_ms * 1e6));
+    std::printf("%-40s %10.3f %12.1f\n", Fmt("attention bwd B4 H8 D64 T%d causal", seqlen).c_str(), bwd_ms,
+                2.5 * fwd_flop / (bwd_ms * 1e6));
   }
   {
     const int batch = 16, h = 8, hkv = 2, d = 64, cap = 4096;
     std::vector<int32_t> lens(batch, cap);
-    Dev<float> q(rng.Uniform(size_t(batch) * h * d)),
-        kc(rng.Uniform(size_t(batch) * cap * hkv * d)),
-        vc(rng.Uniform(size_t(batch) * cap * hkv * d)),
-        out(size_t(batch) * h * d);
+    Dev<float> q(rng.Uniform(size_t(batch) * h * d)), kc(rng.Uniform(size_t(batch) * cap * hkv * d)),
+        vc(rng.Uniform(size_t(batch) * cap * hkv * d)), out(size_t(batch) * h * d);
     Dev<int32_t> dl(lens);
     AttentionParams p;
     p.num_heads = h;
     p.num_kv_heads = hkv;
     p.head_dim = d;
-    cuda.decode_attention(p, q.get(), batch, 1, kc.get(), vc.get(), cap,
-                          dl.get(), out.get());
+    cuda.decode_attention(p, q.get(), batch, 1, kc.get(), vc.get(), cap, dl.get(), out.get());
     timer.Start();
-    cuda.decode_attention(p, q.get(), batch, 1, kc.get(), vc.get(), cap,
-                          dl.get(), out.get());
+    cuda.decode_attention(p, q.get(), batch, 1, kc.get(), vc.get(), cap, dl.get(), out.get());
     const double ms = timer.StopMs();
     // Bytes read per query head (K and V rows re-read per head of a group).
     const double bytes = 2.0 * batch * h * double(cap) * d * sizeof(float);
-    std::printf("%-40s %10.3f %9.1f GB/s\n", "decode B16 H8 Hkv2 D64 cache4096",
-                ms, bytes / (ms * 1e6));
+    std::printf("%-40s %10.3f %9.1f GB/s\n", "decode B16 H8 Hkv2 D64 cache4096", ms, bytes / (ms * 1e6));
   }
   cuda.Synchronize();
   if (!cuda.ok()) std::printf("bench error: %s\n", cuda.last_error().c_str());
@@ -377,10 +349,9 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
-  std::printf("kernels_gpu_test on %s (sm_%d%d, %d SMs)\n", prop.name,
-              prop.major, prop.minor, prop.multiProcessorCount);
-  std::printf("%-26s %-44s %10s %8s %-4s %9s\n", "op", "shape", "rel_err",
-              "bound", "ok", "ms");
+  std::printf("kernels_gpu_test on %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor,
+              prop.multiProcessorCount);
+  std::printf("%-26s %-44s %10s %8s %-4s %9s\n", "op", "shape", "rel_err", "bound", "ok", "ms");
   std::unique_ptr<CudaOps> checked = CudaOps::Create();
   if (checked == nullptr) {
     std::printf("kernels_gpu_test: a second CudaOps::Create failed\n");
@@ -392,7 +363,6 @@ int main(int argc, char** argv) {
   int failed = 0;
   for (const Row& r : g_rows) failed += r.pass ? 0 : 1;
   Bench(*cuda);
-  std::printf("\nkernels_gpu_test: %zu checks, %d failed\n", g_rows.size(),
-              failed);
+  std::printf("\nkernels_gpu_test: %zu checks, %d failed\n", g_rows.size(), failed);
   return failed == 0 ? 0 : 1;
 }
