@@ -25,6 +25,7 @@ TEST_PACKAGES=(
   systemd                                  # systemd-analyze: tests/integration/systemd_verify_test.sh
   python3-jinja2                           # chat-template reference rendering
   clang libclang-rt-14-dev                 # the fuzz step: libFuzzer + sanitizers (tests/fuzz/run.sh)
+  clang-format-14                          # the source format check (deploy/format.sh --check)
   prometheus                               # prometheus + promtool: tests/integration/prometheus_test.sh
   chromium python3-websocket               # the dashboard in a browser (tests/integration/dashboard_browser_test.sh)
   slurmctld slurmd slurm-client munge      # a one-machine Slurm cluster: tests/deploy/slurm_test.sh
