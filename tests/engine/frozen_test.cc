@@ -4,6 +4,8 @@
 //    the job without the key;
 //  - a subset: the frozen tensors leave training byte-identical, the SETUP
 //    report's gradient and optimizer bytes shrink to the trainable share;
+//  - every stage in fp32 and bf16, on the cpu and cpu-guarded devices
+//    (bit-identical);
 //  - checkpoint at step k and resume: bit-identical to the uninterrupted
 //    run; resuming with other patterns is refused with a clear error.
 #include <cstdio>
@@ -43,9 +45,9 @@ struct Trace {
 // SETUP (optionally restoring), steps first..last (checkpoint after
 // ckpt_step), export.
 Trace RunJob(int world, const JobSpec& spec, const std::string& dir, int first, int last, int ckpt_step = 0,
-             const std::string& restore = "") {
+             const std::string& restore = "", const std::string& device = "cpu") {
   Trace t;
-  EngineCluster cluster(world, restore.empty() ? "job-frozen" : "job-frozen-resume");
+  EngineCluster cluster(world, restore.empty() ? "job-frozen" : "job-frozen-resume", device);
   for (auto& r : cluster.Setup(spec, restore)) {
     EXPECT_TRUE(r.status.ok()) << r.status;
     t.setups.push_back(r.report);
@@ -136,6 +138,39 @@ TEST(FrozenEngineTest, FrozenTensorsStayAndMemoryShrinks) {
     EXPECT_LT(frozen.losses.back(), frozen.losses.front());
     fs::remove_all(dir);
   }
+}
+
+// Every stage in fp32 and bf16 on the cpu-guarded device (every buffer in
+// device memory that faults on host access) equals the cpu device bit for
+// bit, and the frozen fp32 masters stay byte-identical.
+TEST(FrozenEngineTest, StagesPrecisionsAndGuardedDevice) {
+  const std::string dir = MakeTempDir("frozen-device");
+  std::vector<float> init;
+  {
+    EngineCluster cluster(2, "job-init");
+    cluster.SetupOk(Spec(2, 0, dir));
+    cluster.RunOk(PHASE_EXPORT, 0);
+    init = LoadExported(dir + "/final");
+    fs::remove_all(dir + "/final");
+  }
+  const model::ParamLayout layout(*model::ModelConfigFromJob(Spec(2, 0, dir).model().config()));
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (const std::string precision : {"fp32", "bf16"}) {
+      const std::string what = "stage " + std::to_string(stage) + " " + precision;
+      const JobSpec spec = Spec(2, stage, dir, {kMlp, "train.precision=" + precision});
+      const Trace cpu = RunJob(2, spec, dir, 1, kK);
+      const Trace guarded = RunJob(2, spec, dir, 1, kK, 0, "", "cpu-guarded");
+      EXPECT_EQ(guarded.losses, cpu.losses) << what;
+      ASSERT_EQ(guarded.weights.size(), cpu.weights.size()) << what;
+      EXPECT_EQ(std::memcmp(guarded.weights.data(), cpu.weights.data(), cpu.weights.size() * sizeof(float)), 0) << what;
+      for (const auto& t : layout.tensors()) {
+        const bool train = t.name.find(".mlp.") != std::string::npos || t.name == "model.norm.weight";
+        const bool same = std::memcmp(cpu.weights.data() + t.offset, init.data() + t.offset, t.numel * 4) == 0;
+        EXPECT_NE(same, train) << what << ": " << t.name;
+      }
+    }
+  }
+  fs::remove_all(dir);
 }
 
 TEST(FrozenEngineTest, ResumeIsBitIdenticalAndOtherPatternsAreRefused) {
