@@ -10,6 +10,8 @@
 #include "common/status_util.h"
 #include "common/yaml_proto.h"
 #include "worker/model/job_model.h"
+#include "worker/model/param_layout.h"
+#include "worker/model/trainable.h"
 
 namespace tandem::common {
 namespace {
@@ -46,7 +48,15 @@ absl::Status ValidateModel(const JobSpec& spec) {
   }
   if (!has_config) return absl::OkStatus();
   // The model's own rules (model::Validate), the ones every worker applies.
-  RETURN_IF_ERROR(model::ModelConfigFromJob(m.config()).status());
+  auto config = model::ModelConfigFromJob(m.config());
+  RETURN_IF_ERROR(config.status());
+  if (spec.train().trainable_size() > 0) {
+    // The patterns against the model's tensor names (with model.from the
+    // worker checks them at SETUP).
+    const model::ParamLayout layout(*config);
+    RETURN_IF_ERROR(
+        model::MatchTrainable(layout, {spec.train().trainable().begin(), spec.train().trainable().end()}).status());
+  }
   const auto& c = m.config();
   for (int i = 0; i < spec.rl().stop_token_ids_size(); ++i) {
     if (spec.rl().stop_token_ids(i) >= c.vocab_size()) {

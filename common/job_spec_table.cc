@@ -178,6 +178,12 @@ ConfigTable* MakeJobSpecTable() {
        .def = "fp32",
        .one_of = {"fp32", "bf16"},
        .help = "bf16: bf16 compute copy of the weights, fp32 masters, gradients and Adam state"},
+      {.path = "train.trainable",
+       .doc_default = "every parameter",
+       .max_len = 1024,
+       .non_empty = true,
+       .help = "glob patterns (`*`, `?`, `[...]`) over the Hugging Face tensor names; only matching tensors get "
+               "gradients and optimizer state, the others stay frozen; a pattern that matches nothing is an error"},
       // zero: communication techniques of the ZeRO optimizer.
       {.path = "zero.grad_compression",
        .def = "none",

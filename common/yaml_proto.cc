@@ -273,6 +273,9 @@ absl::Status ReadField(const std::string& path, const std::string& proto_path, c
     if (value.size() > max_len) {
       return Bad(path, absl::StrCat("too many elements (", value.size(), "; at most ", max_len, ")"));
     }
+    if (rule != nullptr && rule->non_empty && value.size() == 0) {
+      return Bad(path, "an empty list (leave the key out for the default)");
+    }
     r->ClearField(msg, f);
     for (size_t i = 0; i < value.size(); ++i) {
       std::string p = absl::StrCat(path, "[", i, "]");
@@ -619,6 +622,10 @@ void EmitMessage(YAML::Emitter& out, const google::protobuf::Message& msg, const
     const FieldDescriptor* f = d->field(i);
     if (f->is_map() || virtual_fields.count(f->name())) continue;
     if (f->is_repeated()) {
+      // A key whose empty list is an error is left out when empty (its
+      // default).
+      const ConfigKey* rule = options.FindRule(Join(path, f->name()));
+      if (rule != nullptr && rule->non_empty && r->FieldSize(msg, f) == 0) continue;
       out << YAML::Key << f->name() << YAML::Value << YAML::Flow << YAML::BeginSeq;
       for (int j = 0; j < r->FieldSize(msg, f); ++j) {
         if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {

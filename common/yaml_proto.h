@@ -42,6 +42,7 @@ struct ConfigKey {
   bool min_exclusive = false;             // (min, max] instead of [min, max]
   std::vector<absl::string_view> one_of;  // strings: allowed values
   size_t max_len = 4096;                  // strings: characters; repeated: elements
+  bool non_empty = false;                 // repeated: a list written empty ([]) is an error
   absl::string_view flag;                 // daemon configs: the command-line flag ("lease-ms")
   absl::string_view help;                 // one line for --help and the docs
 };

@@ -267,6 +267,7 @@ absl::Status WriteManifest(const std::string& dir, const Manifest& m) {
   j["config_hash"] = m.config_hash;
   j["rng_state"] = m.rng_state;
   j["data_cursor"] = m.data_cursor;
+  if (!m.trainable.empty()) j["trainable"] = m.trainable;
   j["extra"] = m.extra;
   j["shards"] = json::array();
   for (const auto& s : m.shards) {
@@ -313,6 +314,10 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {
     m.config_hash = j.value("config_hash", "");
     m.rng_state = j.value("rng_state", "");
     m.data_cursor = j.value("data_cursor", "");
+    if (j.contains("trainable") && !j["trainable"].is_string()) {
+      return absl::DataLossError(where + ": trainable is not a string");
+    }
+    m.trainable = j.value("trainable", "");
     if (j.contains("extra")) m.extra = j["extra"].get<std::map<std::string, double>>();
     std::set<std::string> files;
     for (const auto& s : j.at("shards")) {

@@ -68,6 +68,7 @@ struct Manifest {
   std::string config_hash;    // of the job spec parts that shape the state
   std::string rng_state;      // counter-based RNG: the keys and counters
   std::string data_cursor;    // where the data stream continues
+  std::string trainable;      // train.trainable patterns joined by ", " ("" = every parameter)
   std::map<std::string, double> extra;
   std::vector<ShardFileInfo> shards;
 };

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "absl/strings/str_join.h"
 #include "common/checkpoint_path.h"
 #include "nlohmann/json.hpp"
 #include "worker/ckpt/checkpoint.h"
@@ -41,6 +42,12 @@ std::string ConfigHash(const JobContext& ctx) {
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(ckpt::Xxh64(bytes.data(), bytes.size())));
   return buf;
 }
+// The job's train.trainable patterns as the manifest records them.
+std::string TrainableText(const JobContext& ctx) {
+  const auto& patterns = ctx.spec().train().trainable();
+  return absl::StrJoin(patterns.begin(), patterns.end(), ", ");
+}
+
 // Where the data stream continues after `step`: for text data the epoch and
 // position (within the epoch) of the next sample, and the row count.
 std::string DataCursorText(const JobContext& ctx, int64_t step) {
@@ -141,6 +148,7 @@ absl::Status Checkpoint(JobContext& ctx, int64_t step, ReportPhaseRequest* repor
   // the seed and the step are the whole RNG state and data cursor.
   manifest.rng_state = "counter:seed=" + std::to_string(ctx.spec().seed());
   manifest.data_cursor = DataCursorText(ctx, step);
+  manifest.trainable = TrainableText(ctx);
 
   if (!ctx.writer) ctx.writer = std::make_unique<ckpt::AsyncWriter>();
   const std::string root = ctx.checkpoint_root;
@@ -239,6 +247,16 @@ absl::Status RestoreCheckpoint(JobContext& ctx, const std::string& path, bool ow
     report->add_log_lines("resume from " + loaded->dir +
                           ": the checkpoint was written for a different model section of the job spec; "
                           "its shapes match, continuing");
+  }
+  if (m.trainable != TrainableText(ctx)) {
+    // The moments of tensors that change between frozen and trainable
+    // would not match the step count.
+    auto shown = [](const std::string& t) { return t.empty() ? std::string("every parameter") : "[" + t + "]"; };
+    return absl::FailedPreconditionError(
+        "restore from " + loaded->dir + ": written with train.trainable " + shown(m.trainable) +
+        ", this job has train.trainable " + shown(TrainableText(ctx)) +
+        "; resume with the same patterns (to train other tensors from these weights, export them and start "
+        "from model.from)");
   }
   if (m.total_floats != ctx.zero->num_params()) {
     return absl::FailedPreconditionError("restore from " + loaded->dir + ": checkpoint has " +

@@ -16,6 +16,7 @@
 #include "worker/engine/spec_convert.h"
 #include "worker/model/job_model.h"
 #include "worker/model/safetensors.h"
+#include "worker/model/trainable.h"
 
 namespace tandem::worker {
 
@@ -306,6 +307,13 @@ absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment
   for (int u = 0; u < layout.num_units(); ++u) {
     zo.units.push_back({layout.unit_offset(u), layout.unit_size(u)});
   }
+  // train.trainable: the frozen tensors get no gradients nor moments.
+  auto trainable = model::TrainableRanges(layout, {train.trainable().begin(), train.trainable().end()});
+  if (!trainable.ok()) return trainable.status();
+  for (const auto& unit : *trainable) {
+    auto& ranges = zo.trainable.emplace_back();
+    for (const model::UnitRange& r : unit) ranges.push_back({r.offset, r.size});
+  }
   zo.comm = ctx.collective.get();
   zo.ops = ctx.device->ops.get();
   zo.comm_ops = ctx.device->comm_ops.get();
@@ -370,6 +378,7 @@ absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment
   (*report->mutable_values())["param_bytes"] = static_cast<double>(mem.param_bytes);
   (*report->mutable_values())["grad_bytes"] = static_cast<double>(mem.grad_bytes);
   (*report->mutable_values())["optimizer_bytes"] = static_cast<double>(mem.optimizer_bytes);
+  (*report->mutable_values())["trainable_params"] = static_cast<double>(ctx.zero->num_trainable());
   (*report->mutable_values())["compute_bytes"] = static_cast<double>(mem.compute_bytes);
   // Everything this job holds in the device's memory (model workspace,
   // ZeRO state, KV cache once generated).

@@ -10,6 +10,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "worker/model/file_util.h"
+#include "worker/model/param_layout.h"
+#include "worker/model/trainable.h"
 
 namespace tandem::model {
 
@@ -171,8 +173,14 @@ MemoryEstimate EstimateJobMemory(const tandem::v1::JobSpec& spec, const ModelCon
   // parameters (plus one layer gathered at a time).
   m.params = stage >= 3 ? Add(Mul({4, p}) / world, Mul({4, p}) / layers) : Mul({4, p});
   if (bf16) m.params = Add(m.params, stage >= 3 ? Mul({2, p}) / layers : Mul({2, p}));
-  m.gradients = stage >= 2 ? Mul({4, p}) / world : Mul({4, p});
-  m.optimizer = stage >= 1 ? Mul({8, p}) / world : Mul({8, p});
+  // train.trainable: gradients and moments of the trainable tensors only.
+  int64_t t = p;
+  if (spec.train().trainable_size() > 0) {
+    auto count = TrainableCount(ParamLayout(c), {spec.train().trainable().begin(), spec.train().trainable().end()});
+    if (count.ok()) t = static_cast<int64_t>(*count);
+  }
+  m.gradients = stage >= 2 ? Mul({4, t}) / world : Mul({4, t});
+  m.optimizer = stage >= 1 ? Mul({8, t}) / world : Mul({8, t});
   const bool rl = spec.kind() == tandem::v1::JOB_KIND_GRPO || spec.kind() == tandem::v1::JOB_KIND_PPO;
   if (rl && spec.rl().kl_coef() > 0) m.reference = Mul({4, p});
   const int64_t batch = std::max(1, spec.train().micro_batch());

@@ -16,6 +16,7 @@
 #include "common/yaml_proto.h"
 #include "kernels/backends.h"
 #include "nlohmann/json.hpp"
+#include "worker/model/context_embeddings.h"
 #include "worker/model/file_util.h"
 #include "worker/model/generate.h"
 #include "worker/model/job_model.h"
@@ -23,6 +24,7 @@
 #include "worker/model/param_layout.h"
 #include "worker/model/safetensors.h"
 #include "worker/model/tokenizer.h"
+#include "worker/rollout/engine.h"
 #include "worker/text/text_tokenizer.h"
 #include "yaml-cpp/yaml.h"
 
@@ -48,13 +50,16 @@ const char kInitHelp[] =
 
 const char kGenerateHelp[] =
     "usage: tandemctl generate --model DIR (--prompt TEXT [--chat [--system TEXT]] | --prompt-ids 1,2,3)\n"
-    "           [--max-new-tokens N] [--greedy | --temperature T --top-p P --top-k K]\n"
+    "           [--context-embeddings FILE] [--max-new-tokens N] [--greedy | --temperature T --top-p P --top-k K]\n"
     "           [--seed S] [--num-samples N] [--threads N] [--output text|json]\n"
     "  --prompt TEXT       encoded with the model's tokenizer (char: BOS prepended; Hugging Face:\n"
     "                      what its post-processor adds)\n"
     "  --chat              render the prompt as a user turn with the model's chat template\n"
     "  --system TEXT       with --chat: a system turn before it\n"
     "  --prompt-ids LIST   comma-separated token ids, used as given\n"
+    "  --context-embeddings FILE\n"
+    "                      a safetensors file with one tensor [n, hidden_size], F32 or BF16: vectors\n"
+    "                      prefilled at positions 0..n-1, before the prompt (which may then be left out)\n"
     "  --max-new-tokens N  default 32\n"
     "  --greedy            argmax decoding (default when no sampling flag is given)\n"
     "  --temperature T     sampling temperature (> 0), default 1\n"
@@ -226,6 +231,50 @@ int ModelInitCommand(const std::vector<std::string>& args) {
   return 0;
 }
 
+namespace {
+
+// Context embeddings before the prompt: the rollout engine's prefill from
+// given vectors (worker/rollout/engine.h), in the Generator's result shape.
+absl::StatusOr<GenerationResult> GenerateWithContext(const ModelConfig& cfg, kernels::Ops* ops, ParamProvider& params,
+                                                     const std::vector<int32_t>& prompt,
+                                                     const std::vector<float>& context, int samples,
+                                                     const SamplingOptions& so) {
+  rollout::RolloutOptions o;
+  o.max_new_tokens = so.max_new_tokens;
+  o.sampling.greedy = so.greedy;
+  o.sampling.temperature = so.temperature;
+  o.sampling.top_k = so.top_k;
+  o.sampling.top_p = so.top_p;
+  o.sampling.seed = so.seed;
+  o.stop_ids = so.stop_ids;
+  if (so.stop_at_eos) o.stop_ids.insert(o.stop_ids.end(), cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
+  std::vector<rollout::RolloutRequest> requests(samples);
+  for (int i = 0; i < samples; ++i) {
+    requests[i].prompt = prompt;
+    requests[i].stream = static_cast<uint64_t>(i);
+    requests[i].context = context;
+  }
+  rollout::RolloutEngine engine(cfg, ops);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = engine.Generate(requests, o, params);
+  if (!r.ok()) return r.status();
+  GenerationResult out;
+  for (const auto& s : r->sequences) {
+    GeneratedSequence g;
+    g.tokens = s.tokens;
+    g.logprobs = s.logprobs;
+    g.raw_logprobs = s.raw_logprobs;
+    g.finish = s.finish == rollout::Finish::kStop ? FinishReason::kStop : FinishReason::kLength;
+    out.sequences.push_back(std::move(g));
+  }
+  out.generated_tokens = r->generated_tokens;
+  out.decode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.kv_cache_bytes = r->kv_pool_bytes;
+  return out;
+}
+
+}  // namespace
+
 int GenerateCommand(const std::vector<std::string>& args) {
   for (const auto& a : args) {
     if (a == "--help" || a == "-h") {
@@ -233,18 +282,23 @@ int GenerateCommand(const std::vector<std::string>& args) {
       return 0;
     }
   }
-  Flags f = ParseFlags(args,
-                       {"--model", "--prompt", "--prompt-ids", "--max-new-tokens", "--temperature", "--top-p",
-                        "--top-k", "--seed", "--output", "--num-samples", "--threads", "--system"},
-                       {"--greedy", "--chat"});
+  Flags f =
+      ParseFlags(args,
+                 {"--model", "--prompt", "--prompt-ids", "--max-new-tokens", "--temperature", "--top-p", "--top-k",
+                  "--seed", "--output", "--num-samples", "--threads", "--system", "--context-embeddings"},
+                 {"--greedy", "--chat"});
   auto usage = [](const std::string& msg) {
     std::cerr << "generate: " << msg << "\n" << kGenerateHelp;
     return kUsage;
   };
   if (!f.error.empty()) return usage(f.error);
   if (!f.values.count("--model")) return usage("--model is required");
-  if (f.values.count("--prompt") == f.values.count("--prompt-ids")) {
+  const bool has_context = f.values.count("--context-embeddings") > 0;
+  if (f.values.count("--prompt") && f.values.count("--prompt-ids")) {
     return usage("give exactly one of --prompt and --prompt-ids");
+  }
+  if (!has_context && !f.values.count("--prompt") && !f.values.count("--prompt-ids")) {
+    return usage("give exactly one of --prompt and --prompt-ids (or --context-embeddings)");
   }
   const bool chat = f.bools.count("--chat") > 0;
   if (chat && !f.values.count("--prompt")) return usage("--chat needs --prompt");
@@ -350,13 +404,27 @@ int GenerateCommand(const std::vector<std::string>& args) {
   }
   if (tok && tok->eos() && *tok->eos() < cfg.vocab_size) so.stop_ids.push_back(*tok->eos());
   auto decode = [&](const std::vector<int32_t>& ids) { return tok->Decode(ids, /*skip_special_tokens=*/true); };
-  if (prompt.empty()) return usage("the prompt is empty");
+  std::vector<float> context;
+  if (has_context) {
+    auto rows = LoadContextEmbeddings(f.values["--context-embeddings"], cfg.hidden_size);
+    if (!rows.ok()) {
+      std::cerr << "generate: --context-embeddings: " << rows.status().message() << "\n";
+      return kRuntime;
+    }
+    context = std::move(*rows);
+  }
+  if (prompt.empty() && context.empty()) return usage("the prompt is empty");
   auto ops = kernels::MakeCpuOps(threads);
   ParamLayout layout(cfg);  // FlatParamProvider keeps a reference
   FlatParamProvider provider(layout, loaded->params.data(), nullptr);
-  Generator gen(cfg, ops.get());
-  std::vector<std::vector<int32_t>> prompts(samples, prompt);
-  auto res = gen.Generate(prompts, so, provider);
+  absl::StatusOr<GenerationResult> res;
+  if (has_context) {
+    res = GenerateWithContext(cfg, ops.get(), provider, prompt, context, samples, so);
+  } else {
+    Generator gen(cfg, ops.get());
+    std::vector<std::vector<int32_t>> prompts(samples, prompt);
+    res = gen.Generate(prompts, so, provider);
+  }
   if (!res.ok()) {
     std::cerr << "generate: " << res.status().message() << "\n";
     return kRuntime;
@@ -366,6 +434,7 @@ int GenerateCommand(const std::vector<std::string>& args) {
   if (output == "json") {
     json j;
     j["prompt_ids"] = prompt;
+    if (has_context) j["context_rows"] = context.size() / static_cast<size_t>(cfg.hidden_size);
     json arr = json::array();
     for (const auto& g : res->sequences) {
       json s;

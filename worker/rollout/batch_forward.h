@@ -27,6 +27,13 @@ struct ForwardBatch {
   // prompt read the same row).
   int num_out = 0;
   const int32_t* out_rows = nullptr;  // [num_out]
+  // Rows whose input is a given embedding instead of a token's (context
+  // embeddings): row context_rows[i] reads row context_src[i] of
+  // context_table [*, hidden] (device); both index arrays are HOST memory.
+  int num_context = 0;
+  const int32_t* context_rows = nullptr;
+  const int32_t* context_src = nullptr;
+  const float* context_table = nullptr;
 };
 
 class BatchForward {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,7 +16,12 @@ double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::n
 }  // namespace
 
 RolloutEngine::RolloutEngine(const model::ModelConfig& config, kernels::Ops* ops, kernels::DeviceMemory* memory)
-    : forward_(config, ops, memory), ops_(ops), mem_(forward_.memory()), vocab_(forward_.dims().V) {}
+    : forward_(config, ops, memory),
+      ops_(ops),
+      mem_(forward_.memory()),
+      vocab_(forward_.dims().V),
+      hidden_(forward_.dims().C),
+      max_positions_(config.max_position_embeddings) {}
 
 void RolloutEngine::Release() {
   kv_.Release();
@@ -24,7 +30,8 @@ void RolloutEngine::Release() {
   u_d_.reset();
   pick_id_d_.reset();
   pick_lp_d_.reset();
-  for (auto* v : {&idx_, &pick_id_}) {
+  context_d_.reset();
+  for (auto* v : {&idx_, &pick_id_, &ctx_rows_, &ctx_src_}) {
     v->clear();
     v->shrink_to_fit();
   }
@@ -38,7 +45,7 @@ void RolloutEngine::Release() {
 
 size_t RolloutEngine::held_bytes() const {
   return kv_.bytes() + forward_.scratch_bytes() + idx_d_.bytes() + u_d_.bytes() + pick_id_d_.bytes() +
-         pick_lp_d_.bytes();
+         pick_lp_d_.bytes() + context_d_.bytes();
 }
 
 absl::Status RolloutEngine::Check(const std::vector<RolloutRequest>& requests, const RolloutOptions& o) const {
@@ -51,7 +58,10 @@ absl::Status RolloutEngine::Check(const std::vector<RolloutRequest>& requests, c
   if (o.max_seqs < 1) return absl::InvalidArgumentError("rollout.max_seqs must be >= 1");
   for (size_t i = 0; i < requests.size(); ++i) {
     const auto& p = requests[i].prompt;
-    if (p.empty()) return absl::InvalidArgumentError(absl::StrCat("rollout: prompt ", i, " is empty"));
+    RETURN_IF_ERROR(CheckContext(requests[i], i, o));
+    if (p.empty() && requests[i].context.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("rollout: prompt ", i, " is empty"));
+    }
     if (p.size() + static_cast<size_t>(o.max_new_tokens) > (size_t{1} << 22)) {
       return absl::InvalidArgumentError(absl::StrCat("rollout: prompt ", i, " is too long"));
     }
@@ -60,6 +70,30 @@ absl::Status RolloutEngine::Check(const std::vector<RolloutRequest>& requests, c
         return absl::InvalidArgumentError(
             absl::StrCat("rollout: prompt ", i, " has token id ", id, " outside [0, ", vocab_, ")"));
       }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RolloutEngine::CheckContext(const RolloutRequest& r, size_t i, const RolloutOptions& o) const {
+  const std::vector<float>& c = r.context;
+  if (c.empty()) return absl::OkStatus();
+  const size_t hidden = static_cast<size_t>(hidden_);
+  if (c.size() % hidden != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("rollout: request ", i, ": context embeddings of ", c.size(),
+                                                   " values are not rows of the model's hidden size ", hidden));
+  }
+  const size_t n = c.size() / hidden;
+  const size_t limit = static_cast<size_t>(std::max(max_positions_, 0));
+  if (n > limit || r.prompt.size() > limit - n || static_cast<size_t>(o.max_new_tokens) > limit - n - r.prompt.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("rollout: request ", i, ": ", n, " context rows + ", r.prompt.size(),
+                                                   " prompt tokens + ", o.max_new_tokens,
+                                                   " new tokens exceed the model's context of ", limit, " positions"));
+  }
+  for (size_t k = 0; k < c.size(); ++k) {
+    if (!std::isfinite(c[k])) {
+      return absl::InvalidArgumentError(absl::StrCat("rollout: request ", i, ": context embedding row ", k / hidden,
+                                                     ", column ", k % hidden, " is ", c[k], " (must be finite)"));
     }
   }
   return absl::OkStatus();
@@ -92,14 +126,44 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
   const double t0 = Now();
   RolloutResult res;
   res.sequences.resize(requests.size());
-  for (const auto& r : requests) res.prompt_tokens += static_cast<int64_t>(r.prompt.size());
+  size_t context_floats = 0;
+  for (const auto& r : requests) {
+    res.prompt_tokens += static_cast<int64_t>(r.prompt.size());
+    context_floats += r.context.size();
+  }
+  res.context_rows = static_cast<int64_t>(context_floats / static_cast<size_t>(hidden_));
   if (requests.empty() || o.max_new_tokens == 0) return res;
+  // Context rows enter the scheduler as ids -1 - (row in context_d_): they
+  // take blocks and positions like tokens, and the forward reads their
+  // embedding from context_d_.
+  if (context_floats > 0) {
+    if (context_d_.size() < context_floats && !context_d_.Allocate(mem_, context_floats)) {
+      context_d_.reset();
+      return absl::ResourceExhaustedError(absl::StrCat("rollout: cannot allocate ", context_floats * sizeof(float),
+                                                       " bytes of context embeddings in ", mem_->name(), " memory"));
+    }
+    size_t at = 0;
+    for (const auto& r : requests) {
+      context_d_.Upload(r.context.data(), r.context.size(), at);
+      at += r.context.size();
+    }
+  }
+  auto sequence_of = [&](const RolloutRequest& r, int32_t* next_row) {
+    const int32_t n = static_cast<int32_t>(r.context.size() / static_cast<size_t>(hidden_));
+    std::vector<int32_t> seq;
+    seq.reserve(static_cast<size_t>(n) + r.prompt.size());
+    for (int32_t k = 0; k < n; ++k) seq.push_back(-1 - (*next_row + k));
+    *next_row += n;
+    seq.insert(seq.end(), r.prompt.begin(), r.prompt.end());
+    return seq;
+  };
 
   const model::DecoderDims& d = forward_.dims();
   const size_t block_bytes = KvPool::BlockBytes(d.L, d.KD, o.block_size, o.kv_dtype);
   int64_t full = 0;  // blocks for every sequence at full length, unshared
   for (const auto& r : requests) {
-    full += (static_cast<int64_t>(r.prompt.size()) + o.max_new_tokens + o.block_size - 1) / o.block_size;
+    const int64_t n = static_cast<int64_t>(r.context.size() / static_cast<size_t>(hidden_));
+    full += (n + static_cast<int64_t>(r.prompt.size()) + o.max_new_tokens + o.block_size - 1) / o.block_size;
   }
   int64_t num_blocks = o.kv_cache_bytes > 0 ? static_cast<int64_t>(o.kv_cache_bytes / block_bytes) : full;
   num_blocks = std::min<int64_t>(num_blocks, std::min<int64_t>(full, INT32_MAX / o.block_size));
@@ -111,8 +175,9 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
   so.max_seqs = o.max_seqs;
   so.share_prompts = o.share_prompts;
   Scheduler sched(so);
+  int32_t next_row = 0;
   for (const auto& r : requests) {
-    ASSIGN_OR_RETURN(int id, sched.Add(r.prompt, r.group, o.max_new_tokens));
+    ASSIGN_OR_RETURN(int id, sched.Add(sequence_of(r, &next_row), r.context.empty() ? r.group : -1, o.max_new_tokens));
     (void)id;
   }
   if (kv_.num_blocks() != so.num_blocks || kv_.dtype() != o.kv_dtype || kv_.block_size() != o.block_size) {
@@ -146,6 +211,8 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
     int32_t* slot = rseq + rows;
     int32_t* outr = slot + rows;
     int32_t* tables = outr + n_out;
+    ctx_rows_.clear();
+    ctx_src_.clear();
     for (int k = 0; k < nseq; ++k) {
       const Scheduler::Chunk& c = step.chunks[k];
       const auto toks = sched.tokens(c.seq);
@@ -154,6 +221,11 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
       for (int i = 0; i < c.n; ++i) {
         const int r = c.row + i, p = c.start + i;
         tok[r] = toks[p];
+        if (toks[p] < 0) {  // a context row: token 0 is looked up, then replaced
+          ctx_rows_.push_back(r);
+          ctx_src_.push_back(-1 - toks[p]);
+          tok[r] = 0;
+        }
         pos[r] = p;
         rseq[r] = k;
         slot[r] = tb[p / bs] * bs + p % bs;
@@ -172,6 +244,10 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
     fb.num_out = n_out;
     fb.block_tables = dp + 4 * rows + n_out;
     fb.max_blocks = MB;
+    fb.num_context = static_cast<int>(ctx_rows_.size());
+    fb.context_rows = ctx_rows_.data();
+    fb.context_src = ctx_src_.data();
+    fb.context_table = context_d_.data();
     RETURN_IF_ERROR(forward_.Forward(params, kv_, fb));
     sched.Commit(step);
 

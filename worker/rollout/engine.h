@@ -51,11 +51,15 @@ struct RolloutOptions {
 
 // One sequence to generate. Sequences with the same group (>= 0) must have
 // equal prompts (their prefill is shared); `stream` keys the sampler's
-// draws.
+// draws. `context`: n rows of hidden_size fp32 context embeddings (row
+// major) placed before the prompt at positions 0..n-1, whose KV is computed
+// from these vectors in place of token embeddings; the prompt may then be
+// empty. A request with context never shares its prefill.
 struct RolloutRequest {
   std::vector<int32_t> prompt;
   int group = -1;
   uint64_t stream = 0;
+  std::vector<float> context;
 };
 
 enum class Finish { kStop, kLength };
@@ -70,6 +74,7 @@ struct RolloutSequence {
 struct RolloutResult {
   std::vector<RolloutSequence> sequences;  // one per request, same order
   int64_t prompt_tokens = 0;
+  int64_t context_rows = 0;  // context embedding positions prefilled
   int64_t generated_tokens = 0;
   SchedulerStats scheduler;
   size_t kv_pool_bytes = 0;  // the cache allocated
@@ -91,6 +96,8 @@ class RolloutEngine {
 
  private:
   absl::Status Check(const std::vector<RolloutRequest>& requests, const RolloutOptions& o) const;
+  // Request i's context embeddings: whole rows, finite, within the context.
+  absl::Status CheckContext(const RolloutRequest& r, size_t i, const RolloutOptions& o) const;
   absl::Status Ensure(int rows, int outs, int positions, size_t index_ints);
 
   PagedDecoder forward_;
@@ -104,6 +111,12 @@ class RolloutEngine {
   kernels::DeviceArray<double> u_d_;
   kernels::DeviceArray<int32_t> pick_id_d_;
   kernels::DeviceArray<float> pick_lp_d_;
+  // Every request's context rows, concatenated ([rows, hidden]), and the
+  // context rows of one step (host).
+  kernels::DeviceArray<float> context_d_;
+  std::vector<int32_t> ctx_rows_, ctx_src_;
+  int hidden_ = 0;
+  int max_positions_ = 0;
   std::vector<int32_t> idx_;
   std::vector<double> u_;
   std::vector<int32_t> pick_id_;

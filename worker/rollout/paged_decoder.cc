@@ -114,6 +114,12 @@ absl::Status PagedDecoder::Forward(model::ParamProvider& pp, KvPool& kv, const F
     ops_->embedding_forward(b.tokens, b.rows, P + layout.embed_offset(), d.C, x_.data());
     pp.ReleaseParams(0);
   }
+  // Context rows take their given embedding in place of the token's.
+  const size_t row_bytes = static_cast<size_t>(d.C) * sizeof(float);
+  for (int i = 0; i < b.num_context; ++i) {
+    decoder_.memory()->CopyOnDevice(x_.data() + static_cast<size_t>(b.context_rows[i]) * d.C,
+                                    b.context_table + static_cast<size_t>(b.context_src[i]) * d.C, row_bytes);
+  }
   for (int l = 0; l < d.L; ++l) {
     const int unit = layout.layer_unit(l);
     const float* P = pp.AcquireParams(unit);

@@ -31,6 +31,24 @@ void ZeroOptimizer::LoadParamShard(const float* in) {
 }
 
 void ZeroOptimizer::CopyOptimizerShard(float* m_out, float* v_out) const {
+  if (frozen_) {
+    // Frozen elements have no moments: they read as 0.
+    std::fill_n(m_out, shard_size_, 0.f);
+    std::fill_n(v_out, shard_size_, 0.f);
+    for (const auto& ranges : my_ranges_) {
+      for (const TrainRange& r : ranges) {
+        const size_t src = TrainOpt(r);
+        if (offloaded_) {
+          std::copy_n(m_host_.begin() + src, r.size, m_out + r.shard_offset);
+          std::copy_n(v_host_.begin() + src, r.size, v_out + r.shard_offset);
+        } else {
+          m_.Download(m_out + r.shard_offset, r.size, src);
+          v_.Download(v_out + r.shard_offset, r.size, src);
+        }
+      }
+    }
+    return;
+  }
   for (const auto& p : shard_map_) {
     if (p.size == 0) continue;
     const size_t src = OptOffset(p);
@@ -47,6 +65,21 @@ void ZeroOptimizer::CopyOptimizerShard(float* m_out, float* v_out) const {
 void ZeroOptimizer::LoadOptimizerShard(const float* m_in, const float* v_in) {
   // Stage 0 keeps full moments: each rank loads its pieces; the others stay
   // as they were (callers load every rank's shard, see docs/parallelism.md).
+  if (frozen_) {
+    for (const auto& ranges : my_ranges_) {
+      for (const TrainRange& r : ranges) {
+        const size_t dst = TrainOpt(r);
+        if (offloaded_) {
+          std::copy_n(m_in + r.shard_offset, r.size, m_host_.begin() + dst);
+          std::copy_n(v_in + r.shard_offset, r.size, v_host_.begin() + dst);
+        } else {
+          m_.Upload(m_in + r.shard_offset, r.size, dst);
+          v_.Upload(v_in + r.shard_offset, r.size, dst);
+        }
+      }
+    }
+    return;
+  }
   for (const auto& p : shard_map_) {
     if (p.size == 0) continue;
     const size_t dst = OptOffset(p);
@@ -65,6 +98,24 @@ absl::Status ZeroOptimizer::CopyFullState(float* params, float* m, float* v) con
     return absl::FailedPreconditionError("the full state is only held at ZeRO stage 0");
   }
   params_full_.Download(params, psi_);
+  if (frozen_) {
+    // Moments by parameter; frozen elements have none (0).
+    std::fill_n(m, psi_, 0.f);
+    std::fill_n(v, psi_, 0.f);
+    for (const auto& ranges : all_ranges_) {
+      for (const TrainRange& r : ranges) {
+        const size_t dst = options_.units[r.unit].offset + r.unit_offset;
+        if (offloaded_) {
+          std::copy_n(m_host_.begin() + r.global, r.size, m + dst);
+          std::copy_n(v_host_.begin() + r.global, r.size, v + dst);
+        } else {
+          m_.Download(m + dst, r.size, r.global);
+          v_.Download(v + dst, r.size, r.global);
+        }
+      }
+    }
+    return MemoryStatus();
+  }
   if (offloaded_) {
     std::copy(m_host_.begin(), m_host_.end(), m);
     std::copy(v_host_.begin(), v_host_.end(), v);

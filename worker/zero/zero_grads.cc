@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "worker/zero/zero_internal.h"
 
 namespace tandem::zero {
@@ -15,7 +16,7 @@ namespace tandem::zero {
 
 float* ZeroOptimizer::AcquireGrads(int unit) {
   const Unit& u = options_.units[unit];
-  if (options_.stage < 2) return grads_full_.data() + u.offset;
+  if (options_.stage < 2 && !frozen_) return grads_full_.data() + u.offset;
   auto it = grads_open_.find(unit);
   if (it != grads_open_.end()) {
     ++it->second->refs;
@@ -60,22 +61,45 @@ float* ZeroOptimizer::AcquireGrads(int unit) {
 }
 
 void ZeroOptimizer::ReleaseGrads(int unit) {
-  if (options_.stage < 2) return;
+  if (options_.stage < 2 && !frozen_) return;
   auto it = grads_open_.find(unit);
   if (it == grads_open_.end()) return;
   std::shared_ptr<GradBuf> buf = it->second;
   if (--buf->refs > 0) return;
   grads_open_.erase(it);
   buf->open = false;
+  if (frozen_ && options_.stage < 2) {
+    // Frozen parameters, stages 0-1: add the trainable ranges into the
+    // compact gradients (reduced in Step).
+    for (const TrainRange& r : all_ranges_[unit]) {
+      options_.ops->add_inplace(grads_full_.data() + r.global, buf->mem.data() + r.unit_offset, r.size);
+    }
+    return;
+  }
+  // Frozen parameters: a unit without trainable elements is not reduced.
+  if (frozen_ && all_ranges_[unit].empty()) return;
   const ShardPiece piece = MyPiece(unit);
   const std::vector<size_t> counts = UnitCounts(unit);
   const float* in = buf->mem.data();
   float* piece_out = rs_piece_.data();
-  float* acc = grad_shard_.data() + piece.shard_offset;
   comm::Collective* comm = options_.comm;
   kernels::Ops* ops = comm_ops();
   const comm::Timeout timeout = options_.timeout;
   const bool int4 = int4_grads();
+  if (frozen_) {
+    // Only this rank's trainable ranges of the piece are accumulated.
+    const std::vector<TrainRange>* mine = &my_ranges_[unit];
+    float* shard = grad_shard_.data();
+    buf->task = worker_->Submit([=]() -> absl::Status {
+      RETURN_IF_ERROR(comm->reduce_scatter(in, piece_out, counts, timeout));
+      for (const TrainRange& r : *mine) {
+        ops->add_inplace(shard + r.shard, piece_out + (r.unit_offset - piece.unit_offset), r.size);
+      }
+      return absl::OkStatus();
+    });
+    return;
+  }
+  float* acc = grad_shard_.data() + piece.shard_offset;
   buf->task = worker_->Submit([=, this]() -> absl::Status {
     absl::Status s =
         int4 ? Int4ReduceScatter(unit, in, piece_out) : comm->reduce_scatter(in, piece_out, counts, timeout);

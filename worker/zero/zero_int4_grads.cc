@@ -33,7 +33,10 @@ absl::Status ZeroOptimizer::ReduceFullGrads() {
   comm::Collective* comm = options_.comm;
   const comm::Timeout timeout = options_.timeout;
   if (!int4_grads()) {
-    return worker_->Run([&] { return comm->allreduce(grads_full_.data(), psi_, comm::ReduceOp::kSum, timeout); });
+    // grads_full_ holds Psi elements, or the T trainable ones.
+    float* grads = grads_full_.data();
+    const size_t n = grads_full_.size();
+    return worker_->Run([&] { return comm->allreduce(grads, n, comm::ReduceOp::kSum, timeout); });
   }
   // Unit by unit through the host staging buffer; each unit's pieces are
   // the shard map's, so owner_error_ is indexed like the shard.

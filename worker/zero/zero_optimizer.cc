@@ -68,6 +68,7 @@ absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(ZeroOptions
     }
     expect += options.units[u].size;
   }
+  RETURN_IF_ERROR(CheckTrainable(options));
   auto z = std::unique_ptr<ZeroOptimizer>(new ZeroOptimizer(std::move(options)));
   if (absl::Status s = z->AllocateState(); !s.ok()) return s;
   return z;
@@ -87,6 +88,7 @@ ZeroOptimizer::ZeroOptimizer(ZeroOptions options) : options_(std::move(options))
   }
   shard_map_ = ComputeShardMap(options_.units, rank_, world_);
   for (const auto& p : shard_map_) shard_size_ += p.size;
+  BuildTrainable();
   worker_ = std::make_unique<CommWorker>();
   view_ = std::make_unique<InferenceView>(this);
 }
@@ -127,9 +129,10 @@ absl::Status ZeroOptimizer::AllocateState() {
   if (bf16() && (stage == 1 || stage == 2) && world_ > 1) {
     wants.push_back({&pack_buf_, nullptr, packed_floats(), "the bf16 pack buffer"});
   }
-  if (stage <= 1) wants.push_back({&grads_full_, nullptr, psi_, "the full gradients"});
+  // Frozen parameters: gradients of the trainable elements only.
+  if (stage <= 1) wants.push_back({&grads_full_, nullptr, frozen_ ? t_psi_ : psi_, "the full gradients"});
   if (stage >= 2) {
-    wants.push_back({&grad_shard_, nullptr, shard_size_, "the gradient shard"});
+    wants.push_back({&grad_shard_, nullptr, frozen_ ? t_shard_size_ : shard_size_, "the gradient shard"});
     wants.push_back({&rs_piece_, nullptr, (max_unit_ + world_ - 1) / world_, "the reduce-scatter buffer"});
   }
   if (stage >= 1 && world_ > 1) {

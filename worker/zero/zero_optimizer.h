@@ -41,6 +41,20 @@
 // Checkpoints, GatherFull and CopyFullState serve the fp32 masters;
 // BeginInference / inference_view serve the (widened) bf16 compute copy.
 //
+// Frozen parameters (ZeroOptions.trainable): only the trainable elements
+// have gradients and Adam moments. Their partition is the one the parameter
+// partition induces: rank r owns the trainable elements inside its pieces,
+// so the owner of a trainable element also owns its master, and checkpoints
+// keep the shard_map() format (the moments of frozen elements read as 0).
+// Gradients, their reductions and m/v are stored compactly (T trainable
+// elements: stages 0-1 hold T gradient floats, stage 0 T moments, stages
+// 1-3 this rank's trainable elements); the model writes a unit's gradient
+// into a unit-sized buffer whose trainable ranges are added into that
+// storage on ReleaseGrads (stages 2-3: after the reduce-scatter; a unit
+// without trainable elements is not reduced at all). Parameters are stored
+// and gathered as without frozen elements (stage 3 shards all of them).
+// Not combined with int4 gradient compression.
+//
 // Reductions are sums (the engine normalises the loss globally). Gradients
 // accumulate over micro-batches until Step; ZeroGrads() clears them.
 //
@@ -128,6 +142,10 @@ struct ZeroOptions {
   // host, plus a shard at stages 0-1) and adds it to the next reduction.
   GradCompression grad_compression = GradCompression::kNone;
   bool error_feedback = true;
+  // Frozen parameters: per unit, the trainable element ranges (offsets
+  // within the unit, sorted, disjoint). Empty: everything is trainable; a
+  // table that covers every element means the same.
+  std::vector<std::vector<Unit>> trainable;
 };
 
 struct StepResult {
@@ -259,6 +277,9 @@ class ZeroOptimizer final : public model::ParamProvider {
   int stage() const { return options_.stage; }
   Precision precision() const { return options_.precision; }
   size_t num_params() const { return psi_; }
+  // Trainable elements (num_params() when nothing is frozen).
+  size_t num_trainable() const { return frozen_ ? t_psi_ : psi_; }
+  bool has_frozen() const { return frozen_; }
   const std::vector<Unit>& units() const { return options_.units; }
 
  private:
@@ -274,11 +295,33 @@ class ZeroOptimizer final : public model::ParamProvider {
   // Internal when the DeviceMemory recorded an error, else OK.
   absl::Status MemoryStatus() const;
   kernels::Ops* comm_ops() const { return options_.comm_ops != nullptr ? options_.comm_ops : options_.ops; }
-  size_t opt_size() const { return options_.stage == 0 ? psi_ : shard_size_; }
+  size_t opt_size() const {
+    if (frozen_) return options_.stage == 0 ? t_psi_ : t_shard_size_;
+    return options_.stage == 0 ? psi_ : shard_size_;
+  }
   // Offset of piece p in the moment vectors (full at stage 0, else shard).
   size_t OptOffset(const ShardPiece& p) const {
     return options_.stage == 0 ? options_.units[p.unit].offset + p.unit_offset : p.shard_offset;
   }
+  // Frozen parameters: one trainable range of a unit.
+  struct TrainRange {
+    int unit = 0;
+    size_t unit_offset = 0;  // in the unit
+    size_t size = 0;
+    size_t global = 0;        // in the compact vector of all T trainable elements
+    size_t shard = 0;         // in this rank's compact trainable shard (my ranges)
+    size_t shard_offset = 0;  // in this rank's parameter shard (my ranges)
+  };
+  // Builds the compact tables from options_.trainable (constructor).
+  void BuildTrainable();
+  size_t TrainOpt(const TrainRange& r) const { return options_.stage == 0 ? r.global : r.shard; }
+  // Where the master of a range lives (my ranges; all ranges at stage 0).
+  float* MasterAt(const TrainRange& r) {
+    return master_sharded() ? param_shard_.data() + r.shard_offset
+                            : params_full_.data() + options_.units[r.unit].offset + r.unit_offset;
+  }
+  // Step's norm and AdamW over the compact gradients.
+  absl::Status FrozenStepUpdate(float lr, float max_grad_norm, StepResult* result);
   // Allgathers the fp32 master shard into dst[Psi] (device), unit by unit.
   absl::Status GatherMasters(float* dst);
   void Fail(const absl::Status& s);
@@ -373,6 +416,15 @@ class ZeroOptimizer final : public model::ParamProvider {
   std::unique_ptr<comm::QuantizedExchange> qx_;
   std::vector<float> q_in_, q_out_;
   std::vector<float> grad_error_, owner_error_;
+
+  // Frozen parameters (see the header comment): all trainable ranges by
+  // unit, this rank's, the compact unit offsets, and per unit the trainable
+  // element count of every rank's piece.
+  bool frozen_ = false;
+  size_t t_psi_ = 0, t_shard_size_ = 0;
+  std::vector<std::vector<TrainRange>> all_ranges_, my_ranges_;
+  std::vector<size_t> t_unit_offset_;
+  std::vector<std::vector<size_t>> t_counts_;
 
   std::unique_ptr<CommWorker> worker_;
   absl::Status status_;

@@ -71,6 +71,20 @@ absl::Status ZeroOptimizer::AllgatherOptimizerState() {
     return absl::FailedPreconditionError("zero: AllgatherOptimizerState while the optimizer state is offloaded");
   }
   for (kernels::DeviceArray<float>* state : {&m_, &v_}) {
+    if (frozen_) {
+      // The compact moments: each rank's trainable elements of a unit are
+      // contiguous there, in rank order.
+      for (size_t u = 0; u < options_.units.size(); ++u) {
+        const std::vector<size_t>& counts = t_counts_[u];
+        if (all_ranges_[u].empty()) continue;
+        size_t mine = 0;
+        for (int r = 0; r < rank_; ++r) mine += counts[r];
+        float* full = state->data() + t_unit_offset_[u];
+        absl::Status s = worker_->Run([&] { return comm->allgather(full + mine, full, counts, timeout); });
+        if (!s.ok()) return s;
+      }
+      continue;
+    }
     for (size_t u = 0; u < options_.units.size(); ++u) {
       float* full = state->data() + options_.units[u].offset;
       const float* mine = full + shard_map_[u].unit_offset;
@@ -105,6 +119,14 @@ absl::StatusOr<StepResult> ZeroOptimizer::Step(float lr, float max_grad_norm) {
       Fail(s);
       return s;
     }
+  }
+  if (frozen_) {
+    StepResult result;
+    if (absl::Status s = FrozenStepUpdate(lr, max_grad_norm, &result); !s.ok()) {
+      Fail(s);
+      return s;
+    }
+    return result;
   }
   double sum_sq = 0;
   if (stage == 0) {
