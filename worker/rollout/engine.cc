@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,11 +16,14 @@ double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::n
 }  // namespace
 
 RolloutEngine::RolloutEngine(const model::ModelConfig& config, kernels::Ops* ops, kernels::DeviceMemory* memory)
-    : forward_(config, ops, memory), ops_(ops), mem_(forward_.memory()), vocab_(forward_.dims().V) {}
+    : RolloutEngine(std::make_unique<PagedDecoder>(config, ops, memory), ops) {}
+
+RolloutEngine::RolloutEngine(std::unique_ptr<BatchForward> forward, kernels::Ops* ops)
+    : forward_(std::move(forward)), ops_(ops), mem_(forward_->memory()), vocab_(forward_->vocab()) {}
 
 void RolloutEngine::Release() {
   kv_.Release();
-  forward_.Release();
+  forward_->Release();
   idx_d_.reset();
   u_d_.reset();
   pick_id_d_.reset();
@@ -37,7 +41,7 @@ void RolloutEngine::Release() {
 }
 
 size_t RolloutEngine::held_bytes() const {
-  return kv_.bytes() + forward_.scratch_bytes() + idx_d_.bytes() + u_d_.bytes() + pick_id_d_.bytes() +
+  return kv_.bytes() + forward_->scratch_bytes() + idx_d_.bytes() + u_d_.bytes() + pick_id_d_.bytes() +
          pick_lp_d_.bytes();
 }
 
@@ -66,7 +70,7 @@ absl::Status RolloutEngine::Check(const std::vector<RolloutRequest>& requests, c
 }
 
 absl::Status RolloutEngine::Ensure(int rows, int outs, int positions, size_t index_ints) {
-  RETURN_IF_ERROR(forward_.Reserve(rows, outs, positions));
+  RETURN_IF_ERROR(forward_->Reserve(rows, outs, positions));
   auto exhausted = [&](const char* what) {
     Release();
     return absl::ResourceExhaustedError(
@@ -95,8 +99,8 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
   for (const auto& r : requests) res.prompt_tokens += static_cast<int64_t>(r.prompt.size());
   if (requests.empty() || o.max_new_tokens == 0) return res;
 
-  const model::DecoderDims& d = forward_.dims();
-  const size_t block_bytes = KvPool::BlockBytes(d.L, d.KD, o.block_size, o.kv_dtype);
+  const int layers = forward_->num_layers(), kv_dim = forward_->kv_dim();
+  const size_t block_bytes = KvPool::BlockBytes(layers, kv_dim, o.block_size, o.kv_dtype);
   int64_t full = 0;  // blocks for every sequence at full length, unshared
   for (const auto& r : requests) {
     full += (static_cast<int64_t>(r.prompt.size()) + o.max_new_tokens + o.block_size - 1) / o.block_size;
@@ -116,7 +120,7 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
     (void)id;
   }
   if (kv_.num_blocks() != so.num_blocks || kv_.dtype() != o.kv_dtype || kv_.block_size() != o.block_size) {
-    RETURN_IF_ERROR(kv_.Allocate(mem_, d.L, d.KD, o.block_size, so.num_blocks, o.kv_dtype));
+    RETURN_IF_ERROR(kv_.Allocate(mem_, layers, kv_dim, o.block_size, so.num_blocks, o.kv_dtype));
   }
   const int R = o.max_batch_tokens;
   const int S = std::min<int>(o.max_seqs, static_cast<int>(requests.size()));
@@ -172,7 +176,7 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
     fb.num_out = n_out;
     fb.block_tables = dp + 4 * rows + n_out;
     fb.max_blocks = MB;
-    RETURN_IF_ERROR(forward_.Forward(params, kv_, fb));
+    RETURN_IF_ERROR(forward_->Forward(params, kv_, fb));
     sched.Commit(step);
 
     // Sampling: stream of each sequence, token index = tokens generated.
@@ -184,13 +188,13 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
     }
     if (device_sampling) {
       u_d_.Upload(u_.data(), n_out);
-      ops_->sample_logits(forward_.logits(), n_out, vocab_, o.sampling.greedy ? 0.f : o.sampling.temperature,
+      ops_->sample_logits(forward_->logits(), n_out, vocab_, o.sampling.greedy ? 0.f : o.sampling.temperature,
                           u_d_.data(), pick_id_d_.data(), pick_lp_d_.data(), pick_lp_d_.data() + n_out);
       pick_id_d_.Download(pick_id_.data(), n_out);
       pick_lp_d_.Download(pick_lp_.data(), 2 * static_cast<size_t>(n_out));
     } else {
       logits_.resize(static_cast<size_t>(n_out) * vocab_);
-      mem_->CopyToHost(logits_.data(), forward_.logits(), logits_.size() * sizeof(float));
+      mem_->CopyToHost(logits_.data(), forward_->logits(), logits_.size() * sizeof(float));
       for (int i = 0; i < n_out; ++i) {
         const int s = step.samples[i].seq;
         const Pick p = host_sampler_.Sample(logits_.data() + static_cast<size_t>(i) * vocab_, vocab_, o.sampling, u_[i],
