@@ -13,7 +13,9 @@
 // (generated tokens over the Generate wall time, slowest rank), all-reduce
 // time and calls, the time the compute waited for them, and the hidden
 // share = 1 - waited / all-reduce time. Every TP=2 case checks that its
-// tokens equal TP=1's.
+// tokens equal TP=1's. Last, the switch into the rollout: two ranks holding
+// ZeRO shards of the model gather their TP=2 slices (GatherTpSlice), bytes
+// received vs what a full gather brings to each rank.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -32,6 +34,7 @@
 #include "worker/model/param_layout.h"
 #include "worker/rollout/engine.h"
 #include "worker/rollout/tp_decoder.h"
+#include "worker/rollout/tp_gather.h"
 #include "worker/rollout/tp_slice.h"
 
 namespace {
@@ -163,6 +166,50 @@ bool RunCase(const model::ModelConfig& config, const std::vector<float>& full, i
   return true;
 }
 
+// Two ranks, shards by zero::ComputeShardMap, TP=2 slices.
+bool SwitchBytes(const model::ModelConfig& config, const std::vector<float>& full) {
+  const model::ParamLayout layout(config);
+  std::vector<zero::Unit> units;
+  for (int u = 0; u < layout.num_units(); ++u) units.push_back({layout.unit_offset(u), layout.unit_size(u)});
+  comm::InMemoryStore store;
+  std::vector<rollout::TpGatherStats> stats(2);
+  std::vector<int> ok(2, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      comm::CollectiveOptions co;
+      co.address = "127.0.0.1";
+      co.prefix = "switch";
+      auto c = comm::MakeCollective("gloo", store, r, 2, co);
+      if (!c.ok()) return;
+      std::vector<float> shard;
+      for (const zero::ShardPiece& p : zero::ComputeShardMap(units, r, 2)) {
+        const float* src = full.data() + units[p.unit].offset + p.unit_offset;
+        shard.insert(shard.end(), src, src + p.size);
+      }
+      auto map = rollout::MakeTpSliceMap(config, r, 2);
+      if (!map.ok()) return;
+      std::vector<float> slice(map->slice_floats);
+      auto st =
+          rollout::GatherTpSlice(**c, config, 2, units, shard.data(), slice.data(), std::chrono::milliseconds(120000));
+      if (!st.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", r, st.status().ToString().c_str());
+        return;
+      }
+      stats[r] = *st;
+      ok[r] = 1;
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (ok[0] + ok[1] != 2) return false;
+  std::printf(
+      "switch (ZeRO shards over 2 ranks -> TP=2 slices), per rank: slice %.1f MB, received %.1f MB, "
+      "full gather %.1f MB (%.0f%% of it), %.3f s\n",
+      stats[0].slice_bytes / 1e6, stats[0].bytes_received / 1e6, stats[0].full_gather_bytes / 1e6,
+      100.0 * stats[0].bytes_received / stats[0].full_gather_bytes, std::max(stats[0].seconds, stats[1].seconds));
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -207,5 +254,5 @@ int main(int argc, char** argv) {
                 static_cast<long long>(r.stats.allreduces), r.stats.allreduce_seconds, r.stats.exposed_seconds,
                 100.0 * r.stats.hidden_share(), same ? "yes" : "NO");
   }
-  return 0;
+  return SwitchBytes(*config, full) ? 0 : 1;
 }
