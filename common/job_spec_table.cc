@@ -257,6 +257,18 @@ ConfigTable* MakeJobSpecTable() {
        .max = 100,
        .min_exclusive = true,
        .help = "CTRL penalty on tokens already seen; 1 = off"},
+      {.path = "rollout.tp_size",
+       .def = "1",
+       .min = 1,
+       .max = 1024,
+       .help = "tensor-parallel rollout: groups of tp_size consecutive workers split attention heads and MLP "
+               "columns; divides the workers and the model's attention heads, key/value heads and "
+               "intermediate_size (co-located placement)"},
+      {.path = "rollout.tp_overlap",
+       .def = "true",
+       .zero_is_value = true,
+       .help = "tp_size > 1: each forward's tokens in two halves, one half's all-reduce overlapping the other's "
+               "compute"},
       // init (grpo): SFT warm start.
       {.path = "init.sft_steps", .min = 0, .max = kMaxSteps, .help = "SFT warm-start steps before RL"},
       {.path = "init.sft_lr", .def_from = "train.lr", .min = 0, .max = 10, .help = "warm-start learning rate"},

@@ -6,16 +6,24 @@
 // (RankSlice over prompts; in degraded continuation a block of the full
 // job's shares, data_shares.h), so advantages need no communication; loss
 // normalisers are global counts (one scalar allreduce per mini-batch).
+// With rollout.tp_size > 1 the ranks of a tensor-parallel group generate
+// their prompts together (the union of their RankSlices) and each keeps its
+// own; the draws are keyed the same way, so the trajectories are those of
+// tp_size 1 up to the fp32 order of the sums.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "worker/engine/data_shares.h"
 #include "worker/engine/phases.h"
 #include "worker/engine/spec_convert.h"
 #include "worker/rl/grpo.h"
 #include "worker/rl/lr_schedule.h"
 #include "worker/rollout/spec_options.h"
+#include "worker/rollout/tp_gather.h"
 
 namespace tandem::worker {
 
@@ -152,6 +160,37 @@ rl::CompletionText DecodeResponse(const JobContext& ctx, std::span<const int32_t
   return rl::DecodeCompletion(ids, *ctx.tokenizer, ctx.stop_ids, stops);
 }
 
+// Entering a tensor-parallel rollout: this rank's TP slice of the weights,
+// gathered from the ZeRO parameter shards (only the floats the slice needs
+// cross the wire), in device memory; bf16 jobs round it as the compute copy.
+absl::Status EnterTpRollout(JobContext& ctx, rollout::TpGatherStats* stats) {
+  if (absl::Status st = ctx.zero->Drain(); !st.ok()) return st;
+  std::vector<float> shard(ctx.zero->shard_size());
+  ctx.zero->CopyParamShard(shard.data());
+  std::vector<float> slice(ctx.tp_decoder->slice_layout().total_floats());
+  auto gathered = rollout::GatherTpSlice(*ctx.collective, ctx.config, ctx.tp_decoder->tp_size(), ctx.zero->units(),
+                                         shard.data(), slice.data(), ctx.timeout);
+  if (!gathered.ok()) return gathered.status();
+  *stats = *gathered;
+  kernels::DeviceMemory* mem = ctx.device->memory.get();
+  if (!ctx.tp_slice.Allocate(mem, slice.size())) {
+    return absl::ResourceExhaustedError(absl::StrCat("rollout: cannot allocate the tensor-parallel slice (",
+                                                     slice.size() * sizeof(float), " bytes) in ", mem->name(),
+                                                     " memory"));
+  }
+  ctx.tp_slice.Upload(slice.data(), slice.size());
+  if (ctx.zero->precision() == zero::Precision::kBf16) {
+    kernels::DeviceArray<uint16_t> half;
+    if (!half.Allocate(mem, slice.size())) {
+      ctx.tp_slice.reset();
+      return absl::ResourceExhaustedError("rollout: cannot allocate the bf16 copy of the tensor-parallel slice");
+    }
+    ctx.device->ops->float_to_bf16(ctx.tp_slice.data(), half.data(), slice.size());
+    ctx.device->ops->bf16_to_float(half.data(), ctx.tp_slice.data(), slice.size());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
   if (!ctx.train_data && !ctx.task) {
     return absl::FailedPreconditionError("ROLLOUT needs prompts with reference answers: set data.train or task.name");
@@ -164,6 +203,17 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   const int G = GroupSize(ctx);
   const int64_t P = PromptsPerStep(ctx);
   const rl::IndexRange mine = MyRange(ctx, P);
+  // Tensor-parallel rollout: the TP group generates the prompts of all its
+  // ranks (each rank runs the same batches over its slice); each rank keeps
+  // its own.
+  const int tp = ctx.tp_decoder != nullptr ? ctx.tp_decoder->tp_size() : 1;
+  rl::IndexRange gen_range = mine;
+  if (tp > 1) {
+    const int first = ctx.rank / tp * tp;
+    gen_range = {rl::RankSlice(P, first, ctx.world).begin, rl::RankSlice(P, first + tp - 1, ctx.world).end};
+  }
+  const size_t own_first = static_cast<size_t>(mine.begin - gen_range.begin) * G;
+  const size_t own_count = static_cast<size_t>(mine.size()) * G;
   ctx.rl = RlStepState{};
   ctx.rl.step = step;
   // The frozen reference policy of the KL term is the model RL starts from
@@ -177,7 +227,8 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   std::vector<std::vector<int32_t>> prompts;
   std::vector<uint64_t> seq_ids;
   const uint64_t prompt_seed = DeriveSeed(spec.seed(), kSeedRlPrompts);
-  for (int64_t p = mine.begin; p < mine.end; ++p) {
+  for (int64_t p = gen_range.begin; p < gen_range.end; ++p) {
+    const bool own = p >= mine.begin && p < mine.end;
     const uint64_t flat = static_cast<uint64_t>((step - 1) * P + p);
     std::vector<int32_t> ids;
     rl::Example ex;
@@ -188,7 +239,7 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
       ids = row.prompt_ids;
       ex.prompt = row.prompt;
       ex.answer = row.answer;
-      ctx.rl.rows.push_back(&row);
+      if (own) ctx.rl.rows.push_back(&row);
     } else {
       ex = ctx.task->Sample(prompt_seed, flat);
       ids = {ctx.dataset->tokens().bos};
@@ -200,6 +251,7 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
       prompts.push_back(ids);
       seq_ids.push_back(static_cast<uint64_t>(p * G + g));
     }
+    if (!own) continue;
     ctx.rl.examples.push_back(std::move(ex));
     ctx.rl.prompt_index.push_back(p);
   }
@@ -210,7 +262,12 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   if (spec.rl().offload_optimizer()) {
     if (absl::Status st = ctx.zero->OffloadOptimizerState(); !st.ok()) return st;
   }
-  if (absl::Status st = ctx.zero->BeginInference(); !st.ok()) return st;
+  rollout::TpGatherStats tp_gather;
+  if (tp > 1) {
+    if (absl::Status st = EnterTpRollout(ctx, &tp_gather); !st.ok()) return st;
+  } else {
+    if (absl::Status st = ctx.zero->BeginInference(); !st.ok()) return st;
+  }
   const double enter_s = Seconds(t_enter);
 
   rollout::RolloutOptions so =
@@ -225,38 +282,64 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   }
   const auto t_gen = Clock::now();
   absl::StatusOr<rollout::RolloutResult> gen = rollout::RolloutResult{};
-  if (!prompts.empty()) gen = ctx.rollout->Generate(requests, so, ctx.zero->inference_view());
+  rollout::TpStats tp_stats;
+  if (tp > 1) {
+    model::FlatParamProvider slice(ctx.tp_decoder->slice_layout(), ctx.tp_slice.data(), nullptr);
+    ctx.tp_decoder->ResetStats();
+    if (!prompts.empty()) gen = ctx.rollout->Generate(requests, so, slice);
+    tp_stats = ctx.tp_decoder->stats();
+  } else if (!prompts.empty()) {
+    gen = ctx.rollout->Generate(requests, so, ctx.zero->inference_view());
+  }
   const double gen_s = Seconds(t_gen);
 
   const auto t_leave = Clock::now();
   ctx.rollout->Release();
-  ctx.zero->EndInference();
+  if (tp > 1) {
+    ctx.tp_slice.reset();
+  } else {
+    ctx.zero->EndInference();
+  }
   if (spec.rl().offload_optimizer()) {
     if (absl::Status st = ctx.zero->RestoreOptimizerState(); !st.ok()) return st;
   }
   const double leave_s = Seconds(t_leave);
   if (!gen.ok()) return gen.status();
 
-  for (size_t i = 0; i < prompts.size(); ++i) {
+  if (!prompts.empty() && gen->sequences.size() != prompts.size()) {
+    return absl::InternalError("rollout: the engine returned a different number of sequences than requested");
+  }
+  const std::vector<rollout::RolloutSequence> own_seqs(
+      gen->sequences.begin() + static_cast<std::ptrdiff_t>(std::min(own_first, gen->sequences.size())),
+      gen->sequences.begin() + static_cast<std::ptrdiff_t>(std::min(own_first + own_count, gen->sequences.size())));
+  for (size_t i = 0; i < own_seqs.size(); ++i) {
     rl::Trajectory t;
-    t.prompt_ids = prompts[i];
-    t.completion_ids = gen->sequences[i].tokens;
-    t.logp_sampled = gen->sequences[i].raw_logprobs;
+    t.prompt_ids = prompts[own_first + i];
+    t.completion_ids = own_seqs[i].tokens;
+    t.logp_sampled = own_seqs[i].raw_logprobs;
     t.group = ctx.rl.prompt_index[i / G];
     t.policy_version = ctx.policy_version;
     ctx.rl.trajectories.push_back(std::move(t));
   }
   // Response lengths and how many hit max_new_tokens without ending.
   double len_sum = 0, len_max = 0, truncated = 0;
-  for (const auto& g : gen->sequences) {
+  for (const auto& g : own_seqs) {
     len_sum += static_cast<double>(g.tokens.size());
     len_max = std::max(len_max, static_cast<double>(g.tokens.size()));
     truncated += g.finish == rollout::Finish::kLength ? 1 : 0;
   }
   auto global_max = MaxOverRanks(ctx, static_cast<int64_t>(len_max));
   if (!global_max.ok()) return global_max.status();
-  std::vector<double> sums = {static_cast<double>(gen->generated_tokens), gen_s, len_sum, truncated,
-                              static_cast<double>(gen->sequences.size())};
+  // Each token counted once: by the rank that keeps its sequence.
+  std::vector<double> sums = {len_sum,
+                              gen_s,
+                              len_sum,
+                              truncated,
+                              static_cast<double>(own_seqs.size()),
+                              static_cast<double>(tp_gather.bytes_received),
+                              static_cast<double>(tp_gather.full_gather_bytes),
+                              tp_stats.allreduce_seconds,
+                              tp_stats.exposed_seconds};
   if (absl::Status st = AllreduceSum(ctx, sums); !st.ok()) return st;
   auto* m = report->mutable_metrics();
   m->set_step(step);
@@ -270,6 +353,15 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   (*m->mutable_extra())["response_length_mean"] = sums[4] > 0 ? sums[2] / sums[4] : 0;
   (*m->mutable_extra())["response_length_max"] = static_cast<double>(*global_max);
   (*m->mutable_extra())["truncated_fraction"] = sums[4] > 0 ? sums[3] / sums[4] : 0;
+  if (tp > 1) {
+    // The switch into the rollout: bytes the TP slices took from the ZeRO
+    // shards vs what a full gather on every rank would move (all ranks).
+    (*m->mutable_extra())["rollout_tp_size"] = tp;
+    (*m->mutable_extra())["rollout_switch_bytes"] = sums[5];
+    (*m->mutable_extra())["rollout_switch_full_gather_bytes"] = sums[6];
+    (*m->mutable_extra())["rollout_tp_allreduce_s"] = sums[7] / ctx.world;
+    (*m->mutable_extra())["rollout_tp_hidden_share"] = sums[7] > 0 ? std::max(0.0, 1.0 - sums[8] / sums[7]) : 0;
+  }
   if (ctx.train_data) {
     (*m->mutable_extra())["prompts_dropped"] = static_cast<double>(ctx.train_data->stats().prompts_dropped);
     (*m->mutable_extra())["prompts_truncated"] = static_cast<double>(ctx.train_data->stats().prompts_truncated);

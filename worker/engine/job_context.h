@@ -32,6 +32,7 @@
 #include "worker/rl/tasks.h"
 #include "worker/rl/text_data.h"
 #include "worker/rollout/engine.h"
+#include "worker/rollout/tp_decoder.h"
 #include "worker/text/text_tokenizer.h"
 #include "worker/zero/zero_optimizer.h"
 
@@ -65,10 +66,19 @@ struct JobContext {
   // The backend (ops, memory) the model, generator and ZeRO state use;
   // declared before them so it is destroyed after them.
   std::unique_ptr<ComputeDevice> device;
+  // Tensor-parallel rollout (rollout.tp_size > 1): this rank's TP group
+  // (ranks rank / tp_size * tp_size .. + tp_size - 1; made at SETUP with
+  // the job's abort signal); declared before `rollout`, whose forward uses
+  // it, so it is destroyed after it.
+  std::unique_ptr<comm::Collective> tp_group;
   std::unique_ptr<model::Model> model;
   std::unique_ptr<model::Generator> generator;  // evaluation samples
   // GRPO rollouts: continuous batching over a paged KV cache.
   std::unique_ptr<rollout::RolloutEngine> rollout;
+  // With tp_group: the rollout's forward (owned by `rollout`) and, during a
+  // ROLLOUT phase only, this rank's TP slice of the weights.
+  rollout::TpDecoder* tp_decoder = nullptr;
+  kernels::DeviceArray<float> tp_slice;
   // The model's tokenizer (char or Hugging Face); null for ids-only models.
   std::shared_ptr<const text::Tokenizer> tokenizer;
   // Generation stops at these ids: the model's eos ids (config.json,

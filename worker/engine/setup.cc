@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/phase_failure.h"
 #include "common/rank_topology.h"
@@ -17,6 +18,7 @@
 #include "worker/model/job_model.h"
 #include "worker/model/safetensors.h"
 #include "worker/model/trainable.h"
+#include "worker/rollout/tp_slice.h"
 
 namespace tandem::worker {
 
@@ -97,6 +99,36 @@ absl::Status BuildTextData(JobContext& ctx, const rl::SftTokens& sft_tokens) {
     if (ctx.eval_data) line += "; data.eval: " + std::to_string(ctx.eval_data->size()) + " rows";
     ctx.data_log = line;
   }
+  return absl::OkStatus();
+}
+
+// rollout.tp_size > 1: this rank's TP group (consecutive ranks) and the
+// engine over the tensor-parallel forward.
+absl::Status SetupTpRollout(JobContext& ctx, const comm::CollectiveOptions& co, kernels::DeviceMemory* memory) {
+  const auto& r = ctx.spec().rollout();
+  const int tp = r.tp_size();
+  if (tp <= 1 || ctx.spec().kind() != tandem::v1::JOB_KIND_GRPO) return absl::OkStatus();
+  if (ctx.world % tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("rollout.tp_size ", tp, " does not divide the workers (", ctx.world,
+                                                   "); tensor-parallel groups are tp_size consecutive workers"));
+  }
+  if (ctx.assignment.logical_world_size() > 0) {
+    return absl::InvalidArgumentError("rollout.tp_size > 1 cannot run a degraded continuation");
+  }
+  // Fails before the rendezvous when the model does not split.
+  if (auto slice = rollout::TpSliceConfig(ctx.config, tp); !slice.ok()) return slice.status();
+  comm::CollectiveOptions tco = co;
+  tco.prefix = absl::StrCat(co.prefix, "-tp", ctx.rank / tp);
+  auto group = MakeDeviceCollective(*ctx.device, *ctx.store, ctx.rank % tp, tp, tco);
+  if (!group.ok()) return group.status();
+  ctx.tp_group = std::move(*group);
+  rollout::TpOptions to;
+  to.overlap = r.tp_overlap();
+  to.timeout = ctx.timeout;
+  auto dec = rollout::TpDecoder::Create(ctx.config, ctx.tp_group.get(), ctx.device->ops.get(), memory, to);
+  if (!dec.ok()) return dec.status();
+  ctx.tp_decoder = dec->get();
+  ctx.rollout = std::make_unique<rollout::RolloutEngine>(std::move(*dec), ctx.device->ops.get());
   return absl::OkStatus();
 }
 
@@ -286,6 +318,7 @@ absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment
     auto tiered = comm::MakeTieredCollective(std::move(*coll), ctx.rank_nodes, ctx.tier_bytes);
     if (!tiered.ok()) return tiered.status();
     ctx.collective = std::move(*tiered);
+    if (absl::Status st = SetupTpRollout(ctx, co, memory); !st.ok()) return st;
   }
 
   // ZeRO state over the model's units.

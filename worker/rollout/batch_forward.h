@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/memory.h"
 #include "worker/model/param_provider.h"
 #include "worker/rollout/kv_pool.h"
 
@@ -49,6 +50,20 @@ class BatchForward {
   virtual float* mutable_logits() = 0;
   // Frees the scratch.
   virtual void Release() = 0;
+
+  // What the engine sizes around the forward: layers and the per-row k/v
+  // width of the KV cache this forward reads and writes (a tensor-parallel
+  // forward caches only its own heads), the logits width, the device memory
+  // every pointer lives in, and the scratch bytes held.
+  virtual int num_layers() const = 0;
+  virtual int kv_dim() const = 0;
+  virtual int vocab() const = 0;
+  // The residual width (a context-embedding row has this many floats) and
+  // the model's context length in positions.
+  virtual int hidden() const = 0;
+  virtual int max_positions() const = 0;
+  virtual kernels::DeviceMemory* memory() const = 0;
+  virtual size_t scratch_bytes() const = 0;
 };
 
 }  // namespace tandem::rollout

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,16 +17,19 @@ double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::n
 }  // namespace
 
 RolloutEngine::RolloutEngine(const model::ModelConfig& config, kernels::Ops* ops, kernels::DeviceMemory* memory)
-    : forward_(config, ops, memory),
+    : RolloutEngine(std::make_unique<PagedDecoder>(config, ops, memory), ops) {}
+
+RolloutEngine::RolloutEngine(std::unique_ptr<BatchForward> forward, kernels::Ops* ops)
+    : forward_(std::move(forward)),
       ops_(ops),
-      mem_(forward_.memory()),
-      vocab_(forward_.dims().V),
-      hidden_(forward_.dims().C),
-      max_positions_(config.max_position_embeddings) {}
+      mem_(forward_->memory()),
+      vocab_(forward_->vocab()),
+      hidden_(forward_->hidden()),
+      max_positions_(forward_->max_positions()) {}
 
 void RolloutEngine::Release() {
   kv_.Release();
-  forward_.Release();
+  forward_->Release();
   idx_d_.reset();
   u_d_.reset();
   pick_id_d_.reset();
@@ -44,7 +48,7 @@ void RolloutEngine::Release() {
 }
 
 size_t RolloutEngine::held_bytes() const {
-  return kv_.bytes() + forward_.scratch_bytes() + idx_d_.bytes() + u_d_.bytes() + pick_id_d_.bytes() +
+  return kv_.bytes() + forward_->scratch_bytes() + idx_d_.bytes() + u_d_.bytes() + pick_id_d_.bytes() +
          pick_lp_d_.bytes() + context_d_.bytes();
 }
 
@@ -100,7 +104,7 @@ absl::Status RolloutEngine::CheckContext(const RolloutRequest& r, size_t i, cons
 }
 
 absl::Status RolloutEngine::Ensure(int rows, int outs, int positions, size_t index_ints) {
-  RETURN_IF_ERROR(forward_.Reserve(rows, outs, positions));
+  RETURN_IF_ERROR(forward_->Reserve(rows, outs, positions));
   auto exhausted = [&](const char* what) {
     Release();
     return absl::ResourceExhaustedError(
@@ -158,8 +162,8 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
     return seq;
   };
 
-  const model::DecoderDims& d = forward_.dims();
-  const size_t block_bytes = KvPool::BlockBytes(d.L, d.KD, o.block_size, o.kv_dtype);
+  const int layers = forward_->num_layers(), kv_dim = forward_->kv_dim();
+  const size_t block_bytes = KvPool::BlockBytes(layers, kv_dim, o.block_size, o.kv_dtype);
   int64_t full = 0;  // blocks for every sequence at full length, unshared
   for (const auto& r : requests) {
     const int64_t n = static_cast<int64_t>(r.context.size() / static_cast<size_t>(hidden_));
@@ -181,7 +185,7 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
     (void)id;
   }
   if (kv_.num_blocks() != so.num_blocks || kv_.dtype() != o.kv_dtype || kv_.block_size() != o.block_size) {
-    RETURN_IF_ERROR(kv_.Allocate(mem_, d.L, d.KD, o.block_size, so.num_blocks, o.kv_dtype));
+    RETURN_IF_ERROR(kv_.Allocate(mem_, layers, kv_dim, o.block_size, so.num_blocks, o.kv_dtype));
   }
   const int R = o.max_batch_tokens;
   const int S = std::min<int>(o.max_seqs, static_cast<int>(requests.size()));
@@ -248,7 +252,7 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
     fb.context_rows = ctx_rows_.data();
     fb.context_src = ctx_src_.data();
     fb.context_table = context_d_.data();
-    RETURN_IF_ERROR(forward_.Forward(params, kv_, fb));
+    RETURN_IF_ERROR(forward_->Forward(params, kv_, fb));
     sched.Commit(step);
 
     // Sampling: stream of each sequence, token index = tokens generated.
@@ -260,13 +264,13 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
     }
     if (device_sampling) {
       u_d_.Upload(u_.data(), n_out);
-      ops_->sample_logits(forward_.logits(), n_out, vocab_, o.sampling.greedy ? 0.f : o.sampling.temperature,
+      ops_->sample_logits(forward_->logits(), n_out, vocab_, o.sampling.greedy ? 0.f : o.sampling.temperature,
                           u_d_.data(), pick_id_d_.data(), pick_lp_d_.data(), pick_lp_d_.data() + n_out);
       pick_id_d_.Download(pick_id_.data(), n_out);
       pick_lp_d_.Download(pick_lp_.data(), 2 * static_cast<size_t>(n_out));
     } else {
       logits_.resize(static_cast<size_t>(n_out) * vocab_);
-      mem_->CopyToHost(logits_.data(), forward_.logits(), logits_.size() * sizeof(float));
+      mem_->CopyToHost(logits_.data(), forward_->logits(), logits_.size() * sizeof(float));
       for (int i = 0; i < n_out; ++i) {
         const int s = step.samples[i].seq;
         const Pick p = host_sampler_.Sample(logits_.data() + static_cast<size_t>(i) * vocab_, vocab_, o.sampling, u_[i],

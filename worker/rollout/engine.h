@@ -3,7 +3,10 @@
 // a byte budget, preemption and recomputation when it is full (never a
 // failure), shared prompt prefixes with copy-on-write, and sampling with one
 // counter-based stream per sequence (sampler.h). The model forward is a
-// BatchForward (batch_forward.h); this engine runs it on one device.
+// BatchForward (batch_forward.h): by default a PagedDecoder on one device;
+// a tensor-parallel forward (tp_decoder.h) makes every rank of its group run
+// the same engine over the same requests, and every rank gets the same
+// tokens.
 //
 // Guarantees: greedy tokens equal those of recomputing the full forward at
 // every step (up to fp32 rounding of a different batch shape); a sequence's
@@ -86,6 +89,8 @@ struct RolloutResult {
 class RolloutEngine {
  public:
   RolloutEngine(const model::ModelConfig& config, kernels::Ops* ops, kernels::DeviceMemory* memory = nullptr);
+  // Runs `forward` (its memory() holds every buffer of the engine).
+  RolloutEngine(std::unique_ptr<BatchForward> forward, kernels::Ops* ops);
 
   absl::StatusOr<RolloutResult> Generate(const std::vector<RolloutRequest>& requests, const RolloutOptions& options,
                                          model::ParamProvider& params);
@@ -100,10 +105,12 @@ class RolloutEngine {
   absl::Status CheckContext(const RolloutRequest& r, size_t i, const RolloutOptions& o) const;
   absl::Status Ensure(int rows, int outs, int positions, size_t index_ints);
 
-  PagedDecoder forward_;
+  std::unique_ptr<BatchForward> forward_;
   kernels::Ops* ops_;
   kernels::DeviceMemory* mem_;
   int vocab_;
+  int hidden_;         // residual width: floats per context-embedding row
+  int max_positions_;  // the model's context length
   KvPool kv_;
   HostSampler host_sampler_;
   // Device index arrays (one upload per step) and sampling buffers.
@@ -115,8 +122,6 @@ class RolloutEngine {
   // context rows of one step (host).
   kernels::DeviceArray<float> context_d_;
   std::vector<int32_t> ctx_rows_, ctx_src_;
-  int hidden_ = 0;
-  int max_positions_ = 0;
   std::vector<int32_t> idx_;
   std::vector<double> u_;
   std::vector<int32_t> pick_id_;

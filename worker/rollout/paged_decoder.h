@@ -24,9 +24,15 @@ class PagedDecoder final : public BatchForward {
   float* mutable_logits() override { return logits_.data(); }
   void Release() override;
 
+  int num_layers() const override { return decoder_.dims().L; }
+  int kv_dim() const override { return decoder_.dims().KD; }
+  int vocab() const override { return decoder_.dims().V; }
+  int hidden() const override { return decoder_.dims().C; }
+  int max_positions() const override { return decoder_.config().max_position_embeddings; }
+  kernels::DeviceMemory* memory() const override { return decoder_.memory(); }
+  size_t scratch_bytes() const override;
+
   const model::DecoderDims& dims() const { return decoder_.dims(); }
-  kernels::DeviceMemory* memory() const { return decoder_.memory(); }
-  size_t scratch_bytes() const;
 
  private:
   void Layer(const float* P, int l, KvPool& kv, const ForwardBatch& b);
