@@ -58,6 +58,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "server/clock.h"
 #include "server/jobs/phase_plan.h"
@@ -147,11 +148,24 @@ class JobDriver {
 
   // From the Cluster service and the reaper.
   absl::Status OnReport(const tandem::v1::ReportPhaseRequest& report);
+  // The reaper's hand-over: the loss goes into the driver's inbox (a leaf
+  // lock) and the call returns at once, even while the job's lock is held;
+  // the driver thread handles it at its next wake-up (at most
+  // kInboxPollInterval later).
   void OnWorkerLost(const LostWorker& lost);
   void OnWorkerAttached(const std::string& worker_id);
   void OnWorkerPreempting(const std::string& worker_id);
 
+  // Tests: holds the job's lock until `release` (bounded), notifying `held`
+  // once taken: stands for a driver stuck under its lock.
+  void HoldLockForTest(absl::Notification* held, absl::Notification* release);
+  // Losses posted and not yet taken by the driver thread.
+  size_t InboxSizeForTest() const;
+
  private:
+  // Takes the inbox's losses (HandleLostLocked each); true when there were.
+  bool DrainInboxLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HandleLostLocked(const LostWorker& lost) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartThreadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run();
   // Waits (no lock held) until `ticket` is durable; false when the driver
@@ -209,6 +223,11 @@ class JobDriver {
   const int64_t seq_;  // submission order
 
   mutable absl::Mutex view_mu_ ABSL_ACQUIRED_AFTER(mu_);
+
+  // The inbox (a leaf: taken alone, or last under mu_).
+  mutable absl::Mutex inbox_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::vector<LostWorker> lost_inbox_ ABSL_GUARDED_BY(inbox_mu_);
+  std::atomic<bool> inbox_pending_{false};
   tandem::v1::Job view_ ABSL_GUARDED_BY(view_mu_);
 
   mutable absl::Mutex mu_;

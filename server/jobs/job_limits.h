@@ -20,6 +20,9 @@ inline constexpr int64_t kPruneEventsEvery = 1000;
 // How long ReportPhase waits for a published checkpoint's record to be
 // durable before it answers UNAVAILABLE (the worker sends the report again).
 inline constexpr absl::Duration kCheckpointAckWait = absl::Seconds(30);
+// The longest a driver's wait goes without looking at its inbox (a loss
+// posted while the job's lock was held is seen at the latest then).
+inline constexpr absl::Duration kInboxPollInterval = absl::Milliseconds(250);
 // How often a driver waiting for its own write looks whether it is stopping.
 inline constexpr absl::Duration kDurableWaitSlice = absl::Milliseconds(200);
 

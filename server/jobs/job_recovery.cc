@@ -25,7 +25,41 @@ using tandem::v1::JobState;
 using tandem::v1::StepMetrics;
 
 void JobDriver::OnWorkerLost(const LostWorker& lost) {
+  {
+    absl::MutexLock lock(&inbox_mu_);
+    lost_inbox_.push_back(lost);
+    inbox_pending_ = true;
+  }
+  // The driver's waits re-evaluate their conditions when mu_ is released:
+  // release it once if it is free; if it is held, its holder's release
+  // does (and every wait also looks at the inbox each kInboxPollInterval).
+  if (mu_.TryLock()) mu_.Unlock();
+}
+
+bool JobDriver::DrainInboxLocked() {
+  if (!inbox_pending_.load()) return false;
+  std::vector<LostWorker> lost;
+  {
+    absl::MutexLock lock(&inbox_mu_);
+    lost.swap(lost_inbox_);
+    inbox_pending_ = false;
+  }
+  for (const auto& l : lost) HandleLostLocked(l);
+  return !lost.empty();
+}
+
+size_t JobDriver::InboxSizeForTest() const {
+  absl::MutexLock lock(&inbox_mu_);
+  return lost_inbox_.size();
+}
+
+void JobDriver::HoldLockForTest(absl::Notification* held, absl::Notification* release) {
   absl::MutexLock lock(&mu_);
+  held->Notify();
+  release->WaitForNotificationWithTimeout(absl::Seconds(60));
+}
+
+void JobDriver::HandleLostLocked(const LostWorker& lost) {
   if (IsTerminal(job_.state()) || !fail_reason_.empty()) return;
   const auto& ids = job_.worker_ids();
   auto it = std::find(ids.begin(), ids.end(), lost.worker_id);
@@ -295,6 +329,7 @@ void JobDriver::RecoverLocked() {
   choosing_members_ = true;
   auto stop = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || cancel_requested_; };
   mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(std::min<int64_t>(300, config_.lease_ms())));
+  DrainInboxLocked();
   std::optional<RankPlan> plan;
   std::set<std::string> survivors;
   auto alive_members = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -379,6 +414,7 @@ void JobDriver::RecoverLocked() {
                        " for ", full - static_cast<int>(survivors.size()), " replacement worker(s)"));
     }
     mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(100));
+    DrainInboxLocked();
   }
   choosing_members_ = false;
   std::vector<std::string> leaving;

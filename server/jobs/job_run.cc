@@ -29,6 +29,7 @@ void JobDriver::Run() {
     WriteTicket durable = 0;  // the state the command depends on
     {
       absl::MutexLock lock(&mu_);
+      DrainInboxLocked();
       if (stopping_) break;
       if (cancel_requested_) {
         FinishLocked(tandem::v1::JOB_STATE_CANCELLED, cancel_reason_);
@@ -83,7 +84,14 @@ void JobDriver::Run() {
       return stopping_ || cancel_requested_ || !fail_reason_.empty() || !recover_reason_.empty() ||
              reports_.size() == workers.size();
     };
-    mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
+    auto woken = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done() || inbox_pending_.load(); };
+    // Losses from the reaper arrive in the inbox: handled here, then the
+    // wait goes on unless one of them asked for a recovery.
+    while (true) {
+      mu_.AwaitWithDeadline(absl::Condition(&woken), std::min(deadline, absl::Now() + kInboxPollInterval));
+      DrainInboxLocked();
+      if (done() || absl::Now() >= deadline) break;
+    }
     if (stopping_) break;
     if (cancel_requested_ || !fail_reason_.empty() || !recover_reason_.empty()) continue;
     const std::string where = absl::StrCat(phase.step != 0 ? absl::StrCat("step ", phase.step, " ") : "", "phase ",

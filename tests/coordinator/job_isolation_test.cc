@@ -7,6 +7,8 @@
 // - The store's fsync (the WAL checkpoint) does not return: another job is
 //   submitted, scheduled, takes its workers' reports, advances phase by
 //   phase and finishes, and job A goes on.
+// - Job A's driver is stuck under its lock: the reaper still hands a lost
+//   worker of job B over, and B recovers onto a spare.
 // Every wait is bounded.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -17,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -134,12 +137,18 @@ class JobIsolationTest : public ::testing::Test {
   tandem::v1::Job WaitFor(const std::string& id, std::function<bool(const tandem::v1::Job&)> pred) {
     return test_support::WaitForJob(control_.get(), kToken, id, pred, 30000, 20);
   }
+  test_support::FakeWorker* WorkerWithId(const std::string& id) {
+    for (auto& w : workers_) {
+      if (w->id() == id) return w.get();
+    }
+    return nullptr;
+  }
   void CancelAndWait(const std::string& id) {
     coordinator_->jobs()->Cancel(id, "test over").IgnoreError();
     WaitFor(id, [](const auto& j) { return IsTerminal(j.state()); });
   }
 
-  const int64_t lease_ms_ = 5000;
+  int64_t lease_ms_ = 5000;
   std::string dir_;
   WriteLatch latch_;
   Gate gate_;
@@ -257,6 +266,69 @@ TEST_F(JobIsolationTest, AHeldFsyncHoldsNoJob) {
 
   gate_.Release();
   CancelAndWait(a);
+}
+
+class ReaperIsolationTest : public JobIsolationTest {
+ protected:
+  void SetUp() override {
+    lease_ms_ = 800;
+    JobIsolationTest::SetUp();
+  }
+};
+
+TEST_F(ReaperIsolationTest, ALostWorkerIsHandedOverWhileAnotherJobsDriverIsStuck) {
+  AddWorker("alpha");
+  AddWorker("beta");
+  const std::string a = test_support::SubmitJob(control_.get(), kToken, SftSpec("a", 100000));
+  ASSERT_FALSE(a.empty());
+  WaitFor(a, [](const auto& j) { return j.step() >= 1; });
+  const std::string b = test_support::SubmitJob(control_.get(), kToken, SftSpec("b", 100000));
+  ASSERT_FALSE(b.empty());
+  auto running_b = WaitFor(b, [](const auto& j) { return j.step() >= 1; });
+  ASSERT_EQ(running_b.worker_ids_size(), 1);
+  const auto running_a = test_support::GetJob(control_.get(), kToken, a);
+  ASSERT_EQ(running_a.worker_ids_size(), 1);
+
+  // A's driver is stuck under its lock.
+  auto driver_a = coordinator_->jobs()->DriverForTest(a);
+  ASSERT_NE(driver_a, nullptr);
+  absl::Notification held, release;
+  std::thread holder([&] { driver_a->HoldLockForTest(&held, &release); });
+  struct ReleaseAtExit {
+    absl::Notification* release;
+    std::thread* holder;
+    ~ReleaseAtExit() {
+      if (!release->HasBeenNotified()) release->Notify();
+      holder->join();
+    }
+  } release_at_exit{&release, &holder};
+  ASSERT_TRUE(held.WaitForNotificationWithTimeout(absl::Seconds(20)));
+
+  // Both jobs lose their worker; a spare registers.
+  auto* worker_a = WorkerWithId(running_a.worker_ids(0));
+  auto* worker_b = WorkerWithId(running_b.worker_ids(0));
+  ASSERT_NE(worker_a, nullptr);
+  ASSERT_NE(worker_b, nullptr);
+  worker_a->Stop();
+  worker_b->Stop();
+  auto* spare = AddWorker("gamma");
+
+  // B recovers onto the spare while A's driver is still stuck.
+  auto recovered_b = WaitFor(
+      b, [](const auto& j) { return j.recovery().recoveries() >= 1 && j.state() == tandem::v1::JOB_STATE_RUNNING; });
+  EXPECT_EQ(recovered_b.state(), tandem::v1::JOB_STATE_RUNNING) << recovered_b.reason();
+  ASSERT_EQ(recovered_b.worker_ids_size(), 1);
+  EXPECT_EQ(recovered_b.worker_ids(0), spare->id());
+  // A's loss waits in A's inbox.
+  EXPECT_FALSE(release.HasBeenNotified());
+  EXPECT_EQ(driver_a->InboxSizeForTest(), 1u);
+
+  release.Notify();
+  // A takes its loss: it recovers (and waits for a worker).
+  WaitFor(a, [](const auto& j) { return j.state() == tandem::v1::JOB_STATE_RECOVERING || IsTerminal(j.state()); });
+  EXPECT_EQ(driver_a->InboxSizeForTest(), 0u);
+  CancelAndWait(a);
+  CancelAndWait(b);
 }
 
 }  // namespace
