@@ -314,6 +314,21 @@ absl::Status StateStore::WaitDurable(WriteTicket ticket, absl::Time deadline) {
   return s;
 }
 
+absl::Status StateStore::WaitForQueuedWrites(absl::Time deadline) {
+  WriteTicket last = 0;
+  {
+    absl::MutexLock lock(&queue_mu_);
+    last = next_ticket_ - 1;
+  }
+  absl::MutexLock lock(&queue_mu_);
+  auto done = [this, last]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) { return durable_through_ >= last; };
+  if (!queue_mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("state store ", path_, ": writes through ", last, " not committed yet"));
+  }
+  return absl::OkStatus();
+}
+
 WriteTicket StateStore::DurableThrough() const {
   absl::MutexLock lock(&queue_mu_);
   return durable_through_;

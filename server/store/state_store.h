@@ -116,6 +116,9 @@ class StateStore {
   absl::Status WaitDurable(WriteTicket ticket, absl::Time deadline = absl::InfiniteFuture());
   // The highest ticket committed so far.
   WriteTicket DurableThrough() const;
+  // Waits until every write queued before the call is committed (a reader
+  // that must see them: tools, tests). OK, or DEADLINE_EXCEEDED.
+  absl::Status WaitForQueuedWrites(absl::Time deadline = absl::InfiniteFuture());
 
   // Synchronous forms: Submit* + WaitDurable.
   // Next submission sequence number (persisted counter).
