@@ -377,43 +377,42 @@ void JobDriver::RecoverLocked() {
       return;
     }
   }
+  // The wait for replacements: at each wake-up (the inbox, a cancel, or
+  // every 100 ms for the workers that register) the controller's
+  // ChooseMembers decides from what the driver sees.
   bool reported_wait = false;
   while (!planned) {
     if (stop()) {
       choosing_members_ = false;
       return;
     }
-    survivors = alive_members();
-    const std::vector<Candidate> idle = idle_candidates();
-    plan = PlanRanks(old_ids, old_names, survivors, idle, full);
-    if (!plan && absl::Now() >= deadline) {
-      const int have = static_cast<int>(survivors.size() + idle.size());
-      if (policy.min_workers < full && have >= policy.min_workers && have >= 1) {
-        plan = PlanRanks(old_ids, old_names, survivors, idle, have);
-      }
-      if (!plan) {
-        choosing_members_ = false;
-        fail_reason_ =
-            absl::StrCat(reason, "; no replacement worker within ",
-                         absl::FormatDuration(absl::Milliseconds(policy.replacement_timeout_ms)), " (",
-                         survivors.size(), " of ", full, " workers left, ", idle.size(), " idle",
-                         policy.min_workers < full ? absl::StrCat(", min_workers ", policy.min_workers) : "", ")");
-        return;
-      }
+    MemberWait wait;
+    wait.old_ids = old_ids;
+    wait.old_names = old_names;
+    wait.survivors = survivors = alive_members();
+    wait.idle = idle_candidates();
+    wait.full = full;
+    wait.deadline_passed = absl::Now() >= deadline;
+    MemberChoice choice = ChooseMembers(policy, wait, reason);
+    if (choice.kind == MemberChoice::Kind::kFail) {
+      choosing_members_ = false;
+      fail_reason_ = choice.fail_reason;
+      return;
     }
-    if (plan) {
+    if (choice.kind == MemberChoice::Kind::kPlan) {
+      plan = std::move(choice.plan);
       absl::Status s = membership_->Reassign(job_.id(), plan->worker_ids);
       if (s.ok()) break;
       spdlog::info("job {}: reassign: {} (retrying)", job_.id(), s.ToString());
       plan.reset();
     } else if (!reported_wait) {
       reported_wait = true;
-      EventLocked(
-          "recovery",
-          absl::StrCat("waiting up to ", absl::FormatDuration(absl::Milliseconds(policy.replacement_timeout_ms)),
-                       " for ", full - static_cast<int>(survivors.size()), " replacement worker(s)"));
+      EventLocked("recovery", absl::StrCat("waiting up to ",
+                                           absl::FormatDuration(absl::Milliseconds(policy.replacement_timeout_ms)),
+                                           " for ", choice.missing, " replacement worker(s)"));
     }
-    mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(100));
+    auto woken = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop() || inbox_pending_.load(); };
+    mu_.AwaitWithTimeout(absl::Condition(&woken), absl::Milliseconds(100));
     DrainInboxLocked();
   }
   choosing_members_ = false;
