@@ -104,9 +104,11 @@ void JobDriver::Resume() {
 
 absl::Status JobDriver::PersistNew(const std::string& submitted_message) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = PersistLocked(); !s.ok()) {
-    return absl::UnavailableError(absl::StrCat("the job was not accepted: ", s.message()));
-  }
+  absl::Status s = PersistLocked();
+  // Accepted only once durable: a restarted coordinator knows every job it
+  // answered for.
+  if (s.ok()) s = AwaitDurableLocked(write_ticket_);
+  if (!s.ok()) return absl::UnavailableError(absl::StrCat("the job was not accepted: ", s.message()));
   EventLocked("state", submitted_message);
   return absl::OkStatus();
 }
@@ -143,13 +145,22 @@ absl::StatusOr<tandem::v1::Job> JobDriver::Cancel(const std::string& reason) {
     return absl::FailedPreconditionError(absl::StrCat("job ", id_, " already ", JobStateName(job_.state())));
   }
   std::string why = reason.empty() ? "cancelled by user" : absl::StrCat("cancelled: ", reason);
-  if (absl::Status s = PersistLocked(); !s.ok()) {
+  absl::Status s = PersistLocked();
+  if (s.ok()) s = AwaitDurableLocked(write_ticket_);  // mu_ released meanwhile
+  if (!s.ok()) {
     // Not durable: a restarted coordinator would run the job again.
     return absl::UnavailableError(
         absl::StrCat("cannot record the cancellation: ", s.message(), " (free space or fix the disk, then retry)"));
   }
+  if (IsTerminal(job_.state())) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", id_, " already ", JobStateName(job_.state())));
+  }
   if (job_.state() == tandem::v1::JOB_STATE_PENDING) {
     FinishLocked(tandem::v1::JOB_STATE_CANCELLED, why);
+    // The answer says cancelled: durable first.
+    if (absl::Status d = AwaitDurableLocked(write_ticket_); !d.ok()) {
+      return absl::UnavailableError(absl::StrCat("cannot record the cancellation: ", d.message()));
+    }
   } else {
     cancel_requested_ = true;
     cancel_reason_ = why;
@@ -207,11 +218,20 @@ int64_t JobDriver::LastEventSeq() const {
 }
 
 void JobDriver::AwaitEvent(int64_t after_seq, absl::Duration wait, int64_t* last, bool* terminal) {
-  absl::MutexLock lock(&mu_);
-  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return last_event_seq_ > after_seq || stopping_; };
-  mu_.AwaitWithTimeout(absl::Condition(&ready), wait);
-  *last = last_event_seq_;
-  *terminal = IsTerminal(job_.state());
+  const absl::Time deadline = absl::Now() + wait;
+  WriteTicket ticket = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return last_event_seq_ > after_seq || stopping_; };
+    mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+    *last = last_event_seq_;
+    *terminal = IsTerminal(job_.state());
+    ticket = last_event_ticket_;
+  }
+  // Readers see committed events only: wait for them (no lock held).
+  if (store_->WaitDurable(ticket, deadline).ok()) return;
+  *last = std::min(*last, after_seq);
+  *terminal = false;
 }
 
 int64_t JobDriver::GenerationFor(const std::string& worker_id) const {
@@ -248,8 +268,21 @@ absl::Status JobDriver::PersistLocked() {
   PublishLocked();
   state_.set_cursor_unit(cursor_.unit);
   state_.set_cursor_sub(cursor_.sub);
-  absl::Status s = store_->PutJob(job_, state_, seq_);
-  if (!s.ok()) spdlog::error("persist job {}: {}", id_, s.ToString());
+  auto ticket = store_->SubmitPutJob(job_, state_, seq_);
+  host_->NoteStoreWrite(ticket.status());
+  if (!ticket.ok()) {
+    spdlog::error("persist job {}: {}", id_, ticket.status().ToString());
+    return ticket.status();
+  }
+  write_ticket_ = *ticket;
+  return absl::OkStatus();
+}
+
+absl::Status JobDriver::AwaitDurableLocked(WriteTicket ticket) {
+  if (ticket <= 0 || store_->DurableThrough() >= ticket) return store_->WaitDurable(ticket);
+  mu_.Unlock();
+  absl::Status s = store_->WaitDurable(ticket);
+  mu_.Lock();
   host_->NoteStoreWrite(s);
   return s;
 }
@@ -263,17 +296,20 @@ void JobDriver::EventLocked(const std::string& kind, const std::string& message,
   e.set_message(message);
   e.set_state(job_.state());
   if (metrics) *e.mutable_metrics() = *metrics;
-  auto seq = store_->AppendEvent(e);
-  host_->NoteStoreWrite(seq.status());
-  if (!seq.ok()) {
-    spdlog::error("job {} event: {}", job_.id(), seq.status().ToString());
+  const int64_t seq = last_event_seq_ + 1;
+  auto ticket = store_->SubmitEvent(e, seq);
+  host_->NoteStoreWrite(ticket.status());
+  if (!ticket.ok()) {
+    spdlog::error("job {} event: {}", job_.id(), ticket.status().ToString());
     return;
   }
-  last_event_seq_ = *seq;
-  if (*seq % kPruneEventsEvery == 0 && *seq > kMaxEventsPerJob) {
-    absl::Status pruned = store_->PruneEvents(job_.id(), *seq - kMaxEventsPerJob);
-    host_->NoteStoreWrite(pruned);
-    if (!pruned.ok()) spdlog::error("job {} events: {}", job_.id(), pruned.ToString());
+  last_event_seq_ = seq;
+  last_event_ticket_ = write_ticket_ = *ticket;
+  if (seq % kPruneEventsEvery == 0 && seq > kMaxEventsPerJob) {
+    auto pruned = store_->SubmitPruneEvents(job_.id(), seq - kMaxEventsPerJob);
+    host_->NoteStoreWrite(pruned.status());
+    if (!pruned.ok()) spdlog::error("job {} events: {}", job_.id(), pruned.status().ToString());
+    if (pruned.ok()) write_ticket_ = *pruned;
   }
   if (kind != "step") LogLocked("coordinator", {message});
 }
@@ -298,8 +334,9 @@ void JobDriver::LogLocked(const std::string& source, const std::vector<std::stri
     out.push_back(std::move(l));
     log_lines_++;
   }
-  auto s = store_->AppendLogs(job_.id(), std::move(out));
-  if (!s.ok()) spdlog::error("job {} logs: {}", job_.id(), s.status().ToString());
+  auto ticket = store_->SubmitLogs(job_.id(), std::move(out));
+  if (!ticket.ok()) spdlog::error("job {} logs: {}", job_.id(), ticket.status().ToString());
+  if (ticket.ok()) write_ticket_ = *ticket;
 }
 
 void JobDriver::FinishLocked(JobState state, const std::string& reason) {

@@ -27,12 +27,20 @@
 // listing jobs never waits for a job's lock. Lock order, one direction
 // only: JobDriver::mu_ -> JobManager's registry lock
 // (DriverHost::RequestSchedule) -> Membership, KvStore and StateStore locks;
-// view_mu_ is taken last. The driver's SQLite writes (PutJob, AppendEvent,
-// AppendLogs, checkpoint records) run under this job's mu_ and no lock of
-// the registry or another job: a slow write for job A delays only job A's
-// own reports and commands. The thread waits on mu_ with absl conditions
+// view_mu_ is taken last. The thread waits on mu_ with absl conditions
 // (reports, cancels, failures, recovery requests, stop): those are
 // re-evaluated whenever mu_ is released, so nothing else is signalled.
+//
+// Persistence: the job's writes (its row with the DriverState, events,
+// logs, checkpoint records) are queued on the StateStore's writer under mu_
+// and never wait there. The driver waits for durability (StateStore::
+// WaitDurable, see the invariant in state_store.h) with mu_ released, and
+// only before a side effect that depends on the write: its thread before
+// sending the phase command at a new cursor, PersistNew and Cancel before
+// they answer, OnReport before it acknowledges a published checkpoint. So a
+// slow write anywhere never holds a job's lock: the job's reports, Cancel,
+// WatchJob and the reaper are answered meanwhile; only the job's next
+// command waits for its own write, in its own thread.
 // Thread-safe; every public method takes the locks it needs.
 #pragma once
 
@@ -50,6 +58,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "server/clock.h"
 #include "server/jobs/phase_plan.h"
@@ -139,13 +148,29 @@ class JobDriver {
 
   // From the Cluster service and the reaper.
   absl::Status OnReport(const tandem::v1::ReportPhaseRequest& report);
+  // The reaper's hand-over: the loss goes into the driver's inbox (a leaf
+  // lock) and the call returns at once, even while the job's lock is held;
+  // the driver thread handles it at its next wake-up (at most
+  // kInboxPollInterval later).
   void OnWorkerLost(const LostWorker& lost);
   void OnWorkerAttached(const std::string& worker_id);
   void OnWorkerPreempting(const std::string& worker_id);
 
+  // Tests: holds the job's lock until `release` (bounded), notifying `held`
+  // once taken: stands for a driver stuck under its lock.
+  void HoldLockForTest(absl::Notification* held, absl::Notification* release);
+  // Losses posted and not yet taken by the driver thread.
+  size_t InboxSizeForTest() const;
+
  private:
+  // Takes the inbox's losses (HandleLostLocked each); true when there were.
+  bool DrainInboxLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HandleLostLocked(const LostWorker& lost) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartThreadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run();
+  // Waits (no lock held) until `ticket` is durable; false when the driver
+  // stops meanwhile.
+  bool AwaitDurableBeforeSend(WriteTicket ticket);
   void CompletePhaseLocked(const PlannedPhase& phase) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CompleteSetupLocked(double wall) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Asks the driver to recover; `suspect` (may be empty) is replaced.
@@ -161,11 +186,19 @@ class JobDriver {
   // at once with the lost ranks' shares; false when not possible.
   bool RecoverDegradedLocked(const std::vector<std::string>& old_ids, const std::set<std::string>& survivors)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RecordCheckpointLocked(int64_t generation, const tandem::v1::PublishedCheckpoint& published)
+  // Queues the record and its event; the ticket to wait for before the
+  // publication is acknowledged (0: recorded already, or not recorded).
+  WriteTicket RecordCheckpointLocked(int64_t generation, const tandem::v1::PublishedCheckpoint& published)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status OnReportLocked(const tandem::v1::ReportPhaseRequest& report, WriteTicket* acknowledge_after)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits for `ticket` with mu_ released (and taken again); the outcome is
+  // noted for readiness.
+  absl::Status AwaitDurableLocked(WriteTicket ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishLocked(tandem::v1::JobState state, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes the job and its driver state; the error is logged and noted
-  // for readiness. SaveLocked: the same where the caller goes on anyway.
+  // Queues the job and its driver state (write_ticket_); an error is logged
+  // and noted for readiness. SaveLocked: the same where the caller goes on
+  // anyway.
   absl::Status PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job's checkpoints and bad restore sources (its bad list is state_'s).
   CheckpointCatalogue CatalogueLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -190,6 +223,11 @@ class JobDriver {
   const int64_t seq_;  // submission order
 
   mutable absl::Mutex view_mu_ ABSL_ACQUIRED_AFTER(mu_);
+
+  // The inbox (a leaf: taken alone, or last under mu_).
+  mutable absl::Mutex inbox_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::vector<LostWorker> lost_inbox_ ABSL_GUARDED_BY(inbox_mu_);
+  std::atomic<bool> inbox_pending_{false};
   tandem::v1::Job view_ ABSL_GUARDED_BY(view_mu_);
 
   mutable absl::Mutex mu_;
@@ -207,6 +245,14 @@ class JobDriver {
   bool cancel_requested_ ABSL_GUARDED_BY(mu_) = false;
   std::string cancel_reason_ ABSL_GUARDED_BY(mu_);
   int64_t last_event_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  WriteTicket last_event_ticket_ ABSL_GUARDED_BY(mu_) = 0;  // the write of event last_event_seq_
+  WriteTicket write_ticket_ ABSL_GUARDED_BY(mu_) = 0;       // the job's last queued write
+  // The phase in flight has been sent (its state was durable by then).
+  bool inflight_sent_ ABSL_GUARDED_BY(mu_) = false;
+  // Checkpoints recorded by this driver (step/generation/path), so a
+  // publication repeated by another rank before the record is committed is
+  // recorded once.
+  std::set<std::string> recorded_checkpoints_ ABSL_GUARDED_BY(mu_);
   int64_t log_lines_ ABSL_GUARDED_BY(mu_) = 0;
   tandem::v1::StepMetrics step_acc_ ABSL_GUARDED_BY(mu_);
   int64_t acc_unit_ ABSL_GUARDED_BY(mu_) = -1;

@@ -124,6 +124,9 @@ class JobManager : public DriverHost {
   void RequestSchedule() override;
   void NoteStoreWrite(const absl::Status& s) override;
 
+  // Tests: the job's driver (null when unknown).
+  std::shared_ptr<JobDriver> DriverForTest(const std::string& job_id) const { return Find(job_id); }
+
  private:
   std::shared_ptr<JobDriver> Find(const std::string& job_id) const;
   absl::StatusOr<std::shared_ptr<JobDriver>> FindOrNotFound(const std::string& job_id) const;

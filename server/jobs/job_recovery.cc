@@ -25,7 +25,41 @@ using tandem::v1::JobState;
 using tandem::v1::StepMetrics;
 
 void JobDriver::OnWorkerLost(const LostWorker& lost) {
+  {
+    absl::MutexLock lock(&inbox_mu_);
+    lost_inbox_.push_back(lost);
+    inbox_pending_ = true;
+  }
+  // The driver's waits re-evaluate their conditions when mu_ is released:
+  // release it once if it is free; if it is held, its holder's release
+  // does (and every wait also looks at the inbox each kInboxPollInterval).
+  if (mu_.TryLock()) mu_.Unlock();
+}
+
+bool JobDriver::DrainInboxLocked() {
+  if (!inbox_pending_.load()) return false;
+  std::vector<LostWorker> lost;
+  {
+    absl::MutexLock lock(&inbox_mu_);
+    lost.swap(lost_inbox_);
+    inbox_pending_ = false;
+  }
+  for (const auto& l : lost) HandleLostLocked(l);
+  return !lost.empty();
+}
+
+size_t JobDriver::InboxSizeForTest() const {
+  absl::MutexLock lock(&inbox_mu_);
+  return lost_inbox_.size();
+}
+
+void JobDriver::HoldLockForTest(absl::Notification* held, absl::Notification* release) {
   absl::MutexLock lock(&mu_);
+  held->Notify();
+  release->WaitForNotificationWithTimeout(absl::Seconds(60));
+}
+
+void JobDriver::HandleLostLocked(const LostWorker& lost) {
   if (IsTerminal(job_.state()) || !fail_reason_.empty()) return;
   const auto& ids = job_.worker_ids();
   auto it = std::find(ids.begin(), ids.end(), lost.worker_id);
@@ -295,6 +329,7 @@ void JobDriver::RecoverLocked() {
   choosing_members_ = true;
   auto stop = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || cancel_requested_; };
   mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(std::min<int64_t>(300, config_.lease_ms())));
+  DrainInboxLocked();
   std::optional<RankPlan> plan;
   std::set<std::string> survivors;
   auto alive_members = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -342,43 +377,43 @@ void JobDriver::RecoverLocked() {
       return;
     }
   }
+  // The wait for replacements: at each wake-up (the inbox, a cancel, or
+  // every 100 ms for the workers that register) the controller's
+  // ChooseMembers decides from what the driver sees.
   bool reported_wait = false;
   while (!planned) {
     if (stop()) {
       choosing_members_ = false;
       return;
     }
-    survivors = alive_members();
-    const std::vector<Candidate> idle = idle_candidates();
-    plan = PlanRanks(old_ids, old_names, survivors, idle, full);
-    if (!plan && absl::Now() >= deadline) {
-      const int have = static_cast<int>(survivors.size() + idle.size());
-      if (policy.min_workers < full && have >= policy.min_workers && have >= 1) {
-        plan = PlanRanks(old_ids, old_names, survivors, idle, have);
-      }
-      if (!plan) {
-        choosing_members_ = false;
-        fail_reason_ =
-            absl::StrCat(reason, "; no replacement worker within ",
-                         absl::FormatDuration(absl::Milliseconds(policy.replacement_timeout_ms)), " (",
-                         survivors.size(), " of ", full, " workers left, ", idle.size(), " idle",
-                         policy.min_workers < full ? absl::StrCat(", min_workers ", policy.min_workers) : "", ")");
-        return;
-      }
+    MemberWait wait;
+    wait.old_ids = old_ids;
+    wait.old_names = old_names;
+    wait.survivors = survivors = alive_members();
+    wait.idle = idle_candidates();
+    wait.full = full;
+    wait.deadline_passed = absl::Now() >= deadline;
+    MemberChoice choice = ChooseMembers(policy, wait, reason);
+    if (choice.kind == MemberChoice::Kind::kFail) {
+      choosing_members_ = false;
+      fail_reason_ = choice.fail_reason;
+      return;
     }
-    if (plan) {
+    if (choice.kind == MemberChoice::Kind::kPlan) {
+      plan = std::move(choice.plan);
       absl::Status s = membership_->Reassign(job_.id(), plan->worker_ids);
       if (s.ok()) break;
       spdlog::info("job {}: reassign: {} (retrying)", job_.id(), s.ToString());
       plan.reset();
     } else if (!reported_wait) {
       reported_wait = true;
-      EventLocked(
-          "recovery",
-          absl::StrCat("waiting up to ", absl::FormatDuration(absl::Milliseconds(policy.replacement_timeout_ms)),
-                       " for ", full - static_cast<int>(survivors.size()), " replacement worker(s)"));
+      EventLocked("recovery", absl::StrCat("waiting up to ",
+                                           absl::FormatDuration(absl::Milliseconds(policy.replacement_timeout_ms)),
+                                           " for ", choice.missing, " replacement worker(s)"));
     }
-    mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(100));
+    auto woken = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop() || inbox_pending_.load(); };
+    mu_.AwaitWithTimeout(absl::Condition(&woken), absl::Milliseconds(100));
+    DrainInboxLocked();
   }
   choosing_members_ = false;
   std::vector<std::string> leaving;

@@ -22,7 +22,25 @@ using tandem::v1::JobState;
 using tandem::v1::StepMetrics;
 
 absl::Status JobDriver::OnReport(const tandem::v1::ReportPhaseRequest& report) {
-  absl::MutexLock lock(&mu_);
+  WriteTicket acknowledge_after = 0;
+  absl::Status s;
+  {
+    absl::MutexLock lock(&mu_);
+    s = OnReportLocked(report, &acknowledge_after);
+  }
+  // A published checkpoint is acknowledged once its record is durable (the
+  // worker does not send it again); the wait holds no lock.
+  if (acknowledge_after == 0) return s;
+  absl::Status durable = store_->WaitDurable(acknowledge_after, absl::Now() + kCheckpointAckWait);
+  host_->NoteStoreWrite(durable);
+  if (!durable.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("checkpoint record of job ", id_, " not stored yet (", durable.message(), "): send it again"));
+  }
+  return s;
+}
+
+absl::Status JobDriver::OnReportLocked(const tandem::v1::ReportPhaseRequest& report, WriteTicket* acknowledge_after) {
   const auto& ids = job_.worker_ids();
   auto it = std::find(ids.begin(), ids.end(), report.worker_id());
   // Nothing in a report is used before its sender is known to be a member.
@@ -44,7 +62,9 @@ absl::Status JobDriver::OnReport(const tandem::v1::ReportPhaseRequest& report) {
   // (any rank, any phase: the background write finishes later), even from an
   // old generation or with a phase that failed after it was published.
   if (!IsTerminal(job_.state())) {
-    for (const auto& published : report.checkpoints()) RecordCheckpointLocked(report.generation(), published);
+    for (const auto& published : report.checkpoints()) {
+      *acknowledge_after = std::max(*acknowledge_after, RecordCheckpointLocked(report.generation(), published));
+    }
   }
   const int rank = static_cast<int>(it - ids.begin());
   std::vector<std::string> lines(report.log_lines().begin(), report.log_lines().end());
@@ -75,7 +95,7 @@ absl::Status JobDriver::OnReport(const tandem::v1::ReportPhaseRequest& report) {
   return absl::OkStatus();
 }
 
-void JobDriver::RecordCheckpointLocked(int64_t generation, const tandem::v1::PublishedCheckpoint& published) {
+WriteTicket JobDriver::RecordCheckpointLocked(int64_t generation, const tandem::v1::PublishedCheckpoint& published) {
   tandem::v1::CheckpointRecord rec;
   rec.set_job_id(job_.id());
   rec.set_step(published.step());
@@ -84,24 +104,30 @@ void JobDriver::RecordCheckpointLocked(int64_t generation, const tandem::v1::Pub
   rec.set_world_size(job_.worker_ids_size());
   rec.set_bytes(published.bytes());
   rec.set_time(clock_->WallSeconds());
+  const std::string key = absl::StrCat(rec.step(), "/", rec.generation(), "/", rec.path());
+  if (recorded_checkpoints_.count(key)) return write_ticket_;  // recorded already (maybe not committed yet)
   // Rank 0 applies checkpoint.keep right after publishing: the catalogue
   // lists only what is still on disk.
-  auto added = CatalogueLocked().Publish(rec, job_.spec().checkpoint().keep());
+  auto added = CatalogueLocked().Record(rec, job_.spec().checkpoint().keep());
   host_->NoteStoreWrite(added.status());
   if (!added.ok()) {
     spdlog::error("job {} checkpoint record: {}", id_, added.status().ToString());
-    return;
+    return 0;
   }
-  if (!*added) return;  // recorded already
+  if (recorded_checkpoints_.size() >= kMaxCheckpointRecordsPerJob) recorded_checkpoints_.clear();
+  recorded_checkpoints_.insert(key);
+  if (*added == 0) return 0;  // recorded already
+  write_ticket_ = *added;
   CoordinatorMetrics::Global().CheckpointPublished(published.bytes());
   EventLocked("checkpoint", absl::StrCat("checkpoint of step ", rec.step(), " at ", rec.path()));
+  return write_ticket_;
 }
 
 void JobDriver::OnWorkerAttached(const std::string& worker_id) {
   absl::MutexLock lock(&mu_);
   {
     if ((job_.state() != tandem::v1::JOB_STATE_RUNNING && job_.state() != tandem::v1::JOB_STATE_RECOVERING) ||
-        !inflight_) {
+        !inflight_ || !inflight_sent_) {
       return;
     }
     const auto& ids = job_.worker_ids();

@@ -26,8 +26,10 @@ void JobDriver::Run() {
     std::vector<std::string> workers;
     std::vector<tandem::v1::WorkerCommand> commands;
     int64_t timeout_ms = 0;
+    WriteTicket durable = 0;  // the state the command depends on
     {
       absl::MutexLock lock(&mu_);
+      DrainInboxLocked();
       if (stopping_) break;
       if (cancel_requested_) {
         FinishLocked(tandem::v1::JOB_STATE_CANCELLED, cancel_reason_);
@@ -52,6 +54,7 @@ void JobDriver::Run() {
       timeout_ms = phase.phase == tandem::v1::PHASE_SETUP ? config_.setup_timeout_ms() : config_.phase_timeout_ms();
       tandem::v1::PhaseCommand cmd = MakePhaseCommand(job_, cursor_, phase, extra_.has_value(), timeout_ms);
       inflight_ = cmd;
+      inflight_sent_ = false;
       inflight_started_ = absl::Now();
       reports_.clear();
       workers.assign(job_.worker_ids().begin(), job_.worker_ids().end());
@@ -60,6 +63,17 @@ void JobDriver::Run() {
       for (size_t rank = 0; rank < workers.size(); ++rank) {
         commands.push_back(CommandForRank(job_, state_, *inflight_, static_cast<int>(rank), config_.runs_dir(), nodes));
       }
+      durable = write_ticket_;
+    }
+    // The command goes out only once the cursor (and everything the job
+    // wrote before it) is durable: a restarted coordinator resumes at this
+    // phase or a later one, never an earlier one the workers have passed.
+    // The wait holds no lock, so the job's reports and Cancel are answered.
+    if (!AwaitDurableBeforeSend(durable)) break;
+    {
+      absl::MutexLock lock(&mu_);
+      inflight_sent_ = true;
+      inflight_started_ = absl::Now();
     }
     for (size_t rank = 0; rank < workers.size(); ++rank) {
       membership_->Send(workers[rank], std::move(commands[rank])).IgnoreError();
@@ -70,7 +84,14 @@ void JobDriver::Run() {
       return stopping_ || cancel_requested_ || !fail_reason_.empty() || !recover_reason_.empty() ||
              reports_.size() == workers.size();
     };
-    mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
+    auto woken = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done() || inbox_pending_.load(); };
+    // Losses from the reaper arrive in the inbox: handled here, then the
+    // wait goes on unless one of them asked for a recovery.
+    while (true) {
+      mu_.AwaitWithDeadline(absl::Condition(&woken), std::min(deadline, absl::Now() + kInboxPollInterval));
+      DrainInboxLocked();
+      if (done() || absl::Now() >= deadline) break;
+    }
     if (stopping_) break;
     if (cancel_requested_ || !fail_reason_.empty() || !recover_reason_.empty()) continue;
     const std::string where = absl::StrCat(phase.step != 0 ? absl::StrCat("step ", phase.step, " ") : "", "phase ",
@@ -125,6 +146,21 @@ void JobDriver::Run() {
   thread_done_ = true;
   running_ = false;
   reapable_ = true;
+}
+
+bool JobDriver::AwaitDurableBeforeSend(WriteTicket ticket) {
+  while (true) {
+    absl::Status s = store_->WaitDurable(ticket, absl::Now() + kDurableWaitSlice);
+    if (!absl::IsDeadlineExceeded(s)) {
+      host_->NoteStoreWrite(s);
+      // A write that failed is logged and noted (the coordinator is not
+      // ready); the job runs on, as with any failed write.
+      if (!s.ok()) spdlog::error("job {}: state not stored before the next command: {}", id_, s.ToString());
+      return true;
+    }
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return false;
+  }
 }
 
 void JobDriver::CompletePhaseLocked(const PlannedPhase& phase) {

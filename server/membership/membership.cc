@@ -65,11 +65,12 @@ size_t CommandQueue::size() const {
 Membership::Membership(const tandem::v1::CoordinatorConfig& config, StateStore* store, const Clock* clock)
     : config_(config), store_(store), clock_(clock) {}
 
-void Membership::Persist(const WorkerInfo& info) {
-  if (store_ == nullptr) return;
+WriteTicket Membership::Persist(const WorkerInfo& info) {
+  if (store_ == nullptr) return 0;
   auto it = workers_.find(info.id());
-  absl::Status s = store_->PutWorker(info, it == workers_.end() ? "" : it->second.credential_digest);
-  if (!s.ok()) spdlog::error("persist worker {}: {}", info.id(), s.ToString());
+  auto ticket = store_->SubmitPutWorker(info, it == workers_.end() ? "" : it->second.credential_digest);
+  if (!ticket.ok()) spdlog::error("persist worker {}: {}", info.id(), ticket.status().ToString());
+  return ticket.ok() ? *ticket : 0;
 }
 
 absl::Status Membership::Load() {
@@ -101,7 +102,24 @@ Membership::Entry* Membership::FindLocked(const std::string& id_or_name) {
 
 absl::StatusOr<RegisterResult> Membership::Register(const tandem::v1::RegisterWorkerRequest& req,
                                                     int64_t job_generation) {
-  absl::MutexLock lock(&mu_);
+  WriteTicket ticket = 0;
+  absl::StatusOr<RegisterResult> result;
+  {
+    absl::MutexLock lock(&mu_);
+    result = RegisterLocked(req, job_generation, &ticket);
+  }
+  // The credential goes out once its digest is durable: a restarted
+  // coordinator accepts it. No lock is held while waiting.
+  if (result.ok() && store_ != nullptr) {
+    if (absl::Status s = store_->WaitDurable(ticket); !s.ok()) {
+      spdlog::error("persist worker {}: {}", result->worker_id, s.ToString());
+    }
+  }
+  return result;
+}
+
+absl::StatusOr<RegisterResult> Membership::RegisterLocked(const tandem::v1::RegisterWorkerRequest& req,
+                                                          int64_t job_generation, WriteTicket* ticket) {
   Entry* e = nullptr;
   if (!req.worker_id().empty()) {
     auto it = workers_.find(req.worker_id());
@@ -170,7 +188,7 @@ absl::StatusOr<RegisterResult> Membership::Register(const tandem::v1::RegisterWo
   result.worker_id = info.id();
   result.credential = credential;
   e->credential_digest = common::CredentialDigest(credential);
-  Persist(info);
+  *ticket = Persist(info);
   return result;
 }
 
@@ -397,7 +415,7 @@ std::vector<LostWorker> Membership::ExpireLeases() {
       if ((state == tandem::v1::WORKER_STATE_LOST || state == tandem::v1::WORKER_STATE_GONE) &&
           it->second.info.last_heartbeat() < cutoff) {
         if (store_ != nullptr) {
-          if (absl::Status st = store_->DeleteWorker(it->first); !st.ok()) {
+          if (absl::Status st = store_->SubmitDeleteWorker(it->first).status(); !st.ok()) {
             spdlog::error("forget worker {}: {}", it->first, st.ToString());
             ++it;
             continue;

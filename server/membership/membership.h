@@ -15,6 +15,9 @@
 //   superseded stream never takes one from the queue, and a command a stream
 //   could not write goes back to the front of the queue.
 // - Drain: the worker takes no new job; it is told to drain once idle.
+// Worker records are queued on the state store's writer under mu_ and never
+// waited for there; Register answers only once the new credential's digest
+// is durable (waiting with mu_ released).
 // Never calls out to other managers (no lock-order cycles): results are
 // returned to the caller. Thread-safe.
 #pragma once
@@ -152,7 +155,11 @@ class Membership {
   // Not LOST/GONE and its lease has not run out.
   bool LiveLocked(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Entry* FindLocked(const std::string& id_or_name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Persist(const tandem::v1::WorkerInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues the worker's record; its ticket (0 when not queued).
+  WriteTicket Persist(const tandem::v1::WorkerInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<RegisterResult> RegisterLocked(const tandem::v1::RegisterWorkerRequest& request,
+                                                int64_t job_generation, WriteTicket* ticket)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const tandem::v1::CoordinatorConfig config_;
   StateStore* const store_;

@@ -11,16 +11,24 @@ CheckpointCatalogue::CheckpointCatalogue(StateStore* store, std::string job_id, 
     : store_(store), job_id_(std::move(job_id)), state_(state) {}
 
 absl::StatusOr<bool> CheckpointCatalogue::Publish(const tandem::v1::CheckpointRecord& record, int64_t keep) {
+  ASSIGN_OR_RETURN(WriteTicket ticket, Record(record, keep));
+  if (ticket == 0) return false;
+  RETURN_IF_ERROR(store_->WaitDurable(ticket));
+  return true;
+}
+
+absl::StatusOr<WriteTicket> CheckpointCatalogue::Record(const tandem::v1::CheckpointRecord& record, int64_t keep) {
   auto existing = store_->HasCheckpoint(record);
-  if (existing.ok() && *existing) return false;
-  RETURN_IF_ERROR(store_->AddCheckpoint(record));
+  if (existing.ok() && *existing) return 0;
+  RETURN_IF_ERROR(store_->SubmitCheckpoint(record).status());
   // Rank 0 applies checkpoint.keep right after publishing
   // (ckpt::ApplyRetention): list only what is still on disk.
-  RETURN_IF_ERROR(store_->PruneCheckpoints(
-      job_id_, keep > 0 ? std::min(keep, kMaxCheckpointRecordsPerJob) : kMaxCheckpointRecordsPerJob));
+  ASSIGN_OR_RETURN(WriteTicket ticket,
+                   store_->SubmitPruneCheckpoints(
+                       job_id_, keep > 0 ? std::min(keep, kMaxCheckpointRecordsPerJob) : kMaxCheckpointRecordsPerJob));
   auto* bad = state_->mutable_bad_checkpoints();
   bad->erase(std::remove(bad->begin(), bad->end(), record.path()), bad->end());
-  return true;
+  return ticket;
 }
 
 absl::StatusOr<std::vector<tandem::v1::CheckpointRecord>> CheckpointCatalogue::List() const {

@@ -41,6 +41,10 @@ class CheckpointCatalogue {
   // kMaxCheckpointRecordsPerJob: that many).
   // A path published again (a redo rewrote it) is usable again.
   absl::StatusOr<bool> Publish(const tandem::v1::CheckpointRecord& record, int64_t keep);
+  // Publish without waiting: queues the record and the pruning and returns
+  // the ticket to wait for (StateStore::WaitDurable); 0 when it was recorded
+  // already.
+  absl::StatusOr<WriteTicket> Record(const tandem::v1::CheckpointRecord& record, int64_t keep);
   absl::StatusOr<std::vector<tandem::v1::CheckpointRecord>> List() const;
   // The newest recorded step; -1 when none (or the store cannot say).
   int64_t NewestStep() const;

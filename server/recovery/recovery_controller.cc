@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 
 namespace tandem::server {
 
@@ -142,6 +143,35 @@ void FinishRecovery(int64_t redone, tandem::v1::RecoveryStatus* status, tandem::
   state->set_live_restore(false);
   state->set_live_failed(false);
   state->set_has_inflight_trained(false);
+}
+
+MemberChoice ChooseMembers(const RecoveryPolicy& policy, const MemberWait& wait, const std::string& reason) {
+  MemberChoice choice;
+  choice.plan = PlanRanks(wait.old_ids, wait.old_names, wait.survivors, wait.idle, wait.full);
+  if (choice.plan) {
+    choice.kind = MemberChoice::Kind::kPlan;
+    return choice;
+  }
+  if (!wait.deadline_passed) {
+    choice.kind = MemberChoice::Kind::kWait;
+    choice.missing = wait.full - static_cast<int>(wait.survivors.size());
+    return choice;
+  }
+  const int have = static_cast<int>(wait.survivors.size() + wait.idle.size());
+  if (policy.min_workers < wait.full && have >= policy.min_workers && have >= 1) {
+    choice.plan = PlanRanks(wait.old_ids, wait.old_names, wait.survivors, wait.idle, have);
+    if (choice.plan) {
+      choice.kind = MemberChoice::Kind::kPlan;
+      return choice;
+    }
+  }
+  choice.kind = MemberChoice::Kind::kFail;
+  choice.fail_reason =
+      absl::StrCat(reason, "; no replacement worker within ",
+                   absl::FormatDuration(absl::Milliseconds(policy.replacement_timeout_ms)), " (", wait.survivors.size(),
+                   " of ", wait.full, " workers left, ", wait.idle.size(), " idle",
+                   policy.min_workers < wait.full ? absl::StrCat(", min_workers ", policy.min_workers) : "", ")");
+  return choice;
 }
 
 }  // namespace tandem::server

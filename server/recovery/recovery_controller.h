@@ -2,12 +2,15 @@
 // typed state - the user-facing RecoveryStatus (Job.recovery) and the
 // driver's own DriverState (driver_state.proto). The job driver
 // (server/jobs/job_recovery.cc) runs them in this order, around the parts
-// that wait or send (ending the old generation, choosing the members):
+// that wait or send (ending the old generation, waking up while the
+// members are chosen):
 //   BeginAttempt          count the attempt, stamp its start, reset the
 //                         per-recovery flags, or give up
 //   NoteInflightTraining  (degraded) what the survivors hold of the
 //                         training phase in flight at the failure
 //   PlanDegradedRestore   (degraded) live state, else disk, else scratch
+//   ChooseMembers         one look at the survivors and idle workers while
+//                         waiting for replacements: plan, wait, or fail
 //   PlanRestore           a new generation: peer memory, else disk, else
 //                         resume_from, else scratch; degraded mode ends
 //   ResumeAfterSetup      where the plan continues after SETUP restored
@@ -16,8 +19,11 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "server/jobs/phase_plan.h"
 #include "server/recovery/checkpoint_catalogue.h"
@@ -43,6 +49,28 @@ void NoteInflightTraining(int64_t step, PhaseCursor next, bool every_survivor_fi
 // rollback) unless that failed in this recovery, else `disk` (see
 // CheckpointCatalogue::ChooseRestore). Returns the source in words.
 std::string PlanDegradedRestore(const RestoreSource& disk, tandem::v1::DriverState* state);
+
+// What the driver sees at one wake-up while it waits for the members of
+// the new generation.
+struct MemberWait {
+  std::vector<std::string> old_ids;              // by old rank
+  std::map<std::string, std::string> old_names;  // id -> name
+  std::set<std::string> survivors;               // old members alive and not suspect
+  std::vector<Candidate> idle;                   // idle workers of the job's device
+  int full = 1;                                  // cluster.workers
+  bool deadline_passed = false;                  // replacement_timeout_ms is over
+};
+struct MemberChoice {
+  enum class Kind { kWait, kPlan, kFail };
+  Kind kind = Kind::kWait;
+  std::optional<RankPlan> plan;  // kPlan: the ranks to reassign
+  int missing = 0;               // kWait: replacements still needed
+  std::string fail_reason;       // kFail: the job's failure (after `reason`)
+};
+// Full size when enough workers are there; once the deadline passed, an
+// elastic job (min_workers below full) takes what is there if at least
+// min_workers (and 1); else the job fails with the counts.
+MemberChoice ChooseMembers(const RecoveryPolicy& policy, const MemberWait& wait, const std::string& reason);
 
 struct RestorePlan {
   bool peer = false;  // from the neighbours' memory

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "absl/time/time.h"
 #include "server/clock.h"
 #include "server/membership/membership.h"
 #include "server/scheduler/scheduler.h"
@@ -165,6 +166,8 @@ TEST(MembershipTest, LostWorkersAreForgottenAfterTheRetention) {
   EXPECT_TRUE(lost_seen);
   EXPECT_TRUE(absl::IsNotFound(m.Get("w-1").status()));
   EXPECT_TRUE(m.Get("w-2").ok());
+  // Membership queues its store writes: read once they are committed.
+  ASSERT_TRUE((*store)->WaitForQueuedWrites(absl::Now() + absl::Seconds(20)).ok());
   auto stored = (*store)->LoadWorkers();
   ASSERT_EQ(stored->size(), 1u);
   EXPECT_EQ((*stored)[0].info.id(), "w-2");

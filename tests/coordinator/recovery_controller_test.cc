@@ -1,6 +1,6 @@
 // Recovery controller steps over a job's typed state (pure): giving up,
-// the restore plan (peer memory vs disk, degraded mode ending), the
-// degraded restore source, and where the plan continues after SETUP.
+// choosing the members while waiting for replacements, the restore plan (peer memory vs disk, degraded mode ending),
+// the degraded restore source, and where the plan continues after SETUP.
 #include "server/recovery/recovery_controller.h"
 
 #include <gtest/gtest.h>
@@ -105,6 +105,50 @@ TEST(RecoveryControllerTest, ResumeAfterSetupContinuesAfterTheRestoredStep) {
   EXPECT_EQ(status.steps_redone_total(), 2);
   EXPECT_EQ(status.started_at(), 0);
   EXPECT_FALSE(state.live_restore());
+}
+
+TEST(RecoveryControllerTest, ChooseMembersWaitsPlansAndFails) {
+  RecoveryPolicy policy;
+  policy.replacement_timeout_ms = 5000;
+  policy.min_workers = 3;  // not elastic
+  MemberWait wait;
+  wait.old_ids = {"w-1", "w-2", "w-3"};
+  wait.old_names = {{"w-1", "a"}, {"w-2", "b"}, {"w-3", "c"}};
+  wait.survivors = {"w-1", "w-3"};
+  wait.full = 3;
+  // Rank 1 is missing and nobody is idle: wait for one.
+  MemberChoice c = ChooseMembers(policy, wait, "worker b lost");
+  EXPECT_EQ(c.kind, MemberChoice::Kind::kWait);
+  EXPECT_EQ(c.missing, 1);
+  EXPECT_FALSE(c.plan);
+  // A spare registers: it takes rank 1.
+  wait.idle = {{"w-9", "spare"}};
+  c = ChooseMembers(policy, wait, "worker b lost");
+  ASSERT_EQ(c.kind, MemberChoice::Kind::kPlan);
+  ASSERT_TRUE(c.plan);
+  EXPECT_EQ(c.plan->worker_ids, (std::vector<std::string>{"w-1", "w-9", "w-3"}));
+  // No spare and the deadline passed: the job fails with the counts.
+  wait.idle.clear();
+  wait.deadline_passed = true;
+  c = ChooseMembers(policy, wait, "worker b lost");
+  ASSERT_EQ(c.kind, MemberChoice::Kind::kFail);
+  EXPECT_EQ(c.fail_reason, "worker b lost; no replacement worker within 5s (2 of 3 workers left, 0 idle)");
+  // An elastic job (min_workers 2) goes on with the two survivors.
+  policy.min_workers = 2;
+  c = ChooseMembers(policy, wait, "worker b lost");
+  ASSERT_EQ(c.kind, MemberChoice::Kind::kPlan);
+  EXPECT_EQ(c.plan->worker_ids.size(), 2u);
+  // ... but not with one.
+  wait.survivors = {"w-1"};
+  c = ChooseMembers(policy, wait, "worker b lost");
+  ASSERT_EQ(c.kind, MemberChoice::Kind::kFail);
+  EXPECT_EQ(c.fail_reason,
+            "worker b lost; no replacement worker within 5s (1 of 3 workers left, 0 idle, min_workers 2)");
+  // Before the deadline an elastic job still waits for full size.
+  wait.deadline_passed = false;
+  c = ChooseMembers(policy, wait, "worker b lost");
+  EXPECT_EQ(c.kind, MemberChoice::Kind::kWait);
+  EXPECT_EQ(c.missing, 2);
 }
 
 }  // namespace

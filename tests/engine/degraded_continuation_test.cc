@@ -96,6 +96,10 @@ void FailDuringStep(EngineCluster& c, const std::vector<int>& survivors, int64_t
       out[i].status = c.engine(survivors[i]).RunPhase(cmd, &out[i].report);
     });
   }
+  // Time for the survivors to reach the gradient allreduce, where the abort
+  // is meant to find them. What is checked is that nothing completes there
+  // (the step its peer never ran must not finish); the survivors' arrival
+  // writes no store key and sends no report, so there is nothing to wait on.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   for (int r = 0; r < c.world(); ++r) c.engine(r).Abort();
   for (auto& t : threads) t.join();
@@ -426,7 +430,8 @@ TEST(DegradedContinuationTest, PeerLostDuringACheckpointWriteDoesNotHoldTheSurvi
   cmd.set_step(2);
   ReportPhaseRequest report;
   ASSERT_TRUE(c.engine(0).RunPhase(cmd, &report).ok());  // the write goes on in the background
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Rank 0's writer has announced its shard and waits for rank 1's.
+  ASSERT_TRUE(c.AwaitKey("job-1", c.generation(), "ckpt/2/shard/0")) << "rank 0 never announced its shard";
   for (int r = 0; r < 2; ++r) c.engine(r).Abort();
   const auto t0 = std::chrono::steady_clock::now();
   auto res = c.SetupMembers(spec, {0}, LiveRestore(2, 2, {0}));

@@ -9,6 +9,10 @@
 // SetupMembers sets up a subset of the engines (the survivors of a lost
 // worker) as a smaller world; later commands go to those members only.
 //
+// The shared store records the keys written to it: a test waits for a
+// rank to reach a point of its work by the key it writes there
+// (EngineCluster::AwaitKey), never by sleeping.
+//
 // Specs come from YAML through common::ParseJobSpecYaml (defaults and
 // validation as for a submitted job file). Use threads_per_worker: 1
 // (kernels::MakeCpuOps sets a process-wide thread count).
@@ -27,6 +31,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/job_spec.h"
 #include "common/phase_failure.h"
 #include "tandem/v1/cluster.pb.h"
@@ -94,6 +101,49 @@ inline std::string MakeTempDir(const std::string& tag) {
   return tmpl;
 }
 
+// An InMemoryStore that remembers every key written (Set, Add), so a test
+// can wait for one. Thread-safe.
+class ObservedStore final : public comm::Store {
+ public:
+  absl::Status Set(std::string_view key, std::string_view value) override {
+    absl::Status s = base_.Set(key, value);
+    Note(key);
+    return s;
+  }
+  absl::StatusOr<std::string> Get(std::string_view key, std::chrono::milliseconds timeout) override {
+    return base_.Get(key, timeout);
+  }
+  absl::StatusOr<int64_t> Add(std::string_view key, int64_t delta) override {
+    auto r = base_.Add(key, delta);
+    Note(key);
+    return r;
+  }
+  absl::Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    return base_.Wait(keys, timeout);
+  }
+  absl::StatusOr<bool> Delete(std::string_view key) override { return base_.Delete(key); }
+  // Waits up to `timeout` until a key that starts with `prefix` and ends
+  // with `suffix` has been written; false when none was.
+  bool AwaitKey(const std::string& prefix, const std::string& suffix, absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto seen = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return std::any_of(written_.begin(), written_.end(), [&](const std::string& k) {
+        return absl::StartsWith(k, prefix) && absl::EndsWith(k, suffix);
+      });
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&seen), timeout);
+  }
+
+ private:
+  void Note(std::string_view key) {
+    absl::MutexLock lock(&mu_);
+    written_.emplace_back(key);
+  }
+  comm::InMemoryStore base_;
+  absl::Mutex mu_;
+  std::vector<std::string> written_ ABSL_GUARDED_BY(mu_);
+};
+
 class EngineCluster {
  public:
   // `device`: the engines' EngineOptions.device (cpu | cpu-guarded | cuda).
@@ -121,6 +171,12 @@ class EngineCluster {
   int world() const { return world_; }
   int64_t generation() const { return generation_; }
   worker::JobEngine& engine(int r) { return *engines_[r]; }
+  // Waits (bounded) until a rank of `job` at `generation` wrote a store key
+  // ending with `suffix`.
+  bool AwaitKey(const std::string& job, int64_t generation, const std::string& suffix,
+                absl::Duration timeout = absl::Seconds(30)) {
+    return store_.AwaitKey(job + "/" + std::to_string(generation) + "/", suffix, timeout);
+  }
 
   // PHASE_SETUP on every rank with a new generation.
   std::vector<RankResult> Setup(const JobSpec& spec, const std::string& restore_from = "",
@@ -219,7 +275,7 @@ class EngineCluster {
 
   const int world_;
   const std::string job_id_;
-  comm::InMemoryStore store_;
+  ObservedStore store_;
   std::vector<std::unique_ptr<worker::JobEngine>> engines_;
   std::vector<int> active_;  // engines the commands go to (rank i = active_[i])
   int64_t generation_ = 0;

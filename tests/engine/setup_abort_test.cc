@@ -28,8 +28,10 @@ TEST(SetupAbortTest, AbortEndsASetupWaitingForAMissingPeer) {
   a->set_generation(1000);
 
   Clock::time_point fired_at;
+  bool in_rendezvous = false;
   std::thread aborter([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(800));  // SETUP is in its rendezvous
+    // Rank 0 has arrived at its rendezvous and waits there for rank 1.
+    in_rendezvous = cluster.AwaitKey("job-abort", 1000, "gloo/arrived/0");
     fired_at = Clock::now();
     cluster.engine(0).Abort();
   });
@@ -38,6 +40,7 @@ TEST(SetupAbortTest, AbortEndsASetupWaitingForAMissingPeer) {
   absl::Status st = cluster.engine(0).RunPhase(cmd, &report);
   const auto done = Clock::now();
   aborter.join();
+  EXPECT_TRUE(in_rendezvous) << "rank 0 never arrived at its rendezvous";
   EXPECT_EQ(st.code(), absl::StatusCode::kAborted) << st;
   EXPECT_EQ(common::FailureKindOf(st), tandem::v1::PHASE_FAILURE_KIND_RETRYABLE);
   EXPECT_LT(std::chrono::duration<double>(done - fired_at).count(), 1.0)
