@@ -11,7 +11,7 @@
 //                  runs the same buffer discipline as "cuda" on a machine
 //                  without a GPU; results equal "cpu" bit for bit.
 //
-// Destroy the model, generator and ZeRO state before the ComputeDevice
+// Destroy the model, rollout engine and ZeRO state before the ComputeDevice
 // whose memory they hold (JobContext declares it first).
 #pragma once
 

@@ -22,7 +22,6 @@
 #include "worker/comm/tiered_collective.h"
 #include "worker/engine/compute_device.h"
 #include "worker/model/config.h"
-#include "worker/model/generate.h"
 #include "worker/model/model.h"
 #include "worker/model/tokenizer.h"
 #include "worker/rl/reward_client.h"
@@ -62,12 +61,12 @@ struct JobContext {
   int world = 1;
 
   model::ModelConfig config;
-  // The backend (ops, memory) the model, generator and ZeRO state use;
+  // The backend (ops, memory) the model, rollout engine and ZeRO state use;
   // declared before them so it is destroyed after them.
   std::unique_ptr<ComputeDevice> device;
   std::unique_ptr<model::Model> model;
-  std::unique_ptr<model::Generator> generator;  // evaluation samples
-  // GRPO rollouts: continuous batching over a paged KV cache.
+  // Every generation (GRPO rollouts, EVAL): continuous batching over a
+  // paged KV cache.
   std::unique_ptr<rollout::RolloutEngine> rollout;
   // The model's tokenizer (char or Hugging Face); null for ids-only models.
   std::shared_ptr<const text::Tokenizer> tokenizer;
@@ -131,7 +130,7 @@ struct JobContext {
 
   // Disaggregated mode (worker/engine/disagg.h); null when co-located.
   // Declared last: destroyed first, so its generation thread is joined
-  // before the model and generator it uses go away.
+  // before the model and rollout engine it uses go away.
   std::shared_ptr<DisaggState> disagg;
 };
 

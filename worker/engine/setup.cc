@@ -230,7 +230,6 @@ absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment
   ctx.device = std::move(*device);
   kernels::DeviceMemory* memory = ctx.device->memory.get();
   ctx.model = std::make_unique<model::Model>(ctx.config, ctx.device->ops.get(), 0, memory);
-  ctx.generator = std::make_unique<model::Generator>(ctx.config, ctx.device->ops.get(), memory);
   ctx.rollout = std::make_unique<rollout::RolloutEngine>(ctx.config, ctx.device->ops.get(), memory);
   const auto& layout = ctx.model->layout();
   if (full.empty()) {

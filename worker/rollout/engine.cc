@@ -49,6 +49,15 @@ absl::Status RolloutEngine::Check(const std::vector<RolloutRequest>& requests, c
   }
   if (o.max_batch_tokens < 1) return absl::InvalidArgumentError("rollout.max_batch_tokens must be >= 1");
   if (o.max_seqs < 1) return absl::InvalidArgumentError("rollout.max_seqs must be >= 1");
+  if (requests.empty()) return absl::InvalidArgumentError("rollout: no requests");
+  for (int l = 0; l < forward_.dims().L; ++l) {
+    const model::LayerType& t = forward_.layer_type(l);
+    if (t.kind == model::LayerKind::kLinear || t.kind == model::LayerKind::kSinkWindow) {
+      return absl::UnimplementedError(absl::StrCat("rollout: layer ", l, " is '", model::LayerTypeName(t),
+                                                   "'; the rollout engine's paged KV cache holds softmax attention "
+                                                   "with full or sliding-window layers only"));
+    }
+  }
   for (size_t i = 0; i < requests.size(); ++i) {
     const auto& p = requests[i].prompt;
     if (p.empty()) return absl::InvalidArgumentError(absl::StrCat("rollout: prompt ", i, " is empty"));
@@ -93,7 +102,7 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
   RolloutResult res;
   res.sequences.resize(requests.size());
   for (const auto& r : requests) res.prompt_tokens += static_cast<int64_t>(r.prompt.size());
-  if (requests.empty() || o.max_new_tokens == 0) return res;
+  if (o.max_new_tokens == 0) return res;
 
   const model::DecoderDims& d = forward_.dims();
   const size_t block_bytes = KvPool::BlockBytes(d.L, d.KD, o.block_size, o.kv_dtype);
@@ -135,6 +144,9 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
     if (step.rows == 0) {
       return absl::InternalError("rollout: the scheduler planned an empty step");
     }
+    const double step_start = Now();
+    bool prefill = false;
+    for (const Scheduler::Chunk& c : step.chunks) prefill |= c.start < sched.prompt_len(c.seq);
     for (const BlockCopy& c : step.copies) kv_.CopyBlock(c.src, c.dst);
     // Host indices, one upload.
     const int rows = step.rows, n_out = static_cast<int>(step.samples.size());
@@ -218,6 +230,7 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
       }
       if (done) sched.Finish(s);
     }
+    (prefill ? res.prefill_seconds : res.decode_seconds) += Now() - step_start;
   }
   for (const auto& g : res.sequences) res.generated_tokens += static_cast<int64_t>(g.tokens.size());
   res.scheduler = sched.stats();

@@ -5,11 +5,17 @@
 // counter-based stream per sequence (sampler.h). The model forward is a
 // BatchForward (batch_forward.h); this engine runs it on one device.
 //
+// Every generation of the product runs here: GRPO rollouts, EVAL phases and
+// `tandemctl generate`.
+//
 // Guarantees: greedy tokens equal those of recomputing the full forward at
 // every step (up to fp32 rounding of a different batch shape); a sequence's
-// tokens do not depend on which other sequences share its steps; the KV
-// cache is allocated once per Generate, within the budget, and freed by
-// Release (nothing is kept between rollout phases).
+// tokens do not depend on which other sequences share its steps, nor on
+// max_seqs, max_batch_tokens or block_size; every sampled token comes with
+// its log-probs; the KV cache is allocated once per Generate, within the
+// budget, and freed by Release (nothing is kept between rollout phases).
+// Layers with per-layer decode state (linear attention, attention sinks)
+// are refused (Unimplemented); full and sliding-window layers run.
 //
 // One thread at a time. `ops` and `memory` must outlive the engine; the
 // ParamProvider gives device pointers of `memory`.
@@ -76,12 +82,16 @@ struct RolloutResult {
   size_t kv_peak_bytes = 0;  // blocks in use at the peak
   int num_blocks = 0;
   double seconds = 0;
+  double prefill_seconds = 0;  // steps that ran prompt positions
+  double decode_seconds = 0;   // steps of decode rows only
 };
 
 class RolloutEngine {
  public:
   RolloutEngine(const model::ModelConfig& config, kernels::Ops* ops, kernels::DeviceMemory* memory = nullptr);
 
+  // InvalidArgument for no requests, an empty prompt, an id outside the
+  // vocabulary or a bad option (named as its job-spec key).
   absl::StatusOr<RolloutResult> Generate(const std::vector<RolloutRequest>& requests, const RolloutOptions& options,
                                          model::ParamProvider& params);
   // Frees the KV cache and every scratch buffer.

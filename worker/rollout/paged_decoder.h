@@ -25,6 +25,7 @@ class PagedDecoder final : public BatchForward {
   void Release() override;
 
   const model::DecoderDims& dims() const { return decoder_.dims(); }
+  const model::LayerType& layer_type(int layer) const { return decoder_.layer_type(layer); }
   kernels::DeviceMemory* memory() const { return decoder_.memory(); }
   size_t scratch_bytes() const;
 
