@@ -226,6 +226,24 @@ TEST(RolloutEngineTest, TinyKvBudgetPreemptsAndRecomputesWithSameTokens) {
   EXPECT_NE(none.status().message().find("rollout.kv_cache_bytes"), std::string::npos);
 }
 
+TEST(RolloutEngineTest, StaticBatchModeHasTheSameTokens) {
+  auto ops = kernels::MakeReferenceOps();
+  Fixture f("qwen", ops.get());
+  RolloutEngine eng(f.config, f.ops);
+  const auto reqs = Requests(3);
+  auto cont = eng.Generate(reqs, Sampled(), *f.pp);
+  ASSERT_TRUE(cont.ok());
+  RolloutOptions o = Sampled();
+  o.static_batch = true;
+  o.max_seqs = 4;  // batches of 4, each drained before the next
+  auto stat = eng.Generate(reqs, o, *f.pp);
+  ASSERT_TRUE(stat.ok()) << stat.status();
+  EXPECT_EQ(Tokens(*stat), Tokens(*cont));
+  EXPECT_LE(stat->scheduler.max_running, 4);
+  EXPECT_GT(stat->scheduler.steps, cont->scheduler.steps);
+  EXPECT_GT(cont->prefill_seconds + cont->decode_seconds, 0);
+}
+
 TEST(RolloutEngineTest, Bf16KvCacheIsCloseToFp32AndHalfTheBytes) {
   auto ops = kernels::MakeCpuOps(0);
   Fixture f("llama", ops.get());

@@ -119,6 +119,7 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
   so.max_batch_tokens = o.max_batch_tokens;
   so.max_seqs = o.max_seqs;
   so.share_prompts = o.share_prompts;
+  so.static_batch = o.static_batch;
   Scheduler sched(so);
   for (const auto& r : requests) {
     ASSIGN_OR_RETURN(int id, sched.Add(r.prompt, r.group, o.max_new_tokens));

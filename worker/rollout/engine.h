@@ -53,6 +53,9 @@ struct RolloutOptions {
   int max_batch_tokens = 2048;  // rows per step
   int max_seqs = 256;           // sequences running at once
   bool share_prompts = true;
+  // Admit new sequences only when none runs (a static-batch baseline for
+  // benchmarks; scheduler.h).
+  bool static_batch = false;
 };
 
 // One sequence to generate. Sequences with the same group (>= 0) must have

@@ -129,7 +129,8 @@ bool Scheduler::Schedule(Step* step) {
     }
   }
   // Admissions.
-  while (!waiting_.empty() && budget > 0 && Active() < opt_.max_seqs) {
+  const bool admit = !opt_.static_batch || running_.empty();
+  while (admit && !waiting_.empty() && budget > 0 && Active() < opt_.max_seqs) {
     const int s = waiting_.front();
     Seq& q = seqs_[s];
     const int n = std::min(static_cast<int>(q.tokens.size()), budget);

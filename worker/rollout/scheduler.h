@@ -21,6 +21,10 @@
 // token from the same logits row. The first write into a partly filled
 // shared block copies it (copy-on-write; Step::copies).
 //
+// Static batches (static_batch): new sequences are admitted only when none
+// runs, so a batch drains completely before the next starts (the baseline
+// of a static-batch generator, for benchmarks).
+//
 // Not thread-safe; the engine's thread owns it.
 #pragma once
 
@@ -41,6 +45,7 @@ struct SchedulerOptions {
   int max_batch_tokens = 512;  // rows per step
   int max_seqs = 256;          // running sequences (attached ones included)
   bool share_prompts = true;
+  bool static_batch = false;  // admit only when nothing runs
 };
 
 struct SchedulerStats {
