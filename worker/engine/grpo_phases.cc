@@ -213,8 +213,8 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   if (absl::Status st = ctx.zero->BeginInference(); !st.ok()) return st;
   const double enter_s = Seconds(t_enter);
 
-  rollout::RolloutOptions so =
-      rollout::OptionsFromSpec(spec, DeriveSeed(spec.seed(), kSeedSampling, static_cast<uint64_t>(step)));
+  rollout::RolloutOptions so = rollout::OptionsFromSpec(
+      spec, DeriveSeed(spec.seed(), kSeedSampling, static_cast<uint64_t>(step)), ctx.device->capacity_bytes);
   so.stop_ids = ctx.stop_ids;
   StopStrings stops(ctx, prompts.size());
   if (stops.active()) so.stop_check = [&stops](size_t i, int32_t id) { return stops.Add(i, id); };

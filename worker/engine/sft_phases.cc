@@ -263,7 +263,7 @@ namespace {
 // EVAL's greedy generation: the rollout engine with the job's rollout.*
 // budget and batching, argmax decoding, the job's stop ids.
 rollout::RolloutOptions GreedyEvalOptions(const JobContext& ctx, int max_new_tokens) {
-  rollout::RolloutOptions o = rollout::OptionsFromSpec(ctx.spec(), 0);
+  rollout::RolloutOptions o = rollout::OptionsFromSpec(ctx.spec(), 0, ctx.device->capacity_bytes);
   o.sampling = rollout::SamplingParams{};
   o.sampling.greedy = true;
   o.max_new_tokens = max_new_tokens;
@@ -300,7 +300,8 @@ absl::Status EvaluateTextData(JobContext& ctx, int64_t step, ReportPhaseRequest*
         }
       }
       rollout::RolloutOptions ss =
-          rollout::OptionsFromSpec(spec, DeriveSeed(spec.seed(), kSeedEval, static_cast<uint64_t>(step + (1 << 30))));
+          rollout::OptionsFromSpec(spec, DeriveSeed(spec.seed(), kSeedEval, static_cast<uint64_t>(step + (1 << 30))),
+                                   ctx.device->capacity_bytes);
       ss.stop_ids = ctx.stop_ids;
       samples = ctx.rollout->Generate(many, ss, ctx.zero->inference_view());
     }

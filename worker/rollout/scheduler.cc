@@ -17,9 +17,9 @@ absl::StatusOr<int> Scheduler::Add(std::vector<int32_t> prompt, int group, int m
   const int64_t positions = static_cast<int64_t>(prompt.size()) + std::max(max_new_tokens, 0);
   const int64_t need = (positions + opt_.block_size - 1) / opt_.block_size;
   if (need > opt_.num_blocks) {
-    return absl::InvalidArgumentError(absl::StrCat("rollout: a sequence of ", positions, " positions needs ", need,
-                                                   " KV cache blocks but the cache holds ", opt_.num_blocks,
-                                                   "; raise rollout.kv_cache_bytes (or lower rl.max_new_tokens)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rollout: a sequence of ", positions, " positions needs ", need, " KV cache blocks but the cache holds ",
+        opt_.num_blocks, "; raise rollout.kv_cache_bytes or rollout.kv_cache_fraction (or lower rl.max_new_tokens)"));
   }
   max_blocks_ = std::max<int>(max_blocks_, static_cast<int>(need));
   max_positions_ = std::max<int>(max_positions_, static_cast<int>(positions));
