@@ -204,6 +204,10 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   } else if (spec.recovery().degraded_low_rank() > 0) {
     return Invalid("recovery.degraded_low_rank", "only with recovery.degraded: true");
   }
+  if (spec.rollout().kv_cache_bytes() > 0 && spec.rollout().kv_cache_fraction() > 0) {
+    return Invalid("rollout.kv_cache_fraction",
+                   "set at most one of rollout.kv_cache_bytes and rollout.kv_cache_fraction");
+  }
   int train_world = cl.workers();
   int rollout_world = cl.workers();
   if (disaggregated) {

@@ -240,7 +240,13 @@ ConfigTable* MakeJobSpecTable() {
       {.path = "rollout.kv_cache_bytes",
        .min = 0,
        .max = 1e15,
-       .help = "KV cache budget per worker; 0 = room for every sequence of the step at full length"},
+       .help = "KV cache budget per worker; 0 = room for every sequence of the step at full length (or "
+               "rollout.kv_cache_fraction)"},
+      {.path = "rollout.kv_cache_fraction",
+       .min = 0,
+       .max = 0.95,
+       .help = "KV cache budget as a fraction of the worker's device memory (CUDA) or physical memory (CPU); "
+               "0 = off; not with rollout.kv_cache_bytes"},
       {.path = "rollout.kv_dtype", .def = "fp32", .one_of = {"fp32", "bf16"}, .help = "KV cache element type"},
       {.path = "rollout.block_size", .def = "16", .min = 1, .max = 1024, .help = "positions per KV cache block"},
       {.path = "rollout.max_batch_tokens",

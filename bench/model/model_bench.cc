@@ -5,9 +5,9 @@
 //   build/bin/bench_model [--threads 2] [--iters 5] [--only train|decode|grpo|mecefo]
 //                         [--grpo-table FILE]
 //
-// decode: the static generator and the rollout engine (greedy, batch 16,
-// prompt 128, 128 new tokens); grpo: a GRPO-shaped rollout with both
-// (bench/model/rollout_cases.h); --grpo-table writes its length table for
+// decode: the rollout engine in its static-batch mode and with continuous
+// batching (greedy, batch 16, prompt 128, 128 new tokens); grpo: a
+// GRPO-shaped rollout with both (bench/model/rollout_cases.h); --grpo-table writes its length table for
 // bench/pytorch/llama_peer.py.
 //
 // mecefo: forward + backward of one micro-batch in each of MeCeFO's modes

@@ -8,7 +8,6 @@
 #include <random>
 #include <vector>
 
-#include "worker/model/generate.h"
 #include "worker/model/model.h"
 #include "worker/rollout/engine.h"
 
@@ -46,6 +45,20 @@ void Print(const char* name, const char* who, const std::vector<Figure>& runs) {
               runs.back().kv_bytes / 1e6);
 }
 
+// The static-batch baseline: the whole batch admitted at once (one prefill
+// of every prompt, no sharing), nothing admitted until it drains.
+rollout::RolloutOptions StaticBatch(const rollout::RolloutOptions& o,
+                                    const std::vector<rollout::RolloutRequest>& reqs) {
+  rollout::RolloutOptions s = o;
+  s.static_batch = true;
+  s.share_prompts = false;
+  s.max_seqs = static_cast<int>(reqs.size());
+  int total = 0;
+  for (const auto& r : reqs) total += static_cast<int>(r.prompt.size());
+  s.max_batch_tokens = std::max(total, s.max_batch_tokens);
+  return s;
+}
+
 }  // namespace
 
 void DecodeCase(const model::ModelConfig& cfg_in, kernels::Ops* ops, int repeats) {
@@ -57,35 +70,33 @@ void DecodeCase(const model::ModelConfig& cfg_in, kernels::Ops* ops, int repeats
   for (auto& p : prompts) {
     for (auto& t : p) t = static_cast<int32_t>(rng() % cfg.vocab_size);
   }
-  model::Generator gen(cfg, ops);
-  model::SamplingOptions so;
-  so.greedy = true;
-  so.max_new_tokens = 128;
-  so.stop_at_eos = false;
   rollout::RolloutEngine eng(cfg, ops);
   rollout::RolloutOptions ro;
   ro.sampling.greedy = true;
   ro.max_new_tokens = 128;
   std::vector<rollout::RolloutRequest> reqs;
   for (size_t i = 0; i < prompts.size(); ++i) reqs.push_back({prompts[i], -1, i});
-  (void)gen.Generate(prompts, so, *w.pp);  // warm-up
+  const rollout::RolloutOptions so = StaticBatch(ro, reqs);
+  (void)eng.Generate(reqs, so, *w.pp);  // warm-up
   (void)eng.Generate(reqs, ro, *w.pp);
   std::vector<Figure> old_runs, new_runs;
   for (int r = 0; r < repeats; ++r) {  // interleaved, so load hits both alike
     auto t0 = Clock::now();
-    auto a = gen.Generate(prompts, so, *w.pp);
+    auto a = eng.Generate(reqs, so, *w.pp);
     const double ta = Secs(t0);
+    eng.Release();
     t0 = Clock::now();
     auto b = eng.Generate(reqs, ro, *w.pp);
     const double tb = Secs(t0);
+    eng.Release();
     if (!a.ok() || !b.ok()) {
       std::printf("decode failed\n");
       return;
     }
-    old_runs.push_back({a->generated_tokens / ta, static_cast<double>(a->kv_cache_bytes)});
+    old_runs.push_back({a->generated_tokens / ta, static_cast<double>(a->kv_peak_bytes)});
     new_runs.push_back({b->generated_tokens / tb, static_cast<double>(b->kv_peak_bytes)});
   }
-  Print("decode", "static generator", old_runs);
+  Print("decode", "engine, static batch", old_runs);
   Print("decode", "rollout engine", new_runs);
 }
 
@@ -120,12 +131,6 @@ void GrpoCase(const model::ModelConfig& cfg_in, kernels::Ops* ops, int repeats, 
   std::vector<int> count(prompts.size());
   auto stop = [&](size_t i, int32_t) { return ++count[i] >= lengths[i]; };
 
-  model::Generator gen(cfg, ops);
-  model::SamplingOptions so;
-  so.temperature = 1.f;
-  so.max_new_tokens = kCap;
-  so.stop_at_eos = false;
-  so.stop_check = stop;
   rollout::RolloutEngine eng(cfg, ops);
   rollout::RolloutOptions ro;
   ro.max_new_tokens = kCap;
@@ -134,14 +139,15 @@ void GrpoCase(const model::ModelConfig& cfg_in, kernels::Ops* ops, int repeats, 
   for (size_t i = 0; i < prompts.size(); ++i) {
     reqs.push_back({prompts[i], static_cast<int>(i / kG), i});
   }
+  const rollout::RolloutOptions so = StaticBatch(ro, reqs);
   std::vector<Figure> old_runs, new_runs;
   int64_t saved = 0, preempt = 0;
   for (int r = 0; r < repeats; ++r) {
     std::fill(count.begin(), count.end(), 0);
     auto t0 = Clock::now();
-    auto a = gen.Generate(prompts, so, *w.pp);
+    auto a = eng.Generate(reqs, so, *w.pp);
     const double ta = Secs(t0);
-    gen.Release();
+    eng.Release();
     std::fill(count.begin(), count.end(), 0);
     t0 = Clock::now();
     auto b = eng.Generate(reqs, ro, *w.pp);
@@ -151,7 +157,7 @@ void GrpoCase(const model::ModelConfig& cfg_in, kernels::Ops* ops, int repeats, 
       std::printf("grpo rollout failed or lengths not forced\n");
       return;
     }
-    old_runs.push_back({want / ta, static_cast<double>(a->kv_cache_bytes)});
+    old_runs.push_back({want / ta, static_cast<double>(a->kv_peak_bytes)});
     new_runs.push_back({want / tb, static_cast<double>(b->kv_peak_bytes)});
     saved = b->scheduler.prompt_tokens_saved;
     preempt = b->scheduler.preemptions;
@@ -160,7 +166,7 @@ void GrpoCase(const model::ModelConfig& cfg_in, kernels::Ops* ops, int repeats, 
       "grpo    64 prompts x G=8, %lld response tokens, prompt tokens saved by sharing %lld, "
       "preemptions %lld\n",
       static_cast<long long>(want), static_cast<long long>(saved), static_cast<long long>(preempt));
-  Print("grpo", "static generator", old_runs);
+  Print("grpo", "engine, static batch", old_runs);
   Print("grpo", "rollout engine", new_runs);
 }
 

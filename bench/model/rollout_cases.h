@@ -2,8 +2,9 @@
 // (batch 16, prompt 128, 128 new tokens) and a GRPO-shaped rollout (64
 // prompts x G = 8, prompt lengths 32-256, response lengths from a seeded
 // geometric table capped at 256, forced by a stop check), each with the
-// static generator (worker/model/generate.h) and the rollout engine
-// (worker/rollout/engine.h) in the same run.
+// rollout engine (worker/rollout/engine.h) in its static-batch mode (the
+// whole batch prefilled at once, no prompt sharing, nothing admitted until
+// it drains) and in its continuous-batching mode, in the same run.
 #pragma once
 
 #include <string>

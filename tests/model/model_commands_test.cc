@@ -73,6 +73,17 @@ TEST_F(CommandsTest, InitThenGenerate) {
                 &rc);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("sample 2"), std::string::npos) << out;
+  // Greedy samples of one prompt (one shared prefill) are the same, within
+  // the KV cache reported.
+  out = RunTool("generate --model " + P("m") + " --prompt-ids 1,5,6 --max-new-tokens 6 --num-samples 2 --output json" +
+                    " --threads 1",
+                &rc);
+  ASSERT_EQ(rc, 0) << out;
+  j = nlohmann::json::parse(out);
+  ASSERT_EQ(j["samples"].size(), 2u);
+  EXPECT_EQ(j["samples"][0]["ids"], j["samples"][1]["ids"]);
+  EXPECT_GT(j["kv_peak_bytes"].get<double>(), 0);
+  EXPECT_LE(j["kv_peak_bytes"].get<double>(), j["kv_cache_bytes"].get<double>());
 }
 
 TEST_F(CommandsTest, ExitCodes) {

@@ -1,4 +1,4 @@
-// The model and the generator on backend device memory: the same code over
+// The model and the rollout engine on backend device memory: the same code over
 // guarded memory (kernels/guarded: the host faults on any device address,
 // ops see translated pointers) gives BIT-identical results to the host path
 // (plain vectors, MakeHostMemory), for forward log-probs and entropies,
@@ -16,9 +16,9 @@
 #include "kernels/memory.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/config.h"
-#include "worker/model/generate.h"
 #include "worker/model/model.h"
 #include "worker/model/param_layout.h"
+#include "worker/rollout/engine.h"
 
 namespace tandem::model {
 namespace {
@@ -180,7 +180,7 @@ TEST(ModelDeviceTest, TrainingBitIdenticalQwenUntiedBiasSliding) { CheckTraining
 TEST(ModelDeviceTest, TrainingBitIdenticalLlamaTiedDynamicNtk) { CheckTraining(Config(false), 12); }
 TEST(ModelDeviceTest, TrainingBitIdenticalQwen3QkNorm) { CheckTraining(Qwen3Config(), 13); }
 
-void ExpectSameGeneration(const GenerationResult& a, const GenerationResult& b) {
+void ExpectSameGeneration(const rollout::RolloutResult& a, const rollout::RolloutResult& b) {
   ASSERT_EQ(a.sequences.size(), b.sequences.size());
   for (size_t s = 0; s < a.sequences.size(); ++s) {
     EXPECT_EQ(a.sequences[s].tokens, b.sequences[s].tokens) << "sequence " << s;
@@ -188,15 +188,23 @@ void ExpectSameGeneration(const GenerationResult& a, const GenerationResult& b) 
     EXPECT_TRUE(SameBits(a.sequences[s].raw_logprobs, b.sequences[s].raw_logprobs)) << s;
     EXPECT_EQ(a.sequences[s].finish, b.sequences[s].finish) << s;
   }
-  EXPECT_EQ(a.kv_cache_bytes, b.kv_cache_bytes);
+  EXPECT_EQ(a.kv_pool_bytes, b.kv_pool_bytes);
+  EXPECT_EQ(a.kv_peak_bytes, b.kv_peak_bytes);
   EXPECT_EQ(a.generated_tokens, b.generated_tokens);
 }
 
+std::vector<rollout::RolloutRequest> Requests(const std::vector<std::vector<int32_t>>& prompts) {
+  std::vector<rollout::RolloutRequest> r;
+  for (size_t i = 0; i < prompts.size(); ++i) r.push_back({prompts[i], -1, i});
+  return r;
+}
+
 // Every generated token's raw log-prob equals the full forward's over the
-// prompt and the tokens before it (the KV cache, its zeroed tails and the
-// compaction of finished slots are right, not just the same on both paths).
+// prompt and the tokens before it (the paged KV cache, its block tables and
+// the admission of waiting sequences are right, not just the same on both
+// paths).
 void ExpectMatchesFullForward(const ModelConfig& c, ParamProvider& pp, const std::vector<std::vector<int32_t>>& prompts,
-                              const GenerationResult& r) {
+                              const rollout::RolloutResult& r) {
   auto ops = kernels::MakeCpuOps(1);
   Model model(c, ops.get());
   const int V = c.vocab_size;
@@ -238,8 +246,8 @@ void CheckGeneration(const ModelConfig& c, uint64_t seed) {
   std::vector<float> hp = params;
   FlatParamProvider host_pp(layout, hp.data(), nullptr);
   FlatParamProvider dev_pp(layout, dp.data(), nullptr);
-  Generator host(c, host_ops.get());
-  Generator dev(c, gops.get(), gmem.get());
+  rollout::RolloutEngine host(c, host_ops.get());
+  rollout::RolloutEngine dev(c, gops.get(), gmem.get());
 
   const std::vector<std::vector<int32_t>> small = {{1, 5, 9}, {1, 20}, {1, 3, 4, 7, 8, 11}};
   const std::vector<std::vector<int32_t>> large = {{1, 5, 9, 13},
@@ -248,38 +256,40 @@ void CheckGeneration(const ModelConfig& c, uint64_t seed) {
                                                    {1, 6, 6},
                                                    {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17},
                                                    {1, 28, 27}};
-  SamplingOptions greedy;
-  greedy.greedy = true;
+  rollout::RolloutOptions greedy;
+  greedy.sampling.greedy = true;
   greedy.max_new_tokens = 9;
-  greedy.stop_at_eos = false;
-  SamplingOptions sampled;
-  sampled.temperature = 0.9f;
-  sampled.top_k = 12;
-  sampled.top_p = 0.95f;
-  sampled.seed = 7;
+  greedy.block_size = 4;
+  greedy.max_batch_tokens = 8;  // chunked prefill beside decode rows
+  rollout::RolloutOptions sampled;
+  sampled.sampling.temperature = 0.9f;
+  sampled.sampling.top_k = 12;
+  sampled.sampling.top_p = 0.95f;
+  sampled.sampling.seed = 7;
   sampled.max_new_tokens = 14;
-  sampled.stop_ids = {3, 7, 11};  // with EOS 2: sequences leave at different steps
+  sampled.stop_ids = {2, 3, 7, 11};  // EOS 2 and others: sequences leave at different steps
+  sampled.max_seqs = 4;              // later sequences wait for a free slot
   int stops = 0, lengths = 0;
   // Small first, then larger (KV cache and scratch growth), then small again.
   for (const auto* prompts : {&small, &large, &small}) {
     for (const auto* so : {&greedy, &sampled}) {
-      auto h = host.Generate(*prompts, *so, host_pp);
-      auto d = dev.Generate(*prompts, *so, dev_pp);
+      auto h = host.Generate(Requests(*prompts), *so, host_pp);
+      auto d = dev.Generate(Requests(*prompts), *so, dev_pp);
       ASSERT_TRUE(h.ok()) << h.status();
       ASSERT_TRUE(d.ok()) << d.status();
       ExpectSameGeneration(*h, *d);
       ExpectMatchesFullForward(c, host_pp, *prompts, *h);
       for (const auto& g : d->sequences) {
-        (g.finish == FinishReason::kStop ? stops : lengths) += 1;
+        (g.finish == rollout::Finish::kStop ? stops : lengths) += 1;
       }
     }
   }
   EXPECT_GT(stops, 0);
   EXPECT_GT(lengths, 0);
-  EXPECT_EQ(dev.kv_cache_bytes(), host.kv_cache_bytes());
+  EXPECT_EQ(dev.held_bytes(), host.held_bytes());
   dev.Release();
-  EXPECT_EQ(dev.kv_cache_bytes(), 0u);
-  EXPECT_EQ(gmem->allocated_bytes(), dp.bytes());  // the generator freed everything
+  EXPECT_EQ(dev.held_bytes(), 0u);
+  EXPECT_EQ(gmem->allocated_bytes(), dp.bytes());  // the engine freed everything
   EXPECT_TRUE(gmem->ok()) << gmem->last_error();
 }
 
@@ -317,13 +327,13 @@ TEST(ModelDeviceTest, ExhaustedDeviceMemoryIsResourceExhausted) {
     auto gops = kernels::MakeGuardedOps(kernels::MakeCpuOps(1), gmem.get());
     std::vector<float> hp = params;  // unused: the KV cache fails first
     FlatParamProvider pp(layout, hp.data(), nullptr);
-    Generator gen(c, gops.get(), gmem.get());
-    SamplingOptions so;
-    so.greedy = true;
+    rollout::RolloutEngine gen(c, gops.get(), gmem.get());
+    rollout::RolloutOptions so;
+    so.sampling.greedy = true;
     so.max_new_tokens = 4000;
-    auto r = gen.Generate({{1, 2, 3}, {4, 5}}, so, pp);
+    auto r = gen.Generate(Requests({{1, 2, 3}, {4, 5}}), so, pp);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
-    EXPECT_EQ(gen.kv_cache_bytes(), 0u);
+    EXPECT_EQ(gen.held_bytes(), 0u);
   }
 }
 

@@ -1,5 +1,8 @@
-// Generation: KV-cache decoding equals recomputing the full forward at every
-// step; sampling is independent of batching; stop ids; cache accounting.
+// Generation (the rollout engine, worker/rollout/engine.h, with the model
+// configs of worker/model): paged KV-cache decoding equals recomputing the
+// full forward at every step; sampling is independent of batching and of
+// the engine's batching options; stop ids; cache accounting; layers the
+// engine cannot run are refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,9 +12,9 @@
 #include "kernels/backends.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/config.h"
-#include "worker/model/generate.h"
 #include "worker/model/model.h"
 #include "worker/model/param_layout.h"
+#include "worker/rollout/engine.h"
 
 namespace tandem::model {
 namespace {
@@ -69,25 +72,51 @@ std::vector<float> RandomParams(const Model& m, uint64_t seed) {
   return p;
 }
 
-void CheckAgainstFullForward(kernels::Ops* ops, const std::string& kind) {
+using rollout::Finish;
+using rollout::RolloutEngine;
+using rollout::RolloutOptions;
+using rollout::RolloutRequest;
+using rollout::RolloutResult;
+
+// One request per prompt; stream i (or ids[i]) keys prompt i's draws.
+std::vector<RolloutRequest> Requests(const std::vector<std::vector<int32_t>>& prompts,
+                                     const std::vector<uint64_t>& ids = {}) {
+  std::vector<RolloutRequest> r;
+  for (size_t i = 0; i < prompts.size(); ++i) r.push_back({prompts[i], -1, ids.empty() ? i : ids[i]});
+  return r;
+}
+
+absl::StatusOr<RolloutResult> Generate(RolloutEngine& gen, const std::vector<std::vector<int32_t>>& prompts,
+                                       const RolloutOptions& o, ParamProvider& pp,
+                                       const std::vector<uint64_t>& ids = {}) {
+  return gen.Generate(Requests(prompts, ids), o, pp);
+}
+
+RolloutOptions Greedy(int max_new_tokens) {
+  RolloutOptions o;
+  o.sampling.greedy = true;
+  o.max_new_tokens = max_new_tokens;
+  return o;
+}
+
+void CheckAgainstFullForward(kernels::Ops* ops, const std::string& kind, int block_size = 4) {
   const ModelConfig c = Config(kind);
   Model model(c, ops);
   std::vector<float> p = RandomParams(model, 3 + kind.size());
   FlatParamProvider pp(model.layout(), p.data(), nullptr);
-  Generator gen(c, ops);
+  RolloutEngine gen(c, ops);
   const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9, 13}, {1, 20}, {1, 3, 4, 7, 8, 11, 12, 17, 19}};
-  SamplingOptions so;
-  so.greedy = true;
-  so.max_new_tokens = 10;
-  so.stop_at_eos = false;
-  auto res = gen.Generate(prompts, so, pp);
+  RolloutOptions so = Greedy(10);
+  so.block_size = block_size;
+  so.max_batch_tokens = 5;  // chunked prefill beside decode rows
+  auto res = Generate(gen, prompts, so, pp);
   ASSERT_TRUE(res.ok()) << res.status();
   const int V = c.vocab_size;
   double max_diff = 0;
   for (size_t s = 0; s < prompts.size(); ++s) {
     const auto& g = res->sequences[s];
     ASSERT_EQ(g.tokens.size(), 10u);
-    EXPECT_EQ(g.finish, FinishReason::kLength);
+    EXPECT_EQ(g.finish, Finish::kLength);
     for (size_t j = 0; j < g.tokens.size(); ++j) {
       // Full forward over prompt + generated[0..j-1].
       std::vector<int32_t> seq = prompts[s];
@@ -117,17 +146,24 @@ void CheckAgainstFullForward(kernels::Ops* ops, const std::string& kind) {
   }
   std::printf("[generate %s %s] max |logprob(KV cache) - logprob(full forward)| = %.3g\n", ops->name(), kind.c_str(),
               max_diff);
+  // With no budget the cache holds every sequence at full length, in
+  // blocks: ceil((prompt + 10) / block_size) each.
+  size_t blocks = 0;
+  for (const auto& p : prompts) blocks += (p.size() + 10 + block_size - 1) / block_size;
   const size_t expect_bytes =
-      2ull * c.num_hidden_layers * prompts.size() * (9 + 10) * c.KvHeads() * c.HeadDim() * sizeof(float);
-  EXPECT_EQ(res->kv_cache_bytes, expect_bytes);
+      2ull * c.num_hidden_layers * blocks * block_size * c.KvHeads() * c.HeadDim() * sizeof(float);
+  EXPECT_EQ(res->kv_pool_bytes, expect_bytes);
+  EXPECT_LE(res->kv_peak_bytes, res->kv_pool_bytes);
   gen.Release();
-  EXPECT_EQ(gen.kv_cache_bytes(), 0u);
+  EXPECT_EQ(gen.held_bytes(), 0u);
 }
 
 TEST(GenerateTest, KvCacheMatchesFullForwardReference) {
   auto ops = kernels::MakeReferenceOps();
   CheckAgainstFullForward(ops.get(), "qwen");
   CheckAgainstFullForward(ops.get(), "llama");
+  CheckAgainstFullForward(ops.get(), "qwen", /*block_size=*/1);
+  CheckAgainstFullForward(ops.get(), "llama", /*block_size=*/16);
 }
 
 TEST(GenerateTest, KvCacheMatchesFullForwardCpu) {
@@ -152,20 +188,19 @@ TEST(GenerateTest, SamplingIndependentOfBatching) {
   Model model(c, ops.get());
   std::vector<float> p = RandomParams(model, 9);
   FlatParamProvider pp(model.layout(), p.data(), nullptr);
-  Generator gen(c, ops.get());
+  RolloutEngine gen(c, ops.get());
   const std::vector<std::vector<int32_t>> prompts = {{1, 5}, {1, 6, 7}, {1, 8, 9, 10}};
-  SamplingOptions so;
-  so.temperature = 1.3f;
-  so.top_k = 12;
-  so.top_p = 0.9f;
-  so.seed = 77;
+  RolloutOptions so;
+  so.sampling.temperature = 1.3f;
+  so.sampling.top_k = 12;
+  so.sampling.top_p = 0.9f;
+  so.sampling.seed = 77;
   so.max_new_tokens = 12;
-  so.stop_at_eos = false;
-  auto all = gen.Generate(prompts, so, pp);
+  auto all = Generate(gen, prompts, so, pp);
   ASSERT_TRUE(all.ok()) << all.status();
   for (size_t s = 0; s < prompts.size(); ++s) {
     const uint64_t id = s;
-    auto one = gen.Generate({prompts[s]}, so, pp, std::span<const uint64_t>(&id, 1));
+    auto one = Generate(gen, {prompts[s]}, so, pp, {id});
     ASSERT_TRUE(one.ok());
     EXPECT_EQ(one->sequences[0].tokens, all->sequences[s].tokens) << s;
     for (size_t j = 0; j < one->sequences[0].tokens.size(); ++j) {
@@ -174,37 +209,46 @@ TEST(GenerateTest, SamplingIndependentOfBatching) {
       EXPECT_LE(all->sequences[s].logprobs[j], 0.f);
     }
   }
-  auto again = gen.Generate(prompts, so, pp);
+  auto again = Generate(gen, prompts, so, pp);
   for (size_t s = 0; s < prompts.size(); ++s) {
     EXPECT_EQ(again->sequences[s].tokens, all->sequences[s].tokens);
   }
-  so.seed = 78;
-  auto other = gen.Generate(prompts, so, pp);
+  // The engine's batching options change nothing: one sequence at a time, one
+  // row per step, other block sizes.
+  for (int variant = 0; variant < 4; ++variant) {
+    RolloutOptions v = so;
+    if (variant == 0) v.max_seqs = 1;
+    if (variant == 1) v.max_batch_tokens = 1;
+    if (variant == 2) v.block_size = 1;
+    if (variant == 3) v.block_size = 64;
+    auto r = Generate(gen, prompts, v, pp);
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (size_t s = 0; s < prompts.size(); ++s) {
+      EXPECT_EQ(r->sequences[s].tokens, all->sequences[s].tokens) << "variant " << variant << " sequence " << s;
+    }
+  }
+  so.sampling.seed = 78;
+  auto other = Generate(gen, prompts, so, pp);
   bool differs = false;
   for (size_t s = 0; s < prompts.size(); ++s) differs |= other->sequences[s].tokens != all->sequences[s].tokens;
   EXPECT_TRUE(differs);
 
   // Temperature 1, no filtering: the sampling distribution is the model's.
-  SamplingOptions plain;
+  RolloutOptions plain;
   plain.max_new_tokens = 6;
-  plain.seed = 5;
-  plain.stop_at_eos = false;
-  auto pl = gen.Generate(prompts, plain, pp);
+  plain.sampling.seed = 5;
+  auto pl = Generate(gen, prompts, plain, pp);
   for (const auto& g : pl->sequences)
     for (size_t j = 0; j < g.tokens.size(); ++j) EXPECT_NEAR(g.logprobs[j], g.raw_logprobs[j], 1e-5);
 
   // top_k = 1 and a tiny top_p are greedy.
-  SamplingOptions greedy;
-  greedy.greedy = true;
-  greedy.max_new_tokens = 6;
-  greedy.stop_at_eos = false;
-  auto gr = gen.Generate(prompts, greedy, pp);
-  SamplingOptions k1 = plain;
-  k1.top_k = 1;
-  auto r1 = gen.Generate(prompts, k1, pp);
-  SamplingOptions p0 = plain;
-  p0.top_p = 1e-6f;
-  auto r2 = gen.Generate(prompts, p0, pp);
+  auto gr = Generate(gen, prompts, Greedy(6), pp);
+  RolloutOptions k1 = plain;
+  k1.sampling.top_k = 1;
+  auto r1 = Generate(gen, prompts, k1, pp);
+  RolloutOptions p0 = plain;
+  p0.sampling.top_p = 1e-6f;
+  auto r2 = Generate(gen, prompts, p0, pp);
   for (size_t s = 0; s < prompts.size(); ++s) {
     EXPECT_EQ(r1->sequences[s].tokens, gr->sequences[s].tokens);
     EXPECT_EQ(r2->sequences[s].tokens, gr->sequences[s].tokens);
@@ -218,22 +262,19 @@ TEST(GenerateTest, StopsAtStopIdsAndValidates) {
   Model model(c, ops.get());
   std::vector<float> p = RandomParams(model, 10);
   FlatParamProvider pp(model.layout(), p.data(), nullptr);
-  Generator gen(c, ops.get());
-  SamplingOptions so;
-  so.greedy = true;
-  so.max_new_tokens = 8;
-  so.stop_at_eos = false;
-  auto base = gen.Generate({{1, 4, 6}, {1, 7}}, so, pp);
+  RolloutEngine gen(c, ops.get());
+  RolloutOptions so = Greedy(8);
+  auto base = Generate(gen, {{1, 4, 6}, {1, 7}}, so, pp);
   ASSERT_TRUE(base.ok());
   const auto& t0 = base->sequences[0].tokens;
   // Stop at the third token of sequence 0.
   so.stop_ids = {t0[2]};
-  auto stopped = gen.Generate({{1, 4, 6}, {1, 7}}, so, pp);
+  auto stopped = Generate(gen, {{1, 4, 6}, {1, 7}}, so, pp);
   ASSERT_TRUE(stopped.ok());
   const auto& s0 = stopped->sequences[0];
   const size_t first = std::find(t0.begin(), t0.end(), t0[2]) - t0.begin();
   EXPECT_EQ(s0.tokens.size(), first + 1);
-  EXPECT_EQ(s0.finish, FinishReason::kStop);
+  EXPECT_EQ(s0.finish, Finish::kStop);
   // Sequence 1 continues unaffected by sequence 0 leaving the batch (up to
   // its own stop).
   const auto& b1 = base->sequences[1].tokens;
@@ -241,15 +282,40 @@ TEST(GenerateTest, StopsAtStopIdsAndValidates) {
   ASSERT_LE(s1.size(), b1.size());
   EXPECT_TRUE(std::equal(s1.begin(), s1.end(), b1.begin()));
 
-  EXPECT_FALSE(gen.Generate({}, so, pp).ok());
-  EXPECT_FALSE(gen.Generate({{}}, so, pp).ok());
-  EXPECT_FALSE(gen.Generate({{1, 99}}, so, pp).ok());
-  SamplingOptions bad;
-  bad.temperature = 0.f;
-  EXPECT_FALSE(gen.Generate({{1}}, bad, pp).ok());
-  bad = SamplingOptions();
-  bad.top_p = 0.f;
-  EXPECT_FALSE(gen.Generate({{1}}, bad, pp).ok());
+  EXPECT_FALSE(Generate(gen, {}, so, pp).ok());
+  EXPECT_FALSE(Generate(gen, {{}}, so, pp).ok());
+  EXPECT_FALSE(Generate(gen, {{1, 99}}, so, pp).ok());
+  RolloutOptions bad;
+  bad.sampling.temperature = 0.f;
+  EXPECT_FALSE(Generate(gen, {{1}}, bad, pp).ok());
+  bad = RolloutOptions();
+  bad.sampling.top_p = 0.f;
+  EXPECT_FALSE(Generate(gen, {{1}}, bad, pp).ok());
+}
+
+// Layers with per-layer decode state are refused with the layer named.
+TEST(GenerateTest, LinearAndSinkLayersAreRefused) {
+  auto ops = kernels::MakeReferenceOps();
+  for (const char* type : {"linear", "sink:2+window:4"}) {
+    json j = {{"vocab_size", 29},
+              {"hidden_size", 32},
+              {"intermediate_size", 40},
+              {"num_hidden_layers", 2},
+              {"num_attention_heads", 4},
+              {"num_key_value_heads", 4},
+              {"max_position_embeddings", 64},
+              {"eos_token_id", 2},
+              {"tandem_layer_types", {"full", type}}};
+    auto c = ParseConfigJson(j.dump());
+    ASSERT_TRUE(c.ok()) << c.status();
+    Model model(*c, ops.get());
+    std::vector<float> p = RandomParams(model, 4);
+    FlatParamProvider pp(model.layout(), p.data(), nullptr);
+    RolloutEngine gen(*c, ops.get());
+    auto r = Generate(gen, {{1, 4}}, Greedy(3), pp);
+    ASSERT_EQ(r.status().code(), absl::StatusCode::kUnimplemented) << type;
+    EXPECT_NE(r.status().message().find("layer 1"), std::string::npos) << r.status();
+  }
 }
 
 }  // namespace

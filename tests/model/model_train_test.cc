@@ -16,11 +16,11 @@
 #include <string>
 
 #include "kernels/backends.h"
-#include "worker/model/generate.h"
 #include "worker/model/model.h"
 #include "worker/model/model_commands.h"
 #include "worker/model/param_layout.h"
 #include "worker/model/tokenizer.h"
+#include "worker/rollout/engine.h"
 
 namespace tandem::model {
 namespace {
@@ -43,12 +43,14 @@ Problem MakeProblem(int a, int b, const CharTokenizer& tok) {
   return p;
 }
 
-double Accuracy(Generator& gen, FlatParamProvider& pp, const std::vector<Problem>& eval) {
-  std::vector<std::vector<int32_t>> prompts;
-  for (const auto& p : eval) prompts.push_back(p.prompt);
-  SamplingOptions so;
-  so.greedy = true;
+double Accuracy(rollout::RolloutEngine& gen, FlatParamProvider& pp, const std::vector<Problem>& eval,
+                const ModelConfig& cfg) {
+  std::vector<rollout::RolloutRequest> prompts;
+  for (size_t i = 0; i < eval.size(); ++i) prompts.push_back({eval[i].prompt, -1, i});
+  rollout::RolloutOptions so;
+  so.sampling.greedy = true;
   so.max_new_tokens = 5;
+  so.stop_ids.assign(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
   auto res = gen.Generate(prompts, so, pp);
   EXPECT_TRUE(res.ok()) << res.status();
   int ok = 0;
@@ -68,7 +70,7 @@ TEST(TrainTest, TwoDigitAdditionLearns) {
   std::vector<float> p(n), g(n), m(n, 0.f), v(n, 0.f);
   model.InitParams(2024, p.data());
   FlatParamProvider pp(model.layout(), p.data(), g.data());
-  Generator gen(*cfg, ops.get());
+  rollout::RolloutEngine gen(*cfg, ops.get());
 
   // Held-out problems: every pair with (a * 7 + b) % 10 == 0 is never trained on.
   std::mt19937 rng(7);
@@ -79,7 +81,7 @@ TEST(TrainTest, TwoDigitAdditionLearns) {
     const int a = digit(rng), b = digit(rng);
     if (held_out(a, b)) eval.push_back(MakeProblem(a, b, tok));
   }
-  const double acc0 = Accuracy(gen, pp, eval);
+  const double acc0 = Accuracy(gen, pp, eval, *cfg);
 
   const int steps = std::getenv("TANDEM_TRAIN_STEPS") ? std::atoi(std::getenv("TANDEM_TRAIN_STEPS")) : 600;
   const int batch = std::getenv("TANDEM_TRAIN_BATCH") ? std::atoi(std::getenv("TANDEM_TRAIN_BATCH")) : 64;
@@ -122,7 +124,7 @@ TEST(TrainTest, TwoDigitAdditionLearns) {
       std::fflush(stdout);
     }
   }
-  const double acc1 = Accuracy(gen, pp, eval);
+  const double acc1 = Accuracy(gen, pp, eval, *cfg);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("[train] %d steps x %d problems: loss %.3f -> %.3f, held-out exact match %.3f -> %.3f, %.1f s\n", steps,
               batch, first_loss, last_loss, acc0, acc1, secs);

@@ -226,6 +226,71 @@ TEST(RolloutEngineTest, TinyKvBudgetPreemptsAndRecomputesWithSameTokens) {
   EXPECT_NE(none.status().message().find("rollout.kv_cache_bytes"), std::string::npos);
 }
 
+// Two groups of 4 samples of 12-token prompts (3 blocks of 4): under a
+// 12-block budget the newest samples are preempted while older siblings
+// still run, and come back forking the group's prompt blocks again.
+TEST(RolloutEngineTest, PreemptedSamplesReshareTheirGroupsPrompt) {
+  auto ops = kernels::MakeReferenceOps();
+  Fixture f("llama", ops.get());
+  RolloutOptions base = Sampled();
+  base.max_new_tokens = 12;
+  base.max_batch_tokens = 64;
+  const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9, 13, 4, 6, 8, 10, 12, 14, 16, 18},
+                                                     {1, 20, 3, 7, 11, 15, 19, 23, 27, 25, 21, 17}};
+  std::vector<RolloutRequest> reqs;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    for (int g = 0; g < 4; ++g) reqs.push_back({prompts[p], static_cast<int>(p), p * 4 + g});
+  }
+  RolloutEngine eng(f.config, f.ops);
+  auto big = eng.Generate(reqs, base, *f.pp);
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_EQ(big->scheduler.preemptions, 0);
+  EXPECT_EQ(big->scheduler.prompt_tokens_saved, 2 * 3 * 12);
+  RolloutOptions tiny = base;
+  tiny.kv_cache_bytes = 12 * KvPool::BlockBytes(3, 2 * 8, 4, kernels::KvDtype::kF32);
+  auto small = eng.Generate(reqs, tiny, *f.pp);
+  ASSERT_TRUE(small.ok()) << small.status();
+  std::printf("[reshare] preemptions %lld, prompt tokens saved %lld (no preemption: %lld), recomputed %lld\n",
+              static_cast<long long>(small->scheduler.preemptions),
+              static_cast<long long>(small->scheduler.prompt_tokens_saved),
+              static_cast<long long>(big->scheduler.prompt_tokens_saved),
+              static_cast<long long>(small->scheduler.recomputed_tokens));
+  EXPECT_GT(small->scheduler.preemptions, 0);
+  EXPECT_EQ(Tokens(*small), Tokens(*big));
+  // A preempted sample that comes back while a sibling still runs forks the
+  // group's prompt again (counted as saved); one whose siblings were all
+  // preempted too prefills it again. Prompts are complete within one step
+  // here, so each preemption is one or the other.
+  EXPECT_GT(small->scheduler.prompt_tokens_saved, big->scheduler.prompt_tokens_saved);
+  EXPECT_EQ(small->scheduler.prompt_tokens_saved + small->scheduler.prefill_tokens,
+            big->scheduler.prompt_tokens_saved + big->scheduler.prefill_tokens + 12 * small->scheduler.preemptions);
+  EXPECT_LE(small->kv_peak_bytes, tiny.kv_cache_bytes);
+  // Without sharing nothing is saved, preempted or not; same tokens.
+  tiny.share_prompts = false;
+  auto unshared = eng.Generate(reqs, tiny, *f.pp);
+  ASSERT_TRUE(unshared.ok()) << unshared.status();
+  EXPECT_EQ(unshared->scheduler.prompt_tokens_saved, 0);
+  EXPECT_EQ(Tokens(*unshared), Tokens(*big));
+}
+
+TEST(RolloutEngineTest, StaticBatchModeHasTheSameTokens) {
+  auto ops = kernels::MakeReferenceOps();
+  Fixture f("qwen", ops.get());
+  RolloutEngine eng(f.config, f.ops);
+  const auto reqs = Requests(3);
+  auto cont = eng.Generate(reqs, Sampled(), *f.pp);
+  ASSERT_TRUE(cont.ok());
+  RolloutOptions o = Sampled();
+  o.static_batch = true;
+  o.max_seqs = 4;  // batches of 4, each drained before the next
+  auto stat = eng.Generate(reqs, o, *f.pp);
+  ASSERT_TRUE(stat.ok()) << stat.status();
+  EXPECT_EQ(Tokens(*stat), Tokens(*cont));
+  EXPECT_LE(stat->scheduler.max_running, 4);
+  EXPECT_GT(stat->scheduler.steps, cont->scheduler.steps);
+  EXPECT_GT(cont->prefill_seconds + cont->decode_seconds, 0);
+}
+
 TEST(RolloutEngineTest, Bf16KvCacheIsCloseToFp32AndHalfTheBytes) {
   auto ops = kernels::MakeCpuOps(0);
   Fixture f("llama", ops.get());

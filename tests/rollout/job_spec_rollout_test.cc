@@ -42,6 +42,10 @@ TEST(JobSpecRolloutTest, BadValuesNameTheKey) {
       {"rollout.repetition_penalty=-2", "rollout.repetition_penalty"},
       {"rollout.no_prompt_sharing=maybe", "rollout.no_prompt_sharing"},
       {"rollout.kv_bytes=5", "rollout.kv_bytes: unknown key"},
+      {"rollout.kv_cache_fraction=-0.1", "rollout.kv_cache_fraction"},
+      {"rollout.kv_cache_fraction=0.99", "rollout.kv_cache_fraction"},
+      {"rollout.kv_cache_fraction=1.5", "rollout.kv_cache_fraction"},
+      {"rollout.kv_cache_fraction=half", "rollout.kv_cache_fraction"},
   };
   for (const auto& [set, want] : bad) {
     const std::string err = ErrorOf({set});
@@ -52,7 +56,7 @@ TEST(JobSpecRolloutTest, BadValuesNameTheKey) {
 TEST(JobSpecRolloutTest, OptionsFromTheSpec) {
   auto spec = common::ParseJobSpecYaml(kJob);
   ASSERT_TRUE(spec.ok()) << spec.status();
-  rollout::RolloutOptions d = rollout::OptionsFromSpec(*spec, 9);
+  rollout::RolloutOptions d = rollout::OptionsFromSpec(*spec, 9, 1 << 30);
   EXPECT_EQ(d.max_new_tokens, 8);
   EXPECT_FLOAT_EQ(d.sampling.temperature, 0.7f);
   EXPECT_FLOAT_EQ(d.sampling.top_p, 0.9f);
@@ -69,7 +73,7 @@ TEST(JobSpecRolloutTest, OptionsFromTheSpec) {
              "rollout.max_batch_tokens=256", "rollout.max_seqs=64", "rollout.no_prompt_sharing=true",
              "rollout.min_p=0.05", "rollout.repetition_penalty=1.2"});
   ASSERT_TRUE(set.ok()) << set.status();
-  rollout::RolloutOptions o = rollout::OptionsFromSpec(*set, 9);
+  rollout::RolloutOptions o = rollout::OptionsFromSpec(*set, 9, 1 << 30);
   EXPECT_EQ(o.kv_cache_bytes, 1000000u);
   EXPECT_EQ(o.kv_dtype, kernels::KvDtype::kBF16);
   EXPECT_EQ(o.block_size, 32);
@@ -78,6 +82,22 @@ TEST(JobSpecRolloutTest, OptionsFromTheSpec) {
   EXPECT_FALSE(o.share_prompts);
   EXPECT_FLOAT_EQ(o.sampling.min_p, 0.05f);
   EXPECT_FLOAT_EQ(o.sampling.repetition_penalty, 1.2f);
+}
+
+// rollout.kv_cache_fraction: of the memory the worker passes; exclusive
+// with rollout.kv_cache_bytes.
+TEST(JobSpecRolloutTest, KvCacheFraction) {
+  auto spec = common::ParseJobSpecYaml(kJob, {"rollout.kv_cache_fraction=0.25"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(rollout::OptionsFromSpec(*spec, 9, 4000000).kv_cache_bytes, 1000000u);
+  // A fraction of almost nothing is still a budget (the engine then names
+  // the key when a sequence cannot fit), never "no budget".
+  EXPECT_EQ(rollout::OptionsFromSpec(*spec, 9, 2).kv_cache_bytes, 1u);
+  const std::string both = ErrorOf({"rollout.kv_cache_fraction=0.25", "rollout.kv_cache_bytes=1000000"});
+  EXPECT_EQ(both.rfind("rollout.kv_cache_fraction", 0), 0u) << both;
+  EXPECT_NE(both.find("rollout.kv_cache_bytes"), std::string::npos) << both;
+  EXPECT_EQ(ErrorOf({"rollout.kv_cache_fraction=0.95"}), "OK");
+  EXPECT_EQ(ErrorOf({"rollout.kv_cache_fraction=0"}), "OK");
 }
 
 }  // namespace

@@ -1,10 +1,25 @@
 #include "worker/engine/compute_device.h"
 
+#include <unistd.h>
+
+#if defined(TANDEM_HAVE_CUDA)
+#include <cuda_runtime_api.h>
+#endif
+
 #include "kernels/backends.h"
 #include "kernels/guarded/guarded_memory.h"
 #include "worker/comm/guarded_collective.h"
 
 namespace tandem::worker {
+namespace {
+
+size_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ComputeDevice>> MakeComputeDevice(std::string_view device, int threads) {
   auto d = std::make_unique<ComputeDevice>();
@@ -13,6 +28,7 @@ absl::StatusOr<std::unique_ptr<ComputeDevice>> MakeComputeDevice(std::string_vie
     d->memory = kernels::MakeHostMemory();
     d->ops = kernels::MakeCpuOps(threads);
     d->comm_ops = kernels::MakeCpuOps(threads);
+    d->capacity_bytes = PhysicalMemoryBytes();
     return d;
   }
   if (d->name == "cpu-guarded") {
@@ -27,6 +43,7 @@ absl::StatusOr<std::unique_ptr<ComputeDevice>> MakeComputeDevice(std::string_vie
       return absl::ResourceExhaustedError("device cpu-guarded: " + guarded->last_error());
     }
     d->guarded = guarded.get();
+    d->capacity_bytes = guarded->capacity();
     d->memory = std::move(guarded);
     d->ops = kernels::MakeGuardedOps(kernels::MakeCpuOps(threads), d->guarded);
     d->comm_ops = kernels::MakeGuardedOps(kernels::MakeCpuOps(threads), d->guarded);
@@ -45,6 +62,11 @@ absl::StatusOr<std::unique_ptr<ComputeDevice>> MakeComputeDevice(std::string_vie
     if (d->memory == nullptr || d->ops == nullptr || d->comm_ops == nullptr) {
       return absl::FailedPreconditionError("device cuda: could not initialise the CUDA backend");
     }
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+      return absl::FailedPreconditionError("device cuda: cudaMemGetInfo failed");
+    }
+    d->capacity_bytes = total_bytes;
     return d;
 #else
     return absl::FailedPreconditionError(

@@ -11,7 +11,7 @@
 //                  runs the same buffer discipline as "cuda" on a machine
 //                  without a GPU; results equal "cpu" bit for bit.
 //
-// Destroy the model, generator and ZeRO state before the ComputeDevice
+// Destroy the model, rollout engine and ZeRO state before the ComputeDevice
 // whose memory they hold (JobContext declares it first).
 #pragma once
 
@@ -37,6 +37,9 @@ struct ComputeDevice {
   kernels::GuardedMemory* guarded = nullptr;  // == memory for cpu-guarded
   std::unique_ptr<kernels::Ops> ops;          // the job thread's
   std::unique_ptr<kernels::Ops> comm_ops;     // ZeRO's communication thread's
+  // The memory rollout.kv_cache_fraction is of: the GPU's total (cuda),
+  // physical memory (cpu), the guarded space (cpu-guarded).
+  size_t capacity_bytes = 0;
   bool host_memory() const { return name == "cpu"; }
 };
 

@@ -50,8 +50,8 @@ absl::StatusOr<disagg::RolloutBatch> GenerateBatch(JobContext& ctx, DisaggState&
       groups.push_back(p);
     }
   }
-  rollout::RolloutOptions so =
-      rollout::OptionsFromSpec(spec, DeriveSeed(spec.seed(), kSeedSampling, static_cast<uint64_t>(step)));
+  rollout::RolloutOptions so = rollout::OptionsFromSpec(
+      spec, DeriveSeed(spec.seed(), kSeedSampling, static_cast<uint64_t>(step)), ctx.device->capacity_bytes);
   so.stop_ids.assign(spec.rl().stop_token_ids().begin(), spec.rl().stop_token_ids().end());
   so.stop_ids.insert(so.stop_ids.end(), ctx.config.eos_token_ids.begin(), ctx.config.eos_token_ids.end());
   std::vector<rollout::RolloutRequest> requests(prompts.size());

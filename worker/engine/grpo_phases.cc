@@ -270,8 +270,8 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   }
   const double enter_s = Seconds(t_enter);
 
-  rollout::RolloutOptions so =
-      rollout::OptionsFromSpec(spec, DeriveSeed(spec.seed(), kSeedSampling, static_cast<uint64_t>(step)));
+  rollout::RolloutOptions so = rollout::OptionsFromSpec(
+      spec, DeriveSeed(spec.seed(), kSeedSampling, static_cast<uint64_t>(step)), ctx.device->capacity_bytes);
   so.stop_ids = ctx.stop_ids;
   StopStrings stops(ctx, prompts.size());
   if (stops.active()) so.stop_check = [&stops](size_t i, int32_t id) { return stops.Add(i, id); };
@@ -286,7 +286,7 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   if (tp > 1) {
     model::FlatParamProvider slice(ctx.tp_decoder->slice_layout(), ctx.tp_slice.data(), nullptr);
     ctx.tp_decoder->ResetStats();
-    if (!prompts.empty()) gen = ctx.rollout->Generate(requests, so, slice);
+    if (!prompts.empty()) gen = ctx.tp_rollout->Generate(requests, so, slice);
     tp_stats = ctx.tp_decoder->stats();
   } else if (!prompts.empty()) {
     gen = ctx.rollout->Generate(requests, so, ctx.zero->inference_view());
@@ -296,6 +296,7 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   const auto t_leave = Clock::now();
   ctx.rollout->Release();
   if (tp > 1) {
+    ctx.tp_rollout->Release();
     ctx.tp_slice.reset();
   } else {
     ctx.zero->EndInference();

@@ -22,7 +22,6 @@
 #include "worker/comm/tiered_collective.h"
 #include "worker/engine/compute_device.h"
 #include "worker/model/config.h"
-#include "worker/model/generate.h"
 #include "worker/model/model.h"
 #include "worker/model/tokenizer.h"
 #include "worker/rl/reward_client.h"
@@ -63,7 +62,7 @@ struct JobContext {
   int world = 1;
 
   model::ModelConfig config;
-  // The backend (ops, memory) the model, generator and ZeRO state use;
+  // The backend (ops, memory) the model, rollout engine and ZeRO state use;
   // declared before them so it is destroyed after them.
   std::unique_ptr<ComputeDevice> device;
   // Tensor-parallel rollout (rollout.tp_size > 1): this rank's TP group
@@ -72,11 +71,14 @@ struct JobContext {
   // it, so it is destroyed after it.
   std::unique_ptr<comm::Collective> tp_group;
   std::unique_ptr<model::Model> model;
-  std::unique_ptr<model::Generator> generator;  // evaluation samples
-  // GRPO rollouts: continuous batching over a paged KV cache.
+  // Every generation (GRPO rollouts, EVAL): continuous batching over a
+  // paged KV cache.
   std::unique_ptr<rollout::RolloutEngine> rollout;
-  // With tp_group: the rollout's forward (owned by `rollout`) and, during a
-  // ROLLOUT phase only, this rank's TP slice of the weights.
+  // With tp_group: GRPO's tensor-parallel rollout engine, its forward (owned
+  // by `tp_rollout`) and, during a ROLLOUT phase only, this rank's TP slice
+  // of the weights. EVAL keeps `rollout`: every rank evaluates its own
+  // prompts, which a TP group (all ranks on the same requests) cannot do.
+  std::unique_ptr<rollout::RolloutEngine> tp_rollout;
   rollout::TpDecoder* tp_decoder = nullptr;
   kernels::DeviceArray<float> tp_slice;
   // The model's tokenizer (char or Hugging Face); null for ids-only models.
@@ -141,7 +143,7 @@ struct JobContext {
 
   // Disaggregated mode (worker/engine/disagg.h); null when co-located.
   // Declared last: destroyed first, so its generation thread is joined
-  // before the model and generator it uses go away.
+  // before the model and rollout engine it uses go away.
   std::shared_ptr<DisaggState> disagg;
 };
 

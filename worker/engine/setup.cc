@@ -128,7 +128,7 @@ absl::Status SetupTpRollout(JobContext& ctx, const comm::CollectiveOptions& co, 
   auto dec = rollout::TpDecoder::Create(ctx.config, ctx.tp_group.get(), ctx.device->ops.get(), memory, to);
   if (!dec.ok()) return dec.status();
   ctx.tp_decoder = dec->get();
-  ctx.rollout = std::make_unique<rollout::RolloutEngine>(std::move(*dec), ctx.device->ops.get());
+  ctx.tp_rollout = std::make_unique<rollout::RolloutEngine>(std::move(*dec), ctx.device->ops.get());
   return absl::OkStatus();
 }
 
@@ -263,7 +263,6 @@ absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment
   ctx.device = std::move(*device);
   kernels::DeviceMemory* memory = ctx.device->memory.get();
   ctx.model = std::make_unique<model::Model>(ctx.config, ctx.device->ops.get(), 0, memory);
-  ctx.generator = std::make_unique<model::Generator>(ctx.config, ctx.device->ops.get(), memory);
   ctx.rollout = std::make_unique<rollout::RolloutEngine>(ctx.config, ctx.device->ops.get(), memory);
   const auto& layout = ctx.model->layout();
   if (full.empty()) {

@@ -8,6 +8,7 @@
 #include "worker/engine/phases.h"
 #include "worker/engine/spec_convert.h"
 #include "worker/rl/lr_schedule.h"
+#include "worker/rollout/spec_options.h"
 
 namespace tandem::worker {
 
@@ -259,6 +260,17 @@ void ReportCollectiveBytes(JobContext& ctx, tandem::v1::StepMetrics* m) {
 }
 
 namespace {
+// EVAL's greedy generation: the rollout engine with the job's rollout.*
+// budget and batching, argmax decoding, the job's stop ids.
+rollout::RolloutOptions GreedyEvalOptions(const JobContext& ctx, int max_new_tokens) {
+  rollout::RolloutOptions o = rollout::OptionsFromSpec(ctx.spec(), 0, ctx.device->capacity_bytes);
+  o.sampling = rollout::SamplingParams{};
+  o.sampling.greedy = true;
+  o.max_new_tokens = max_new_tokens;
+  o.stop_ids = ctx.stop_ids;
+  return o;
+}
+
 // GRPO on text data: pass@1 (greedy) on data.eval, and with
 // data.eval_samples = k > 0 the mean accuracy of k samples per prompt at
 // rl.temperature (mean@k).
@@ -268,39 +280,36 @@ absl::Status EvaluateTextData(JobContext& ctx, int64_t step, ReportPhaseRequest*
   const int64_t n = std::min<int64_t>(static_cast<int64_t>(rows.size()), spec.task().eval_size());
   const rl::IndexRange mine = MyRange(ctx, n);
   const int k = spec.data().eval_samples();
-  std::vector<std::vector<int32_t>> prompts;
-  for (int64_t i = mine.begin; i < mine.end; ++i) prompts.push_back(rows[i].prompt_ids);
-  model::SamplingOptions so;
-  so.greedy = true;
-  so.max_new_tokens = spec.rl().max_new_tokens();
-  so.stop_ids = ctx.stop_ids;
+  std::vector<rollout::RolloutRequest> prompts;
+  for (int64_t i = mine.begin; i < mine.end; ++i) {
+    prompts.push_back({rows[i].prompt_ids, -1, static_cast<uint64_t>(i)});
+  }
   double correct = 0, sampled_correct = 0, sampled = 0;
   if (!prompts.empty()) {
     if (absl::Status st = ctx.zero->BeginInference(); !st.ok()) return st;
-    auto gen = ctx.generator->Generate(prompts, so, ctx.zero->inference_view());
-    absl::StatusOr<model::GenerationResult> samples = model::GenerationResult{};
+    auto gen =
+        ctx.rollout->Generate(prompts, GreedyEvalOptions(ctx, spec.rl().max_new_tokens()), ctx.zero->inference_view());
+    absl::StatusOr<rollout::RolloutResult> samples = rollout::RolloutResult{};
     if (gen.ok() && k > 0) {
-      std::vector<std::vector<int32_t>> many;
-      std::vector<uint64_t> ids;
+      // k samples of each prompt, one group per prompt (a shared prefill).
+      std::vector<rollout::RolloutRequest> many;
       for (size_t i = 0; i < prompts.size(); ++i) {
         for (int j = 0; j < k; ++j) {
-          many.push_back(prompts[i]);
-          ids.push_back(static_cast<uint64_t>((mine.begin + static_cast<int64_t>(i)) * k + j));
+          many.push_back({prompts[i].prompt, static_cast<int>(i),
+                          static_cast<uint64_t>((mine.begin + static_cast<int64_t>(i)) * k + j)});
         }
       }
-      model::SamplingOptions ss = so;
-      ss.greedy = false;
-      ss.temperature = spec.rl().temperature();
-      ss.top_p = spec.rl().top_p();
-      ss.top_k = spec.rl().top_k();
-      ss.seed = DeriveSeed(spec.seed(), kSeedEval, static_cast<uint64_t>(step + (1 << 30)));
-      samples = ctx.generator->Generate(many, ss, ctx.zero->inference_view(), ids);
+      rollout::RolloutOptions ss =
+          rollout::OptionsFromSpec(spec, DeriveSeed(spec.seed(), kSeedEval, static_cast<uint64_t>(step + (1 << 30))),
+                                   ctx.device->capacity_bytes);
+      ss.stop_ids = ctx.stop_ids;
+      samples = ctx.rollout->Generate(many, ss, ctx.zero->inference_view());
     }
     ctx.zero->EndInference();
-    ctx.generator->Release();
+    ctx.rollout->Release();
     if (!gen.ok()) return gen.status();
     if (!samples.ok()) return samples.status();
-    auto score = [&](const model::GeneratedSequence& g, const rl::TextRow& row) {
+    auto score = [&](const rollout::RolloutSequence& g, const rl::TextRow& row) {
       rl::CompletionText text = DecodeResponse(ctx, g.tokens);
       return ctx.reward && ctx.reward->Score(text.text, row.answer).correct ? 1.0 : 0.0;
     };
@@ -396,15 +405,15 @@ absl::Status Evaluate(JobContext& ctx, int64_t step, ReportPhaseRequest* report)
     p.insert(p.end(), enc.begin(), enc.end());
     prompts.push_back(std::move(p));
   }
-  model::SamplingOptions so;
-  so.greedy = true;
-  so.max_new_tokens = ctx.task->max_answer_chars() + 1;
+  std::vector<rollout::RolloutRequest> requests;
+  for (size_t i = 0; i < prompts.size(); ++i) requests.push_back({prompts[i], -1, i});
   double correct = 0;
   if (!prompts.empty()) {
     if (absl::Status st = ctx.zero->BeginInference(); !st.ok()) return st;
-    auto gen = ctx.generator->Generate(prompts, so, ctx.zero->inference_view());
+    auto gen = ctx.rollout->Generate(requests, GreedyEvalOptions(ctx, ctx.task->max_answer_chars() + 1),
+                                     ctx.zero->inference_view());
     ctx.zero->EndInference();
-    ctx.generator->Release();
+    ctx.rollout->Release();
     if (!gen.ok()) return gen.status();
     for (size_t i = 0; i < prompts.size(); ++i) {
       auto text = DecodeResponse(ctx, gen->sequences[i].tokens);

@@ -1,6 +1,6 @@
 // Decoder: the forward pass of the Llama 3 / Mistral / Qwen2 / Qwen3 style
 // decoder stack, shared by training and log-probs (Model) and by generation
-// (Generator):
+// (the rollout engine, worker/rollout):
 //
 //   embedding -> N x [RMSNorm -> q/k/v (+ biases) (-> per-head RMSNorm of q
 //   and k, Qwen3) -> RoPE -> attention (packed causal varlen, optional
@@ -19,7 +19,7 @@
 // unit (param_provider.h). All pointers are device pointers of memory().
 // A forward returns nothing: a device error sticks in memory() and
 // MemoryStatus() reports it; inputs are checked by the callers (Model,
-// Generator), so a malformed DecoderInput is a bug and aborts. One thread
+// PagedDecoder), so a malformed DecoderInput is a bug and aborts. One thread
 // at a time.
 #pragma once
 

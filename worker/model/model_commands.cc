@@ -18,7 +18,6 @@
 #include "nlohmann/json.hpp"
 #include "worker/model/context_embeddings.h"
 #include "worker/model/file_util.h"
-#include "worker/model/generate.h"
 #include "worker/model/job_model.h"
 #include "worker/model/model.h"
 #include "worker/model/param_layout.h"
@@ -231,50 +230,6 @@ int ModelInitCommand(const std::vector<std::string>& args) {
   return 0;
 }
 
-namespace {
-
-// Context embeddings before the prompt: the rollout engine's prefill from
-// given vectors (worker/rollout/engine.h), in the Generator's result shape.
-absl::StatusOr<GenerationResult> GenerateWithContext(const ModelConfig& cfg, kernels::Ops* ops, ParamProvider& params,
-                                                     const std::vector<int32_t>& prompt,
-                                                     const std::vector<float>& context, int samples,
-                                                     const SamplingOptions& so) {
-  rollout::RolloutOptions o;
-  o.max_new_tokens = so.max_new_tokens;
-  o.sampling.greedy = so.greedy;
-  o.sampling.temperature = so.temperature;
-  o.sampling.top_k = so.top_k;
-  o.sampling.top_p = so.top_p;
-  o.sampling.seed = so.seed;
-  o.stop_ids = so.stop_ids;
-  if (so.stop_at_eos) o.stop_ids.insert(o.stop_ids.end(), cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
-  std::vector<rollout::RolloutRequest> requests(samples);
-  for (int i = 0; i < samples; ++i) {
-    requests[i].prompt = prompt;
-    requests[i].stream = static_cast<uint64_t>(i);
-    requests[i].context = context;
-  }
-  rollout::RolloutEngine engine(cfg, ops);
-  const auto t0 = std::chrono::steady_clock::now();
-  auto r = engine.Generate(requests, o, params);
-  if (!r.ok()) return r.status();
-  GenerationResult out;
-  for (const auto& s : r->sequences) {
-    GeneratedSequence g;
-    g.tokens = s.tokens;
-    g.logprobs = s.logprobs;
-    g.raw_logprobs = s.raw_logprobs;
-    g.finish = s.finish == rollout::Finish::kStop ? FinishReason::kStop : FinishReason::kLength;
-    out.sequences.push_back(std::move(g));
-  }
-  out.generated_tokens = r->generated_tokens;
-  out.decode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  out.kv_cache_bytes = r->kv_pool_bytes;
-  return out;
-}
-
-}  // namespace
-
 int GenerateCommand(const std::vector<std::string>& args) {
   for (const auto& a : args) {
     if (a == "--help" || a == "-h") {
@@ -303,27 +258,28 @@ int GenerateCommand(const std::vector<std::string>& args) {
   const bool chat = f.bools.count("--chat") > 0;
   if (chat && !f.values.count("--prompt")) return usage("--chat needs --prompt");
   if (f.values.count("--system") && !chat) return usage("--system needs --chat");
-  SamplingOptions so;
+  rollout::RolloutOptions so;
+  rollout::SamplingParams& sp = so.sampling;
   const bool sampling_flags = f.values.count("--temperature") || f.values.count("--top-p") || f.values.count("--top-k");
   if (f.bools.count("--greedy") && sampling_flags) {
     return usage("--greedy cannot be combined with --temperature/--top-p/--top-k");
   }
-  so.greedy = !sampling_flags;
+  sp.greedy = !sampling_flags;
   if (f.values.count("--max-new-tokens") &&
       (!ParseNumber(f.values["--max-new-tokens"], &so.max_new_tokens) || so.max_new_tokens < 0)) {
     return usage("--max-new-tokens must be a non-negative integer");
   }
   if (f.values.count("--temperature") &&
-      (!ParseNumber(f.values["--temperature"], &so.temperature) || !(so.temperature > 0))) {
+      (!ParseNumber(f.values["--temperature"], &sp.temperature) || !(sp.temperature > 0))) {
     return usage("--temperature must be a number > 0");
   }
-  if (f.values.count("--top-p") && (!ParseNumber(f.values["--top-p"], &so.top_p) || !(so.top_p > 0 && so.top_p <= 1))) {
+  if (f.values.count("--top-p") && (!ParseNumber(f.values["--top-p"], &sp.top_p) || !(sp.top_p > 0 && sp.top_p <= 1))) {
     return usage("--top-p must be in (0, 1]");
   }
-  if (f.values.count("--top-k") && (!ParseNumber(f.values["--top-k"], &so.top_k) || so.top_k < 0)) {
+  if (f.values.count("--top-k") && (!ParseNumber(f.values["--top-k"], &sp.top_k) || sp.top_k < 0)) {
     return usage("--top-k must be a non-negative integer");
   }
-  if (f.values.count("--seed") && !ParseNumber(f.values["--seed"], &so.seed)) {
+  if (f.values.count("--seed") && !ParseNumber(f.values["--seed"], &sp.seed)) {
     return usage("--seed must be a non-negative integer");
   }
   int samples = 1, threads = 0;
@@ -395,8 +351,9 @@ int GenerateCommand(const std::vector<std::string>& args) {
       return kRuntime;
     }
   }
-  // Stop at every eos the model's files name (config.json is the
-  // generator's own; generation_config.json and the tokenizer's eos here).
+  // Stop at every eos the model's files name (config.json,
+  // generation_config.json and the tokenizer's eos).
+  for (int32_t id : cfg.eos_token_ids) so.stop_ids.push_back(id);
   if (auto gen_eos = text::GenerationConfigEosIds(f.values["--model"]); gen_eos.ok()) {
     for (int32_t id : *gen_eos) {
       if (id < cfg.vocab_size) so.stop_ids.push_back(id);
@@ -417,14 +374,15 @@ int GenerateCommand(const std::vector<std::string>& args) {
   auto ops = kernels::MakeCpuOps(threads);
   ParamLayout layout(cfg);  // FlatParamProvider keeps a reference
   FlatParamProvider provider(layout, loaded->params.data(), nullptr);
-  absl::StatusOr<GenerationResult> res;
-  if (has_context) {
-    res = GenerateWithContext(cfg, ops.get(), provider, prompt, context, samples, so);
-  } else {
-    Generator gen(cfg, ops.get());
-    std::vector<std::vector<int32_t>> prompts(samples, prompt);
-    res = gen.Generate(prompts, so, provider);
+  rollout::RolloutEngine engine(cfg, ops.get());
+  // The samples of the prompt are one group: its prefill is shared (not with
+  // context embeddings, which the engine never shares).
+  std::vector<rollout::RolloutRequest> requests;
+  for (int i = 0; i < samples; ++i) {
+    requests.push_back({prompt, 0, static_cast<uint64_t>(i)});
+    requests.back().context = context;
   }
+  auto res = engine.Generate(requests, so, provider);
   if (!res.ok()) {
     std::cerr << "generate: " << res.status().message() << "\n";
     return kRuntime;
@@ -442,7 +400,7 @@ int GenerateCommand(const std::vector<std::string>& args) {
       if (tok) s["text"] = decode(g.tokens);
       s["logprobs"] = g.logprobs;
       s["raw_logprobs"] = g.raw_logprobs;
-      s["finish_reason"] = g.finish == FinishReason::kStop ? "stop" : "length";
+      s["finish_reason"] = g.finish == rollout::Finish::kStop ? "stop" : "length";
       arr.push_back(s);
     }
     j["samples"] = arr;
@@ -450,7 +408,8 @@ int GenerateCommand(const std::vector<std::string>& args) {
     j["prefill_seconds"] = res->prefill_seconds;
     j["decode_seconds"] = res->decode_seconds;
     j["decode_tokens_per_second"] = tps;
-    j["kv_cache_bytes"] = res->kv_cache_bytes;
+    j["kv_cache_bytes"] = res->kv_pool_bytes;
+    j["kv_peak_bytes"] = res->kv_peak_bytes;
     std::cout << j.dump() << "\n";
   } else {
     for (size_t i = 0; i < res->sequences.size(); ++i) {
@@ -458,11 +417,11 @@ int GenerateCommand(const std::vector<std::string>& args) {
       if (samples > 1) std::cout << "sample " << i << "\n";
       std::cout << "ids: " << JoinIds(g.tokens, " ") << "\n";
       if (tok) std::cout << "text: " << decode(g.tokens) << "\n";
-      std::cout << "finish: " << (g.finish == FinishReason::kStop ? "stop" : "length") << "\n";
+      std::cout << "finish: " << (g.finish == rollout::Finish::kStop ? "stop" : "length") << "\n";
     }
     std::cerr << "loaded " << ParameterCount(cfg) << " parameters in " << load_seconds << " s; generated "
               << res->generated_tokens << " tokens in " << secs << " s (" << tps << " tokens/s decode), KV cache "
-              << res->kv_cache_bytes << " bytes\n";
+              << res->kv_pool_bytes << " bytes\n";
   }
   return 0;
 }

@@ -62,6 +62,9 @@ class BatchForward {
   // the model's context length in positions.
   virtual int hidden() const = 0;
   virtual int max_positions() const = 0;
+  // Layer `layer`'s attention type (the engine refuses the kinds a paged KV
+  // cache does not hold).
+  virtual const model::LayerType& layer_type(int layer) const = 0;
   virtual kernels::DeviceMemory* memory() const = 0;
   virtual size_t scratch_bytes() const = 0;
 };

@@ -60,6 +60,15 @@ absl::Status RolloutEngine::Check(const std::vector<RolloutRequest>& requests, c
   }
   if (o.max_batch_tokens < 1) return absl::InvalidArgumentError("rollout.max_batch_tokens must be >= 1");
   if (o.max_seqs < 1) return absl::InvalidArgumentError("rollout.max_seqs must be >= 1");
+  if (requests.empty()) return absl::InvalidArgumentError("rollout: no requests");
+  for (int l = 0; l < forward_->num_layers(); ++l) {
+    const model::LayerType& t = forward_->layer_type(l);
+    if (t.kind == model::LayerKind::kLinear || t.kind == model::LayerKind::kSinkWindow) {
+      return absl::UnimplementedError(absl::StrCat("rollout: layer ", l, " is '", model::LayerTypeName(t),
+                                                   "'; the rollout engine's paged KV cache holds softmax attention "
+                                                   "with full or sliding-window layers only"));
+    }
+  }
   for (size_t i = 0; i < requests.size(); ++i) {
     const auto& p = requests[i].prompt;
     RETURN_IF_ERROR(CheckContext(requests[i], i, o));
@@ -136,7 +145,7 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
     context_floats += r.context.size();
   }
   res.context_rows = static_cast<int64_t>(context_floats / static_cast<size_t>(hidden_));
-  if (requests.empty() || o.max_new_tokens == 0) return res;
+  if (o.max_new_tokens == 0) return res;
   // Context rows enter the scheduler as ids -1 - (row in context_d_): they
   // take blocks and positions like tokens, and the forward reads their
   // embedding from context_d_.
@@ -178,6 +187,7 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
   so.max_batch_tokens = o.max_batch_tokens;
   so.max_seqs = o.max_seqs;
   so.share_prompts = o.share_prompts;
+  so.static_batch = o.static_batch;
   Scheduler sched(so);
   int32_t next_row = 0;
   for (const auto& r : requests) {
@@ -204,6 +214,9 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
     if (step.rows == 0) {
       return absl::InternalError("rollout: the scheduler planned an empty step");
     }
+    const double step_start = Now();
+    bool prefill = false;
+    for (const Scheduler::Chunk& c : step.chunks) prefill |= c.start < sched.prompt_len(c.seq);
     for (const BlockCopy& c : step.copies) kv_.CopyBlock(c.src, c.dst);
     // Host indices, one upload.
     const int rows = step.rows, n_out = static_cast<int>(step.samples.size());
@@ -298,6 +311,7 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
       }
       if (done) sched.Finish(s);
     }
+    (prefill ? res.prefill_seconds : res.decode_seconds) += Now() - step_start;
   }
   for (const auto& g : res.sequences) res.generated_tokens += static_cast<int64_t>(g.tokens.size());
   res.scheduler = sched.stats();

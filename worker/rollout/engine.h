@@ -8,11 +8,17 @@
 // the same engine over the same requests, and every rank gets the same
 // tokens.
 //
+// Every generation of the product runs here: GRPO rollouts, EVAL phases and
+// `tandemctl generate`.
+//
 // Guarantees: greedy tokens equal those of recomputing the full forward at
 // every step (up to fp32 rounding of a different batch shape); a sequence's
-// tokens do not depend on which other sequences share its steps; the KV
-// cache is allocated once per Generate, within the budget, and freed by
-// Release (nothing is kept between rollout phases).
+// tokens do not depend on which other sequences share its steps, nor on
+// max_seqs, max_batch_tokens or block_size; every sampled token comes with
+// its log-probs; the KV cache is allocated once per Generate, within the
+// budget, and freed by Release (nothing is kept between rollout phases).
+// Layers with per-layer decode state (linear attention, attention sinks)
+// are refused (Unimplemented); full and sliding-window layers run.
 //
 // One thread at a time. `ops` and `memory` must outlive the engine; the
 // ParamProvider gives device pointers of `memory`.
@@ -50,6 +56,9 @@ struct RolloutOptions {
   int max_batch_tokens = 2048;  // rows per step
   int max_seqs = 256;           // sequences running at once
   bool share_prompts = true;
+  // Admit new sequences only when none runs (a static-batch baseline for
+  // benchmarks; scheduler.h).
+  bool static_batch = false;
 };
 
 // One sequence to generate. Sequences with the same group (>= 0) must have
@@ -84,6 +93,8 @@ struct RolloutResult {
   size_t kv_peak_bytes = 0;  // blocks in use at the peak
   int num_blocks = 0;
   double seconds = 0;
+  double prefill_seconds = 0;  // steps that ran prompt positions
+  double decode_seconds = 0;   // steps of decode rows only
 };
 
 class RolloutEngine {
@@ -92,6 +103,8 @@ class RolloutEngine {
   // Runs `forward` (its memory() holds every buffer of the engine).
   RolloutEngine(std::unique_ptr<BatchForward> forward, kernels::Ops* ops);
 
+  // InvalidArgument for no requests, an empty prompt, an id outside the
+  // vocabulary or a bad option (named as its job-spec key).
   absl::StatusOr<RolloutResult> Generate(const std::vector<RolloutRequest>& requests, const RolloutOptions& options,
                                          model::ParamProvider& params);
   // Frees the KV cache and every scratch buffer.

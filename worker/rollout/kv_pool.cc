@@ -29,10 +29,10 @@ absl::Status KvPool::Allocate(kernels::DeviceMemory* mem, int layers, int kv_dim
   }
   if (!ok) {
     Release();
-    return absl::ResourceExhaustedError(absl::StrCat("rollout: cannot allocate a KV cache of ", num_blocks, " blocks (",
-                                                     BlockBytes(layers, kv_dim, block_size, dtype) * num_blocks,
-                                                     " bytes) in ", mem->name(),
-                                                     " memory; lower rollout.kv_cache_bytes"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("rollout: cannot allocate a KV cache of ", num_blocks, " blocks (",
+                     BlockBytes(layers, kv_dim, block_size, dtype) * num_blocks, " bytes) in ", mem->name(),
+                     " memory; lower rollout.kv_cache_bytes or rollout.kv_cache_fraction"));
   }
   num_blocks_ = num_blocks;
   return absl::OkStatus();

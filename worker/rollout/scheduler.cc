@@ -17,9 +17,9 @@ absl::StatusOr<int> Scheduler::Add(std::vector<int32_t> prompt, int group, int m
   const int64_t positions = static_cast<int64_t>(prompt.size()) + std::max(max_new_tokens, 0);
   const int64_t need = (positions + opt_.block_size - 1) / opt_.block_size;
   if (need > opt_.num_blocks) {
-    return absl::InvalidArgumentError(absl::StrCat("rollout: a sequence of ", positions, " positions needs ", need,
-                                                   " KV cache blocks but the cache holds ", opt_.num_blocks,
-                                                   "; raise rollout.kv_cache_bytes (or lower rl.max_new_tokens)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rollout: a sequence of ", positions, " positions needs ", need, " KV cache blocks but the cache holds ",
+        opt_.num_blocks, "; raise rollout.kv_cache_bytes or rollout.kv_cache_fraction (or lower rl.max_new_tokens)"));
   }
   max_blocks_ = std::max<int>(max_blocks_, static_cast<int>(need));
   max_positions_ = std::max<int>(max_positions_, static_cast<int>(positions));
@@ -32,6 +32,16 @@ absl::StatusOr<int> Scheduler::Add(std::vector<int32_t> prompt, int group, int m
   const int id = static_cast<int>(seqs_.size()) - 1;
   waiting_.push_back(id);
   return id;
+}
+
+int Scheduler::PromptDonor(int s) const {
+  const Seq& q = seqs_[s];
+  if (!opt_.share_prompts || q.group < 0 || q.tokens.size() == static_cast<size_t>(q.prompt_len)) return -1;
+  for (int r : running_) {
+    const Seq& d = seqs_[r];
+    if (d.group == q.group && d.computed >= d.prompt_len) return r;
+  }
+  return -1;
 }
 
 int Scheduler::Active() const {
@@ -129,11 +139,31 @@ bool Scheduler::Schedule(Step* step) {
     }
   }
   // Admissions.
-  while (!waiting_.empty() && budget > 0 && Active() < opt_.max_seqs) {
+  const bool admit = !opt_.static_batch || running_.empty();
+  while (admit && !waiting_.empty() && budget > 0 && Active() < opt_.max_seqs) {
     const int s = waiting_.front();
     Seq& q = seqs_[s];
-    const int n = std::min(static_cast<int>(q.tokens.size()), budget);
     const int watermark = running_.empty() ? 0 : std::max(1, opt_.num_blocks / 100);
+    if (const int donor = PromptDonor(s); donor >= 0) {
+      // Preempted with tokens generated: fork the prompt blocks a sibling
+      // still holds and recompute only the generated positions.
+      q.table = blocks_.Fork(seqs_[donor].table, blocks_.BlocksFor(q.prompt_len));
+      const int n = std::min(static_cast<int>(q.tokens.size()) - q.prompt_len, budget);
+      if (blocks_.BlocksNeeded(q.table, q.prompt_len, q.prompt_len + n) + watermark > blocks_.free_blocks()) {
+        blocks_.Free(q.table);
+        break;
+      }
+      waiting_.pop_front();
+      q.state = State::kRunning;
+      q.computed = q.prompt_len;
+      running_.push_back(s);
+      stats_.prompt_tokens_saved += q.prompt_len;
+      TANDEM_CHECK(blocks_.Prepare(q.table, q.prompt_len, q.prompt_len + n, &step->copies));
+      Plan(s, n, step);
+      budget -= n;
+      continue;
+    }
+    const int n = std::min(static_cast<int>(q.tokens.size()), budget);
     if (blocks_.BlocksFor(n) + watermark > blocks_.free_blocks()) break;
     waiting_.pop_front();
     q.state = State::kRunning;

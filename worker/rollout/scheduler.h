@@ -19,7 +19,13 @@
 // generated attach to it; when its prompt is complete they fork its block
 // table (reference counts), skip their own prefill and sample their first
 // token from the same logits row. The first write into a partly filled
-// shared block copies it (copy-on-write; Step::copies).
+// shared block copies it (copy-on-write; Step::copies). A preempted sample
+// that comes back while a sibling of its group still holds the prompt's
+// blocks forks them again and recomputes only its generated tokens.
+//
+// Static batches (static_batch): new sequences are admitted only when none
+// runs, so a batch drains completely before the next starts (the baseline
+// of a static-batch generator, for benchmarks).
 //
 // Not thread-safe; the engine's thread owns it.
 #pragma once
@@ -41,6 +47,7 @@ struct SchedulerOptions {
   int max_batch_tokens = 512;  // rows per step
   int max_seqs = 256;          // running sequences (attached ones included)
   bool share_prompts = true;
+  bool static_batch = false;  // admit only when nothing runs
 };
 
 struct SchedulerStats {
@@ -128,6 +135,8 @@ class Scheduler {
   bool Reserve(int seq, int from, int to, Step* step);
   void Preempt(int seq);
   void Plan(int seq, int n, Step* step);
+  // A running sequence of seq's group whose prompt k/v are cached, or -1.
+  int PromptDonor(int seq) const;
   int Active() const;
 
   SchedulerOptions opt_;

@@ -1,9 +1,11 @@
 #include "worker/rollout/spec_options.h"
 
+#include <algorithm>
+
 namespace tandem::rollout {
 
 // `spec` has the job-spec table's defaults applied (SetupJob does it).
-RolloutOptions OptionsFromSpec(const tandem::v1::JobSpec& spec, uint64_t seed) {
+RolloutOptions OptionsFromSpec(const tandem::v1::JobSpec& spec, uint64_t seed, size_t memory_bytes) {
   const auto& rl = spec.rl();
   const auto& r = spec.rollout();
   RolloutOptions o;
@@ -15,6 +17,10 @@ RolloutOptions OptionsFromSpec(const tandem::v1::JobSpec& spec, uint64_t seed) {
   o.sampling.repetition_penalty = static_cast<float>(r.repetition_penalty());
   o.sampling.seed = seed;
   if (r.kv_cache_bytes() > 0) o.kv_cache_bytes = static_cast<size_t>(r.kv_cache_bytes());
+  if (r.kv_cache_fraction() > 0) {
+    o.kv_cache_bytes =
+        std::max<size_t>(1, static_cast<size_t>(r.kv_cache_fraction() * static_cast<double>(memory_bytes)));
+  }
   o.kv_dtype = r.kv_dtype() == "bf16" ? kernels::KvDtype::kBF16 : kernels::KvDtype::kF32;
   o.block_size = r.block_size();
   o.max_batch_tokens = r.max_batch_tokens();

@@ -85,6 +85,7 @@ class TpDecoder final : public BatchForward {
   int vocab() const override { return decoder_.dims().V; }
   int hidden() const override { return decoder_.dims().C; }
   int max_positions() const override { return decoder_.config().max_position_embeddings; }
+  const model::LayerType& layer_type(int layer) const override { return decoder_.layer_type(layer); }
   kernels::DeviceMemory* memory() const override { return decoder_.memory(); }
   size_t scratch_bytes() const override;
 
