@@ -178,6 +178,11 @@ ConfigTable* MakeJobSpecTable() {
        .def = "fp32",
        .one_of = {"fp32", "bf16"},
        .help = "bf16: bf16 compute copy of the weights, fp32 masters, gradients and Adam state"},
+      {.path = "train.activation_checkpointing",
+       .def = "none",
+       .one_of = {"none", "selective", "layer"},
+       .help = "what the backward recomputes instead of keeping: layer keeps each decoder layer's input only, "
+               "selective recomputes the attention internals (q, k, v, attention output); gradients are identical"},
       // zero: communication techniques of the ZeRO optimizer.
       {.path = "zero.grad_compression",
        .def = "none",
@@ -230,6 +235,9 @@ ConfigTable* MakeJobSpecTable() {
        .help = "non-empty strings; with data: generation stops once the decoded response contains one, and the "
                "reward sees the text before it"},
       {.path = "rl.offload_optimizer", .help = "optimizer state to host memory during rollout"},
+      {.path = "rl.shard_reference",
+       .help = "KL reference policy partitioned across the ranks like the ZeRO-3 parameters and gathered unit by "
+               "unit during LOGPROBS, instead of a full fp32 copy per rank (co-located mode)"},
       // rollout (grpo): the rollout engine.
       {.path = "rollout.kv_cache_bytes",
        .min = 0,
