@@ -184,6 +184,11 @@ ConfigTable* MakeJobSpecTable() {
        .non_empty = true,
        .help = "glob patterns (`*`, `?`, `[...]`) over the Hugging Face tensor names; only matching tensors get "
                "gradients and optimizer state, the others stay frozen; a pattern that matches nothing is an error"},
+      {.path = "train.activation_checkpointing",
+       .def = "none",
+       .one_of = {"none", "selective", "layer"},
+       .help = "what the backward recomputes instead of keeping: layer keeps each decoder layer's input only, "
+               "selective recomputes the attention internals (q, k, v, attention output); gradients are identical"},
       // zero: communication techniques of the ZeRO optimizer.
       {.path = "zero.grad_compression",
        .def = "none",
@@ -236,6 +241,9 @@ ConfigTable* MakeJobSpecTable() {
        .help = "non-empty strings; with data: generation stops once the decoded response contains one, and the "
                "reward sees the text before it"},
       {.path = "rl.offload_optimizer", .help = "optimizer state to host memory during rollout"},
+      {.path = "rl.shard_reference",
+       .help = "KL reference policy partitioned across the ranks like the ZeRO-3 parameters and gathered unit by "
+               "unit during LOGPROBS, instead of a full fp32 copy per rank (co-located mode)"},
       // rollout (grpo): the rollout engine.
       {.path = "rollout.kv_cache_bytes",
        .min = 0,

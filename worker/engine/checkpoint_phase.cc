@@ -20,6 +20,7 @@
 #include "worker/comm/store.h"
 #include "worker/engine/peer_snapshot.h"
 #include "worker/engine/phases.h"
+#include "worker/engine/reference_policy.h"
 
 namespace tandem::worker {
 
@@ -104,14 +105,8 @@ absl::Status Checkpoint(JobContext& ctx, int64_t step, ReportPhaseRequest* repor
     if (absl::Status st = ctx.zero->CopyGradErrorShard(e.data()); !st.ok()) return st;
     state.arrays.emplace_back("grad_error", std::move(e));
   }
-  if (!ctx.ref_params.empty()) {
+  if (std::vector<float> ref; (CopyReferencePieces(ctx, &ref), !ref.empty())) {
     // The KL reference policy (GRPO): this rank's pieces of it.
-    std::vector<float> ref(n);
-    size_t pos = 0;
-    for (const auto& r : state.ranges) {
-      std::copy_n(ctx.ref_params.data() + r.offset, r.count, ref.data() + pos);
-      pos += r.count;
-    }
     state.arrays.emplace_back("ref_params", std::move(ref));
   }
   const double blocked = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -297,9 +292,20 @@ absl::Status RestoreCheckpoint(JobContext& ctx, const std::string& path, bool ow
     }
     ctx.zero->LoadGradErrorShard(e.data());
   }
-  if (const auto* ref = find("ref_params"); ref != nullptr) {
+  if (const auto* ref = find("ref_params"); ref != nullptr && ShardsReference(ctx)) {
+    // Sharded: this rank's pieces only.
+    if (absl::Status st = MakeReferenceShard(ctx); !st.ok()) return st;
+    std::vector<float> e(n);
+    pos = 0;
+    for (const auto& r : ranges) {
+      std::copy_n(ref->data() + r.offset, r.count, e.data() + pos);
+      pos += r.count;
+    }
+    ctx.ref_shard->LoadShard(e.data());
+  } else if (ref != nullptr) {
     ctx.ref_params = *ref;
     ctx.ref_device.reset();
+    ctx.ref_shard.reset();
   }
   ctx.zero->set_step_count(m.optimizer_steps);
   ctx.optimizer_steps = m.optimizer_steps;

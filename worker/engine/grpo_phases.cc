@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "worker/engine/data_shares.h"
 #include "worker/engine/phases.h"
+#include "worker/engine/reference_policy.h"
 #include "worker/engine/spec_convert.h"
 #include "worker/rl/grpo.h"
 #include "worker/rl/lr_schedule.h"
@@ -130,7 +131,11 @@ class StopStrings {
   std::vector<std::string> texts_;
 };
 
-absl::Status ComputeLogprobs(JobContext& ctx, model::ParamProvider& params, std::vector<std::vector<float>>& out) {
+// pad: the provider runs collectives per forward (the sharded reference),
+// so every rank runs the most forwards any rank runs (padding forwards over
+// a two-token batch, results dropped).
+absl::Status ComputeLogprobs(JobContext& ctx, model::ParamProvider& params, std::vector<std::vector<float>>& out,
+                             bool pad = false) {
   auto& trajs = ctx.rl.trajectories;
   out.assign(trajs.size(), {});
   const int micro = std::max(1, ctx.spec().train().micro_batch());
@@ -139,6 +144,14 @@ absl::Status ComputeLogprobs(JobContext& ctx, model::ParamProvider& params, std:
   std::vector<std::pair<size_t, size_t>> batches;
   for (const auto& st : TrajectoriesByShare(ctx)) {
     for (size_t b = st.begin; b < st.end; b += micro) batches.emplace_back(b, std::min(st.end, b + micro));
+  }
+  // Every rank learns how many forwards the busiest one runs before the
+  // first forward's collectives.
+  int64_t passes = static_cast<int64_t>(batches.size());
+  if (pad) {
+    auto most = MaxOverRanks(ctx, passes);
+    if (!most.ok()) return most.status();
+    passes = *most;
   }
   for (const auto& [b, e] : batches) {
     std::vector<double> zeros(e - b, 0.0);
@@ -149,6 +162,12 @@ absl::Status ComputeLogprobs(JobContext& ctx, model::ParamProvider& params, std:
     if (absl::Status st = ctx.model->ForwardLogprobs(batch, params, logp.data()); !st.ok()) return st;
     if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
     for (size_t s = 0; s < e - b; ++s) GatherSeq(rb->packed, logp.data(), s, out[b + s]);
+  }
+  model::Batch filler;
+  filler.AddSequence(std::vector<int32_t>{0, 0, 0});
+  for (int64_t p = static_cast<int64_t>(batches.size()); p < passes; ++p) {
+    logp.assign(filler.num_tokens(), 0.f);
+    if (absl::Status st = ctx.model->ForwardLogprobs(filler, params, logp.data()); !st.ok()) return st;
   }
   return absl::OkStatus();
 }
@@ -217,11 +236,16 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   ctx.rl = RlStepState{};
   ctx.rl.step = step;
   // The frozen reference policy of the KL term is the model RL starts from
-  // (after any SFT warm start); host memory, full copy. Checkpoints keep it.
-  if (spec.rl().kl_coef() > 0 && ctx.ref_params.empty()) {
-    ctx.ref_params.assign(ctx.model->layout().total_floats(), 0.f);
-    ctx.ref_device.reset();
-    if (absl::Status st = ctx.zero->GatherFull(ctx.ref_params.data()); !st.ok()) return st;
+  // (after any SFT warm start); host memory, full copy - or, with
+  // rl.shard_reference, this rank's shard of it. Checkpoints keep it.
+  if (spec.rl().kl_coef() > 0 && ctx.ref_params.empty() && !ctx.ref_shard) {
+    if (spec.rl().shard_reference()) {
+      if (absl::Status st = TakeShardedReference(ctx); !st.ok()) return st;
+    } else {
+      ctx.ref_params.assign(ctx.model->layout().total_floats(), 0.f);
+      ctx.ref_device.reset();
+      if (absl::Status st = ctx.zero->GatherFull(ctx.ref_params.data()); !st.ok()) return st;
+    }
   }
 
   std::vector<std::vector<int32_t>> prompts;
@@ -492,7 +516,14 @@ absl::Status Logprobs(JobContext& ctx, int64_t step, ReportPhaseRequest* report)
     if (absl::Status st = AllreduceSum(ctx, diff); !st.ok()) return st;
     (*report->mutable_metrics()->mutable_extra())["logprob_mismatch_mean"] = diff[1] > 0 ? diff[0] / diff[1] : 0;
   }
-  if (!ctx.ref_params.empty()) {
+  if (ctx.ref_shard) {
+    // Unit by unit over the collective the optimizer uses: drain it first.
+    if (absl::Status st = ctx.zero->Drain(); !st.ok()) return st;
+    absl::Status st = ComputeLogprobs(ctx, *ctx.ref_shard, ctx.rl.logp_ref, /*pad=*/true);
+    if (st.ok()) st = ctx.ref_shard->status();
+    ctx.ref_shard->Trim();
+    if (!st.ok()) return st;
+  } else if (!ctx.ref_params.empty()) {
     auto ref_weights = RefParamsOnDevice(ctx);
     if (!ref_weights.ok()) return ref_weights.status();
     model::FlatParamProvider ref(ctx.model->layout(), *ref_weights, nullptr);

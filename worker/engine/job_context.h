@@ -33,6 +33,7 @@
 #include "worker/rollout/engine.h"
 #include "worker/rollout/tp_decoder.h"
 #include "worker/text/text_tokenizer.h"
+#include "worker/zero/sharded_params.h"
 #include "worker/zero/zero_optimizer.h"
 
 namespace tandem::worker {
@@ -113,6 +114,10 @@ struct JobContext {
   // ref_device.reset(); RefParamsOnDevice (grpo_phases.cc) re-uploads.
   std::vector<float> ref_params;
   kernels::DeviceArray<float> ref_device;  // device copy (not for host memory)
+  // rl.shard_reference: the reference instead as this rank's shard (ZeRO-3
+  // partition, worker/zero/sharded_params.h), gathered unit by unit during
+  // LOGPROBS; ref_params then stays empty.
+  std::unique_ptr<zero::ShardedParams> ref_shard;
 
   RlStepState rl;
   int64_t optimizer_steps = 0;  // completed optimizer steps (lr schedule)

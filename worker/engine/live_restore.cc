@@ -115,6 +115,9 @@ LiveState TakeLiveState(JobContext& old, const std::string& job_id) {
   }
   if (old.disagg) return LiveState::Missing("held a disaggregated context (live state needs co-located)");
   if (!old.zero) return LiveState::Missing("held no training state");
+  if (old.ref_shard) {
+    return LiveState::Missing("held a sharded KL reference (rl.shard_reference), which a live restore cannot reshard");
+  }
   // The optimizer's communication thread must be idle before we read; its
   // error (the aborted collective) is expected and changes nothing: the
   // state is the one of the last completed step.

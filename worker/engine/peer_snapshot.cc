@@ -7,6 +7,7 @@
 #include "common/phase_failure.h"
 #include "worker/engine/job_context.h"
 #include "worker/engine/phases.h"
+#include "worker/engine/reference_policy.h"
 
 namespace tandem::worker {
 
@@ -151,7 +152,9 @@ absl::Status ExchangePeerCopies(JobContext& ctx, SnapshotShard own, tandem::v1::
   if (ctx.peer == nullptr || ctx.world < 2) return absl::OkStatus();
   if (absl::Status st = ctx.zero->Drain(); !st.ok()) return st;
   const auto t0 = Clock::now();
-  if (own.ref_params.empty() && !ctx.ref_params.empty()) {
+  if (own.ref_params.empty() && ctx.ref_shard) {
+    CopyReferencePieces(ctx, &own.ref_params);  // the shard is this rank's pieces
+  } else if (own.ref_params.empty() && !ctx.ref_params.empty()) {
     // The KL reference policy (GRPO): this rank's pieces of it, as on disk.
     for (const auto& r : own.ranges) {
       if (r.offset + r.count > ctx.ref_params.size()) {
@@ -244,7 +247,11 @@ absl::Status RestoreFromPeers(JobContext& ctx, int64_t step, const std::vector<i
                                          std::to_string(ctx.world) + " copies of step " + std::to_string(step) +
                                          " hold the KL reference policy");
   }
-  if (ref_ranks == ctx.world) {
+  if (ref_ranks == ctx.world && ShardsReference(ctx)) {
+    if (absl::Status st = MakeReferenceShard(ctx); !st.ok()) return st;
+    ctx.ref_shard->LoadShard(shard->ref_params.data());
+  } else if (ref_ranks == ctx.world) {
+    ctx.ref_shard.reset();
     // Rebuild the full KL reference from every rank's pieces: load them as
     // the parameter shard, gather, then load the real parameters below.
     ctx.zero->LoadParamShard(shard->ref_params.data());
@@ -255,6 +262,7 @@ absl::Status RestoreFromPeers(JobContext& ctx, int64_t step, const std::vector<i
   } else {
     ctx.ref_params.clear();  // set at the first ROLLOUT, as in a fresh run
     ctx.ref_device.reset();
+    ctx.ref_shard.reset();
   }
   ctx.zero->LoadParamShard(shard->params.data());
   if (absl::Status st = ctx.zero->AllgatherParams(); !st.ok()) return st;

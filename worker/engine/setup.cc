@@ -263,6 +263,9 @@ absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment
   ctx.device = std::move(*device);
   kernels::DeviceMemory* memory = ctx.device->memory.get();
   ctx.model = std::make_unique<model::Model>(ctx.config, ctx.device->ops.get(), 0, memory);
+  auto checkpointing = model::ParseActivationCheckpointing(spec.train().activation_checkpointing());
+  if (!checkpointing.ok()) return checkpointing.status();
+  ctx.model->set_activation_checkpointing(*checkpointing);
   ctx.rollout = std::make_unique<rollout::RolloutEngine>(ctx.config, ctx.device->ops.get(), memory);
   const auto& layout = ctx.model->layout();
   if (full.empty()) {

@@ -139,21 +139,19 @@ void Decoder::ProjectQkv(const float* P, const LayerOffsets& o, int rows, const 
   }
 }
 
-void Decoder::Layer(const float* P, int l, const DecoderInput& in, const DecoderActivations& a) const {
-  const int C = dims_.C, H = dims_.H, Hkv = dims_.Hkv, D = dims_.D, I = dims_.I;
+void Decoder::AttentionBlock(const float* P, int l, const DecoderInput& in, const DecoderActivations& a,
+                             bool block) const {
+  const int C = dims_.C, H = dims_.H, Hkv = dims_.Hkv, D = dims_.D;
   const int HD = dims_.HD, KD = dims_.KD;
   const LayerOffsets& o = layout_.layer(l);
   const int T = in.rows;
   const size_t TC = static_cast<size_t>(T) * C;
   const float* x = a.x.at(l);
   float* xmid = a.xmid.at(l);
-  float* xo = a.x.at(l + 1);
   float* q = a.q.at(l);
   float* k = a.k.at(l);
   float* v = a.v.at(l);
   float* attn = a.attn.at(l);
-  float* gate = a.gate.at(l);
-  float* up = a.up.at(l);
   const kernels::AttentionParams ap = Attention(l);
 
   ops_->rmsnorm_forward(x, P + o.input_norm, T, C, eps_, a.xn, a.rstd_in.at(l));
@@ -181,15 +179,34 @@ void Decoder::Layer(const float* P, int l, const DecoderInput& in, const Decoder
     ops_->decode_attention(ap, q, T, 1, in.cache->k[l].data(), in.cache->v[l].data(), in.cache->capacity, in.cache_len,
                            attn);
   }
+  if (!block) return;
   if (xmid != x) mem_->CopyOnDevice(xmid, x, TC * sizeof(float));
   ops_->matmul(false, true, T, C, HD, 1.f, attn, HD, P + o.o, HD, 1.f, xmid, C);
+}
 
+void Decoder::Layer(const float* P, int l, const DecoderInput& in, const DecoderActivations& a) const {
+  const int C = dims_.C, I = dims_.I;
+  const LayerOffsets& o = layout_.layer(l);
+  const int T = in.rows;
+  const size_t TC = static_cast<size_t>(T) * C;
+  float* xmid = a.xmid.at(l);
+  float* xo = a.x.at(l + 1);
+  float* gate = a.gate.at(l);
+  float* up = a.up.at(l);
+
+  AttentionBlock(P, l, in, a, /*block=*/true);
   ops_->rmsnorm_forward(xmid, P + o.post_norm, T, C, eps_, a.xn, a.rstd_post.at(l));
   ops_->matmul(false, true, T, I, C, 1.f, a.xn, C, P + o.gate, C, 0.f, gate, I);
   ops_->matmul(false, true, T, I, C, 1.f, a.xn, C, P + o.up, C, 0.f, up, I);
   ops_->swiglu_forward(gate, up, static_cast<size_t>(T) * I, a.hact);
   if (xo != xmid) mem_->CopyOnDevice(xo, xmid, TC * sizeof(float));
   ops_->matmul(false, true, T, C, I, 1.f, a.hact, I, P + o.down, I, 1.f, xo, C);
+}
+
+void Decoder::RecomputeLayer(const float* P, int layer, const DecoderInput& in, const DecoderActivations& acts,
+                             LayerPart part) const {
+  TANDEM_CHECK(in.cu != nullptr && in.cache == nullptr);
+  AttentionBlock(P, layer, in, acts, part == LayerPart::kAttentionBlock);
 }
 
 void Decoder::Forward(ParamProvider& pp, const DecoderInput& in, const DecoderActivations& acts,

@@ -167,7 +167,28 @@ class Decoder {
   // InternalError naming `who` when the device memory has failed.
   absl::Status MemoryStatus(const char* who) const;
 
+  // How much of a layer's forward RecomputeLayer runs again.
+  enum class LayerPart {
+    // The attention core: input RMSNorm (xn, rstd_in), q/k/v with their
+    // biases, norms and RoPE, attention (attn, lse). The residual is not
+    // touched.
+    kAttentionCore,
+    // The core, then the o-projection into xmid: the whole attention
+    // sub-block. The MLP sub-block is not run.
+    kAttentionBlock,
+  };
+  // Runs the first part of layer `layer`'s forward again with the very
+  // kernel calls of Forward, reading acts.x.at(layer) and writing the
+  // buffers `part` names (packed causal batches only: `in.cu` set, no
+  // cache). P: the layer's unit. On the same inputs and buffers it writes
+  // the same bits as the forward did.
+  void RecomputeLayer(const float* P, int layer, const DecoderInput& in, const DecoderActivations& acts,
+                      LayerPart part) const;
+
  private:
+  // The attention sub-block of layer l; stops after the attention core
+  // unless `block`.
+  void AttentionBlock(const float* P, int l, const DecoderInput& in, const DecoderActivations& acts, bool block) const;
   void Layer(const float* P, int layer, const DecoderInput& in, const DecoderActivations& acts) const;
 
   ModelConfig config_;

@@ -26,32 +26,44 @@ Model::Model(const ModelConfig& config, kernels::Ops* ops, int max_tokens, kerne
   lm_chunk_ = std::clamp(262144 / std::max(d_.V, 1), 8, 1024);
   qk_norm_ = config.HasQkNorm();
   // A failure here leaves cap_ at 0: the first Forward* retries and reports.
-  if (max_tokens > 0) (void)EnsureCapacity(max_tokens);
+  if (max_tokens > 0) (void)EnsureCapacity(max_tokens, ActivationCheckpointing::kNone);
 }
 
-absl::Status Model::EnsureCapacity(int t) {
-  if (t <= cap_) return absl::OkStatus();
+absl::Status Model::EnsureCapacity(int t, ActivationCheckpointing mode) {
+  if (t <= cap_ && mode == ckpt_) return absl::OkStatus();
+  t = std::max(t, cap_);
   const size_t T = static_cast<size_t>(t);
   const size_t L = d_.L;
-  size_t n = 0;
+  const bool keep_mid = mode != ActivationCheckpointing::kLayer;
+  const bool keep_core = mode == ActivationCheckpointing::kNone;
+  // Per-layer stores hold L layers; what the mode recomputes, one layer.
+  const size_t Lm = keep_mid ? L : 1, Lc = keep_core ? L : 1;
+  size_t n = 0, saved = 0;
   auto take = [&](size_t count) {
     size_t o = n;
     n += (count + 15) / 16 * 16;
     return o;
   };
-  const size_t o_x = take((L + 1) * T * d_.C), o_xmid = take(L * T * d_.C), o_q = take(L * T * d_.HD),
-               o_k = take(L * T * d_.KD), o_v = take(L * T * d_.KD), o_attn = take(L * T * d_.HD),
-               o_lse = take(L * T * d_.H), o_r1 = take(L * T), o_r2 = take(L * T), o_rf = take(T),
+  // A per-layer store: counted as saved when it holds every layer.
+  auto store = [&](size_t layers, size_t count) {
+    const size_t o = take(layers * count);
+    if (layers > 1 || L == 1) saved += n - o;
+    return o;
+  };
+  const size_t o_x = store(L + 1, T * d_.C), o_xmid = store(Lm, T * d_.C), o_q = store(Lc, T * d_.HD),
+               o_k = store(Lc, T * d_.KD), o_v = store(Lc, T * d_.KD), o_attn = store(Lc, T * d_.HD),
+               o_lse = store(Lc, T * d_.H), o_r1 = store(Lm, T), o_r2 = store(Lm, T), o_rf = take(T),
                o_xnf = take(T * d_.C), o_xn = take(T * d_.C), o_hact = take(T * d_.I), o_dres = take(T * d_.C),
                o_dtmp = take(T * d_.C), o_dxn = take(T * d_.C), o_dattn = take(T * d_.HD), o_dq = take(T * d_.HD),
                o_dk = take(T * d_.KD), o_dv = take(T * d_.KD), o_dh = take(T * d_.I), o_dgate = take(T * d_.I),
                o_dup = take(T * d_.I), o_dup2 = take(T * d_.I), o_rt = take(T),
                o_lm = take(static_cast<size_t>(lm_chunk_) * d_.V), o_logp = take(T), o_ent = take(T), o_dlogp = take(T);
   const size_t qk = qk_norm_ ? 1 : 0;
-  const size_t o_rq = take(qk * L * T * d_.H), o_rk = take(qk * L * T * d_.Hkv), o_qraw = take(qk * T * d_.HD),
+  const size_t o_rq = store(qk * Lc, T * d_.H), o_rk = store(qk * Lc, T * d_.Hkv), o_qraw = take(qk * T * d_.HD),
                o_kraw = take(qk * T * d_.KD), o_dqraw = take(qk * T * d_.HD), o_dkraw = take(qk * T * d_.KD);
-  ws_.reset();  // free the old workspace before allocating the larger one
+  ws_.reset();  // free the old workspace before allocating the new one
   cap_ = 0;
+  saved_floats_ = 0;
   have_forward_ = false;
   if (!ws_.Allocate(mem_, n)) {
     return absl::ResourceExhaustedError(absl::StrCat("model: cannot allocate a workspace of ", n * sizeof(float),
@@ -99,6 +111,10 @@ absl::Status Model::EnsureCapacity(int t) {
   // size is nseq+1 (grown on demand in Prepare).
   idx_host_.reserve(4 * T + 1);
   cap_ = t;
+  ckpt_ = mode;
+  keep_mid_ = keep_mid;
+  keep_core_ = keep_core;
+  saved_floats_ = saved;
   return absl::OkStatus();
 }
 
@@ -174,12 +190,12 @@ void Model::MakeProjection(uint64_t seed, int layer, int r) {
   mem_->CopyToDevice(lr_p_, lr_host_.data(), lr_host_.size() * sizeof(float));
 }
 
-absl::Status Model::Prepare(const Batch& batch) {
+absl::Status Model::Prepare(const Batch& batch, ActivationCheckpointing mode) {
   RETURN_IF_ERROR(CheckBatch(batch));
   have_forward_ = false;
   T_ = batch.num_tokens();
   nseq_ = batch.num_seqs();
-  RETURN_IF_ERROR(EnsureCapacity(T_));
+  RETURN_IF_ERROR(EnsureCapacity(T_, mode));
   const size_t T = T_;
   const size_t n = 3 * T + batch.cu_seqlens.size();
   if (idx_.size() < n) {
@@ -250,48 +266,58 @@ absl::Status Model::CheckBatch(const Batch& b) const {
   return absl::OkStatus();
 }
 
-void Model::ForwardHidden(ParamProvider& pp, bool recompute_mlp) {
+DecoderActivations Model::Activations(bool recompute_mlp) const {
   const size_t T = T_;
+  const size_t mid = keep_mid_ ? T : 0, core = keep_core_ ? T : 0;
   DecoderActivations a;
   a.x = {x_, T * d_.C};
-  a.xmid = {xmid_, T * d_.C};
-  a.q = {q_, T * d_.HD};
-  a.k = {k_, T * d_.KD};
-  a.v = {v_, T * d_.KD};
-  a.attn = {attn_, T * d_.HD};
-  a.lse = {lse_, T * d_.H};
-  a.rstd_in = {rstd1_, T};
-  a.rstd_post = {rstd2_, T};
+  a.xmid = {xmid_, mid * d_.C};
+  a.q = {q_, core * d_.HD};
+  a.k = {k_, core * d_.KD};
+  a.v = {v_, core * d_.KD};
+  a.attn = {attn_, core * d_.HD};
+  a.lse = {lse_, core * d_.H};
+  a.rstd_in = {rstd1_, mid};
+  a.rstd_post = {rstd2_, mid};
   // Recomputing: the gradient scratch holds each layer's SwiGLU inputs.
   a.gate = recompute_mlp ? LayerBuffer{dgate_, 0} : LayerBuffer{gate_, T * d_.I};
   a.up = recompute_mlp ? LayerBuffer{dup_, 0} : LayerBuffer{up_, T * d_.I};
   if (qk_norm_) {
     a.q_raw = {qraw_, 0};
     a.k_raw = {kraw_, 0};
-    a.rstd_q = {rstdq_, T * d_.H};
-    a.rstd_k = {rstdk_, T * d_.Hkv};
+    a.rstd_q = {rstdq_, core * d_.H};
+    a.rstd_k = {rstdk_, core * d_.Hkv};
   }
   a.xn = xn_;
   a.hact = hact_;
+  return a;
+}
+
+DecoderInput Model::Input() const {
   DecoderInput in;
   in.rows = T_;
   in.tokens = tokens_;
   in.positions = positions_;
   in.cu = cu_;
   in.num_seqs = nseq_;
+  return in;
+}
+
+void Model::ForwardHidden(ParamProvider& pp, bool recompute_mlp) {
   DecoderOutput out;
   out.rows = T_;
   out.xn = xnf_;
   out.rstd = rstdf_;
-  decoder_.Forward(pp, in, a, out);
+  decoder_.Forward(pp, Input(), Activations(recompute_mlp), out);
 }
 
 absl::Status Model::ForwardLogprobs(const Batch& batch, ParamProvider& pp, float* logp, float* entropy,
                                     const ForwardOptions& options) {
-  RETURN_IF_ERROR(Prepare(batch));
-  if (!options.recompute_mlp) RETURN_IF_ERROR(EnsureMlpStore(T_));
-  recomputed_mlp_ = options.recompute_mlp;
-  ForwardHidden(pp, options.recompute_mlp);
+  RETURN_IF_ERROR(Prepare(batch, want_ckpt_));
+  // Layer checkpointing recomputes the SwiGLU inputs with the rest.
+  recomputed_mlp_ = options.recompute_mlp || want_ckpt_ == ActivationCheckpointing::kLayer;
+  if (!recomputed_mlp_) RETURN_IF_ERROR(EnsureMlpStore(T_));
+  ForwardHidden(pp, recomputed_mlp_);
   const int hu = layout().lm_head_unit();
   const float* P = pp.AcquireParams(hu);
   ops_->lm_head_logprobs_forward(xnf_, P + layout().lm_head_offset(), targets_, T_, d_.C, d_.V, lm_chunk_, lm_scratch_,
@@ -307,7 +333,7 @@ absl::Status Model::ForwardLogprobs(const Batch& batch, ParamProvider& pp, float
 }
 
 absl::Status Model::ForwardLogits(const Batch& batch, ParamProvider& pp, float* logits) {
-  RETURN_IF_ERROR(Prepare(batch));
+  RETURN_IF_ERROR(Prepare(batch, want_ckpt_));
   const size_t n = static_cast<size_t>(T_) * d_.V;
   kernels::DeviceArray<float> out;
   if (!out.Allocate(mem_, n)) {
@@ -335,6 +361,8 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp, const Backwa
   const int fu = layout().final_unit();
   const bool tied = layout().tied();
   const bool recompute = recomputed_mlp_;
+  const DecoderActivations acts = Activations(recompute);
+  const DecoderInput in = Input();
   const int rank = std::min(options.low_rank, C);
   if (rank > 0) RETURN_IF_ERROR(EnsureLowRank(T, rank));
   mem_->CopyToDevice(dlogp_, dlogp, static_cast<size_t>(T) * sizeof(float));
@@ -360,16 +388,22 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp, const Backwa
     pp.Prefetch(unit - 1);
     const LayerOffsets& o = layout().layer(l);
     const size_t lt = static_cast<size_t>(l) * T;
-    const float* x = x_ + l * TC;
-    const float* xmid = xmid_ + l * TC;
-    const float* q = q_ + lt * HD;
-    const float* k = k_ + lt * KD;
-    const float* v = v_ + lt * KD;
-    const float* attn = attn_ + lt * HD;
+    // The layer's activations: stored, or (checkpointing) recomputed into
+    // one layer's slot below, with the forward's calls.
+    const float* x = acts.x.at(l);
+    const float* xmid = acts.xmid.at(l);
+    const float* q = acts.q.at(l);
+    const float* k = acts.k.at(l);
+    const float* v = acts.v.at(l);
+    const float* attn = acts.attn.at(l);
+    if (ckpt_ == ActivationCheckpointing::kLayer) {
+      decoder_.RecomputeLayer(P, l, in, acts, Decoder::LayerPart::kAttentionBlock);
+    }
     // MLP: recompute xn2 and the SwiGLU output (and, when the forward kept
     // no MLP activations, its inputs: the forward's very calls, so the same
-    // bits).
+    // bits). rstd_tmp_ is then the forward's post-norm rstd.
     ops_->rmsnorm_forward(xmid, P + o.post_norm, T, C, eps, xn_, rstd_tmp_);
+    const float* rstd_post = keep_mid_ ? acts.rstd_post.at(l) : rstd_tmp_;
     const float* gate = recompute ? nullptr : gate_ + lt * I;
     const float* up = recompute ? nullptr : up_ + lt * I;
     float* dgate = dgate_;
@@ -407,7 +441,7 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp, const Backwa
       ops_->matmul(true, false, I, C, T, 1.f, dgate, I, xn_, C, 1.f, G + o.gate, C);
       ops_->matmul(true, false, I, C, T, 1.f, dup, I, xn_, C, 1.f, G + o.up, C);
     }
-    ops_->rmsnorm_backward(dxn_, xmid, P + o.post_norm, rstd2_ + lt, T, C, dtmp_, G + o.post_norm);
+    ops_->rmsnorm_backward(dxn_, xmid, P + o.post_norm, rstd_post, T, C, dtmp_, G + o.post_norm);
     ops_->add_inplace(dres_, dtmp_, TC);
     if (options.skip_attention) {  // the residual carries dres_ through
       pp.ReleaseGrads(unit);
@@ -416,13 +450,16 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp, const Backwa
     }
 
     // Attention.
+    if (ckpt_ == ActivationCheckpointing::kSelective) {
+      decoder_.RecomputeLayer(P, l, in, acts, Decoder::LayerPart::kAttentionCore);
+    }
     ops_->matmul(false, false, T, HD, C, 1.f, dres_, C, P + o.o, HD, 0.f, dattn_, HD);
     ops_->matmul(true, false, C, HD, T, 1.f, dres_, C, attn, HD, 1.f, G + o.o, HD);
     if (decoder_.layer_type(l).kind == LayerKind::kLinear) {
       ops_->linear_attention_backward(decoder_.LinearAttention(), q, k, v, decoder_.LinearDecay(T), cu_, nseq_, T,
                                       nullptr, dattn_, nullptr, dq_, dk_, dv_, nullptr, nullptr);
     } else {
-      ops_->attention_backward(decoder_.Attention(l), q, k, v, attn, dattn_, lse_ + lt * H, cu_, nseq_, T, dq_, dk_,
+      ops_->attention_backward(decoder_.Attention(l), q, k, v, attn, dattn_, acts.lse.at(l), cu_, nseq_, T, dq_, dk_,
                                dv_);
     }
     ops_->rope_apply(dq_, positions_, T, H, D, cosb, sinb, true);
@@ -434,8 +471,8 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp, const Backwa
     if (qk_norm_) {
       // The norms' inputs, projected again from xn_ (v is not needed).
       decoder_.ProjectQkv(P, o, T, xn_, qraw_, kraw_, nullptr);
-      ops_->rmsnorm_backward(dq_, qraw_, P + o.q_norm, rstdq_ + lt * H, T * H, D, dqraw_, G + o.q_norm);
-      ops_->rmsnorm_backward(dk_, kraw_, P + o.k_norm, rstdk_ + lt * Hkv, T * Hkv, D, dkraw_, G + o.k_norm);
+      ops_->rmsnorm_backward(dq_, qraw_, P + o.q_norm, acts.rstd_q.at(l), T * H, D, dqraw_, G + o.q_norm);
+      ops_->rmsnorm_backward(dk_, kraw_, P + o.k_norm, acts.rstd_k.at(l), T * Hkv, D, dkraw_, G + o.k_norm);
       dqp = dqraw_;
       dkp = dkraw_;
     }
@@ -450,7 +487,7 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp, const Backwa
     ops_->matmul(true, false, HD, C, T, 1.f, dqp, HD, xn_, C, 1.f, G + o.q, C);
     ops_->matmul(true, false, KD, C, T, 1.f, dkp, KD, xn_, C, 1.f, G + o.k, C);
     ops_->matmul(true, false, KD, C, T, 1.f, dv_, KD, xn_, C, 1.f, G + o.v, C);
-    ops_->rmsnorm_backward(dxn_, x, P + o.input_norm, rstd1_ + lt, T, C, dtmp_, G + o.input_norm);
+    ops_->rmsnorm_backward(dxn_, x, P + o.input_norm, acts.rstd_in.at(l), T, C, dtmp_, G + o.input_norm);
     ops_->add_inplace(dres_, dtmp_, TC);
     pp.ReleaseGrads(unit);
     pp.ReleaseParams(unit);

@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "kernels/memory.h"
 #include "kernels/ops.h"
+#include "worker/model/activation_checkpointing.h"
 #include "worker/model/config.h"
 #include "worker/model/decoder.h"
 #include "worker/model/param_layout.h"
@@ -108,6 +109,14 @@ class Model {
   // Leaves no state for Backward.
   absl::Status ForwardLogits(const Batch& batch, ParamProvider& params, float* logits);
 
+  // What every following forward keeps for Backward and what Backward
+  // recomputes (activation_checkpointing.h); log-probs and gradients are
+  // bit-identical in every mode. kLayer recomputes the SwiGLU inputs as
+  // recompute_mlp does. The next forward lays the workspace out for the
+  // mode (one reallocation when it changes).
+  void set_activation_checkpointing(ActivationCheckpointing mode) { want_ckpt_ = mode; }
+  ActivationCheckpointing activation_checkpointing() const { return want_ckpt_; }
+
   // HF-style initialisation into params[layout().total_floats()]:
   // N(0, 0.02) for matrices, ones for norms, zeros for biases and padding.
   // Deterministic in seed (mt19937_64 + Box-Muller).
@@ -117,12 +126,22 @@ class Model {
   size_t workspace_bytes() const {
     return ws_.bytes() + mlp_.bytes() + low_rank_ws_.bytes() + idx_.bytes() + decoder_.rope_bytes();
   }
+  // Bytes of the buffers that hold activations from the forward until the
+  // backward, every layer's (the per-layer stores of the workspace's
+  // current layout and the stored SwiGLU inputs), as allocated.
+  size_t saved_activation_bytes() const { return saved_floats_ * sizeof(float) + mlp_.bytes(); }
+  // Every activation byte of the model: the workspace (saved activations
+  // and the scratch the forward, recomputation and backward share) and the
+  // stored SwiGLU inputs, as allocated.
+  size_t activation_bytes() const { return ws_.bytes() + mlp_.bytes(); }
   int capacity_tokens() const { return cap_; }
   kernels::DeviceMemory* memory() const { return decoder_.memory(); }
 
  private:
   absl::Status CheckBatch(const Batch& b) const;
-  absl::Status EnsureCapacity(int t);
+  // The workspace for t tokens laid out for `mode` (reallocated when it
+  // is smaller or laid out for another mode).
+  absl::Status EnsureCapacity(int t, ActivationCheckpointing mode);
   // The per-layer SwiGLU inputs (gate_, up_) for t tokens.
   absl::Status EnsureMlpStore(int t);
   // The low-rank scratch (P, X P, and the r x I product) for t tokens.
@@ -130,10 +149,16 @@ class Model {
   // P [C, r] for `layer`: orthonormal columns from (seed, layer), uploaded.
   void MakeProjection(uint64_t seed, int layer, int r);
   // Checks, grows, uploads the batch and the rope tables.
-  absl::Status Prepare(const Batch& batch);
-  // The decoder through the final norm, keeping every layer's activations
-  // in the workspace; recompute_mlp: see ForwardOptions.
+  absl::Status Prepare(const Batch& batch, ActivationCheckpointing mode);
+  // The decoder through the final norm, keeping what the workspace's
+  // layout keeps of every layer's activations; recompute_mlp: see
+  // ForwardOptions.
   void ForwardHidden(ParamProvider& params, bool recompute_mlp);
+  // The activation views of the workspace's layout (per-layer stores with
+  // a stride of one layer, scratch with stride 0); recompute_mlp: gate and
+  // up in the gradient scratch.
+  DecoderActivations Activations(bool recompute_mlp) const;
+  DecoderInput Input() const;
 
   Decoder decoder_;
   DecoderDims d_;               // decoder_.dims()
@@ -152,8 +177,14 @@ class Model {
   bool recomputed_mlp_ = false;  // the last forward kept no gate_/up_
 
   // Workspace (one device allocation) and views into it, sized for cap_
-  // tokens.
+  // tokens and laid out for ckpt_: per-layer stores for what the mode
+  // keeps, one layer's slot for what it recomputes (the *_stride_ members
+  // are 0 then). saved_floats_: the per-layer stores' floats.
   int cap_ = 0;
+  ActivationCheckpointing ckpt_ = ActivationCheckpointing::kNone;
+  ActivationCheckpointing want_ckpt_ = ActivationCheckpointing::kNone;
+  size_t saved_floats_ = 0;
+  bool keep_mid_ = true, keep_core_ = true;
   kernels::DeviceArray<float> ws_;
   float *logp_ = nullptr, *entropy_ = nullptr, *dlogp_ = nullptr;
   // Per layer: q and k after RoPE (and the q/k norms), v, ...
