@@ -178,6 +178,12 @@ ConfigTable* MakeJobSpecTable() {
        .def = "fp32",
        .one_of = {"fp32", "bf16"},
        .help = "bf16: bf16 compute copy of the weights, fp32 masters, gradients and Adam state"},
+      {.path = "train.accumulation",
+       .def = "micro_batch",
+       .one_of = {"micro_batch", "layer_major"},
+       .help = "layer_major: forward all micro-batches, then backward layer by layer over them; each layer's "
+               "gradient is reduced once per step, overlapping the backward (activations of all micro-batches "
+               "are kept)"},
       // zero: communication techniques of the ZeRO optimizer.
       {.path = "zero.grad_compression",
        .def = "none",

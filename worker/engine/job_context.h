@@ -66,6 +66,9 @@ struct JobContext {
   // declared before them so it is destroyed after them.
   std::unique_ptr<ComputeDevice> device;
   std::unique_ptr<model::Model> model;
+  // Layer-major accumulation (grad_accumulation.h): one more model (its
+  // workspace keeps a pass's activations) per pass of a step beyond the first.
+  std::vector<std::unique_ptr<model::Model>> micro_models;
   std::unique_ptr<model::Generator> generator;  // evaluation samples
   // GRPO rollouts: continuous batching over a paged KV cache.
   std::unique_ptr<rollout::RolloutEngine> rollout;
