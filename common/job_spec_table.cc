@@ -189,6 +189,12 @@ ConfigTable* MakeJobSpecTable() {
        .one_of = {"none", "selective", "layer"},
        .help = "what the backward recomputes instead of keeping: layer keeps each decoder layer's input only, "
                "selective recomputes the attention internals (q, k, v, attention output); gradients are identical"},
+      {.path = "train.accumulation",
+       .def = "micro_batch",
+       .one_of = {"micro_batch", "layer_major"},
+       .help = "layer_major: forward all micro-batches, then backward layer by layer over them; each layer's "
+               "gradient is reduced once per step, overlapping the backward (activations of all micro-batches "
+               "are kept)"},
       // zero: communication techniques of the ZeRO optimizer.
       {.path = "zero.grad_compression",
        .def = "none",

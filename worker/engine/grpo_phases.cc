@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/engine/data_shares.h"
+#include "worker/engine/grad_accumulation.h"
 #include "worker/engine/phases.h"
 #include "worker/engine/reference_policy.h"
 #include "worker/engine/spec_convert.h"
@@ -616,6 +617,7 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
       const int64_t local_passes = static_cast<int64_t>(passes.size());
       auto max_passes = MaxOverRanks(ctx, local_passes);
       if (!max_passes.ok()) return max_passes.status();
+      GradAccumulator acc(ctx);  // train.accumulation
       for (int64_t pass = 0; pass < *max_passes; ++pass) {
         const bool padding = pass >= local_passes;
         const size_t b = padding ? 0 : passes[pass].begin;
@@ -643,7 +645,7 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
         if (!rb.ok()) return rb.status();
         model::Batch batch = ToModelBatch(rb->packed);
         logp_new.assign(batch.num_tokens(), 0.f);
-        if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp_new.data(), nullptr, fo); !st.ok())
+        if (absl::Status st = acc.NextModel().ForwardLogprobs(batch, *ctx.zero, logp_new.data(), nullptr, fo); !st.ok())
           return st;
         if (old_is_current) {
           if (!padding) AddMismatch(rb->packed, sampled_ptr, logp_new, &mismatch_sum, &mismatch_n);
@@ -665,7 +667,7 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
           loss->loss = loss->kl_sum = loss->clipped_sum = loss->ratio_sum = 0;
           loss->masked_tokens = 0;
         }
-        if (absl::Status st = ctx.model->Backward(loss->dlogp.data(), *ctx.zero, bo); !st.ok()) return st;
+        if (absl::Status st = acc.Backward(loss->dlogp, bo); !st.ok()) return st;
         if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
         loss_sum += loss->loss;
         kl_sum += loss->kl_sum;
@@ -673,6 +675,8 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
         ratio_sum += loss->ratio_sum;
         tok_sum += loss->masked_tokens;
       }
+      if (absl::Status st = acc.Finish(); !st.ok()) return st;
+      if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
       // RL steps have their own schedule (the warm start's steps do not count).
       lr = sched.At((step - 1) * epochs * minis + updates);
       auto stats = ctx.zero->Step(static_cast<float>(lr), static_cast<float>(spec.train().grad_clip()));

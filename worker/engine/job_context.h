@@ -72,6 +72,9 @@ struct JobContext {
   // it, so it is destroyed after it.
   std::unique_ptr<comm::Collective> tp_group;
   std::unique_ptr<model::Model> model;
+  // Layer-major accumulation (grad_accumulation.h): one more model (its
+  // workspace keeps a pass's activations) per pass of a step beyond the first.
+  std::vector<std::unique_ptr<model::Model>> micro_models;
   // Every generation (GRPO rollouts, EVAL): continuous batching over a
   // paged KV cache.
   std::unique_ptr<rollout::RolloutEngine> rollout;

@@ -338,6 +338,7 @@ absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment
   if (!compression.ok()) return compression.status();
   zo.grad_compression = *compression;
   zo.error_feedback = spec.zero().error_feedback();
+  zo.reduce_on_release = train.accumulation() == "layer_major";
   zo.timeout = ctx.timeout;
   for (int u = 0; u < layout.num_units(); ++u) {
     zo.units.push_back({layout.unit_offset(u), layout.unit_size(u)});

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/engine/data_shares.h"
+#include "worker/engine/grad_accumulation.h"
 #include "worker/engine/phases.h"
 #include "worker/engine/spec_convert.h"
 #include "worker/rl/lr_schedule.h"
@@ -152,14 +153,15 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
     if (!most.ok()) return most.status();
     padding = *most - local;
   }
+  GradAccumulator acc(ctx);  // train.accumulation
   for (int64_t i = 0; i < padding; ++i) {
     model::Batch batch;
     const int32_t seq[2] = {ctx.dataset->tokens().bos, ctx.dataset->tokens().eos};
     batch.AddSequence(seq);
     logp.assign(batch.num_tokens(), 0.f);
     dlogp.assign(batch.num_tokens(), 0.f);
-    if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp.data()); !st.ok()) return st;
-    if (absl::Status st = ctx.model->Backward(dlogp.data(), *ctx.zero); !st.ok()) return st;
+    if (absl::Status st = acc.NextModel().ForwardLogprobs(batch, *ctx.zero, logp.data()); !st.ok()) return st;
+    if (absl::Status st = acc.Backward(dlogp); !st.ok()) return st;
     if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
   }
   // One share at a time (data_shares.h), so a micro-batch never mixes this
@@ -175,18 +177,21 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
       const int t = batch.num_tokens();
       logp.assign(t, 0.f);
       dlogp.assign(t, 0.f);
-      if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp.data(), nullptr, fo); !st.ok()) return st;
+      if (absl::Status st = acc.NextModel().ForwardLogprobs(batch, *ctx.zero, logp.data(), nullptr, fo); !st.ok())
+        return st;
       for (int i = 0; i < t; ++i) {
         if (packed.loss_mask[i] != 0.f) {
           loss_sum -= static_cast<double>(logp[i]) * packed.loss_mask[i];
           dlogp[i] = -packed.loss_mask[i] * inv;
         }
       }
-      if (absl::Status st = ctx.model->Backward(dlogp.data(), *ctx.zero, bo); !st.ok()) return st;
+      if (absl::Status st = acc.Backward(dlogp, bo); !st.ok()) return st;
       if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
       tokens += t;
     }
   }
+  if (absl::Status st = acc.Finish(); !st.ok()) return st;
+  if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
 
   const double compute_seconds = Seconds(compute_start);
   const double lr_base = warm_start ? spec.init().sft_lr() : spec.train().lr();

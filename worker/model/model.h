@@ -104,6 +104,18 @@ class Model {
   // parameter gradients through AcquireGrads/ReleaseGrads (units L+1..0;
   // the same calls with skip_attention, so ZeRO's collectives match).
   absl::Status Backward(const float* dlogp, ParamProvider& params, const BackwardOptions& options = {});
+  // Backward in pieces, for schedules that interleave several models'
+  // backward passes layer by layer (layer_major.h). Backward is exactly
+  //   BackwardPrepare; BackwardHead; BackwardLayer(L-1..0); BackwardEmbedding
+  // and each piece makes the same ParamProvider calls as that part of
+  // Backward. Prepare checks and uploads dlogp (nothing acquired on error).
+  absl::Status BackwardPrepare(const float* dlogp, const BackwardOptions& options = {});
+  // LM head and final norm (units L+1, and 0 when tied).
+  void BackwardHead(ParamProvider& params);
+  // Decoder layer l (unit l+1).
+  void BackwardLayer(int l, ParamProvider& params);
+  // The embedding (unit 0); returns the device memory status.
+  absl::Status BackwardEmbedding(ParamProvider& params);
   // Full logits [T, V] into a host array (materialised in a device buffer
   // allocated for this call: for tests and evaluation of short batches).
   // Leaves no state for Backward.
@@ -175,6 +187,9 @@ class Model {
   const int32_t *tokens_ = nullptr, *targets_ = nullptr, *positions_ = nullptr, *cu_ = nullptr;
   bool have_forward_ = false;
   bool recomputed_mlp_ = false;  // the last forward kept no gate_/up_
+  // The backward in progress (BackwardPrepare): its options and low rank.
+  BackwardOptions bw_options_;
+  int bw_rank_ = 0;
 
   // Workspace (one device allocation) and views into it, sized for cap_
   // tokens and laid out for ckpt_: per-layer stores for what the mode

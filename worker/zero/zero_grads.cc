@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/check.h"
 #include "common/base/status_macros.h"
 #include "worker/zero/zero_internal.h"
 
@@ -16,7 +17,13 @@ namespace tandem::zero {
 
 float* ZeroOptimizer::AcquireGrads(int unit) {
   const Unit& u = options_.units[unit];
-  if (options_.stage < 2 && !frozen_) return grads_full_.data() + u.offset;
+  if (options_.stage < 2 && !frozen_) {
+    if (unit_reduce()) {
+      TANDEM_CHECK(!unit_reduced_[unit]);  // released (and reduced) once per step
+      ++full_grad_refs_[unit];
+    }
+    return grads_full_.data() + u.offset;
+  }
   auto it = grads_open_.find(unit);
   if (it != grads_open_.end()) {
     ++it->second->refs;
@@ -61,7 +68,17 @@ float* ZeroOptimizer::AcquireGrads(int unit) {
 }
 
 void ZeroOptimizer::ReleaseGrads(int unit) {
-  if (options_.stage < 2 && !frozen_) return;
+  if (options_.stage < 2 && !frozen_) {
+    if (!unit_reduce() || full_grad_refs_[unit] == 0 || --full_grad_refs_[unit] > 0) return;
+    // The unit's gradient is complete for this step: allreduce it now.
+    unit_reduced_[unit] = 1;
+    const Unit& u = options_.units[unit];
+    float* g = grads_full_.data() + u.offset;
+    comm::Collective* comm = options_.comm;
+    const comm::Timeout timeout = options_.timeout;
+    worker_->Submit([=]() { return comm->allreduce(g, u.size, comm::ReduceOp::kSum, timeout); });
+    return;
+  }
   auto it = grads_open_.find(unit);
   if (it == grads_open_.end()) return;
   std::shared_ptr<GradBuf> buf = it->second;
@@ -113,6 +130,24 @@ void ZeroOptimizer::ZeroGrads() {
   Fail(Drain());
   grads_full_.Zero();
   grad_shard_.Zero();
+  std::fill(full_grad_refs_.begin(), full_grad_refs_.end(), 0);
+  std::fill(unit_reduced_.begin(), unit_reduced_.end(), 0);
+}
+
+absl::Status ZeroOptimizer::ReduceRemainingUnits() {
+  std::fill(full_grad_refs_.begin(), full_grad_refs_.end(), 0);
+  const bool none = std::none_of(unit_reduced_.begin(), unit_reduced_.end(), [](char r) { return r != 0; });
+  if (none) return ReduceFullGrads();
+  comm::Collective* comm = options_.comm;
+  const comm::Timeout timeout = options_.timeout;
+  for (size_t i = 0; i < options_.units.size(); ++i) {
+    if (unit_reduced_[i]) continue;
+    float* g = grads_full_.data() + options_.units[i].offset;
+    const size_t n = options_.units[i].size;
+    RETURN_IF_ERROR(worker_->Run([&] { return comm->allreduce(g, n, comm::ReduceOp::kSum, timeout); }));
+  }
+  std::fill(unit_reduced_.begin(), unit_reduced_.end(), 0);
+  return absl::OkStatus();
 }
 
 absl::Status ZeroOptimizer::Drain() {

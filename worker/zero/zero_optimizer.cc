@@ -89,6 +89,8 @@ ZeroOptimizer::ZeroOptimizer(ZeroOptions options) : options_(std::move(options))
   shard_map_ = ComputeShardMap(options_.units, rank_, world_);
   for (const auto& p : shard_map_) shard_size_ += p.size;
   BuildTrainable();
+  full_grad_refs_.assign(options_.units.size(), 0);
+  unit_reduced_.assign(options_.units.size(), 0);
   worker_ = std::make_unique<CommWorker>();
   view_ = std::make_unique<InferenceView>(this);
 }
@@ -385,6 +387,8 @@ absl::Status ZeroOptimizer::InitFromFull(const float* full) {
   if (bf16() && options_.stage == 3) RefreshComputeShard();
   grads_full_.Zero();
   grad_shard_.Zero();
+  std::fill(full_grad_refs_.begin(), full_grad_refs_.end(), 0);
+  std::fill(unit_reduced_.begin(), unit_reduced_.end(), 0);
   m_.Zero();
   v_.Zero();
   std::fill(m_host_.begin(), m_host_.end(), 0.f);

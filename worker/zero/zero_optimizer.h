@@ -146,6 +146,15 @@ struct ZeroOptions {
   // within the unit, sorted, disjoint). Empty: everything is trainable; a
   // table that covers every element means the same.
   std::vector<std::vector<Unit>> trainable;
+  // Stages 0-1, fp32, N > 1: the caller releases each unit's gradient once
+  // per step, when it is complete (layer-major accumulation,
+  // worker/model/layer_major.h); ReleaseGrads then allreduces that unit on
+  // the communication thread, overlapping the rest of the backward, and
+  // Step reduces only units that were not released. Acquiring a unit's
+  // gradient again after its reduction, before ZeroGrads/Step, is a
+  // programming error (checked). Stages 2-3 reduce-scatter per release
+  // either way; with int4 compression the stage 0-1 reduction stays in Step.
+  bool reduce_on_release = false;
 };
 
 struct StepResult {
@@ -358,6 +367,11 @@ class ZeroOptimizer final : public model::ParamProvider {
   void ReleaseGather(std::map<int, std::shared_ptr<Gather>>::iterator it);
   absl::Status AllreduceNormSquared(double* sum_sq);
   bool int4_grads() const { return options_.grad_compression == GradCompression::kInt4 && world_ > 1; }
+  // reduce_on_release in effect (see ZeroOptions).
+  bool unit_reduce() const { return options_.reduce_on_release && options_.stage <= 1 && world_ > 1 && !int4_grads(); }
+  // Stages 0-1 with unit_reduce(): allreduces the units not reduced yet
+  // this step (all of them in one call when none was) and clears the marks.
+  absl::Status ReduceRemainingUnits();
   // Stages 0-1: sums grads_full_ over ranks (fp32 allreduce or int4).
   absl::Status ReduceFullGrads();
   // Int4 state (Create, when int4_grads()): exchange, staging, errors.
@@ -425,6 +439,10 @@ class ZeroOptimizer final : public model::ParamProvider {
   std::vector<std::vector<TrainRange>> all_ranges_, my_ranges_;
   std::vector<size_t> t_unit_offset_;
   std::vector<std::vector<size_t>> t_counts_;
+  // unit_reduce(): open AcquireGrads per unit, and the units whose
+  // allreduce was submitted this step (job thread only).
+  std::vector<int> full_grad_refs_;
+  std::vector<char> unit_reduced_;
 
   std::unique_ptr<CommWorker> worker_;
   absl::Status status_;

@@ -114,7 +114,7 @@ absl::StatusOr<StepResult> ZeroOptimizer::Step(float lr, float max_grad_norm) {
   const AdamWConfig& a = options_.adamw;
 
   if (stage <= 1 && world_ > 1) {
-    absl::Status s = ReduceFullGrads();
+    absl::Status s = unit_reduce() ? ReduceRemainingUnits() : ReduceFullGrads();
     if (!s.ok()) {
       Fail(s);
       return s;
