@@ -285,6 +285,19 @@ absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment
     auto tiered = comm::MakeTieredCollective(std::move(*coll), ctx.rank_nodes, ctx.tier_bytes);
     if (!tiered.ok()) return tiered.status();
     ctx.collective = std::move(*tiered);
+    if (spec.zero().hierarchical_partition()) {
+      if (ctx.device->guarded != nullptr) {
+        return absl::InvalidArgumentError("zero.hierarchical_partition runs on the cpu and cuda devices, not guarded");
+      }
+      auto groups = comm::MakeNodeCollectives(ctx.device->name == "cuda" ? "nccl" : "gloo", *ctx.store, ctx.rank_nodes,
+                                              ctx.rank, co, ctx.tier_bytes);
+      if (!groups.ok()) return groups.status();
+      if (!groups->uniform) {
+        return absl::FailedPreconditionError(
+            "zero.hierarchical_partition needs the same number of workers on every node (tandem-worker --node)");
+      }
+      ctx.nodes = std::move(*groups);
+    }
   }
 
   // ZeRO state over the model's units.
@@ -302,6 +315,14 @@ absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment
   if (!compression.ok()) return compression.status();
   zo.grad_compression = *compression;
   zo.error_feedback = spec.zero().error_feedback();
+  auto weights = zero::ParseWeightQuantization(spec.zero().weight_quantization());
+  if (!weights.ok()) return weights.status();
+  zo.weight_quantization = *weights;
+  zo.hierarchical_partition = spec.zero().hierarchical_partition();
+  if (ctx.nodes) {
+    zo.intra = ctx.nodes->intra.get();
+    zo.inter = ctx.nodes->inter.get();
+  }
   zo.timeout = ctx.timeout;
   for (int u = 0; u < layout.num_units(); ++u) {
     zo.units.push_back({layout.unit_offset(u), layout.unit_size(u)});
