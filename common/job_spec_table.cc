@@ -204,6 +204,13 @@ ConfigTable* MakeJobSpecTable() {
        .def = "true",
        .zero_is_value = true,
        .help = "int4: carry each rank's quantisation error into the next reduction"},
+      {.path = "zero.hierarchical_partition",
+       .help = "stage 3 (hpZ): a secondary copy of the parameter shards partitioned inside each node, so "
+               "forward/backward gathers stay intra-node; gradients reduce-scatter intra-node, then inter-node"},
+      {.path = "zero.weight_quantization",
+       .def = "none",
+       .one_of = {"none", "int8"},
+       .help = "int8 (qwZ): blockwise int8 weights with fp32 scales for stage-3 parameter gathers (cpu device)"},
       // rl (grpo).
       {.path = "rl.group_size", .def = "8", .min = 2, .max = 4096, .help = "samples per prompt"},
       {.path = "rl.prompts_per_step",

@@ -30,6 +30,7 @@ TEST_PACKAGES=(
   chromium python3-websocket               # the dashboard in a browser (tests/integration/dashboard_browser_test.sh)
   slurmctld slurmd slurm-client munge      # a one-machine Slurm cluster: tests/deploy/slurm_test.sh
   python3-yaml                             # tests/deploy/k8s_agreement_test.py reads the manifests
+  iproute2                                 # ip, tc: emulated network tiers (tests/netns, needs root)
   podman runc debootstrap                  # the CPU image built and run: tests/deploy/container_test.sh
 )
 # npm fetches the pinned tokenizer files the tests compare against

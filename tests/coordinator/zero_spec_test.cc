@@ -37,6 +37,49 @@ TEST(ZeroSpecTest, BadValuesSayWhatIsAllowed) {
   EXPECT_NE(unknown.find("unknown key"), std::string::npos) << unknown;
 }
 
+TEST(ZeroSpecTest, HierarchicalPartitionAndWeightQuantization) {
+  auto spec = ParseJobSpecYaml(kBase);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->zero().hierarchical_partition());
+  EXPECT_EQ(spec->zero().weight_quantization(), "none");
+  auto on = ParseJobSpecYaml(std::string(kBase) +
+                             "cluster: {zero_stage: 3}\n"
+                             "zero: {hierarchical_partition: true, weight_quantization: int8}\n");
+  ASSERT_TRUE(on.ok()) << on.status();
+  EXPECT_TRUE(on->zero().hierarchical_partition());
+  EXPECT_EQ(on->zero().weight_quantization(), "int8");
+  const std::string bad = ErrorOf({"zero.weight_quantization=int4"});
+  EXPECT_EQ(bad.rfind("zero.weight_quantization: ", 0), 0u) << bad;
+  EXPECT_NE(bad.find("int8"), std::string::npos) << bad;
+  const std::string flag = ErrorOf({"zero.hierarchical_partition=sometimes"});
+  EXPECT_EQ(flag.rfind("zero.hierarchical_partition: ", 0), 0u) << flag;
+}
+
+// Across keys (ParseJobSpecYaml and ValidateJobSpec): both need ZeRO stage 3
+// and fp32.
+TEST(ZeroSpecTest, HierarchicalAndInt8WeightsNeedStage3) {
+  const std::string job =
+      "kind: sft\nmodel:\n  config: {vocab_size: 99, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2,"
+      " num_attention_heads: 4, num_key_value_heads: 2, max_position_embeddings: 64, tokenizer: char,"
+      " bos_token_id: 1, eos_token_id: 2, pad_token_id: 0}\ntask: {name: arithmetic}\n"
+      "cluster: {workers: 4}\n";
+  auto error = [&](std::vector<std::string> overrides) -> std::string {
+    auto spec = ParseJobSpecYaml(job, overrides);
+    if (!spec.ok()) return "parse: " + std::string(spec.status().message());
+    absl::Status st = ValidateJobSpec(*spec);
+    return st.ok() ? "OK" : std::string(st.message());
+  };
+  EXPECT_EQ(error({"cluster.zero_stage=3", "zero.hierarchical_partition=true", "zero.weight_quantization=int8"}), "OK");
+  const std::string stage = error({"cluster.zero_stage=2", "zero.hierarchical_partition=true"});
+  EXPECT_NE(stage.find("zero.hierarchical_partition"), std::string::npos) << stage;
+  EXPECT_NE(stage.find("zero_stage: 3"), std::string::npos) << stage;
+  const std::string bf16 = error({"cluster.zero_stage=3", "zero.hierarchical_partition=true", "train.precision=bf16"});
+  EXPECT_NE(bf16.find("fp32"), std::string::npos) << bf16;
+  const std::string int8 = error({"cluster.zero_stage=1", "zero.weight_quantization=int8"});
+  EXPECT_NE(int8.find("zero.weight_quantization"), std::string::npos) << int8;
+  EXPECT_NE(int8.find("zero_stage: 3"), std::string::npos) << int8;
+}
+
 TEST(WorkerNodeTest, NodeIsAConfigKeyWithALengthLimit) {
   auto c = LoadWorkerConfig("", {"node=rack1-a"});
   ASSERT_TRUE(c.ok()) << c.status();

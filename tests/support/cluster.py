@@ -135,8 +135,9 @@ class Cluster:
     outlive this process, each behind a keeper that records its exit code.
     """
 
-    def __init__(self, root, bins=None, detached=False, max_seconds=1800):
+    def __init__(self, root, bins=None, detached=False, max_seconds=1800, host="127.0.0.1"):
         self.root = os.path.abspath(root)
+        self.host = host  # the coordinator listens here; workers' data address by default
         os.makedirs(os.path.join(self.root, "members"), exist_ok=True)
         self.detached = detached
         self.max_seconds = max_seconds
@@ -240,7 +241,7 @@ class Cluster:
         if prev and not extra:
             base = list(prev["base_argv"])
         else:
-            base = [self.desc["bin"]["coordinator"], "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+            base = [self.desc["bin"]["coordinator"], "--listen", f"{self.host}:0", "--metrics-listen", f"{self.host}:0",
                     "--state-dir", os.path.join(self.root, "state"),
                     "--admin-token-file", self.desc["admin_token_file"],
                     "--join-token-file", self.desc["join_token_file"], *extra]
@@ -277,17 +278,21 @@ class Cluster:
         except (urllib.error.URLError, OSError):
             return False
 
-    def start_worker(self, name, extra=(), wait=False, timeout=60, rlimit_as=None):
+    def start_worker(self, name, extra=(), wait=False, timeout=60, rlimit_as=None, prefix=(), data_address=None):
         """Starts worker `name` (its --name unless `extra` names another);
-        rlimit_as caps its address space (bytes, RLIMIT_AS, through prlimit)."""
+        rlimit_as caps its address space (bytes, RLIMIT_AS, through prlimit);
+        prefix runs it through a program that execs it (same pid), e.g.
+        `ip netns exec NS`; data_address is its collectives' address (the
+        cluster's host by default)."""
         if not self.desc["grpc"]:
             raise ClusterError("start the coordinator first")
         if name == COORDINATOR:
             raise ClusterError(f"'{COORDINATOR}' is the coordinator's name")
         argv = [self.desc["bin"]["worker"], "--coordinator", self.desc["grpc"], "--name", name, "--device", "cpu",
-                "--data-address", "127.0.0.1", "--threads", "1", "--token-file", self.desc["join_token_file"], *extra]
+                "--data-address", data_address or self.host, "--threads", "1", "--token-file", self.desc["join_token_file"], *extra]
         if rlimit_as:
             argv = ["prlimit", f"--as={rlimit_as}", "--", *argv]  # execs the worker: same pid
+        argv = [*prefix, *argv]
         pid = self._spawn(name, "worker", argv, os.path.join(self.root, f"worker-{name}.log"))
         if wait:
             self.wait_workers([name], timeout=timeout)

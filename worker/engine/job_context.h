@@ -18,6 +18,7 @@
 #include "tandem/v1/cluster.pb.h"
 #include "worker/ckpt/async_writer.h"
 #include "worker/comm/collective.h"
+#include "worker/comm/node_collectives.h"
 #include "worker/comm/store.h"
 #include "worker/comm/tiered_collective.h"
 #include "worker/engine/compute_device.h"
@@ -110,6 +111,9 @@ struct JobContext {
   // last step report.
   std::vector<std::string> rank_nodes;
   std::shared_ptr<comm::TierLedger> tier_bytes = std::make_shared<comm::TierLedger>();
+  // zero.hierarchical_partition: the intra- and inter-node communicators
+  // (made with `abort`, so the engine's Abort() reaches them too).
+  std::optional<comm::NodeCollectives> nodes;
   std::unique_ptr<zero::ZeroOptimizer> zero;
 
   // Frozen reference policy for the KL term (GRPO): full fp32 copy in host

@@ -321,6 +321,19 @@ absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment
     if (!tiered.ok()) return tiered.status();
     ctx.collective = std::move(*tiered);
     if (absl::Status st = SetupTpRollout(ctx, co, memory); !st.ok()) return st;
+    if (spec.zero().hierarchical_partition()) {
+      if (ctx.device->guarded != nullptr) {
+        return absl::InvalidArgumentError("zero.hierarchical_partition runs on the cpu and cuda devices, not guarded");
+      }
+      auto groups = comm::MakeNodeCollectives(ctx.device->name == "cuda" ? "nccl" : "gloo", *ctx.store, ctx.rank_nodes,
+                                              ctx.rank, co, ctx.tier_bytes);
+      if (!groups.ok()) return groups.status();
+      if (!groups->uniform) {
+        return absl::FailedPreconditionError(
+            "zero.hierarchical_partition needs the same number of workers on every node (tandem-worker --node)");
+      }
+      ctx.nodes = std::move(*groups);
+    }
   }
 
   // ZeRO state over the model's units.
@@ -339,6 +352,14 @@ absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment
   zo.grad_compression = *compression;
   zo.error_feedback = spec.zero().error_feedback();
   zo.reduce_on_release = train.accumulation() == "layer_major";
+  auto weights = zero::ParseWeightQuantization(spec.zero().weight_quantization());
+  if (!weights.ok()) return weights.status();
+  zo.weight_quantization = *weights;
+  zo.hierarchical_partition = spec.zero().hierarchical_partition();
+  if (ctx.nodes) {
+    zo.intra = ctx.nodes->intra.get();
+    zo.inter = ctx.nodes->inter.get();
+  }
   zo.timeout = ctx.timeout;
   for (int u = 0; u < layout.num_units(); ++u) {
     zo.units.push_back({layout.unit_offset(u), layout.unit_size(u)});

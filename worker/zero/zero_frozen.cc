@@ -37,6 +37,9 @@ absl::Status CheckTrainable(const ZeroOptions& options) {
   if (total < psi && options.grad_compression == GradCompression::kInt4) {
     return absl::InvalidArgumentError("zero: frozen parameters are not supported with int4 gradient compression");
   }
+  if (total < psi && options.hierarchical_partition) {
+    return absl::InvalidArgumentError("zero: frozen parameters are not supported with the hierarchical partition");
+  }
   if (total < psi && options.reduce_on_release) {
     return absl::InvalidArgumentError(
         "zero: frozen parameters are not supported with layer-major accumulation (reduce_on_release)");

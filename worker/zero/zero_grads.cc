@@ -117,9 +117,11 @@ void ZeroOptimizer::ReleaseGrads(int unit) {
     return;
   }
   float* acc = grad_shard_.data() + piece.shard_offset;
+  const bool hierarchical = hpz();
   buf->task = worker_->Submit([=, this]() -> absl::Status {
-    absl::Status s =
-        int4 ? Int4ReduceScatter(unit, in, piece_out) : comm->reduce_scatter(in, piece_out, counts, timeout);
+    absl::Status s = hierarchical ? HierarchicalReduceScatter(unit, in, piece_out)
+                     : int4       ? Int4ReduceScatter(unit, in, piece_out)
+                                  : comm->reduce_scatter(in, piece_out, counts, timeout);
     if (!s.ok()) return s;
     if (piece.size > 0) ops->add_inplace(acc, piece_out, piece.size);
     return absl::OkStatus();

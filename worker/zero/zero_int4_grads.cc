@@ -18,6 +18,17 @@ absl::StatusOr<GradCompression> ParseGradCompression(std::string_view name) {
 }
 
 absl::Status ZeroOptimizer::AllocateInt4State() {
+  if (hpz()) {
+    // Int4 on the inter-node tier only: the chunk's pieces, errors by chunk.
+    const size_t chunk = chunk_buf_.size();
+    qx_ = std::make_unique<comm::QuantizedExchange>(chunk, nodes_);
+    q_in_.assign(chunk, 0.f);
+    q_out_.assign(chunk / nodes_ + 1, 0.f);
+    const size_t total =
+        chunk_off_.empty() ? 0 : chunk_off_.back() + ChunkCounts(static_cast<int>(chunk_off_.size()) - 1)[local_];
+    if (options_.error_feedback) grad_error_.assign(total, 0.f);
+    return absl::OkStatus();
+  }
   const size_t unit = std::max<size_t>(max_unit_, 1);
   qx_ = std::make_unique<comm::QuantizedExchange>(unit, world_);
   q_in_.assign(unit, 0.f);
@@ -78,6 +89,12 @@ absl::Status ZeroOptimizer::CopyGradErrorShard(float* out) {
       const Unit& unit = options_.units[u];
       const ShardPiece& p = shard_map_[u];
       if (unit.size == 0) continue;
+      if (hpz()) {
+        // The chunk's owed mass lives on the ranks of this local index.
+        RETURN_IF_ERROR(options_.inter->reduce_scatter(grad_error_.data() + chunk_off_[u], out + p.shard_offset,
+                                                       SubCounts(static_cast<int>(u), local_), timeout));
+        continue;
+      }
       RETURN_IF_ERROR(comm->reduce_scatter(grad_error_.data() + unit.offset, out + p.shard_offset,
                                            UnitCounts(static_cast<int>(u)), timeout));
       if (!owner_error_.empty()) {
@@ -93,7 +110,9 @@ void ZeroOptimizer::LoadGradErrorShard(const float* in) {
   std::fill(grad_error_.begin(), grad_error_.end(), 0.f);
   std::fill(owner_error_.begin(), owner_error_.end(), 0.f);
   for (const auto& p : shard_map_) {
-    std::copy_n(in + p.shard_offset, p.size, grad_error_.data() + options_.units[p.unit].offset + p.unit_offset);
+    const size_t at = hpz() ? chunk_off_[p.unit] + p.unit_offset - ChunkOffset(p.unit, local_)
+                            : options_.units[p.unit].offset + p.unit_offset;
+    std::copy_n(in + p.shard_offset, p.size, grad_error_.data() + at);
   }
 }
 

@@ -70,6 +70,7 @@ absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(ZeroOptions
   }
   RETURN_IF_ERROR(CheckTrainable(options));
   auto z = std::unique_ptr<ZeroOptimizer>(new ZeroOptimizer(std::move(options)));
+  if (absl::Status s = z->CheckHierarchical(); !s.ok()) return s;
   if (absl::Status s = z->AllocateState(); !s.ok()) return s;
   return z;
 }
@@ -86,7 +87,16 @@ ZeroOptimizer::ZeroOptimizer(ZeroOptions options) : options_(std::move(options))
     psi_ += u.size;
     max_unit_ = std::max(max_unit_, u.size);
   }
-  shard_map_ = ComputeShardMap(options_.units, rank_, world_);
+  if (hpz() && options_.intra != nullptr && options_.inter != nullptr &&
+      options_.intra->size() * options_.inter->size() == world_) {
+    locals_ = options_.intra->size();
+    nodes_ = options_.inter->size();
+    local_ = options_.intra->rank();
+    node_ = options_.inter->rank();
+    shard_map_ = ComputeHierarchicalShardMap(options_.units, local_, locals_, node_, nodes_);
+  } else {
+    shard_map_ = ComputeShardMap(options_.units, rank_, world_);
+  }
   for (const auto& p : shard_map_) shard_size_ += p.size;
   BuildTrainable();
   full_grad_refs_.assign(options_.units.size(), 0);
@@ -148,6 +158,7 @@ absl::Status ZeroOptimizer::AllocateState() {
       return AllocError(w.what, w.n * (w.f32 != nullptr ? sizeof(float) : sizeof(uint16_t)));
     }
   }
+  RETURN_IF_ERROR(AllocateHierarchicalState());
   if (int4_grads()) RETURN_IF_ERROR(AllocateInt4State());
   return MemoryStatus();
 }
@@ -285,6 +296,20 @@ std::shared_ptr<ZeroOptimizer::Gather> ZeroOptimizer::StartGather(int unit) {
     gathered_[unit] = g;
     return g;
   }
+  if (hpz() || qwz()) {
+    if (qwz()) {
+      g->packed = TakePacked();
+      if (g->packed == nullptr) {
+        ReturnBuffer(g->buf);
+        return nullptr;
+      }
+    }
+    float* dst = g->buf;
+    float* packed = g->packed;
+    g->task = worker_->Submit([=, this] { return GatherUnitForCompute(unit, dst, packed); });
+    gathered_[unit] = g;
+    return g;
+  }
   const ShardPiece piece = MyPiece(unit);
   comm::Collective* comm = options_.comm;
   const comm::Timeout timeout = options_.timeout;
@@ -385,6 +410,7 @@ absl::Status ZeroOptimizer::InitFromFull(const float* full) {
     ReturnBuffer(stage_buf);
   }
   if (bf16() && options_.stage == 3) RefreshComputeShard();
+  if (hpz()) FillSecondary(full);
   grads_full_.Zero();
   grad_shard_.Zero();
   std::fill(full_grad_refs_.begin(), full_grad_refs_.end(), 0);
@@ -400,13 +426,9 @@ absl::Status ZeroOptimizer::InitFromFull(const float* full) {
 }
 
 absl::Status ZeroOptimizer::GatherMasters(float* dst) {
-  comm::Collective* comm = options_.comm;
-  const comm::Timeout timeout = options_.timeout;
   for (size_t u = 0; u < options_.units.size(); ++u) {
-    const float* mine = param_shard_.data() + shard_map_[u].shard_offset;
     float* out = dst + options_.units[u].offset;
-    const std::vector<size_t> counts = UnitCounts(static_cast<int>(u));
-    absl::Status s = worker_->Run([&] { return comm->allgather(mine, out, counts, timeout); });
+    absl::Status s = worker_->Run([&] { return GatherUnitExact(static_cast<int>(u), out); });
     if (!s.ok()) return s;
   }
   return MemoryStatus();
@@ -427,13 +449,9 @@ absl::Status ZeroOptimizer::GatherFull(float* out) {
   if (buf == nullptr) {
     return AllocError("a unit gather buffer", std::max<size_t>(max_unit_, 1) * sizeof(float));
   }
-  comm::Collective* comm = options_.comm;
-  const comm::Timeout timeout = options_.timeout;
   absl::Status s;
   for (size_t u = 0; s.ok() && u < options_.units.size(); ++u) {
-    const float* mine = param_shard_.data() + shard_map_[u].shard_offset;
-    const std::vector<size_t> counts = UnitCounts(static_cast<int>(u));
-    s = worker_->Run([&] { return comm->allgather(mine, buf, counts, timeout); });
+    s = worker_->Run([&] { return GatherUnitExact(static_cast<int>(u), buf); });
     if (s.ok()) {
       mem_->CopyToHost(out + options_.units[u].offset, buf, options_.units[u].size * sizeof(float));
     }
@@ -492,11 +510,12 @@ model::ParamProvider& ZeroOptimizer::inference_view() { return *view_; }
 MemoryReport ZeroOptimizer::memory() const {
   MemoryReport r;
   r.param_bytes = params_full_.bytes() + param_shard_.bytes();
-  r.compute_bytes = compute_full_.bytes() + compute_shard_.bytes();
+  r.compute_bytes = compute_full_.bytes() + compute_shard_.bytes() + secondary_.bytes();
+  r.secondary_bytes = secondary_.bytes();
   r.grad_bytes = grads_full_.bytes() + grad_shard_.bytes();
   r.optimizer_bytes = m_.bytes() + v_.bytes();
   r.offloaded_bytes = (m_host_.size() + v_host_.size()) * sizeof(float);
-  size_t temp = rs_piece_.bytes() + infer_full_.bytes() + pack_buf_.bytes() + norm_buf_.bytes();
+  size_t temp = rs_piece_.bytes() + infer_full_.bytes() + pack_buf_.bytes() + norm_buf_.bytes() + chunk_buf_.bytes();
   for (const auto& b : gather_bufs_) temp += b.bytes();
   for (const auto& b : packed_bufs_) temp += b.bytes();
   for (const auto& b : grad_bufs_) temp += b->mem.bytes();

@@ -54,6 +54,30 @@
 // without trainable elements is not reduced at all). Parameters are stored
 // and gathered as without frozen elements (stage 3 shards all of them).
 // Not combined with int4 gradient compression.
+// Hierarchical partition (ZeroOptions.hierarchical_partition, stage 3, hpZ
+// of ZeRO++): the ranks sit on M nodes of L ranks each (ZeroOptions.intra:
+// this node's ranks, rank = local index l; ZeroOptions.inter: the ranks of
+// local index l on every node, rank = node index m). Each unit is split into
+// L chunks (SplitEven), chunk l into M pieces; rank (m, l) owns piece m of
+// chunk l (shard_map() says so; checkpoints store ranges, so they reshard
+// to and from the flat partition). Every rank also keeps chunk l of every
+// unit (the secondary copy, Psi/L floats), refreshed after each Step by an
+// inter-node allgather of the owners' pieces. Forward/backward gathers are
+// intra-node allgathers of the chunks; gradients reduce-scatter inside the
+// node (to chunks), then across nodes (to pieces). Per rank, the inter-node
+// tier carries (M-1)/M x Psi/L floats for the refresh (once per step) and as
+// much per gradient reduce-scatter, and nothing for the gathers. Sums run
+// in a different order than flat stage 3: equal within fp32 reduction-order
+// tolerance.
+//
+// Quantized weight gathers (ZeroOptions.weight_quantization = kInt8, stage
+// 3, qwZ of ZeRO++): the unit gathers move blockwise int8 codes with fp32
+// scales (worker/comm/quantized_weights.h), about 1/4 of the bytes; each
+// owner quantises its own piece, so every rank dequantises the same bits.
+// Forward and backward then compute with the dequantised weights; the fp32
+// masters, the optimizer and GatherFull / checkpoints / BeginInference stay
+// exact fp32. With hpZ the secondary copy holds the quantised pieces (the
+// refresh and the intra-node gathers both move int8). Host memory only.
 //
 // Reductions are sums (the engine normalises the loss globally). Gradients
 // accumulate over micro-batches until Step; ZeroGrads() clears them.
@@ -120,6 +144,13 @@ enum class GradCompression { kNone, kInt4 };
 // "none" | "int4" (the job key zero.grad_compression; "" = none).
 absl::StatusOr<GradCompression> ParseGradCompression(std::string_view name);
 
+// How stage-3 parameter gathers move weights: fp32, or blockwise int8
+// (qwZ; see the header comment).
+enum class WeightQuantization { kNone, kInt8 };
+
+// "none" | "int8" (the job key zero.weight_quantization; "" = none).
+absl::StatusOr<WeightQuantization> ParseWeightQuantization(std::string_view name);
+
 struct ZeroOptions {
   int stage = 0;  // 0..3
   Precision precision = Precision::kFp32;
@@ -155,6 +186,15 @@ struct ZeroOptions {
   // programming error (checked). Stages 2-3 reduce-scatter per release
   // either way; with int4 compression the stage 0-1 reduction stays in Step.
   bool reduce_on_release = false;
+  // Stage 3 hpZ (see the header comment): needs intra and inter (not owned;
+  // outlive the optimizer; intra.size() * inter.size() == comm.size()) and
+  // fp32 precision. With kInt4 gradients the inter-node reduce-scatter is
+  // the int4 one (error feedback over the chunk, Psi/L floats).
+  bool hierarchical_partition = false;
+  comm::Collective* intra = nullptr;
+  comm::Collective* inter = nullptr;
+  // Stage 3, fp32, host memory.
+  WeightQuantization weight_quantization = WeightQuantization::kNone;
 };
 
 struct StepResult {
@@ -164,7 +204,7 @@ struct StepResult {
 
 struct MemoryReport {
   size_t param_bytes = 0;    // fp32 parameters (the masters)
-  size_t compute_bytes = 0;  // bf16 compute copy (0 in fp32 mode)
+  size_t compute_bytes = 0;  // bf16 compute copy; hpZ secondary copy
   size_t grad_bytes = 0;
   size_t optimizer_bytes = 0;
   size_t temp_bytes = 0;  // unit buffers, scratch, inference copy
@@ -172,6 +212,7 @@ struct MemoryReport {
   // (optimizer_bytes is then 0); not part of total(), which is device bytes.
   size_t offloaded_bytes = 0;
   size_t total() const { return param_bytes + compute_bytes + grad_bytes + optimizer_bytes + temp_bytes; }
+  size_t secondary_bytes = 0;  // hpZ secondary copy (part of compute_bytes)
 };
 
 // One piece of the shard: elements [unit_offset, unit_offset + size) of
@@ -185,6 +226,10 @@ struct ShardPiece {
 
 // Pieces rank `rank` of `world` owns (the partition rule above).
 std::vector<ShardPiece> ComputeShardMap(const std::vector<Unit>& units, int rank, int world);
+// The hierarchical partition: piece `node` (of `nodes`) of chunk `local` (of
+// `locals`) of every unit.
+std::vector<ShardPiece> ComputeHierarchicalShardMap(const std::vector<Unit>& units, int local, int locals, int node,
+                                                    int nodes);
 
 class CommWorker;
 
@@ -344,7 +389,7 @@ class ZeroOptimizer final : public model::ParamProvider {
   // bf16 packed allgather of one unit: rank r's counts[r] bf16 values travel
   // as ceil(counts[r] / 2) floats. Packed layout offsets, in floats.
   std::vector<size_t> PackedCounts(int unit) const;
-  size_t packed_floats() const { return max_unit_ / 2 + world_ + 1; }
+  size_t packed_floats() const { return qwz() ? qw_packed_floats_ : max_unit_ / 2 + world_ + 1; }
   float* TakePacked();  // nullptr when allocation fails
   // Widens a packed gathered unit into dst (unit order, fp32).
   void UnpackWiden(int unit, const float* packed, float* dst);
@@ -372,6 +417,34 @@ class ZeroOptimizer final : public model::ParamProvider {
   // Stages 0-1 with unit_reduce(): allreduces the units not reduced yet
   // this step (all of them in one call when none was) and clears the marks.
   absl::Status ReduceRemainingUnits();
+  // ---- hpZ / qwZ (zero_hierarchical.cc)
+  bool hpz() const { return options_.hierarchical_partition; }
+  bool qwz() const { return options_.weight_quantization == WeightQuantization::kInt8; }
+  // Checks the options and sets locals_/nodes_/local_/node_ (Create).
+  absl::Status CheckHierarchical();
+  // Sizes and allocates the secondary copy and the chunk buffer.
+  absl::Status AllocateHierarchicalState();
+  std::vector<size_t> ChunkCounts(int unit) const;       // unit -> L chunks
+  std::vector<size_t> SubCounts(int unit, int l) const;  // chunk l -> M pieces
+  size_t ChunkOffset(int unit, int l) const;
+  // Fills the secondary copy from the full vector (InitFromFull; local).
+  void FillSecondary(const float* full_host);
+  // Collective: rebuilds the secondary copy from the owners' pieces.
+  absl::Status RefreshSecondary();
+  // Comm thread: starts-to-end gather of one unit into dst (fp32, unit
+  // order) for the forward/backward (hpZ and/or qwZ); `packed` is a packed
+  // buffer for qwZ.
+  absl::Status GatherUnitForCompute(int unit, float* dst, float* packed);
+  // Comm thread: the exact fp32 unit (hpZ: inter then intra allgather).
+  absl::Status GatherUnitExact(int unit, float* dst);
+  // Comm thread, hpZ: reduce-scatters the unit gradient `in` to this rank's
+  // summed piece in `piece`.
+  absl::Status HierarchicalReduceScatter(int unit, const float* in, float* piece);
+  // Wire floats of unit `unit` for rank r of the flat gather (qwZ), or for
+  // chunk l (hpZ + qwZ: the chunk's M pieces, each quantised on its own).
+  std::vector<size_t> FlatWireCounts(int unit) const;
+  std::vector<size_t> ChunkWireCounts(int unit) const;
+  size_t ChunkWireFloats(int unit, int l) const;
   // Stages 0-1: sums grads_full_ over ranks (fp32 allreduce or int4).
   absl::Status ReduceFullGrads();
   // Int4 state (Create, when int4_grads()): exchange, staging, errors.
@@ -443,6 +516,16 @@ class ZeroOptimizer final : public model::ParamProvider {
   // allreduce was submitted this step (job thread only).
   std::vector<int> full_grad_refs_;
   std::vector<char> unit_reduced_;
+  // hpZ: nodes_ x locals_ ranks; this rank is (node_, local_).
+  int locals_ = 1, nodes_ = 1, local_ = 0, node_ = 0;
+  // hpZ secondary copy: chunk local_ of every unit (fp32; qwZ: its wire),
+  // at secondary_off_[unit].
+  kernels::DeviceArray<float> secondary_;
+  std::vector<size_t> secondary_off_;
+  std::vector<size_t> chunk_off_;  // prefix sums of the fp32 chunk sizes
+  // hpZ: one chunk (comm thread and, after Drain, exact gathers).
+  kernels::DeviceArray<float> chunk_buf_;
+  size_t qw_packed_floats_ = 0;  // qwZ: the largest packed gather
 
   std::unique_ptr<CommWorker> worker_;
   absl::Status status_;

@@ -31,7 +31,12 @@ absl::Status ZeroOptimizer::AllreduceNormSquared(double* sum_sq) {
 }
 
 absl::Status ZeroOptimizer::AllgatherParams() {
-  if (options_.stage == 3) return absl::OkStatus();
+  if (options_.stage == 3) {
+    // hpZ: the secondary copy follows the loaded shards.
+    if (!hpz()) return absl::OkStatus();
+    if (absl::Status s = Drain(); !s.ok()) return s;
+    return RefreshSecondary();
+  }
   if (bf16()) {
     if (absl::Status s = Drain(); !s.ok()) return s;
     // Stage 0: rebuild the full masters first, then the compute copy.
@@ -180,6 +185,10 @@ absl::StatusOr<StepResult> ZeroOptimizer::Step(float lr, float max_grad_norm) {
     ops->adamw_step(param_shard_.data(), grad_shard_.data(), m_.data(), v_.data(), shard_size_, lr, a.beta1, a.beta2,
                     a.eps, a.weight_decay, step_);
     if (bf16()) RefreshComputeShard();
+    if (absl::Status s = RefreshSecondary(); !s.ok()) {
+      Fail(s);
+      return s;
+    }
   }
   if (bf16() && stage == 0) {
     if (absl::Status s = RefreshComputeFull(); !s.ok()) {
