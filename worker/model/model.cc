@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
@@ -20,6 +21,26 @@ void Batch::AddSequence(std::span<const int32_t> seq) {
   }
   cu_seqlens.push_back(static_cast<int32_t>(tokens.size()));
 }
+
+// The decoder's attention under sequence parallelism: the layer's kind
+// picks softmax or linear; the first error stops later calls and is kept.
+class Model::SpHook : public AttentionHook {
+ public:
+  explicit SpHook(Model* m) : m_(m) {}
+  void Attend(int layer, const float* q, const float* k, const float* v, float* out, float* lse) override {
+    if (!m_->sp_status_.ok()) return;
+    const Decoder& d = m_->decoder_;
+    if (d.layer_type(layer).kind == LayerKind::kLinear) {
+      m_->sp_status_ = m_->sp_->LinearForward(d.LinearAttention(), m_->slice_, m_->local_cu_.data(), m_->nseq_, q, k, v,
+                                              d.LinearDecay(m_->T_), out);
+    } else {
+      m_->sp_status_ = m_->sp_->SoftmaxForward(d.Attention(layer), m_->slice_, q, k, v, out, lse);
+    }
+  }
+
+ private:
+  Model* m_;
+};
 
 Model::Model(const ModelConfig& config, kernels::Ops* ops, int max_tokens, kernels::DeviceMemory* memory)
     : decoder_(config, ops, memory), d_(decoder_.dims()), ops_(ops), mem_(decoder_.memory()) {
@@ -200,6 +221,10 @@ absl::Status Model::Prepare(const Batch& batch) {
   targets_ = d + T;
   positions_ = d + 2 * T;
   cu_ = d + 3 * T;
+  if (sp_ != nullptr) {
+    slice_ = *batch.slice;
+    local_cu_ = batch.cu_seqlens;
+  }
   const int32_t max_position = *std::max_element(batch.positions.begin(), batch.positions.end());
   RETURN_IF_ERROR(decoder_.EnsureRope(max_position + 1));
   RETURN_IF_ERROR(decoder_.EnsureLinearDecay(T_));
@@ -215,6 +240,26 @@ absl::Status Model::CheckBatch(const Batch& b) const {
           absl::StrCat("model: layer ", l, " is '", LayerTypeName(decoder_.layer_type(l)),
                        "': attention sinks exist only in decode (worker/model/layer_state.h); "
                        "the training attention kernels take full, window:N and linear layers"));
+    }
+  }
+  if (sp_ == nullptr && b.slice.has_value()) {
+    return absl::InvalidArgumentError(
+        "batch is a sequence-parallel slice but the model has no sequence-parallel group");
+  }
+  if (sp_ != nullptr) {
+    if (!b.slice.has_value()) {
+      return absl::InvalidArgumentError(
+          "model: sequence parallelism takes SliceBatch slices (worker/model/sequence_parallel.h)");
+    }
+    const SequenceSlice& s = *b.slice;
+    if (s.rank != sp_->rank() || s.size != sp_->size() || s.rows != static_cast<int>(T)) {
+      return absl::InvalidArgumentError(absl::StrCat("model: the batch is rank ", s.rank, " of ", s.size, " (", s.rows,
+                                                     " rows), the group rank ", sp_->rank(), " of ", sp_->size(),
+                                                     " with ", T, " rows"));
+    }
+    if (std::string_view(mem_->name()) != "host") {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "model: sequence parallelism runs on host memory (CPU backends); this model's memory is ", mem_->name()));
     }
   }
   // Per-head rows (attention lse, q/k norms) are indexed with 32-bit ints.
@@ -279,6 +324,9 @@ void Model::ForwardHidden(ParamProvider& pp, bool recompute_mlp) {
   in.positions = positions_;
   in.cu = cu_;
   in.num_seqs = nseq_;
+  SpHook hook(this);
+  if (sp_ != nullptr) in.attention = &hook;
+  sp_status_ = absl::OkStatus();
   DecoderOutput out;
   out.rows = T_;
   out.xn = xnf_;
@@ -292,6 +340,7 @@ absl::Status Model::ForwardLogprobs(const Batch& batch, ParamProvider& pp, float
   if (!options.recompute_mlp) RETURN_IF_ERROR(EnsureMlpStore(T_));
   recomputed_mlp_ = options.recompute_mlp;
   ForwardHidden(pp, options.recompute_mlp);
+  RETURN_IF_ERROR(sp_status_);
   const int hu = layout().lm_head_unit();
   const float* P = pp.AcquireParams(hu);
   ops_->lm_head_logprobs_forward(xnf_, P + layout().lm_head_offset(), targets_, T_, d_.C, d_.V, lm_chunk_, lm_scratch_,
@@ -314,6 +363,7 @@ absl::Status Model::ForwardLogits(const Batch& batch, ParamProvider& pp, float* 
     return absl::ResourceExhaustedError(absl::StrCat("model: cannot allocate ", n * sizeof(float), " bytes of logits"));
   }
   ForwardHidden(pp, /*recompute_mlp=*/true);  // nothing is kept for a backward
+  RETURN_IF_ERROR(sp_status_);
   decoder_.Logits(pp, xnf_, T_, out.data());
   out.Download(logits, n);
   return decoder_.MemoryStatus("model");
@@ -418,7 +468,18 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp, const Backwa
     // Attention.
     ops_->matmul(false, false, T, HD, C, 1.f, dres_, C, P + o.o, HD, 0.f, dattn_, HD);
     ops_->matmul(true, false, C, HD, T, 1.f, dres_, C, attn, HD, 1.f, G + o.o, HD);
-    if (decoder_.layer_type(l).kind == LayerKind::kLinear) {
+    if (sp_ != nullptr) {
+      absl::Status st = decoder_.layer_type(l).kind == LayerKind::kLinear
+                            ? sp_->LinearBackward(decoder_.LinearAttention(), slice_, local_cu_.data(), nseq_, q, k, v,
+                                                  decoder_.LinearDecay(T), dattn_, dq_, dk_, dv_)
+                            : sp_->SoftmaxBackward(decoder_.Attention(l), slice_, q, k, v, attn, dattn_, lse_ + lt * H,
+                                                   dq_, dk_, dv_);
+      if (!st.ok()) {
+        pp.ReleaseGrads(unit);
+        pp.ReleaseParams(unit);
+        return st;
+      }
+    } else if (decoder_.layer_type(l).kind == LayerKind::kLinear) {
       ops_->linear_attention_backward(decoder_.LinearAttention(), q, k, v, decoder_.LinearDecay(T), cu_, nseq_, T,
                                       nullptr, dattn_, nullptr, dq_, dk_, dv_, nullptr, nullptr);
     } else {

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -32,6 +33,7 @@
 #include "worker/model/decoder.h"
 #include "worker/model/param_layout.h"
 #include "worker/model/param_provider.h"
+#include "worker/model/sequence_parallel.h"
 
 namespace tandem::model {
 
@@ -44,6 +46,10 @@ namespace tandem::model {
 //   cu_seqlens    num_seqs + 1 offsets, cu_seqlens[0] = 0, last = T
 struct Batch {
   std::vector<int32_t> tokens, targets, positions, cu_seqlens;
+  // Set by SliceBatch (sequence_parallel.h): these rows are one rank's slice
+  // of a larger packed batch, and cu_seqlens the local pieces of its
+  // sequences. A model with a SequenceAttention takes only such batches.
+  std::optional<SequenceSlice> slice;
   int num_tokens() const { return static_cast<int>(tokens.size()); }
   int num_seqs() const { return static_cast<int>(cu_seqlens.size()) - 1; }
   // Appends one sequence: inputs seq[0..n-2], targets seq[1..n-1].
@@ -107,6 +113,14 @@ class Model {
   // allocated for this call: for tests and evaluation of short batches).
   // Leaves no state for Backward.
   absl::Status ForwardLogits(const Batch& batch, ParamProvider& params, float* logits);
+
+  // Sequence parallelism: every forward and backward takes SliceBatch
+  // slices of one group's rank and computes attention through `sp` (nullptr:
+  // off). The parameter gradients Backward adds are this rank's part: their
+  // sum over the group is the gradient of the whole batch. Host memory only
+  // (FailedPrecondition otherwise, at the next forward). `sp` must outlive
+  // its use.
+  void SetSequenceAttention(SequenceAttention* sp) { sp_ = sp; }
 
   // HF-style initialisation into params[layout().total_floats()]:
   // N(0, 0.02) for matrices, ones for norms, zeros for biases and padding.
@@ -178,6 +192,15 @@ class Model {
   // recomputes them from the layer input) and their gradients.
   float *qraw_ = nullptr, *kraw_ = nullptr, *dqraw_ = nullptr, *dkraw_ = nullptr;
   bool qk_norm_ = false;
+
+  // Sequence parallelism: the attention, the current batch's slice and its
+  // local cu_seqlens on the host, and the first error of the forward's
+  // attention calls.
+  class SpHook;
+  SequenceAttention* sp_ = nullptr;
+  SequenceSlice slice_;
+  std::vector<int32_t> local_cu_;
+  absl::Status sp_status_;
 };
 
 // Masked mean negative log-likelihood: loss = -sum(mask*logp)/sum(mask);
