@@ -4,8 +4,8 @@
 // over one store; slices begin and end inside sequences). The log-probs of
 // every row and every parameter gradient (summed over the ranks) equal the
 // single-rank model's within a relative error of 5e-5 (max abs error / max
-// abs value, per tensor). Bad input: slices without a group, whole batches
-// with one, too few rows to split.
+// abs value, per tensor). Bad input: slices without a group or of another
+// rank, too few rows to split.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -151,9 +151,8 @@ TEST(ModelSpTest, RefusesMismatchedBatches) {
     m.SetSequenceAttention(&sp);
     FlatParamProvider pp(m.layout(), params.data(), nullptr);
     std::vector<float> out(batch.num_tokens());
-    const absl::Status whole = m.ForwardLogprobs(batch, pp, out.data());
-    EXPECT_EQ(whole.code(), absl::StatusCode::kInvalidArgument) << whole;
-    EXPECT_NE(whole.message().find("SliceBatch"), std::string::npos) << whole;
+    // A whole batch runs on this rank alone.
+    EXPECT_TRUE(m.ForwardLogprobs(batch, pp, out.data()).ok());
     auto other = SliceBatch(batch, 1 - c.rank(), 2);  // the other rank's slice
     ASSERT_TRUE(other.ok());
     const absl::Status st = m.ForwardLogprobs(*other, pp, out.data());

@@ -221,7 +221,8 @@ absl::Status Model::Prepare(const Batch& batch) {
   targets_ = d + T;
   positions_ = d + 2 * T;
   cu_ = d + 3 * T;
-  if (sp_ != nullptr) {
+  sliced_ = sp_ != nullptr && batch.slice.has_value();
+  if (sliced_) {
     slice_ = *batch.slice;
     local_cu_ = batch.cu_seqlens;
   }
@@ -246,11 +247,7 @@ absl::Status Model::CheckBatch(const Batch& b) const {
     return absl::InvalidArgumentError(
         "batch is a sequence-parallel slice but the model has no sequence-parallel group");
   }
-  if (sp_ != nullptr) {
-    if (!b.slice.has_value()) {
-      return absl::InvalidArgumentError(
-          "model: sequence parallelism takes SliceBatch slices (worker/model/sequence_parallel.h)");
-    }
+  if (sp_ != nullptr && b.slice.has_value()) {
     const SequenceSlice& s = *b.slice;
     if (s.rank != sp_->rank() || s.size != sp_->size() || s.rows != static_cast<int>(T)) {
       return absl::InvalidArgumentError(absl::StrCat("model: the batch is rank ", s.rank, " of ", s.size, " (", s.rows,
@@ -325,7 +322,7 @@ void Model::ForwardHidden(ParamProvider& pp, bool recompute_mlp) {
   in.cu = cu_;
   in.num_seqs = nseq_;
   SpHook hook(this);
-  if (sp_ != nullptr) in.attention = &hook;
+  if (sliced_) in.attention = &hook;
   sp_status_ = absl::OkStatus();
   DecoderOutput out;
   out.rows = T_;
@@ -468,7 +465,7 @@ absl::Status Model::Backward(const float* dlogp, ParamProvider& pp, const Backwa
     // Attention.
     ops_->matmul(false, false, T, HD, C, 1.f, dres_, C, P + o.o, HD, 0.f, dattn_, HD);
     ops_->matmul(true, false, C, HD, T, 1.f, dres_, C, attn, HD, 1.f, G + o.o, HD);
-    if (sp_ != nullptr) {
+    if (sliced_) {
       absl::Status st = decoder_.layer_type(l).kind == LayerKind::kLinear
                             ? sp_->LinearBackward(decoder_.LinearAttention(), slice_, local_cu_.data(), nseq_, q, k, v,
                                                   decoder_.LinearDecay(T), dattn_, dq_, dk_, dv_)

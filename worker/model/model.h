@@ -114,9 +114,9 @@ class Model {
   // Leaves no state for Backward.
   absl::Status ForwardLogits(const Batch& batch, ParamProvider& params, float* logits);
 
-  // Sequence parallelism: every forward and backward takes SliceBatch
-  // slices of one group's rank and computes attention through `sp` (nullptr:
-  // off). The parameter gradients Backward adds are this rank's part: their
+  // Sequence parallelism: batches that are SliceBatch slices (of this
+  // group's rank) compute attention through `sp` (nullptr: off); whole
+  // batches still run on this rank alone. The parameter gradients Backward adds are this rank's part: their
   // sum over the group is the gradient of the whole batch. Host memory only
   // (FailedPrecondition otherwise, at the next forward). `sp` must outlive
   // its use.
@@ -198,6 +198,7 @@ class Model {
   // attention calls.
   class SpHook;
   SequenceAttention* sp_ = nullptr;
+  bool sliced_ = false;  // the current batch is a slice
   SequenceSlice slice_;
   std::vector<int32_t> local_cu_;
   absl::Status sp_status_;
