@@ -125,9 +125,9 @@ void BytesTable(int T, int max_ranks) {
       ap.head_dim = D;
       ap.window = 256;
       model::SoftmaxSpScratch scratch;
-      Check(model::SoftmaxAttentionSpForward(c, ap, s, q.data() + o, k.data() + o, v.data() + o, out.data(), lse.data(),
-                                             scratch, kTimeout));
-      Check(model::SoftmaxAttentionSpBackward(c, ap, s, q.data() + o, k.data() + o, v.data() + o, out.data(),
+      Check(model::SoftmaxAttentionSpForward(c, *ops, ap, s, q.data() + o, k.data() + o, v.data() + o, out.data(),
+                                             lse.data(), scratch, kTimeout));
+      Check(model::SoftmaxAttentionSpBackward(c, *ops, ap, s, q.data() + o, k.data() + o, v.data() + o, out.data(),
                                               dout.data() + o, lse.data(), dq.data(), dk.data(), dv.data(), scratch,
                                               kTimeout));
       soft[c.rank()] = Moved(c, {CollectiveKind::kAllgather, CollectiveKind::kReduceScatter});

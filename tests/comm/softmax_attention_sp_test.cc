@@ -76,13 +76,14 @@ TEST_P(SoftmaxSpTest, ForwardAndBackwardEqualSingleRank) {
                           dq.data(), dk.data(), dv.data());
   std::vector<float> gout(nq, NAN), glse(lse.size(), NAN), gdq(nq, NAN), gdk(nk, NAN), gdv(nk, NAN);
   RunRanks(n, [&](comm::Collective& c) {
+    auto ops = kernels::MakeCpuOps(1);
     const SequenceSlice s = SliceOf(c.rank(), n);
     const size_t oq = size_t(s.offset) * H * D, ok = size_t(s.offset) * Hkv * D;
     SoftmaxSpScratch scratch;
-    ASSERT_TRUE(SoftmaxAttentionSpForward(c, p, s, q.data() + oq, k.data() + ok, v.data() + ok, gout.data() + oq,
+    ASSERT_TRUE(SoftmaxAttentionSpForward(c, *ops, p, s, q.data() + oq, k.data() + ok, v.data() + ok, gout.data() + oq,
                                           glse.data() + size_t(s.offset) * H, scratch, kT)
                     .ok());
-    ASSERT_TRUE(SoftmaxAttentionSpBackward(c, p, s, q.data() + oq, k.data() + ok, v.data() + ok, gout.data() + oq,
+    ASSERT_TRUE(SoftmaxAttentionSpBackward(c, *ops, p, s, q.data() + oq, k.data() + ok, v.data() + ok, gout.data() + oq,
                                            dout.data() + oq, glse.data() + size_t(s.offset) * H, gdq.data() + oq,
                                            gdk.data() + ok, gdv.data() + ok, scratch, kT)
                     .ok());
@@ -101,13 +102,14 @@ INSTANTIATE_TEST_SUITE_P(Ranks, SoftmaxSpTest,
 
 TEST(SoftmaxSpTest, RefusesASliceOfAnotherGroup) {
   RunRanks(2, [&](comm::Collective& c) {
+    auto ops = kernels::MakeCpuOps(1);
     SequenceSlice s = SliceOf(c.rank(), 3);
     kernels::AttentionParams p;
     p.head_dim = 4;
     std::vector<float> buf(size_t(kCu.back()) * 4);
     SoftmaxSpScratch scratch;
-    const absl::Status st =
-        SoftmaxAttentionSpForward(c, p, s, buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), scratch, kT);
+    const absl::Status st = SoftmaxAttentionSpForward(c, *ops, p, s, buf.data(), buf.data(), buf.data(), buf.data(),
+                                                      buf.data(), scratch, kT);
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
     EXPECT_NE(st.message().find("of 3"), std::string::npos) << st;
   });

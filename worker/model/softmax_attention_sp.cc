@@ -1,7 +1,6 @@
 #include "worker/model/softmax_attention_sp.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
@@ -30,21 +29,6 @@ absl::Status CheckSlice(const comm::Collective& group, const SequenceSlice& s) {
   return absl::OkStatus();
 }
 
-// Global key rows [lo, hi) that global row g sees.
-struct Keys {
-  int lo, hi;
-};
-Keys VisibleKeys(const kernels::AttentionParams& p, const std::vector<int32_t>& cu, int g) {
-  const int b = static_cast<int>(std::upper_bound(cu.begin(), cu.end(), g) - cu.begin()) - 1;
-  int lo = cu[b];
-  if (p.window > 0) lo = std::max(lo, g - p.window + 1);
-  return {lo, g + 1};
-}
-
-float Scale(const kernels::AttentionParams& p) {
-  return p.scale != 0.f ? p.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.head_dim)));
-}
-
 absl::Status GatherKv(comm::Collective& group, const SequenceSlice& s, size_t kd, const float* k, const float* v,
                       SoftmaxSpScratch& sc, comm::Timeout timeout) {
   const size_t n = static_cast<size_t>(s.global_rows()) * kd;
@@ -55,100 +39,107 @@ absl::Status GatherKv(comm::Collective& group, const SequenceSlice& s, size_t kd
   return group.allgather(v, sc.v.data(), counts, timeout);
 }
 
+// The rows this rank's attention kernel runs over: every local row plus, in
+// front, the rows [first, offset) of the sequence the slice begins inside
+// (as far back as the window reaches), whose keys the first local rows see;
+// those padding rows get zero queries (their outputs are dropped) and zero
+// output gradients (they add nothing to dK/dV). `cu` is the local
+// cu_seqlens with the padding added to the first piece.
+struct Padded {
+  int first = 0;  // global row of padded row 0
+  int pad = 0;    // padding rows
+  std::vector<int32_t> cu;
+};
+Padded PadRows(const kernels::AttentionParams& p, const SequenceSlice& s) {
+  Padded out;
+  const std::vector<int32_t>& cu = s.global_cu;
+  const int b = static_cast<int>(std::upper_bound(cu.begin(), cu.end(), s.offset) - cu.begin()) - 1;
+  out.first = cu[b];
+  if (p.window > 0) out.first = std::max(out.first, s.offset - (p.window - 1));
+  out.pad = s.offset - out.first;
+  out.cu.push_back(0);
+  const int hi = s.offset + s.rows;
+  for (size_t i = 1; i < cu.size(); ++i) {
+    if (cu[i] <= s.offset) continue;  // sequences that end before this slice
+    const int end = std::min<int>(cu[i], hi) - s.offset + out.pad;
+    if (end > out.cu.back()) out.cu.push_back(end);
+  }
+  return out;
+}
+
+void Grow(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
 }  // namespace
 
-absl::Status SoftmaxAttentionSpForward(comm::Collective& group, const kernels::AttentionParams& p,
+absl::Status SoftmaxAttentionSpForward(comm::Collective& group, kernels::Ops& ops, const kernels::AttentionParams& p,
                                        const SequenceSlice& s, const float* q, const float* k, const float* v,
                                        float* out, float* lse, SoftmaxSpScratch& sc, comm::Timeout timeout) {
   RETURN_IF_ERROR(CheckSlice(group, s));
-  const int H = p.num_heads, Hkv = p.num_kv_heads, D = p.head_dim, group_heads = H / Hkv;
-  const size_t kd = static_cast<size_t>(Hkv) * D;
+  const size_t hd = static_cast<size_t>(p.num_heads) * p.head_dim;
+  const size_t kd = static_cast<size_t>(p.num_kv_heads) * p.head_dim;
   RETURN_IF_ERROR(GatherKv(group, s, kd, k, v, sc, timeout));
-  const float scale = Scale(p);
-  const float* K = sc.k.data();
-  const float* V = sc.v.data();
-  for (int i = 0; i < s.rows; ++i) {
-    const int g = s.offset + i;
-    const Keys keys = VisibleKeys(p, s.global_cu, g);
-    if (sc.row.size() < static_cast<size_t>(keys.hi - keys.lo)) sc.row.resize(keys.hi - keys.lo);
-    float* srow = sc.row.data();
-    for (int h = 0; h < H; ++h) {
-      const int hk = h / group_heads;
-      const float* qi = q + (static_cast<size_t>(i) * H + h) * D;
-      float m = -INFINITY;
-      for (int j = keys.lo; j < keys.hi; ++j) {
-        const float* kj = K + (static_cast<size_t>(j) * Hkv + hk) * D;
-        float dot = 0.f;
-        for (int d = 0; d < D; ++d) dot += qi[d] * kj[d];
-        srow[j - keys.lo] = dot * scale;
-        m = std::max(m, dot * scale);
-      }
-      float* oi = out + (static_cast<size_t>(i) * H + h) * D;
-      std::fill(oi, oi + D, 0.f);
-      double l = 0;
-      for (int j = keys.lo; j < keys.hi; ++j) {
-        const float pj = std::exp(srow[j - keys.lo] - m);
-        l += pj;
-        const float* vj = V + (static_cast<size_t>(j) * Hkv + hk) * D;
-        for (int d = 0; d < D; ++d) oi[d] += pj * vj[d];
-      }
-      const float inv = static_cast<float>(1.0 / l);
-      for (int d = 0; d < D; ++d) oi[d] *= inv;
-      lse[static_cast<size_t>(i) * H + h] = m + static_cast<float>(std::log(l));
-    }
+  const Padded pr = PadRows(p, s);
+  const int rows = pr.pad + s.rows;
+  if (pr.pad == 0) {
+    ops.attention_forward(p, q, sc.k.data() + size_t(pr.first) * kd, sc.v.data() + size_t(pr.first) * kd, pr.cu.data(),
+                          static_cast<int>(pr.cu.size()) - 1, rows, out, lse);
+    return absl::OkStatus();
   }
+  Grow(sc.q, rows * hd);
+  Grow(sc.out, rows * hd);
+  Grow(sc.lse, static_cast<size_t>(rows) * p.num_heads);
+  std::fill(sc.q.begin(), sc.q.begin() + pr.pad * hd, 0.f);
+  std::copy(q, q + s.rows * hd, sc.q.begin() + pr.pad * hd);
+  ops.attention_forward(p, sc.q.data(), sc.k.data() + size_t(pr.first) * kd, sc.v.data() + size_t(pr.first) * kd,
+                        pr.cu.data(), static_cast<int>(pr.cu.size()) - 1, rows, sc.out.data(), sc.lse.data());
+  std::copy(sc.out.begin() + pr.pad * hd, sc.out.begin() + rows * hd, out);
+  std::copy(sc.lse.begin() + static_cast<size_t>(pr.pad) * p.num_heads,
+            sc.lse.begin() + static_cast<size_t>(rows) * p.num_heads, lse);
   return absl::OkStatus();
 }
 
-absl::Status SoftmaxAttentionSpBackward(comm::Collective& group, const kernels::AttentionParams& p,
+absl::Status SoftmaxAttentionSpBackward(comm::Collective& group, kernels::Ops& ops, const kernels::AttentionParams& p,
                                         const SequenceSlice& s, const float* q, const float* k, const float* v,
                                         const float* out, const float* dout, const float* lse, float* dq, float* dk,
                                         float* dv, SoftmaxSpScratch& sc, comm::Timeout timeout) {
   RETURN_IF_ERROR(CheckSlice(group, s));
-  const int H = p.num_heads, Hkv = p.num_kv_heads, D = p.head_dim, group_heads = H / Hkv;
-  const size_t kd = static_cast<size_t>(Hkv) * D;
+  const size_t hd = static_cast<size_t>(p.num_heads) * p.head_dim;
+  const size_t kd = static_cast<size_t>(p.num_kv_heads) * p.head_dim;
+  const size_t H = p.num_heads;
   RETURN_IF_ERROR(GatherKv(group, s, kd, k, v, sc, timeout));
+  const Padded pr = PadRows(p, s);
+  const int rows = pr.pad + s.rows;
   const size_t n = static_cast<size_t>(s.global_rows()) * kd;
-  if (sc.dk.size() < n) sc.dk.resize(n);
-  if (sc.dv.size() < n) sc.dv.resize(n);
+  Grow(sc.dk, n);
+  Grow(sc.dv, n);
   std::fill(sc.dk.begin(), sc.dk.begin() + n, 0.f);
   std::fill(sc.dv.begin(), sc.dv.begin() + n, 0.f);
-  const float scale = Scale(p);
-  const float* K = sc.k.data();
-  const float* V = sc.v.data();
-  for (int i = 0; i < s.rows; ++i) {
-    const Keys keys = VisibleKeys(p, s.global_cu, s.offset + i);
-    for (int h = 0; h < H; ++h) {
-      const int hk = h / group_heads;
-      const size_t row = static_cast<size_t>(i) * H + h;
-      const float* qi = q + row * D;
-      const float* oi = out + row * D;
-      const float* doi = dout + row * D;
-      float* dqi = dq + row * D;
-      float di = 0.f;
-      for (int d = 0; d < D; ++d) di += doi[d] * oi[d];
-      std::fill(dqi, dqi + D, 0.f);
-      const float lse_i = lse[row];
-      for (int j = keys.lo; j < keys.hi; ++j) {
-        const size_t krow = (static_cast<size_t>(j) * Hkv + hk) * D;
-        const float* kj = K + krow;
-        const float* vj = V + krow;
-        float dot = 0.f, dp = 0.f;
-        for (int d = 0; d < D; ++d) {
-          dot += qi[d] * kj[d];
-          dp += doi[d] * vj[d];
-        }
-        const float pij = std::exp(dot * scale - lse_i);
-        const float ds = pij * (dp - di) * scale;
-        float* dkj = sc.dk.data() + krow;
-        float* dvj = sc.dv.data() + krow;
-        for (int d = 0; d < D; ++d) {
-          dvj[d] += pij * doi[d];
-          dkj[d] += ds * qi[d];
-          dqi[d] += ds * kj[d];
-        }
-      }
-    }
+  float* dk_rows = sc.dk.data() + size_t(pr.first) * kd;
+  float* dv_rows = sc.dv.data() + size_t(pr.first) * kd;
+  const float* k_rows = sc.k.data() + size_t(pr.first) * kd;
+  const float* v_rows = sc.v.data() + size_t(pr.first) * kd;
+  const int ns = static_cast<int>(pr.cu.size()) - 1;
+  if (pr.pad == 0) {
+    ops.attention_backward(p, q, k_rows, v_rows, out, dout, lse, pr.cu.data(), ns, rows, dq, dk_rows, dv_rows);
+  } else {
+    // Padding rows: zero query, output and output gradient, lse 0 (their
+    // probabilities are finite and multiply zero gradients).
+    const size_t pad_hd = pr.pad * hd, rows_hd = rows * hd;
+    for (std::vector<float>* b : {&sc.q, &sc.out, &sc.dout, &sc.dq}) Grow(*b, rows_hd);
+    Grow(sc.lse, rows * H);
+    std::fill(sc.q.begin(), sc.q.begin() + pad_hd, 0.f);
+    std::fill(sc.out.begin(), sc.out.begin() + pad_hd, 0.f);
+    std::fill(sc.dout.begin(), sc.dout.begin() + pad_hd, 0.f);
+    std::fill(sc.lse.begin(), sc.lse.begin() + pr.pad * H, 0.f);
+    std::copy(q, q + s.rows * hd, sc.q.begin() + pad_hd);
+    std::copy(out, out + s.rows * hd, sc.out.begin() + pad_hd);
+    std::copy(dout, dout + s.rows * hd, sc.dout.begin() + pad_hd);
+    std::copy(lse, lse + s.rows * H, sc.lse.begin() + pr.pad * H);
+    ops.attention_backward(p, sc.q.data(), k_rows, v_rows, sc.out.data(), sc.dout.data(), sc.lse.data(), pr.cu.data(),
+                           ns, rows, sc.dq.data(), dk_rows, dv_rows);
+    std::copy(sc.dq.begin() + pad_hd, sc.dq.begin() + rows_hd, dq);
   }
   const std::vector<size_t> counts = Counts(s, kd);
   RETURN_IF_ERROR(group.reduce_scatter(sc.dk.data(), dk, counts, timeout));

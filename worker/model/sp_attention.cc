@@ -7,14 +7,14 @@ namespace tandem::model {
 absl::Status CollectiveSequenceAttention::SoftmaxForward(const kernels::AttentionParams& p, const SequenceSlice& s,
                                                          const float* q, const float* k, const float* v, float* out,
                                                          float* lse) {
-  return SoftmaxAttentionSpForward(*group_, p, s, q, k, v, out, lse, scratch_, timeout_);
+  return SoftmaxAttentionSpForward(*group_, *ops_, p, s, q, k, v, out, lse, scratch_, timeout_);
 }
 
 absl::Status CollectiveSequenceAttention::SoftmaxBackward(const kernels::AttentionParams& p, const SequenceSlice& s,
                                                           const float* q, const float* k, const float* v,
                                                           const float* out, const float* dout, const float* lse,
                                                           float* dq, float* dk, float* dv) {
-  return SoftmaxAttentionSpBackward(*group_, p, s, q, k, v, out, dout, lse, dq, dk, dv, scratch_, timeout_);
+  return SoftmaxAttentionSpBackward(*group_, *ops_, p, s, q, k, v, out, dout, lse, dq, dk, dv, scratch_, timeout_);
 }
 
 absl::Status CollectiveSequenceAttention::LinearForward(const kernels::LinearAttentionParams& p, const SequenceSlice& s,
