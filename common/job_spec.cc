@@ -2,6 +2,7 @@
 
 #include <google/protobuf/descriptor.h>
 #include <yaml-cpp/yaml.h>
+#include <algorithm>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -241,6 +242,38 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
       return Invalid("zero.weight_quantization", "int8 runs on cluster.device: cpu, not cuda");
     }
   }
+  if (cl.sequence_parallel() > 1) {
+    const int sp = cl.sequence_parallel();
+    if (cl.workers() % sp != 0) {
+      return Invalid("cluster.sequence_parallel",
+                     absl::StrCat(sp, " does not divide cluster.workers = ", cl.workers()));
+    }
+    if (spec.kind() != tandem::v1::JOB_KIND_SFT) {
+      return Invalid("cluster.sequence_parallel", "is for sft jobs only");
+    }
+    if (cl.zero_stage() != 0) {
+      return Invalid("cluster.sequence_parallel",
+                     absl::StrCat("runs with cluster.zero_stage 0 only (got ", cl.zero_stage(), ")"));
+    }
+    if (cl.device() == tandem::v1::DEVICE_KIND_CUDA) {
+      return Invalid("cluster.sequence_parallel", "runs on cpu workers only (host-memory attention)");
+    }
+    if (spec.recovery().degraded()) {
+      return Invalid("cluster.sequence_parallel", "cannot be combined with recovery.degraded");
+    }
+    if (spec.train().accumulation() == "layer_major") {
+      return Invalid("cluster.sequence_parallel", "cannot be combined with train.accumulation: layer_major");
+    }
+    const std::string& ckpt = spec.train().activation_checkpointing();
+    if (!ckpt.empty() && ckpt != "none") {
+      return Invalid("cluster.sequence_parallel", "cannot be combined with train.activation_checkpointing");
+    }
+    if (cl.min_workers() != 0 && cl.min_workers() != cl.workers()) {
+      return Invalid("cluster.sequence_parallel",
+                     "cannot be combined with cluster.min_workers < cluster.workers (every group needs all its "
+                     "ranks)");
+    }
+  }
   int train_world = cl.workers();
   int rollout_world = cl.workers();
   if (disaggregated) {
@@ -270,11 +303,13 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     return Invalid("init.sft.stop_accuracy", "needs a warm start: set init.sft.steps");
   }
   if (has_sft) {
-    int64_t per_step = static_cast<int64_t>(t.micro_batch()) * train_world;
+    const int sp = std::max(1, cl.sequence_parallel());
+    const int data_world = train_world / sp;
+    int64_t per_step = static_cast<int64_t>(t.micro_batch()) * data_world;
     if (t.global_batch() % per_step != 0) {
-      return Invalid("train.global_batch",
-                     absl::StrCat(t.global_batch(), " is not divisible by train.micro_batch * workers = ",
-                                  t.micro_batch(), " * ", train_world, " = ", per_step));
+      return Invalid("train.global_batch", absl::StrCat(t.global_batch(), " is not divisible by train.micro_batch * ",
+                                                        sp > 1 ? "data-parallel groups" : "workers", " = ",
+                                                        t.micro_batch(), " * ", data_world, " = ", per_step));
     }
   }
   if (spec.kind() == tandem::v1::JOB_KIND_GRPO) {

@@ -74,6 +74,10 @@ ConfigTable* MakeJobSpecTable() {
        .max_len = 1024,
        .help = "distinct layer indices < num_hidden_layers that use the sliding window"},
       {.path = "model.config.sliding_window", .help = ">= 1 when sliding_window_layers is set"},
+      {.path = "model.config.tandem_layer_types",
+       .max_len = 1024,
+       .help = "Tandem extension, one entry per layer: full, window:N, sink:S+window:N (decode only) or linear "
+               "(docs/parallelism.md); not with sliding_window_layers"},
       {.path = "model.config.tokenizer", .def = "char", .help = "`char` (built in) or \"\" (ids only)"},
       {.path = "model.config.bos_token_id", .help = "< vocab_size"},
       {.path = "model.config.eos_token_id", .help = "< vocab_size"},
@@ -335,6 +339,12 @@ ConfigTable* MakeJobSpecTable() {
        .max = kMaxWorkers,
        .help = "<= workers (elastic continuation)"},
       {.path = "cluster.threads_per_worker", .min = 0, .max = 1024, .help = "0 = the worker's setting"},
+      {.path = "cluster.sequence_parallel",
+       .def = "1",
+       .min = 1,
+       .max = kMaxWorkers,
+       .help = "sft: ranks that split each sequence (divides workers; data-parallel groups = workers / N; "
+               "zero_stage 0, cpu; docs/parallelism.md)"},
       // checkpoint.
       {.path = "checkpoint.every", .min = 0, .max = kMaxSteps, .help = "0 = never; else every N steps"},
       {.path = "checkpoint.keep", .def = "3", .min = 1, .max = 1000, .help = "newest kept"},

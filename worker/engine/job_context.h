@@ -106,6 +106,14 @@ struct JobContext {
   // included); made by the engine, which may fire it from any thread.
   std::shared_ptr<comm::AbortSignal> abort;
   std::unique_ptr<comm::Collective> collective;
+  // Sequence parallelism (cluster.sequence_parallel = sp_size > 1): this
+  // rank is sp_rank of the group of ranks [rank - sp_rank, + sp_size), which
+  // splits every packed micro-batch (model::SliceBatch); the model computes
+  // attention through sp_attention over sp_group. Aborted with `abort`.
+  int sp_size = 1;
+  int sp_rank = 0;
+  std::unique_ptr<comm::Collective> sp_group;
+  std::unique_ptr<model::SequenceAttention> sp_attention;
   // Where the ranks run (assignment.topology; one node when the coordinator
   // sent none) and the bytes the communicators moved per tier since the
   // last step report.

@@ -17,6 +17,7 @@
 #include "worker/engine/spec_convert.h"
 #include "worker/model/job_model.h"
 #include "worker/model/safetensors.h"
+#include "worker/model/sp_attention.h"
 #include "worker/model/trainable.h"
 #include "worker/rollout/tp_slice.h"
 
@@ -181,6 +182,36 @@ absl::Status BuildData(JobContext& ctx) {
   return absl::OkStatus();
 }
 
+// cluster.sequence_parallel: the group of consecutive ranks this rank
+// belongs to, its communicator (its own store prefix per group) and the
+// model's sequence-parallel attention over it. The job spec's checks ran at
+// submit; the ones that depend on this worker (world, device) run here.
+absl::Status SetupSequenceParallel(JobContext& ctx, const comm::CollectiveOptions& co) {
+  const int sp = std::max(1, ctx.spec().cluster().sequence_parallel());
+  if (sp == 1) return absl::OkStatus();
+  if (ctx.world % sp != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cluster.sequence_parallel: ", sp, " does not divide the world size ", ctx.world));
+  }
+  if (std::string_view(ctx.device->memory->name()) != "host") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cluster.sequence_parallel: runs on host memory (cpu workers); "
+                     "this worker's memory is ",
+                     ctx.device->memory->name()));
+  }
+  ctx.sp_size = sp;
+  ctx.sp_rank = ctx.rank % sp;
+  comm::CollectiveOptions o = co;
+  o.prefix = absl::StrCat(co.prefix, "-sp", ctx.rank / sp);
+  auto group = comm::MakeCollective("gloo", *ctx.store, ctx.sp_rank, sp, o);
+  if (!group.ok()) return group.status();
+  ctx.sp_group = std::move(*group);
+  ctx.sp_attention =
+      std::make_unique<model::CollectiveSequenceAttention>(ctx.sp_group.get(), ctx.device->ops.get(), ctx.timeout);
+  ctx.model->SetSequenceAttention(ctx.sp_attention.get());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment& assignment, JobContext& ctx,
@@ -335,6 +366,8 @@ absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment
       ctx.nodes = std::move(*groups);
     }
   }
+
+  if (absl::Status st = SetupSequenceParallel(ctx, co); !st.ok()) return st;
 
   // ZeRO state over the model's units.
   zero::ZeroOptions zo;

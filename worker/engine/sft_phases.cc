@@ -36,6 +36,16 @@ void CountTeacherForcedExact(const rl::PackedBatch& p, const std::vector<float>&
   }
 }
 
+// The data shares of a training step: under sequence parallelism the ranks
+// of a group take the same examples (the group is one data-parallel rank,
+// rank / sp_size of world / sp_size) and each computes its slice of every
+// micro-batch.
+std::vector<DataShare> TrainShares(const JobContext& ctx, int64_t total) {
+  if (ctx.sp_size <= 1) return MyShares(ctx, total);
+  const int dp_rank = ctx.rank / ctx.sp_size, dp_world = ctx.world / ctx.sp_size;
+  return {DataShare{dp_rank, rl::RankSlice(total, dp_rank, dp_world), false}};
+}
+
 model::Batch ToModelBatch(const rl::PackedBatch& p) {
   model::Batch b;
   b.tokens = p.tokens;
@@ -166,7 +176,7 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   }
   // One share at a time (data_shares.h), so a micro-batch never mixes this
   // rank's own examples with a taken-over share's.
-  for (const DataShare& share : MyShares(ctx, hold ? 0 : global_batch)) {
+  for (const DataShare& share : TrainShares(ctx, hold ? 0 : global_batch)) {
     const model::ForwardOptions fo = ShareForward(ctx, share);
     int64_t pass = 0;
     for (const rl::IndexRange& mb : rl::MicroBatches(share.range, micro)) {
@@ -174,15 +184,27 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
       std::vector<rl::SftExample> ex(global.begin() + mb.begin, global.begin() + mb.end);
       rl::PackedBatch packed = rl::PackSft(ex, ctx.dataset->tokens().bos, ctx.dataset->tokens().eos);
       model::Batch batch = ToModelBatch(packed);
+      // Under sequence parallelism: this rank's rows [offset, offset + t).
+      int offset = 0;
+      if (ctx.sp_size > 1) {
+        auto slice = model::SliceBatch(batch, ctx.sp_rank, ctx.sp_size);
+        if (!slice.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat("cluster.sequence_parallel: micro-batch of ",
+                                                         batch.num_tokens(), " tokens: ", slice.status().message()));
+        }
+        batch = std::move(*slice);
+        offset = batch.slice->offset;
+      }
       const int t = batch.num_tokens();
       logp.assign(t, 0.f);
       dlogp.assign(t, 0.f);
       if (absl::Status st = acc.NextModel().ForwardLogprobs(batch, *ctx.zero, logp.data(), nullptr, fo); !st.ok())
         return st;
       for (int i = 0; i < t; ++i) {
-        if (packed.loss_mask[i] != 0.f) {
-          loss_sum -= static_cast<double>(logp[i]) * packed.loss_mask[i];
-          dlogp[i] = -packed.loss_mask[i] * inv;
+        const float mask = packed.loss_mask[offset + i];
+        if (mask != 0.f) {
+          loss_sum -= static_cast<double>(logp[i]) * mask;
+          dlogp[i] = -mask * inv;
         }
       }
       if (absl::Status st = acc.Backward(dlogp, bo); !st.ok()) return st;
@@ -247,6 +269,17 @@ void ReportCollectiveBytes(JobContext& ctx, tandem::v1::StepMetrics* m) {
         static_cast<double>(b.sent);
   }
   ctx.collective->ResetBytes();
+  // The sequence-parallel group's own communicator: "sp_bytes_sent_<kind>".
+  if (ctx.sp_group) {
+    for (int k = 0; k < comm::kNumCollectiveKinds; ++k) {
+      const auto kind = static_cast<comm::CollectiveKind>(k);
+      const auto b = ctx.sp_group->bytes(kind);
+      if (b.calls == 0) continue;
+      (*m->mutable_extra())[absl::StrCat("sp_bytes_sent_", std::string(comm::CollectiveKindName(kind)))] =
+          static_cast<double>(b.sent);
+    }
+    ctx.sp_group->ResetBytes();
+  }
   // Per tier: "tier_sent_<tier>" and "tier_sent_<tier>_<kind>" (what this
   // rank sent; the coordinator sums the ranks into "job_tier_sent_*").
   for (int t = 0; t < comm::kNumTiers; ++t) {
@@ -398,6 +431,16 @@ absl::Status Evaluate(JobContext& ctx, int64_t step, ReportPhaseRequest* report)
   if (!ctx.task) {
     report->add_log_lines("eval skipped: nothing to score against (a built-in task, or data.eval with reward.type)");
     return absl::OkStatus();
+  }
+  // Greedy generation keeps a KV cache per layer: linear and sink layers
+  // (worker/model/layer_types.h) are not decoded by it.
+  for (int l = 0; l < ctx.config.num_hidden_layers; ++l) {
+    const model::LayerType t = model::LayerTypeOf(ctx.config, l);
+    if (t.kind == model::LayerKind::kLinear || t.kind == model::LayerKind::kSinkWindow) {
+      report->add_log_lines(absl::StrCat("eval skipped: greedy generation does not decode layer ", l, " ('",
+                                         model::LayerTypeName(t), "')"));
+      return absl::OkStatus();
+    }
   }
   const auto& spec = ctx.spec();
   const int n = spec.task().eval_size();

@@ -170,7 +170,9 @@ void Decoder::AttentionBlock(const float* P, int l, const DecoderInput& in, cons
     ops_->embedding_backward(in.kv_rows, T, k, KD, in.cache->k[l].data());
     ops_->embedding_backward(in.kv_rows, T, v, KD, in.cache->v[l].data());
   }
-  if (in.cu != nullptr && layer_types_[l].kind == LayerKind::kLinear) {
+  if (in.cu != nullptr && in.attention != nullptr) {
+    in.attention->Attend(l, q, k, v, attn, a.lse.at(l));
+  } else if (in.cu != nullptr && layer_types_[l].kind == LayerKind::kLinear) {
     ops_->linear_attention_forward(LinearAttention(), q, k, v, LinearDecay(T), in.cu, in.num_seqs, T, nullptr, attn,
                                    nullptr);
   } else if (in.cu != nullptr) {

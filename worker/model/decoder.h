@@ -93,6 +93,16 @@ struct KvCache {
   int capacity = 0;                             // rows per slot
 };
 
+// Replaces the attention kernels of packed forwards (sequence parallelism:
+// the model's SequenceAttention). Called once per layer, in layer order,
+// with that layer's q, k, v (after RoPE) and where its output and (softmax
+// layers) log-sum-exp go. Errors are the hook's to keep.
+class AttentionHook {
+ public:
+  virtual ~AttentionHook() = default;
+  virtual void Attend(int layer, const float* q, const float* k, const float* v, float* out, float* lse) = 0;
+};
+
 // The tokens of one forward (device arrays).
 struct DecoderInput {
   int rows = 0;
@@ -109,6 +119,8 @@ struct DecoderInput {
   const KvCache* cache = nullptr;
   const int32_t* kv_rows = nullptr;    // [rows]
   const int32_t* cache_len = nullptr;  // [rows], decode only
+  // Optional (packed forwards only): computes every layer's attention.
+  AttentionHook* attention = nullptr;
 };
 
 // The final RMSNorm's output.

@@ -82,6 +82,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromJob(const tandem::v1::ModelConfig& c)
     m.sliding_window = c.sliding_window();
     m.sliding_window_set = true;
   }
+  m.tandem_layer_types.assign(c.tandem_layer_types().begin(), c.tandem_layer_types().end());
   m.tokenizer = c.tokenizer();
   if (m.tokenizer == "char") {
     // The built-in char tokenizer's special ids (worker/model/tokenizer.h).

@@ -1,5 +1,6 @@
 #include "worker/model/linear_attention_sp.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -94,6 +95,74 @@ absl::Status LinearAttentionSpBackward(comm::Collective& group, kernels::Ops& op
     ops.linear_attention_backward(p, q, k, v, log_decay, cu, 1, t, entry.data(), dout, grad.data(), dq, dk, dv,
                                   d_log_decay, nullptr);
   }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The per-sequence initial states [num_seqs, S] of a slice: the entry state
+// for the first piece when it continues a sequence, zeros elsewhere.
+void SliceInitial(const SequenceSlice& s, int num_seqs, const std::vector<float>& entry, std::vector<float>* init) {
+  init->assign(size_t(num_seqs) * entry.size(), 0.f);
+  if (s.continues_in()) std::copy(entry.begin(), entry.end(), init->begin());
+}
+
+// The state entering this slice's first piece (scanned over the group) and
+// the decay this slice applies to the state it passes on.
+absl::Status SliceEntry(comm::Collective& group, kernels::Ops& ops, const kernels::LinearAttentionParams& p,
+                        const SequenceSlice& s, const int32_t* local_cu, int num_seqs, const float* q, const float* k,
+                        const float* v, const float* log_decay, float* scratch_out, std::vector<float>* entry,
+                        std::vector<float>* decay, comm::Timeout timeout) {
+  const size_t S = size_t(p.num_heads) * p.key_dim * p.value_dim;
+  std::vector<float> finals(size_t(num_seqs) * S, 0.f);
+  ops.linear_attention_forward(p, q, k, v, log_decay, local_cu, num_seqs, s.rows, nullptr, scratch_out, finals.data());
+  entry->assign(S, 0.f);
+  const bool through = s.continues_in() && s.continues_out() && num_seqs == 1;
+  if (s.continues_out()) std::copy(finals.end() - S, finals.end(), entry->begin());
+  *decay = through ? ChunkDecay(p, log_decay, s.rows) : std::vector<float>(S, 0.f);
+  return group.all_scan(entry->data(), S, StateScan(*decay), timeout);
+}
+
+}  // namespace
+
+absl::Status LinearAttentionSliceForward(comm::Collective& group, kernels::Ops& ops,
+                                         const kernels::LinearAttentionParams& p, const SequenceSlice& s,
+                                         const int32_t* local_cu, int num_seqs, const float* q, const float* k,
+                                         const float* v, const float* log_decay, float* out, comm::Timeout timeout) {
+  std::vector<float> entry, decay, init;
+  RETURN_IF_ERROR(SliceEntry(group, ops, p, s, local_cu, num_seqs, q, k, v, log_decay, out, &entry, &decay, timeout));
+  SliceInitial(s, num_seqs, entry, &init);
+  ops.linear_attention_forward(p, q, k, v, log_decay, local_cu, num_seqs, s.rows, init.data(), out, nullptr);
+  return absl::OkStatus();
+}
+
+absl::Status LinearAttentionSliceBackward(comm::Collective& group, kernels::Ops& ops,
+                                          const kernels::LinearAttentionParams& p, const SequenceSlice& s,
+                                          const int32_t* local_cu, int num_seqs, const float* q, const float* k,
+                                          const float* v, const float* log_decay, const float* dout, float* dq,
+                                          float* dk, float* dv, comm::Timeout timeout) {
+  const size_t S = size_t(p.num_heads) * p.key_dim * p.value_dim;
+  std::vector<float> scratch(size_t(s.rows) * p.num_heads * p.value_dim), entry, decay, init;
+  RETURN_IF_ERROR(
+      SliceEntry(group, ops, p, s, local_cu, num_seqs, q, k, v, log_decay, scratch.data(), &entry, &decay, timeout));
+  SliceInitial(s, num_seqs, entry, &init);
+  // The local part of the gradient w.r.t. the entry state.
+  std::vector<float> d_init(size_t(num_seqs) * S, 0.f), grad(S, 0.f);
+  ops.linear_attention_backward(p, q, k, v, log_decay, local_cu, num_seqs, s.rows, init.data(), dout, nullptr, dq, dk,
+                                dv, nullptr, d_init.data());
+  if (!s.continues_in()) std::fill(d_init.begin(), d_init.begin() + S, 0.f);
+  const int r = group.rank(), n = group.size();
+  const size_t bytes = S * sizeof(float);
+  if (r + 1 < n) RETURN_IF_ERROR(group.recv(grad.data(), bytes, r + 1, kStateGradTag, timeout));
+  if (r > 0) {
+    std::vector<float> up(S);
+    for (size_t i = 0; i < S; ++i) up[i] = d_init[i] + decay[i] * grad[i];
+    RETURN_IF_ERROR(group.send(up.data(), bytes, r - 1, kStateGradTag, timeout));
+  }
+  std::vector<float> d_final(size_t(num_seqs) * S, 0.f);
+  if (s.continues_out()) std::copy(grad.begin(), grad.end(), d_final.end() - S);
+  ops.linear_attention_backward(p, q, k, v, log_decay, local_cu, num_seqs, s.rows, init.data(), dout, d_final.data(),
+                                dq, dk, dv, nullptr, nullptr);
   return absl::OkStatus();
 }
 

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "kernels/ops.h"
 #include "worker/comm/collective.h"
+#include "worker/model/sequence_parallel.h"
 
 namespace tandem::model {
 
@@ -43,5 +44,24 @@ absl::Status LinearAttentionSpBackward(comm::Collective& group, kernels::Ops& op
                                        const kernels::LinearAttentionParams& p, const float* q, const float* k,
                                        const float* v, const float* log_decay, int t, const float* dout, float* dq,
                                        float* dk, float* dv, float* d_log_decay, comm::Timeout timeout);
+
+// The same over a slice of a packed batch of several sequences
+// (sequence_parallel.h): this rank's rows are the local pieces local_cu
+// [num_seqs + 1] of the global sequences. Only the first piece can continue
+// a sequence from the rank before (it enters with the scanned state) and
+// only the last can continue on the next rank (its state is what this rank
+// folds into the scan; a rank whose rows hold a sequence start passes its
+// last piece's state on with decay 0, so the chain restarts there). The
+// backward passes the state gradient back the same way. log_decay [t, H]
+// may be nullptr; no log-decay gradient.
+absl::Status LinearAttentionSliceForward(comm::Collective& group, kernels::Ops& ops,
+                                         const kernels::LinearAttentionParams& p, const SequenceSlice& s,
+                                         const int32_t* local_cu, int num_seqs, const float* q, const float* k,
+                                         const float* v, const float* log_decay, float* out, comm::Timeout timeout);
+absl::Status LinearAttentionSliceBackward(comm::Collective& group, kernels::Ops& ops,
+                                          const kernels::LinearAttentionParams& p, const SequenceSlice& s,
+                                          const int32_t* local_cu, int num_seqs, const float* q, const float* k,
+                                          const float* v, const float* log_decay, const float* dout, float* dq,
+                                          float* dk, float* dv, comm::Timeout timeout);
 
 }  // namespace tandem::model

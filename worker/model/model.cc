@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
@@ -19,6 +20,19 @@ void Batch::AddSequence(std::span<const int32_t> seq) {
     positions.push_back(static_cast<int32_t>(i));
   }
   cu_seqlens.push_back(static_cast<int32_t>(tokens.size()));
+}
+
+// The decoder's attention under sequence parallelism: the layer's kind
+// picks softmax or linear; the first error stops later calls and is kept.
+void Model::SpHook::Attend(int layer, const float* q, const float* k, const float* v, float* out, float* lse) {
+  if (!m_->sp_status_.ok()) return;
+  const Decoder& d = m_->decoder_;
+  if (d.layer_type(layer).kind == LayerKind::kLinear) {
+    m_->sp_status_ = m_->sp_->LinearForward(d.LinearAttention(), m_->slice_, m_->local_cu_.data(), m_->nseq_, q, k, v,
+                                            d.LinearDecay(m_->T_), out);
+  } else {
+    m_->sp_status_ = m_->sp_->SoftmaxForward(d.Attention(layer), m_->slice_, q, k, v, out, lse);
+  }
 }
 
 Model::Model(const ModelConfig& config, kernels::Ops* ops, int max_tokens, kernels::DeviceMemory* memory)
@@ -216,6 +230,11 @@ absl::Status Model::Prepare(const Batch& batch, ActivationCheckpointing mode) {
   targets_ = d + T;
   positions_ = d + 2 * T;
   cu_ = d + 3 * T;
+  sliced_ = sp_ != nullptr && batch.slice.has_value();
+  if (sliced_) {
+    slice_ = *batch.slice;
+    local_cu_ = batch.cu_seqlens;
+  }
   const int32_t max_position = *std::max_element(batch.positions.begin(), batch.positions.end());
   RETURN_IF_ERROR(decoder_.EnsureRope(max_position + 1));
   RETURN_IF_ERROR(decoder_.EnsureLinearDecay(T_));
@@ -231,6 +250,22 @@ absl::Status Model::CheckBatch(const Batch& b) const {
           absl::StrCat("model: layer ", l, " is '", LayerTypeName(decoder_.layer_type(l)),
                        "': attention sinks exist only in decode (worker/model/layer_state.h); "
                        "the training attention kernels take full, window:N and linear layers"));
+    }
+  }
+  if (sp_ == nullptr && b.slice.has_value()) {
+    return absl::InvalidArgumentError(
+        "batch is a sequence-parallel slice but the model has no sequence-parallel group");
+  }
+  if (sp_ != nullptr && b.slice.has_value()) {
+    const SequenceSlice& s = *b.slice;
+    if (s.rank != sp_->rank() || s.size != sp_->size() || s.rows != static_cast<int>(T)) {
+      return absl::InvalidArgumentError(absl::StrCat("model: the batch is rank ", s.rank, " of ", s.size, " (", s.rows,
+                                                     " rows), the group rank ", sp_->rank(), " of ", sp_->size(),
+                                                     " with ", T, " rows"));
+    }
+    if (std::string_view(mem_->name()) != "host") {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "model: sequence parallelism runs on host memory (CPU backends); this model's memory is ", mem_->name()));
     }
   }
   // Per-head rows (attention lse, q/k norms) are indexed with 32-bit ints.
@@ -300,6 +335,9 @@ DecoderInput Model::Input() const {
   in.positions = positions_;
   in.cu = cu_;
   in.num_seqs = nseq_;
+  // A slice's attention (and a checkpointed layer's recomputation) goes
+  // through the sequence-parallel group.
+  if (sliced_) in.attention = &sp_hook_;
   return in;
 }
 
@@ -308,6 +346,7 @@ void Model::ForwardHidden(ParamProvider& pp, bool recompute_mlp) {
   out.rows = T_;
   out.xn = xnf_;
   out.rstd = rstdf_;
+  sp_status_ = absl::OkStatus();
   decoder_.Forward(pp, Input(), Activations(recompute_mlp), out);
 }
 
@@ -318,6 +357,7 @@ absl::Status Model::ForwardLogprobs(const Batch& batch, ParamProvider& pp, float
   recomputed_mlp_ = options.recompute_mlp || want_ckpt_ == ActivationCheckpointing::kLayer;
   if (!recomputed_mlp_) RETURN_IF_ERROR(EnsureMlpStore(T_));
   ForwardHidden(pp, recomputed_mlp_);
+  RETURN_IF_ERROR(sp_status_);
   const int hu = layout().lm_head_unit();
   const float* P = pp.AcquireParams(hu);
   ops_->lm_head_logprobs_forward(xnf_, P + layout().lm_head_offset(), targets_, T_, d_.C, d_.V, lm_chunk_, lm_scratch_,
@@ -340,6 +380,7 @@ absl::Status Model::ForwardLogits(const Batch& batch, ParamProvider& pp, float* 
     return absl::ResourceExhaustedError(absl::StrCat("model: cannot allocate ", n * sizeof(float), " bytes of logits"));
   }
   ForwardHidden(pp, /*recompute_mlp=*/true);  // nothing is kept for a backward
+  RETURN_IF_ERROR(sp_status_);
   decoder_.Logits(pp, xnf_, T_, out.data());
   out.Download(logits, n);
   return decoder_.MemoryStatus("model");
@@ -386,6 +427,7 @@ void Model::BackwardHead(ParamProvider& pp) {
 }
 
 void Model::BackwardLayer(int l, ParamProvider& pp) {
+  if (!sp_status_.ok()) return;  // a sequence-parallel layer failed
   const int C = d_.C, H = d_.H, Hkv = d_.Hkv, D = d_.D, I = d_.I;
   const int HD = d_.HD, KD = d_.KD;
   const int T = T_;
@@ -472,7 +514,19 @@ void Model::BackwardLayer(int l, ParamProvider& pp) {
   }
   ops_->matmul(false, false, T, HD, C, 1.f, dres_, C, P + o.o, HD, 0.f, dattn_, HD);
   ops_->matmul(true, false, C, HD, T, 1.f, dres_, C, attn, HD, 1.f, G + o.o, HD);
-  if (decoder_.layer_type(l).kind == LayerKind::kLinear) {
+  if (sliced_) {
+    absl::Status st =
+        decoder_.layer_type(l).kind == LayerKind::kLinear
+            ? sp_->LinearBackward(decoder_.LinearAttention(), slice_, local_cu_.data(), nseq_, q, k, v,
+                                  decoder_.LinearDecay(T), dattn_, dq_, dk_, dv_)
+            : sp_->SoftmaxBackward(decoder_.Attention(l), slice_, q, k, v, attn, dattn_, acts.lse.at(l), dq_, dk_, dv_);
+    if (!st.ok()) {
+      pp.ReleaseGrads(unit);
+      pp.ReleaseParams(unit);
+      sp_status_ = st;  // BackwardEmbedding returns it
+      return;
+    }
+  } else if (decoder_.layer_type(l).kind == LayerKind::kLinear) {
     ops_->linear_attention_backward(decoder_.LinearAttention(), q, k, v, decoder_.LinearDecay(T), cu_, nseq_, T,
                                     nullptr, dattn_, nullptr, dq_, dk_, dv_, nullptr, nullptr);
   } else {
@@ -515,6 +569,7 @@ absl::Status Model::BackwardEmbedding(ParamProvider& pp) {
   ops_->embedding_backward(tokens_, T_, dres_, d_.C, G0 + layout().embed_offset());
   if (layout().tied()) pp.ReleaseGrads(0);  // the hold taken for the LM head
   pp.ReleaseGrads(0);
+  RETURN_IF_ERROR(sp_status_);
   return decoder_.MemoryStatus("model");
 }
 

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -33,6 +34,7 @@
 #include "worker/model/decoder.h"
 #include "worker/model/param_layout.h"
 #include "worker/model/param_provider.h"
+#include "worker/model/sequence_parallel.h"
 
 namespace tandem::model {
 
@@ -45,6 +47,10 @@ namespace tandem::model {
 //   cu_seqlens    num_seqs + 1 offsets, cu_seqlens[0] = 0, last = T
 struct Batch {
   std::vector<int32_t> tokens, targets, positions, cu_seqlens;
+  // Set by SliceBatch (sequence_parallel.h): these rows are one rank's slice
+  // of a larger packed batch, and cu_seqlens the local pieces of its
+  // sequences. A model with a SequenceAttention takes only such batches.
+  std::optional<SequenceSlice> slice;
   int num_tokens() const { return static_cast<int>(tokens.size()); }
   int num_seqs() const { return static_cast<int>(cu_seqlens.size()) - 1; }
   // Appends one sequence: inputs seq[0..n-2], targets seq[1..n-1].
@@ -90,6 +96,8 @@ class Model {
   // `max_tokens` cannot be allocated here, the first Forward* call retries
   // and reports ResourceExhausted.
   Model(const ModelConfig& config, kernels::Ops* ops, int max_tokens = 0, kernels::DeviceMemory* memory = nullptr);
+  Model(const Model&) = delete;  // sp_hook_ points at this model
+  Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const { return decoder_.config(); }
   const ParamLayout& layout() const { return decoder_.layout(); }
@@ -128,6 +136,14 @@ class Model {
   // mode (one reallocation when it changes).
   void set_activation_checkpointing(ActivationCheckpointing mode) { want_ckpt_ = mode; }
   ActivationCheckpointing activation_checkpointing() const { return want_ckpt_; }
+
+  // Sequence parallelism: batches that are SliceBatch slices (of this
+  // group's rank) compute attention through `sp` (nullptr: off); whole
+  // batches still run on this rank alone. The parameter gradients Backward
+  // adds are this rank's part: their sum over the group is the gradient of
+  // the whole batch. Host memory only (FailedPrecondition otherwise, at the
+  // next forward). `sp` must outlive its use.
+  void SetSequenceAttention(SequenceAttention* sp) { sp_ = sp; }
 
   // HF-style initialisation into params[layout().total_floats()]:
   // N(0, 0.02) for matrices, ones for norms, zeros for biases and padding.
@@ -224,6 +240,24 @@ class Model {
   // recomputes them from the layer input) and their gradients.
   float *qraw_ = nullptr, *kraw_ = nullptr, *dqraw_ = nullptr, *dkraw_ = nullptr;
   bool qk_norm_ = false;
+
+  // Sequence parallelism: the attention, the current batch's slice and its
+  // local cu_seqlens on the host, and the first error of the attention
+  // calls (forward, recomputation, backward).
+  class SpHook : public AttentionHook {
+   public:
+    explicit SpHook(Model* m) : m_(m) {}
+    void Attend(int layer, const float* q, const float* k, const float* v, float* out, float* lse) override;
+
+   private:
+    Model* m_;
+  };
+  SequenceAttention* sp_ = nullptr;
+  bool sliced_ = false;  // the current batch is a slice
+  SequenceSlice slice_;
+  std::vector<int32_t> local_cu_;
+  absl::Status sp_status_;
+  mutable SpHook sp_hook_{this};
 };
 
 // Masked mean negative log-likelihood: loss = -sum(mask*logp)/sum(mask);

@@ -1,0 +1,233 @@
+// bench_sequence_parallel: sequence parallelism (worker/model/
+// sequence_parallel.h) with N ranks as N threads over Gloo on 127.0.0.1.
+//
+//   bench_sequence_parallel [--tokens T] [--bytes-only] [--ranks-max N]
+//
+// Table 1, for N = 1..ranks-max (default 4): bytes each rank sent plus
+// received (the largest over ranks) for one layer's forward and backward of
+// one sequence of T tokens (default 8192), H = 8 heads, D = 32: a linear
+// layer (all_scan and the state-gradient send/recv) and a window:256 layer
+// (the K/V all-gathers and the dK/dV reduce-scatter; a full layer moves the
+// same bytes).
+// Table 2 (unless --bytes-only): training tokens/s (forward + backward of
+// the log-probs of one T-token sequence; median of 3 after a warm-up) of a
+// config-A-shaped hybrid model (vocab 512, hidden 256, intermediate 688,
+// 8 heads, 8 KV heads, layers [linear, window:256, linear, full]) on 1 rank
+// with 2 compute threads and on a group of 2 ranks with 1 thread each.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/backends.h"
+#include "worker/comm/collective.h"
+#include "worker/comm/store.h"
+#include "worker/model/config.h"
+#include "worker/model/linear_attention_sp.h"
+#include "worker/model/model.h"
+#include "worker/model/softmax_attention_sp.h"
+#include "worker/model/sp_attention.h"
+
+namespace {
+
+using tandem::comm::Collective;
+using tandem::comm::CollectiveKind;
+namespace model = tandem::model;
+namespace kernels = tandem::kernels;
+constexpr tandem::comm::Timeout kTimeout{600000};
+
+void RunRanks(int n, const std::function<void(Collective&)>& fn) {
+  tandem::comm::InMemoryStore store;
+  tandem::comm::CollectiveOptions o;
+  o.address = "127.0.0.1";
+  o.timeout = kTimeout;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      auto c = tandem::comm::MakeCollective("gloo", store, r, n, o);
+      if (!c.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", r, c.status().ToString().c_str());
+        std::exit(1);
+      }
+      fn(**c);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+void Check(const absl::Status& st) {
+  if (!st.ok()) {
+    std::fprintf(stderr, "%s\n", st.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+std::vector<float> Random(size_t n, int salt) {
+  std::vector<float> v(n);
+  std::mt19937 g(salt);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+uint64_t Moved(const Collective& c, std::initializer_list<CollectiveKind> kinds) {
+  uint64_t b = 0;
+  for (CollectiveKind k : kinds) b += c.bytes(k).sent + c.bytes(k).received;
+  return b;
+}
+
+void BytesTable(int T, int max_ranks) {
+  const int H = 8, D = 32;
+  const size_t n = size_t(T) * H * D;
+  const auto q = Random(n, 1), k = Random(n, 2), v = Random(n, 3), dout = Random(n, 4);
+  std::vector<float> decay(size_t(T) * H);
+  for (size_t i = 0; i < decay.size(); ++i) decay[i] = -0.05f;
+  std::printf("T = %d, H = %d, D = %d; one state = %d bytes, K+V of one rank's rows = %.1f MB at N = 1\n", T, H, D,
+              H * D * D * 4, 2.0 * n * 4 / 1e6);
+  std::printf(
+      "| ranks | linear: all_scan + send/recv bytes per rank | window:256: allgather + reduce_scatter bytes per rank "
+      "|\n");
+  std::printf("|---|---|---|\n");
+  for (int N = 1; N <= max_ranks; ++N) {
+    std::vector<uint64_t> lin(N), soft(N);
+    const std::vector<int32_t> cu{0, T};
+    RunRanks(N, [&](Collective& c) {
+      auto ops = kernels::MakeCpuOps(1);
+      model::SequenceSlice s;
+      const std::vector<int> b = model::SliceBounds(T, N);
+      s.rank = c.rank();
+      s.size = N;
+      s.offset = b[c.rank()];
+      s.rows = b[c.rank() + 1] - b[c.rank()];
+      s.global_cu = cu;
+      const std::vector<int32_t> local{0, s.rows};
+      const size_t o = size_t(s.offset) * H * D;
+      std::vector<float> out(size_t(s.rows) * H * D), lse(size_t(s.rows) * H), dq(out.size()), dk(out.size()),
+          dv(out.size());
+      kernels::LinearAttentionParams lp{H, D, D, 0.f};
+      Check(model::LinearAttentionSliceForward(c, *ops, lp, s, local.data(), 1, q.data() + o, k.data() + o,
+                                               v.data() + o, decay.data() + size_t(s.offset) * H, out.data(),
+                                               kTimeout));
+      Check(model::LinearAttentionSliceBackward(c, *ops, lp, s, local.data(), 1, q.data() + o, k.data() + o,
+                                                v.data() + o, decay.data() + size_t(s.offset) * H, dout.data() + o,
+                                                dq.data(), dk.data(), dv.data(), kTimeout));
+      lin[c.rank()] = Moved(c, {CollectiveKind::kAllScan, CollectiveKind::kSendRecv});
+      c.ResetBytes();
+      kernels::AttentionParams ap;
+      ap.num_heads = H;
+      ap.num_kv_heads = H;
+      ap.head_dim = D;
+      ap.window = 256;
+      model::SoftmaxSpScratch scratch;
+      Check(model::SoftmaxAttentionSpForward(c, *ops, ap, s, q.data() + o, k.data() + o, v.data() + o, out.data(),
+                                             lse.data(), scratch, kTimeout));
+      Check(model::SoftmaxAttentionSpBackward(c, *ops, ap, s, q.data() + o, k.data() + o, v.data() + o, out.data(),
+                                              dout.data() + o, lse.data(), dq.data(), dk.data(), dv.data(), scratch,
+                                              kTimeout));
+      soft[c.rank()] = Moved(c, {CollectiveKind::kAllgather, CollectiveKind::kReduceScatter});
+    });
+    std::printf("| %d | %llu | %llu |\n", N, (unsigned long long)*std::max_element(lin.begin(), lin.end()),
+                (unsigned long long)*std::max_element(soft.begin(), soft.end()));
+  }
+}
+
+model::ModelConfig HybridConfigA() {
+  auto c = model::ParseConfigJson(R"({"model_type": "llama", "vocab_size": 512, "hidden_size": 256,
+    "intermediate_size": 688, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-5, "max_position_embeddings": 32768,
+    "tandem_layer_types": ["linear", "window:256", "linear", "full"]})");
+  Check(c.status());
+  return *c;
+}
+
+double Seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void ThroughputTable(int T) {
+  const model::ModelConfig config = HybridConfigA();
+  model::Batch batch;
+  std::vector<int32_t> seq(T + 1);
+  std::mt19937 g(7);
+  for (int32_t& t : seq) t = static_cast<int32_t>(g() % 512);
+  batch.AddSequence(seq);
+  std::vector<float> params;
+  {
+    auto ops = kernels::MakeCpuOps(1);
+    model::Model m(config, ops.get());
+    params.resize(m.layout().total_floats());
+    m.InitParams(1, params.data());
+  }
+  auto step = [&](model::Model& m, const model::Batch& b, std::vector<float>& grads) {
+    model::FlatParamProvider pp(m.layout(), params.data(), grads.data());
+    std::vector<float> logp(b.num_tokens()), dlogp(b.num_tokens(), -1.f / T);
+    Check(m.ForwardLogprobs(b, pp, logp.data()));
+    Check(m.Backward(dlogp.data(), pp));
+  };
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<double> one, two;
+  {
+    auto ops = kernels::MakeCpuOps(2);
+    model::Model m(config, ops.get());
+    std::vector<float> grads(params.size());
+    for (int i = 0; i < 4; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      step(m, batch, grads);
+      if (i > 0) one.push_back(Seconds(t0));
+    }
+  }
+  RunRanks(2, [&](Collective& c) {
+    auto ops = kernels::MakeCpuOps(1);
+    model::Model m(config, ops.get());
+    model::CollectiveSequenceAttention sp(&c, ops.get(), kTimeout);
+    m.SetSequenceAttention(&sp);
+    auto local = model::SliceBatch(batch, c.rank(), 2);
+    Check(local.status());
+    std::vector<float> grads(params.size());
+    for (int i = 0; i < 4; ++i) {
+      Check(c.barrier(kTimeout));
+      const auto t0 = std::chrono::steady_clock::now();
+      step(m, *local, grads);
+      Check(c.barrier(kTimeout));
+      if (i > 0 && c.rank() == 0) two.push_back(Seconds(t0));
+    }
+  });
+  std::printf("| setup | T | s per step (median of 3) | tokens/s |\n|---|---|---|---|\n");
+  std::printf("| 1 rank, 2 threads | %d | %.3f | %.0f |\n", T, median(one), T / median(one));
+  std::printf("| SP = 2, 1 thread each | %d | %.3f | %.0f |\n", T, median(two), T / median(two));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int T = 8192, max_ranks = 4;
+  bool bytes_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) {
+      T = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--ranks-max") && i + 1 < argc) {
+      max_ranks = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--bytes-only")) {
+      bytes_only = true;
+    } else {
+      std::fprintf(stderr, "usage: %s [--tokens T] [--ranks-max N] [--bytes-only]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (T < 8 || max_ranks < 1) {
+    std::fprintf(stderr, "--tokens must be >= 8 and --ranks-max >= 1\n");
+    return 2;
+  }
+  BytesTable(T, max_ranks);
+  if (!bytes_only) ThroughputTable(T);
+  return 0;
+}
