@@ -71,7 +71,7 @@ struct RolloutRequest {
   std::vector<int32_t> prompt;
   int group = -1;
   uint64_t stream = 0;
-  std::vector<float> context;
+  std::vector<float> context = {};  // brace-initialised requests may leave it out
 };
 
 enum class Finish { kStop, kLength };
