@@ -323,12 +323,6 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
                          rollout_world, "; tensor-parallel groups are tp_size consecutive ",
                          disaggregated ? "rollout workers" : "workers"));
       }
-      if (disaggregated && pl.coupling() == "async" && pl.max_staleness() > 0) {
-        return Invalid("rollout.tp_size",
-                       "> 1 does not combine with placement.coupling: async and max_staleness >= 1 (the ranks of a "
-                       "tensor-parallel group must generate each step with the same weights version); use "
-                       "coupling: sync");
-      }
     }
     if (rl.prompts_per_step() % rollout_world != 0) {
       return Invalid("rl.prompts_per_step",

@@ -12,8 +12,9 @@
 //   the same rollout tokens, rewards and losses as tp_size 1, sampled and
 //   greedy (log-probs within fp32 reduction order), with each rollout rank
 //   receiving only its slice at SYNC_WEIGHTS (weight_sync_bytes below a
-//   full copy per rank); a tp_size that does not divide the rollout workers
-//   fails SETUP naming both.
+//   full copy per rank); async coupling with TP stays within its staleness
+//   bound; a tp_size that does not divide the rollout workers fails SETUP
+//   naming both.
 #include <cmath>
 #include <cstdio>
 
@@ -257,6 +258,27 @@ void TpMatchesTp1(const std::string& label, const std::vector<std::string>& extr
 
 TEST(DisaggEngineTest, TpRolloutWorkersSampleAsTp1) { TpMatchesTp1("sampled", {}); }
 TEST(DisaggEngineTest, TpRolloutWorkersGreedyAsTp1) { TpMatchesTp1("greedy", {"rl.top_k=1"}); }
+
+// Async with TP: the ranks of the group agree on one weights version per
+// step (the trainers fail a step whose group batches carry two), staleness
+// stays within K and every trajectory is accounted for.
+TEST(DisaggEngineTest, AsyncTpRolloutWorkersStayWithinTheBound) {
+  constexpr int kSteps = 5, kBound = 1;
+  EngineCluster c(3, "job-async-tp");
+  auto ov = Disagg(2, 1, "async", kBound);
+  ov.push_back("rollout.tp_size=2");
+  c.SetupOk(DisaggSpec(ov));
+  for (int w = 1; w <= 2; ++w) c.RunOk(PHASE_SFT_STEP, -w);
+  for (int s = 1; s <= kSteps; ++s) {
+    StepFigures f = RlStep(c, s, true);
+    std::printf("[disagg-async-tp] step %d: staleness max %.0f, kept %.0f dropped %.0f of %.0f, reward %.4f\n", s,
+                f.staleness_max, f.kept, f.dropped, f.received, f.reward);
+    EXPECT_LE(f.staleness_max, kBound) << "step " << s;
+    EXPECT_GE(f.staleness_max, 0) << "step " << s;
+    EXPECT_EQ(f.received, 16) << "step " << s;
+    EXPECT_EQ(f.kept + f.dropped + f.uneven, f.received) << "step " << s;
+  }
+}
 
 TEST(DisaggEngineTest, TpSizeMustDivideTheRolloutWorkers) {
   // The submit-time check is bypassed (the spec is edited after parsing),

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "common/phase_failure.h"
@@ -209,6 +210,12 @@ absl::Status SyncWeights(JobContext& ctx, DisaggState& d, int64_t step, ReportPh
       d.weights = std::make_shared<std::vector<float>>(std::move(buf));
       d.weights_version = version;
       d.synced_step = step;
+      if (tp && d.threaded()) {
+        // A generating step n uses a sync step >= n - K agreed by its TP
+        // group, and this rank has synced at most step n: keep K + 1.
+        d.slice_history[step] = {version, d.weights};
+        while (d.slice_history.begin()->first < step - d.max_staleness) d.slice_history.erase(d.slice_history.begin());
+      }
     }
     if (d.threaded()) d.StartOrWake(ctx);
   }
@@ -279,6 +286,7 @@ absl::Status TrainerRollout(JobContext& ctx, DisaggState& d, int64_t step, Repor
   if (!got.ok()) return got.status();
   const double wait_s = Seconds(t0);
   std::vector<rl::Trajectory> all;
+  std::map<int, int64_t> group_versions;  // TP group -> policy version
   double tokens = 0, gen_seconds = 0;
   for (int r = d.train_world; r < d.global_world; ++r) {
     if ((*got)[r].empty()) {
@@ -290,6 +298,16 @@ absl::Status TrainerRollout(JobContext& ctx, DisaggState& d, int64_t step, Repor
     if (batch->step != step) {
       return absl::InternalError(
           absl::StrCat("ROLLOUT for step ", step, ": rollout rank ", r, " sent the batch of step ", batch->step));
+    }
+    if (d.tp_size > 1 && !batch->trajectories.empty()) {
+      // The ranks of a TP group ran one forward: one weights version.
+      const int group = (r - d.train_world) / d.tp_size;
+      const int64_t v = batch->trajectories.front().policy_version;
+      auto [it, fresh] = group_versions.emplace(group, v);
+      if (!fresh && it->second != v) {
+        return absl::InternalError(absl::StrCat("ROLLOUT for step ", step, ": the ranks of tensor-parallel group ",
+                                                group, " generated with policy versions ", it->second, " and ", v));
+      }
     }
     tokens += static_cast<double>(batch->generated_tokens);
     gen_seconds += batch->generate_seconds;
@@ -364,7 +382,7 @@ void DisaggState::GenerateLoop(JobContext* ctx) {
   const int64_t last = ctx->spec().train().steps();
   while (true) {
     std::shared_ptr<std::vector<float>> w;
-    int64_t version = 0, step = 0;
+    int64_t version = 0, step = 0, synced = 0;
     {
       std::unique_lock<std::mutex> lock(mu);
       // At most max_staleness steps ahead of the newest weights: a batch of
@@ -375,6 +393,25 @@ void DisaggState::GenerateLoop(JobContext* ctx) {
       w = weights;
       version = weights_version;
       step = next_step_;
+      synced = synced_step;
+    }
+    if (tp_size > 1) {
+      // The ranks of the TP group generate step `step` with one weights
+      // version: the newest sync step they all hold (>= step - K, since each
+      // waited for that above).
+      float agreed = static_cast<float>(synced);
+      absl::Status st = ctx->tp_group->allreduce(&agreed, 1, comm::ReduceOp::kMin, ctx->timeout);
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = st.ok() ? slice_history.find(static_cast<int64_t>(agreed)) : slice_history.end();
+      if (it == slice_history.end()) {
+        error_ = st.ok() ? absl::InternalError(absl::StrCat("async rollout: the weights of step ", agreed,
+                                                            " agreed by the tensor-parallel group are gone"))
+                         : st;
+        cv_.notify_all();
+        return;
+      }
+      version = it->second.first;
+      w = it->second.second;
     }
     auto batch = GenerateBatch(*ctx, *this, step, *w, version);
     std::lock_guard<std::mutex> lock(mu);
@@ -442,11 +479,6 @@ absl::StatusOr<DisaggRole> SetupDisaggregated(JobContext& ctx, const comm::Colle
       return absl::InvalidArgumentError(
           absl::StrCat("rollout.tp_size ", d->tp_size, " does not divide placement.rollout_workers (", d->rollout_world,
                        "); tensor-parallel groups are tp_size consecutive rollout workers"));
-    }
-    if (d->threaded()) {
-      return absl::InvalidArgumentError(
-          "rollout.tp_size > 1 does not combine with placement.coupling: async and max_staleness >= 1 (the ranks "
-          "of a tensor-parallel group must generate each step with the same weights version); use coupling: sync");
     }
     for (int t = 0; t < d->tp_size; ++t) {
       auto map = rollout::MakeTpSliceMap(ctx.config, t, d->tp_size);

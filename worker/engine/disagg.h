@@ -34,20 +34,24 @@
 // step s; ROLLOUT(s) takes the buffered batch of step s. Trajectories older
 // than K versions are dropped (never by construction; the filter guards)
 // and counted in the ROLLOUT metrics (trajectories_dropped, staleness_max,
-// staleness_mean). K = 0 with async behaves as sync. Async with K >= 1 does
-// not combine with rollout.tp_size > 1: each rank's generation thread picks
-// the newest weights it holds, so the ranks of a TP group could run one step
-// with slices of different policy versions.
+// staleness_mean). K = 0 with async behaves as sync. With TP, the ranks of a
+// group must run each step with one weights version: before generating
+// step n, their threads agree (a min all-reduce on the TP group) on the
+// newest sync step all of them hold (>= n - K) and take its slice from a
+// history of the last K + 1 syncs; the trainers check that the batches of a
+// group carry one version.
 //
-// Threads: the job thread runs the phases and every collective; the async
-// generation thread only computes (it never touches a communicator) and is
-// joined by ~DisaggState, which JobContext destroys before the model and
-// generator it uses. Abort() may be called from any thread.
+// Threads: the job thread runs the phases and every collective except the
+// TP group's; the async generation thread computes and, with TP, alone uses
+// the TP group's communicator (ctx.tp_group; the engine's abort signal
+// aborts it). ~DisaggState joins it; JobContext destroys DisaggState before
+// the model and generator it uses. Abort() may be called from any thread.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -102,6 +106,9 @@ class DisaggState {
   // memory) and the version it holds.
   kernels::DeviceArray<float> weights_device;
   int64_t weights_device_version = -1;
+  // Async with TP (under mu): sync step -> (version, slice) of the last
+  // K + 1 syncs.
+  std::map<int64_t, std::pair<int64_t, std::shared_ptr<std::vector<float>>>> slice_history;
 
   // Async rollout ranks.
   void StartOrWake(JobContext& ctx);  // after each SYNC_WEIGHTS
