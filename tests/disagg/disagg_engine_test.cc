@@ -12,9 +12,9 @@
 //   the same rollout tokens, rewards and losses as tp_size 1, sampled and
 //   greedy (log-probs within fp32 reduction order), with each rollout rank
 //   receiving only its slice at SYNC_WEIGHTS (weight_sync_bytes below a
-//   full copy per rank); async coupling with TP stays within its staleness
-//   bound; a tp_size that does not divide the rollout workers fails SETUP
-//   naming both.
+//   full copy per rank), on guarded device memory bit for bit as on the
+//   cpu; async coupling with TP stays within its staleness bound; a tp_size
+//   that does not divide the rollout workers fails SETUP naming both.
 #include <cmath>
 #include <cstdio>
 
@@ -201,8 +201,9 @@ struct TpStepFigures {
 // Two rollout ranks (one TP group at tp 2) and one trainer; two
 // mini-batches, so LOGPROBS runs its own forward and reports the sampler's
 // log-prob mismatch against it.
-std::vector<TpStepFigures> TpRun(int tp, const std::vector<std::string>& extra, int steps) {
-  EngineCluster c(3, "job-disagg-tp" + std::to_string(tp));
+std::vector<TpStepFigures> TpRun(int tp, const std::vector<std::string>& extra, int steps,
+                                 const std::string& device = "cpu") {
+  EngineCluster c(3, "job-disagg-tp" + std::to_string(tp) + "-" + device, device);
   auto ov = Disagg(2, 1, "sync", 0);
   ov.push_back("rollout.tp_size=" + std::to_string(tp));
   ov.push_back("rl.mini_batches=2");
@@ -258,6 +259,24 @@ void TpMatchesTp1(const std::string& label, const std::vector<std::string>& extr
 
 TEST(DisaggEngineTest, TpRolloutWorkersSampleAsTp1) { TpMatchesTp1("sampled", {}); }
 TEST(DisaggEngineTest, TpRolloutWorkersGreedyAsTp1) { TpMatchesTp1("greedy", {"rl.top_k=1"}); }
+
+// The device code path of TP rollout workers (a device copy of the slice,
+// the TP group over a guarded communicator) gives the cpu run's figures
+// bit for bit.
+TEST(DisaggEngineTest, TpRolloutWorkersOnGuardedDeviceMatchCpu) {
+  constexpr int kSteps = 2;
+  const auto cpu = TpRun(2, {}, kSteps);
+  const auto guarded = TpRun(2, {}, kSteps, "cpu-guarded");
+  ASSERT_EQ(cpu.size(), guarded.size());
+  for (int i = 0; i < kSteps; ++i) {
+    SCOPED_TRACE("step " + std::to_string(i + 1));
+    EXPECT_EQ(cpu[i].rollout_tokens, guarded[i].rollout_tokens);
+    EXPECT_EQ(cpu[i].reward, guarded[i].reward);
+    EXPECT_EQ(cpu[i].loss, guarded[i].loss);
+    EXPECT_EQ(cpu[i].mismatch, guarded[i].mismatch);
+    EXPECT_EQ(guarded[i].tp_size, 2);
+  }
+}
 
 // Async with TP: the ranks of the group agree on one weights version per
 // step (the trainers fail a step whose group batches carry two), staleness
