@@ -316,12 +316,12 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     const auto& rl = spec.rl();
     const int tp = spec.rollout().tp_size();
     if (tp > 1) {
-      if (disaggregated) return Invalid("rollout.tp_size", "> 1 needs placement.mode: colocated");
-      if (spec.recovery().degraded())
-        return Invalid("rollout.tp_size", "> 1 cannot be combined with recovery.degraded");
       if (rollout_world % tp != 0) {
-        return Invalid("rollout.tp_size", absl::StrCat(tp, " does not divide the workers = ", rollout_world,
-                                                       "; tensor-parallel groups are tp_size consecutive workers"));
+        return Invalid(
+            "rollout.tp_size",
+            absl::StrCat(tp, " does not divide the ", disaggregated ? "placement.rollout_workers" : "workers", " = ",
+                         rollout_world, "; tensor-parallel groups are tp_size consecutive ",
+                         disaggregated ? "rollout workers" : "workers"));
       }
     }
     if (rl.prompts_per_step() % rollout_world != 0) {

@@ -292,9 +292,9 @@ ConfigTable* MakeJobSpecTable() {
        .def = "1",
        .min = 1,
        .max = 1024,
-       .help = "tensor-parallel rollout: groups of tp_size consecutive workers split attention heads and MLP "
-               "columns; divides the workers and the model's attention heads, key/value heads and "
-               "intermediate_size (co-located placement)"},
+       .help = "tensor-parallel rollout: groups of tp_size consecutive workers (disaggregated: rollout workers) "
+               "split attention heads and MLP columns; divides those workers and the model's attention heads, "
+               "key/value heads and intermediate_size; a degraded continuation rolls out at tp_size 1"},
       {.path = "rollout.tp_overlap",
        .def = "true",
        .zero_is_value = true,

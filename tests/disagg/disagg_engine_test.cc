@@ -7,7 +7,15 @@
 // - async coupling: staleness never exceeds K, every trajectory of a step is
 //   either kept or counted as dropped, and the run still trains (ZeRO-2 over
 //   two trainers);
-// - a ROLLOUT without its SYNC_WEIGHTS fails naming the phase.
+// - a ROLLOUT without its SYNC_WEIGHTS fails naming the phase;
+// - tensor-parallel rollout workers (rollout.tp_size 2 over 2 rollout ranks):
+//   the same rollout tokens, rewards and losses as tp_size 1, sampled and
+//   greedy (log-probs within fp32 reduction order), with each rollout rank
+//   receiving only its slice at SYNC_WEIGHTS (weight_sync_bytes below a
+//   full copy per rank), on guarded device memory bit for bit as on the
+//   cpu; async coupling with TP stays within its staleness bound; a tp_size
+//   that does not divide the rollout workers fails SETUP naming both.
+#include <cmath>
 #include <cstdio>
 
 #include "tests/engine/engine_test_util.h"
@@ -183,6 +191,129 @@ TEST(DisaggEngineTest, RolloutWithoutSyncFailsNamingThePhase) {
       << res[1].status;
   ASSERT_FALSE(res[0].status.ok());  // the trainer learns at once, not by a timeout
   EXPECT_NE(res[0].status.message().find("rollout rank 1 sent no trajectories"), std::string::npos) << res[0].status;
+}
+
+struct TpStepFigures {
+  double reward = 0, rollout_tokens = 0, loss = 0, mismatch = -1, sync_bytes = -1, sync_full_bytes = -1;
+  double tp_size = -1;
+};
+
+// Two rollout ranks (one TP group at tp 2) and one trainer; two
+// mini-batches, so LOGPROBS runs its own forward and reports the sampler's
+// log-prob mismatch against it.
+std::vector<TpStepFigures> TpRun(int tp, const std::vector<std::string>& extra, int steps,
+                                 const std::string& device = "cpu") {
+  EngineCluster c(3, "job-disagg-tp" + std::to_string(tp) + "-" + device, device);
+  auto ov = Disagg(2, 1, "sync", 0);
+  ov.push_back("rollout.tp_size=" + std::to_string(tp));
+  ov.push_back("rl.mini_batches=2");
+  ov.insert(ov.end(), extra.begin(), extra.end());
+  c.SetupOk(DisaggSpec(ov));
+  for (int w = 1; w <= kWarm; ++w) c.RunOk(PHASE_SFT_STEP, -w);
+  std::vector<TpStepFigures> out;
+  for (int s = 1; s <= steps; ++s) {
+    TpStepFigures f;
+    auto sync = c.RunOk(PHASE_SYNC_WEIGHTS, s);
+    f.sync_bytes = Extra(sync, "weight_sync_bytes");
+    f.sync_full_bytes = Extra(sync, "weight_sync_full_bytes");
+    auto r = c.RunOk(PHASE_ROLLOUT, s);
+    f.rollout_tokens = Extra(r, "rollout_tokens");
+    f.tp_size = Extra(r, "rollout_tp_size");
+    f.reward = c.RunOk(PHASE_SCORE, s).metrics().reward_mean();
+    f.mismatch = Extra(c.RunOk(PHASE_LOGPROBS, s), "logprob_mismatch_mean");
+    f.loss = c.RunOk(PHASE_UPDATE, s).metrics().loss();
+    out.push_back(f);
+  }
+  return out;
+}
+
+void TpMatchesTp1(const std::string& label, const std::vector<std::string>& extra) {
+  constexpr int kSteps = 3;
+  const auto one = TpRun(1, extra, kSteps);
+  const auto two = TpRun(2, extra, kSteps);
+  ASSERT_EQ(one.size(), two.size());
+  for (int i = 0; i < kSteps; ++i) {
+    SCOPED_TRACE(label + " step " + std::to_string(i + 1));
+    std::printf(
+        "[disagg-tp %s] step %d: reward %.4f / %.4f, tokens %.0f / %.0f, loss %.6g / %.6g, log-prob mismatch "
+        "%.3g / %.3g (tp 1 / tp 2); weight sync bytes %.0f / %.0f (full copies %.0f)\n",
+        label.c_str(), i + 1, one[i].reward, two[i].reward, one[i].rollout_tokens, two[i].rollout_tokens, one[i].loss,
+        two[i].loss, one[i].mismatch, two[i].mismatch, one[i].sync_bytes, two[i].sync_bytes, two[i].sync_full_bytes);
+    EXPECT_GT(one[i].rollout_tokens, 0);
+    EXPECT_EQ(one[i].rollout_tokens, two[i].rollout_tokens);
+    EXPECT_DOUBLE_EQ(one[i].reward, two[i].reward);
+    EXPECT_LE(RelDiff(one[i].loss, two[i].loss), 1e-4);
+    // Both samplers against the same training forward: the TP sampler's
+    // log-probs differ from tp 1's by fp32 summation order only.
+    ASSERT_GE(one[i].mismatch, 0);
+    ASSERT_GE(two[i].mismatch, 0);
+    EXPECT_LE(std::abs(one[i].mismatch - two[i].mismatch), 1e-4);
+    EXPECT_EQ(one[i].tp_size, -1);
+    EXPECT_EQ(two[i].tp_size, 2);
+    EXPECT_EQ(one[i].sync_bytes, one[i].sync_full_bytes);
+    EXPECT_EQ(two[i].sync_full_bytes, one[i].sync_full_bytes);
+    EXPECT_GT(two[i].sync_bytes, 0);
+    EXPECT_LT(two[i].sync_bytes, two[i].sync_full_bytes);
+  }
+}
+
+TEST(DisaggEngineTest, TpRolloutWorkersSampleAsTp1) { TpMatchesTp1("sampled", {}); }
+TEST(DisaggEngineTest, TpRolloutWorkersGreedyAsTp1) { TpMatchesTp1("greedy", {"rl.top_k=1"}); }
+
+// The device code path of TP rollout workers (a device copy of the slice,
+// the TP group over a guarded communicator) gives the cpu run's figures
+// bit for bit.
+TEST(DisaggEngineTest, TpRolloutWorkersOnGuardedDeviceMatchCpu) {
+  constexpr int kSteps = 2;
+  const auto cpu = TpRun(2, {}, kSteps);
+  const auto guarded = TpRun(2, {}, kSteps, "cpu-guarded");
+  ASSERT_EQ(cpu.size(), guarded.size());
+  for (int i = 0; i < kSteps; ++i) {
+    SCOPED_TRACE("step " + std::to_string(i + 1));
+    EXPECT_EQ(cpu[i].rollout_tokens, guarded[i].rollout_tokens);
+    EXPECT_EQ(cpu[i].reward, guarded[i].reward);
+    EXPECT_EQ(cpu[i].loss, guarded[i].loss);
+    EXPECT_EQ(cpu[i].mismatch, guarded[i].mismatch);
+    EXPECT_EQ(guarded[i].tp_size, 2);
+  }
+}
+
+// Async with TP: the ranks of the group agree on one weights version per
+// step (the trainers fail a step whose group batches carry two), staleness
+// stays within K and every trajectory is accounted for.
+TEST(DisaggEngineTest, AsyncTpRolloutWorkersStayWithinTheBound) {
+  constexpr int kSteps = 5, kBound = 1;
+  EngineCluster c(3, "job-async-tp");
+  auto ov = Disagg(2, 1, "async", kBound);
+  ov.push_back("rollout.tp_size=2");
+  c.SetupOk(DisaggSpec(ov));
+  for (int w = 1; w <= 2; ++w) c.RunOk(PHASE_SFT_STEP, -w);
+  for (int s = 1; s <= kSteps; ++s) {
+    StepFigures f = RlStep(c, s, true);
+    std::printf("[disagg-async-tp] step %d: staleness max %.0f, kept %.0f dropped %.0f of %.0f, reward %.4f\n", s,
+                f.staleness_max, f.kept, f.dropped, f.received, f.reward);
+    EXPECT_LE(f.staleness_max, kBound) << "step " << s;
+    EXPECT_GE(f.staleness_max, 0) << "step " << s;
+    EXPECT_EQ(f.received, 16) << "step " << s;
+    EXPECT_EQ(f.kept + f.dropped + f.uneven, f.received) << "step " << s;
+  }
+}
+
+TEST(DisaggEngineTest, TpSizeMustDivideTheRolloutWorkers) {
+  // The submit-time check is bypassed (the spec is edited after parsing),
+  // so SETUP's own check answers, on every rank.
+  EngineCluster c(4, "job-disagg-badtp");
+  auto ov = Disagg(3, 1, "sync", 0);
+  ov.push_back("rl.prompts_per_step=6");
+  auto spec = DisaggSpec(ov);
+  spec.mutable_rollout()->set_tp_size(2);
+  auto res = c.Setup(spec);
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_FALSE(res[r].status.ok()) << "rank " << r;
+    EXPECT_NE(res[r].status.message().find("rollout.tp_size 2 does not divide placement.rollout_workers (3)"),
+              std::string::npos)
+        << res[r].status;
+  }
 }
 
 TEST(DisaggEngineTest, PlacementMustSplitPromptsOverTrainers) {

@@ -15,6 +15,10 @@
 //    shares) runs, differs from the exact run and the loss keeps falling;
 //  - low-rank MLP gradients (recovery.degraded_low_rank): the loss keeps
 //    falling, the departure from the exact run shrinks with the rank;
+//  - GRPO with rollout.tp_size 2: the survivor of the TP group rolls out at
+//    tp_size 1 while degraded and the job goes back to TP when it grows
+//    back; rewards and losses equal a fault-free tp_size 1 run (fp32
+//    summation order apart);
 //  - ZeRO stages 1-3: the survivors re-partition their shards and the lost
 //    rank's peer copy; with a copy of the live step the run matches the
 //    fault-free one; an older copy gives stale moments at stage 2 and is
@@ -525,6 +529,89 @@ TEST(DegradedContinuationTest, GrpoSurvivorMatchesFaultFreeRun) {
   EXPECT_NE(base.back().loss, 0) << "the update must do something";
   std::printf("[degraded] GRPO W=2 -> 1 survivor after step %d: largest rel diff (loss, reward, kl) %.3g\n", kRlFail,
               worst);
+}
+
+TEST(DegradedContinuationTest, TpGroupFallsBackToTp1AndBackToTp) {
+  constexpr int kRl = 5, kRlFail = 2, kGrow = 3, kWarm = 15;
+  const std::string dir = MakeTempDir("degraded-tp");
+  const std::vector<std::string> common = {"cluster.workers=2",
+                                           "recovery.degraded=true",
+                                           "train.steps=" + std::to_string(kRl),
+                                           "init.sft.steps=" + std::to_string(kWarm),
+                                           "init.sft.lr=1e-2",
+                                           "train.lr=1e-2",
+                                           "checkpoint.dir=" + dir + "/ckpt"};
+  auto with_tp = [&](int tp) {
+    auto ov = common;
+    ov.push_back("rollout.tp_size=" + std::to_string(tp));
+    return ParseSpec(TinyGrpoYaml(), ov);
+  };
+  auto tp_of = [](const ReportPhaseRequest& r) {
+    auto it = r.metrics().extra().find("rollout_tp_size");
+    return it == r.metrics().extra().end() ? 1.0 : it->second;
+  };
+  std::vector<RlFigures> base, run;
+  std::vector<double> tp_sizes;
+  {
+    EngineCluster c(2);
+    c.SetupOk(with_tp(1));
+    for (int w = 1; w <= kWarm; ++w) c.RunOk(PHASE_SFT_STEP, -w);
+    for (int s = 1; s <= kRl; ++s) base.push_back(RlStep(c, s));
+  }
+  {
+    const JobSpec spec = with_tp(2);
+    EngineCluster c(2);
+    c.SetupOk(spec);
+    for (int w = 1; w <= kWarm; ++w) c.RunOk(PHASE_SFT_STEP, -w);
+    auto step = [&](int s) {
+      RlFigures f;
+      tp_sizes.push_back(tp_of(c.RunOk(PHASE_ROLLOUT, s)));
+      f.reward = c.RunOk(PHASE_SCORE, s).metrics().reward_mean();
+      c.RunOk(PHASE_LOGPROBS, s);
+      auto up = c.RunOk(PHASE_UPDATE, s);
+      f.loss = up.metrics().loss();
+      f.kl = up.metrics().kl();
+      run.push_back(f);
+    };
+    for (int s = 1; s <= kRlFail; ++s) step(s);
+    // Rank 1 (TP rank 1 of the only group) is lost: rank 0 continues alone.
+    for (int r = 0; r < 2; ++r) c.engine(r).Abort();
+    auto res = c.SetupMembers(spec, {0}, [](int, tandem::v1::Assignment& a) {
+      a.set_live_restore(true);
+      a.set_live_restore_step(kRlFail);
+      a.set_logical_world_size(2);
+      a.set_logical_rank_begin(0);
+      a.set_logical_rank_end(2);
+      a.set_own_logical_rank(0);
+    });
+    ASSERT_TRUE(res[0].status.ok()) << res[0].status;
+    EXPECT_TRUE(HasLine(res[0].report, "degraded continuation: rollout at tp_size 1 (not 2)"));
+    for (int s = kRlFail + 1; s <= kGrow; ++s) step(s);
+    // The replacement joins through a checkpoint: TP again.
+    c.RunOk(PHASE_CHECKPOINT, kGrow);
+    WaitForCheckpoint(dir + "/ckpt", kGrow);
+    c.SetupOk(spec, ckpt::FinalDir(dir + "/ckpt", kGrow));
+    for (int s = kGrow + 1; s <= kRl; ++s) step(s);
+  }
+  ASSERT_EQ(run.size(), base.size());
+  const std::vector<double> want_tp = {2, 2, 1, 2, 2};
+  EXPECT_EQ(tp_sizes, want_tp);
+  double worst = 0;
+  for (int s = 1; s <= kRl; ++s) {
+    const auto& a = run[s - 1];
+    const auto& b = base[s - 1];
+    EXPECT_DOUBLE_EQ(a.reward, b.reward) << "step " << s;
+    for (double d : {RelDiff(a.loss, b.loss), RelDiff(a.kl, b.kl)}) {
+      worst = std::max(worst, d);
+      EXPECT_LE(d, 1e-4) << "step " << s << ": loss " << a.loss << " vs " << b.loss << ", kl " << a.kl << " vs "
+                         << b.kl;
+    }
+  }
+  std::printf(
+      "[degraded] GRPO tp 2 -> 1 survivor at tp 1 -> grown back to tp 2: largest rel diff (loss, kl) %.3g "
+      "against tp 1 without a fault\n",
+      worst);
+  fs::remove_all(dir);
 }
 
 }  // namespace

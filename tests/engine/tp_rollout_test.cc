@@ -77,12 +77,30 @@ TEST(TpRolloutTest, SpecRefusesATpSizeThatDoesNotDivideTheWorkers) {
   auto range = common::ParseJobSpecYaml(TinyGrpoYaml(), {"rollout.tp_size=2000"});
   ASSERT_FALSE(range.ok());
   EXPECT_NE(range.status().message().find("rollout.tp_size"), std::string::npos) << range.status();
-  auto disagg = common::ParseJobSpecYaml(
-      TinyGrpoYaml(), {"cluster.workers=4", "placement.mode=disaggregated", "placement.rollout_workers=2",
-                       "placement.train_workers=2", "rollout.tp_size=2"});
-  ASSERT_FALSE(disagg.ok());
-  EXPECT_NE(disagg.status().message().find("rollout.tp_size"), std::string::npos) << disagg.status();
   EXPECT_TRUE(common::ParseJobSpecYaml(TinyGrpoYaml(), {"cluster.workers=2", "rollout.tp_size=2"}).ok());
+}
+
+TEST(TpRolloutTest, SpecTakesTpInDisaggregatedAndDegradedJobs) {
+  const std::vector<std::string> disagg = {"cluster.workers=3", "placement.mode=disaggregated",
+                                           "placement.rollout_workers=2", "placement.train_workers=1",
+                                           "rollout.tp_size=2"};
+  auto ok = common::ParseJobSpecYaml(TinyGrpoYaml(), disagg);
+  EXPECT_TRUE(ok.ok()) << ok.status();
+  // The TP groups are made of rollout workers: 2 does not divide 1.
+  auto uneven = common::ParseJobSpecYaml(
+      TinyGrpoYaml(), {"cluster.workers=3", "placement.mode=disaggregated", "placement.rollout_workers=1",
+                       "placement.train_workers=2", "rollout.tp_size=2"});
+  ASSERT_FALSE(uneven.ok());
+  EXPECT_NE(uneven.status().message().find("rollout.tp_size"), std::string::npos) << uneven.status();
+  EXPECT_NE(uneven.status().message().find("does not divide the placement.rollout_workers = 1"), std::string::npos)
+      << uneven.status();
+  auto async = disagg;
+  async.insert(async.end(), {"placement.coupling=async", "placement.max_staleness=1"});
+  auto k1 = common::ParseJobSpecYaml(TinyGrpoYaml(), async);
+  EXPECT_TRUE(k1.ok()) << k1.status();
+  auto degraded =
+      common::ParseJobSpecYaml(TinyGrpoYaml(), {"cluster.workers=2", "rollout.tp_size=2", "recovery.degraded=true"});
+  EXPECT_TRUE(degraded.ok()) << degraded.status();
 }
 
 TEST(TpRolloutTest, SetupRefusesAModelWhoseKvHeadsDoNotSplit) {

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "common/phase_failure.h"
@@ -31,14 +32,25 @@ absl::StatusOr<disagg::RolloutBatch> GenerateBatch(JobContext& ctx, DisaggState&
   const auto& spec = ctx.spec();
   const int G = std::max(1, spec.rl().group_size());
   const int64_t P = std::max(1, spec.rl().prompts_per_step());
-  const rl::IndexRange mine = rl::RankSlice(P, d.global_rank - d.train_world, d.rollout_world);
+  const int me = d.global_rank - d.train_world;
+  const rl::IndexRange mine = rl::RankSlice(P, me, d.rollout_world);
+  // With TP, the group generates the prompts of all its ranks; this rank
+  // keeps its own.
+  const int tp = d.tp_size;
+  rl::IndexRange gen_range = mine;
+  if (tp > 1) {
+    const int first = me / tp * tp;
+    gen_range = {rl::RankSlice(P, first, d.rollout_world).begin, rl::RankSlice(P, first + tp - 1, d.rollout_world).end};
+  }
+  const size_t own_first = static_cast<size_t>(mine.begin - gen_range.begin) * G;
+  const size_t own_count = static_cast<size_t>(mine.size()) * G;
   std::vector<std::vector<int32_t>> prompts;
   std::vector<uint64_t> seq_ids;
   std::vector<int64_t> groups;
   const int32_t bos = ctx.dataset->tokens().bos;
   // The same keys as the co-located ROLLOUT (grpo_phases.cc), so both modes
   // draw the same prompts and samples.
-  for (int64_t p = mine.begin; p < mine.end; ++p) {
+  for (int64_t p = gen_range.begin; p < gen_range.end; ++p) {
     rl::Example ex =
         ctx.task->Sample(DeriveSeed(spec.seed(), kSeedRlPrompts), static_cast<uint64_t>((step - 1) * P + p));
     std::vector<int32_t> ids = {bos};
@@ -76,13 +88,22 @@ absl::StatusOr<disagg::RolloutBatch> GenerateBatch(JobContext& ctx, DisaggState&
     }
     device_weights = d.weights_device.data();
   }
-  model::FlatParamProvider params(ctx.model->layout(), device_weights, nullptr);
   const auto t0 = Clock::now();
-  auto gen = ctx.rollout->Generate(requests, so, params);
+  absl::StatusOr<rollout::RolloutResult> gen;
+  if (tp > 1) {
+    model::FlatParamProvider slice(ctx.tp_decoder->slice_layout(), device_weights, nullptr);
+    gen = ctx.tp_rollout->Generate(requests, so, slice);
+  } else {
+    model::FlatParamProvider params(ctx.model->layout(), device_weights, nullptr);
+    gen = ctx.rollout->Generate(requests, so, params);
+  }
   if (!gen.ok()) return gen.status();
   batch.generate_seconds = Seconds(t0);
-  batch.generated_tokens = gen->generated_tokens;
-  for (size_t i = 0; i < prompts.size(); ++i) {
+  if (gen->sequences.size() != prompts.size()) {
+    return absl::InternalError("rollout: the engine returned a different number of sequences than requested");
+  }
+  for (size_t i = own_first; i < own_first + own_count; ++i) {
+    batch.generated_tokens += static_cast<int64_t>(gen->sequences[i].tokens.size());
     rl::Trajectory t;
     t.prompt_ids = std::move(prompts[i]);
     t.completion_ids = std::move(gen->sequences[i].tokens);
@@ -126,10 +147,35 @@ absl::StatusOr<std::vector<std::vector<float>>> Exchange(JobContext& ctx, Disagg
   return out;
 }
 
+// Tag of the per-rank slices of a tensor-parallel weight sync on "all".
+constexpr uint32_t kSyncSliceTag = 0x5359;
+
+// TP weight sync: trainer t sends each rollout rank j with j % T == t the
+// slice of TP rank j % tp_size (cut from `full`), followed by the header.
+absl::Status SendSlices(JobContext& ctx, DisaggState& d, const std::vector<float>& full, int64_t step) {
+  std::vector<float> buf;
+  for (int j = ctx.rank; j < d.rollout_world; j += d.train_world) {
+    const rollout::TpSliceMap& map = d.tp_maps[j % d.tp_size];
+    buf.assign(map.slice_floats + 4, 0.f);
+    rollout::SliceFromFull(map, full.data(), buf.data());
+    PutI64(&buf[map.slice_floats], ctx.policy_version);
+    PutI64(&buf[map.slice_floats + 2], step);
+    if (absl::Status st =
+            d.all->send(buf.data(), buf.size() * sizeof(float), d.train_world + j, kSyncSliceTag, ctx.timeout);
+        !st.ok()) {
+      return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SyncWeights(JobContext& ctx, DisaggState& d, int64_t step, ReportPhaseRequest* report) {
   const auto t0 = Clock::now();
   const size_t psi = ctx.model->layout().total_floats();
-  std::vector<float> buf(psi + 4);
+  const bool tp = d.tp_size > 1;
+  // What one rollout rank receives: the full weights, or its TP slice.
+  const size_t n = tp && d.role == DisaggRole::kRollout ? d.tp_maps[ctx.rank % d.tp_size].slice_floats : psi;
+  std::vector<float> buf(n + 4);
   if (d.role == DisaggRole::kTrain) {
     if (absl::Status st = ctx.zero->GatherFull(buf.data()); !st.ok()) return st;
     // The frozen KL reference is the policy RL starts from (after any warm
@@ -141,26 +187,51 @@ absl::Status SyncWeights(JobContext& ctx, DisaggState& d, int64_t step, ReportPh
     PutI64(&buf[psi], ctx.policy_version);
     PutI64(&buf[psi + 2], step);
   }
-  if (absl::Status st = d.all->broadcast(buf.data(), buf.size(), 0, ctx.timeout); !st.ok()) return st;
-  const int64_t version = GetI64(&buf[psi]);
-  if (GetI64(&buf[psi + 2]) != step) {
+  if (tp) {
+    if (d.role == DisaggRole::kTrain) {
+      if (absl::Status st = SendSlices(ctx, d, buf, step); !st.ok()) return st;
+    } else if (absl::Status st = d.all->recv(buf.data(), buf.size() * sizeof(float), ctx.rank % d.train_world,
+                                             kSyncSliceTag, ctx.timeout);
+               !st.ok()) {
+      return st;
+    }
+  } else if (absl::Status st = d.all->broadcast(buf.data(), buf.size(), 0, ctx.timeout); !st.ok()) {
+    return st;
+  }
+  const int64_t version = GetI64(&buf[n]);
+  if (GetI64(&buf[n + 2]) != step) {
     return absl::InternalError(
-        absl::StrCat("SYNC_WEIGHTS for step ", step, " received the weights of step ", GetI64(&buf[psi + 2])));
+        absl::StrCat("SYNC_WEIGHTS for step ", step, " received the weights of step ", GetI64(&buf[n + 2])));
   }
   if (d.role == DisaggRole::kRollout) {
-    buf.resize(psi);
+    buf.resize(n);
     {
       std::lock_guard<std::mutex> lock(d.mu);
       d.weights = std::make_shared<std::vector<float>>(std::move(buf));
       d.weights_version = version;
       d.synced_step = step;
+      if (tp && d.threaded()) {
+        // A generating step n uses a sync step >= n - K agreed by its TP
+        // group, and this rank has synced at most step n: keep K + 1.
+        d.slice_history[step] = {version, d.weights};
+        while (d.slice_history.begin()->first < step - d.max_staleness) d.slice_history.erase(d.slice_history.begin());
+      }
     }
     if (d.threaded()) d.StartOrWake(ctx);
   }
   auto* m = report->mutable_metrics();
   m->set_step(step);
-  (*m->mutable_extra())["sync_weights_bytes"] = static_cast<double>(psi * sizeof(float));
+  // Job-wide (every rank reports the same figures): the bytes the rollout
+  // ranks received, against a full copy for each, and their mean per rank.
+  double sync_floats = 0;
+  for (int j = 0; j < d.rollout_world; ++j) {
+    sync_floats += static_cast<double>(tp ? d.tp_maps[j % d.tp_size].slice_floats : psi);
+  }
+  (*m->mutable_extra())["sync_weights_bytes"] = sync_floats * sizeof(float) / d.rollout_world;
   (*m->mutable_extra())["sync_weights_seconds"] = Seconds(t0);
+  (*m->mutable_extra())["weight_sync_bytes"] = sync_floats * sizeof(float);
+  (*m->mutable_extra())["weight_sync_full_bytes"] = static_cast<double>(psi * sizeof(float)) * d.rollout_world;
+  if (tp) (*m->mutable_extra())["rollout_tp_size"] = d.tp_size;
   (*report->mutable_values())["policy_version"] = static_cast<double>(version);
   return absl::OkStatus();
 }
@@ -196,6 +267,7 @@ absl::Status RolloutRankRollout(JobContext& ctx, DisaggState& d, int64_t step, R
   auto* m = report->mutable_metrics();
   m->set_step(step);
   (*m->mutable_extra())["rollout_tokens"] = static_cast<double>(batch->generated_tokens);
+  if (d.tp_size > 1) (*m->mutable_extra())["rollout_tp_size"] = d.tp_size;
   (*report->mutable_values())["generate_seconds"] = batch->generate_seconds;
   return absl::OkStatus();
 }
@@ -214,6 +286,7 @@ absl::Status TrainerRollout(JobContext& ctx, DisaggState& d, int64_t step, Repor
   if (!got.ok()) return got.status();
   const double wait_s = Seconds(t0);
   std::vector<rl::Trajectory> all;
+  std::map<int, int64_t> group_versions;  // TP group -> policy version
   double tokens = 0, gen_seconds = 0;
   for (int r = d.train_world; r < d.global_world; ++r) {
     if ((*got)[r].empty()) {
@@ -225,6 +298,16 @@ absl::Status TrainerRollout(JobContext& ctx, DisaggState& d, int64_t step, Repor
     if (batch->step != step) {
       return absl::InternalError(
           absl::StrCat("ROLLOUT for step ", step, ": rollout rank ", r, " sent the batch of step ", batch->step));
+    }
+    if (d.tp_size > 1 && !batch->trajectories.empty()) {
+      // The ranks of a TP group ran one forward: one weights version.
+      const int group = (r - d.train_world) / d.tp_size;
+      const int64_t v = batch->trajectories.front().policy_version;
+      auto [it, fresh] = group_versions.emplace(group, v);
+      if (!fresh && it->second != v) {
+        return absl::InternalError(absl::StrCat("ROLLOUT for step ", step, ": the ranks of tensor-parallel group ",
+                                                group, " generated with policy versions ", it->second, " and ", v));
+      }
     }
     tokens += static_cast<double>(batch->generated_tokens);
     gen_seconds += batch->generate_seconds;
@@ -260,6 +343,7 @@ absl::Status TrainerRollout(JobContext& ctx, DisaggState& d, int64_t step, Repor
   x["trajectories_dropped"] = static_cast<double>(sel->dropped_stale);
   x["trajectories_dropped_uneven"] = static_cast<double>(sel->dropped_uneven);
   x["policy_version"] = static_cast<double>(ctx.policy_version);
+  if (d.tp_size > 1) x["rollout_tp_size"] = d.tp_size;
   return absl::OkStatus();
 }
 
@@ -298,7 +382,7 @@ void DisaggState::GenerateLoop(JobContext* ctx) {
   const int64_t last = ctx->spec().train().steps();
   while (true) {
     std::shared_ptr<std::vector<float>> w;
-    int64_t version = 0, step = 0;
+    int64_t version = 0, step = 0, synced = 0;
     {
       std::unique_lock<std::mutex> lock(mu);
       // At most max_staleness steps ahead of the newest weights: a batch of
@@ -309,6 +393,25 @@ void DisaggState::GenerateLoop(JobContext* ctx) {
       w = weights;
       version = weights_version;
       step = next_step_;
+      synced = synced_step;
+    }
+    if (tp_size > 1) {
+      // The ranks of the TP group generate step `step` with one weights
+      // version: the newest sync step they all hold (>= step - K, since each
+      // waited for that above).
+      float agreed = static_cast<float>(synced);
+      absl::Status st = ctx->tp_group->allreduce(&agreed, 1, comm::ReduceOp::kMin, ctx->timeout);
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = st.ok() ? slice_history.find(static_cast<int64_t>(agreed)) : slice_history.end();
+      if (it == slice_history.end()) {
+        error_ = st.ok() ? absl::InternalError(absl::StrCat("async rollout: the weights of step ", agreed,
+                                                            " agreed by the tensor-parallel group are gone"))
+                         : st;
+        cv_.notify_all();
+        return;
+      }
+      version = it->second.first;
+      w = it->second.second;
     }
     auto batch = GenerateBatch(*ctx, *this, step, *w, version);
     std::lock_guard<std::mutex> lock(mu);
@@ -370,6 +473,19 @@ absl::StatusOr<DisaggRole> SetupDisaggregated(JobContext& ctx, const comm::Colle
         absl::StrCat("rl.prompts_per_step: ", P, " must be divisible by placement.train_workers (", d->train_world,
                      ") and placement.rollout_workers (", d->rollout_world, ") in disaggregated mode"));
   }
+  d->tp_size = std::max(1, spec.rollout().tp_size());
+  if (d->tp_size > 1) {
+    if (d->rollout_world % d->tp_size != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rollout.tp_size ", d->tp_size, " does not divide placement.rollout_workers (", d->rollout_world,
+                       "); tensor-parallel groups are tp_size consecutive rollout workers"));
+    }
+    for (int t = 0; t < d->tp_size; ++t) {
+      auto map = rollout::MakeTpSliceMap(ctx.config, t, d->tp_size);
+      if (!map.ok()) return map.status();
+      d->tp_maps.push_back(std::move(*map));
+    }
+  }
   d->role = ctx.rank < d->train_world ? DisaggRole::kTrain : DisaggRole::kRollout;
   const std::string role_name = d->role == DisaggRole::kTrain ? "train" : "rollout";
   if (!ctx.assignment.role().empty() && ctx.assignment.role() != role_name) {
@@ -399,6 +515,12 @@ absl::StatusOr<DisaggRole> SetupDisaggregated(JobContext& ctx, const comm::Colle
 
 absl::Status FinishRolloutSetup(JobContext& ctx, std::vector<float> initial, ReportPhaseRequest* report) {
   DisaggState& d = *ctx.disagg;
+  if (d.tp_size > 1) {
+    const rollout::TpSliceMap& map = d.tp_maps[ctx.rank % d.tp_size];
+    std::vector<float> slice(map.slice_floats);
+    rollout::SliceFromFull(map, initial.data(), slice.data());
+    initial = std::move(slice);
+  }
   {
     std::lock_guard<std::mutex> lock(d.mu);
     d.weights = std::make_shared<std::vector<float>>(std::move(initial));
@@ -408,8 +530,11 @@ absl::Status FinishRolloutSetup(JobContext& ctx, std::vector<float> initial, Rep
   (*report->mutable_values())["num_params"] = static_cast<double>(model::ParameterCount(ctx.config));
   report->add_log_lines(absl::StrCat("rank ", d.global_rank, "/", d.global_world, ": rollout worker ", ctx.rank, "/",
                                      d.rollout_world, " (", d.async ? "async" : "sync", " coupling",
-                                     d.async ? absl::StrCat(", max staleness ", d.max_staleness) : "", "), model with ",
-                                     model::ParameterCount(ctx.config), " parameters"));
+                                     d.async ? absl::StrCat(", max staleness ", d.max_staleness) : "",
+                                     d.tp_size > 1 ? absl::StrCat(", tensor-parallel rank ", ctx.rank % d.tp_size, "/",
+                                                                  d.tp_size, " of group ", ctx.rank / d.tp_size)
+                                                   : "",
+                                     "), model with ", model::ParameterCount(ctx.config), " parameters"));
   return absl::OkStatus();
 }
 

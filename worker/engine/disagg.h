@@ -10,10 +10,18 @@
 //   SYNC_WEIGHTS(s): trainers gather the full parameters (ZeRO), trainer 0
 //     broadcasts them with the policy version on "all"; rollout ranks load
 //     them. It opens every RL step (before ROLLOUT), so warm start, restore
-//     and recovery need no other path.
+//     and recovery need no other path. With rollout.tp_size = P > 1 the
+//     rollout ranks form TP groups of P consecutive rollout ranks (Megatron
+//     slices, worker/rollout/tp_slice.h): rollout rank j holds only the
+//     slice of TP rank j % P, and trainer j % T cuts it from its full copy
+//     and sends it to j alone (send/recv on "all"), so a sync moves R slices
+//     instead of R full models (weight_sync_bytes vs weight_sync_full_bytes).
 //   ROLLOUT(s): rollout ranks produce step s's prompts (prompts split over
 //     the R rollout ranks, same prompt/sampling keys as the co-located mode)
-//     and every rank allgathers the packed batches (disagg_transfer.h);
+//     and every rank allgathers the packed batches (disagg_transfer.h); with
+//     TP, the ranks of a group generate the prompts of all its ranks
+//     together over the TP engine and each packs its own share, so the
+//     trainers receive what they receive at tp_size 1;
 //     trainers drop groups older than the staleness bound, take whole groups
 //     (trainer t: its contiguous share) and continue with SCORE, LOGPROBS,
 //     UPDATE as in the co-located mode.
@@ -26,17 +34,24 @@
 // step s; ROLLOUT(s) takes the buffered batch of step s. Trajectories older
 // than K versions are dropped (never by construction; the filter guards)
 // and counted in the ROLLOUT metrics (trajectories_dropped, staleness_max,
-// staleness_mean). K = 0 with async behaves as sync.
+// staleness_mean). K = 0 with async behaves as sync. With TP, the ranks of a
+// group must run each step with one weights version: before generating
+// step n, their threads agree (a min all-reduce on the TP group) on the
+// newest sync step all of them hold (>= n - K) and take its slice from a
+// history of the last K + 1 syncs; the trainers check that the batches of a
+// group carry one version.
 //
-// Threads: the job thread runs the phases and every collective; the async
-// generation thread only computes (it never touches a communicator) and is
-// joined by ~DisaggState, which JobContext destroys before the model and
-// generator it uses. Abort() may be called from any thread.
+// Threads: the job thread runs the phases and every collective except the
+// TP group's; the async generation thread computes and, with TP, alone uses
+// the TP group's communicator (ctx.tp_group; the engine's abort signal
+// aborts it). ~DisaggState joins it; JobContext destroys DisaggState before
+// the model and generator it uses. Abort() may be called from any thread.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -48,6 +63,7 @@
 #include "worker/engine/disagg_transfer.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/job_context.h"
+#include "worker/rollout/tp_slice.h"
 
 namespace tandem::worker {
 
@@ -73,10 +89,15 @@ class DisaggState {
   bool async = false;
   int64_t max_staleness = 0;
   std::unique_ptr<comm::Collective> all;  // R + T ranks; job thread only
+  // rollout.tp_size (1: every rollout rank holds the full weights) and the
+  // slice maps of TP ranks 0..tp_size-1 (empty at tp_size 1).
+  int tp_size = 1;
+  std::vector<rollout::TpSliceMap> tp_maps;
   // Rollout ranks generate on their own thread (async with K >= 1).
   bool threaded() const { return async && max_staleness > 0; }
 
-  // Rollout ranks: the newest weights and their version (job thread writes;
+  // Rollout ranks: the newest weights (with TP, this rank's slice in the
+  // slice layout) and their version (job thread writes;
   // the generation thread reads under mu_ and keeps its own reference).
   std::shared_ptr<std::vector<float>> weights;
   int64_t weights_version = 0;
@@ -85,6 +106,9 @@ class DisaggState {
   // memory) and the version it holds.
   kernels::DeviceArray<float> weights_device;
   int64_t weights_device_version = -1;
+  // Async with TP (under mu): sync step -> (version, slice) of the last
+  // K + 1 syncs.
+  std::map<int64_t, std::pair<int64_t, std::shared_ptr<std::vector<float>>>> slice_history;
 
   // Async rollout ranks.
   void StartOrWake(JobContext& ctx);  // after each SYNC_WEIGHTS
@@ -109,7 +133,8 @@ class DisaggState {
 // ctx.rank/ctx.world to the rank within the role. Fails on an inconsistent
 // placement (assignment role, world, prompts not divisible by trainers).
 absl::StatusOr<DisaggRole> SetupDisaggregated(JobContext& ctx, const comm::CollectiveOptions& base);
-// Rollout ranks finish SETUP here: `initial` are the weights (version 0).
+// Rollout ranks finish SETUP here: `initial` are the full weights (version
+// 0); with TP the rank keeps its slice of them.
 absl::Status FinishRolloutSetup(JobContext& ctx, std::vector<float> initial, ReportPhaseRequest* report);
 
 // The engine's hook: handles `cmd` when its meaning differs in the

@@ -103,18 +103,25 @@ absl::Status BuildTextData(JobContext& ctx, const rl::SftTokens& sft_tokens) {
   return absl::OkStatus();
 }
 
-// rollout.tp_size > 1: this rank's TP group (consecutive ranks) and the
-// engine over the tensor-parallel forward.
-absl::Status SetupTpRollout(JobContext& ctx, const comm::CollectiveOptions& co, kernels::DeviceMemory* memory) {
+// rollout.tp_size > 1: this rank's TP group (consecutive ranks of ctx.world:
+// the workers, or the rollout workers in disaggregated mode) and the engine
+// over the tensor-parallel forward. A degraded continuation (survivors
+// holding a lost rank's logical share) rolls out at tp_size 1 until the job
+// is whole again: a TP group that lost a rank cannot run, and tp_size 1
+// gives the same tokens.
+absl::Status SetupTpRollout(JobContext& ctx, const comm::CollectiveOptions& co, kernels::DeviceMemory* memory,
+                            ReportPhaseRequest* report) {
   const auto& r = ctx.spec().rollout();
   const int tp = r.tp_size();
   if (tp <= 1 || ctx.spec().kind() != tandem::v1::JOB_KIND_GRPO) return absl::OkStatus();
+  if (ctx.assignment.logical_world_size() > 0) {
+    report->add_log_lines(absl::StrCat("rank ", ctx.rank, ": degraded continuation: rollout at tp_size 1 (not ", tp,
+                                       ") until the job is whole again"));
+    return absl::OkStatus();
+  }
   if (ctx.world % tp != 0) {
     return absl::InvalidArgumentError(absl::StrCat("rollout.tp_size ", tp, " does not divide the workers (", ctx.world,
                                                    "); tensor-parallel groups are tp_size consecutive workers"));
-  }
-  if (ctx.assignment.logical_world_size() > 0) {
-    return absl::InvalidArgumentError("rollout.tp_size > 1 cannot run a degraded continuation");
   }
   // Fails before the rendezvous when the model does not split.
   if (auto slice = rollout::TpSliceConfig(ctx.config, tp); !slice.ok()) return slice.status();
@@ -336,7 +343,10 @@ absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment
     // keep full weights and no optimizer (disagg.h).
     auto role = SetupDisaggregated(ctx, co);
     if (!role.ok()) return role.status();
-    if (*role == DisaggRole::kRollout) return FinishRolloutSetup(ctx, std::move(full), report);
+    if (*role == DisaggRole::kRollout) {
+      if (absl::Status st = SetupTpRollout(ctx, co, memory, report); !st.ok()) return st;
+      return FinishRolloutSetup(ctx, std::move(full), report);
+    }
   } else {
     if (assignment.has_topology()) {
       if (absl::Status st = common::CheckRankTopology(assignment.topology(), ctx.rank, ctx.world); !st.ok()) {
@@ -351,7 +361,7 @@ absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment
     auto tiered = comm::MakeTieredCollective(std::move(*coll), ctx.rank_nodes, ctx.tier_bytes);
     if (!tiered.ok()) return tiered.status();
     ctx.collective = std::move(*tiered);
-    if (absl::Status st = SetupTpRollout(ctx, co, memory); !st.ok()) return st;
+    if (absl::Status st = SetupTpRollout(ctx, co, memory, report); !st.ok()) return st;
     if (spec.zero().hierarchical_partition()) {
       if (ctx.device->guarded != nullptr) {
         return absl::InvalidArgumentError("zero.hierarchical_partition runs on the cpu and cuda devices, not guarded");
