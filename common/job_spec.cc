@@ -315,6 +315,10 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   if (spec.kind() == tandem::v1::JOB_KIND_GRPO) {
     const auto& rl = spec.rl();
     const int tp = spec.rollout().tp_size();
+    if (spec.rollout().shift_parallel() && tp <= 1) {
+      return Invalid("rollout.shift_parallel",
+                     "needs rollout.tp_size > 1 (it switches a tensor-parallel group to sequence parallelism)");
+    }
     if (tp > 1) {
       if (disaggregated) return Invalid("rollout.tp_size", "> 1 needs placement.mode: colocated");
       if (spec.recovery().degraded())
