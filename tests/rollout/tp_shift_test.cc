@@ -7,9 +7,11 @@
 // the same seeds; every rank gets the same bits; the KV cache keeps the TP
 // layout (a sequence prefilled sequence-parallel decodes tensor-parallel);
 // the mode counters add up; a sequence-parallel step without the full
-// parameters and a threshold below 1 are refused.
+// parameters and a threshold below 1 are refused; a peer that aborts fails
+// a sequence-parallel step without a hang.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -189,6 +191,36 @@ TEST(TpShiftTest, RefusesABadThresholdAndMissingFullParameters) {
     EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
     EXPECT_NE(st.message().find("full model's parameters"), std::string::npos) << st;
   }
+}
+
+TEST(TpShiftTest, APeerThatAbortsFailsASequenceParallelStepWithoutHanging) {
+  const ModelConfig config = Config("llama");
+  const std::vector<float> params = RandomParams(config, 9);
+  std::vector<absl::Status> status(2);
+  testing::RunRanks(
+      2,
+      [&](comm::Collective& c) {
+        auto ops = kernels::MakeReferenceOps();
+        auto map = MakeTpSliceMap(config, c.rank(), 2);
+        ASSERT_TRUE(map.ok());
+        std::vector<float> slice(map->slice_floats);
+        SliceFromFull(*map, params.data(), slice.data());
+        std::vector<float> full = params;
+        TpOptions tpo = Shift(1);
+        tpo.timeout = std::chrono::milliseconds(5000);
+        auto dec = TpDecoder::Create(config, &c, ops.get(), nullptr, tpo);
+        ASSERT_TRUE(dec.ok());
+        model::FlatParamProvider pp((*dec)->slice_layout(), slice.data(), nullptr);
+        model::FlatParamProvider fp((*dec)->full_layout(), full.data(), nullptr);
+        (*dec)->SetFullParams(&fp);
+        if (c.rank() == 1) c.Abort();
+        RolloutEngine eng(std::move(*dec), ops.get());
+        status[c.rank()] = eng.Generate(Requests(1), Small(true), pp).status();
+      },
+      testing::TestOptions(std::chrono::milliseconds(5000)));
+  EXPECT_FALSE(status[0].ok());
+  EXPECT_FALSE(status[1].ok());
+  EXPECT_NE(status[1].message().find("all_to_all"), std::string::npos) << status[1];
 }
 
 }  // namespace

@@ -69,8 +69,9 @@ absl::Status TpDecoder::LayersShifted(model::ParamProvider& full, KvPool& kv, co
   const int C = f.C, I = f.I, HDf = f.HD;
   const int qw = s.HD, kw = s.KD, width = qw + 2 * kw;
   const float eps = static_cast<float>(decoder_.config().rms_norm_eps);
-  const std::vector<size_t> split = comm::SplitEven(rows, T);
-  sp_rows_.assign(split.begin(), split.end());
+  // comm::SplitEven(rows, T), into reserved vectors.
+  sp_rows_.assign(T, static_cast<size_t>(rows / T));
+  for (int t = 0; t < rows % T; ++t) ++sp_rows_[t];
   sp_offs_.assign(T, 0);
   for (int t = 1; t < T; ++t) sp_offs_[t] = sp_offs_[t - 1] + sp_rows_[t - 1];
   const int n = static_cast<int>(sp_rows_[me]);
