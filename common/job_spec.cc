@@ -315,6 +315,15 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   if (spec.kind() == tandem::v1::JOB_KIND_GRPO) {
     const auto& rl = spec.rl();
     const int tp = spec.rollout().tp_size();
+    if (spec.rollout().shift_parallel() && tp <= 1) {
+      return Invalid("rollout.shift_parallel",
+                     "needs rollout.tp_size > 1 (it switches a tensor-parallel group to sequence parallelism)");
+    }
+    if (spec.rollout().shift_parallel() && disaggregated) {
+      return Invalid("rollout.shift_parallel",
+                     "is only for placement.mode: colocated (disaggregated rollout workers receive only their "
+                     "tensor-parallel slice, not the full weights that sequence-parallel steps need)");
+    }
     if (tp > 1) {
       if (rollout_world % tp != 0) {
         return Invalid(

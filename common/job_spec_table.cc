@@ -300,6 +300,15 @@ ConfigTable* MakeJobSpecTable() {
        .zero_is_value = true,
        .help = "tp_size > 1: each forward's tokens in two halves, one half's all-reduce overlapping the other's "
                "compute"},
+      {.path = "rollout.shift_parallel",
+       .help = "tp_size > 1: forward steps of at least shift_threshold_tokens rows run sequence-parallel (each "
+               "rank its share of the rows with the full weights, attention by all-to-all over the same KV "
+               "cache; costs a full copy of the weights per rank), smaller steps tensor-parallel"},
+      {.path = "rollout.shift_threshold_tokens",
+       .def = "256",
+       .min = 1,
+       .max = 1 << 20,
+       .help = "shift_parallel: rows (prefill + decode tokens) from which a step runs sequence-parallel"},
       // init (grpo): SFT warm start.
       {.path = "init.sft_steps", .min = 0, .max = kMaxSteps, .help = "SFT warm-start steps before RL"},
       {.path = "init.sft_lr", .def_from = "train.lr", .min = 0, .max = 10, .help = "warm-start learning rate"},

@@ -54,7 +54,7 @@ const char* CodeName(int code) {
 
 const std::vector<std::string>& CollectiveKindNames() {
   static const auto* kinds = new std::vector<std::string>{"allreduce", "reduce_scatter", "allgather", "broadcast",
-                                                          "barrier",   "send_recv",      "all_scan"};
+                                                          "barrier",   "send_recv",      "all_scan",  "all_to_all"};
   return *kinds;
 }
 

@@ -4,6 +4,7 @@
 //   bench_tp_rollout [--hidden 1024] [--heads 16] [--kv-heads 8]
 //                    [--inter 2816] [--layers 4] [--vocab 4096]
 //                    [--seqs 16] [--prompt 16] [--new 32] [--repeats 2]
+//                    [--group 1] [--shift 0]
 //
 // A random Llama-style model; --seqs greedy sequences of --prompt tokens
 // generate --new tokens each (one prefill step, then decode steps of --seqs
@@ -16,6 +17,13 @@
 // tokens equal TP=1's. Last, the switch into the rollout: two ranks holding
 // ZeRO shards of the model gather their TP=2 slices (GatherTpSlice), bytes
 // received vs what a full gather brings to each rank.
+//
+// --group G: the sequences come in groups of G with the same prompt (a GRPO
+// step's samples; the engine prefills each prompt once). --shift N > 0 adds
+// the case TP=2 with shift parallelism (steps of at least N rows run
+// sequence-parallel, the others tensor-parallel with the overlap), its
+// steps and rows per mode, and the full weights it keeps beside the slice.
+// Every case also reports its prefill and decode step time.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -43,7 +51,7 @@ using namespace tandem;
 
 struct Flags {
   int hidden = 1024, heads = 16, kv_heads = 8, inter = 2816, layers = 4, vocab = 4096;
-  int seqs = 16, prompt = 16, new_tokens = 32, repeats = 2;
+  int seqs = 16, prompt = 16, new_tokens = 32, repeats = 2, group = 1, shift = 0;
 };
 
 Flags Parse(int argc, char** argv) {
@@ -61,6 +69,8 @@ Flags Parse(int argc, char** argv) {
     else if (k == "--prompt") f.prompt = v;
     else if (k == "--new") f.new_tokens = v;
     else if (k == "--repeats") f.repeats = v;
+    else if (k == "--group") f.group = std::max(v, 1);
+    else if (k == "--shift") f.shift = v;
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       std::exit(2);
@@ -70,8 +80,9 @@ Flags Parse(int argc, char** argv) {
 }
 
 struct CaseResult {
-  double seconds = 0;
+  double seconds = 0, prefill_seconds = 0, decode_seconds = 0;
   int64_t tokens = 0;
+  size_t full_copy_bytes = 0, slice_bytes = 0;
   rollout::TpStats stats;
   std::vector<std::vector<int32_t>> out;
 };
@@ -81,7 +92,12 @@ std::vector<rollout::RolloutRequest> Requests(const Flags& f) {
   std::mt19937 rng(1);
   for (int s = 0; s < f.seqs; ++s) {
     rollout::RolloutRequest q;
-    for (int i = 0; i < f.prompt; ++i) q.prompt.push_back(static_cast<int32_t>(rng() % f.vocab));
+    if (s % f.group == 0) {
+      for (int i = 0; i < f.prompt; ++i) q.prompt.push_back(static_cast<int32_t>(rng() % f.vocab));
+    } else {
+      q.prompt = r.back().prompt;
+    }
+    q.group = f.group > 1 ? s / f.group : -1;
     q.stream = s;
     r.push_back(q);
   }
@@ -100,7 +116,7 @@ rollout::RolloutOptions Options(const Flags& f) {
 
 // One rank's Generate; returns false (after printing why) on an error.
 bool RunRank(const model::ModelConfig& config, const std::vector<float>& full, comm::Collective* group, int tp,
-             bool overlap, const Flags& f, CaseResult* out) {
+             bool overlap, int shift, const Flags& f, CaseResult* out) {
   auto ops = kernels::MakeCpuOps(1);
   const int rank = group == nullptr ? 0 : group->rank();
   auto map = rollout::MakeTpSliceMap(config, rank, tp);
@@ -112,6 +128,8 @@ bool RunRank(const model::ModelConfig& config, const std::vector<float>& full, c
   rollout::SliceFromFull(*map, full.data(), slice.data());
   rollout::TpOptions tpo;
   tpo.overlap = overlap;
+  tpo.shift = shift > 0;
+  tpo.shift_threshold_tokens = std::max(shift, 1);
   auto dec = rollout::TpDecoder::Create(config, group, ops.get(), nullptr, tpo);
   if (!dec.ok()) {
     std::fprintf(stderr, "%s\n", dec.status().ToString().c_str());
@@ -119,6 +137,12 @@ bool RunRank(const model::ModelConfig& config, const std::vector<float>& full, c
   }
   rollout::TpDecoder* raw = dec->get();
   model::FlatParamProvider pp(raw->slice_layout(), slice.data(), nullptr);
+  std::vector<float> full_copy;  // sequence-parallel steps' weights
+  if (shift > 0) full_copy = full;
+  model::FlatParamProvider fp(raw->full_layout(), full_copy.data(), nullptr);
+  if (shift > 0) raw->SetFullParams(&fp);
+  out->full_copy_bytes = full_copy.size() * sizeof(float);
+  out->slice_bytes = slice.size() * sizeof(float);
   rollout::RolloutEngine eng(std::move(*dec), ops.get());
   const auto reqs = Requests(f);
   for (int rep = 0; rep < f.repeats; ++rep) {
@@ -130,6 +154,8 @@ bool RunRank(const model::ModelConfig& config, const std::vector<float>& full, c
     }
     if (rep == 0 || res->seconds < out->seconds) {
       out->seconds = res->seconds;
+      out->prefill_seconds = res->prefill_seconds;
+      out->decode_seconds = res->decode_seconds;
       out->tokens = res->generated_tokens;
       out->stats = raw->stats();
       out->out.clear();
@@ -139,9 +165,9 @@ bool RunRank(const model::ModelConfig& config, const std::vector<float>& full, c
   return true;
 }
 
-bool RunCase(const model::ModelConfig& config, const std::vector<float>& full, int tp, bool overlap, const Flags& f,
-             CaseResult* out) {
-  if (tp == 1) return RunRank(config, full, nullptr, 1, overlap, f, out);
+bool RunCase(const model::ModelConfig& config, const std::vector<float>& full, int tp, bool overlap, int shift,
+             const Flags& f, CaseResult* out) {
+  if (tp == 1) return RunRank(config, full, nullptr, 1, overlap, 0, f, out);
   comm::InMemoryStore store;
   std::vector<CaseResult> ranks(tp);
   std::vector<int> ok(tp, 0);
@@ -156,13 +182,17 @@ bool RunCase(const model::ModelConfig& config, const std::vector<float>& full, i
         std::fprintf(stderr, "rank %d: %s\n", r, c.status().ToString().c_str());
         return;
       }
-      ok[r] = RunRank(config, full, c->get(), tp, overlap, f, &ranks[r]) ? 1 : 0;
+      ok[r] = RunRank(config, full, c->get(), tp, overlap, shift, f, &ranks[r]) ? 1 : 0;
     });
   }
   for (auto& t : threads) t.join();
   if (std::count(ok.begin(), ok.end(), 1) != tp) return false;
   *out = ranks[0];
-  for (const CaseResult& r : ranks) out->seconds = std::max(out->seconds, r.seconds);
+  for (const CaseResult& r : ranks) {
+    out->seconds = std::max(out->seconds, r.seconds);
+    out->prefill_seconds = std::max(out->prefill_seconds, r.prefill_seconds);
+    out->decode_seconds = std::max(out->decode_seconds, r.decode_seconds);
+  }
   return true;
 }
 
@@ -234,25 +264,41 @@ int main(int argc, char** argv) {
     }
   }
   std::printf(
-      "model: hidden %d, heads %d/%d, inter %d, layers %d, vocab %d (%.1fM params); %d seqs x (%d prompt + %d new)\n",
+      "model: hidden %d, heads %d/%d, inter %d, layers %d, vocab %d (%.1fM params); %d seqs x (%d prompt + %d new), "
+      "groups of %d\n",
       f.hidden, f.heads, f.kv_heads, f.inter, f.layers, f.vocab, layout.total_floats() / 1e6, f.seqs, f.prompt,
-      f.new_tokens);
-  std::printf("%-16s %10s %10s %8s %12s %12s %8s %6s\n", "case", "tokens/s", "gen s", "AR calls", "AR s", "waited s",
-              "hidden", "same");
+      f.new_tokens, f.group);
+  std::printf("%-16s %10s %10s %10s %10s %8s %12s %12s %8s %6s\n", "case", "tokens/s", "gen s", "prefill s", "decode s",
+              "AR calls", "AR s", "waited s", "hidden", "same");
   CaseResult base;
   struct Case {
     const char* name;
     int tp;
     bool overlap;
+    int shift;
   };
-  for (const Case& c : {Case{"tp1", 1, false}, Case{"tp2", 2, false}, Case{"tp2-overlap", 2, true}}) {
+  std::vector<Case> cases = {Case{"tp1", 1, false, 0}, Case{"tp2", 2, false, 0}, Case{"tp2-overlap", 2, true, 0}};
+  if (f.shift > 0) cases.push_back(Case{"tp2-shift", 2, true, f.shift});
+  CaseResult shifted;
+  for (const Case& c : cases) {
     CaseResult r;
-    if (!RunCase(*config, full, c.tp, c.overlap, f, &r)) return 1;
+    if (!RunCase(*config, full, c.tp, c.overlap, c.shift, f, &r)) return 1;
     if (c.tp == 1) base = r;
+    if (c.shift > 0) shifted = r;
     const bool same = r.out == base.out;
-    std::printf("%-16s %10.1f %10.3f %8lld %12.4f %12.4f %7.1f%% %6s\n", c.name, r.tokens / r.seconds, r.seconds,
-                static_cast<long long>(r.stats.allreduces), r.stats.allreduce_seconds, r.stats.exposed_seconds,
-                100.0 * r.stats.hidden_share(), same ? "yes" : "NO");
+    std::printf("%-16s %10.1f %10.3f %10.3f %10.3f %8lld %12.4f %12.4f %7.1f%% %6s\n", c.name, r.tokens / r.seconds,
+                r.seconds, r.prefill_seconds, r.decode_seconds, static_cast<long long>(r.stats.allreduces),
+                r.stats.allreduce_seconds, r.stats.exposed_seconds, 100.0 * r.stats.hidden_share(),
+                same ? "yes" : "NO");
+  }
+  if (f.shift > 0) {
+    const rollout::TpStats& s = shifted.stats;
+    std::printf(
+        "tp2-shift (threshold %d rows): %lld sequence-parallel steps (%lld rows), %lld tensor-parallel steps (%lld "
+        "rows); all-to-all + all-gather %.4f s, %.1f MB; full weights %.1f MB per rank beside a %.1f MB slice\n",
+        f.shift, static_cast<long long>(s.sp_steps), static_cast<long long>(s.sp_rows),
+        static_cast<long long>(s.tp_steps), static_cast<long long>(s.tp_rows), s.sp_comm_seconds, s.sp_bytes / 1e6,
+        shifted.full_copy_bytes / 1e6, shifted.slice_bytes / 1e6);
   }
   return SwitchBytes(*config, full) ? 0 : 1;
 }

@@ -1,5 +1,5 @@
 // Gloo Collective vs serial references: 1-4 ranks as threads, odd sizes,
-// zero length, uneven counts, all_scan, byte accounting.
+// zero length, uneven counts, all_scan, all_to_all, byte accounting.
 #include <numeric>
 
 #include "tests/comm/comm_test_util.h"
@@ -199,6 +199,62 @@ TEST_P(RanksTest, AllScanMatchesSerialScan) {
       EXPECT_LE(b.received, len * 4);
     });
   }
+}
+
+TEST_P(RanksTest, AllToAllMatchesSerialExchange) {
+  const int n = GetParam();
+  // count(s -> t): uneven, with zeros (rank 1 sends rank 0 nothing, and the
+  // last shape sends nothing anywhere but to itself), and large pieces.
+  for (int shape = 0; shape < 3; ++shape) {
+    auto count = [&](int s, int t) -> size_t {
+      if (shape == 0) return (s == 1 && t == 0) ? 0 : 3 * s + t + 1;
+      if (shape == 1) return 50001 + 7 * s + t;
+      return s == t ? 5 : 0;
+    };
+    auto piece = [&](int s, int t) { return Values(s * n + t, count(s, t), 9); };
+    RunRanks(n, [&](Collective& c) {
+      const int r = c.rank();
+      std::vector<size_t> send(n), recv(n);
+      std::vector<float> in, expect;
+      for (int t = 0; t < n; ++t) {
+        send[t] = count(r, t);
+        const auto p = piece(r, t);
+        in.insert(in.end(), p.begin(), p.end());
+      }
+      for (int s = 0; s < n; ++s) {
+        recv[s] = count(s, r);
+        const auto p = piece(s, r);
+        expect.insert(expect.end(), p.begin(), p.end());
+      }
+      std::vector<float> out(expect.size(), -7.f);
+      ASSERT_TRUE(c.alltoall(in.data(), send, out.data(), recv, kT).ok());
+      EXPECT_EQ(out, expect);
+      auto b = c.bytes(CollectiveKind::kAllToAll);
+      EXPECT_EQ(b.calls, 1u);
+      EXPECT_EQ(b.sent, (std::accumulate(send.begin(), send.end(), size_t{0}) - send[r]) * 4);
+      EXPECT_EQ(b.received, (std::accumulate(recv.begin(), recv.end(), size_t{0}) - recv[r]) * 4);
+      c.ResetBytes();
+    });
+  }
+}
+
+TEST_P(RanksTest, AllToAllRefusesBadCounts) {
+  const int n = GetParam();
+  RunRanks(n, [&](Collective& c) {
+    std::vector<float> in(8, 1.f), out(8);
+    auto st = c.alltoall(in.data(), std::vector<size_t>(n + 1, 1), out.data(), std::vector<size_t>(n, 1), kT);
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("gloo: all_to_all failed"), std::string::npos) << st;
+  });
+  RunRanks(n, [&](Collective& c) {
+    std::vector<float> in(8, 1.f), out(8);
+    std::vector<size_t> send(n, 1), recv(n, 1);
+    send[c.rank()] = 2;  // its own piece: 2 out, 1 in
+    auto st = c.alltoall(in.data(), send, out.data(), recv, kT);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("sends itself 2 elements but receives 1"), std::string::npos) << st;
+  });
 }
 
 TEST_P(RanksTest, ByteAccounting) {

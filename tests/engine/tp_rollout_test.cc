@@ -2,8 +2,9 @@
 // two ranks as one TP group of 2 produce the same rollouts, rewards and
 // losses as tp_size 1 (sampling keyed by the same seeds; log-probs within
 // fp32 reduction order), with the slices gathered from ZeRO-3 shards moving
-// fewer bytes than a full gather; bad sizes are refused at submit and at
-// setup with the key and the size named.
+// fewer bytes than a full gather; so do shift-parallel rollouts (steps
+// switched to sequence parallelism by row count); bad sizes and keys are
+// refused at submit and at setup with the key and the size named.
 #include <cstdio>
 #include <map>
 #include <string>
@@ -69,6 +70,67 @@ TEST(TpRolloutTest, Tp2OnTwoWorkersEqualsTp1) {
   }
 }
 
+// Shift parallelism: with a threshold of 1 every step runs
+// sequence-parallel; with 12 the prompts' prefill steps do and the decode
+// steps run tensor-parallel. Both give tp_size 1's rollouts, rewards and
+// losses.
+TEST(TpRolloutTest, ShiftParallelOnTwoWorkersEqualsTp1) {
+  std::vector<std::vector<StepFigures>> runs;
+  for (const std::string& extra : {std::string("rollout.tp_size=1"), std::string("rollout.shift_threshold_tokens=1"),
+                                   std::string("rollout.shift_threshold_tokens=12")}) {
+    std::vector<std::string> sets = {"init.sft.steps=15", "init.sft.lr=1e-2", "cluster.workers=2",
+                                     "cluster.zero_stage=3", extra};
+    if (extra != "rollout.tp_size=1") {
+      sets.push_back("rollout.tp_size=2");
+      sets.push_back("rollout.shift_parallel=true");
+    }
+    EngineCluster c(2);
+    c.SetupOk(ParseSpec(TinyGrpoYaml(), sets));
+    for (int w = 1; w <= 15; ++w) c.RunOk(PHASE_SFT_STEP, -w);
+    runs.emplace_back();
+    for (int s = 1; s <= 2; ++s) runs.back().push_back(RlStep(c, s));
+  }
+  for (size_t k = 1; k < runs.size(); ++k) {
+    for (size_t i = 0; i < runs[0].size(); ++i) {
+      SCOPED_TRACE("run " + std::to_string(k) + " step " + std::to_string(i + 1));
+      const StepFigures& a = runs[0][i];
+      StepFigures& b = runs[k][i];
+      EXPECT_EQ(a.rollout_tokens, b.rollout_tokens);
+      EXPECT_DOUBLE_EQ(a.reward, b.reward);
+      EXPECT_DOUBLE_EQ(a.accuracy, b.accuracy);
+      EXPECT_LE(RelDiff(a.loss, b.loss), 1e-4);
+      EXPECT_GT(b.extra["rollout_sp_steps"], 0);
+      EXPECT_GT(b.extra["rollout_sp_step_tokens"], 0);
+      EXPECT_GT(b.extra["rollout_shift_full_copy_bytes"], 0);
+      if (k == 1) {
+        EXPECT_EQ(b.extra["rollout_tp_steps"], 0);
+      } else {
+        EXPECT_GT(b.extra["rollout_tp_steps"], 0);
+      }
+      std::printf("[tp-rollout] shift run %zu step %zu: sp steps %.0f (%.0f rows), tp steps %.0f (%.0f rows)\n", k,
+                  i + 1, b.extra["rollout_sp_steps"], b.extra["rollout_sp_step_tokens"], b.extra["rollout_tp_steps"],
+                  b.extra["rollout_tp_step_tokens"]);
+    }
+  }
+}
+
+TEST(TpRolloutTest, SpecRefusesShiftParallelWithoutTensorParallelism) {
+  auto no_tp = common::ParseJobSpecYaml(TinyGrpoYaml(), {"cluster.workers=2", "rollout.shift_parallel=true"});
+  ASSERT_FALSE(no_tp.ok());
+  EXPECT_NE(no_tp.status().message().find("rollout.shift_parallel"), std::string::npos) << no_tp.status();
+  EXPECT_NE(no_tp.status().message().find("needs rollout.tp_size > 1"), std::string::npos) << no_tp.status();
+  for (const char* bad : {"rollout.shift_threshold_tokens=-1", "rollout.shift_threshold_tokens=2000000"}) {
+    auto range = common::ParseJobSpecYaml(
+        TinyGrpoYaml(), {"cluster.workers=2", "rollout.tp_size=2", "rollout.shift_parallel=true", bad});
+    ASSERT_FALSE(range.ok()) << bad;
+    EXPECT_NE(range.status().message().find("rollout.shift_threshold_tokens"), std::string::npos) << range.status();
+  }
+  EXPECT_TRUE(
+      common::ParseJobSpecYaml(TinyGrpoYaml(), {"cluster.workers=2", "rollout.tp_size=2", "rollout.shift_parallel=true",
+                                                "rollout.shift_threshold_tokens=32"})
+          .ok());
+}
+
 TEST(TpRolloutTest, SpecRefusesATpSizeThatDoesNotDivideTheWorkers) {
   auto bad = common::ParseJobSpecYaml(TinyGrpoYaml(), {"cluster.workers=2", "rollout.tp_size=3"});
   ASSERT_FALSE(bad.ok());
@@ -94,6 +156,14 @@ TEST(TpRolloutTest, SpecTakesTpInDisaggregatedAndDegradedJobs) {
   EXPECT_NE(uneven.status().message().find("rollout.tp_size"), std::string::npos) << uneven.status();
   EXPECT_NE(uneven.status().message().find("does not divide the placement.rollout_workers = 1"), std::string::npos)
       << uneven.status();
+  // Disaggregated rollout workers hold only their slice: no shift parallelism.
+  auto shift = disagg;
+  shift.push_back("rollout.shift_parallel=true");
+  auto no_shift = common::ParseJobSpecYaml(TinyGrpoYaml(), shift);
+  ASSERT_FALSE(no_shift.ok());
+  EXPECT_NE(no_shift.status().message().find("rollout.shift_parallel is only for placement.mode: colocated"),
+            std::string::npos)
+      << no_shift.status();
   auto async = disagg;
   async.insert(async.end(), {"placement.coupling=async", "placement.max_staleness=1"});
   auto k1 = common::ParseJobSpecYaml(TinyGrpoYaml(), async);

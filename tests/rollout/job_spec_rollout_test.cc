@@ -46,6 +46,11 @@ TEST(JobSpecRolloutTest, BadValuesNameTheKey) {
       {"rollout.kv_cache_fraction=0.99", "rollout.kv_cache_fraction"},
       {"rollout.kv_cache_fraction=1.5", "rollout.kv_cache_fraction"},
       {"rollout.kv_cache_fraction=half", "rollout.kv_cache_fraction"},
+      {"rollout.shift_parallel=maybe", "rollout.shift_parallel"},
+      {"rollout.shift_parallel=true", "rollout.shift_parallel: needs rollout.tp_size > 1"},
+      {"rollout.shift_threshold_tokens=0", "rollout.shift_threshold_tokens"},
+      {"rollout.shift_threshold_tokens=2000000", "rollout.shift_threshold_tokens"},
+      {"rollout.shift_threshold_tokens=many", "rollout.shift_threshold_tokens"},
   };
   for (const auto& [set, want] : bad) {
     const std::string err = ErrorOf({set});

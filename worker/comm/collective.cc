@@ -21,6 +21,8 @@ std::string_view CollectiveKindName(CollectiveKind kind) {
       return "send_recv";
     case CollectiveKind::kAllScan:
       return "all_scan";
+    case CollectiveKind::kAllToAll:
+      return "all_to_all";
   }
   return "unknown";
 }
@@ -73,6 +75,12 @@ void Collective::CountBytes(CollectiveKind kind, uint64_t sent, uint64_t receive
   c.sent += sent;
   c.received += received;
   c.calls += 1;
+}
+
+absl::Status Collective::alltoall(const float* /*in*/, const std::vector<size_t>& /*send_counts*/, float* /*out*/,
+                                  const std::vector<size_t>& /*recv_counts*/, Timeout /*timeout*/) {
+  return absl::UnimplementedError(
+      absl::StrCat(std::string(backend()), ": all_to_all is not supported by this backend"));
 }
 
 std::vector<size_t> SplitEven(size_t n, int parts) {

@@ -52,8 +52,9 @@ enum class CollectiveKind {
   kBarrier,
   kSendRecv,
   kAllScan,
+  kAllToAll,
 };
-inline constexpr int kNumCollectiveKinds = 7;
+inline constexpr int kNumCollectiveKinds = 8;
 std::string_view CollectiveKindName(CollectiveKind kind);
 
 struct ByteCount {
@@ -115,6 +116,14 @@ class Collective {
   // Exclusive scan along the rank chain, block by block (bytes per rank do
   // not grow with N): data[0..n) becomes the carry after ranks 0..r-1.
   virtual absl::Status all_scan(float* data, size_t n, const ScanOp& op, Timeout timeout) = 0;
+  // Personalised exchange: `in` holds send_counts[t] elements for each rank
+  // t, rank by rank; `out` receives recv_counts[s] elements from each rank
+  // s, rank by rank (this rank's own piece is copied). Uneven and zero
+  // counts allowed; every rank's send_counts[t] must equal rank t's
+  // recv_counts[r]. `in` and `out` must not overlap. A backend without it
+  // returns Unimplemented naming the backend.
+  virtual absl::Status alltoall(const float* in, const std::vector<size_t>& send_counts, float* out,
+                                const std::vector<size_t>& recv_counts, Timeout timeout);
 
   // Makes every waiting and later call fail with Aborted. Any thread.
   virtual void Abort() = 0;

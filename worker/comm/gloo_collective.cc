@@ -2,7 +2,7 @@
 // rendezvous through GlooStore over a PrefixStore, Gloo's own algorithms
 // for broadcast (binomial tree) and barrier, and rings over unbound buffers
 // for allreduce (reduce-scatter + allgather), reduce-scatter, allgather,
-// send/recv and all_scan.
+// send/recv, all_scan and all_to_all.
 //
 // Gloo reports errors by throwing; every call into Gloo is wrapped by Run(),
 // which turns exceptions into Status and marks the communicator broken.
@@ -112,6 +112,7 @@ constexpr uint64_t kScanSlot = uint64_t{0xA1} << 56;
 constexpr uint64_t kReduceScatterSlot = uint64_t{0xA2} << 56;
 constexpr uint64_t kAllgatherSlot = uint64_t{0xA3} << 56;
 constexpr uint64_t kAllreduceSlot = uint64_t{0xA4} << 56;
+constexpr uint64_t kAllToAllSlot = uint64_t{0xA5} << 56;
 constexpr size_t kScanBlock = 64 * 1024;  // floats per all_scan block
 
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
@@ -280,6 +281,60 @@ class GlooCollective final : public Collective {
       for (int i = 1; i < n; ++i) offs[i] = offs[i - 1] + counts[i - 1];
       const auto [sent, received] = RingAllgather(out, offs, counts, kAllgatherSlot, timeout);
       CountBytes(CollectiveKind::kAllgather, sent, received);
+      return absl::OkStatus();
+    });
+  }
+
+  // Every peer's piece is posted at once over two unbound buffers (one over
+  // `in`, one over `out`), then each send and receive is waited for; the
+  // buffers are registered for Abort() like the rings'. (gloo::alltoallv
+  // does the same exchange but its waits cannot be aborted.)
+  absl::Status alltoall(const float* in, const std::vector<size_t>& send_counts, float* out,
+                        const std::vector<size_t>& recv_counts, Timeout timeout) override {
+    return Run("all_to_all", [&]() -> absl::Status {
+      const size_t n = size();
+      if (send_counts.size() != n || recv_counts.size() != n) {
+        return absl::InvalidArgumentError(absl::StrCat("gloo: all_to_all failed: ", send_counts.size(), " send and ",
+                                                       recv_counts.size(), " receive counts for ", n, " ranks"));
+      }
+      const int r = rank();
+      if (send_counts[r] != recv_counts[r]) {
+        return absl::InvalidArgumentError(absl::StrCat("gloo: all_to_all failed: this rank sends itself ",
+                                                       send_counts[r], " elements but receives ", recv_counts[r]));
+      }
+      std::vector<size_t> soff(n, 0), roff(n, 0);
+      for (size_t i = 1; i < n; ++i) {
+        soff[i] = soff[i - 1] + send_counts[i - 1];
+        roff[i] = roff[i - 1] + recv_counts[i - 1];
+      }
+      const size_t send_total = soff[n - 1] + send_counts[n - 1];
+      const size_t recv_total = roff[n - 1] + recv_counts[n - 1];
+      if (send_counts[r] > 0) {
+        std::memcpy(out + roff[r], in + soff[r], send_counts[r] * sizeof(float));
+      }
+      uint64_t sent = 0, received = 0;
+      if (n > 1 && (send_total > send_counts[r] || recv_total > recv_counts[r])) {
+        auto in_buf = context_->createUnboundBuffer(const_cast<float*>(in), std::max<size_t>(send_total, 1) * 4);
+        auto out_buf = context_->createUnboundBuffer(out, std::max<size_t>(recv_total, 1) * 4);
+        WaitingBuffers waiting(this, {in_buf.get(), out_buf.get()});
+        int sends = 0, recvs = 0;
+        for (size_t i = 1; i < n; ++i) {
+          const int to = static_cast<int>((r + i) % n), from = static_cast<int>((r + n - i) % n);
+          if (send_counts[to] > 0) {
+            in_buf->send(to, kAllToAllSlot, soff[to] * 4, send_counts[to] * 4);
+            sent += send_counts[to] * 4;
+            ++sends;
+          }
+          if (recv_counts[from] > 0) {
+            out_buf->recv(from, kAllToAllSlot, roff[from] * 4, recv_counts[from] * 4);
+            received += recv_counts[from] * 4;
+            ++recvs;
+          }
+        }
+        for (int i = 0; i < recvs; ++i) WaitRecv(*out_buf, timeout);
+        for (int i = 0; i < sends; ++i) WaitSend(*in_buf, timeout);
+      }
+      CountBytes(CollectiveKind::kAllToAll, sent, received);
       return absl::OkStatus();
     });
   }

@@ -57,6 +57,13 @@ class GuardedCollective final : public Collective {
     return Counted([&] { return inner_->all_scan(d, n, op, timeout); });
   }
 
+  absl::Status alltoall(const float* in, const std::vector<size_t>& send_counts, float* out,
+                        const std::vector<size_t>& recv_counts, Timeout timeout) override {
+    const float* i = F(in, Sum(send_counts), "all_to_all in");
+    float* o = F(out, Sum(recv_counts), "all_to_all out");
+    return Counted([&] { return inner_->alltoall(i, send_counts, o, recv_counts, timeout); });
+  }
+
   void Abort() override { inner_->Abort(); }
 
  private:

@@ -385,6 +385,60 @@ class NcclCollective final : public Collective {
     return Finish("recv", CollectiveKind::kSendRecv, 0, bytes, timeout, {&d});
   }
 
+  // One NCCL group of a send and a receive per peer; this rank's own piece
+  // is a device copy on the same stream.
+  absl::Status alltoall(const float* in, const std::vector<size_t>& send_counts, float* out,
+                        const std::vector<size_t>& recv_counts, Timeout timeout) override {
+    BusyScope busy(this);
+    RETURN_IF_ERROR(Check("all_to_all"));
+    const size_t n = size();
+    if (send_counts.size() != n || recv_counts.size() != n) {
+      return absl::InvalidArgumentError("nccl: all_to_all failed: counts");
+    }
+    const int me = rank();
+    if (send_counts[me] != recv_counts[me]) {
+      return absl::InvalidArgumentError("nccl: all_to_all failed: this rank's own send and receive counts differ");
+    }
+    std::vector<size_t> soff(n, 0), roff(n, 0);
+    for (size_t i = 1; i < n; ++i) {
+      soff[i] = soff[i - 1] + send_counts[i - 1];
+      roff[i] = roff[i - 1] + recv_counts[i - 1];
+    }
+    const size_t send_total = soff[n - 1] + send_counts[n - 1];
+    const size_t recv_total = roff[n - 1] + recv_counts[n - 1];
+    if (send_total == 0 && recv_total == 0) return absl::OkStatus();
+    Region ri{in, send_total * 4, true, false};
+    Region ro{out, recv_total * 4, false, true};
+    RETURN_IF_ERROR(Begin("all_to_all", {&ri, &ro}));
+    const float* din = static_cast<const float*>(ri.dev);
+    float* dout = static_cast<float*>(ro.dev);
+    if (send_counts[me] > 0) {
+      const cudaError_t e = cudaMemcpyAsync(dout + roff[me], din + soff[me], send_counts[me] * 4,
+                                            cudaMemcpyDeviceToDevice, stream_.get());
+      if (e != cudaSuccess) return Broken(CudaError("all_to_all", e));
+    }
+    uint64_t sent = 0, received = 0;
+    RETURN_IF_ERROR(NcclStatus("all_to_all", ncclGroupStart()));
+    for (size_t p = 0; p < n; ++p) {
+      if (static_cast<int>(p) == me) continue;
+      ncclResult_t res = ncclSuccess;
+      if (send_counts[p] > 0) {
+        res = ncclSend(din + soff[p], send_counts[p], ncclFloat, static_cast<int>(p), comm_.get(), stream_.get());
+        sent += send_counts[p] * 4;
+      }
+      if (res == ncclSuccess && recv_counts[p] > 0) {
+        res = ncclRecv(dout + roff[p], recv_counts[p], ncclFloat, static_cast<int>(p), comm_.get(), stream_.get());
+        received += recv_counts[p] * 4;
+      }
+      if (res != ncclSuccess) {
+        ncclGroupEnd();
+        return NcclError("all_to_all", res);
+      }
+    }
+    RETURN_IF_ERROR(NcclStatus("all_to_all", ncclGroupEnd()));
+    return Finish("all_to_all", CollectiveKind::kAllToAll, sent, received, timeout, {&ro});
+  }
+
   absl::Status all_scan(float*, size_t, const ScanOp&, Timeout) override {
     return absl::UnimplementedError(
         "nccl: all_scan is not supported by this backend (use gloo on host "

@@ -86,6 +86,29 @@ absl::Status EnterTpRollout(JobContext& ctx, rollout::TpGatherStats* stats) {
     ctx.device->ops->float_to_bf16(ctx.tp_slice.data(), half.data(), slice.size());
     ctx.device->ops->bf16_to_float(half.data(), ctx.tp_slice.data(), slice.size());
   }
+  if (ctx.spec().rollout().shift_parallel()) {
+    // Sequence-parallel steps run the full model on every rank: a full
+    // gather beside the slice (every rank takes part).
+    std::vector<float> full(ctx.tp_decoder->full_layout().total_floats());
+    if (absl::Status st = ctx.zero->GatherFull(full.data()); !st.ok()) return st;
+    if (!ctx.tp_full.Allocate(mem, full.size())) {
+      ctx.tp_slice.reset();
+      return absl::ResourceExhaustedError(absl::StrCat("rollout.shift_parallel: cannot allocate the full weights (",
+                                                       full.size() * sizeof(float), " bytes) beside the slice in ",
+                                                       mem->name(), " memory; turn it off or raise rollout.tp_size"));
+    }
+    ctx.tp_full.Upload(full.data(), full.size());
+    if (ctx.zero->precision() == zero::Precision::kBf16) {
+      kernels::DeviceArray<uint16_t> half;
+      if (!half.Allocate(mem, full.size())) {
+        ctx.tp_slice.reset();
+        ctx.tp_full.reset();
+        return absl::ResourceExhaustedError("rollout: cannot allocate the bf16 copy of the full weights");
+      }
+      ctx.device->ops->float_to_bf16(ctx.tp_full.data(), half.data(), full.size());
+      ctx.device->ops->bf16_to_float(half.data(), ctx.tp_full.data(), full.size());
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -190,9 +213,12 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   rollout::TpStats tp_stats;
   if (tp > 1) {
     model::FlatParamProvider slice(ctx.tp_decoder->slice_layout(), ctx.tp_slice.data(), nullptr);
+    model::FlatParamProvider full(ctx.tp_decoder->full_layout(), ctx.tp_full.data(), nullptr);
+    ctx.tp_decoder->SetFullParams(ctx.tp_full.empty() ? nullptr : &full);
     ctx.tp_decoder->ResetStats();
     if (!prompts.empty()) gen = ctx.tp_rollout->Generate(requests, so, slice);
     tp_stats = ctx.tp_decoder->stats();
+    ctx.tp_decoder->SetFullParams(nullptr);
   } else if (!prompts.empty()) {
     gen = ctx.rollout->Generate(requests, so, ctx.zero->inference_view());
   }
@@ -203,6 +229,7 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   if (tp > 1) {
     ctx.tp_rollout->Release();
     ctx.tp_slice.reset();
+    ctx.tp_full.reset();
   } else {
     ctx.zero->EndInference();
   }
@@ -267,6 +294,17 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
     (*m->mutable_extra())["rollout_switch_full_gather_bytes"] = sums[6];
     (*m->mutable_extra())["rollout_tp_allreduce_s"] = sums[7] / ctx.world;
     (*m->mutable_extra())["rollout_tp_hidden_share"] = sums[7] > 0 ? std::max(0.0, 1.0 - sums[8] / sums[7]) : 0;
+    if (spec.rollout().shift_parallel()) {
+      // Steps and rows of each mode (every rank of a group runs the same
+      // steps: this rank's counts), and the full copy each rank holds.
+      (*m->mutable_extra())["rollout_tp_steps"] = static_cast<double>(tp_stats.tp_steps);
+      (*m->mutable_extra())["rollout_sp_steps"] = static_cast<double>(tp_stats.sp_steps);
+      (*m->mutable_extra())["rollout_tp_step_tokens"] = static_cast<double>(tp_stats.tp_rows);
+      (*m->mutable_extra())["rollout_sp_step_tokens"] = static_cast<double>(tp_stats.sp_rows);
+      (*m->mutable_extra())["rollout_sp_comm_s"] = tp_stats.sp_comm_seconds;
+      (*m->mutable_extra())["rollout_shift_full_copy_bytes"] =
+          static_cast<double>(ctx.tp_decoder->full_layout().total_floats() * sizeof(float));
+    }
   }
   if (ctx.train_data) {
     (*m->mutable_extra())["prompts_dropped"] = static_cast<double>(ctx.train_data->stats().prompts_dropped);

@@ -86,6 +86,9 @@ struct JobContext {
   std::unique_ptr<rollout::RolloutEngine> tp_rollout;
   rollout::TpDecoder* tp_decoder = nullptr;
   kernels::DeviceArray<float> tp_slice;
+  // With rollout.shift_parallel, during a ROLLOUT phase only: the full
+  // weights for the sequence-parallel steps (beside the slice).
+  kernels::DeviceArray<float> tp_full;
   // The model's tokenizer (char or Hugging Face); null for ids-only models.
   std::shared_ptr<const text::Tokenizer> tokenizer;
   // Generation stops at these ids: the model's eos ids (config.json,

@@ -132,6 +132,8 @@ absl::Status SetupTpRollout(JobContext& ctx, const comm::CollectiveOptions& co, 
   ctx.tp_group = std::move(*group);
   rollout::TpOptions to;
   to.overlap = r.tp_overlap();
+  to.shift = r.shift_parallel();
+  to.shift_threshold_tokens = r.shift_threshold_tokens();
   to.timeout = ctx.timeout;
   auto dec = rollout::TpDecoder::Create(ctx.config, ctx.tp_group.get(), ctx.device->ops.get(), memory, to);
   if (!dec.ok()) return dec.status();

@@ -25,12 +25,21 @@ absl::StatusOr<std::unique_ptr<TpDecoder>> TpDecoder::Create(const model::ModelC
     return absl::InvalidArgumentError(
         absl::StrCat("rollout: overlap_min_rows ", options.overlap_min_rows, " must be >= 2 (two halves)"));
   }
-  return std::unique_ptr<TpDecoder>(new TpDecoder(slice, group, ops, memory, options));
+  if (options.shift && options.shift_threshold_tokens < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("rollout.shift_threshold_tokens ", options.shift_threshold_tokens,
+                                                   " must be >= 1 (rows of a step that runs sequence-parallel)"));
+  }
+  return std::unique_ptr<TpDecoder>(new TpDecoder(config, slice, group, ops, memory, options));
 }
 
-TpDecoder::TpDecoder(const model::ModelConfig& slice_config, comm::Collective* group, kernels::Ops* ops,
-                     kernels::DeviceMemory* memory, TpOptions options)
-    : decoder_(slice_config, ops, memory), ops_(ops), group_(group), options_(options) {
+TpDecoder::TpDecoder(const model::ModelConfig& config, const model::ModelConfig& slice_config, comm::Collective* group,
+                     kernels::Ops* ops, kernels::DeviceMemory* memory, TpOptions options)
+    : decoder_(slice_config, ops, memory),
+      full_layout_(config),
+      full_dims_(config),
+      ops_(ops),
+      group_(group),
+      options_(options) {
   if (group_ != nullptr && group_->size() > 1 && options_.overlap) {
     async_ = std::make_unique<AsyncAllreduce>(group_);
   }
@@ -69,6 +78,16 @@ absl::Status TpDecoder::Reserve(int rows, int outs, int positions) {
     }
     rows_cap_ = rows;
   }
+  if (options_.shift && tp_size() > 1 && rows > shift_cap_) {
+    size_t bytes = 0;
+    if (!ReserveShift(rows, &bytes)) {
+      Release();
+      return absl::ResourceExhaustedError(absl::StrCat("rollout: cannot allocate ", bytes,
+                                                       " bytes of sequence-parallel activations in ", mem->name(),
+                                                       " memory; lower rollout.max_batch_tokens"));
+    }
+    shift_cap_ = rows;
+  }
   if (outs > out_cap_) {
     if (!hn_.Allocate(mem, static_cast<size_t>(outs) * d.C) ||
         !logits_.Allocate(mem, static_cast<size_t>(outs) * d.V)) {
@@ -86,18 +105,18 @@ absl::Status TpDecoder::Reserve(int rows, int outs, int positions) {
 }
 
 void TpDecoder::Release() {
-  for (auto* a :
-       {&x_, &xn_, &q_, &qraw_, &k_, &kraw_, &v_, &attn_, &rstd_, &gate_, &up_, &h_, &part_, &hn_, &logits_}) {
+  for (auto* a : {&x_, &xn_,   &q_,  &qraw_,   &k_,       &kraw_,    &v_,       &attn_,    &rstd_,  &gate_, &up_,
+                  &h_, &part_, &hn_, &logits_, &sp_send_, &sp_recv_, &sp_attn_, &sp_gate_, &sp_up_, &sp_h_}) {
     a->reset();
   }
-  rows_cap_ = out_cap_ = 0;
+  rows_cap_ = out_cap_ = shift_cap_ = 0;
   decoder_.ReleaseRope();
 }
 
 size_t TpDecoder::scratch_bytes() const {
   size_t n = 0;
-  for (const auto* a :
-       {&x_, &xn_, &q_, &qraw_, &k_, &kraw_, &v_, &attn_, &rstd_, &gate_, &up_, &h_, &part_, &hn_, &logits_}) {
+  for (const auto* a : {&x_, &xn_,   &q_,  &qraw_,   &k_,       &kraw_,    &v_,       &attn_,    &rstd_,  &gate_, &up_,
+                        &h_, &part_, &hn_, &logits_, &sp_send_, &sp_recv_, &sp_attn_, &sp_gate_, &sp_up_, &sp_h_}) {
     n += a->bytes();
   }
   return n + decoder_.rope_bytes();
@@ -105,20 +124,30 @@ size_t TpDecoder::scratch_bytes() const {
 
 void TpDecoder::AttnPart(const float* P, int l, KvPool& kv, const ForwardBatch& b, int r0, int n) {
   const model::DecoderDims& d = decoder_.dims();
-  const int C = d.C, H = d.H, Hkv = d.Hkv, D = d.D, HD = d.HD, KD = d.KD;
+  const int C = d.C, HD = d.HD, KD = d.KD;
   const model::LayerOffsets& o = decoder_.layout().layer(l);
+  const size_t r = r0;
+  const bool qk_norm = o.q_norm != SIZE_MAX;
+  float* qp = (qk_norm ? qraw_.data() : q_.data()) + r * HD;
+  float* kp = (qk_norm ? kraw_.data() : k_.data()) + r * KD;
+  float* v = v_.data() + r * KD;
+  decoder_.ProjectQkv(P, o, n, xn_.data() + r * C, qp, kp, v);
+  Attend(qk_norm ? P + o.q_norm : nullptr, qk_norm ? P + o.k_norm : nullptr, l, kv, b, r0, n);
+  ops_->matmul(false, true, n, C, HD, 1.f, attn_.data() + r * HD, HD, P + o.o, HD, 0.f, part_.data() + r * C, C);
+}
+
+void TpDecoder::Attend(const float* q_norm, const float* k_norm, int l, KvPool& kv, const ForwardBatch& b, int r0,
+                       int n) {
+  const model::DecoderDims& d = decoder_.dims();
+  const int H = d.H, Hkv = d.Hkv, D = d.D, HD = d.HD, KD = d.KD;
   const float eps = static_cast<float>(decoder_.config().rms_norm_eps);
   const size_t r = r0;
   float* q = q_.data() + r * HD;
   float* k = k_.data() + r * KD;
   float* v = v_.data() + r * KD;
-  const bool qk_norm = o.q_norm != SIZE_MAX;
-  float* qp = qk_norm ? qraw_.data() + r * HD : q;
-  float* kp = qk_norm ? kraw_.data() + r * KD : k;
-  decoder_.ProjectQkv(P, o, n, xn_.data() + r * C, qp, kp, v);
-  if (qk_norm) {
-    ops_->rmsnorm_forward(qp, P + o.q_norm, n * H, D, eps, q, rstd_.data() + r * H);
-    ops_->rmsnorm_forward(kp, P + o.k_norm, n * Hkv, D, eps, k, rstd_.data() + r * H);
+  if (q_norm != nullptr) {
+    ops_->rmsnorm_forward(qraw_.data() + r * HD, q_norm, n * H, D, eps, q, rstd_.data() + r * H);
+    ops_->rmsnorm_forward(kraw_.data() + r * KD, k_norm, n * Hkv, D, eps, k, rstd_.data() + r * H);
   }
   const int32_t* pos = b.positions + r0;
   ops_->rope_apply(q, pos, n, H, D, decoder_.rope_cos(), decoder_.rope_sin(), false);
@@ -127,7 +156,6 @@ void TpDecoder::AttnPart(const float* P, int l, KvPool& kv, const ForwardBatch& 
   ops_->paged_kv_write(pk, KD, k, v, b.slots + r0, n);
   float* attn = attn_.data() + r * HD;
   ops_->paged_attention(decoder_.Attention(l), pk, q, b.row_seq + r0, pos, n, attn);
-  ops_->matmul(false, true, n, C, HD, 1.f, attn, HD, P + o.o, HD, 0.f, part_.data() + r * C, C);
 }
 
 void TpDecoder::MlpPart(const float* P, int l, int r0, int n) {
@@ -296,11 +324,23 @@ absl::Status TpDecoder::Forward(model::ParamProvider& pp, KvPool& kv, const Forw
     decoder_.memory()->CopyOnDevice(x_.data() + static_cast<size_t>(b.context_rows[i]) * d.C,
                                     b.context_table + static_cast<size_t>(b.context_src[i]) * d.C, row_bytes);
   }
-  const double busy0 = async_ != nullptr ? async_->busy_seconds() : 0;
-  const bool overlap = async_ != nullptr && b.rows >= options_.overlap_min_rows;
-  absl::Status st = overlap ? LayersOverlapped(pp, kv, b) : Layers(pp, kv, b);
-  if (async_ != nullptr) stats_.allreduce_seconds += async_->busy_seconds() - busy0;
-  RETURN_IF_ERROR(st);
+  if (ShiftStep(b.rows)) {
+    if (full_ == nullptr) {
+      return absl::FailedPreconditionError(
+          "rollout: a sequence-parallel step needs the full model's parameters (TpDecoder::SetFullParams)");
+    }
+    RETURN_IF_ERROR(LayersShifted(*full_, kv, b));
+    ++stats_.sp_steps;
+    stats_.sp_rows += b.rows;
+  } else {
+    const double busy0 = async_ != nullptr ? async_->busy_seconds() : 0;
+    const bool overlap = async_ != nullptr && b.rows >= options_.overlap_min_rows;
+    absl::Status st = overlap ? LayersOverlapped(pp, kv, b) : Layers(pp, kv, b);
+    if (async_ != nullptr) stats_.allreduce_seconds += async_->busy_seconds() - busy0;
+    RETURN_IF_ERROR(st);
+    ++stats_.tp_steps;
+    stats_.tp_rows += b.rows;
+  }
   if (b.num_out > 0) {
     // Gather the wanted rows, then the final norm and the LM head.
     ops_->embedding_forward(b.out_rows, b.num_out, x_.data(), d.C, xn_.data());

@@ -25,6 +25,19 @@
 // the matmul kernels' blocking over a different row count (bit for bit with
 // the reference kernels).
 //
+// Shift parallelism (TpOptions.shift; tp_decoder_shift.cc): a step of at
+// least shift_threshold_tokens rows runs sequence-parallel instead. Rank r
+// takes the contiguous rows comm::SplitEven(rows, T)[r] and runs the FULL
+// model on them (full weights on every rank, SetFullParams), except
+// attention: the q/k/v of each rank's rows are projected per head slice and
+// exchanged by one all-to-all, so rank t attends for ITS heads over every
+// row of the step and reads and writes the same KV blocks as in TP mode; a
+// second all-to-all returns each rank its rows' attention output. No
+// all-reduce; one all-gather of the residual rows at the end gives every
+// rank every row for the logits. The KV-cache layout is the same in both
+// modes, so a sequence prefilled in SP steps decodes in TP steps. Results
+// equal TP mode up to the order of the fp32 sums.
+//
 // Scratch as PagedDecoder: grown by Reserve, Forward allocates nothing. One
 // thread at a time; the Collective is used by this decoder alone between
 // Reserve and Release (in overlap mode, from its communication thread).
@@ -33,12 +46,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/memory.h"
 #include "kernels/ops.h"
 #include "worker/comm/collective.h"
 #include "worker/model/decoder.h"
+#include "worker/model/param_layout.h"
 #include "worker/rollout/async_allreduce.h"
 #include "worker/rollout/batch_forward.h"
 
@@ -49,6 +64,10 @@ struct TpOptions {
   // communication overlaps the other half's compute.
   bool overlap = false;
   int overlap_min_rows = 2;
+  // Run steps of at least shift_threshold_tokens rows sequence-parallel
+  // (needs SetFullParams; no effect at TP size 1).
+  bool shift = false;
+  int shift_threshold_tokens = 256;
   comm::Timeout timeout{60000};
 };
 
@@ -60,6 +79,13 @@ struct TpStats {
   double allreduce_seconds = 0;  // inside all-reduce calls (either thread)
   double exposed_seconds = 0;    // the compute thread waiting for them
   double forward_seconds = 0;
+  // Forwards and rows run in each mode (tensor- or sequence-parallel), and
+  // the sequence-parallel steps' all-to-all and all-gather traffic.
+  int64_t tp_steps = 0, sp_steps = 0;
+  int64_t tp_rows = 0, sp_rows = 0;
+  int64_t sp_collectives = 0;
+  uint64_t sp_bytes = 0;  // payload sent and received by this rank
+  double sp_comm_seconds = 0;
   // Share of the all-reduce time the compute did not wait for.
   double hidden_share() const {
     return allreduce_seconds > 0 ? std::max(0.0, 1.0 - exposed_seconds / allreduce_seconds) : 0.0;
@@ -93,17 +119,28 @@ class TpDecoder final : public BatchForward {
   int tp_rank() const { return group_ == nullptr ? 0 : group_->rank(); }
   // The slice's layout: what Forward's ParamProvider serves.
   const model::ParamLayout& slice_layout() const { return decoder_.layout(); }
+  // The full model's parameters (its flat layout, full_layout()) for
+  // sequence-parallel steps; must outlive the forwards that use it. A
+  // sequence-parallel step without it fails with FailedPrecondition.
+  void SetFullParams(model::ParamProvider* full) { full_ = full; }
+  const model::ParamLayout& full_layout() const { return full_layout_; }
+  // Whether a step of `rows` rows runs sequence-parallel.
+  bool ShiftStep(int rows) const { return options_.shift && tp_size() > 1 && rows >= options_.shift_threshold_tokens; }
   const TpStats& stats() const { return stats_; }
   void ResetStats() { stats_ = TpStats{}; }
 
  private:
-  TpDecoder(const model::ModelConfig& slice_config, comm::Collective* group, kernels::Ops* ops,
-            kernels::DeviceMemory* memory, TpOptions options);
+  TpDecoder(const model::ModelConfig& config, const model::ModelConfig& slice_config, comm::Collective* group,
+            kernels::Ops* ops, kernels::DeviceMemory* memory, TpOptions options);
 
   // Rows [r0, r0 + n) of one layer's blocks; each writes its partial sum to
   // part_. Finish adds the reduced part_ rows into x_ and, with a norm
   // weight, writes RMSNorm(x_) to xn_.
   void AttnPart(const float* P, int l, KvPool& kv, const ForwardBatch& b, int r0, int n);
+  // From this rank's heads' projected q/k/v of rows [r0, r0 + n) (in
+  // qraw_/kraw_ with q/k norms, else q_/k_; v_): the norms, RoPE, the KV
+  // write and paged attention into attn_. q_norm/k_norm: nullptr without.
+  void Attend(const float* q_norm, const float* k_norm, int l, KvPool& kv, const ForwardBatch& b, int r0, int n);
   void MlpPart(const float* P, int l, int r0, int n);
   void Finish(int r0, int n, const float* norm);
   // Sum all-reduce of part_ rows [r0, r0 + n): on this thread, or started
@@ -113,15 +150,31 @@ class TpDecoder final : public BatchForward {
   absl::Status ReduceWait();
   absl::Status Layers(model::ParamProvider& pp, KvPool& kv, const ForwardBatch& b);
   absl::Status LayersOverlapped(model::ParamProvider& pp, KvPool& kv, const ForwardBatch& b);
+  // Sequence-parallel layers over the full parameters, then the all-gather
+  // that leaves every row's residual in x_ (tp_decoder_shift.cc).
+  absl::Status LayersShifted(model::ParamProvider& full, KvPool& kv, const ForwardBatch& b);
+  absl::Status ShiftExchange(const float* in, const std::vector<size_t>& send, float* out,
+                             const std::vector<size_t>& recv);
+  // Scratch of sequence-parallel steps of up to `rows` rows.
+  bool ReserveShift(int rows, size_t* bytes);
 
   model::Decoder decoder_;
+  model::ParamLayout full_layout_;
+  model::DecoderDims full_dims_;
   kernels::Ops* ops_;
   comm::Collective* group_;
+  model::ParamProvider* full_ = nullptr;
   TpOptions options_;
   std::unique_ptr<AsyncAllreduce> async_;
   TpStats stats_;
   int rows_cap_ = 0, out_cap_ = 0;
   kernels::DeviceArray<float> x_, xn_, q_, qraw_, k_, kraw_, v_, attn_, rstd_, gate_, up_, h_, part_, hn_, logits_;
+  // Sequence-parallel steps: this rank's rows' q/k/v per destination, the
+  // step's rows of this rank's heads as received, this rank's rows'
+  // attention output of every head, and the full-width MLP activations.
+  int shift_cap_ = 0;
+  kernels::DeviceArray<float> sp_send_, sp_recv_, sp_attn_, sp_gate_, sp_up_, sp_h_;
+  std::vector<size_t> sp_rows_, sp_offs_, sp_send_counts_, sp_recv_counts_;
 };
 
 }  // namespace tandem::rollout
