@@ -161,7 +161,7 @@ TEST(TpRolloutTest, SpecTakesTpInDisaggregatedAndDegradedJobs) {
   shift.push_back("rollout.shift_parallel=true");
   auto no_shift = common::ParseJobSpecYaml(TinyGrpoYaml(), shift);
   ASSERT_FALSE(no_shift.ok());
-  EXPECT_NE(no_shift.status().message().find("rollout.shift_parallel is only for placement.mode: colocated"),
+  EXPECT_NE(no_shift.status().message().find("rollout.shift_parallel: is only for placement.mode: colocated"),
             std::string::npos)
       << no_shift.status();
   auto async = disagg;
