@@ -161,8 +161,8 @@ int CmdPlan(const Args& args) {
   for (const auto& n : topo->nodes) nodes.push_back(absl::StrCat(n.name, ": ", n.workers));
   std::cout << "job " << spec->name() << " (" << common::KindName(spec->kind()) << "), " << world << " workers on "
             << topo->nodes.size() << " node(s) (" << absl::StrJoin(nodes, ", ") << ")\n"
-            << "model: " << psi << " parameters in " << in.unit_sizes.size() << " units; " << Options(*spec, in) << "; "
-            << in.micro_batches << " micro-batch(es) per rank per step\n\n";
+            << "model: " << psi << " parameters in " << in.unit_sizes.size() << " units; " << Options(*spec, in)
+            << (sft ? absl::StrCat("; ", in.micro_batches, " micro-batch(es) per rank per step") : "") << "\n\n";
   if (sft) {
     std::cout << "bytes sent per optimizer step, per rank (mean over ranks):\n";
     std::vector<std::vector<std::string>> rows = {{"KIND", "INTRA-NODE", "INTER-NODE"}};
