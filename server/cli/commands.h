@@ -12,6 +12,7 @@ using Args = std::vector<std::string>;
 
 int CmdSubmit(const Args& args);        // submit JOB.yaml [--set k=v] [--workers N] [--resume-from P]
 int CmdValidate(const Args& args);      // validate JOB.yaml [--set k=v] [--workers N]
+int CmdPlan(const Args& args);          // plan JOB.yaml --topology TOPO.yaml [--set k=v] [--json]
 int CmdJobs(const Args& args);          // jobs [--state S] [--limit N]
 int CmdStatus(const Args& args);        // status JOB
 int CmdCancel(const Args& args);        // cancel JOB [--reason TEXT]

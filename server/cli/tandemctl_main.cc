@@ -22,6 +22,8 @@ constexpr char kUsage[] =
     "Jobs:\n"
     "  submit JOB.yaml [--set k=v ...] [--workers N] [--resume-from PATH]   submit a job; prints its id\n"
     "  validate JOB.yaml [--set k=v ...]       check a job file (no coordinator needed)\n"
+    "  plan JOB.yaml --topology TOPO.yaml      bytes per network tier, memory per rank and\n"
+    "                                          communication time of one step (no coordinator needed)\n"
     "  jobs [--state S] [--limit N]            list jobs\n"
     "  status JOB                              state, progress, latest metrics\n"
     "  watch JOB                               live progress; exits with the job's outcome\n"
@@ -83,6 +85,7 @@ int main(int argc, char** argv) {
   using namespace tandem::cli;
   if (cmd == "submit") return CmdSubmit(rest);
   if (cmd == "validate") return CmdValidate(rest);
+  if (cmd == "plan") return CmdPlan(rest);
   if (cmd == "jobs") return CmdJobs(rest);
   if (cmd == "status") return CmdStatus(rest);
   if (cmd == "watch") return CmdWatch(rest);
