@@ -210,14 +210,12 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
                    "set at most one of rollout.kv_cache_bytes and rollout.kv_cache_fraction");
   }
   const auto& zero = spec.zero();
-  const bool fp32 = spec.train().precision().empty() || spec.train().precision() == "fp32";
   if (zero.hierarchical_partition()) {
     if (cl.zero_stage() != 3) {
       return Invalid(
           "zero.hierarchical_partition",
           absl::StrCat("needs cluster.zero_stage: 3 (it partitions stage-3 parameters), not ", cl.zero_stage()));
     }
-    if (!fp32) return Invalid("zero.hierarchical_partition", "needs train.precision: fp32");
     if (disaggregated) return Invalid("zero.hierarchical_partition", "is only for placement.mode: colocated");
     if (spec.recovery().degraded()) {
       return Invalid("zero.hierarchical_partition",
@@ -236,10 +234,6 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
       return Invalid(
           "zero.weight_quantization",
           absl::StrCat("int8 needs cluster.zero_stage: 3 (it quantises stage-3 gathers), not ", cl.zero_stage()));
-    }
-    if (!fp32) return Invalid("zero.weight_quantization", "int8 needs train.precision: fp32");
-    if (cl.device() == tandem::v1::DEVICE_KIND_CUDA) {
-      return Invalid("zero.weight_quantization", "int8 runs on cluster.device: cpu, not cuda");
     }
   }
   if (cl.sequence_parallel() > 1) {

@@ -210,11 +210,14 @@ ConfigTable* MakeJobSpecTable() {
        .help = "int4: carry each rank's quantisation error into the next reduction"},
       {.path = "zero.hierarchical_partition",
        .help = "stage 3 (hpZ): a secondary copy of the parameter shards partitioned inside each node, so "
-               "forward/backward gathers stay intra-node; gradients reduce-scatter intra-node, then inter-node"},
+               "forward/backward gathers stay intra-node; gradients reduce-scatter intra-node, then inter-node "
+               "(fp32 or bf16; cpu and cuda devices)"},
       {.path = "zero.weight_quantization",
        .def = "none",
        .one_of = {"none", "int8"},
-       .help = "int8 (qwZ): blockwise int8 weights with fp32 scales for stage-3 parameter gathers (cpu device)"},
+       .help = "int8 (qwZ): blockwise int8 weights with fp32 scales for stage-3 parameter gathers (fp32 or bf16; cpu "
+               "and cuda devices, quantised where "
+               "the weights live)"},
       // rl (grpo).
       {.path = "rl.group_size", .def = "8", .min = 2, .max = 4096, .help = "samples per prompt"},
       {.path = "rl.prompts_per_step",

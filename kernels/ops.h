@@ -261,6 +261,15 @@ class Ops {
   virtual void float_to_bf16(const float* x, uint16_t* y, size_t n) = 0;
   // y[i] = float(x[i]) (exact)
   virtual void bf16_to_float(const uint16_t* x, float* y, size_t n) = 0;
+
+  // Blockwise int8 weights (qwZ gathers; kernels/int8_blocks.h states the
+  // format and the error bound); every backend produces the same bits for
+  // finite x. Pieces are quantised on their own (blocks restart at x[0]).
+  // wire[Int8WireFloats(n)] = Q(x[0..n)), padding included. x and wire may
+  // not overlap.
+  virtual void quantize_int8(const float* x, size_t n, float* wire) = 0;
+  // out[0..n) = DQ(wire). out and wire may not overlap.
+  virtual void dequantize_int8(const float* wire, size_t n, float* out) = 0;
 };
 
 }  // namespace tandem::kernels

@@ -23,6 +23,7 @@
 #include "kernels/cpu/matmul_cpu.h"
 #include "kernels/cpu/optimizer_cpu.h"
 #include "kernels/cpu/paged_attention_cpu.h"
+#include "kernels/cpu/quantize_int8_cpu.h"
 #include "kernels/cpu/rmsnorm_cpu.h"
 #include "kernels/cpu/rope_cpu.h"
 #include "kernels/cpu/sparse_decode_cpu.h"
@@ -151,6 +152,8 @@ class CpuOps final : public Ops {
   }
   void float_to_bf16(const float* x, uint16_t* y, size_t n) override { cpu::float_to_bf16(x, y, n); }
   void bf16_to_float(const uint16_t* x, float* y, size_t n) override { cpu::bf16_to_float(x, y, n); }
+  void quantize_int8(const float* x, size_t n, float* wire) override { cpu::quantize_int8(x, n, wire); }
+  void dequantize_int8(const float* wire, size_t n, float* out) override { cpu::dequantize_int8(wire, n, out); }
 
  private:
   std::vector<float> scratch_;

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "kernels/guarded/guarded_memory.h"
+#include "kernels/int8_blocks.h"
 
 namespace tandem::kernels {
 namespace {
@@ -288,6 +289,16 @@ class GuardedOps final : public Ops {
     Exclusive excl(this, "bf16_to_float");
     inner_->bf16_to_float(static_cast<const uint16_t*>(mem_->Real(x, n * sizeof(uint16_t), "bf16_to_float x")),
                           F(y, n, "bf16_to_float y"), n);
+  }
+
+  void quantize_int8(const float* x, size_t n, float* wire) override {
+    Exclusive excl(this, "quantize_int8");
+    inner_->quantize_int8(F(x, n, "quantize_int8 x"), n, F(wire, Int8WireFloats(n), "quantize_int8 wire"));
+  }
+
+  void dequantize_int8(const float* wire, size_t n, float* out) override {
+    Exclusive excl(this, "dequantize_int8");
+    inner_->dequantize_int8(F(wire, Int8WireFloats(n), "dequantize_int8 wire"), n, F(out, n, "dequantize_int8 out"));
   }
 
  private:

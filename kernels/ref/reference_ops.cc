@@ -11,6 +11,7 @@
 #include "kernels/ref/attention_ref.h"
 #include "kernels/ref/linear_attention_ref.h"
 #include "kernels/ref/paged_attention_ref.h"
+#include "kernels/ref/quantize_int8_ref.h"
 #include "kernels/ref/ref_math.h"
 #include "kernels/ref/sparse_decode_ref.h"
 #include "kernels/sample_row.h"
@@ -142,6 +143,8 @@ class ReferenceOps final : public Ops {
   void bf16_to_float(const uint16_t* x, float* y, size_t n) override {
     for (size_t i = 0; i < n; ++i) y[i] = FloatFromBf16(x[i]);
   }
+  void quantize_int8(const float* x, size_t n, float* wire) override { ref::quantize_int8(x, n, wire); }
+  void dequantize_int8(const float* wire, size_t n, float* out) override { ref::dequantize_int8(wire, n, out); }
 };
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/rank_topology.h"
 #include "tests/comm/comm_test_util.h"
 #include "worker/comm/node_collectives.h"
@@ -165,6 +167,66 @@ TEST(NodeCollectives, HierarchicalAllreduceEqualsFlat) {
       EXPECT_EQ(flat_inter, r == 1 || r == 3 ? 2 * 4 * len * 3 / 4 : 0) << "rank " << r;
     });
   }
+}
+
+// The store keys Set during the rendezvous, recorded (thread safe).
+class RecordingStore final : public Store {
+ public:
+  explicit RecordingStore(Store* inner) : inner_(inner) {}
+  absl::Status Set(std::string_view key, std::string_view value) override {
+    {
+      absl::MutexLock lock(&mu_);
+      keys_.emplace_back(key);
+    }
+    return inner_->Set(key, value);
+  }
+  absl::StatusOr<std::string> Get(std::string_view key, std::chrono::milliseconds timeout) override {
+    return inner_->Get(key, timeout);
+  }
+  absl::StatusOr<int64_t> Add(std::string_view key, int64_t delta) override {
+    {
+      absl::MutexLock lock(&mu_);
+      keys_.emplace_back(key);
+    }
+    return inner_->Add(key, delta);
+  }
+  absl::Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    return inner_->Wait(keys, timeout);
+  }
+  absl::StatusOr<bool> Delete(std::string_view key) override { return inner_->Delete(key); }
+  std::vector<std::string> keys() {
+    absl::MutexLock lock(&mu_);
+    return keys_;
+  }
+
+ private:
+  Store* inner_;
+  absl::Mutex mu_;
+  std::vector<std::string> keys_;
+};
+
+// Every group rendezvouses under its own key prefix (the rule the NCCL
+// backend relies on too: one unique id per group, nccl_node_collectives_gpu_test).
+TEST(NodeCollectives, EachGroupRendezvousesUnderItsOwnKeys) {
+  const std::vector<std::string> nodes = {"a", "b", "a", "b"};
+  RunTiered(nodes, [&](int r, Collective&, Store& store, std::shared_ptr<TierLedger> ledger) {
+    RecordingStore recording(&store);
+    auto opts = TestOptions();
+    opts.prefix = "job7";
+    auto g = MakeNodeCollectives("gloo", recording, nodes, r, opts, ledger);
+    ASSERT_TRUE(g.ok()) << g.status();
+    // Node a holds ranks 0 and 2 (node index 0), local index = r / 2.
+    const std::string intra = absl::StrCat("job7/intra", r % 2, "/");
+    const std::string inter = absl::StrCat("job7/inter", r / 2, "/");
+    bool saw_intra = false, saw_inter = false;
+    for (const std::string& key : recording.keys()) {
+      const bool in_intra = absl::StartsWith(key, intra), in_inter = absl::StartsWith(key, inter);
+      EXPECT_TRUE(in_intra || in_inter) << "rank " << r << " wrote " << key;
+      saw_intra = saw_intra || in_intra;
+      saw_inter = saw_inter || in_inter;
+    }
+    EXPECT_TRUE(saw_intra && saw_inter) << "rank " << r;
+  });
 }
 
 TEST(NodeCollectives, HierarchicalAllreduceNeedsEqualNodes) {

@@ -55,8 +55,9 @@ TEST(ZeroSpecTest, HierarchicalPartitionAndWeightQuantization) {
   EXPECT_EQ(flag.rfind("zero.hierarchical_partition: ", 0), 0u) << flag;
 }
 
-// Across keys (ParseJobSpecYaml and ValidateJobSpec): both need ZeRO stage 3
-// and fp32.
+// Across keys (ParseJobSpecYaml and ValidateJobSpec): both need ZeRO stage 3;
+// both run in fp32 and bf16, on the cpu and cuda devices; hpZ stays refused
+// with the layouts it does not serve.
 TEST(ZeroSpecTest, HierarchicalAndInt8WeightsNeedStage3) {
   const std::string job =
       "kind: sft\nmodel:\n  config: {vocab_size: 99, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2,"
@@ -73,8 +74,25 @@ TEST(ZeroSpecTest, HierarchicalAndInt8WeightsNeedStage3) {
   const std::string stage = error({"cluster.zero_stage=2", "zero.hierarchical_partition=true"});
   EXPECT_NE(stage.find("zero.hierarchical_partition"), std::string::npos) << stage;
   EXPECT_NE(stage.find("zero_stage: 3"), std::string::npos) << stage;
-  const std::string bf16 = error({"cluster.zero_stage=3", "zero.hierarchical_partition=true", "train.precision=bf16"});
-  EXPECT_NE(bf16.find("fp32"), std::string::npos) << bf16;
+  EXPECT_EQ(error({"cluster.zero_stage=3", "zero.hierarchical_partition=true", "train.precision=bf16"}), "OK");
+  EXPECT_EQ(error({"cluster.zero_stage=3", "zero.weight_quantization=int8", "train.precision=bf16"}), "OK");
+  EXPECT_EQ(error({"cluster.zero_stage=3", "zero.hierarchical_partition=true", "zero.weight_quantization=int8",
+                   "train.precision=bf16", "cluster.device=cuda"}),
+            "OK");
+  EXPECT_EQ(error({"cluster.zero_stage=3", "zero.weight_quantization=int8", "cluster.device=cuda"}), "OK");
+  const std::string precision =
+      error({"cluster.zero_stage=3", "zero.hierarchical_partition=true", "train.precision=fp16"});
+  EXPECT_NE(precision.find("train.precision"), std::string::npos) << precision;
+  const std::string tp =
+      error({"cluster.zero_stage=3", "zero.hierarchical_partition=true", "train.precision=bf16", "rollout.tp_size=2"});
+  EXPECT_NE(tp.find("zero.hierarchical_partition"), std::string::npos) << tp;
+  EXPECT_NE(tp.find("tp_size"), std::string::npos) << tp;
+  const std::string degraded = error(
+      {"cluster.zero_stage=3", "zero.hierarchical_partition=true", "train.precision=bf16", "recovery.degraded=true"});
+  EXPECT_NE(degraded.find("recovery.degraded"), std::string::npos) << degraded;
+  const std::string int8_bf16 =
+      error({"cluster.zero_stage=2", "zero.weight_quantization=int8", "train.precision=bf16"});
+  EXPECT_NE(int8_bf16.find("zero_stage: 3"), std::string::npos) << int8_bf16;
   const std::string int8 = error({"cluster.zero_stage=1", "zero.weight_quantization=int8"});
   EXPECT_NE(int8.find("zero.weight_quantization"), std::string::npos) << int8;
   EXPECT_NE(int8.find("zero_stage: 3"), std::string::npos) << int8;

@@ -9,6 +9,10 @@
 //
 // Every rank calls MakeNodeCollectives (intra rendezvous first, then inter;
 // keys under options.prefix + "/intra<node>" and "/inter<local index>").
+// Backend "gloo" (host memory) or "nccl" (device memory, options.device):
+// each group is a communicator of its own (NCCL: its own unique id under
+// its group's key, its own communicator and stream), so the groups' calls
+// never match each other's.
 // Failure: the rendezvous status of the first group that failed.
 #pragma once
 

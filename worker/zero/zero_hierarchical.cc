@@ -6,7 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
-#include "worker/comm/quantized_weights.h"
+#include "kernels/bf16.h"
+#include "kernels/cpu/quantize_int8_cpu.h"
+#include "kernels/int8_blocks.h"
 #include "worker/zero/zero_internal.h"
 #include "worker/zero/zero_optimizer.h"
 
@@ -17,13 +19,19 @@ size_t Sum(const std::vector<size_t>& v, size_t end) {
   return std::accumulate(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(end), size_t{0});
 }
 
-std::vector<size_t> WireCounts(const std::vector<size_t>& counts) {
-  std::vector<size_t> w(counts.size());
-  for (size_t i = 0; i < counts.size(); ++i) w[i] = comm::Int8WireFloats(counts[i]);
-  return w;
+}  // namespace
+
+size_t ZeroOptimizer::WireFloats(size_t n) const {
+  if (qwz()) return kernels::Int8WireFloats(n);
+  if (bf16()) return (n + 1) / 2;
+  return n;
 }
 
-}  // namespace
+std::vector<size_t> ZeroOptimizer::WireCounts(const std::vector<size_t>& counts) const {
+  std::vector<size_t> w(counts.size());
+  for (size_t i = 0; i < counts.size(); ++i) w[i] = WireFloats(counts[i]);
+  return w;
+}
 
 absl::StatusOr<WeightQuantization> ParseWeightQuantization(std::string_view name) {
   if (name.empty() || name == "none") return WeightQuantization::kNone;
@@ -60,19 +68,11 @@ absl::Status ZeroOptimizer::CheckHierarchical() {
                                                      " nodes x ", options_.intra->size(), " ranks is not the world of ",
                                                      world_, " (every node needs the same number of workers)"));
     }
-    if (bf16()) {
-      return absl::InvalidArgumentError("zero.hierarchical_partition needs train.precision fp32");
-    }
   }
   if (qwz()) {
     if (options_.stage != 3) {
       return absl::InvalidArgumentError(absl::StrCat(
           "zero.weight_quantization int8 needs ZeRO stage 3 (cluster.zero_stage: 3), not stage ", options_.stage));
-    }
-    if (bf16()) return absl::InvalidArgumentError("zero.weight_quantization int8 needs train.precision fp32");
-    if (std::string(mem_->name()) != "host") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("zero.weight_quantization int8 runs on host memory (the CPU backends), not ", mem_->name()));
     }
   }
   return absl::OkStatus();
@@ -115,7 +115,7 @@ absl::Status ZeroOptimizer::AllocateHierarchicalState() {
     secondary_off_.push_back(secondary);
     chunk_off_.push_back(chunks);
     const size_t chunk = ChunkCounts(u)[local_];
-    secondary += qwz() ? ChunkWireFloats(u, local_) : chunk;
+    secondary += ChunkWireFloats(u, local_);
     chunks += chunk;
     max_chunk = std::max(max_chunk, chunk);
   }
@@ -127,21 +127,30 @@ absl::Status ZeroOptimizer::AllocateHierarchicalState() {
 }
 
 void ZeroOptimizer::FillSecondary(const float* full_host) {
+  std::vector<float> wire;  // InitFromFull only
   for (size_t u = 0; u < options_.units.size(); ++u) {
     const int unit = static_cast<int>(u);
     const float* chunk = full_host + options_.units[u].offset + ChunkOffset(unit, local_);
-    if (!qwz()) {
+    if (!qwz() && !bf16()) {
       secondary_.Upload(chunk, ChunkCounts(unit)[local_], secondary_off_[u]);
       continue;
     }
-    // Host memory (CheckHierarchical): quantise each owner's piece in place,
-    // the bits its owner's refresh produces.
-    float* wire = secondary_.data() + secondary_off_[u];
+    // Each owner's piece encoded on its own, on the host: the bits its
+    // owner's refresh produces on any backend (int8 and bf16 conversions
+    // are bit-identical across backends).
+    wire.assign(ChunkWireFloats(unit, local_), 0.f);
+    float* w = wire.data();
     for (size_t sub : SubCounts(unit, local_)) {
-      comm::QuantizeInt8(chunk, sub, wire);
+      if (qwz()) {
+        kernels::cpu::quantize_int8(chunk, sub, w);
+      } else {
+        uint16_t* bits = reinterpret_cast<uint16_t*>(w);
+        for (size_t i = 0; i < sub; ++i) bits[i] = kernels::Bf16FromFloat(chunk[i]);
+      }
       chunk += sub;
-      wire += comm::Int8WireFloats(sub);
+      w += WireFloats(sub);
     }
+    secondary_.Upload(wire.data(), wire.size(), secondary_off_[u]);
   }
 }
 
@@ -149,6 +158,7 @@ absl::Status ZeroOptimizer::RefreshSecondary() {
   if (!hpz()) return absl::OkStatus();
   comm::Collective* inter = options_.inter;
   const comm::Timeout timeout = options_.timeout;
+  kernels::Ops* ops = comm_ops();
   RETURN_IF_ERROR(worker_->Run([&]() -> absl::Status {
     for (size_t u = 0; u < options_.units.size(); ++u) {
       const int unit = static_cast<int>(u);
@@ -156,13 +166,19 @@ absl::Status ZeroOptimizer::RefreshSecondary() {
       const float* mine = param_shard_.data() + piece.shard_offset;
       float* chunk = secondary_.data() + secondary_off_[u];
       const std::vector<size_t> subs = SubCounts(unit, local_);
-      if (!qwz()) {
+      if (!qwz() && !bf16()) {
         RETURN_IF_ERROR(inter->allgather(mine, chunk, subs, timeout));
         continue;
       }
+      // Each owner encodes its piece into its slot (bf16: the odd padding
+      // half stays zero from allocation) and the slots are gathered.
       const std::vector<size_t> wire = WireCounts(subs);
       float* slot = chunk + Sum(wire, node_);
-      comm::QuantizeInt8(mine, piece.size, slot);
+      if (qwz()) {
+        ops->quantize_int8(mine, piece.size, slot);
+      } else {
+        ops->float_to_bf16(mine, reinterpret_cast<uint16_t*>(slot), piece.size);
+      }
       RETURN_IF_ERROR(inter->allgather(slot, chunk, wire, timeout));
     }
     return absl::OkStatus();
@@ -172,36 +188,44 @@ absl::Status ZeroOptimizer::RefreshSecondary() {
 
 absl::Status ZeroOptimizer::GatherUnitForCompute(int unit, float* dst, float* packed) {
   const comm::Timeout timeout = options_.timeout;
-  if (hpz() && !qwz()) {
+  kernels::Ops* ops = comm_ops();
+  if (hpz() && !qwz() && !bf16()) {
     return options_.intra->allgather(secondary_.data() + secondary_off_[unit], dst, ChunkCounts(unit), timeout);
   }
+  // The element counts of the encoded pieces, in gathered order.
+  std::vector<size_t> pieces;
   if (hpz()) {
-    const std::vector<size_t> wire = ChunkWireCounts(unit);
-    RETURN_IF_ERROR(options_.intra->allgather(secondary_.data() + secondary_off_[unit], packed, wire, timeout));
-    const float* in = packed;
-    float* out = dst;
+    RETURN_IF_ERROR(
+        options_.intra->allgather(secondary_.data() + secondary_off_[unit], packed, ChunkWireCounts(unit), timeout));
     for (int l = 0; l < locals_; ++l) {
-      for (size_t sub : SubCounts(unit, l)) {
-        comm::DequantizeInt8(in, sub, out);
-        in += comm::Int8WireFloats(sub);
-        out += sub;
-      }
+      for (size_t sub : SubCounts(unit, l)) pieces.push_back(sub);
     }
-    return absl::OkStatus();
+  } else {
+    // Flat qwZ: every rank quantises its piece into its slot.
+    pieces = UnitCounts(unit);
+    const std::vector<size_t> wire = WireCounts(pieces);
+    const ShardPiece& piece = MyPiece(unit);
+    float* slot = packed + Sum(wire, rank_);
+    ops->quantize_int8(param_shard_.data() + piece.shard_offset, piece.size, slot);
+    RETURN_IF_ERROR(options_.comm->allgather(slot, packed, wire, timeout));
   }
-  // Flat qwZ: every rank quantises its piece into its slot.
-  const std::vector<size_t> counts = UnitCounts(unit);
-  const std::vector<size_t> wire = WireCounts(counts);
-  const ShardPiece& piece = MyPiece(unit);
-  float* slot = packed + Sum(wire, rank_);
-  comm::QuantizeInt8(param_shard_.data() + piece.shard_offset, piece.size, slot);
-  RETURN_IF_ERROR(options_.comm->allgather(slot, packed, wire, timeout));
   const float* in = packed;
   float* out = dst;
-  for (size_t c : counts) {
-    comm::DequantizeInt8(in, c, out);
-    in += comm::Int8WireFloats(c);
+  for (size_t c : pieces) {
+    if (qwz()) {
+      ops->dequantize_int8(in, c, out);
+    } else {
+      ops->bf16_to_float(reinterpret_cast<const uint16_t*>(in), out, c);
+    }
+    in += WireFloats(c);
     out += c;
+  }
+  if (qwz() && bf16()) {
+    // The compute sees bf16 weights: the dequantised unit rounded to bf16
+    // (through the packed buffer, which holds max_unit / 2 floats or more).
+    const size_t n = options_.units[unit].size;
+    ops->float_to_bf16(dst, reinterpret_cast<uint16_t*>(packed), n);
+    ops->bf16_to_float(reinterpret_cast<const uint16_t*>(packed), dst, n);
   }
   return absl::OkStatus();
 }
@@ -210,7 +234,7 @@ absl::Status ZeroOptimizer::GatherUnitExact(int unit, float* dst) {
   const comm::Timeout timeout = options_.timeout;
   const float* mine = param_shard_.data() + shard_map_[unit].shard_offset;
   if (!hpz()) return options_.comm->allgather(mine, dst, UnitCounts(unit), timeout);
-  if (!qwz()) {
+  if (!qwz() && !bf16()) {
     // The fp32 secondary copy equals the masters.
     return options_.intra->allgather(secondary_.data() + secondary_off_[unit], dst, ChunkCounts(unit), timeout);
   }

@@ -297,7 +297,7 @@ std::shared_ptr<ZeroOptimizer::Gather> ZeroOptimizer::StartGather(int unit) {
     return g;
   }
   if (hpz() || qwz()) {
-    if (qwz()) {
+    if (qwz() || bf16()) {  // the encoded pieces arrive there
       g->packed = TakePacked();
       if (g->packed == nullptr) {
         ReturnBuffer(g->buf);
@@ -358,8 +358,8 @@ const float* ZeroOptimizer::AcquireParams(int unit) {
     if (g->task) Fail(worker_->Wait(g->task));
     if (bf16() && options_.stage < 3) {
       options_.ops->bf16_to_float(compute_full_.data() + u.offset, g->buf, u.size);
-    } else if (bf16()) {
-      UnpackWiden(unit, g->packed, g->buf);
+    } else if (bf16() && !hpz() && !qwz()) {
+      UnpackWiden(unit, g->packed, g->buf);  // hpZ / qwZ: the gather decoded it
     }
   }
   ++g->refs;
@@ -474,6 +474,21 @@ absl::Status ZeroOptimizer::BeginInference() {
   } else if (options_.stage < 3) {
     // The resident bf16 compute copy, widened once for the whole rollout.
     options_.ops->bf16_to_float(compute_full_.data(), infer_full_.data(), psi_);
+  } else if (hpz() || qwz()) {
+    // bf16(masters), the flat compute copy: exact gathers, rounded per unit
+    // through a packed buffer.
+    float* buf = TakeBuffer();
+    float* scratch = buf != nullptr ? TakePacked() : nullptr;
+    if (scratch == nullptr) s = status_;  // out of memory: status_ says so
+    uint16_t* bits = reinterpret_cast<uint16_t*>(scratch);
+    for (size_t u = 0; s.ok() && u < options_.units.size(); ++u) {
+      s = worker_->Run([&] { return GatherUnitExact(static_cast<int>(u), buf); });
+      if (!s.ok()) break;
+      options_.ops->float_to_bf16(buf, bits, options_.units[u].size);
+      options_.ops->bf16_to_float(bits, infer_full_.data() + options_.units[u].offset, options_.units[u].size);
+    }
+    ReturnBuffer(buf);
+    if (scratch != nullptr) free_packed_.push_back(scratch);
   } else {
     // Gather the bf16 compute shards unit by unit and widen them.
     for (size_t u = 0; s.ok() && u < options_.units.size(); ++u) {

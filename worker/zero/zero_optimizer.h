@@ -68,16 +68,26 @@
 // tier carries (M-1)/M x Psi/L floats for the refresh (once per step) and as
 // much per gradient reduce-scatter, and nothing for the gathers. Sums run
 // in a different order than flat stage 3: equal within fp32 reduction-order
-// tolerance.
+// tolerance. With bf16 precision the secondary copy holds each owner's
+// piece of the chunk in bf16 (Psi/L bf16 values, packed per piece as the
+// flat bf16 gathers pack them), which is what the forward/backward gathers
+// need: they move and widen exactly the bits flat stage 3 bf16 computes
+// with. The fp32 masters stay in the shard; exact gathers (GatherFull,
+// checkpoints) then go inter-node, then intra-node, as with qwZ.
 //
 // Quantized weight gathers (ZeroOptions.weight_quantization = kInt8, stage
 // 3, qwZ of ZeRO++): the unit gathers move blockwise int8 codes with fp32
-// scales (worker/comm/quantized_weights.h), about 1/4 of the bytes; each
+// scales (kernels/int8_blocks.h), about 1/4 of the bytes; each
 // owner quantises its own piece, so every rank dequantises the same bits.
 // Forward and backward then compute with the dequantised weights; the fp32
 // masters, the optimizer and GatherFull / checkpoints / BeginInference stay
 // exact fp32. With hpZ the secondary copy holds the quantised pieces (the
-// refresh and the intra-node gathers both move int8). Host memory only.
+// refresh and the intra-node gathers both move int8). Every backend
+// quantises and dequantises with Ops::quantize_int8 / dequantize_int8 in its
+// own memory (CUDA: on the device, no host round trip). With bf16 precision
+// the pieces are quantised from the fp32 masters and the dequantised unit is
+// rounded to bf16, so the compute sees bf16 weights as in the flat bf16
+// path; BeginInference serves bf16(masters), the flat bf16 compute copy.
 //
 // Reductions are sums (the engine normalises the loss globally). Gradients
 // accumulate over micro-batches until Step; ZeroGrads() clears them.
@@ -101,6 +111,7 @@
 // that returns a Status.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -187,13 +198,13 @@ struct ZeroOptions {
   // either way; with int4 compression the stage 0-1 reduction stays in Step.
   bool reduce_on_release = false;
   // Stage 3 hpZ (see the header comment): needs intra and inter (not owned;
-  // outlive the optimizer; intra.size() * inter.size() == comm.size()) and
-  // fp32 precision. With kInt4 gradients the inter-node reduce-scatter is
+  // outlive the optimizer; intra.size() * inter.size() == comm.size());
+  // fp32 or bf16 precision. With kInt4 gradients the inter-node reduce-scatter is
   // the int4 one (error feedback over the chunk, Psi/L floats).
   bool hierarchical_partition = false;
   comm::Collective* intra = nullptr;
   comm::Collective* inter = nullptr;
-  // Stage 3, fp32, host memory.
+  // Stage 3, fp32 or bf16, any backend.
   WeightQuantization weight_quantization = WeightQuantization::kNone;
 };
 
@@ -389,7 +400,13 @@ class ZeroOptimizer final : public model::ParamProvider {
   // bf16 packed allgather of one unit: rank r's counts[r] bf16 values travel
   // as ceil(counts[r] / 2) floats. Packed layout offsets, in floats.
   std::vector<size_t> PackedCounts(int unit) const;
-  size_t packed_floats() const { return qwz() ? qw_packed_floats_ : max_unit_ / 2 + world_ + 1; }
+  // bf16 packed gathers need max_unit / 2 + one padding float per piece;
+  // qwZ the largest int8 gather (with bf16 also the bf16 rounding scratch).
+  size_t packed_floats() const {
+    const size_t bf16_floats = max_unit_ / 2 + world_ + 1;
+    if (!qwz()) return bf16_floats;
+    return bf16() ? std::max(qw_packed_floats_, bf16_floats) : qw_packed_floats_;
+  }
   float* TakePacked();  // nullptr when allocation fails
   // Widens a packed gathered unit into dst (unit order, fp32).
   void UnpackWiden(int unit, const float* packed, float* dst);
@@ -440,8 +457,13 @@ class ZeroOptimizer final : public model::ParamProvider {
   // Comm thread, hpZ: reduce-scatters the unit gradient `in` to this rank's
   // summed piece in `piece`.
   absl::Status HierarchicalReduceScatter(int unit, const float* in, float* piece);
+  // Floats one encoded piece of n values takes in gathers and in the
+  // secondary copy: the int8 wire (qwZ), packed bf16 (bf16 without qwZ:
+  // ceil(n / 2)), or n (fp32).
+  size_t WireFloats(size_t n) const;
+  std::vector<size_t> WireCounts(const std::vector<size_t>& counts) const;
   // Wire floats of unit `unit` for rank r of the flat gather (qwZ), or for
-  // chunk l (hpZ + qwZ: the chunk's M pieces, each quantised on its own).
+  // chunk l (hpZ: the chunk's M pieces, each encoded on its own).
   std::vector<size_t> FlatWireCounts(int unit) const;
   std::vector<size_t> ChunkWireCounts(int unit) const;
   size_t ChunkWireFloats(int unit, int l) const;

@@ -16,6 +16,7 @@
 #include "kernels/cuda/lm_head_kernel.cuh"
 #include "kernels/cuda/optimizer_kernel.cuh"
 #include "kernels/cuda/paged_attention_kernel.cuh"
+#include "kernels/cuda/quantize_int8_kernel.cuh"
 #include "kernels/cuda/rmsnorm_kernel.cuh"
 #include "kernels/cuda/sample_kernel.cuh"
 
@@ -253,6 +254,17 @@ class EmuOps final : public Ops {
                                const float*, int, const int32_t*, const float*, float*) override {
     Unsupported("sparse_decode_attention");
   }
+  void quantize_int8(const float* x, size_t n, float* wire) override {
+    if (n == 0) return;
+    tandem_emu::Launch(dim3(static_cast<unsigned>(std::min<size_t>(Int8Blocks(n), 64))), dim3(cuda::kQuantThreads), 0,
+                       [&] { cuda::QuantizeInt8Kernel(x, n, wire); });
+  }
+  void dequantize_int8(const float* wire, size_t n, float* out) override {
+    if (n == 0) return;
+    tandem_emu::Launch(dim3(cuda::GridFor(n, 256, 16)), dim3(256), 0,
+                       [&] { cuda::DequantizeInt8Kernel(wire, n, out); });
+  }
+
   void float_to_bf16(const float*, uint16_t*, size_t) override { Unsupported("float_to_bf16"); }
   void bf16_to_float(const uint16_t*, float*, size_t) override { Unsupported("bf16_to_float"); }
 
@@ -271,7 +283,8 @@ std::unique_ptr<Ops> MakeEmuOps() { return std::make_unique<EmuOps>(); }
 
 bool EmuSupports(const std::string& op) {
   return op == "attention" || op == "decode_attention" || op == "paged_attention" || op == "rmsnorm" ||
-         op == "lm_head" || op == "sum_squares" || op == "adamw" || op == "sample_logits" || op == "linear_attention";
+         op == "lm_head" || op == "sum_squares" || op == "adamw" || op == "sample_logits" || op == "linear_attention" ||
+         op == "int8_blocks";
 }
 
 }  // namespace tandem::kernels

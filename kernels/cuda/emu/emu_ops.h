@@ -1,8 +1,9 @@
 // The CUDA emulator as an Ops backend (test-only): the ops whose CUDA kernels
 // cooperate within a block (attention forward/backward, decode attention,
-// RMSNorm, the LM head's row kernels, sum_squares, AdamW, sampling) run the
-// very device code of kernels/cuda/*_kernel.cuh on the CPU emulator of
-// cuda_emu.h, launched as CudaOps launches them. GEMMs (cuBLAS on a GPU) run
+// RMSNorm, the LM head's row kernels, sum_squares, AdamW, sampling, blockwise
+// int8 quantisation) run the very device code of kernels/cuda/*_kernel.cuh on
+// the CPU emulator of cuda_emu.h, launched as CudaOps launches them (int8
+// quantisation with fewer blocks, so its grid-stride loop runs). GEMMs (cuBLAS on a GPU) run
 // on the reference backend. Host pointers; one thread at a time.
 #pragma once
 
