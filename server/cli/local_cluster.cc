@@ -129,7 +129,7 @@ absl::Status LocalCluster::StartCoordinator(const std::string& program, const fs
   }
 }
 
-absl::Status LocalCluster::StartWorkers(const std::string& program, const fs::path& dir, int n,
+absl::Status LocalCluster::StartWorkers(const std::string& program, const fs::path& dir, int n, int nodes,
                                         const std::string& device, int threads, const SupervisorOptions& options,
                                         WorkerSupervisor::EventFn on_event) {
   std::vector<SupervisedMember> members;
@@ -141,6 +141,7 @@ absl::Status LocalCluster::StartWorkers(const std::string& program, const fs::pa
     spec.args = {"--coordinator", grpc_address_,        "--name",    m.name,         "--device",
                  device,          "--data-address",     "127.0.0.1", "--token-file", (dir / "join.token").string(),
                  "--threads",     absl::StrCat(threads)};
+    if (nodes > 1) spec.args.insert(spec.args.end(), {"--node", absl::StrCat("local-node", i * nodes / n)});
     // One worker per GPU: local worker i computes on GPU i.
     if (device == "cuda") spec.args.insert(spec.args.end(), {"--device-index", absl::StrCat(i)});
     spec.log_file = (dir / absl::StrCat("worker-", i, ".log")).string();

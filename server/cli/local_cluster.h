@@ -52,7 +52,9 @@ class LocalCluster {
   absl::Status StartCoordinator(const std::string& program, const std::filesystem::path& dir, Canceller* cancel);
 
   // Starts the workers on the supervisor's thread; on_event runs there.
-  absl::Status StartWorkers(const std::string& program, const std::filesystem::path& dir, int n,
+  // With nodes > 1 worker i declares `--node local-node<i * nodes / n>`
+  // (node by node); with nodes == 1 the workers keep their default node.
+  absl::Status StartWorkers(const std::string& program, const std::filesystem::path& dir, int n, int nodes,
                             const std::string& device, int threads, const SupervisorOptions& options,
                             WorkerSupervisor::EventFn on_event);
 

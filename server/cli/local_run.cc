@@ -63,12 +63,15 @@ std::string WorkerDevice(const v1::JobSpec& spec, const ParsedArgs& p) {
 
 int CmdRunLocal(const Args& args) {
   const std::string usage =
-      "Usage: tandemctl run --local [--workers N] [--run-dir DIR] [--no-restart] JOB.yaml\n"
+      "Usage: tandemctl run --local [--workers N] [--nodes K] [--run-dir DIR] [--no-restart] JOB.yaml\n"
       "                            [--set key.path=value ...]\n"
       "Runs one job on this machine: starts tandem-coordinator and N tandem-worker processes on\n"
       "127.0.0.1 (ephemeral ports, fresh tokens), submits the job, shows progress, prints a summary\n"
       "and stops every process it started (also on failure and Ctrl-C).\n"
       "  --workers N     workers to start (default: the job's cluster.workers)\n"
+      "  --nodes K       declare the workers on K emulated nodes, node by node (tandem-worker --node\n"
+      "                  local-node0..K-1; worker i on node i*K/N), so node-aware options such as\n"
+      "                  zero.hierarchical_partition run on one machine (default 1: one node)\n"
       "  --run-dir DIR   where logs, state, metrics.jsonl and final/ go (default runs/<job>-<time>)\n"
       "  --resume-from P start from a checkpoint\n"
       "  --no-restart    do not restart a worker that fails during the job (by default one that\n"
@@ -82,7 +85,8 @@ int CmdRunLocal(const Args& args) {
       "TANDEM_WORKER_BIN). Exit: 0 succeeded, 1 failed, 2 invalid job, 3 cancelled/interrupted.\n";
   int code = 0;
   auto p = ParseOrUsage(
-      args, {{"set", "workers", "run-dir", "resume-from", "worker-device"}, {"local", "no-restart"}, {}}, usage, &code);
+      args, {{"set", "workers", "nodes", "run-dir", "resume-from", "worker-device"}, {"local", "no-restart"}, {}},
+      usage, &code);
   if (!p) return code;
   if (!p->Has("local")) {
     std::cerr << "tandemctl: run needs --local (the only mode; use submit for a cluster)\n\n" << usage;
@@ -101,6 +105,15 @@ int CmdRunLocal(const Args& args) {
     std::cerr << "tandemctl: --worker-device: expected cpu-guarded, for a job with cluster.device: cpu; got '"
               << p->Get("worker-device") << "'\n";
     return kExitUsage;
+  }
+  int nodes = 1;
+  if (p->Has("nodes")) {
+    auto k = ParseInt("--nodes", p->Get("nodes"), 1, spec->cluster().workers());
+    if (!k.ok()) {
+      std::cerr << "tandemctl: " << k.status().message() << " (1 to the number of workers)\n";
+      return kExitUsage;
+    }
+    nodes = static_cast<int>(*k);
   }
   const bool json = p->Get("output") == "json";
   auto coordinator_bin = FindProgram("tandem-coordinator", "TANDEM_COORDINATOR_BIN");
@@ -171,7 +184,7 @@ int CmdRunLocal(const Args& args) {
   SupervisorOptions restart;
   restart.restart = !p->Has("no-restart");
   restart.stop_grace = kLocalStopGrace;
-  if (absl::Status st = cluster.StartWorkers(*worker_bin, dir, workers, device, threads, restart,
+  if (absl::Status st = cluster.StartWorkers(*worker_bin, dir, workers, nodes, device, threads, restart,
                                              [&events](const SupervisorEvent& e) { events.Supervisor(e); });
       !st.ok()) {
     return fail(std::string(st.message()), kExitFailed);
@@ -179,7 +192,8 @@ int CmdRunLocal(const Args& args) {
   if (!json) {
     std::cerr << "tandemctl: coordinator at " << cluster.grpc_address() << " (metrics http://"
               << cluster.metrics_address() << "/metrics), " << workers << " " << device << " worker(s) x " << threads
-              << " thread(s); run dir " << dir.string() << "\n"
+              << " thread(s)" << (nodes > 1 ? absl::StrCat(" on ", nodes, " nodes") : "") << "; run dir "
+              << dir.string() << "\n"
               << "tandemctl: dashboard http://" << cluster.metrics_address() << "/dashboard/ (log in with "
               << (dir / "admin.token").string() << ")\n";
   }
