@@ -236,6 +236,33 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
           absl::StrCat("int8 needs cluster.zero_stage: 3 (it quantises stage-3 gathers), not ", cl.zero_stage()));
     }
   }
+  if (const auto& zf = spec.train().zenflow(); zf.topk_fraction() > 0) {
+    const char* key = "train.zenflow.topk_fraction";
+    if (cl.zero_stage() > 2) {
+      return Invalid(key, absl::StrCat("runs with cluster.zero_stage 0-2 (the host update needs the owned "
+                                       "parameters resident), not ",
+                                       cl.zero_stage()));
+    }
+    if (!fp32) return Invalid(key, "needs train.precision: fp32");
+    if (spec.train().trainable_size() > 0) {
+      return Invalid(key, "does not combine with train.trainable (frozen parameters)");
+    }
+    if (spec.train().accumulation() == "layer_major") {
+      return Invalid(key, "does not combine with train.accumulation: layer_major");
+    }
+    if (cl.sequence_parallel() > 1) return Invalid(key, "does not combine with cluster.sequence_parallel");
+    if (zero.hierarchical_partition()) return Invalid(key, "does not combine with zero.hierarchical_partition");
+    if (!zero.grad_compression().empty() && zero.grad_compression() != "none") {
+      return Invalid(key, "does not combine with zero.grad_compression");
+    }
+    if (spec.recovery().degraded()) return Invalid(key, "does not combine with recovery.degraded");
+    if (disaggregated) return Invalid(key, "is only for placement.mode: colocated");
+    if (zf.update_interval() > 0 && zf.select_interval() % zf.update_interval() != 0) {
+      return Invalid("train.zenflow.select_interval",
+                     absl::StrCat(zf.select_interval(),
+                                  " is not a multiple of train.zenflow.update_interval = ", zf.update_interval()));
+    }
+  }
   if (cl.sequence_parallel() > 1) {
     const int sp = cl.sequence_parallel();
     if (cl.workers() % sp != 0) {

@@ -199,6 +199,22 @@ ConfigTable* MakeJobSpecTable() {
        .help = "layer_major: forward all micro-batches, then backward layer by layer over them; each layer's "
                "gradient is reduced once per step, overlapping the backward (activations of all micro-batches "
                "are kept)"},
+      {.path = "train.zenflow.topk_fraction",
+       .min = 0,
+       .max = 1,
+       .help = "ZenFlow: fraction of each weight matrix's rows (by gradient norm) updated on the device every "
+               "step; the others are accumulated and updated by a host thread every update_interval steps; "
+               "0 = off (plain AdamW); ZeRO stages 0-2, fp32"},
+      {.path = "train.zenflow.update_interval",
+       .def = "4",
+       .min = 1,
+       .max = 1 << 20,
+       .help = "ZenFlow: steps between host updates of the unimportant rows (S)"},
+      {.path = "train.zenflow.select_interval",
+       .def = "8",
+       .min = 1,
+       .max = 1 << 20,
+       .help = "ZenFlow: steps between re-selections of the important rows; a multiple of update_interval"},
       // zero: communication techniques of the ZeRO optimizer.
       {.path = "zero.grad_compression",
        .def = "none",

@@ -87,6 +87,9 @@ absl::Status Checkpoint(JobContext& ctx, int64_t step, ReportPhaseRequest* repor
   // checkpoints publish in order.
   if (absl::Status st = FinishCheckpoints(ctx, report, /*wait=*/true); !st.ok()) return st;
   if (absl::Status st = ctx.zero->Drain(); !st.ok()) return st;
+  // ZenFlow: the host update in flight is applied and the host moments
+  // written back, so parameters and moments are complete.
+  if (absl::Status st = ctx.zero->SyncHostUpdates(); !st.ok()) return st;
 
   const auto t0 = Clock::now();
   ckpt::ShardState state;
@@ -104,6 +107,14 @@ absl::Status Checkpoint(JobContext& ctx, int64_t step, ReportPhaseRequest* repor
     std::vector<float> e(n);
     if (absl::Status st = ctx.zero->CopyGradErrorShard(e.data()); !st.ok()) return st;
     state.arrays.emplace_back("grad_error", std::move(e));
+  }
+  if (ctx.zero->has_zenflow()) {
+    // ZenFlow: the accumulated gradient of the unimportant rows and the
+    // selection (1 = important).
+    std::vector<float> acc(n), important(n);
+    ctx.zero->CopyZenFlowShard(acc.data(), important.data());
+    state.arrays.emplace_back("zenflow_acc", std::move(acc));
+    state.arrays.emplace_back("zenflow_important", std::move(important));
   }
   if (std::vector<float> ref; (CopyReferencePieces(ctx, &ref), !ref.empty())) {
     // The KL reference policy (GRPO): this rank's pieces of it.
@@ -308,6 +319,16 @@ absl::Status RestoreCheckpoint(JobContext& ctx, const std::string& path, bool ow
     ctx.ref_shard.reset();
   }
   ctx.zero->set_step_count(m.optimizer_steps);
+  if (ctx.zero->has_zenflow()) {
+    const auto* acc = find("zenflow_acc");
+    const auto* important = find("zenflow_important");
+    if (acc != nullptr && important != nullptr) {
+      ctx.zero->LoadZenFlowState(acc->data(), important->data());
+    } else {
+      report->add_log_lines("restore from " + loaded->dir +
+                            ": no ZenFlow state in the checkpoint; the rows are selected afresh at the next step");
+    }
+  }
   ctx.optimizer_steps = m.optimizer_steps;
   ctx.policy_version = m.policy_version;
   report->mutable_setup()->set_restored(true);

@@ -13,6 +13,7 @@ namespace tandem::worker {
 
 absl::Status ExportModel(JobContext& ctx, ReportPhaseRequest* report) {
   std::vector<float> full(ctx.model->layout().total_floats());
+  if (absl::Status st = ctx.zero->SyncHostUpdates(); !st.ok()) return st;
   if (absl::Status st = ctx.zero->GatherFull(full.data()); !st.ok()) return st;
   std::string dir = ctx.spec().output_dir();
   if (dir.empty() && !ctx.assignment.run_dir().empty()) {

@@ -460,7 +460,7 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
   (*m->mutable_extra())["ratio_mean"] = sums[4] > 0 ? sums[3] / sums[4] : 0;
   (*m->mutable_extra())["policy_version"] = static_cast<double>(ctx.policy_version);
   ReportCollectiveBytes(ctx, m);  // the step's rollout, scoring, log-prob and update traffic
-  return absl::OkStatus();
+  return FinishZenFlowStep(ctx, step, m);
 }
 
 }  // namespace tandem::worker

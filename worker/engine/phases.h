@@ -46,6 +46,15 @@ absl::StatusOr<int64_t> MaxOverRanks(JobContext& ctx, int64_t value);
 // Called once per training step (the coordinator sums them over ranks).
 void ReportCollectiveBytes(JobContext& ctx, tandem::v1::StepMetrics* m);
 
+// ZenFlow (train.zenflow): at the job's last training step, waits for and
+// applies the host update in flight (collective: every rank calls), so the
+// final evaluation and export see complete parameters; then puts the host
+// update seconds since the start (zenflow_host_update_s, of which
+// zenflow_host_hidden_s overlapped device work and zenflow_host_wait_s was
+// waited for), the host update count and the important fraction into
+// m->extra. No-op without ZenFlow.
+absl::Status FinishZenFlowStep(JobContext& ctx, int64_t step, tandem::v1::StepMetrics* m);
+
 // Sums `values` over all ranks in place (no-op for one rank).
 absl::Status AllreduceSum(JobContext& ctx, std::vector<double>& values);
 

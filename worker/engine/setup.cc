@@ -416,6 +416,16 @@ absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment
     auto& ranges = zo.trainable.emplace_back();
     for (const model::UnitRange& r : unit) ranges.push_back({r.offset, r.size});
   }
+  if (const auto& zf = train.zenflow(); zf.topk_fraction() > 0) {
+    // ZenFlow ranks the rows of every 2-D weight.
+    zo.zenflow.topk_fraction = zf.topk_fraction();
+    zo.zenflow.update_interval = zf.update_interval();
+    zo.zenflow.select_interval = zf.select_interval();
+    for (const model::TensorView& t : layout.tensors()) {
+      if (t.kind != model::TensorView::Kind::kMatrix || t.shape.size() != 2) continue;
+      zo.zenflow.matrices.push_back({t.offset, static_cast<size_t>(t.shape[0]), static_cast<size_t>(t.shape[1])});
+    }
+  }
   zo.comm = ctx.collective.get();
   zo.ops = ctx.device->ops.get();
   zo.comm_ops = ctx.device->comm_ops.get();

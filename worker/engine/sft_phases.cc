@@ -257,6 +257,24 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
     (*m->mutable_extra())["warm_start_held"] = hold ? 1 : 0;
   }
   ReportCollectiveBytes(ctx, m);
+  if (!warm_start) {
+    if (absl::Status st = FinishZenFlowStep(ctx, step, m); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FinishZenFlowStep(JobContext& ctx, int64_t step, tandem::v1::StepMetrics* m) {
+  if (!ctx.zero->has_zenflow()) return absl::OkStatus();
+  if (step == ctx.spec().train().steps()) {
+    if (absl::Status st = ctx.zero->SyncHostUpdates(); !st.ok()) return st;
+  }
+  const zero::ZenFlowStats& z = *ctx.zero->zenflow_stats();
+  auto& x = *m->mutable_extra();
+  x["zenflow_host_update_s"] = z.host_update_s;
+  x["zenflow_host_hidden_s"] = z.host_hidden_s;
+  x["zenflow_host_wait_s"] = z.host_wait_s;
+  x["zenflow_host_updates"] = static_cast<double>(z.host_updates);
+  x["zenflow_important_fraction"] = z.important_fraction;
   return absl::OkStatus();
 }
 

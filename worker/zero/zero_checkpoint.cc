@@ -63,6 +63,9 @@ void ZeroOptimizer::CopyOptimizerShard(float* m_out, float* v_out) const {
 }
 
 void ZeroOptimizer::LoadOptimizerShard(const float* m_in, const float* v_in) {
+  // New moments invalidate ZenFlow's host state (LoadZenFlowState restores
+  // it from a checkpoint).
+  if (zenflow_) zenflow_->Reset();
   // Stage 0 keeps full moments: each rank loads its pieces; the others stay
   // as they were (callers load every rank's shard, see docs/parallelism.md).
   if (frozen_) {

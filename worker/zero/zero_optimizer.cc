@@ -72,6 +72,7 @@ absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(ZeroOptions
   auto z = std::unique_ptr<ZeroOptimizer>(new ZeroOptimizer(std::move(options)));
   if (absl::Status s = z->CheckHierarchical(); !s.ok()) return s;
   if (absl::Status s = z->AllocateState(); !s.ok()) return s;
+  if (absl::Status s = z->CreateZenFlow(); !s.ok()) return s;
   return z;
 }
 
@@ -421,6 +422,7 @@ absl::Status ZeroOptimizer::InitFromFull(const float* full) {
   std::fill(v_host_.begin(), v_host_.end(), 0.f);
   std::fill(grad_error_.begin(), grad_error_.end(), 0.f);
   std::fill(owner_error_.begin(), owner_error_.end(), 0.f);
+  if (zenflow_) zenflow_->Reset();
   step_ = 0;
   return MemoryStatus();
 }

@@ -89,6 +89,14 @@
 // rounded to bf16, so the compute sees bf16 weights as in the flat bf16
 // path; BeginInference serves bf16(masters), the flat bf16 compute copy.
 //
+// ZenFlow (ZeroOptions.zenflow.topk_fraction > 0; stages 0-2, fp32, no
+// frozen parameters, hpZ, int4 gradients nor reduce_on_release): Step's
+// AdamW over the owned range is worker/zero/zenflow.h's split update (the
+// important rows on the device every step, the others on a host thread
+// every update_interval steps). SyncHostUpdates() makes the parameters and
+// moments complete (checkpoint, export); the accumulated gradient and the
+// selection travel with checkpoints (CopyZenFlowShard / LoadZenFlowState).
+//
 // Reductions are sums (the engine normalises the loss globally). Gradients
 // accumulate over micro-batches until Step; ZeroGrads() clears them.
 //
@@ -126,6 +134,7 @@
 #include "worker/comm/collective.h"
 #include "worker/comm/quantized_collectives.h"
 #include "worker/model/param_provider.h"
+#include "worker/zero/zenflow.h"
 
 namespace tandem::zero {
 
@@ -206,6 +215,9 @@ struct ZeroOptions {
   comm::Collective* inter = nullptr;
   // Stage 3, fp32 or bf16, any backend.
   WeightQuantization weight_quantization = WeightQuantization::kNone;
+  // ZenFlow split update (see the header comment); off when
+  // topk_fraction == 0. The matrices are the model's 2-D weights.
+  ZenFlowOptions zenflow;
 };
 
 struct StepResult {
@@ -334,6 +346,22 @@ class ZeroOptimizer final : public model::ParamProvider {
   absl::Status OffloadOptimizerState();
   absl::Status RestoreOptimizerState();
   bool optimizer_offloaded() const { return offloaded_; }
+
+  // ZenFlow (see the header comment).
+  bool has_zenflow() const { return zenflow_ != nullptr; }
+  // nullptr without ZenFlow.
+  const ZenFlowStats* zenflow_stats() const { return zenflow_ ? &zenflow_->stats() : nullptr; }
+  // Collective at stages 1-2 (all ranks call): waits for the host update in
+  // flight, applies it, re-gathers the parameters and completes the moments.
+  // No-op without ZenFlow.
+  absl::Status SyncHostUpdates();
+  // The accumulated gradient and the selection (1 / 0 per element) as this
+  // rank's shard, in shard_map() order (shard_size() floats each); call
+  // after SyncHostUpdates.
+  void CopyZenFlowShard(float* acc, float* important) const;
+  // Restores them from the full (Psi) arrays of a checkpoint; call after
+  // the parameters, moments and the step count are loaded.
+  void LoadZenFlowState(const float* acc_full, const float* important_full);
 
   MemoryReport memory() const;
   // Where the buffers live (options.memory, or the owned host memory).
@@ -548,6 +576,11 @@ class ZeroOptimizer final : public model::ParamProvider {
   // hpZ: one chunk (comm thread and, after Drain, exact gathers).
   kernels::DeviceArray<float> chunk_buf_;
   size_t qw_packed_floats_ = 0;  // qwZ: the largest packed gather
+
+  // ZenFlow (zero_zenflow.cc): the split update, and its device view.
+  std::unique_ptr<ZenFlow> zenflow_;
+  absl::Status CreateZenFlow();
+  ZenFlowDevice ZenFlowView();
 
   std::unique_ptr<CommWorker> worker_;
   absl::Status status_;

@@ -160,7 +160,31 @@ absl::StatusOr<StepResult> ZeroOptimizer::Step(float lr, float max_grad_norm) {
   }
   const float scale = static_cast<float>(result.clip_scale);
   ++step_;
-  if (stage == 0) {
+  if (zenflow_) {
+    // The split update (zenflow.h) over the clipped owned gradient.
+    if (stage == 0) {
+      if (scale != 1.f) ops->scale(grads_full_.data(), scale, psi_);
+    } else {
+      for (const auto& p : shard_map_) {
+        if (p.size == 0 || scale == 1.f) continue;
+        ops->scale(stage == 1 ? grads_full_.data() + options_.units[p.unit].offset + p.unit_offset
+                              : grad_shard_.data() + p.shard_offset,
+                   scale, p.size);
+      }
+    }
+    if (absl::Status s = zenflow_->Step(ZenFlowView(), lr, step_); !s.ok()) {
+      Fail(s);
+      return s;
+    }
+    if (stage > 0) {
+      step_incomplete_ = true;
+      if (absl::Status s = AllgatherParams(); !s.ok()) {
+        Fail(s);
+        return s;
+      }
+      step_incomplete_ = false;
+    }
+  } else if (stage == 0) {
     if (scale != 1.f) ops->scale(grads_full_.data(), scale, psi_);
     ops->adamw_step(params_full_.data(), grads_full_.data(), m_.data(), v_.data(), psi_, lr, a.beta1, a.beta2, a.eps,
                     a.weight_decay, step_);
