@@ -122,6 +122,7 @@ int main(int argc, char** argv) {
   options.data_address = data_address;
   options.node = config->node();
   options.threads = config->threads();
+  options.speed = config->speed();
   options.token = *token;
   options.credentials = *creds;
   options.version = TANDEM_VERSION;
@@ -136,6 +137,7 @@ int main(int argc, char** argv) {
   engine_options.tls_key = config->tls_key();
   engine_options.data_address = data_address;
   engine_options.num_threads = config->threads();
+  engine_options.speed = config->speed();
   engine_options.device = config->device();
   worker::WorkerDaemon daemon(
       options, [engine_options](const std::string& worker_id, std::function<std::string()> credential) mutable {
