@@ -173,6 +173,13 @@ ConfigTable* MakeWorkerTable() {
        .flag = "node",
        .help = "the machine this worker runs on; workers with the same node share the intra-node tier"},
       {.path = "threads", .min = 0, .max = 1024, .flag = "threads", .help = "compute threads, 0 = all cores"},
+      {.path = "speed",
+       .doc_default = "none (calibrated at setup)",
+       .min = 0,
+       .max = 1e6,
+       .flag = "speed",
+       .help = "relative speed hint (> 0) for jobs with cluster.shard_by_speed (used when every worker of the job "
+               "has one; else every worker measures itself at setup); 0 in a config file = none"},
       {.path = "token_file", .flag = "token-file", .help = "join token file (else $TANDEM_JOIN_TOKEN)"},
       {.path = "tls_ca", .flag = "tls-ca", .help = "PEM CA to verify the coordinator (enables TLS)"},
       {.path = "tls_cert", .flag = "tls-cert", .help = "PEM client certificate (mutual TLS)"},

@@ -295,6 +295,33 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
                      "ranks)");
     }
   }
+  if (cl.shard_by_speed()) {
+    if (cl.sequence_parallel() > 1) {
+      return Invalid("cluster.shard_by_speed", "cannot be combined with cluster.sequence_parallel > 1");
+    }
+    if (spec.recovery().degraded()) {
+      return Invalid("cluster.shard_by_speed", "cannot be combined with recovery.degraded");
+    }
+    if (disaggregated) {
+      return Invalid("cluster.shard_by_speed", "needs placement.mode: colocated");
+    }
+    if (spec.rollout().tp_size() > 1) {
+      return Invalid("cluster.shard_by_speed", "cannot be combined with rollout.tp_size > 1");
+    }
+    if (zero.hierarchical_partition()) {
+      return Invalid("cluster.shard_by_speed", "cannot be combined with zero.hierarchical_partition");
+    }
+    if (zero.weight_quantization() == "int8") {
+      return Invalid("cluster.shard_by_speed", "cannot be combined with zero.weight_quantization: int8");
+    }
+    if (zero.grad_compression() == "int4") {
+      return Invalid("cluster.shard_by_speed", "cannot be combined with zero.grad_compression: int4");
+    }
+    if (spec.train().zenflow().topk_fraction() > 0) {
+      return Invalid("cluster.shard_by_speed",
+                     "cannot be combined with train.zenflow (its row selection assumes the even split)");
+    }
+  }
   int train_world = cl.workers();
   int rollout_world = cl.workers();
   if (disaggregated) {

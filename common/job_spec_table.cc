@@ -373,6 +373,9 @@ ConfigTable* MakeJobSpecTable() {
        .max = kMaxWorkers,
        .help = "sft: ranks that split each sequence (divides workers; data-parallel groups = workers / N; "
                "zero_stage 0, cpu; docs/parallelism.md)"},
+      {.path = "cluster.shard_by_speed",
+       .help = "each rank's share of every batch and of the ZeRO partition proportional to its worker's speed "
+               "(tandem-worker --speed, else a calibration at setup; docs/parallelism.md)"},
       // checkpoint.
       {.path = "checkpoint.every", .min = 0, .max = kMaxSteps, .help = "0 = never; else every N steps"},
       {.path = "checkpoint.keep", .def = "3", .min = 1, .max = 1000, .help = "newest kept"},

@@ -1,5 +1,7 @@
 #include "server/api/cluster_service.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "common/rank_topology.h"
 #include "common/status_util.h"
@@ -67,6 +69,10 @@ grpc::Status ClusterService::RegisterWorker(grpc::ServerContext* ctx, const tand
   TANDEM_RPC_CHECK(CheckLine("version", req->version(), 128));
   TANDEM_RPC_CHECK(CheckLine("data_address", req->data_address(), 256));
   if (!req->node().empty()) TANDEM_RPC_CHECK(common::CheckNodeName(req->node()));
+  if (req->speed() != 0 && !(std::isfinite(req->speed()) && req->speed() > 0 && req->speed() <= 1e6)) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("speed: must be 0 (none) or a finite number in (0, 1e6], got ", req->speed())));
+  }
   TANDEM_RPC_CHECK(CheckId("worker_id", req->worker_id(), false));
   TANDEM_RPC_CHECK(CheckId("job_id", req->job_id(), false));
   TANDEM_RPC_CHECK(CheckRange("generation", req->generation(), 0, INT64_MAX));

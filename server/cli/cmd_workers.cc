@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "server/cli/cmd_common.h"
 #include "server/cli/commands.h"
 #include "server/cli/format.h"
@@ -37,11 +38,12 @@ int CmdWorkers(const Args& args) {
     return kExitOk;
   }
   std::vector<std::vector<std::string>> rows = {
-      {"ID", "NAME", "HOST", "DEVICE", "MEMORY", "STATE", "JOB", "RANK", "HEARTBEAT", "VERSION"}};
+      {"ID", "NAME", "HOST", "DEVICE", "MEMORY", "SPEED", "STATE", "JOB", "RANK", "HEARTBEAT", "VERSION"}};
   const double now = NowUnix();
   for (const auto& w : resp.workers()) {
     rows.push_back({w.id(), w.name(), w.host(), absl::StrCat(DeviceText(w.device()), "x", w.device_count()),
-                    FormatBytes(w.memory_bytes()), WorkerStateName(w.state()), w.job_id().empty() ? "-" : w.job_id(),
+                    FormatBytes(w.memory_bytes()), w.speed() > 0 ? absl::StrFormat("%g", w.speed()) : "-",
+                    WorkerStateName(w.state()), w.job_id().empty() ? "-" : w.job_id(),
                     w.job_id().empty() ? "-" : absl::StrCat(w.rank()),
                     w.last_heartbeat() > 0 ? FormatDuration(now - w.last_heartbeat()) + " ago" : "-", w.version()});
   }

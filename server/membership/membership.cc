@@ -162,6 +162,7 @@ absl::StatusOr<RegisterResult> Membership::RegisterLocked(const tandem::v1::Regi
   info.set_version(req.version());
   info.set_data_address(req.data_address());
   info.set_node(req.node().empty() ? req.host() : req.node());
+  info.set_speed(req.speed());
   info.set_last_heartbeat(now);
   const bool in_job = !info.job_id().empty() && (info.state() == tandem::v1::WORKER_STATE_BUSY ||
                                                  info.state() == tandem::v1::WORKER_STATE_DRAINING);

@@ -57,6 +57,7 @@ TEST(ZenFlowSpecTest, RefusedCombinations) {
   ExpectError({on, "train.precision=bf16"}, key, "fp32");
   ExpectError({on, "train.accumulation=layer_major"}, key, "layer_major");
   ExpectError({on, "zero.grad_compression=int4"}, key, "grad_compression");
+  ExpectError({on, "cluster.shard_by_speed=true"}, "cluster.shard_by_speed", "train.zenflow");
   // Off, the same combinations are fine.
   EXPECT_EQ(ErrorOf({"cluster.zero_stage=3"}), "OK");
   EXPECT_EQ(ErrorOf({"train.precision=bf16"}), "OK");

@@ -147,11 +147,15 @@ class ObservedStore final : public comm::Store {
 class EngineCluster {
  public:
   // `device`: the engines' EngineOptions.device (cpu | cpu-guarded | cuda).
-  explicit EngineCluster(int world, std::string job_id = "job-1", std::string device = "cpu")
+  // `speeds`: each engine's EngineOptions.speed (tandem-worker --speed);
+  // empty = none.
+  explicit EngineCluster(int world, std::string job_id = "job-1", std::string device = "cpu",
+                         std::vector<double> speeds = {})
       : world_(world), job_id_(std::move(job_id)) {
     for (int r = 0; r < world_; ++r) {
       worker::EngineOptions o;
       o.device = device;
+      if (static_cast<size_t>(r) < speeds.size()) o.speed = speeds[r];
       o.worker_id = "w" + std::to_string(r);
       o.num_threads = 1;
       o.collective_timeout_ms = 30000;

@@ -1,5 +1,8 @@
 #include "worker/comm/collective.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "worker/comm/backends_internal.h"
 
@@ -86,6 +89,41 @@ absl::Status Collective::alltoall(const float* /*in*/, const std::vector<size_t>
 std::vector<size_t> SplitEven(size_t n, int parts) {
   std::vector<size_t> counts(parts, n / parts);
   for (size_t i = 0; i < n % parts; ++i) counts[i] += 1;
+  return counts;
+}
+
+std::vector<uint64_t> SpeedWeights(const std::vector<double>& speeds) {
+  double top = 0;
+  for (double s : speeds) top = std::max(top, s);
+  std::vector<uint64_t> out;
+  out.reserve(speeds.size());
+  for (double s : speeds) {
+    const double scaled = top > 0 ? (s / top) * 1048576.0 : 1.0;
+    out.push_back(std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(scaled))));
+  }
+  return out;
+}
+
+std::vector<size_t> SplitWeighted(size_t n, const std::vector<uint64_t>& weights, size_t min_each) {
+  const size_t parts = weights.size();
+  if (parts == 0) return {};
+  if (n < parts * min_each) min_each = 0;
+  unsigned __int128 total_w = 0;
+  for (uint64_t w : weights) total_w += w;
+  const unsigned __int128 rest = n - parts * min_each;
+  std::vector<size_t> counts(parts, min_each);
+  std::vector<unsigned __int128> remainder(parts, 0);
+  size_t given = 0;
+  for (size_t i = 0; i < parts; ++i) {
+    const unsigned __int128 q = rest * weights[i];
+    counts[i] += static_cast<size_t>(q / total_w);
+    given += static_cast<size_t>(q / total_w);
+    remainder[i] = q % total_w;
+  }
+  std::vector<size_t> order(parts);
+  for (size_t i = 0; i < parts; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return remainder[a] > remainder[b]; });
+  for (size_t k = 0; given < static_cast<size_t>(rest); ++k, ++given) counts[order[k]] += 1;
   return counts;
 }
 

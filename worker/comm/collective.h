@@ -177,4 +177,21 @@ absl::StatusOr<std::unique_ptr<Collective>> MakeCollective(std::string_view back
 // (the first n % parts pieces get one more).
 std::vector<size_t> SplitEven(size_t n, int parts);
 
+// Integer weights for SplitWeighted: speeds (finite, > 0) scaled so the
+// largest is 2^20 and rounded to nearest, at least 1. Every rank that
+// converts the same speeds gets the same integers (one division and one
+// power-of-two product per element, no fused operations), so the splits
+// below agree bit for bit across ranks and machines.
+std::vector<uint64_t> SpeedWeights(const std::vector<double>& speeds);
+
+// Element counts of splitting n into weights.size() contiguous pieces
+// proportional to the integer weights (all > 0): each piece first gets
+// `min_each` (when n >= parts * min_each; otherwise min_each is taken as 0),
+// then the remaining R elements go as floor(R * w_i / W) (W = sum of the
+// weights) and the R - sum(floors) elements left over go one each to the
+// pieces with the largest remainders R * w_i mod W, ties to the lower index
+// (Hamilton's largest-remainder method, in integers). Equal weights give
+// SplitEven(n, parts).
+std::vector<size_t> SplitWeighted(size_t n, const std::vector<uint64_t>& weights, size_t min_each = 0);
+
 }  // namespace tandem::comm

@@ -21,6 +21,7 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "common/daemon_config.h"
@@ -91,6 +92,12 @@ int main(int argc, char** argv) {
   overrides.insert(overrides.end(), args->overrides.begin(), args->overrides.end());
   auto config = common::LoadWorkerConfig(args->config_file, overrides);
   if (!config.ok()) return Fail(std::string(config.status().message()), 2);
+  // --speed names a speed: 0 is "none" only as the default.
+  for (const std::string& o : args->overrides) {
+    if (absl::StartsWith(o, "speed=") && config->speed() == 0) {
+      return Fail("config: speed: must be > 0, got 0 (leave --speed out to calibrate at setup)", 2);
+    }
+  }
   if (config->name().empty()) config->set_name(absl::StrCat(worker::HostName(), "-", getpid()));
   if (config->node().empty()) config->set_node(worker::HostName());
   if (absl::Status st = common::CheckNodeName(config->node()); !st.ok()) return Fail(std::string(st.message()), 2);
@@ -122,6 +129,7 @@ int main(int argc, char** argv) {
   options.data_address = data_address;
   options.node = config->node();
   options.threads = config->threads();
+  options.speed = config->speed();
   options.token = *token;
   options.credentials = *creds;
   options.version = TANDEM_VERSION;
@@ -136,6 +144,7 @@ int main(int argc, char** argv) {
   engine_options.tls_key = config->tls_key();
   engine_options.data_address = data_address;
   engine_options.num_threads = config->threads();
+  engine_options.speed = config->speed();
   engine_options.device = config->device();
   worker::WorkerDaemon daemon(
       options, [engine_options](const std::string& worker_id, std::function<std::string()> credential) mutable {

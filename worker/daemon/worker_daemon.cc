@@ -212,6 +212,7 @@ absl::Status WorkerDaemon::Register() {
   req.set_name(options_.name);
   req.set_host(HostName());
   req.set_node(options_.node.empty() ? HostName() : options_.node);
+  req.set_speed(options_.speed);
   req.set_device(DeviceKindOf(options_.device));
   req.set_device_count(options_.device_count);
   req.set_memory_bytes(UsableMemoryBytes());

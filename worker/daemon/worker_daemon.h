@@ -55,6 +55,7 @@ struct WorkerDaemonOptions {
   std::string data_address;    // for collectives; empty = route to coordinator
   std::string node;            // the machine (--node); empty = host name
   int threads = 0;             // compute threads (0 = all cores)
+  double speed = 0;            // relative speed hint (--speed); 0 = none
   std::string token;           // join token ("" = none)
   // Channel credentials (TLS / mutual TLS); nullptr = plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "worker/engine/job_context.h"
+#include "worker/engine/speed_shares.h"
 
 namespace tandem::worker {
 
@@ -26,6 +27,10 @@ absl::Status ValidateShares(const tandem::v1::Assignment& a) {
 std::vector<DataShare> MyShares(const JobContext& ctx, int64_t total) {
   const auto& a = ctx.assignment;
   std::vector<DataShare> out;
+  if (a.logical_world_size() <= 0 && !ctx.speeds.empty()) {
+    out.push_back({ctx.rank, SpeedSlice(total, ctx.rank, ctx.speeds), false});
+    return out;
+  }
   if (a.logical_world_size() <= 0) {
     out.push_back({ctx.rank, rl::RankSlice(total, ctx.rank, ctx.world), false});
     return out;

@@ -1,7 +1,10 @@
 // Data shares: how a step's items (SFT examples, GRPO prompts, evaluation
 // examples) are split over the job's ranks.
 //
-// Normally rank r of N computes RankSlice(total, r, N). In degraded
+// Normally rank r of N computes RankSlice(total, r, N). With
+// cluster.shard_by_speed (JobContext.speeds) rank r computes block r of
+// SpeedCounts(total, speeds) instead: contiguous blocks in rank order,
+// proportional to speed (speed_shares.h). In degraded
 // continuation (RecoverySpec.degraded, MeCeFO) the survivors of a
 // lost worker keep the split of the full job: the batch is cut into
 // W = Assignment.logical_world_size shares (RankSlice(total, l, W)) and each

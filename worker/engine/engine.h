@@ -27,7 +27,10 @@ struct EngineOptions {
   std::string tls_cert, tls_key;           // client certificate and key (mutual TLS)
   std::string data_address = "127.0.0.1";  // interface for gloo tcp
   int num_threads = 0;                     // compute threads (0 = all cores)
-  std::string device = "cpu";              // cpu | cuda
+  // Relative speed hint (tandem-worker --speed) for cluster.shard_by_speed;
+  // 0 = none (calibrated at SETUP; speed_shares.h).
+  double speed = 0;
+  std::string device = "cpu";  // cpu | cuda
   std::string worker_id;
   // The worker's current credential (sent with Store RPCs); unset: none.
   std::function<std::string()> worker_credential;

@@ -109,6 +109,9 @@ struct JobContext {
   // included); made by the engine, which may fire it from any thread.
   std::shared_ptr<comm::AbortSignal> abort;
   std::unique_ptr<comm::Collective> collective;
+  // cluster.shard_by_speed: every rank's speed (the same table on every
+  // rank, exchanged at SETUP; speed_shares.h). Empty: even shares.
+  std::vector<double> speeds;
   // Sequence parallelism (cluster.sequence_parallel = sp_size > 1): this
   // rank is sp_rank of the group of ranks [rank - sp_rank, + sp_size), which
   // splits every packed micro-batch (model::SliceBatch); the model computes

@@ -8,8 +8,8 @@ bool ShardsReference(const JobContext& ctx) { return ctx.spec().rl().shard_refer
 
 absl::Status MakeReferenceShard(JobContext& ctx) {
   if (ctx.ref_shard) return absl::OkStatus();
-  auto shard =
-      zero::ShardedParams::Create(ctx.zero->units(), ctx.collective.get(), ctx.device->memory.get(), ctx.timeout);
+  auto shard = zero::ShardedParams::Create(ctx.zero->units(), ctx.collective.get(), ctx.device->memory.get(),
+                                           ctx.timeout, ctx.zero->partition_weights());
   if (!shard.ok()) return shard.status();
   ctx.ref_shard = std::move(*shard);
   ctx.ref_params.clear();

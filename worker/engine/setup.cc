@@ -15,6 +15,7 @@
 #include "worker/engine/peer_snapshot.h"
 #include "worker/engine/phases.h"
 #include "worker/engine/spec_convert.h"
+#include "worker/engine/speed_shares.h"
 #include "worker/model/job_model.h"
 #include "worker/model/safetensors.h"
 #include "worker/model/sp_attention.h"
@@ -380,6 +381,14 @@ absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment
   }
 
   if (absl::Status st = SetupSequenceParallel(ctx, co); !st.ok()) return st;
+  if (spec.cluster().shard_by_speed()) {
+    if (ctx.sp_size > 1 || assignment.logical_world_size() > 0 || ctx.tp_group || ctx.disagg) {
+      return absl::InvalidArgumentError(
+          "cluster.shard_by_speed does not combine with sequence parallelism, degraded continuation, "
+          "tensor-parallel rollouts or disaggregated placement");
+    }
+    if (absl::Status st = ExchangeSpeeds(ctx, options.speed, report); !st.ok()) return st;
+  }
 
   // ZeRO state over the model's units.
   zero::ZeroOptions zo;
@@ -406,6 +415,7 @@ absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment
     zo.inter = ctx.nodes->inter.get();
   }
   zo.timeout = ctx.timeout;
+  if (!ctx.speeds.empty()) zo.partition_weights = comm::SpeedWeights(ctx.speeds);
   for (int u = 0; u < layout.num_units(); ++u) {
     zo.units.push_back({layout.unit_offset(u), layout.unit_size(u)});
   }

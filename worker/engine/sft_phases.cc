@@ -150,11 +150,12 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   ctx.zero->ZeroGrads();
   if (absl::Status st = ctx.zero->status(); !st.ok()) return st;
   // ZeRO-2/3 pair every forward/backward with collectives: in degraded mode
-  // a rank that computes fewer micro-batches than another (it took over no
-  // share) pads with zero-weight passes over a one-token batch.
+  // (a rank took over no share) and with speed-proportional shares a rank
+  // that computes fewer micro-batches than another pads with zero-weight
+  // passes over a one-token batch.
   const auto compute_start = std::chrono::steady_clock::now();
   int64_t padding = 0;
-  if (ctx.zero->stage() >= 2 && ctx.assignment.logical_world_size() > 0) {
+  if (ctx.zero->stage() >= 2 && (ctx.assignment.logical_world_size() > 0 || !ctx.speeds.empty())) {
     int64_t local = 0;
     for (const DataShare& share : MyShares(ctx, hold ? 0 : global_batch)) {
       local += static_cast<int64_t>(rl::MicroBatches(share.range, micro).size());

@@ -8,7 +8,8 @@ namespace tandem::zero {
 
 absl::StatusOr<std::unique_ptr<ShardedParams>> ShardedParams::Create(std::vector<Unit> units, comm::Collective* comm,
                                                                      kernels::DeviceMemory* memory,
-                                                                     comm::Timeout timeout) {
+                                                                     comm::Timeout timeout,
+                                                                     std::vector<uint64_t> weights) {
   if (comm == nullptr || memory == nullptr) {
     return absl::InvalidArgumentError("sharded parameters: comm and memory are required");
   }
@@ -21,7 +22,15 @@ absl::StatusOr<std::unique_ptr<ShardedParams>> ShardedParams::Create(std::vector
     }
     expect += units[u].size;
   }
-  auto p = std::unique_ptr<ShardedParams>(new ShardedParams(std::move(units), comm, memory, timeout));
+  if (!weights.empty() && static_cast<int>(weights.size()) != comm->size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sharded parameters: ", weights.size(), " weights for a world of ", comm->size()));
+  }
+  for (uint64_t w : weights) {
+    if (w == 0) return absl::InvalidArgumentError("sharded parameters: a partition weight is 0");
+  }
+  auto p =
+      std::unique_ptr<ShardedParams>(new ShardedParams(std::move(units), comm, memory, timeout, std::move(weights)));
   if (!p->shard_.AllocateZeroed(memory, std::max<size_t>(p->shard_size_, 1))) {
     return absl::ResourceExhaustedError(absl::StrCat("sharded parameters: out of ", memory->name(),
                                                      " memory allocating the shard (", p->shard_size_ * sizeof(float),
@@ -31,15 +40,15 @@ absl::StatusOr<std::unique_ptr<ShardedParams>> ShardedParams::Create(std::vector
 }
 
 ShardedParams::ShardedParams(std::vector<Unit> units, comm::Collective* comm, kernels::DeviceMemory* memory,
-                             comm::Timeout timeout)
-    : units_(std::move(units)), comm_(comm), mem_(memory), timeout_(timeout) {
+                             comm::Timeout timeout, std::vector<uint64_t> weights)
+    : units_(std::move(units)), weights_(std::move(weights)), comm_(comm), mem_(memory), timeout_(timeout) {
   rank_ = comm_->rank();
   world_ = comm_->size();
   for (const Unit& u : units_) {
     psi_ += u.size;
     max_unit_ = std::max(max_unit_, u.size);
   }
-  shard_map_ = ComputeShardMap(units_, rank_, world_);
+  shard_map_ = ComputeShardMap(units_, rank_, world_, weights_);
   for (const ShardPiece& p : shard_map_) shard_size_ += p.size;
 }
 
@@ -89,8 +98,8 @@ const float* ShardedParams::AcquireParams(int unit) {
   float* buf = TakeBuffer();
   if (buf == nullptr) return nullptr;
   const ShardPiece& piece = shard_map_[unit];
-  absl::Status s =
-      comm_->allgather(shard_.data() + piece.shard_offset, buf, comm::SplitEven(units_[unit].size, world_), timeout_);
+  absl::Status s = comm_->allgather(shard_.data() + piece.shard_offset, buf,
+                                    PieceCounts(units_[unit].size, world_, weights_), timeout_);
   if (!s.ok()) {
     free_.push_back(buf);
     Fail(s);

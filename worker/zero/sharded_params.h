@@ -38,8 +38,11 @@ class ShardedParams final : public model::ParamProvider {
   // `comm` and `memory` are not owned and must outlive the object. The
   // shard starts zeroed. InvalidArgument for an empty or non-contiguous
   // unit table; ResourceExhausted when the shard cannot be allocated.
+  // `weights`: the ZeRO partition's (ZeroOptions.partition_weights; empty =
+  // the even split), so shards load from the optimizer's.
   static absl::StatusOr<std::unique_ptr<ShardedParams>> Create(std::vector<Unit> units, comm::Collective* comm,
-                                                               kernels::DeviceMemory* memory, comm::Timeout timeout);
+                                                               kernels::DeviceMemory* memory, comm::Timeout timeout,
+                                                               std::vector<uint64_t> weights = {});
   ShardedParams(const ShardedParams&) = delete;
   ShardedParams& operator=(const ShardedParams&) = delete;
 
@@ -72,11 +75,13 @@ class ShardedParams final : public model::ParamProvider {
     float* buf = nullptr;
     int refs = 0;
   };
-  ShardedParams(std::vector<Unit> units, comm::Collective* comm, kernels::DeviceMemory* memory, comm::Timeout timeout);
+  ShardedParams(std::vector<Unit> units, comm::Collective* comm, kernels::DeviceMemory* memory, comm::Timeout timeout,
+                std::vector<uint64_t> weights);
   float* TakeBuffer();
   void Fail(const absl::Status& s);
 
   std::vector<Unit> units_;
+  std::vector<uint64_t> weights_;
   comm::Collective* comm_;
   kernels::DeviceMemory* mem_;
   comm::Timeout timeout_;

@@ -67,7 +67,7 @@ void ZeroOptimizer::BuildTrainable() {
     t_unit_offset_[u] = global;
     // Every rank's piece of this unit, for the per-rank trainable counts.
     for (int r = 0; r < world_; ++r) {
-      const std::vector<size_t> counts = comm::SplitEven(units[u].size, world_);
+      const std::vector<size_t> counts = UnitCounts(static_cast<int>(u));
       size_t begin = 0;
       for (int q = 0; q < r; ++q) begin += counts[q];
       const size_t end = begin + counts[r];

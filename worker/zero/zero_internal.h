@@ -15,6 +15,9 @@ namespace tandem::zero {
 // InvalidArgument when options.trainable is not a table of sorted, disjoint,
 // non-empty ranges inside the units (or frozen elements meet int4).
 absl::Status CheckTrainable(const ZeroOptions& options);
+// InvalidArgument when options.partition_weights is not one positive weight
+// per rank, or meets hpZ, qwZ or int4 gradients.
+absl::Status CheckPartitionWeights(const ZeroOptions& options);
 
 inline constexpr size_t kMaxGatherBuffers = 4;  // stage 3: current, prefetched, unit 0
 inline constexpr size_t kMaxGradBuffers = 3;    // stage 2/3: unit 0, current, in flight

@@ -37,15 +37,29 @@ absl::StatusOr<Precision> ParsePrecision(std::string_view name) {
   return absl::InvalidArgumentError(absl::StrCat("precision \"", std::string(name), "\" (expected fp32 or bf16)"));
 }
 
-std::vector<ShardPiece> ComputeShardMap(const std::vector<Unit>& units, int rank, int world) {
+std::vector<size_t> PieceCounts(size_t size, int world, const std::vector<uint64_t>& weights) {
+  if (weights.empty()) return comm::SplitEven(size, world);
+  return comm::SplitWeighted(size, weights);
+}
+
+std::vector<ShardPiece> ComputeShardMap(const std::vector<Unit>& units, int rank, int world,
+                                        const std::vector<uint64_t>& weights) {
   std::vector<ShardPiece> map;
   size_t shard_offset = 0;
   for (size_t u = 0; u < units.size(); ++u) {
-    const size_t base = units[u].size / world, extra = units[u].size % world;
-    const size_t size = base + (static_cast<size_t>(rank) < extra ? 1 : 0);
-    const size_t offset = base * rank + std::min<size_t>(static_cast<size_t>(rank), extra);
-    map.push_back(ShardPiece{static_cast<int>(u), offset, size, shard_offset});
-    shard_offset += size;
+    if (weights.empty()) {
+      const size_t base = units[u].size / world, extra = units[u].size % world;
+      const size_t size = base + (static_cast<size_t>(rank) < extra ? 1 : 0);
+      const size_t offset = base * rank + std::min<size_t>(static_cast<size_t>(rank), extra);
+      map.push_back(ShardPiece{static_cast<int>(u), offset, size, shard_offset});
+      shard_offset += size;
+      continue;
+    }
+    const std::vector<size_t> counts = comm::SplitWeighted(units[u].size, weights);
+    size_t offset = 0;
+    for (int r = 0; r < rank; ++r) offset += counts[r];
+    map.push_back(ShardPiece{static_cast<int>(u), offset, counts[rank], shard_offset});
+    shard_offset += counts[rank];
   }
   return map;
 }
@@ -69,11 +83,35 @@ absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(ZeroOptions
     expect += options.units[u].size;
   }
   RETURN_IF_ERROR(CheckTrainable(options));
+  RETURN_IF_ERROR(CheckPartitionWeights(options));
   auto z = std::unique_ptr<ZeroOptimizer>(new ZeroOptimizer(std::move(options)));
   if (absl::Status s = z->CheckHierarchical(); !s.ok()) return s;
   if (absl::Status s = z->AllocateState(); !s.ok()) return s;
   if (absl::Status s = z->CreateZenFlow(); !s.ok()) return s;
   return z;
+}
+
+absl::Status CheckPartitionWeights(const ZeroOptions& options) {
+  const auto& w = options.partition_weights;
+  if (w.empty()) return absl::OkStatus();
+  const int world = options.comm->size();
+  if (static_cast<int>(w.size()) != world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("zero: ", w.size(), " partition weights for a world of ", world, " ranks"));
+  }
+  for (size_t r = 0; r < w.size(); ++r) {
+    if (w[r] == 0) return absl::InvalidArgumentError(absl::StrCat("zero: partition weight of rank ", r, " is 0"));
+  }
+  if (options.hierarchical_partition) {
+    return absl::InvalidArgumentError("zero: speed-proportional partitions do not combine with hpZ");
+  }
+  if (options.weight_quantization != WeightQuantization::kNone) {
+    return absl::InvalidArgumentError("zero: speed-proportional partitions do not combine with int8 weight gathers");
+  }
+  if (options.grad_compression != GradCompression::kNone && world > 1) {
+    return absl::InvalidArgumentError("zero: speed-proportional partitions do not combine with int4 gradients");
+  }
+  return absl::OkStatus();
 }
 
 ZeroOptimizer::ZeroOptimizer(ZeroOptions options) : options_(std::move(options)) {
@@ -96,7 +134,7 @@ ZeroOptimizer::ZeroOptimizer(ZeroOptions options) : options_(std::move(options))
     node_ = options_.inter->rank();
     shard_map_ = ComputeHierarchicalShardMap(options_.units, local_, locals_, node_, nodes_);
   } else {
-    shard_map_ = ComputeShardMap(options_.units, rank_, world_);
+    shard_map_ = ComputeShardMap(options_.units, rank_, world_, options_.partition_weights);
   }
   for (const auto& p : shard_map_) shard_size_ += p.size;
   BuildTrainable();
@@ -146,7 +184,13 @@ absl::Status ZeroOptimizer::AllocateState() {
   if (stage <= 1) wants.push_back({&grads_full_, nullptr, frozen_ ? t_psi_ : psi_, "the full gradients"});
   if (stage >= 2) {
     wants.push_back({&grad_shard_, nullptr, frozen_ ? t_shard_size_ : shard_size_, "the gradient shard"});
-    wants.push_back({&rs_piece_, nullptr, (max_unit_ + world_ - 1) / world_, "the reduce-scatter buffer"});
+    // This rank's largest piece (the even split: ceil(max_unit / N)).
+    size_t largest_piece = (max_unit_ + world_ - 1) / world_;
+    if (!options_.partition_weights.empty()) {
+      largest_piece = 1;
+      for (const ShardPiece& p : shard_map_) largest_piece = std::max(largest_piece, p.size);
+    }
+    wants.push_back({&rs_piece_, nullptr, largest_piece, "the reduce-scatter buffer"});
   }
   if (stage >= 1 && world_ > 1) {
     wants.push_back({&norm_buf_, nullptr, 2, "the norm buffer"});
@@ -262,7 +306,7 @@ absl::Status ZeroOptimizer::RefreshComputeFull() {
 }
 
 std::vector<size_t> ZeroOptimizer::UnitCounts(int unit) const {
-  return comm::SplitEven(options_.units[unit].size, world_);
+  return PieceCounts(options_.units[unit].size, world_, options_.partition_weights);
 }
 
 // ---- stage 3 parameter gathering -------------------------------------------

@@ -4,7 +4,11 @@
 // Partition (all stages, so checkpoints reshard between stages and N): each
 // unit is split into N near-equal contiguous pieces (the first size % N
 // pieces one longer); rank r owns piece r of every unit; its shard is the
-// concatenation of its pieces in unit order (shard_map()).
+// concatenation of its pieces in unit order (shard_map()). With
+// ZeroOptions.partition_weights (speed-proportional shards) the pieces are
+// instead proportional to the ranks' weights (comm::SplitWeighted); every
+// collective then moves those unequal counts. Checkpoints store ranges, so
+// they reshard between the even and the weighted partition.
 //
 // Storage: every buffer the optimizer owns lives in backend device memory
 // (ZeroOptions.memory: host memory for the CPU backends, cudaMalloc'ed for
@@ -218,6 +222,11 @@ struct ZeroOptions {
   // ZenFlow split update (see the header comment); off when
   // topk_fraction == 0. The matrices are the model's 2-D weights.
   ZenFlowOptions zenflow;
+  // Speed-proportional partition: one integer weight per rank (all > 0;
+  // comm::SpeedWeights), identical on every rank. Empty: the even split.
+  // Not combined with hpZ, qwZ or int4 gradients (their exchanges assume the
+  // even split).
+  std::vector<uint64_t> partition_weights;
 };
 
 struct StepResult {
@@ -247,8 +256,12 @@ struct ShardPiece {
   size_t shard_offset = 0;
 };
 
-// Pieces rank `rank` of `world` owns (the partition rule above).
-std::vector<ShardPiece> ComputeShardMap(const std::vector<Unit>& units, int rank, int world);
+// Pieces rank `rank` of `world` owns (the partition rule above; `weights`
+// empty = the even split, else one weight per rank).
+std::vector<ShardPiece> ComputeShardMap(const std::vector<Unit>& units, int rank, int world,
+                                        const std::vector<uint64_t>& weights = {});
+// Element counts of every rank's piece of a unit of `size` elements.
+std::vector<size_t> PieceCounts(size_t size, int world, const std::vector<uint64_t>& weights = {});
 // The hierarchical partition: piece `node` (of `nodes`) of chunk `local` (of
 // `locals`) of every unit.
 std::vector<ShardPiece> ComputeHierarchicalShardMap(const std::vector<Unit>& units, int local, int locals, int node,
@@ -374,6 +387,7 @@ class ZeroOptimizer final : public model::ParamProvider {
   size_t num_trainable() const { return frozen_ ? t_psi_ : psi_; }
   bool has_frozen() const { return frozen_; }
   const std::vector<Unit>& units() const { return options_.units; }
+  const std::vector<uint64_t>& partition_weights() const { return options_.partition_weights; }
 
  private:
   class InferenceView;
