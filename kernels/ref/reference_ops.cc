@@ -13,6 +13,7 @@
 #include "kernels/ref/paged_attention_ref.h"
 #include "kernels/ref/ref_math.h"
 #include "kernels/ref/sparse_decode_ref.h"
+#include "kernels/sample_filter_row.h"
 #include "kernels/sample_row.h"
 
 namespace tandem::kernels {
@@ -136,12 +137,22 @@ class ReferenceOps final : public Ops {
       SampleRowAt(logits, r, v, temperature, uniforms, ids, logp_sample, logp_raw);
     }
   }
+  void sample_filtered(const float* logits, int rows, int v, const SampleFilter& f, const int32_t* seen_offsets,
+                       const int32_t* seen, const double* uniforms, int32_t* ids, float* logp_sample,
+                       float* logp_raw) override {
+    for (int r = 0; r < rows; ++r) {
+      SampleFilteredRowAt(logits, r, v, f, seen_offsets, seen, uniforms, ids, logp_sample, logp_raw, filter_scratch_);
+    }
+  }
   void float_to_bf16(const float* x, uint16_t* y, size_t n) override {
     for (size_t i = 0; i < n; ++i) y[i] = Bf16FromFloat(x[i]);
   }
   void bf16_to_float(const uint16_t* x, float* y, size_t n) override {
     for (size_t i = 0; i < n; ++i) y[i] = FloatFromBf16(x[i]);
   }
+
+ private:
+  SampleFilterScratch filter_scratch_;
 };
 
 }  // namespace
