@@ -56,6 +56,15 @@ void rope_inv_freq(const RopeConfig& cfg, int seq_len, float* inv_freq, float* a
 // scaling) for positions 0..max_pos-1. Host helper used by every backend.
 void rope_tables(const RopeConfig& cfg, int seq_len, int max_pos, float* cos, float* sin);
 
+// Filters of Ops::sample_filtered (each off at its default).
+struct SampleFilter {
+  float temperature = 1.f;         // <= 0: greedy
+  int top_k = 0;                   // 0 or >= V: off
+  float top_p = 1.f;               // (0, 1]; 1: off
+  float min_p = 0.f;               // [0, 1); 0: off
+  float repetition_penalty = 1.f;  // > 0; 1: off
+};
+
 // Attention options.
 struct AttentionParams {
   int num_heads = 1;     // H
@@ -245,13 +254,26 @@ class Ops {
   // Token sampling over logits [rows, V] (kernels/sample_row.h states the
   // exact rule): temperature <= 0 is greedy (argmax, lowest id on ties);
   // otherwise token = inverse CDF of softmax(logits / temperature) in
-  // vocabulary order at uniforms[r] in [0, 1) (no top-k / top-p: callers
-  // that need them sort on the host). Writes ids[r], logp_sample[r] (the
+  // vocabulary order at uniforms[r] in [0, 1) (filters: sample_filtered).
+  // Writes ids[r], logp_sample[r] (the
   // token's log-prob under the sampling distribution; 0 when greedy) and
   // logp_raw[r] (log softmax(logits)[id] at temperature 1). Lets generation
   // download 3 values per row instead of V logits.
   virtual void sample_logits(const float* logits, int rows, int v, float temperature, const double* uniforms,
                              int32_t* ids, float* logp_sample, float* logp_raw) = 0;
+
+  // Token sampling with filters over logits [rows, V] (kernels/
+  // sample_filter_row.h states the exact rule): repetition penalty on the
+  // tokens seen[seen_offsets[r] .. seen_offsets[r + 1]) of row r (ids
+  // outside [0, V) ignored; both arrays may be null when the penalty is 1)
+  // -> temperature (<= 0: greedy) -> top-k -> top-p -> min-p -> inverse CDF
+  // at uniforms[r] in descending logit order (ties: lowest id first).
+  // Writes ids[r], logp_sample[r] (log-prob under the filtered sampling
+  // distribution; 0 when greedy) and logp_raw[r] (log softmax(logits)[id]
+  // at temperature 1, without the penalty).
+  virtual void sample_filtered(const float* logits, int rows, int v, const SampleFilter& f, const int32_t* seen_offsets,
+                               const int32_t* seen, const double* uniforms, int32_t* ids, float* logp_sample,
+                               float* logp_raw) = 0;
 
   // bf16 storage (mixed precision: bf16 compute copies of fp32 masters).
   // bf16 values are uint16_t bit patterns (kernels/bf16.h states the rules:

@@ -29,6 +29,7 @@
 #include "kernels/cpu/sparse_decode_cpu.h"
 #include "kernels/cpu/swiglu_cpu.h"
 #include "kernels/ops.h"
+#include "kernels/sample_filter_row.h"
 #include "kernels/sample_row.h"
 
 namespace tandem::kernels {
@@ -148,6 +149,17 @@ class CpuOps final : public Ops {
 #pragma omp parallel for schedule(static) if (rows > 1 && static_cast <size_t>(rows) * v > 65536)
     for (int r = 0; r < rows; ++r) {
       SampleRowAt(logits, r, v, temperature, uniforms, ids, logp_sample, logp_raw);
+    }
+  }
+  void sample_filtered(const float* logits, int rows, int v, const SampleFilter& f, const int32_t* seen_offsets,
+                       const int32_t* seen, const double* uniforms, int32_t* ids, float* logp_sample,
+                       float* logp_raw) override {
+    // Rows are independent and each is computed exactly as the reference;
+    // each thread keeps its own scratch (grown once to the vocabulary).
+#pragma omp parallel for schedule(dynamic) if (rows > 1)
+    for (int r = 0; r < rows; ++r) {
+      thread_local SampleFilterScratch scratch;
+      SampleFilteredRowAt(logits, r, v, f, seen_offsets, seen, uniforms, ids, logp_sample, logp_raw, scratch);
     }
   }
   void float_to_bf16(const float* x, uint16_t* y, size_t n) override { cpu::float_to_bf16(x, y, n); }

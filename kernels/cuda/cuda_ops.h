@@ -94,6 +94,9 @@ class CudaOps final : public Ops {
                   float weight_decay, int64_t step) override;
   void sample_logits(const float* logits, int rows, int v, float temperature, const double* uniforms, int32_t* ids,
                      float* logp_sample, float* logp_raw) override;
+  void sample_filtered(const float* logits, int rows, int v, const SampleFilter& f, const int32_t* seen_offsets,
+                       const int32_t* seen, const double* uniforms, int32_t* ids, float* logp_sample,
+                       float* logp_raw) override;
   void float_to_bf16(const float* x, uint16_t* y, size_t n) override;
   void bf16_to_float(const uint16_t* x, float* y, size_t n) override;
   void quantize_int8(const float* x, size_t n, float* wire) override;

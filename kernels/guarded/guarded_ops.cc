@@ -279,6 +279,23 @@ class GuardedOps final : public Ops {
         F(logp_sample, N(rows), "sample_logits logp_sample"), F(logp_raw, N(rows), "sample_logits logp_raw"));
   }
 
+  void sample_filtered(const float* logits, int rows, int v, const SampleFilter& f, const int32_t* seen_offsets,
+                       const int32_t* seen, const double* uniforms, int32_t* ids, float* logp_sample,
+                       float* logp_raw) override {
+    Exclusive excl(this, "sample_filtered");
+    const int32_t* off = nullptr;
+    const int32_t* tokens = nullptr;
+    if (seen_offsets != nullptr && seen != nullptr) {
+      off = I(seen_offsets, N(rows) + 1, "sample_filtered seen_offsets");
+      if (off[rows] > 0) tokens = I(seen, N(off[rows]), "sample_filtered seen");
+    }
+    inner_->sample_filtered(
+        F(logits, N(rows) * N(v), "sample_filtered logits"), rows, v, f, off, tokens,
+        static_cast<const double*>(mem_->Real(uniforms, N(rows) * sizeof(double), "sample_filtered uniforms")),
+        static_cast<int32_t*>(mem_->Real(ids, N(rows) * sizeof(int32_t), "sample_filtered ids")),
+        F(logp_sample, N(rows), "sample_filtered logp_sample"), F(logp_raw, N(rows), "sample_filtered logp_raw"));
+  }
+
   void float_to_bf16(const float* x, uint16_t* y, size_t n) override {
     Exclusive excl(this, "float_to_bf16");
     inner_->float_to_bf16(F(x, n, "float_to_bf16 x"),

@@ -14,6 +14,7 @@
 #include "kernels/ref/quantize_int8_ref.h"
 #include "kernels/ref/ref_math.h"
 #include "kernels/ref/sparse_decode_ref.h"
+#include "kernels/sample_filter_row.h"
 #include "kernels/sample_row.h"
 
 namespace tandem::kernels {
@@ -137,6 +138,13 @@ class ReferenceOps final : public Ops {
       SampleRowAt(logits, r, v, temperature, uniforms, ids, logp_sample, logp_raw);
     }
   }
+  void sample_filtered(const float* logits, int rows, int v, const SampleFilter& f, const int32_t* seen_offsets,
+                       const int32_t* seen, const double* uniforms, int32_t* ids, float* logp_sample,
+                       float* logp_raw) override {
+    for (int r = 0; r < rows; ++r) {
+      SampleFilteredRowAt(logits, r, v, f, seen_offsets, seen, uniforms, ids, logp_sample, logp_raw, filter_scratch_);
+    }
+  }
   void float_to_bf16(const float* x, uint16_t* y, size_t n) override {
     for (size_t i = 0; i < n; ++i) y[i] = Bf16FromFloat(x[i]);
   }
@@ -145,6 +153,9 @@ class ReferenceOps final : public Ops {
   }
   void quantize_int8(const float* x, size_t n, float* wire) override { ref::quantize_int8(x, n, wire); }
   void dequantize_int8(const float* wire, size_t n, float* out) override { ref::dequantize_int8(wire, n, out); }
+
+ private:
+  SampleFilterScratch filter_scratch_;
 };
 
 }  // namespace

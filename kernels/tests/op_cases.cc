@@ -853,6 +853,65 @@ void AddInt8Blocks(Table& t) {
   }
 }
 
+// Filtered sampling: ids equal to the reference (the same caveat as
+// above), log-probs within the reduction bound. Rows of distinct values, a
+// row of equal values, a row of +0 and -0, logits on a 0.5 grid (many ties),
+// each row with a seen list (repeated ids, ids outside the vocabulary);
+// every filter alone, all together, and the degenerate settings.
+void AddFilteredSampling(Table& t) {
+  struct Combo {
+    const char* name;
+    SampleFilter f;
+  };
+  const Combo combos[] = {
+      {"all", {0.8f, 50, 0.9f, 0.05f, 1.3f}},         {"top_k 1", {1.f, 1, 1.f, 0.f, 1.f}},
+      {"top_p 1e-6", {1.f, 0, 1e-6f, 0.f, 1.f}},      {"min_p 0.999", {1.f, 0, 1.f, 0.999f, 1.f}},
+      {"top_p 0.95", {1.2f, 0, 0.95f, 0.f, 1.f}},     {"greedy penalty 2", {0.f, 0, 1.f, 0.f, 2.f}},
+      {"min_p 0.1 T 1.5", {1.5f, 0, 1.f, 0.1f, 1.f}}, {"top_k 100 penalty 0.7", {0.7f, 100, 1.f, 0.f, 0.7f}},
+  };
+  uint64_t seed = 2000;
+  for (int v : {1, 7, 300, 5003, 151936}) {
+    const int rows = v > 100000 ? 5 : 12;
+    for (const Combo& c : combos) {
+      const SampleFilter f = c.f;
+      t.push_back({"sample_filtered", Fmt("rows%d v%d %s", rows, v, c.name), [=](Ops& ops, DeviceMemory& mem, Ops&) {
+                     auto logits = RandomVec(size_t(rows) * v, seed, -8, 8);
+                     for (int i = 0; i < v; ++i) {
+                       logits[size_t(2) * v + i] = 0.5f;
+                       logits[size_t(3) * v + i] = (i % 2) ? -0.f : 0.f;
+                       logits[size_t(4) * v + i] = std::round(logits[size_t(4) * v + i] * 2) / 2;
+                     }
+                     auto u = RandomVec<double>(rows, seed + 1, 0, 1);
+                     u[0] = 0.0;
+                     u[1] = 0.9999999;
+                     std::mt19937_64 rng(seed + 2);
+                     std::vector<int32_t> offsets{0}, seen;
+                     for (int r = 0; r < rows; ++r) {
+                       const float* row = logits.data() + size_t(r) * v;
+                       const int32_t top = static_cast<int32_t>(std::max_element(row, row + v) - row);
+                       const int n = static_cast<int>(rng() % 24);
+                       for (int j = 0; j < n; ++j) {
+                         const uint64_t x = rng() % 10;
+                         seen.push_back(x == 0   ? -1
+                                        : x == 1 ? v + 3
+                                        : x < 4  ? top
+                                                 : static_cast<int32_t>(rng() % static_cast<uint64_t>(v)));
+                       }
+                       offsets.push_back(static_cast<int32_t>(seen.size()));
+                     }
+                     Tensors d(mem);
+                     int32_t* ids = d.In(std::vector<int32_t>(rows, -7));
+                     float *lp = d.Unwritten(rows), *raw = d.Unwritten(rows);
+                     ops.sample_filtered(d.In(logits), rows, v, f, d.In(offsets), d.In(seen), d.In(u), ids, lp, raw);
+                     return Outputs{{"ids", Bound::kExact, AsFloats(d.Get(ids, rows))},
+                                    {"logp_sample", Bound::kReduction, d.Get(lp, rows)},
+                                    {"logp_raw", Bound::kReduction, d.Get(raw, rows)}};
+                   }});
+      seed += 3;
+    }
+  }
+}
+
 Table Build() {
   Table t;
   AddMatmul(t);
@@ -869,6 +928,7 @@ Table Build() {
   AddLmHead(t);
   AddOptimizer(t);
   AddSampling(t);
+  AddFilteredSampling(t);
   AddConvert(t);
   AddInt8Blocks(t);
   return t;

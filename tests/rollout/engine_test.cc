@@ -1,13 +1,15 @@
 // RolloutEngine: greedy tokens equal recomputing the full forward at every
 // step; the same tokens for any batch composition, KV budget (preemption
 // and recomputation) and with or without shared prompts; bf16 KV; stop ids
-// and stop checks; bounded memory with nothing kept between calls.
+// and stop checks; bounded memory with nothing kept between calls; sampling
+// with every filter on the backend follows the host sampler.
 #include "worker/rollout/engine.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
+#include <span>
 #include <string>
 
 #include "kernels/backends.h"
@@ -378,6 +380,51 @@ TEST(RolloutEngineTest, BadOptionsAreRejectedByName) {
   auto r = eng.Generate({{{1, 99}, -1, 0}}, Small(), *f.pp);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("outside"), std::string::npos);
+}
+
+double u_of(const RolloutOptions& o, const RolloutRequest& r, size_t token_index) {
+  return StreamUniform(o.sampling.seed, r.stream, token_index);
+}
+
+// Every sampled token with every filter on (Ops::sample_filtered) is the
+// host sampler's pick from the full forward's logits at that position, with
+// the sequence's own uniform and seen tokens (prompt and generated).
+TEST(RolloutEngineTest, FilteredSamplingFollowsTheHostSampler) {
+  auto ops = kernels::MakeReferenceOps();
+  Fixture f("qwen", ops.get());
+  RolloutEngine eng(f.config, f.ops);
+  RolloutOptions o = Sampled();
+  o.sampling.repetition_penalty = 1.4f;
+  const auto reqs = Requests(2);
+  auto res = eng.Generate(reqs, o, *f.pp);
+  ASSERT_TRUE(res.ok()) << res.status();
+  const int V = f.config.vocab_size;
+  HostSampler host;
+  int checked = 0;
+  for (size_t s = 0; s < reqs.size(); ++s) {
+    const auto& g = res->sequences[s];
+    std::vector<int32_t> seq = reqs[s].prompt;
+    seq.insert(seq.end(), g.tokens.begin(), g.tokens.end());
+    model::Batch b;
+    b.cu_seqlens = {0, static_cast<int32_t>(seq.size())};
+    for (size_t i = 0; i < seq.size(); ++i) {
+      b.tokens.push_back(seq[i]);
+      b.targets.push_back(0);
+      b.positions.push_back(static_cast<int32_t>(i));
+    }
+    std::vector<float> logits(seq.size() * V);
+    ASSERT_TRUE(f.m.ForwardLogits(b, *f.pp, logits.data()).ok());
+    for (size_t j = 0; j < g.tokens.size(); ++j) {
+      const size_t at = reqs[s].prompt.size() - 1 + j;
+      const std::span<const int32_t> seen(seq.data(), at + 1);
+      const Pick p = host.Sample(logits.data() + at * V, V, o.sampling, u_of(o, reqs[s], j), seen);
+      EXPECT_EQ(g.tokens[j], p.token) << "sequence " << s << " token " << j;
+      EXPECT_NEAR(g.logprobs[j], p.logprob, 1e-4) << "sequence " << s << " token " << j;
+      EXPECT_NEAR(g.raw_logprobs[j], p.raw_logprob, 1e-4) << "sequence " << s << " token " << j;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 40);
 }
 
 TEST(RolloutEngineTest, RepetitionPenaltyAvoidsSeenTokens) {

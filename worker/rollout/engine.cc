@@ -34,22 +34,21 @@ void RolloutEngine::Release() {
   u_d_.reset();
   pick_id_d_.reset();
   pick_lp_d_.reset();
+  seen_d_.reset();
   context_d_.reset();
-  for (auto* v : {&idx_, &pick_id_, &ctx_rows_, &ctx_src_}) {
+  for (auto* v : {&idx_, &pick_id_, &ctx_rows_, &ctx_src_, &seen_}) {
     v->clear();
     v->shrink_to_fit();
   }
-  for (auto* v : {&pick_lp_, &logits_}) {
-    v->clear();
-    v->shrink_to_fit();
-  }
+  pick_lp_.clear();
+  pick_lp_.shrink_to_fit();
   u_.clear();
   u_.shrink_to_fit();
 }
 
 size_t RolloutEngine::held_bytes() const {
   return kv_.bytes() + forward_->scratch_bytes() + idx_d_.bytes() + u_d_.bytes() + pick_id_d_.bytes() +
-         pick_lp_d_.bytes() + context_d_.bytes();
+         pick_lp_d_.bytes() + seen_d_.bytes() + context_d_.bytes();
 }
 
 absl::Status RolloutEngine::Check(const std::vector<RolloutRequest>& requests, const RolloutOptions& o) const {
@@ -206,7 +205,19 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
 
   std::vector<int32_t> stop = o.stop_ids;
   auto is_stop = [&](int32_t t) { return std::find(stop.begin(), stop.end(), t) != stop.end(); };
-  const bool device_sampling = DeviceSamplable(o.sampling, vocab_);
+  const bool filtered = UsesFilters(o.sampling, vocab_);
+  const kernels::SampleFilter filter = ToSampleFilter(o.sampling);
+  // Repetition penalty: each step uploads [offsets (outs + 1) | seen ids].
+  const bool penalty = filtered && o.sampling.repetition_penalty != 1.f;
+  if (penalty) {
+    const size_t seen_ints = static_cast<size_t>(S) + 1 + static_cast<size_t>(S) * sched.max_positions();
+    if (seen_d_.size() < seen_ints && !seen_d_.Allocate(mem_, seen_ints)) {
+      Release();
+      return absl::ResourceExhaustedError(
+          absl::StrCat("rollout: cannot allocate the seen-token list in ", mem_->name(), " memory"));
+    }
+    seen_.reserve(seen_ints);
+  }
   const int bs = o.block_size;
   std::vector<int> table_row(requests.size(), -1);
   Scheduler::Step step;
@@ -275,24 +286,33 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
                   ? 0.0
                   : StreamUniform(o.sampling.seed, requests[s].stream, static_cast<uint64_t>(sched.generated(s)));
     }
-    if (device_sampling) {
-      u_d_.Upload(u_.data(), n_out);
-      ops_->sample_logits(forward_->logits(), n_out, vocab_, o.sampling.greedy ? 0.f : o.sampling.temperature,
-                          u_d_.data(), pick_id_d_.data(), pick_lp_d_.data(), pick_lp_d_.data() + n_out);
-      pick_id_d_.Download(pick_id_.data(), n_out);
-      pick_lp_d_.Download(pick_lp_.data(), 2 * static_cast<size_t>(n_out));
+    u_d_.Upload(u_.data(), n_out);
+    if (!filtered) {
+      ops_->sample_logits(forward_->logits(), n_out, vocab_, filter.temperature, u_d_.data(), pick_id_d_.data(),
+                          pick_lp_d_.data(), pick_lp_d_.data() + n_out);
     } else {
-      logits_.resize(static_cast<size_t>(n_out) * vocab_);
-      mem_->CopyToHost(logits_.data(), forward_->logits(), logits_.size() * sizeof(float));
-      for (int i = 0; i < n_out; ++i) {
-        const int s = step.samples[i].seq;
-        const Pick p = host_sampler_.Sample(logits_.data() + static_cast<size_t>(i) * vocab_, vocab_, o.sampling, u_[i],
-                                            sched.tokens(s));
-        pick_id_[i] = p.token;
-        pick_lp_[i] = p.logprob;
-        pick_lp_[n_out + i] = p.raw_logprob;
+      const int32_t* seen_off = nullptr;
+      const int32_t* seen = nullptr;
+      if (penalty) {
+        // Prompt and generated tokens; context rows (negative) are ignored.
+        seen_.assign(static_cast<size_t>(n_out) + 1, 0);
+        for (int i = 0; i < n_out; ++i) {
+          const auto toks = sched.tokens(step.samples[i].seq);
+          seen_.insert(seen_.end(), toks.begin(), toks.end());
+          seen_[i + 1] = static_cast<int32_t>(seen_.size() - (n_out + 1));
+        }
+        if (seen_.size() > seen_d_.size()) {
+          return absl::InternalError("rollout: a sequence is longer than the scheduler's position limit");
+        }
+        seen_d_.Upload(seen_.data(), seen_.size());
+        seen_off = seen_d_.data();
+        seen = seen_d_.data() + n_out + 1;
       }
+      ops_->sample_filtered(forward_->logits(), n_out, vocab_, filter, seen_off, seen, u_d_.data(), pick_id_d_.data(),
+                            pick_lp_d_.data(), pick_lp_d_.data() + n_out);
     }
+    pick_id_d_.Download(pick_id_.data(), n_out);
+    pick_lp_d_.Download(pick_lp_.data(), 2 * static_cast<size_t>(n_out));
     for (int i = 0; i < n_out; ++i) {
       const int s = step.samples[i].seq;
       const int32_t t = pick_id_[i];

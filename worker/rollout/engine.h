@@ -125,12 +125,12 @@ class RolloutEngine {
   int hidden_;         // residual width: floats per context-embedding row
   int max_positions_;  // the model's context length
   KvPool kv_;
-  HostSampler host_sampler_;
   // Device index arrays (one upload per step) and sampling buffers.
   kernels::DeviceArray<int32_t> idx_d_;
   kernels::DeviceArray<double> u_d_;
   kernels::DeviceArray<int32_t> pick_id_d_;
   kernels::DeviceArray<float> pick_lp_d_;
+  kernels::DeviceArray<int32_t> seen_d_;  // [offsets | seen ids] (repetition penalty)
   // Every request's context rows, concatenated ([rows, hidden]), and the
   // context rows of one step (host).
   kernels::DeviceArray<float> context_d_;
@@ -138,7 +138,8 @@ class RolloutEngine {
   std::vector<int32_t> idx_;
   std::vector<double> u_;
   std::vector<int32_t> pick_id_;
-  std::vector<float> pick_lp_, logits_;
+  std::vector<float> pick_lp_;
+  std::vector<int32_t> seen_;
 };
 
 }  // namespace tandem::rollout

@@ -16,13 +16,19 @@
 // Each pick also returns the token's log-prob under the sampling
 // distribution (0 when greedy) and under softmax(logits) at temperature 1
 // (what RL compares with the trainer's log-probs).
+//
+// The engine samples on the backend's device: Ops::sample_logits when no
+// filter is on (temperature or greedy; inverse CDF in vocabulary order),
+// Ops::sample_filtered otherwise (the rule above, kernels/
+// sample_filter_row.h). HostSampler runs the same rule on the host.
 #pragma once
 
 #include <cstdint>
 #include <span>
-#include <vector>
 
 #include "absl/status/status.h"
+#include "kernels/ops.h"
+#include "kernels/sample_filter_row.h"
 
 namespace tandem::rollout {
 
@@ -38,8 +44,12 @@ struct SamplingParams {
 
 absl::Status ValidateSampling(const SamplingParams& p);
 
-// True when the backend's sample_logits (temperature only) covers p.
-bool DeviceSamplable(const SamplingParams& p, int vocab);
+// True when p turns on a filter (top-k below the vocabulary, top-p, min-p
+// or the repetition penalty): such steps use Ops::sample_filtered.
+bool UsesFilters(const SamplingParams& p, int vocab);
+
+// The op's form of p (greedy: temperature 0).
+kernels::SampleFilter ToSampleFilter(const SamplingParams& p);
 
 double StreamUniform(uint64_t seed, uint64_t stream, uint64_t token_index);
 
@@ -49,17 +59,16 @@ struct Pick {
   float raw_logprob = 0.f;  // softmax(logits), temperature 1
 };
 
-// Host sampling of one row with every filter. `seen` are the tokens the
-// repetition penalty applies to (prompt and generated). Scratch vectors are
-// reused across calls (grown once to the vocabulary).
+// Host sampling of one row with every filter (kernels::SampleFilteredRow,
+// the reference of Ops::sample_filtered). `seen` are the tokens the
+// repetition penalty applies to (prompt and generated). Scratch is reused
+// across calls (grown once to the vocabulary).
 class HostSampler {
  public:
   Pick Sample(const float* logits, int v, const SamplingParams& p, double u, std::span<const int32_t> seen);
 
  private:
-  std::vector<float> work_;
-  std::vector<int32_t> idx_;
-  std::vector<double> prob_;
+  kernels::SampleFilterScratch scratch_;
 };
 
 }  // namespace tandem::rollout

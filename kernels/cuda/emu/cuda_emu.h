@@ -10,7 +10,7 @@
 // "deadlock" (divergent barrier). Static __shared__ arrays become function
 // statics (blocks never overlap); dynamic shared memory is a per-block buffer
 // filled with NaN first, so reading unwritten shared memory shows up as NaN
-// in the results. atomicAdd is a plain add (one OS thread). Not thread-safe;
+// in the results. atomicAdd and atomicOr are plain updates (one OS thread). Not thread-safe;
 // include before any kernel header.
 #pragma once
 
@@ -216,6 +216,11 @@ inline float atomicAdd(float* p, float v) {
 inline double atomicAdd(double* p, double v) {
   const double old = *p;
   *p += v;
+  return old;
+}
+inline unsigned atomicOr(unsigned* p, unsigned v) {
+  const unsigned old = *p;
+  *p |= v;
   return old;
 }
 inline int min(int a, int b) { return a < b ? a : b; }

@@ -18,6 +18,7 @@
 #include "kernels/cuda/paged_attention_kernel.cuh"
 #include "kernels/cuda/quantize_int8_kernel.cuh"
 #include "kernels/cuda/rmsnorm_kernel.cuh"
+#include "kernels/cuda/sample_filter_kernel.cuh"
 #include "kernels/cuda/sample_kernel.cuh"
 
 namespace tandem::kernels {
@@ -228,6 +229,28 @@ class EmuOps final : public Ops {
                        [&] { cuda::SampleRowKernel(logits, v, temperature, uniforms, ids, logp_sample, logp_raw); });
   }
 
+  void sample_filtered(const float* logits, int rows, int v, const SampleFilter& f, const int32_t* seen_offsets,
+                       const int32_t* seen, const double* uniforms, int32_t* ids, float* logp_sample,
+                       float* logp_raw) override {
+    if (rows <= 0 || v <= 0) return;
+    const bool pen = f.repetition_penalty != 1.f && seen_offsets != nullptr && seen != nullptr;
+    const cuda::FilterArgs a{logits,
+                             v,
+                             f.temperature,
+                             f.top_k,
+                             f.top_p,
+                             f.min_p,
+                             f.repetition_penalty,
+                             pen ? seen_offsets : nullptr,
+                             pen ? seen : nullptr,
+                             uniforms,
+                             ids,
+                             logp_sample,
+                             logp_raw};
+    const size_t smem = pen ? static_cast<size_t>((v + 31) / 32) * sizeof(uint32_t) : 0;
+    tandem_emu::Launch(dim3(rows), dim3(cuda::kFilterThreads), smem, [&] { cuda::SampleFilterKernel(a); });
+  }
+
   // Ops without block-cooperative kernels: not emulated.
   void matmul(bool, bool, int, int, int, float, const float*, int, const float*, int, float, float*, int) override {
     Unsupported("matmul");
@@ -283,8 +306,8 @@ std::unique_ptr<Ops> MakeEmuOps() { return std::make_unique<EmuOps>(); }
 
 bool EmuSupports(const std::string& op) {
   return op == "attention" || op == "decode_attention" || op == "paged_attention" || op == "rmsnorm" ||
-         op == "lm_head" || op == "sum_squares" || op == "adamw" || op == "sample_logits" || op == "linear_attention" ||
-         op == "int8_blocks";
+         op == "lm_head" || op == "sum_squares" || op == "adamw" || op == "sample_logits" || op == "sample_filtered" ||
+         op == "linear_attention" || op == "int8_blocks";
 }
 
 }  // namespace tandem::kernels
