@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/bandwidth.h"
 #include "common/config_table.h"
 #include "common/status_util.h"
 #include "common/yaml_proto.h"
@@ -204,6 +205,11 @@ absl::StatusOr<WorkerDaemonConfig> LoadWorkerConfig(const std::string& file,
   }
   if (c.tls_cert().empty() != c.tls_key().empty()) {
     return absl::InvalidArgumentError("tls_cert: set both tls_cert and tls_key, or neither");
+  }
+  if (!c.tier_bandwidth().empty()) {
+    if (auto tiers = ParseTierBandwidth(c.tier_bandwidth()); !tiers.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("tier_bandwidth: ", tiers.status().message()));
+    }
   }
   return c;
 }

@@ -172,6 +172,11 @@ ConfigTable* MakeWorkerTable() {
        .max_len = 128,
        .flag = "node",
        .help = "the machine this worker runs on; workers with the same node share the intra-node tier"},
+      {.path = "tier_bandwidth",
+       .max_len = 256,
+       .flag = "tier-bandwidth",
+       .help = "link speeds for planning, intra=X,inter=Y with units Gbit, Mbit, GB/s or MB/s (as in "
+               "intra=10Gbit,inter=1Gbit); shown by tandemctl workers"},
       {.path = "threads", .min = 0, .max = 1024, .flag = "threads", .help = "compute threads, 0 = all cores"},
       {.path = "speed",
        .doc_default = "none (calibrated at setup)",

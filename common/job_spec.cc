@@ -243,7 +243,9 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
                                        "parameters resident), not ",
                                        cl.zero_stage()));
     }
-    if (!fp32) return Invalid(key, "needs train.precision: fp32");
+    if (!spec.train().precision().empty() && spec.train().precision() != "fp32") {
+      return Invalid(key, "needs train.precision: fp32");
+    }
     if (spec.train().trainable_size() > 0) {
       return Invalid(key, "does not combine with train.trainable (frozen parameters)");
     }

@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/bandwidth.h"
 #include "server/cli/cmd_common.h"
 #include "server/cli/commands.h"
 #include "server/cli/format.h"
@@ -37,12 +38,18 @@ int CmdWorkers(const Args& args) {
     for (const auto& w : resp.workers()) std::cout << ToJson(w) << "\n";
     return kExitOk;
   }
-  std::vector<std::vector<std::string>> rows = {
-      {"ID", "NAME", "HOST", "DEVICE", "MEMORY", "SPEED", "STATE", "JOB", "RANK", "HEARTBEAT", "VERSION"}};
+  std::vector<std::vector<std::string>> rows = {{"ID", "NAME", "HOST", "NODE", "TIER BANDWIDTH", "DEVICE", "MEMORY",
+                                                 "SPEED", "STATE", "JOB", "RANK", "HEARTBEAT", "VERSION"}};
   const double now = NowUnix();
   for (const auto& w : resp.workers()) {
-    rows.push_back({w.id(), w.name(), w.host(), absl::StrCat(DeviceText(w.device()), "x", w.device_count()),
-                    FormatBytes(w.memory_bytes()), w.speed() > 0 ? absl::StrFormat("%g", w.speed()) : "-",
+    const std::string tiers =
+        w.has_tier_bandwidth()
+            ? absl::StrCat("intra ", common::FormatBandwidth(w.tier_bandwidth().intra_bytes_per_s()), ", inter ",
+                           common::FormatBandwidth(w.tier_bandwidth().inter_bytes_per_s()))
+            : "-";
+    rows.push_back({w.id(), w.name(), w.host(), w.node().empty() ? "-" : w.node(), tiers,
+                    absl::StrCat(DeviceText(w.device()), "x", w.device_count()), FormatBytes(w.memory_bytes()),
+                    w.speed() > 0 ? absl::StrFormat("%g", w.speed()) : "-",
                     WorkerStateName(w.state()), w.job_id().empty() ? "-" : w.job_id(),
                     w.job_id().empty() ? "-" : absl::StrCat(w.rank()),
                     w.last_heartbeat() > 0 ? FormatDuration(now - w.last_heartbeat()) + " ago" : "-", w.version()});

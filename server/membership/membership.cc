@@ -1,11 +1,13 @@
 #include "server/membership/membership.h"
 
-#include "common/auth.h"
+#include <cmath>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/auth.h"
+#include "common/bandwidth.h"
 #include "common/base/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -120,6 +122,17 @@ absl::StatusOr<RegisterResult> Membership::Register(const tandem::v1::RegisterWo
 
 absl::StatusOr<RegisterResult> Membership::RegisterLocked(const tandem::v1::RegisterWorkerRequest& req,
                                                           int64_t job_generation, WriteTicket* ticket) {
+  if (req.has_tier_bandwidth()) {
+    const auto& t = req.tier_bandwidth();
+    for (double v : {t.intra_bytes_per_s(), t.inter_bytes_per_s()}) {
+      if (!std::isfinite(v) || v <= 0 || v > common::kMaxBandwidthBytesPerS) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tier_bandwidth: intra ", t.intra_bytes_per_s(), " and inter ", t.inter_bytes_per_s(),
+                         " bytes/s: both must be above zero and at most ", common::kMaxBandwidthBytesPerS,
+                         " (--tier-bandwidth intra=10Gbit,inter=1Gbit)"));
+      }
+    }
+  }
   Entry* e = nullptr;
   if (!req.worker_id().empty()) {
     auto it = workers_.find(req.worker_id());
@@ -163,6 +176,11 @@ absl::StatusOr<RegisterResult> Membership::RegisterLocked(const tandem::v1::Regi
   info.set_data_address(req.data_address());
   info.set_node(req.node().empty() ? req.host() : req.node());
   info.set_speed(req.speed());
+  if (req.has_tier_bandwidth()) {
+    *info.mutable_tier_bandwidth() = req.tier_bandwidth();
+  } else {
+    info.clear_tier_bandwidth();
+  }
   info.set_last_heartbeat(now);
   const bool in_job = !info.job_id().empty() && (info.state() == tandem::v1::WORKER_STATE_BUSY ||
                                                  info.state() == tandem::v1::WORKER_STATE_DRAINING);

@@ -1,8 +1,15 @@
-// Bandwidth texts (common/bandwidth.h): the four units, strict parsing with
-// the text in every error, the per-tier pair "intra=X,inter=Y".
+// Bandwidth texts (common/bandwidth.h), the worker's tier_bandwidth config
+// key and the coordinator's check of RegisterWorkerRequest.tier_bandwidth.
 #include "common/bandwidth.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "common/daemon_config.h"
+#include "server/clock.h"
+#include "server/membership/membership.h"
 
 namespace tandem::common {
 namespace {
@@ -60,6 +67,55 @@ TEST(BandwidthTest, Formats) {
   EXPECT_EQ(FormatBandwidth(1.25e8), "1 Gbit/s");
   EXPECT_EQ(FormatBandwidth(1e8), "800 Mbit/s");
   EXPECT_EQ(FormatBandwidth(100), "800 bit/s");
+}
+
+TEST(BandwidthTest, WorkerConfigKey) {
+  auto ok = LoadWorkerConfig("", {"tier_bandwidth=intra=10Gbit,inter=1Gbit"});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->tier_bandwidth(), "intra=10Gbit,inter=1Gbit");
+  EXPECT_TRUE(LoadWorkerConfig("", {}).ok());
+  auto bad = LoadWorkerConfig("", {"tier_bandwidth=intra=10Gbit,inter=0Mbit"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("tier_bandwidth"), std::string::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find("above zero"), std::string::npos) << bad.status();
+}
+
+tandem::v1::RegisterWorkerRequest Reg(const std::string& name, double intra, double inter) {
+  tandem::v1::RegisterWorkerRequest r;
+  r.set_name(name);
+  r.set_host("h");
+  r.set_node("n1");
+  r.mutable_tier_bandwidth()->set_intra_bytes_per_s(intra);
+  r.mutable_tier_bandwidth()->set_inter_bytes_per_s(inter);
+  return r;
+}
+
+TEST(BandwidthTest, CoordinatorKeepsTheHintAndRefusesBadValues) {
+  tandem::v1::CoordinatorConfig config;
+  config.set_lease_ms(3000);
+  server::ManualClock clock;
+  server::Membership m(config, nullptr, &clock);
+  auto a = m.Register(Reg("a", 1.25e9, 1.25e8), -1);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto info = m.Get(a->worker_id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_DOUBLE_EQ(info->tier_bandwidth().intra_bytes_per_s(), 1.25e9);
+  EXPECT_DOUBLE_EQ(info->tier_bandwidth().inter_bytes_per_s(), 1.25e8);
+  tandem::v1::RegisterWorkerRequest plain = Reg("b", 1, 1);
+  plain.clear_tier_bandwidth();
+  auto b = m.Register(plain, -1);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_FALSE(m.Get(b->worker_id)->has_tier_bandwidth());
+  for (auto [intra, inter] : {std::pair<double, double>{0, 1e8},
+                              {1e9, -1},
+                              {std::nan(""), 1e8},
+                              {1e9, std::numeric_limits<double>::infinity()},
+                              {1e9, 1e16}}) {
+    auto r = m.Register(Reg("c", intra, inter), -1);
+    ASSERT_FALSE(r.ok()) << intra << " " << inter;
+    EXPECT_TRUE(absl::IsInvalidArgument(r.status()));
+    EXPECT_NE(r.status().message().find("tier_bandwidth"), std::string::npos) << r.status();
+  }
 }
 
 }  // namespace

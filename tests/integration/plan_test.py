@@ -2,7 +2,8 @@
 """tandemctl plan against real jobs: a coordinator and 4 tandem-worker
 processes on this machine, declared on 2 nodes (--node a for n0w0, n0w1;
 --node b for n1w0, n1w1; the coordinator orders a job's workers by name, so
-ranks 0-1 sit on a and 2-3 on b, as configs/topology-2x2.yaml says).
+ranks 0-1 sit on a and 2-3 on b, as configs/topology-2x2.yaml says). One
+worker also declares --tier-bandwidth; `tandemctl workers` shows it.
 
 For each variant (flat ZeRO-3, hpZ, hpZ + qwZ, hpZ + qwZ + LoCo,
 layer-major with M = 4, stages 0 and 2) one short SFT job on a small model
@@ -13,7 +14,8 @@ events), are compared with `tandemctl plan --json` for the same job and
 topology: every kind within 5%, and the tier totals within 5%. Prints the
 agreement table (the one in docs/parallelism.md).
 
-First, bad topology files, each with a clear error (exit 2). Standard library only.
+Then bad topology files and --tier-bandwidth values, each with a clear
+error (exit 2). Standard library only.
 Usage: plan_test.py --bin BUILD/bin
 """
 import argparse
@@ -139,8 +141,8 @@ def compare(label, predicted, measured):
     return rows
 
 
-def bad_inputs(ctl, root, spec):
-    """Bad topology files: exit 2 and a clear message."""
+def bad_inputs(ctl, worker, root, spec):
+    """Bad topology files and --tier-bandwidth values: exit 2 and a clear message."""
     cases = [
         ("nodes: [{name: a, workers: 2}, {name: b, workers: 2}]\nlinks: 3\n", "links: unknown key"),
         ("nodes: [{name: a, workers: 2, gpus: 1}, {name: b, workers: 2}]\n", "nodes[0].gpus: unknown key"),
@@ -170,6 +172,12 @@ def bad_inputs(ctl, root, spec):
     r = run([ctl, "plan", spec])
     if r.returncode != 2 or "--topology" not in r.stderr:
         fail(f"plan without --topology: exit {r.returncode}: {r.stderr}")
+    for value, want in [("intra=10Gbit", "missing inter"), ("intra=10Gbit,inter=0Mbit", "above zero"),
+                        ("intra=fast,inter=1Gbit", "no unit"), ("intra=10Gbit,inter=1Gbit,wan=1Mbit", "unknown tier")]:
+        r = run([worker, "--coordinator", "127.0.0.1:1", "--tier-bandwidth", value], timeout=30)
+        if r.returncode != 2 or "tier_bandwidth" not in r.stderr + r.stdout or want not in r.stderr + r.stdout:
+            fail(f"tandem-worker --tier-bandwidth {value}: exit {r.returncode}: {r.stderr!r} (wanted {want!r})")
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -187,7 +195,7 @@ def main():
         with open(specs[name], "w") as f:
             f.write(SPEC.format(name=name, stage=stage, hpz=hpz, qwz=qwz, loco=loco, accumulation=acc, batch=batch,
                                 micro=micro))
-    bad_inputs(ctl, root, specs["flat"])
+    bad_inputs(ctl, bins["worker"], root, specs["flat"])
 
     c = cluster.Cluster(os.path.join(root, "cluster"), bins=bins)
     table = []
@@ -197,9 +205,20 @@ def main():
         for k, node in enumerate(("a", "b")):
             for j in range(2):
                 name = f"n{k}w{j}"
-                c.start_worker(name, ["--node", node])
+                extra = ["--node", node]
+                if name == "n0w0":
+                    extra += ["--tier-bandwidth", "intra=10Gbit,inter=1Gbit"]
+                c.start_worker(name, extra)
                 names.append(name)
         c.wait_workers(names, timeout=60)
+        shown = c.workers()
+        tb = shown["n0w0"].get("tier_bandwidth") or shown["n0w0"].get("tierBandwidth") or {}
+        intra = float(tb.get("intra_bytes_per_s", tb.get("intraBytesPerS", 0)))
+        if intra != 1.25e9 or shown["n1w0"].get("tier_bandwidth", shown["n1w0"].get("tierBandwidth")):
+            fail(f"tandemctl workers: tier bandwidth {shown['n0w0']} / {shown['n1w0']}")
+        text = c.ctl("workers")
+        if "10 Gbit/s" not in text.stdout or "1 Gbit/s" not in text.stdout:
+            fail(f"tandemctl workers does not show the tier bandwidth:\n{text.stdout}")
         for name, label, *_ in VARIANTS:
             predicted = plan(ctl, specs[name], topo)
             measured = run_job(c, specs[name])

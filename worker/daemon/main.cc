@@ -24,6 +24,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
+#include "common/bandwidth.h"
 #include "common/daemon_config.h"
 #include "common/logging.h"
 #include "common/rank_topology.h"
@@ -101,6 +102,12 @@ int main(int argc, char** argv) {
   if (config->name().empty()) config->set_name(absl::StrCat(worker::HostName(), "-", getpid()));
   if (config->node().empty()) config->set_node(worker::HostName());
   if (absl::Status st = common::CheckNodeName(config->node()); !st.ok()) return Fail(std::string(st.message()), 2);
+  common::TierBandwidth tiers;
+  if (!config->tier_bandwidth().empty()) {
+    auto parsed = common::ParseTierBandwidth(config->tier_bandwidth());
+    if (!parsed.ok()) return Fail(absl::StrCat("--tier-bandwidth: ", parsed.status().message()), 2);
+    tiers = *parsed;
+  }
   if (absl::Status st = common::SetupLogging("tandem-worker", config->log_level(), config->log_file(),
                                              config->log_max_bytes(), config->log_max_files());
       !st.ok()) {
@@ -128,6 +135,8 @@ int main(int argc, char** argv) {
   options.device = config->device();
   options.data_address = data_address;
   options.node = config->node();
+  options.intra_bytes_per_s = tiers.intra_bytes_per_s;
+  options.inter_bytes_per_s = tiers.inter_bytes_per_s;
   options.threads = config->threads();
   options.speed = config->speed();
   options.token = *token;

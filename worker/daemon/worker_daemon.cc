@@ -213,6 +213,10 @@ absl::Status WorkerDaemon::Register() {
   req.set_host(HostName());
   req.set_node(options_.node.empty() ? HostName() : options_.node);
   req.set_speed(options_.speed);
+  if (options_.intra_bytes_per_s > 0 && options_.inter_bytes_per_s > 0) {
+    req.mutable_tier_bandwidth()->set_intra_bytes_per_s(options_.intra_bytes_per_s);
+    req.mutable_tier_bandwidth()->set_inter_bytes_per_s(options_.inter_bytes_per_s);
+  }
   req.set_device(DeviceKindOf(options_.device));
   req.set_device_count(options_.device_count);
   req.set_memory_bytes(UsableMemoryBytes());

@@ -54,6 +54,10 @@ struct WorkerDaemonOptions {
   int device_count = 1;        // devices this worker drives
   std::string data_address;    // for collectives; empty = route to coordinator
   std::string node;            // the machine (--node); empty = host name
+  // --tier-bandwidth, bytes per second (0 = not given): reported at
+  // registration for tandemctl workers and planning.
+  double intra_bytes_per_s = 0;
+  double inter_bytes_per_s = 0;
   int threads = 0;             // compute threads (0 = all cores)
   double speed = 0;            // relative speed hint (--speed); 0 = none
   std::string token;           // join token ("" = none)
