@@ -287,9 +287,11 @@ class Ops {
   // Blockwise int8 weights (qwZ gathers; kernels/int8_blocks.h states the
   // format and the error bound); every backend produces the same bits for
   // finite x. Pieces are quantised on their own (blocks restart at x[0]).
-  // wire[Int8WireFloats(n)] = Q(x[0..n)), padding included. x and wire may
-  // not overlap.
-  virtual void quantize_int8(const float* x, size_t n, float* wire) = 0;
+  // wire[Int8WireFloats(n)] = Q(x[0..n)), padding included, rounded as
+  // kernels/int8_rounding.h states: to nearest for seed kInt8RoundNearest,
+  // else stochastically (unbiased) with draws that depend on (seed, i) only.
+  // x and wire may not overlap.
+  virtual void quantize_int8(const float* x, size_t n, float* wire, uint64_t seed) = 0;
   // out[0..n) = DQ(wire). out and wire may not overlap.
   virtual void dequantize_int8(const float* wire, size_t n, float* out) = 0;
 };

@@ -164,7 +164,9 @@ class CpuOps final : public Ops {
   }
   void float_to_bf16(const float* x, uint16_t* y, size_t n) override { cpu::float_to_bf16(x, y, n); }
   void bf16_to_float(const uint16_t* x, float* y, size_t n) override { cpu::bf16_to_float(x, y, n); }
-  void quantize_int8(const float* x, size_t n, float* wire) override { cpu::quantize_int8(x, n, wire); }
+  void quantize_int8(const float* x, size_t n, float* wire, uint64_t seed) override {
+    cpu::quantize_int8(x, n, wire, seed);
+  }
   void dequantize_int8(const float* wire, size_t n, float* out) override { cpu::dequantize_int8(wire, n, out); }
 
  private:

@@ -7,9 +7,10 @@
 #include <cstring>
 
 #include "kernels/int8_blocks.h"
+#include "kernels/int8_rounding.h"
 
 namespace tandem::kernels::cpu {
-void quantize_int8(const float* __restrict x, size_t n, float* __restrict wire) {
+void quantize_int8(const float* __restrict x, size_t n, float* __restrict wire, uint64_t seed) {
   const size_t nb = Int8Blocks(n);
   int8_t* __restrict codes = reinterpret_cast<int8_t*>(wire + nb);
   for (size_t b = 0; b < nb; ++b) {
@@ -24,8 +25,14 @@ void quantize_int8(const float* __restrict x, size_t n, float* __restrict wire) 
       continue;
     }
     const float inv = 127.f / amax;
-    for (size_t j = 0; j < len; ++j) {
-      cb[j] = static_cast<int8_t>(std::min(127.f, std::max(-127.f, std::nearbyint(xb[j] * inv))));
+    if (seed == kInt8RoundNearest) {
+      for (size_t j = 0; j < len; ++j) {
+        cb[j] = static_cast<int8_t>(std::min(127.f, std::max(-127.f, std::nearbyint(xb[j] * inv))));
+      }
+    } else {
+      for (size_t j = 0; j < len; ++j) {
+        cb[j] = static_cast<int8_t>(std::min(127.f, std::max(-127.f, Int8Round(xb[j] * inv, seed, lo + j))));
+      }
     }
   }
   // Padding of the last code float.

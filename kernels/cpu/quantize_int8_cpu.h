@@ -6,10 +6,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace tandem::kernels::cpu {
 
-void quantize_int8(const float* x, size_t n, float* wire);
+void quantize_int8(const float* x, size_t n, float* wire, uint64_t seed);
 void dequantize_int8(const float* wire, size_t n, float* out);
 
 }  // namespace tandem::kernels::cpu

@@ -99,7 +99,7 @@ class CudaOps final : public Ops {
                        float* logp_raw) override;
   void float_to_bf16(const float* x, uint16_t* y, size_t n) override;
   void bf16_to_float(const uint16_t* x, float* y, size_t n) override;
-  void quantize_int8(const float* x, size_t n, float* wire) override;
+  void quantize_int8(const float* x, size_t n, float* wire, uint64_t seed) override;
   void dequantize_int8(const float* wire, size_t n, float* out) override;
 
   // Records `err` (with `what`) if it is the first error. Returns true when

@@ -7,10 +7,10 @@
 
 namespace tandem::kernels {
 
-void CudaOps::quantize_int8(const float* x, size_t n, float* wire) {
+void CudaOps::quantize_int8(const float* x, size_t n, float* wire, uint64_t seed) {
   if (n == 0) return;
   const unsigned blocks = static_cast<unsigned>(std::min<size_t>(Int8Blocks(n), 65535u * 8u));
-  cuda::QuantizeInt8Kernel<<<blocks, cuda::kQuantThreads>>>(x, n, wire);
+  cuda::QuantizeInt8Kernel<<<blocks, cuda::kQuantThreads>>>(x, n, wire, seed);
   Check(cudaGetLastError(), "quantize_int8");
 }
 

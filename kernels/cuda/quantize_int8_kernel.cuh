@@ -2,7 +2,7 @@
 // launched from quantize_int8_cuda.cu). One thread block of kInt8Block
 // threads per quantisation block (grid-stride over blocks): a block-wide
 // max of |x|, then one code per thread. The scale, the multiplier 127 / max
-// and the rounding (rintf: nearest even) are the reference's float
+// and the rounding (kernels/int8_rounding.h) are the reference's float
 // operations, so the bits equal the CPU backends'. Kept apart from the host
 // code so the CPU emulation test (kernels/cuda/emu/) runs it without a GPU.
 #pragma once
@@ -12,6 +12,7 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/int8_blocks.h"
+#include "kernels/int8_rounding.h"
 
 namespace tandem::kernels::cuda {
 namespace {
@@ -19,7 +20,7 @@ namespace {
 constexpr int kQuantThreads = static_cast<int>(kInt8Block);
 
 __global__ void __launch_bounds__(kQuantThreads)
-    QuantizeInt8Kernel(const float* __restrict__ x, size_t n, float* __restrict__ wire) {
+    QuantizeInt8Kernel(const float* __restrict__ x, size_t n, float* __restrict__ wire, uint64_t seed) {
   __shared__ float red[32];
   const size_t nb = Int8Blocks(n);
   int8_t* codes = reinterpret_cast<int8_t*>(wire + nb);
@@ -31,7 +32,7 @@ __global__ void __launch_bounds__(kQuantThreads)
     if (threadIdx.x == 0) wire[b] = amax / 127.f;
     if (i < n) {
       float q = 0.f;
-      if (amax != 0.f) q = fminf(127.f, fmaxf(-127.f, rintf(xi * (127.f / amax))));
+      if (amax != 0.f) q = fminf(127.f, fmaxf(-127.f, Int8Round(xi * (127.f / amax), seed, i)));
       codes[i] = static_cast<int8_t>(q);
     }
   }

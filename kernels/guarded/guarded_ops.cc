@@ -308,9 +308,9 @@ class GuardedOps final : public Ops {
                           F(y, n, "bf16_to_float y"), n);
   }
 
-  void quantize_int8(const float* x, size_t n, float* wire) override {
+  void quantize_int8(const float* x, size_t n, float* wire, uint64_t seed) override {
     Exclusive excl(this, "quantize_int8");
-    inner_->quantize_int8(F(x, n, "quantize_int8 x"), n, F(wire, Int8WireFloats(n), "quantize_int8 wire"));
+    inner_->quantize_int8(F(x, n, "quantize_int8 x"), n, F(wire, Int8WireFloats(n), "quantize_int8 wire"), seed);
   }
 
   void dequantize_int8(const float* wire, size_t n, float* out) override {

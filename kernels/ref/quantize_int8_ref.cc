@@ -7,10 +7,11 @@
 #include <cstring>
 
 #include "kernels/int8_blocks.h"
+#include "kernels/int8_rounding.h"
 
 namespace tandem::kernels::ref {
 
-void quantize_int8(const float* x, size_t n, float* wire) {
+void quantize_int8(const float* x, size_t n, float* wire, uint64_t seed) {
   std::memset(wire, 0, Int8WireFloats(n) * sizeof(float));
   int8_t* codes = reinterpret_cast<int8_t*>(wire + Int8Blocks(n));
   for (size_t i = 0; i < n; ++i) {
@@ -22,7 +23,7 @@ void quantize_int8(const float* x, size_t n, float* wire) {
       codes[i] = 0;
       continue;
     }
-    const float q = std::nearbyint(x[i] * (127.f / amax));
+    const float q = Int8Round(x[i] * (127.f / amax), seed, i);
     codes[i] = static_cast<int8_t>(std::min(127.f, std::max(-127.f, q)));
   }
 }

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace tandem::kernels::ref {
 
-// wire[Int8WireFloats(n)] = Q(x[0..n)). x and wire may not overlap.
-void quantize_int8(const float* x, size_t n, float* wire);
+// wire[Int8WireFloats(n)] = Q(x[0..n)) with the rounding of seed
+// (kernels/int8_rounding.h). x and wire may not overlap.
+void quantize_int8(const float* x, size_t n, float* wire, uint64_t seed);
 // out[0..n) = DQ(wire). out and wire may not overlap.
 void dequantize_int8(const float* wire, size_t n, float* out);
 

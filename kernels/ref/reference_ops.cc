@@ -151,7 +151,9 @@ class ReferenceOps final : public Ops {
   void bf16_to_float(const uint16_t* x, float* y, size_t n) override {
     for (size_t i = 0; i < n; ++i) y[i] = FloatFromBf16(x[i]);
   }
-  void quantize_int8(const float* x, size_t n, float* wire) override { ref::quantize_int8(x, n, wire); }
+  void quantize_int8(const float* x, size_t n, float* wire, uint64_t seed) override {
+    ref::quantize_int8(x, n, wire, seed);
+  }
   void dequantize_int8(const float* wire, size_t n, float* out) override { ref::dequantize_int8(wire, n, out); }
 
  private:

@@ -15,6 +15,7 @@
 
 #include "kernels/bf16.h"
 #include "kernels/int8_blocks.h"
+#include "kernels/int8_rounding.h"
 #include "kernels/tests/test_util.h"
 
 namespace tandem::kernels::testing {
@@ -829,26 +830,29 @@ void AddConvert(Table& t) {
 void AddInt8Blocks(Table& t) {
   uint64_t seed = 1200;
   for (size_t n : {size_t{1}, size_t{3}, size_t{255}, size_t{256}, size_t{257}, size_t{1000}, size_t{100003}}) {
-    t.push_back({"int8_blocks", Fmt("n%zu", n), [=](Ops& ops, DeviceMemory& mem, Ops& ref) {
-                   auto x = RandomVec(n, seed, -2, 2);
-                   if (n >= 1000) {
-                     std::fill(x.begin() + 256, x.begin() + 512, 0.f);  // an all-zero block
-                     x[700] = 1e4f;                                     // an outlier
-                     // Codes that land on .5 exactly: amax 127, x = k + 0.5.
-                     x[768] = 127.f;
-                     for (size_t i = 769; i < 800; ++i) x[i] = static_cast<float>(i % 9) - 4.5f;
-                   }
-                   const size_t w = Int8WireFloats(n);
-                   std::vector<float> ref_wire(w);
-                   ref.quantize_int8(x.data(), n, ref_wire.data());
-                   Tensors d(mem);
-                   float* wire = d.Unwritten(w);
-                   ops.quantize_int8(d.In(x), n, wire);
-                   float* out = d.Unwritten(n);
-                   ops.dequantize_int8(d.In(ref_wire), n, out);
-                   return Outputs{{"quantize_int8", Bound::kExact, d.Get(wire, w)},
-                                  {"dequantize_int8", Bound::kExact, d.Get(out, n)}};
-                 }});
+    for (uint64_t rounding : {kInt8RoundNearest, uint64_t{0x5EED0000} + n}) {
+      const char* mode = rounding == kInt8RoundNearest ? "nearest" : "stochastic";
+      t.push_back({"int8_blocks", Fmt("n%zu_%s", n, mode), [=](Ops& ops, DeviceMemory& mem, Ops& ref) {
+                     auto x = RandomVec(n, seed, -2, 2);
+                     if (n >= 1000) {
+                       std::fill(x.begin() + 256, x.begin() + 512, 0.f);  // an all-zero block
+                       x[700] = 1e4f;                                     // an outlier
+                       // Codes that land on .5 exactly: amax 127, x = k + 0.5.
+                       x[768] = 127.f;
+                       for (size_t i = 769; i < 800; ++i) x[i] = static_cast<float>(i % 9) - 4.5f;
+                     }
+                     const size_t w = Int8WireFloats(n);
+                     std::vector<float> ref_wire(w);
+                     ref.quantize_int8(x.data(), n, ref_wire.data(), rounding);
+                     Tensors d(mem);
+                     float* wire = d.Unwritten(w);
+                     ops.quantize_int8(d.In(x), n, wire, rounding);
+                     float* out = d.Unwritten(n);
+                     ops.dequantize_int8(d.In(ref_wire), n, out);
+                     return Outputs{{"quantize_int8", Bound::kExact, d.Get(wire, w)},
+                                    {"dequantize_int8", Bound::kExact, d.Get(out, n)}};
+                   }});
+    }
     ++seed;
   }
 }

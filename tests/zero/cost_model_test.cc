@@ -8,7 +8,7 @@
 
 #include "worker/comm/collective.h"
 #include "worker/comm/quantized_collectives.h"
-#include "worker/comm/quantized_weights.h"
+#include "kernels/int8_blocks.h"
 
 namespace tandem::zero {
 namespace {
@@ -29,7 +29,7 @@ PlanInput TwoByTwo(int stage) {
 
 TEST(CostModelTest, WireSizesMatchTheCollectives) {
   for (size_t n : {0, 1, 2, 3, 63, 64, 65, 255, 256, 257, 1000, 12345}) {
-    EXPECT_EQ(PlanInt8WireFloats(n), comm::Int8WireFloats(n)) << n;
+    EXPECT_EQ(PlanInt8WireFloats(n), kernels::Int8WireFloats(n)) << n;
     EXPECT_EQ(PlanInt4WireBytes(n), comm::Int4WireBytes(n)) << n;
     for (int parts : {1, 2, 3, 4, 7}) EXPECT_EQ(PlanSplitEven(n, parts), comm::SplitEven(n, parts)) << n;
   }

@@ -409,6 +409,7 @@ absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment
   auto weights = zero::ParseWeightQuantization(spec.zero().weight_quantization());
   if (!weights.ok()) return weights.status();
   zo.weight_quantization = *weights;
+  zo.weight_quantization_seed = DeriveSeed(spec.seed(), kSeedWeightQuantization);
   zo.hierarchical_partition = spec.zero().hierarchical_partition();
   if (ctx.nodes) {
     zo.intra = ctx.nodes->intra.get();

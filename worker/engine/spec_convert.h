@@ -21,6 +21,7 @@ enum SeedStream : uint64_t {
   kSeedRlPrompts = 3,
   kSeedSampling = 4,
   kSeedEval = 5,
+  kSeedWeightQuantization = 6,
 };
 
 }  // namespace tandem::worker

@@ -9,6 +9,7 @@
 #include "kernels/bf16.h"
 #include "kernels/cpu/quantize_int8_cpu.h"
 #include "kernels/int8_blocks.h"
+#include "kernels/int8_rounding.h"
 #include "worker/zero/zero_internal.h"
 #include "worker/zero/zero_optimizer.h"
 
@@ -140,15 +141,17 @@ void ZeroOptimizer::FillSecondary(const float* full_host) {
     // are bit-identical across backends).
     wire.assign(ChunkWireFloats(unit, local_), 0.f);
     float* w = wire.data();
+    int node = 0;
     for (size_t sub : SubCounts(unit, local_)) {
       if (qwz()) {
-        kernels::cpu::quantize_int8(chunk, sub, w);
+        kernels::cpu::quantize_int8(chunk, sub, w, QuantSeed(step_, unit, node * locals_ + local_));
       } else {
         uint16_t* bits = reinterpret_cast<uint16_t*>(w);
         for (size_t i = 0; i < sub; ++i) bits[i] = kernels::Bf16FromFloat(chunk[i]);
       }
       chunk += sub;
       w += WireFloats(sub);
+      ++node;
     }
     secondary_.Upload(wire.data(), wire.size(), secondary_off_[u]);
   }
@@ -159,6 +162,7 @@ absl::Status ZeroOptimizer::RefreshSecondary() {
   comm::Collective* inter = options_.inter;
   const comm::Timeout timeout = options_.timeout;
   kernels::Ops* ops = comm_ops();
+  const int64_t step = step_;
   RETURN_IF_ERROR(worker_->Run([&]() -> absl::Status {
     for (size_t u = 0; u < options_.units.size(); ++u) {
       const int unit = static_cast<int>(u);
@@ -175,7 +179,7 @@ absl::Status ZeroOptimizer::RefreshSecondary() {
       const std::vector<size_t> wire = WireCounts(subs);
       float* slot = chunk + Sum(wire, node_);
       if (qwz()) {
-        ops->quantize_int8(mine, piece.size, slot);
+        ops->quantize_int8(mine, piece.size, slot, QuantSeed(step, unit, node_ * locals_ + local_));
       } else {
         ops->float_to_bf16(mine, reinterpret_cast<uint16_t*>(slot), piece.size);
       }
@@ -186,7 +190,12 @@ absl::Status ZeroOptimizer::RefreshSecondary() {
   return MemoryStatus();
 }
 
-absl::Status ZeroOptimizer::GatherUnitForCompute(int unit, float* dst, float* packed) {
+uint64_t ZeroOptimizer::QuantSeed(int64_t step, int unit, int owner) const {
+  return kernels::Int8SeedFrom(options_.weight_quantization_seed, static_cast<uint64_t>(step),
+                               static_cast<uint64_t>(unit), static_cast<uint64_t>(owner));
+}
+
+absl::Status ZeroOptimizer::GatherUnitForCompute(int unit, float* dst, float* packed, int64_t step) {
   const comm::Timeout timeout = options_.timeout;
   kernels::Ops* ops = comm_ops();
   if (hpz() && !qwz() && !bf16()) {
@@ -206,7 +215,7 @@ absl::Status ZeroOptimizer::GatherUnitForCompute(int unit, float* dst, float* pa
     const std::vector<size_t> wire = WireCounts(pieces);
     const ShardPiece& piece = MyPiece(unit);
     float* slot = packed + Sum(wire, rank_);
-    ops->quantize_int8(param_shard_.data() + piece.shard_offset, piece.size, slot);
+    ops->quantize_int8(param_shard_.data() + piece.shard_offset, piece.size, slot, QuantSeed(step, unit, rank_));
     RETURN_IF_ERROR(options_.comm->allgather(slot, packed, wire, timeout));
   }
   const float* in = packed;

@@ -351,7 +351,8 @@ std::shared_ptr<ZeroOptimizer::Gather> ZeroOptimizer::StartGather(int unit) {
     }
     float* dst = g->buf;
     float* packed = g->packed;
-    g->task = worker_->Submit([=, this] { return GatherUnitForCompute(unit, dst, packed); });
+    const int64_t step = step_;
+    g->task = worker_->Submit([=, this] { return GatherUnitForCompute(unit, dst, packed, step); });
     gathered_[unit] = g;
     return g;
   }

@@ -83,6 +83,10 @@
 // 3, qwZ of ZeRO++): the unit gathers move blockwise int8 codes with fp32
 // scales (kernels/int8_blocks.h), about 1/4 of the bytes; each
 // owner quantises its own piece, so every rank dequantises the same bits.
+// The codes round stochastically (kernels/int8_rounding.h) with a seed from
+// (ZeroOptions.weight_quantization_seed, step, unit, owner): unbiased, so
+// the gathered weights follow the masters in expectation even when an
+// update is smaller than a grid step, and the same within a step.
 // Forward and backward then compute with the dequantised weights; the fp32
 // masters, the optimizer and GatherFull / checkpoints / BeginInference stay
 // exact fp32. With hpZ the secondary copy holds the quantised pieces (the
@@ -227,6 +231,11 @@ struct ZeroOptions {
   // Not combined with hpZ, qwZ or int4 gradients (their exchanges assume the
   // even split).
   std::vector<uint64_t> partition_weights;
+  // kInt8: the pieces round stochastically (kernels/int8_rounding.h) with a
+  // seed derived from (this seed, step, unit, owner), so the gathered
+  // weights follow the masters in expectation and every rank sees the same
+  // codes.
+  uint64_t weight_quantization_seed = 0;
 };
 
 struct StepResult {
@@ -493,7 +502,9 @@ class ZeroOptimizer final : public model::ParamProvider {
   // Comm thread: starts-to-end gather of one unit into dst (fp32, unit
   // order) for the forward/backward (hpZ and/or qwZ); `packed` is a packed
   // buffer for qwZ.
-  absl::Status GatherUnitForCompute(int unit, float* dst, float* packed);
+  absl::Status GatherUnitForCompute(int unit, float* dst, float* packed, int64_t step);
+  // The int8 rounding seed of `owner`'s piece of `unit` at `step`.
+  uint64_t QuantSeed(int64_t step, int unit, int owner) const;
   // Comm thread: the exact fp32 unit (hpZ: inter then intra allgather).
   absl::Status GatherUnitExact(int unit, float* dst);
   // Comm thread, hpZ: reduce-scatters the unit gradient `in` to this rank's

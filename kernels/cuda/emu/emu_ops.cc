@@ -277,10 +277,10 @@ class EmuOps final : public Ops {
                                const float*, int, const int32_t*, const float*, float*) override {
     Unsupported("sparse_decode_attention");
   }
-  void quantize_int8(const float* x, size_t n, float* wire) override {
+  void quantize_int8(const float* x, size_t n, float* wire, uint64_t seed) override {
     if (n == 0) return;
     tandem_emu::Launch(dim3(static_cast<unsigned>(std::min<size_t>(Int8Blocks(n), 64))), dim3(cuda::kQuantThreads), 0,
-                       [&] { cuda::QuantizeInt8Kernel(x, n, wire); });
+                       [&] { cuda::QuantizeInt8Kernel(x, n, wire, seed); });
   }
   void dequantize_int8(const float* wire, size_t n, float* out) override {
     if (n == 0) return;
