@@ -49,9 +49,8 @@ int CmdWorkers(const Args& args) {
             : "-";
     rows.push_back({w.id(), w.name(), w.host(), w.node().empty() ? "-" : w.node(), tiers,
                     absl::StrCat(DeviceText(w.device()), "x", w.device_count()), FormatBytes(w.memory_bytes()),
-                    w.speed() > 0 ? absl::StrFormat("%g", w.speed()) : "-",
-                    WorkerStateName(w.state()), w.job_id().empty() ? "-" : w.job_id(),
-                    w.job_id().empty() ? "-" : absl::StrCat(w.rank()),
+                    w.speed() > 0 ? absl::StrFormat("%g", w.speed()) : "-", WorkerStateName(w.state()),
+                    w.job_id().empty() ? "-" : w.job_id(), w.job_id().empty() ? "-" : absl::StrCat(w.rank()),
                     w.last_heartbeat() > 0 ? FormatDuration(now - w.last_heartbeat()) + " ago" : "-", w.version()});
   }
   std::cout << Table(rows);

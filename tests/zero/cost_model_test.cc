@@ -6,9 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/int8_blocks.h"
 #include "worker/comm/collective.h"
 #include "worker/comm/quantized_collectives.h"
-#include "kernels/int8_blocks.h"
 
 namespace tandem::zero {
 namespace {

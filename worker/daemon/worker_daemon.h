@@ -58,9 +58,9 @@ struct WorkerDaemonOptions {
   // registration for tandemctl workers and planning.
   double intra_bytes_per_s = 0;
   double inter_bytes_per_s = 0;
-  int threads = 0;             // compute threads (0 = all cores)
-  double speed = 0;            // relative speed hint (--speed); 0 = none
-  std::string token;           // join token ("" = none)
+  int threads = 0;    // compute threads (0 = all cores)
+  double speed = 0;   // relative speed hint (--speed); 0 = none
+  std::string token;  // join token ("" = none)
   // Channel credentials (TLS / mutual TLS); nullptr = plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   std::string version;  // reported to the coordinator
