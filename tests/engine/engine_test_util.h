@@ -19,6 +19,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
 
 #include <algorithm>
@@ -43,6 +44,14 @@
 #include "worker/model/safetensors.h"
 
 namespace tandem::enginetest {
+
+// Ranks run as threads of one process; when one aborts, a peer's write to
+// its closed socket must fail with EPIPE, not kill the test: ignore SIGPIPE
+// as tandem-worker does.
+inline const bool kSigpipeIgnored = [] {
+  signal(SIGPIPE, SIG_IGN);
+  return true;
+}();
 
 using tandem::v1::JobSpec;
 using tandem::v1::Phase;

@@ -44,7 +44,7 @@ def checks(steps):
         ("checkpoint duration", "tandem_checkpoint_duration_seconds_count >= 1"),
         ("checkpoint duration sum", "tandem_checkpoint_duration_seconds_sum > 0"),
         ("collective bytes per kind", "sum(tandem_collective_sent_bytes_total) > 0"),
-        ("collective bytes: every kind exported", "count(tandem_collective_sent_bytes_total) == 7"),
+        ("collective bytes: every kind exported", "count(tandem_collective_sent_bytes_total) == 8"),
         ("RPC latency histogram",
          'tandem_grpc_server_handling_seconds_count{grpc_service="tandem.v1.Cluster",grpc_method="ReportPhase"} > 0'),
         ("RPC latency buckets",

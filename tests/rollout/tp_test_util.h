@@ -5,6 +5,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <memory>
 #include <random>
@@ -18,6 +19,14 @@
 #include "worker/rollout/engine.h"
 
 namespace tandem::rollout::tptest {
+
+// Ranks run as threads of one process; when one aborts, a peer's write to
+// its closed socket must fail with EPIPE, not kill the test: ignore SIGPIPE
+// as tandem-worker does.
+inline const bool kSigpipeIgnored = [] {
+  signal(SIGPIPE, SIG_IGN);
+  return true;
+}();
 
 using model::ModelConfig;
 
