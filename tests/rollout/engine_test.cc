@@ -14,6 +14,7 @@
 
 #include "kernels/backends.h"
 #include "nlohmann/json.hpp"
+#include "tests/rollout/tp_test_util.h"
 #include "worker/model/config.h"
 #include "worker/model/model.h"
 
@@ -22,37 +23,8 @@ namespace {
 
 using model::ModelConfig;
 
-// llama: tied; qwen: biases, one sliding layer, YaRN; qwen3: q/k norms;
-// mistral: a window on every layer.
-ModelConfig Config(const std::string& kind) {
-  nlohmann::json j = {{"vocab_size", 29},
-                      {"hidden_size", 32},
-                      {"intermediate_size", 40},
-                      {"num_hidden_layers", 3},
-                      {"num_attention_heads", 4},
-                      {"num_key_value_heads", 2},
-                      {"max_position_embeddings", 128},
-                      {"rms_norm_eps", 1e-5},
-                      {"eos_token_id", 2},
-                      {"bos_token_id", 1}};
-  if (kind == "qwen3") {
-    j["model_type"] = "qwen3";
-    j["head_dim"] = 12;
-  } else if (kind == "mistral") {
-    j["model_type"] = "mistral";
-    j["sliding_window"] = 4;
-  } else if (kind == "qwen") {
-    j["model_type"] = "qwen2";
-    j["sliding_window"] = 5;
-    j["layer_types"] = {"full_attention", "sliding_attention", "full_attention"};
-    j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  } else {
-    j["tie_word_embeddings"] = true;
-  }
-  auto c = model::ParseConfigJson(j.dump());
-  EXPECT_TRUE(c.ok()) << c.status();
-  return *c;
-}
+// The shared test models (llama, qwen, qwen3, mistral): tests/rollout/tp_test_util.h.
+using tptest::Config;
 
 struct Fixture {
   explicit Fixture(const std::string& kind, kernels::Ops* ops_in) : config(Config(kind)), ops(ops_in), m(config, ops) {
