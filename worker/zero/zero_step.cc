@@ -113,8 +113,6 @@ absl::StatusOr<StepResult> ZeroOptimizer::Step(float lr, float max_grad_norm) {
     return s;
   }
   kernels::Ops* ops = options_.ops;
-  comm::Collective* comm = options_.comm;
-  const comm::Timeout timeout = options_.timeout;
   const int stage = options_.stage;
   const AdamWConfig& a = options_.adamw;
 
