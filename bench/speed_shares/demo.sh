@@ -11,6 +11,11 @@
 # Usage: bench/speed_shares/demo.sh [BIN_DIR]     (default build/bin)
 #   JOB=FILE (default configs/sft-arith-tiny.yaml)  STEPS=N (30)  STAGE=S (2)
 #   EXTRA="--set key=value ..."
+#   SLOW_CPU_QUOTA=F   throttle the slow worker with a real CPU quota instead of
+#                      (or beside) fewer threads: F of one CPU (e.g. 0.5), a
+#                      cgroup v1 cpu group (cfs_quota_us over a 10 ms period)
+#                      made for it and removed at exit; needs root and a
+#                      writable /sys/fs/cgroup/cpu
 # Not part of the test suite (a minute or two).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -23,8 +28,31 @@ read -r -a EXTRA_ARGS <<<"${EXTRA:-}"
 read -r -a HINTS <<<"${SPEEDS:-}"
 source "$ROOT/tests/integration/lib.sh"
 
+CGROUP=""
+remove_cgroup() {
+  local rc=$?
+  if [[ -n "$CGROUP" && -d "$CGROUP" ]]; then
+    # Back to the root group, so the directory can go even if a process lives on.
+    while read -r pid; do echo "$pid" >/sys/fs/cgroup/cpu/cgroup.procs 2>/dev/null; done <"$CGROUP/cgroup.procs"
+    rmdir "$CGROUP" 2>/dev/null || echo "demo: could not remove $CGROUP" >&2
+  fi
+  (exit $rc)
+  cleanup
+}
+trap remove_cgroup EXIT
+
 start_coordinator
 start_worker slow --threads "${SLOW_THREADS:-1}" ${HINTS[0]:+--speed "${HINTS[0]}"}
+if [[ -n "${SLOW_CPU_QUOTA:-}" ]]; then
+  [[ -w /sys/fs/cgroup/cpu ]] || fail "SLOW_CPU_QUOTA needs root and a writable cgroup v1 cpu controller at /sys/fs/cgroup/cpu"
+  CGROUP=/sys/fs/cgroup/cpu/tandem-speed-demo-$$
+  mkdir "$CGROUP"
+  echo 10000 >"$CGROUP/cpu.cfs_period_us"
+  quota=$(awk -v f="$SLOW_CPU_QUOTA" 'BEGIN { q = int(f * 10000); print (q < 1000 ? 1000 : q) }')
+  echo "$quota" >"$CGROUP/cpu.cfs_quota_us"
+  echo "$LAST_WORKER_PID" >"$CGROUP/cgroup.procs"
+  echo "demo: worker slow (pid $LAST_WORKER_PID) limited to $SLOW_CPU_QUOTA of one CPU" >&2
+fi
 start_worker fast --threads "${FAST_THREADS:-2}" ${HINTS[1]:+--speed "${HINTS[1]}"}
 wait_until 60 workers_idle_at_least 2 || fail "workers did not register"
 
