@@ -274,10 +274,6 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     if (spec.kind() != tandem::v1::JOB_KIND_SFT) {
       return Invalid("cluster.sequence_parallel", "is for sft jobs only");
     }
-    if (cl.zero_stage() != 0) {
-      return Invalid("cluster.sequence_parallel",
-                     absl::StrCat("runs with cluster.zero_stage 0 only (got ", cl.zero_stage(), ")"));
-    }
     if (cl.device() == tandem::v1::DEVICE_KIND_CUDA) {
       return Invalid("cluster.sequence_parallel", "runs on cpu workers only (host-memory attention)");
     }

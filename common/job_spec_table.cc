@@ -372,7 +372,7 @@ ConfigTable* MakeJobSpecTable() {
        .min = 1,
        .max = kMaxWorkers,
        .help = "sft: ranks that split each sequence (divides workers; data-parallel groups = workers / N; "
-               "zero_stage 0, cpu; docs/parallelism.md)"},
+               "any zero_stage, cpu; docs/parallelism.md)"},
       {.path = "cluster.shard_by_speed",
        .help = "each rank's share of every batch and of the ZeRO partition proportional to its worker's speed "
                "(tandem-worker --speed, else a calibration at setup; docs/parallelism.md)"},

@@ -1,7 +1,8 @@
 // SFT with cluster.sequence_parallel (ranks as threads, engines as in a
 // worker): a hybrid model (full, window:5 and linear layers) trained for 8
 // steps with N = 2 and 3 ranks in one sequence-parallel group, and with 4
-// ranks as 2 groups of 2 (2 data-parallel groups), gives the same per-step
+// ranks as 2 groups of 2 (2 data-parallel groups), at ZeRO stage 0 and
+// (2 and 4 ranks) at stages 1-3, gives the same per-step
 // loss as one rank (relative difference <= 1e-5 per step) and the same
 // final weights (max abs difference <= 1e-5 * max |w|). Bad values of the
 // key are refused at parse time with the key's name.
@@ -34,32 +35,39 @@ checkpoint: {every: 0, keep: 3}
 struct RunResult {
   std::vector<double> losses;
   std::vector<float> weights;
+  double sp_allgather_bytes = 0;  // the last step's, from the group communicator
 };
 
-RunResult RunSft(int world, int sp) {
+RunResult RunSft(int world, int sp, int stage = 0) {
   RunResult out;
   const std::string dir = MakeTempDir("sp");
-  const JobSpec spec =
-      ParseSpec(HybridSftYaml(), {"cluster.workers=" + std::to_string(world),
-                                  "cluster.sequence_parallel=" + std::to_string(sp), "output_dir=" + dir + "/final"});
+  const JobSpec spec = ParseSpec(
+      HybridSftYaml(), {"cluster.workers=" + std::to_string(world), "cluster.sequence_parallel=" + std::to_string(sp),
+                        "cluster.zero_stage=" + std::to_string(stage), "output_dir=" + dir + "/final"});
   EngineCluster cluster(world);
   cluster.SetupOk(spec);
-  for (int s = 1; s <= kSteps; ++s) out.losses.push_back(cluster.RunOk(tandem::v1::PHASE_SFT_STEP, s).metrics().loss());
+  for (int s = 1; s <= kSteps; ++s) {
+    const auto m = cluster.RunOk(tandem::v1::PHASE_SFT_STEP, s).metrics();
+    out.losses.push_back(m.loss());
+    const auto it = m.extra().find("sp_bytes_sent_allgather");
+    out.sp_allgather_bytes = it == m.extra().end() ? 0 : it->second;
+  }
   cluster.RunOk(tandem::v1::PHASE_EXPORT, kSteps);
   out.weights = LoadExported(dir + "/final");
   std::filesystem::remove_all(dir);
   return out;
 }
 
-class SftSequenceParallelTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
+class SftSequenceParallelTest : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
 
 TEST_P(SftSequenceParallelTest, SameLossAndWeightsAsOneRank) {
-  const auto [world, sp] = GetParam();
+  const auto [world, sp, stage] = GetParam();
   static const RunResult* base = new RunResult(RunSft(1, 1));
   ASSERT_EQ(base->losses.size(), static_cast<size_t>(kSteps));
   EXPECT_LT(base->losses.back(), base->losses.front());
-  const RunResult run = RunSft(world, sp);
+  const RunResult run = RunSft(world, sp, stage);
   ASSERT_EQ(run.losses.size(), base->losses.size());
+  EXPECT_GT(run.sp_allgather_bytes, 0) << "the sequence-parallel group gathered no K/V";
   double worst = 0;
   for (int s = 0; s < kSteps; ++s) {
     const double d = RelDiff(run.losses[s], base->losses[s]);
@@ -71,15 +79,20 @@ TEST_P(SftSequenceParallelTest, SameLossAndWeightsAsOneRank) {
   for (float w : base->weights) wmax = std::max(wmax, std::fabs(static_cast<double>(w)));
   EXPECT_LE(wdiff, 1e-5 * std::max(1.0, wmax));
   std::printf(
-      "[sft sp] workers %d sequence_parallel %d: largest per-step loss rel diff %.3g, weights max abs diff %.3g\n",
-      world, sp, worst, wdiff);
+      "[sft sp] workers %d sequence_parallel %d zero_stage %d: largest per-step loss rel diff %.3g, weights max abs "
+      "diff %.3g\n",
+      world, sp, stage, worst, wdiff);
 }
 
 INSTANTIATE_TEST_SUITE_P(Groups, SftSequenceParallelTest,
-                         ::testing::Values(std::make_tuple(2, 2), std::make_tuple(3, 3), std::make_tuple(4, 2)),
+                         ::testing::Values(std::make_tuple(2, 2, 0), std::make_tuple(3, 3, 0),
+                                           std::make_tuple(4, 2, 0), std::make_tuple(2, 2, 1),
+                                           std::make_tuple(2, 2, 2), std::make_tuple(2, 2, 3),
+                                           std::make_tuple(4, 2, 2), std::make_tuple(4, 2, 3)),
                          [](const auto& info) {
                            return "W" + std::to_string(std::get<0>(info.param)) + "_SP" +
-                                  std::to_string(std::get<1>(info.param));
+                                  std::to_string(std::get<1>(info.param)) + "_Z" +
+                                  std::to_string(std::get<2>(info.param));
                          });
 
 TEST(SftSequenceParallelSpecTest, RefusesBadValues) {
@@ -90,7 +103,6 @@ TEST(SftSequenceParallelSpecTest, RefusesBadValues) {
   const std::vector<Case> cases = {
       {{"cluster.workers=2", "cluster.sequence_parallel=3"}, "does not divide cluster.workers"},
       {{"cluster.workers=2", "cluster.sequence_parallel=-2"}, "cluster.sequence_parallel"},
-      {{"cluster.workers=2", "cluster.sequence_parallel=2", "cluster.zero_stage=2"}, "zero_stage 0 only"},
       {{"cluster.workers=2", "cluster.sequence_parallel=2", "cluster.device=cuda"}, "cpu workers only"},
       {{"cluster.workers=2", "cluster.sequence_parallel=2", "recovery.degraded=true"}, "recovery.degraded"},
       {{"cluster.workers=2", "cluster.sequence_parallel=2", "cluster.min_workers=1"}, "min_workers"},

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sequence parallelism end to end (tandemctl run --local, 2 worker processes):
-# the tiny SFT job with cluster.sequence_parallel 2 (one group of 2 ranks)
-# gives the same loss at every step as with 1 (2 data-parallel ranks),
-# within a relative difference of 1e-4, and a shortened run of the
+# the tiny SFT job with cluster.sequence_parallel 2 (one group of 2 ranks),
+# at its own ZeRO stage and at stage 3, gives the same loss at every step as
+# with 1 (2 data-parallel ranks), within a relative difference of 1e-4, and a
+# shortened run of the
 # long-context example (configs/sft-long-context.yaml: hybrid layers,
 # sequence_parallel 2) succeeds and reports its all-scan and all-gather bytes.
 source "$(dirname "$0")/lib.sh"
@@ -14,7 +15,12 @@ for sp in 1 2; do
     --set cluster.sequence_parallel=$sp
   expect_output "SUCCEEDED"
 done
-/usr/bin/python3 - "$WORK/sp1/metrics.jsonl" "$WORK/sp2/metrics.jsonl" <<'PY' || fail "losses differ"
+expect_exit 0 timeout 300 "$TANDEMCTL" run --local --workers 2 --run-dir "$WORK/sp2z3" "$JOB" \
+  --set cluster.sequence_parallel=2 --set cluster.zero_stage=3
+expect_output "SUCCEEDED"
+grep -q '"sp_bytes_sent_allgather"' "$WORK/sp2z3/metrics.jsonl" || fail "stage 3 run reports no sp_bytes_sent_allgather"
+for run in sp2 sp2z3; do
+/usr/bin/python3 - "$WORK/sp1/metrics.jsonl" "$WORK/$run/metrics.jsonl" "$run" <<'PY' || fail "$run: losses differ"
 import json, sys
 def losses(path):
     out = {}
@@ -26,9 +32,10 @@ def losses(path):
 a, b = losses(sys.argv[1]), losses(sys.argv[2])
 assert a and sorted(a) == sorted(b), (a, b)
 worst = max(abs(a[s] - b[s]) / max(abs(a[s]), 1e-12) for s in a)
-print(f"sequence_parallel 2 vs 1: {len(a)} steps, largest loss rel diff {worst:.2e}", file=sys.stderr)
+print(f"{sys.argv[3]} vs sequence_parallel 1: {len(a)} steps, largest loss rel diff {worst:.2e}", file=sys.stderr)
 sys.exit(0 if worst <= 1e-4 else 1)
 PY
+done
 
 expect_exit 0 timeout 300 "$TANDEMCTL" run --local --run-dir "$WORK/long" "$LONG" --set train.steps=2
 expect_output "SUCCEEDED"
