@@ -162,8 +162,8 @@ class Reference {
         norms.push_back({-sum, i});  // sorted ascending: largest first, then the lower row
       }
       std::sort(norms.begin(), norms.end());
-      const size_t k = std::clamp<size_t>(
-          static_cast<size_t>(std::ceil(o_.topk_fraction * static_cast<double>(b - a))), 1, b - a);
+      const size_t k =
+          std::clamp<size_t>(static_cast<size_t>(std::ceil(o_.topk_fraction * static_cast<double>(b - a))), 1, b - a);
       for (size_t i = a; i < b; ++i) important_[i] = false;
       for (size_t j = 0; j < k; ++j) important_[norms[j].second] = true;
       a = b;
