@@ -1,7 +1,7 @@
 // bench_sequence_parallel: sequence parallelism (worker/model/
 // sequence_parallel.h) with N ranks as N threads over Gloo on 127.0.0.1.
 //
-//   bench_sequence_parallel [--tokens T] [--bytes-only] [--ranks-max N]
+//   bench_sequence_parallel [--tokens T] [--bytes-only] [--ranks-max N] [--iters N]
 //
 // Table 1, for N = 1..ranks-max (default 4): bytes each rank sent plus
 // received (the largest over ranks) for one layer's forward and backward of
@@ -10,10 +10,14 @@
 // (the K/V all-gathers and the dK/dV reduce-scatter; a full layer moves the
 // same bytes).
 // Table 2 (unless --bytes-only): training tokens/s (forward + backward of
-// the log-probs of one T-token sequence; median of 3 after a warm-up) of a
-// config-A-shaped hybrid model (vocab 512, hidden 256, intermediate 688,
-// 8 heads, 8 KV heads, layers [linear, window:256, linear, full]) on 1 rank
-// with 2 compute threads and on a group of 2 ranks with 1 thread each.
+// the log-probs of one T-token sequence; median of --iters steps, default 3,
+// after a warm-up step) and the model memory per rank (workspace:
+// activations and scratch, plus the sequence-parallel K/V scratch; the
+// parameters and gradients, the same on every rank, in a column of their
+// own) of two config-A-shaped models (vocab 512, hidden 256, intermediate
+// 688, 8 heads, 8 KV heads, 4 layers): full attention everywhere, and a
+// hybrid [linear, full, window:256, full]; each on 1 rank with 2 compute
+// threads and on a group of 2 ranks with 1 thread each.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -137,11 +141,11 @@ void BytesTable(int T, int max_ranks) {
   }
 }
 
-model::ModelConfig HybridConfigA() {
-  auto c = model::ParseConfigJson(R"({"model_type": "llama", "vocab_size": 512, "hidden_size": 256,
+model::ModelConfig ConfigA(const char* layer_types) {
+  auto c = model::ParseConfigJson(std::string(R"({"model_type": "llama", "vocab_size": 512, "hidden_size": 256,
     "intermediate_size": 688, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8,
-    "rms_norm_eps": 1e-5, "max_position_embeddings": 32768,
-    "tandem_layer_types": ["linear", "window:256", "linear", "full"]})");
+    "rms_norm_eps": 1e-5, "max_position_embeddings": 65536, "tandem_layer_types": )") +
+                                  layer_types + "}");
   Check(c.status());
   return *c;
 }
@@ -150,8 +154,12 @@ double Seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void ThroughputTable(int T) {
-  const model::ModelConfig config = HybridConfigA();
+double MiB(size_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+// One model at T tokens: 1 rank with 2 threads, then SP = 2 with 1 thread
+// each; prints two rows.
+void ThroughputRows(const char* name, const char* layer_types, int T, int iters) {
+  const model::ModelConfig config = ConfigA(layer_types);
   model::Batch batch;
   std::vector<int32_t> seq(T + 1);
   std::mt19937 g(7);
@@ -164,6 +172,7 @@ void ThroughputTable(int T) {
     params.resize(m.layout().total_floats());
     m.InitParams(1, params.data());
   }
+  const double state_mib = MiB(2 * params.size() * sizeof(float));
   auto step = [&](model::Model& m, const model::Batch& b, std::vector<float>& grads) {
     model::FlatParamProvider pp(m.layout(), params.data(), grads.data());
     std::vector<float> logp(b.num_tokens()), dlogp(b.num_tokens(), -1.f / T);
@@ -175,16 +184,19 @@ void ThroughputTable(int T) {
     return v[v.size() / 2];
   };
   std::vector<double> one, two;
+  double one_mib = 0, two_mib = 0;
   {
     auto ops = kernels::MakeCpuOps(2);
     model::Model m(config, ops.get());
     std::vector<float> grads(params.size());
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i <= iters; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       step(m, batch, grads);
       if (i > 0) one.push_back(Seconds(t0));
     }
+    one_mib = MiB(m.workspace_bytes());
   }
+  std::vector<double> rank_mib(2, 0);
   RunRanks(2, [&](Collective& c) {
     auto ops = kernels::MakeCpuOps(1);
     model::Model m(config, ops.get());
@@ -193,41 +205,56 @@ void ThroughputTable(int T) {
     auto local = model::SliceBatch(batch, c.rank(), 2);
     Check(local.status());
     std::vector<float> grads(params.size());
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i <= iters; ++i) {
       Check(c.barrier(kTimeout));
       const auto t0 = std::chrono::steady_clock::now();
       step(m, *local, grads);
       Check(c.barrier(kTimeout));
       if (i > 0 && c.rank() == 0) two.push_back(Seconds(t0));
     }
+    rank_mib[c.rank()] = MiB(m.workspace_bytes() + sp.scratch_bytes());
   });
-  std::printf("| setup | T | s per step (median of 3) | tokens/s |\n|---|---|---|---|\n");
-  std::printf("| 1 rank, 2 threads | %d | %.3f | %.0f |\n", T, median(one), T / median(one));
-  std::printf("| SP = 2, 1 thread each | %d | %.3f | %.0f |\n", T, median(two), T / median(two));
+  two_mib = *std::max_element(rank_mib.begin(), rank_mib.end());
+  std::printf("| %s | 1 rank, 2 threads | %d | %.2f | %.0f | %.1f | %.1f |\n", name, T, median(one), T / median(one),
+              one_mib, state_mib);
+  std::printf("| %s | SP = 2, 1 thread each | %d | %.2f | %.0f | %.1f | %.1f |\n", name, T, median(two),
+              T / median(two), two_mib, state_mib);
+  std::fflush(stdout);
+}
+
+void ThroughputTable(int T, int iters) {
+  std::printf(
+      "| model | setup | T | s per step (median of %d) | tokens/s | model workspace MiB per rank (largest) | "
+      "params + grads MiB per rank |\n|---|---|---|---|---|---|---|\n",
+      iters);
+  ThroughputRows("full x4", R"(["full", "full", "full", "full"])", T, iters);
+  ThroughputRows("hybrid", R"(["linear", "full", "window:256", "full"])", T, iters);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int T = 8192, max_ranks = 4;
+  int T = 8192, max_ranks = 4, iters = 3;
   bool bytes_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) {
       T = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--ranks-max") && i + 1 < argc) {
       max_ranks = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) {
+      iters = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--bytes-only")) {
       bytes_only = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--tokens T] [--ranks-max N] [--bytes-only]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--tokens T] [--ranks-max N] [--iters N] [--bytes-only]\n", argv[0]);
       return 2;
     }
   }
-  if (T < 8 || max_ranks < 1) {
-    std::fprintf(stderr, "--tokens must be >= 8 and --ranks-max >= 1\n");
+  if (T < 8 || T > 65536 || max_ranks < 1 || iters < 1) {
+    std::fprintf(stderr, "--tokens must be in [8, 65536], --ranks-max and --iters >= 1\n");
     return 2;
   }
   BytesTable(T, max_ranks);
-  if (!bytes_only) ThroughputTable(T);
+  if (!bytes_only) ThroughputTable(T, iters);
   return 0;
 }

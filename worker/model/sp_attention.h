@@ -18,6 +18,12 @@ class CollectiveSequenceAttention : public SequenceAttention {
       : group_(group), ops_(ops), timeout_(timeout) {}
 
   int rank() const override { return group_->rank(); }
+  // Host bytes of the gathered K/V and their gradients, as allocated.
+  size_t scratch_bytes() const {
+    const SoftmaxSpScratch& s = scratch_;
+    return sizeof(float) * (s.k.capacity() + s.v.capacity() + s.dk.capacity() + s.dv.capacity() + s.q.capacity() +
+                            s.out.capacity() + s.dout.capacity() + s.dq.capacity() + s.lse.capacity());
+  }
   int size() const override { return group_->size(); }
   absl::Status SoftmaxForward(const kernels::AttentionParams& p, const SequenceSlice& s, const float* q, const float* k,
                               const float* v, float* out, float* lse) override;
