@@ -44,10 +44,15 @@ rl::IndexRange SpeedSlice(int64_t total, int rank, const std::vector<double>& sp
 inline constexpr double kMaxSpeed = 1e6;
 absl::Status CheckSpeed(double speed, const char* what);
 
-// Measures this worker: C = A * B with 256 x 256 fp32 matrices on `ops`
-// (the job's compute device), 16 products per trial after one warm-up
-// product, 5 trials; returns the median trial's GFLOP/s. About 2.7 GFLOP in
-// all: well under a second on one CPU core.
+// Measures this worker's sustained speed: C = A * B with 256 x 256 fp32
+// matrices on `ops` (the job's compute device) after one warm-up product,
+// in trials of 16 products, at least 5 trials and until
+// kCalibrationSeconds of wall time have passed (at most 2000 trials);
+// returns the GFLOP/s of all trials over their whole time. The window spans
+// more than two periods of a CFS CPU quota (100 ms by default), so a
+// throttled worker measures its throttled speed, not the bursts between
+// stalls.
+inline constexpr double kCalibrationSeconds = 0.25;
 absl::StatusOr<double> CalibrateSpeed(kernels::Ops& ops, kernels::DeviceMemory& memory);
 
 // Collective (every rank calls): fills ctx.speeds with every rank's speed
