@@ -8,8 +8,11 @@
 //  - checkpoints reshard between the even and the proportional layout;
 //  - without hints every rank calibrates; bad hints fail SETUP clearly;
 //  - incompatible job options are refused at submit.
+#include <chrono>
 #include <cstdio>
 
+#include "kernels/backends.h"
+#include "kernels/memory.h"
 #include "tests/engine/engine_test_util.h"
 #include "worker/comm/collective.h"
 #include "worker/engine/speed_shares.h"
@@ -202,6 +205,21 @@ TEST(SpeedSetupTest, CalibratesWithoutHints) {
   EXPECT_TRUE(HasLine(res[0].report, "calibrated, GFLOP/s"));
   c.RunOk(PHASE_SFT_STEP, 1);
   fs::remove_all(dir);
+}
+
+TEST(SpeedSetupTest, CalibrationSpansMoreThanTwoQuotaPeriods) {
+  // A CFS CPU quota stalls a throttled process once per period (100 ms by
+  // default); the calibration must time long enough to include the stalls.
+  auto ops = kernels::MakeCpuOps(1);
+  auto memory = kernels::MakeHostMemory();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto speed = worker::CalibrateSpeed(*ops, *memory);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(speed.ok()) << speed.status();
+  EXPECT_GT(*speed, 0);
+  EXPECT_LE(*speed, worker::kMaxSpeed);
+  EXPECT_GE(seconds, worker::kCalibrationSeconds);
+  EXPECT_GE(worker::kCalibrationSeconds, 0.2);
 }
 
 TEST(SpeedSetupTest, OneHintMissingMeansEveryRankCalibrates) {
