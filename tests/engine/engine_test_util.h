@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/job_spec.h"
@@ -165,7 +166,7 @@ class EngineCluster {
       worker::EngineOptions o;
       o.device = device;
       if (static_cast<size_t>(r) < speeds.size()) o.speed = speeds[r];
-      o.worker_id = "w" + std::to_string(r);
+      o.worker_id = absl::StrCat("w", r);  // not "w" + to_string: GCC 12 -Wrestrict false positive
       o.num_threads = 1;
       o.collective_timeout_ms = 30000;
       o.store_factory = [this](const std::string& job, int64_t gen) -> absl::StatusOr<std::unique_ptr<comm::Store>> {

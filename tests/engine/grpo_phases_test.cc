@@ -174,7 +174,9 @@ TEST(GrpoPhasesTest, WarmStartStopAccuracyHoldsTheModel) {
     if (w <= first) {
       EXPECT_EQ(m.extra().at("teacher_forced_exact"), exact_a[w - 1]) << "step " << -w;
     }
-    if (w < first) EXPECT_EQ(m.loss(), loss_a[w - 1]) << "step " << -w << ": B differs from A before its stop";
+    if (w < first) {
+      EXPECT_EQ(m.loss(), loss_a[w - 1]) << "step " << -w << ": B differs from A before its stop";
+    }
     if (hold) {
       EXPECT_EQ(m.lr(), 0) << "step " << -w;
       EXPECT_EQ(m.grad_norm(), 0) << "step " << -w;

@@ -85,8 +85,7 @@ TEST_P(SftEqualityTest, SameLossAndWeightsAsOneRankStageZero) {
 INSTANTIATE_TEST_SUITE_P(WorldsAndStages, SftEqualityTest,
                          ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(0, 1, 2, 3)),
                          [](const auto& info) {
-                           return "N" + std::to_string(std::get<0>(info.param)) + "_stage" +
-                                  std::to_string(std::get<1>(info.param));
+                           return absl::StrCat("N", std::get<0>(info.param), "_stage", std::get<1>(info.param));
                          });
 
 }  // namespace

@@ -89,9 +89,8 @@ INSTANTIATE_TEST_SUITE_P(Groups, SftSequenceParallelTest,
                                            std::make_tuple(2, 2, 1), std::make_tuple(2, 2, 2), std::make_tuple(2, 2, 3),
                                            std::make_tuple(4, 2, 2), std::make_tuple(4, 2, 3)),
                          [](const auto& info) {
-                           return "W" + std::to_string(std::get<0>(info.param)) + "_SP" +
-                                  std::to_string(std::get<1>(info.param)) + "_Z" +
-                                  std::to_string(std::get<2>(info.param));
+                           return absl::StrCat("W", std::get<0>(info.param), "_SP", std::get<1>(info.param), "_Z",
+                                               std::get<2>(info.param));
                          });
 
 TEST(SftSequenceParallelSpecTest, RefusesBadValues) {

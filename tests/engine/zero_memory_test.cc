@@ -76,7 +76,7 @@ TEST_P(ZeroMemoryTest, PerRankBytesMatchFormulas) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, ZeroMemoryTest, ::testing::Values(1, 2, 3, 4),
-                         [](const auto& info) { return "N" + std::to_string(info.param); });
+                         [](const auto& info) { return absl::StrCat("N", info.param); });
 
 }  // namespace
 }  // namespace tandem::enginetest

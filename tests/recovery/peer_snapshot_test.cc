@@ -12,6 +12,7 @@
 
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "tests/engine/engine_test_util.h"
 #include "worker/engine/peer_snapshot.h"
@@ -35,7 +36,7 @@ class Ranks {
   ~Ranks() { Run(tandem::v1::PHASE_TEARDOWN, 0, nullptr); }
   std::unique_ptr<worker::JobEngine> Make(int r) {
     worker::EngineOptions o;
-    o.worker_id = "w" + std::to_string(r);
+    o.worker_id = absl::StrCat("w", r);
     o.device = device_;
     o.num_threads = 1;
     o.collective_timeout_ms = 20000;
@@ -72,7 +73,7 @@ class Ranks {
     for (int r = 0; r < world_; ++r) {
       threads.emplace_back([&, r] {
         PhaseCommand c;
-        c.set_command_id("c" + std::to_string(command_));
+        c.set_command_id(absl::StrCat("c", command_));
         c.set_job_id("job-r");
         c.set_generation(generation_);
         c.set_phase(phase);
