@@ -20,7 +20,7 @@ for mod in nvidia.cublas nvidia.nccl nvidia.cuda_runtime nvidia.cu13; do
   [ -n "$d" ] && libs="$libs:$d/lib"
 done
 export LD_LIBRARY_PATH="$libs:${LD_LIBRARY_PATH:-}"
-if ldd "$B/bin/engine_device_path_test" 2>&1 | grep -q "GLIBCXX\|CXXABI\|libstdc++.*not found"; then
+if ldd "$B/bin/engine_device_path_test" 2>&1 | grep "GLIBCXX\|CXXABI\|libstdc++.*not found" >/dev/null; then
   echo "run: this machine's C++ runtime is older than the build's: using the packed one" | tee -a "$LOG"
   export LD_LIBRARY_PATH="$B/lib-cxx:$LD_LIBRARY_PATH"
 fi

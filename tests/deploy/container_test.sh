@@ -63,7 +63,9 @@ if ! "${P[@]}" image exists "$BASE_IMAGE"; then
 fi
 
 # 2. CPU binaries: this tree's, unless they were built with CUDA.
-if ldd "$BIN/tandem-worker" | grep -Eq "libcudart|libnccl|libcublas"; then
+# (grep without -q reads all of ldd's output: with -q it could exit first and
+# ldd's SIGPIPE would fail the pipeline under pipefail, taking the CUDA build.)
+if ldd "$BIN/tandem-worker" | grep -E "libcudart|libnccl|libcublas" >/dev/null; then
   CPU_BUILD="$BUILD_DIR-cpu"
   log "this build has CUDA: building the CPU-only programs in $CPU_BUILD"
   export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/tandem-ccache}" CCACHE_BASEDIR="$ROOT"
