@@ -68,6 +68,20 @@ RolloutOptions Small() {
   return o;
 }
 
+// The logits of every position of `seq`, recomputed by the training
+// model's full forward (the reference the engine's tokens are checked on).
+bool FullForwardLogits(Fixture& f, const std::vector<int32_t>& seq, std::vector<float>* logits) {
+  model::Batch b;
+  b.cu_seqlens = {0, static_cast<int32_t>(seq.size())};
+  for (size_t i = 0; i < seq.size(); ++i) {
+    b.tokens.push_back(seq[i]);
+    b.targets.push_back(0);
+    b.positions.push_back(static_cast<int32_t>(i));
+  }
+  logits->assign(seq.size() * static_cast<size_t>(f.config.vocab_size), 0.f);
+  return f.m.ForwardLogits(b, *f.pp, logits->data()).ok();
+}
+
 void ExpectGreedyMatchesFullForward(Fixture& f, const RolloutOptions& o) {
   RolloutEngine eng(f.config, f.ops);
   const auto reqs = Requests(2);
@@ -79,15 +93,8 @@ void ExpectGreedyMatchesFullForward(Fixture& f, const RolloutOptions& o) {
     ASSERT_EQ(g.tokens.size(), 10u);
     std::vector<int32_t> seq = reqs[s].prompt;
     seq.insert(seq.end(), g.tokens.begin(), g.tokens.end() - 1);
-    model::Batch b;
-    b.cu_seqlens = {0, static_cast<int32_t>(seq.size())};
-    for (size_t i = 0; i < seq.size(); ++i) {
-      b.tokens.push_back(seq[i]);
-      b.targets.push_back(0);
-      b.positions.push_back(static_cast<int32_t>(i));
-    }
-    std::vector<float> logits(seq.size() * V);
-    ASSERT_TRUE(f.m.ForwardLogits(b, *f.pp, logits.data()).ok());
+    std::vector<float> logits;
+    ASSERT_TRUE(FullForwardLogits(f, seq, &logits));
     for (size_t j = 0; j < g.tokens.size(); ++j) {
       const float* row = logits.data() + (reqs[s].prompt.size() - 1 + j) * V;
       int arg = 0;
@@ -168,7 +175,9 @@ TEST(RolloutEngineTest, SameTokensForAnyBatchCompositionBudgetOrSharing) {
       auto v = eng.Generate(reqs, o, *f.pp);
       ASSERT_TRUE(v.ok());
       EXPECT_EQ(Tokens(*v), want) << "variant " << variant;
-      if (variant == 0) EXPECT_EQ(v->scheduler.prompt_tokens_saved, 0);
+      if (variant == 0) {
+        EXPECT_EQ(v->scheduler.prompt_tokens_saved, 0);
+      }
     }
     // Prompt sharing saved (G - 1) prefills of every prompt: 2 x (4+2+11+1).
     EXPECT_EQ(all->scheduler.prompt_tokens_saved, 2 * 18);
@@ -377,15 +386,8 @@ TEST(RolloutEngineTest, FilteredSamplingFollowsTheHostSampler) {
     const auto& g = res->sequences[s];
     std::vector<int32_t> seq = reqs[s].prompt;
     seq.insert(seq.end(), g.tokens.begin(), g.tokens.end());
-    model::Batch b;
-    b.cu_seqlens = {0, static_cast<int32_t>(seq.size())};
-    for (size_t i = 0; i < seq.size(); ++i) {
-      b.tokens.push_back(seq[i]);
-      b.targets.push_back(0);
-      b.positions.push_back(static_cast<int32_t>(i));
-    }
-    std::vector<float> logits(seq.size() * V);
-    ASSERT_TRUE(f.m.ForwardLogits(b, *f.pp, logits.data()).ok());
+    std::vector<float> logits;
+    ASSERT_TRUE(FullForwardLogits(f, seq, &logits));
     for (size_t j = 0; j < g.tokens.size(); ++j) {
       const size_t at = reqs[s].prompt.size() - 1 + j;
       const std::span<const int32_t> seen(seq.data(), at + 1);
