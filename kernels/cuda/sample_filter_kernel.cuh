@@ -30,6 +30,7 @@
 #include <cstring>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/ops.h"
 
 namespace tandem::kernels::cuda {
 namespace {
@@ -51,6 +52,32 @@ struct FilterArgs {
   float* logp_sample;
   float* logp_raw;
 };
+
+// The arguments of one Ops::sample_filtered call (the penalty only when it is
+// on and the seen ids are given), shared by CudaOps and the emulator.
+inline FilterArgs MakeFilterArgs(const float* logits, int v, const SampleFilter& f, const int32_t* seen_offsets,
+                                 const int32_t* seen, const double* uniforms, int32_t* ids, float* logp_sample,
+                                 float* logp_raw) {
+  const bool pen = f.repetition_penalty != 1.f && seen_offsets != nullptr && seen != nullptr;
+  return FilterArgs{logits,
+                    v,
+                    f.temperature,
+                    f.top_k,
+                    f.top_p,
+                    f.min_p,
+                    f.repetition_penalty,
+                    pen ? seen_offsets : nullptr,
+                    pen ? seen : nullptr,
+                    uniforms,
+                    ids,
+                    logp_sample,
+                    logp_raw};
+}
+
+// Dynamic shared memory of a launch: the seen-id bitmap, (V + 31) / 32 words.
+inline size_t FilterSharedBytes(const FilterArgs& a) {
+  return a.seen_offsets ? static_cast<size_t>((a.v + 31) / 32) * sizeof(uint32_t) : 0;
+}
 
 __device__ __forceinline__ uint32_t FilterKey(float x) {
   if (x == 0.f) x = 0.f;  // -0 ties with +0, as on the host
@@ -215,6 +242,23 @@ __global__ void SampleFilterKernel(FilterArgs a) {
     return m;
   };
   const uint64_t kTop = uint64_t{1} << 32;
+  // The largest key K in [lo, 2^32) whose mass(key >= K) reaches `target`
+  // (exceeds it when strict); *mass_above gets the mass of the keys > K.
+  auto BisectMass = [&](uint64_t lo, double target, bool strict, double* mass_above) {
+    uint64_t hi = kTop;
+    while (hi - lo > 1) {
+      const uint64_t mid = lo + (hi - lo) / 2;
+      int c = 0;
+      const double ms = Pass(mid, true, &c);
+      if (strict ? ms > target : ms >= target) {
+        lo = mid;
+      } else {
+        hi = mid;
+        *mass_above = ms;
+      }
+    }
+    return lo;
+  };
 
   if (a.top_k > 0 && a.top_k < v) {
     uint64_t lo = 0, hi = kTop;
@@ -236,20 +280,8 @@ __global__ void SampleFilterKernel(FilterArgs a) {
   }
   if (a.top_p < 1.f) {
     const double x_target = static_cast<double>(a.top_p) * CutMass();
-    uint64_t lo = cut ? cut_key : 0, hi = kTop;
     double mass_hi = 0;
-    while (hi - lo > 1) {
-      const uint64_t mid = lo + (hi - lo) / 2;
-      int c = 0;
-      const double ms = Pass(mid, true, &c);
-      if (ms >= x_target) {
-        lo = mid;
-      } else {
-        hi = mid;
-        mass_hi = ms;
-      }
-    }
-    const uint32_t g = static_cast<uint32_t>(lo);
+    const uint32_t g = static_cast<uint32_t>(BisectMass(cut ? cut_key : 0, x_target, false, &mass_hi));
     const int gsize = GroupSize(g);
     const double need = (x_target - mass_hi) / P(FilterKeyValue(g));
     const int j = !(need > 1.0) ? 1 : (need >= gsize ? gsize : static_cast<int>(ceil(need)));
@@ -286,24 +318,9 @@ __global__ void SampleFilterKernel(FilterArgs a) {
     kmin = reinterpret_cast<uint32_t*>(s_c)[0];
     __syncthreads();
   }
-  uint64_t lo = kmin;
   double mass_hi = 0;
   int rank;
-  if (target < total) {
-    uint64_t hi = kTop;
-    while (hi - lo > 1) {
-      const uint64_t mid = lo + (hi - lo) / 2;
-      int c = 0;
-      const double ms = Pass(mid, true, &c);
-      if (ms > target) {
-        lo = mid;
-      } else {
-        hi = mid;
-        mass_hi = ms;
-      }
-    }
-  }
-  const uint32_t g = static_cast<uint32_t>(lo);
+  const uint32_t g = static_cast<uint32_t>(target < total ? BisectMass(kmin, target, true, &mass_hi) : kmin);
   const int gsize = GroupSize(g);
   const double pg = P(FilterKeyValue(g));
   if (target < total) {

@@ -233,21 +233,9 @@ class EmuOps final : public Ops {
                        const int32_t* seen, const double* uniforms, int32_t* ids, float* logp_sample,
                        float* logp_raw) override {
     if (rows <= 0 || v <= 0) return;
-    const bool pen = f.repetition_penalty != 1.f && seen_offsets != nullptr && seen != nullptr;
-    const cuda::FilterArgs a{logits,
-                             v,
-                             f.temperature,
-                             f.top_k,
-                             f.top_p,
-                             f.min_p,
-                             f.repetition_penalty,
-                             pen ? seen_offsets : nullptr,
-                             pen ? seen : nullptr,
-                             uniforms,
-                             ids,
-                             logp_sample,
-                             logp_raw};
-    const size_t smem = pen ? static_cast<size_t>((v + 31) / 32) * sizeof(uint32_t) : 0;
+    const cuda::FilterArgs a =
+        cuda::MakeFilterArgs(logits, v, f, seen_offsets, seen, uniforms, ids, logp_sample, logp_raw);
+    const size_t smem = cuda::FilterSharedBytes(a);
     tandem_emu::Launch(dim3(rows), dim3(cuda::kFilterThreads), smem, [&] { cuda::SampleFilterKernel(a); });
   }
 
