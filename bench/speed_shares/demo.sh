@@ -12,7 +12,7 @@
 #   JOB=FILE (default configs/sft-arith-tiny.yaml)  STEPS=N (30)  STAGE=S (2)
 #   EXTRA="--set key=value ..."
 #   SLOW_CPU_QUOTA=F   throttle the slow worker with a real CPU quota instead of
-#                      (or beside) fewer threads: F of one CPU (e.g. 0.5), a
+#                      (or beside) fewer threads: F of one CPU (0.1-1, e.g. 0.5), a
 #                      cgroup v1 cpu group (cfs_quota_us over a 10 ms period)
 #                      made for it and removed at exit; needs root and a
 #                      writable /sys/fs/cgroup/cpu
@@ -44,11 +44,13 @@ trap remove_cgroup EXIT
 start_coordinator
 start_worker slow --threads "${SLOW_THREADS:-1}" ${HINTS[0]:+--speed "${HINTS[0]}"}
 if [[ -n "${SLOW_CPU_QUOTA:-}" ]]; then
+  [[ "$SLOW_CPU_QUOTA" =~ ^(0?\.[0-9]+|1(\.0*)?)$ ]] && awk -v f="$SLOW_CPU_QUOTA" 'BEGIN { exit !(f >= 0.1) }' ||
+    fail "SLOW_CPU_QUOTA must be a fraction of one CPU in [0.1, 1], e.g. 0.5 (got '$SLOW_CPU_QUOTA')"
   [[ -w /sys/fs/cgroup/cpu ]] || fail "SLOW_CPU_QUOTA needs root and a writable cgroup v1 cpu controller at /sys/fs/cgroup/cpu"
   CGROUP=/sys/fs/cgroup/cpu/tandem-speed-demo-$$
   mkdir "$CGROUP"
   echo 10000 >"$CGROUP/cpu.cfs_period_us"
-  quota=$(awk -v f="$SLOW_CPU_QUOTA" 'BEGIN { q = int(f * 10000); print (q < 1000 ? 1000 : q) }')
+  quota=$(awk -v f="$SLOW_CPU_QUOTA" 'BEGIN { print int(f * 10000) }')
   echo "$quota" >"$CGROUP/cpu.cfs_quota_us"
   echo "$LAST_WORKER_PID" >"$CGROUP/cgroup.procs"
   echo "demo: worker slow (pid $LAST_WORKER_PID) limited to $SLOW_CPU_QUOTA of one CPU" >&2
