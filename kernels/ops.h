@@ -200,6 +200,27 @@ class Ops {
   virtual void sparse_decode_attention(const AttentionParams& p, const SparseDecodeParams& s, const float* q, int batch,
                                        const float* k_cache, const float* v_cache, int cache_capacity,
                                        const int32_t* cache_len, const float* summaries, float* out) = 0;
+  // Key page summaries of a paged cache, for paged_sparse_attention: rows
+  // r = 0..t-1 in order, each at cache slot slots[r] (page slots[r] /
+  // block_size, offset j = slots[r] % block_size, already written by
+  // paged_kv_write): the page's per-kv-head elementwise max and min become
+  // those of its keys at offsets 0..j as stored (bf16 pools: rounded), so
+  // rows past j (a copy-on-write page's rows of another sequence) never
+  // count. summaries [num_blocks, Hkv, 2, D] (max then min).
+  virtual void paged_key_summaries(const AttentionParams& p, const PagedKv& kv, const int32_t* slots, int t,
+                                   float* summaries) = 0;
+  // Top-k block-sparse attention over a paged cache, rows as paged_attention
+  // (no window: p.window <= 0). The sparse blocks of a sequence are s.block_size
+  // consecutive positions (a multiple of kv.block_size: that many pages,
+  // whose summaries combine into the block's max and min). Row r at position
+  // pos sees the blocks of positions 0..pos and attends exactly, per query
+  // head, to the sink blocks, the recent blocks (s.recent_blocks >= 1: the
+  // row's own block is always one) and the top_k_blocks others with the
+  // largest bound, the rule of sparse_decode_attention; positions > pos are
+  // never attended. With few enough blocks it equals paged_attention.
+  virtual void paged_sparse_attention(const AttentionParams& p, const SparseDecodeParams& s, const PagedKv& kv,
+                                      const float* summaries, const float* q, const int32_t* row_seq,
+                                      const int32_t* row_pos, int t, float* out) = 0;
 
   // Linear attention with decay, per sequence and head, state S [Dk, Dv]:
   //   S_t = exp(g_t) S_{t-1} + k_t^T v_t,   out_t = scale * q_t S_t

@@ -7,7 +7,9 @@
 // the first block, the last 2 and the top 16 others by their max/min bound
 // (1216 rows attended). Times: the fastest call (bench_util.h). The summary
 // update of one decode step (only the last block) is timed apart; a full
-// summary pass (prefill) too.
+// summary pass (prefill) too. The same cache as a paged KV cache (pages of
+// 16 rows, the rollout engine's layout): paged_attention against
+// paged_sparse_attention with the same sparse blocks.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -32,8 +34,10 @@ int main(int argc, char** argv) {
   p.head_dim = 128;
   const tandem::kernels::SparseDecodeParams s{64, 16, 1, 2};
   std::printf("# fast CPU, %d threads, H=32 Hkv=8 D=128, block 64, top 16 + 1 sink + 2 recent blocks\n", threads);
-  std::printf("| cache rows | dense ms | sparse ms | speed-up | step summary ms | full summary ms |\n");
-  std::printf("|---|---|---|---|---|---|\n");
+  std::printf(
+      "| cache rows | dense ms | sparse ms | speed-up | paged dense ms | paged sparse ms | paged speed-up "
+      "| step summary ms | full summary ms |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
   std::stringstream ss(lengths);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -60,7 +64,30 @@ int main(int argc, char** argv) {
     const double ts = tandem::kernels::bench::TimeIt(sparse, 0.5, 5);
     const double tst = tandem::kernels::bench::TimeIt(step, 0.2, 5);
     const double tf = tandem::kernels::bench::TimeIt(full, 0.5, 3);
-    std::printf("| %d | %.3f | %.3f | %.1fx | %.4f | %.2f |\n", len, td * 1e3, ts * 1e3, td / ts, tst * 1e3, tf * 1e3);
+    // Paged: pages of 16 rows in order; page summaries from one pass.
+    constexpr int kPage = 16;
+    const int pages = (len + kPage - 1) / kPage;
+    std::vector<int32_t> table(pages), slots(len);
+    for (int i = 0; i < pages; ++i) table[i] = i;
+    for (int i = 0; i < len; ++i) slots[i] = i;
+    k.resize(size_t(pages) * kPage * 8 * 128);
+    v.resize(k.size());
+    tandem::kernels::PagedKv kv;
+    kv.k = k.data();
+    kv.v = v.data();
+    kv.block_size = kPage;
+    kv.num_blocks = pages;
+    kv.block_tables = table.data();
+    kv.max_blocks = pages;
+    std::vector<float> psum(size_t(pages) * 8 * 2 * 128);
+    ops->paged_key_summaries(p, kv, slots.data(), len, psum.data());
+    const int32_t seq = 0, pos = len - 1;
+    auto pdense = [&] { ops->paged_attention(p, kv, q.data(), &seq, &pos, 1, out.data()); };
+    auto psparse = [&] { ops->paged_sparse_attention(p, s, kv, psum.data(), q.data(), &seq, &pos, 1, out.data()); };
+    const double tpd = tandem::kernels::bench::TimeIt(pdense, 0.5, 5);
+    const double tps = tandem::kernels::bench::TimeIt(psparse, 0.5, 5);
+    std::printf("| %d | %.3f | %.3f | %.1fx | %.3f | %.3f | %.1fx | %.4f | %.2f |\n", len, td * 1e3, ts * 1e3, td / ts,
+                tpd * 1e3, tps * 1e3, tpd / tps, tst * 1e3, tf * 1e3);
   }
   return 0;
 }

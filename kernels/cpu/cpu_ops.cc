@@ -23,6 +23,7 @@
 #include "kernels/cpu/matmul_cpu.h"
 #include "kernels/cpu/optimizer_cpu.h"
 #include "kernels/cpu/paged_attention_cpu.h"
+#include "kernels/cpu/paged_sparse_cpu.h"
 #include "kernels/cpu/quantize_int8_cpu.h"
 #include "kernels/cpu/rmsnorm_cpu.h"
 #include "kernels/cpu/rope_cpu.h"
@@ -113,6 +114,15 @@ class CpuOps final : public Ops {
                                const float* k_cache, const float* v_cache, int cache_capacity, const int32_t* cache_len,
                                const float* summaries, float* out) override {
     cpu::sparse_decode_attention(p, s, q, batch, k_cache, v_cache, cache_capacity, cache_len, summaries, out);
+  }
+  void paged_key_summaries(const AttentionParams& p, const PagedKv& kv, const int32_t* slots, int t,
+                           float* summaries) override {
+    cpu::paged_key_summaries(p, kv, slots, t, summaries);
+  }
+  void paged_sparse_attention(const AttentionParams& p, const SparseDecodeParams& s, const PagedKv& kv,
+                              const float* summaries, const float* q, const int32_t* row_seq, const int32_t* row_pos,
+                              int t, float* out) override {
+    cpu::paged_sparse_attention(p, s, kv, summaries, q, row_seq, row_pos, t, out);
   }
 
   void linear_attention_forward(const LinearAttentionParams& p, const float* q, const float* k, const float* v,

@@ -15,4 +15,13 @@ void CudaOps::sparse_decode_attention(const AttentionParams&, const SparseDecode
   Fail("sparse_decode_attention", "not implemented on the cuda backend");
 }
 
+void CudaOps::paged_key_summaries(const AttentionParams&, const PagedKv&, const int32_t*, int, float*) {
+  Fail("paged_key_summaries", "not implemented on the cuda backend");
+}
+
+void CudaOps::paged_sparse_attention(const AttentionParams&, const SparseDecodeParams&, const PagedKv&, const float*,
+                                     const float*, const int32_t*, const int32_t*, int, float*) {
+  Fail("paged_sparse_attention", "not implemented on the cuda backend");
+}
+
 }  // namespace tandem::kernels

@@ -218,6 +218,30 @@ class GuardedOps final : public Ops {
                                     F(summaries, sn, "sparse_decode summaries"), F(out, qn, "sparse_decode out"));
   }
 
+  void paged_key_summaries(const AttentionParams& p, const PagedKv& kv, const int32_t* slots, int t,
+                           float* summaries) override {
+    Exclusive excl(this, "paged_key_summaries");
+    const size_t sn = N(kv.num_blocks) * N(p.num_kv_heads) * 2 * N(p.head_dim);
+    inner_->paged_key_summaries(p, Pools(kv, p.num_kv_heads * p.head_dim, 0, "paged_key_summaries"),
+                                I(slots, N(t), "paged_key_summaries slots"), t,
+                                F(summaries, sn, "paged_key_summaries summaries"));
+  }
+
+  void paged_sparse_attention(const AttentionParams& p, const SparseDecodeParams& s, const PagedKv& kv,
+                              const float* summaries, const float* q, const int32_t* row_seq, const int32_t* row_pos,
+                              int t, float* out) override {
+    Exclusive excl(this, "paged_sparse_attention");
+    const size_t qn = N(t) * N(p.num_heads) * N(p.head_dim);
+    const size_t sn = N(kv.num_blocks) * N(p.num_kv_heads) * 2 * N(p.head_dim);
+    const int32_t* seq = I(row_seq, N(t), "paged_sparse_attention row_seq");
+    int num_seqs = 0;
+    for (int r = 0; r < t; ++r) num_seqs = std::max(num_seqs, seq[r] + 1);
+    inner_->paged_sparse_attention(
+        p, s, Pools(kv, p.num_kv_heads * p.head_dim, num_seqs, "paged_sparse_attention"),
+        F(summaries, sn, "paged_sparse_attention summaries"), F(q, qn, "paged_sparse_attention q"), seq,
+        I(row_pos, N(t), "paged_sparse_attention row_pos"), t, F(out, qn, "paged_sparse_attention out"));
+  }
+
   void linear_attention_forward(const LinearAttentionParams& p, const float* q, const float* k, const float* v,
                                 const float* log_decay, const int32_t* cu, int num_seqs, int t,
                                 const float* initial_state, float* out, float* final_state) override {

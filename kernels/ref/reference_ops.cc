@@ -11,6 +11,7 @@
 #include "kernels/ref/attention_ref.h"
 #include "kernels/ref/linear_attention_ref.h"
 #include "kernels/ref/paged_attention_ref.h"
+#include "kernels/ref/paged_sparse_ref.h"
 #include "kernels/ref/quantize_int8_ref.h"
 #include "kernels/ref/ref_math.h"
 #include "kernels/ref/sparse_decode_ref.h"
@@ -89,6 +90,15 @@ class ReferenceOps final : public Ops {
                                const float* k_cache, const float* v_cache, int cache_capacity, const int32_t* cache_len,
                                const float* summaries, float* out) override {
     ref::sparse_decode_attention(p, s, q, batch, k_cache, v_cache, cache_capacity, cache_len, summaries, out);
+  }
+  void paged_key_summaries(const AttentionParams& p, const PagedKv& kv, const int32_t* slots, int t,
+                           float* summaries) override {
+    ref::paged_key_summaries(p, kv, slots, t, summaries);
+  }
+  void paged_sparse_attention(const AttentionParams& p, const SparseDecodeParams& s, const PagedKv& kv,
+                              const float* summaries, const float* q, const int32_t* row_seq, const int32_t* row_pos,
+                              int t, float* out) override {
+    ref::paged_sparse_attention(p, s, kv, summaries, q, row_seq, row_pos, t, out);
   }
 
   void linear_attention_forward(const LinearAttentionParams& p, const float* q, const float* k, const float* v,

@@ -664,6 +664,86 @@ void AddSparseDecode(Table& t) {
   }
 }
 
+// ------------------------------------------------- paged sparse attention --
+// Page summaries written row by row as sequences grow, then top-k block
+// sparse attention of each sequence's last rows over shuffled pages: sparse
+// blocks of one and several pages, fp32 and bf16 pools, GQA, several rows
+// of one sequence (a prefill chunk), top-k covering everything.
+void AddPagedSparse(Table& t) {
+  struct Case {
+    std::vector<int32_t> lens;
+    int n_new, page, block, h, hkv, d, topk, sinks, recent;
+    bool bf16;
+  };
+  const Case cases[] = {{{5, 100, 300}, 1, 16, 32, 8, 2, 64, 2, 1, 2, false},
+                        {{77, 200}, 4, 8, 8, 4, 4, 32, 3, 0, 1, true},
+                        {{1000}, 2, 16, 64, 4, 1, 128, 4, 1, 2, false},
+                        {{1, 64, 65}, 1, 16, 16, 2, 1, 48, 100, 1, 1, true}};
+  uint64_t seed = 2300;
+  for (const Case& c : cases) {
+    std::string lens;
+    for (size_t i = 0; i < c.lens.size(); ++i) {
+      if (i > 0) lens += ",";
+      lens += std::to_string(c.lens[i]);
+    }
+    t.push_back(
+        {"paged_sparse",
+         Fmt("lens%s new%d page%d block%d H%d Hkv%d D%d top%d sink%d recent%d %s", lens.c_str(), c.n_new, c.page,
+             c.block, c.h, c.hkv, c.d, c.topk, c.sinks, c.recent, c.bf16 ? "bf16" : "fp32"),
+         [=](Ops& ops, DeviceMemory& mem, Ops&) {
+           const int S = int(c.lens.size()), kd = c.hkv * c.d;
+           int max_blocks = 0;
+           for (int32_t len : c.lens)
+             max_blocks = std::max(max_blocks, (len + c.block - 1) / c.block * (c.block / c.page));
+           const int nb = S * max_blocks + 2;
+           std::vector<int32_t> tables(size_t(S) * max_blocks, 0), slots, seq, pos;
+           for (int i = 0; i < S * max_blocks; ++i) tables[i] = (i * 7 + 3) % nb;
+           for (int s = 0; s < S; ++s) {
+             for (int j = 0; j < c.lens[s]; ++j)
+               slots.push_back(tables[s * max_blocks + j / c.page] * c.page + j % c.page);
+           }
+           for (int s = 0; s < S; ++s) {
+             for (int j = std::max(0, c.lens[s] - c.n_new); j < c.lens[s]; ++j) {
+               seq.push_back(s);
+               pos.push_back(j);
+             }
+           }
+           const int rows = int(slots.size()), qrows = int(pos.size());
+           AttentionParams p;
+           p.num_heads = c.h;
+           p.num_kv_heads = c.hkv;
+           p.head_dim = c.d;
+           const SparseDecodeParams sp{c.block, c.topk, c.sinks, c.recent};
+           const size_t np = size_t(nb) * c.page * kd, nq = size_t(qrows) * c.h * c.d,
+                        ns = size_t(nb) * c.hkv * 2 * c.d;
+           auto kn = AttnInput(size_t(rows) * kd, seed, 1.5f), vn = RandomVec(size_t(rows) * kd, seed + 1);
+           auto q = AttnInput(nq, seed + 2, 1.5f);
+           Tensors d(mem);
+           PagedKv kv;
+           kv.dtype = c.bf16 ? KvDtype::kBF16 : KvDtype::kF32;
+           kv.block_size = c.page;
+           kv.num_blocks = nb;
+           kv.max_blocks = max_blocks;
+           kv.block_tables = d.In(tables);
+           if (c.bf16) {
+             kv.k = d.In(std::vector<uint16_t>(np, 0));
+             kv.v = d.In(std::vector<uint16_t>(np, 0));
+           } else {
+             kv.k = d.In(std::vector<float>(np, 0.f));
+             kv.v = d.In(std::vector<float>(np, 0.f));
+           }
+           float* sum = d.In(std::vector<float>(ns, 0.f));
+           const int32_t* dslots = d.In(slots);
+           ops.paged_kv_write(kv, kd, d.In(kn), d.In(vn), dslots, rows);
+           ops.paged_key_summaries(p, kv, dslots, rows, sum);
+           float* out = d.Unwritten(nq);
+           ops.paged_sparse_attention(p, sp, kv, sum, d.In(q), d.In(seq), d.In(pos), qrows, out);
+           return Outputs{{"summaries", Bound::kExact, d.Get(sum, ns)}, {"out", Bound::kReduction, d.Get(out, nq)}};
+         }});
+    seed += 3;
+  }
+}
+
 // --------------------------------------------------------------- lm head --
 void AddLmHead(Table& t) {
   struct Shape {
@@ -928,6 +1008,7 @@ Table Build() {
   AddDecode(t);
   AddLinearAttention(t);
   AddSparseDecode(t);
+  AddPagedSparse(t);
   AddPaged(t);
   AddLmHead(t);
   AddOptimizer(t);

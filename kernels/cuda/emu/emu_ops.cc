@@ -265,6 +265,13 @@ class EmuOps final : public Ops {
                                const float*, int, const int32_t*, const float*, float*) override {
     Unsupported("sparse_decode_attention");
   }
+  void paged_key_summaries(const AttentionParams&, const PagedKv&, const int32_t*, int, float*) override {
+    Unsupported("paged_key_summaries");
+  }
+  void paged_sparse_attention(const AttentionParams&, const SparseDecodeParams&, const PagedKv&, const float*,
+                              const float*, const int32_t*, const int32_t*, int, float*) override {
+    Unsupported("paged_sparse_attention");
+  }
   void quantize_int8(const float* x, size_t n, float* wire, uint64_t seed) override {
     if (n == 0) return;
     tandem_emu::Launch(dim3(static_cast<unsigned>(std::min<size_t>(Int8Blocks(n), 64))), dim3(cuda::kQuantThreads), 0,
