@@ -111,6 +111,30 @@ TEST_F(CommandsTest, ExitCodes) {
   EXPECT_EQ(GenerateCommand({"--model", P("m"), "--prompt", "a", "--output", "xml"}), 2);
   EXPECT_EQ(GenerateCommand({"--model", P("nope"), "--prompt", "a"}), 1);
   EXPECT_EQ(GenerateCommand({"--model", P("m"), "--prompt-ids", "1,500"}), 1);  // id out of vocab
+  EXPECT_EQ(GenerateCommand({"--model", P("m"), "--prompt", "a", "--sparse-top-k-blocks", "0"}), 2);
+  EXPECT_EQ(GenerateCommand({"--model", P("m"), "--prompt", "a", "--sparse-top-k-blocks", "x"}), 2);
+  EXPECT_EQ(GenerateCommand({"--model", P("m"), "--prompt", "a", "--sparse-block-size", "64"}), 2);
+  EXPECT_EQ(
+      GenerateCommand({"--model", P("m"), "--prompt", "a", "--sparse-top-k-blocks", "2", "--sparse-block-size", "40"}),
+      2);
+}
+
+// --sparse-top-k-blocks: with more blocks than the sequence has, the dense
+// tokens; with one chosen block of 16 over 24 positions, a generation.
+TEST_F(CommandsTest, GenerateWithSparseAttention) {
+  const std::string tiny = std::string(TANDEM_SOURCE_DIR) + "/configs/models/tiny.yaml";
+  ASSERT_EQ(ModelInitCommand({"--config", tiny, "--seed", "3", "--out", P("m")}), 0);
+  const std::string base =
+      "generate --model " + P("m") + " --prompt-ids 1,5,6,7 --max-new-tokens 20 --output json" + " --threads 1";
+  int rc = -1;
+  auto ids = [&](const std::string& extra) {
+    const std::string out = RunTool(base + extra, &rc);
+    EXPECT_EQ(rc, 0) << out;
+    return rc == 0 ? nlohmann::json::parse(out)["samples"][0]["ids"] : nlohmann::json();
+  };
+  const auto dense = ids("");
+  EXPECT_EQ(ids(" --sparse-top-k-blocks 100"), dense);
+  EXPECT_FALSE(ids(" --sparse-top-k-blocks 1 --sparse-block-size 16").empty());
 }
 
 // Configs that declare far more than they use: RoPE tables follow the

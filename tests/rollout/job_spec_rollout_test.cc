@@ -51,6 +51,14 @@ TEST(JobSpecRolloutTest, BadValuesNameTheKey) {
       {"rollout.shift_threshold_tokens=0", "rollout.shift_threshold_tokens"},
       {"rollout.shift_threshold_tokens=2000000", "rollout.shift_threshold_tokens"},
       {"rollout.shift_threshold_tokens=many", "rollout.shift_threshold_tokens"},
+      {"rollout.sparse.top_k_blocks=-1", "rollout.sparse.top_k_blocks"},
+      {"rollout.sparse.top_k_blocks=2.5", "rollout.sparse.top_k_blocks"},
+      {"rollout.sparse.top_k_blocks=99999999999", "rollout.sparse.top_k_blocks"},
+      {"rollout.sparse.block_size=0", "rollout.sparse.block_size"},
+      {"rollout.sparse.block_size=100000", "rollout.sparse.block_size"},
+      {"rollout.sparse.sink_blocks=-1", "rollout.sparse.sink_blocks"},
+      {"rollout.sparse.recent_blocks=0", "rollout.sparse.recent_blocks"},
+      {"rollout.sparse.top_blocks=4", "rollout.sparse.top_blocks: unknown key"},
   };
   for (const auto& [set, want] : bad) {
     const std::string err = ErrorOf({set});
@@ -87,6 +95,41 @@ TEST(JobSpecRolloutTest, OptionsFromTheSpec) {
   EXPECT_FALSE(o.share_prompts);
   EXPECT_FLOAT_EQ(o.sampling.min_p, 0.05f);
   EXPECT_FLOAT_EQ(o.sampling.repetition_penalty, 1.2f);
+  EXPECT_FALSE(d.sparse.has_value());
+  EXPECT_FALSE(o.sparse.has_value());
+}
+
+// rollout.sparse: off by default; its blocks are whole KV cache blocks; CPU
+// workers and tp_size 1 only.
+TEST(JobSpecRolloutTest, SparseAttention) {
+  auto on = common::ParseJobSpecYaml(kJob, {"rollout.sparse.top_k_blocks=8"});
+  ASSERT_TRUE(on.ok()) << on.status();
+  rollout::RolloutOptions o = rollout::OptionsFromSpec(*on, 9, 1 << 30);
+  ASSERT_TRUE(o.sparse.has_value());
+  EXPECT_EQ(o.sparse->top_k_blocks, 8);
+  EXPECT_EQ(o.sparse->block_size, 64);
+  EXPECT_EQ(o.sparse->sink_blocks, 1);
+  EXPECT_EQ(o.sparse->recent_blocks, 2);
+  auto set = common::ParseJobSpecYaml(kJob, {"rollout.sparse.top_k_blocks=3", "rollout.sparse.block_size=32",
+                                             "rollout.sparse.sink_blocks=0", "rollout.sparse.recent_blocks=1"});
+  ASSERT_TRUE(set.ok()) << set.status();
+  o = rollout::OptionsFromSpec(*set, 9, 1 << 30);
+  ASSERT_TRUE(o.sparse.has_value());
+  EXPECT_EQ(o.sparse->block_size, 32);
+  EXPECT_EQ(o.sparse->sink_blocks, 0);
+  EXPECT_EQ(o.sparse->recent_blocks, 1);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"rollout.sparse.top_k_blocks=8", "rollout.sparse.block_size=40"},
+       "rollout.sparse.block_size: 40 is not a multiple of rollout.block_size = 16"},
+      {{"rollout.sparse.top_k_blocks=8", "cluster.device=cuda"},
+       "rollout.sparse.top_k_blocks: needs cluster.device: cpu"},
+      {{"rollout.sparse.top_k_blocks=8", "cluster.workers=2", "rollout.tp_size=2"},
+       "rollout.sparse.top_k_blocks: needs rollout.tp_size 1"},
+  };
+  for (const auto& [sets, want] : bad) {
+    const std::string err = ErrorOf(sets);
+    EXPECT_EQ(err.rfind(want, 0), 0u) << sets[0] << " -> " << err;
+  }
 }
 
 // rollout.kv_cache_fraction: of the memory the worker passes; exclusive

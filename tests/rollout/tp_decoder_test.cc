@@ -203,5 +203,23 @@ TEST(TpDecoderTest, APeerThatAbortsFailsTheForwardWithoutHanging) {
   }
 }
 
+// Tensor-parallel rollout attends densely: rollout.sparse is refused by
+// the engine, not silently ignored.
+TEST(TpDecoderTest, SparseAttentionIsRefused) {
+  const ModelConfig config = Config("llama");
+  auto ops = MakeOps(Kernels::kCpu);
+  auto dec = TpDecoder::Create(config, nullptr, ops.get(), nullptr);
+  ASSERT_TRUE(dec.ok()) << dec.status();
+  std::vector<float> params = RandomParams(config, 3);
+  model::FlatParamProvider pp((*dec)->slice_layout(), params.data(), nullptr);
+  RolloutEngine eng(std::move(*dec), ops.get());
+  RolloutOptions o = Small(true);
+  o.sparse = kernels::SparseDecodeParams{4, 2, 1, 1};
+  auto res = eng.Generate(Requests(1), o, pp);
+  ASSERT_FALSE(res.ok());
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(res.status().message().find("rollout.tp_size 1"), std::string::npos) << res.status();
+}
+
 }  // namespace
 }  // namespace tandem::rollout

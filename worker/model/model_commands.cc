@@ -51,6 +51,7 @@ const char kGenerateHelp[] =
     "usage: tandemctl generate --model DIR (--prompt TEXT [--chat [--system TEXT]] | --prompt-ids 1,2,3)\n"
     "           [--context-embeddings FILE] [--max-new-tokens N] [--greedy | --temperature T --top-p P --top-k K]\n"
     "           [--seed S] [--num-samples N] [--threads N] [--output text|json]\n"
+    "           [--sparse-top-k-blocks K [--sparse-block-size B]]\n"
     "  --prompt TEXT       encoded with the model's tokenizer (char: BOS prepended; Hugging Face:\n"
     "                      what its post-processor adds)\n"
     "  --chat              render the prompt as a user turn with the model's chat template\n"
@@ -67,6 +68,10 @@ const char kGenerateHelp[] =
     "  --seed S            sampling seed, default 0\n"
     "  --num-samples N     samples of the prompt, generated as one batch (default 1)\n"
     "  --threads N         compute threads (default: all cores)\n"
+    "  --sparse-top-k-blocks K\n"
+    "                      full-attention layers attend the first block, the 2 most recent blocks and\n"
+    "                      the K blocks whose key summaries bound the scores highest (default: dense)\n"
+    "  --sparse-block-size B  positions per sparse block, a multiple of 16 (default 64)\n"
     "  --output FORMAT     text (default) or json\n";
 
 // --flag value / --flag=value parser against a set of known flags.
@@ -237,11 +242,11 @@ int GenerateCommand(const std::vector<std::string>& args) {
       return 0;
     }
   }
-  Flags f =
-      ParseFlags(args,
-                 {"--model", "--prompt", "--prompt-ids", "--max-new-tokens", "--temperature", "--top-p", "--top-k",
-                  "--seed", "--output", "--num-samples", "--threads", "--system", "--context-embeddings"},
-                 {"--greedy", "--chat"});
+  Flags f = ParseFlags(args,
+                       {"--model", "--prompt", "--prompt-ids", "--max-new-tokens", "--temperature", "--top-p",
+                        "--top-k", "--seed", "--output", "--num-samples", "--threads", "--system",
+                        "--context-embeddings", "--sparse-top-k-blocks", "--sparse-block-size"},
+                       {"--greedy", "--chat"});
   auto usage = [](const std::string& msg) {
     std::cerr << "generate: " << msg << "\n" << kGenerateHelp;
     return kUsage;
@@ -292,6 +297,21 @@ int GenerateCommand(const std::vector<std::string>& args) {
   }
   const std::string output = f.values.count("--output") ? f.values["--output"] : "text";
   if (output != "text" && output != "json") return usage("--output must be text or json");
+  if (f.values.count("--sparse-block-size") && !f.values.count("--sparse-top-k-blocks")) {
+    return usage("--sparse-block-size needs --sparse-top-k-blocks");
+  }
+  if (f.values.count("--sparse-top-k-blocks")) {
+    kernels::SparseDecodeParams s;
+    if (!ParseNumber(f.values["--sparse-top-k-blocks"], &s.top_k_blocks) || s.top_k_blocks < 1) {
+      return usage("--sparse-top-k-blocks must be a positive integer");
+    }
+    if (f.values.count("--sparse-block-size") &&
+        (!ParseNumber(f.values["--sparse-block-size"], &s.block_size) || s.block_size < so.block_size ||
+         s.block_size % so.block_size != 0 || s.block_size > (1 << 16))) {
+      return usage(absl::StrCat("--sparse-block-size must be a multiple of ", so.block_size, " up to 65536"));
+    }
+    so.sparse = s;
+  }
   std::vector<int32_t> prompt;
   if (f.values.count("--prompt-ids")) {
     for (absl::string_view part : absl::StrSplit(f.values["--prompt-ids"], ',')) {

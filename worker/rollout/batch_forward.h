@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/memory.h"
+#include "kernels/ops.h"
 #include "worker/model/param_provider.h"
 #include "worker/rollout/kv_pool.h"
 
@@ -35,6 +36,9 @@ struct ForwardBatch {
   const int32_t* context_rows = nullptr;
   const int32_t* context_src = nullptr;
   const float* context_table = nullptr;
+  // Top-k block-sparse attention in full-attention layers (nullptr: dense):
+  // the KV pool then holds key summaries (forwards with supports_sparse()).
+  const kernels::SparseDecodeParams* sparse = nullptr;
 };
 
 class BatchForward {
@@ -67,6 +71,8 @@ class BatchForward {
   virtual const model::LayerType& layer_type(int layer) const = 0;
   virtual kernels::DeviceMemory* memory() const = 0;
   virtual size_t scratch_bytes() const = 0;
+  // Whether Forward runs ForwardBatch::sparse.
+  virtual bool supports_sparse() const { return false; }
 };
 
 }  // namespace tandem::rollout

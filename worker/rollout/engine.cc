@@ -59,6 +59,21 @@ absl::Status RolloutEngine::Check(const std::vector<RolloutRequest>& requests, c
   }
   if (o.max_batch_tokens < 1) return absl::InvalidArgumentError("rollout.max_batch_tokens must be >= 1");
   if (o.max_seqs < 1) return absl::InvalidArgumentError("rollout.max_seqs must be >= 1");
+  if (o.sparse) {
+    const kernels::SparseDecodeParams& s = *o.sparse;
+    if (s.top_k_blocks < 1 || s.sink_blocks < 0 || s.recent_blocks < 1) {
+      return absl::InvalidArgumentError(
+          "rollout.sparse needs top_k_blocks >= 1, sink_blocks >= 0 and recent_blocks >= 1");
+    }
+    if (s.block_size < o.block_size || s.block_size % o.block_size != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("rollout.sparse.block_size ", s.block_size,
+                                                     " is not a multiple of rollout.block_size ", o.block_size));
+    }
+    if (!forward_->supports_sparse()) {
+      return absl::UnimplementedError(
+          "rollout.sparse: this forward (tensor-parallel rollout) attends densely; use rollout.tp_size 1");
+    }
+  }
   if (requests.empty()) return absl::InvalidArgumentError("rollout: no requests");
   for (int l = 0; l < forward_->num_layers(); ++l) {
     const model::LayerType& t = forward_->layer_type(l);
@@ -171,7 +186,8 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
   };
 
   const int layers = forward_->num_layers(), kv_dim = forward_->kv_dim();
-  const size_t block_bytes = KvPool::BlockBytes(layers, kv_dim, o.block_size, o.kv_dtype);
+  const bool summaries = o.sparse.has_value();
+  const size_t block_bytes = KvPool::BlockBytes(layers, kv_dim, o.block_size, o.kv_dtype, summaries);
   int64_t full = 0;  // blocks for every sequence at full length, unshared
   for (const auto& r : requests) {
     const int64_t n = static_cast<int64_t>(r.context.size() / static_cast<size_t>(hidden_));
@@ -193,8 +209,9 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
     ASSIGN_OR_RETURN(int id, sched.Add(sequence_of(r, &next_row), r.context.empty() ? r.group : -1, o.max_new_tokens));
     (void)id;
   }
-  if (kv_.num_blocks() != so.num_blocks || kv_.dtype() != o.kv_dtype || kv_.block_size() != o.block_size) {
-    RETURN_IF_ERROR(kv_.Allocate(mem_, layers, kv_dim, o.block_size, so.num_blocks, o.kv_dtype));
+  if (kv_.num_blocks() != so.num_blocks || kv_.dtype() != o.kv_dtype || kv_.block_size() != o.block_size ||
+      kv_.has_summaries() != summaries) {
+    RETURN_IF_ERROR(kv_.Allocate(mem_, layers, kv_dim, o.block_size, so.num_blocks, o.kv_dtype, summaries));
   }
   const int R = o.max_batch_tokens;
   const int S = std::min<int>(o.max_seqs, static_cast<int>(requests.size()));
@@ -276,6 +293,7 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
     fb.context_rows = ctx_rows_.data();
     fb.context_src = ctx_src_.data();
     fb.context_table = context_d_.data();
+    fb.sparse = o.sparse ? &*o.sparse : nullptr;
     RETURN_IF_ERROR(forward_->Forward(params, kv_, fb));
     sched.Commit(step);
 

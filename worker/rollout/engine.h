@@ -18,7 +18,10 @@
 // its log-probs; the KV cache is allocated once per Generate, within the
 // budget, and freed by Release (nothing is kept between rollout phases).
 // Layers with per-layer decode state (linear attention, attention sinks)
-// are refused (Unimplemented); full and sliding-window layers run.
+// are refused (Unimplemented); full and sliding-window layers run. With
+// options.sparse, full-attention layers attend top-k blocks
+// (Ops::paged_sparse_attention): tokens then follow that rule, and the
+// guarantees on batch composition, sharing and preemption still hold.
 //
 // One thread at a time. `ops` and `memory` must outlive the engine; the
 // ParamProvider gives device pointers of `memory`.
@@ -27,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -56,6 +60,9 @@ struct RolloutOptions {
   int max_batch_tokens = 2048;  // rows per step
   int max_seqs = 256;           // sequences running at once
   bool share_prompts = true;
+  // Top-k block-sparse attention in full-attention layers (rollout.sparse;
+  // unset: dense). Its block_size is a multiple of block_size.
+  std::optional<kernels::SparseDecodeParams> sparse;
   // Admit new sequences only when none runs (a static-batch baseline for
   // benchmarks; scheduler.h).
   bool static_batch = false;

@@ -4,13 +4,14 @@
 
 namespace tandem::rollout {
 
-size_t KvPool::BlockBytes(int layers, int kv_dim, int block_size, kernels::KvDtype dtype) {
+size_t KvPool::BlockBytes(int layers, int kv_dim, int block_size, kernels::KvDtype dtype, bool summaries) {
   const size_t elem = dtype == kernels::KvDtype::kBF16 ? 2 : 4;
-  return 2 * static_cast<size_t>(layers) * block_size * kv_dim * elem;
+  const size_t summary = summaries ? 2 * static_cast<size_t>(kv_dim) * sizeof(float) : 0;
+  return static_cast<size_t>(layers) * (2 * static_cast<size_t>(block_size) * kv_dim * elem + summary);
 }
 
 absl::Status KvPool::Allocate(kernels::DeviceMemory* mem, int layers, int kv_dim, int block_size, int num_blocks,
-                              kernels::KvDtype dtype) {
+                              kernels::KvDtype dtype, bool summaries) {
   Release();
   mem_ = mem;
   dtype_ = dtype;
@@ -27,11 +28,15 @@ absl::Status KvPool::Allocate(kernels::DeviceMemory* mem, int layers, int kv_dim
     vf_.resize(layers);
     for (int l = 0; l < layers && ok; ++l) ok = kf_[l].Allocate(mem, n) && vf_[l].Allocate(mem, n);
   }
+  if (summaries) {
+    sum_.resize(layers);
+    for (int l = 0; l < layers && ok; ++l) ok = sum_[l].Allocate(mem, static_cast<size_t>(num_blocks) * 2 * kv_dim);
+  }
   if (!ok) {
     Release();
     return absl::ResourceExhaustedError(
         absl::StrCat("rollout: cannot allocate a KV cache of ", num_blocks, " blocks (",
-                     BlockBytes(layers, kv_dim, block_size, dtype) * num_blocks, " bytes) in ", mem->name(),
+                     BlockBytes(layers, kv_dim, block_size, dtype, summaries) * num_blocks, " bytes) in ", mem->name(),
                      " memory; lower rollout.kv_cache_bytes or rollout.kv_cache_fraction"));
   }
   num_blocks_ = num_blocks;
@@ -43,6 +48,7 @@ void KvPool::Release() {
   vf_.clear();
   kh_.clear();
   vh_.clear();
+  sum_.clear();
   num_blocks_ = 0;
 }
 
@@ -52,6 +58,7 @@ size_t KvPool::bytes() const {
   for (const auto& a : vf_) n += a.bytes();
   for (const auto& a : kh_) n += a.bytes();
   for (const auto& a : vh_) n += a.bytes();
+  for (const auto& a : sum_) n += a.bytes();
   return n;
 }
 
@@ -63,6 +70,8 @@ void* KvPool::V(int l) const {
   return dtype_ == kernels::KvDtype::kBF16 ? static_cast<void*>(const_cast<uint16_t*>(vh_[l].data()))
                                            : static_cast<void*>(const_cast<float*>(vf_[l].data()));
 }
+
+float* KvPool::Summaries(int l) const { return sum_.empty() ? nullptr : const_cast<float*>(sum_[l].data()); }
 
 kernels::PagedKv KvPool::Layer(int l, const int32_t* block_tables, int max_blocks) const {
   kernels::PagedKv kv;
@@ -85,6 +94,10 @@ void KvPool::CopyBlock(int32_t src, int32_t dst) {
       char* b = static_cast<char*>(base);
       mem_->CopyOnDevice(b + dst * bytes, b + src * bytes, bytes);
     }
+  }
+  const size_t sum_floats = 2 * static_cast<size_t>(kv_dim_);
+  for (auto& s : sum_) {
+    mem_->CopyOnDevice(s.data() + dst * sum_floats, s.data() + src * sum_floats, sum_floats * sizeof(float));
   }
 }
 

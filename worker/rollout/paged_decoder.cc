@@ -95,7 +95,14 @@ void PagedDecoder::Layer(const float* P, int l, KvPool& kv, const ForwardBatch& 
   ops_->rope_apply(k_.data(), b.positions, T, Hkv, D, decoder_.rope_cos(), decoder_.rope_sin(), false);
   const kernels::PagedKv pk = kv.Layer(l, b.block_tables, b.max_blocks);
   ops_->paged_kv_write(pk, KD, k_.data(), v_.data(), b.slots, T);
-  ops_->paged_attention(decoder_.Attention(l), pk, q_.data(), b.row_seq, b.positions, T, attn_.data());
+  const kernels::AttentionParams ap = decoder_.Attention(l);
+  if (b.sparse != nullptr && decoder_.layer_type(l).kind == model::LayerKind::kFull && ap.window <= 0) {
+    float* summaries = kv.Summaries(l);
+    ops_->paged_key_summaries(ap, pk, b.slots, T, summaries);
+    ops_->paged_sparse_attention(ap, *b.sparse, pk, summaries, q_.data(), b.row_seq, b.positions, T, attn_.data());
+  } else {
+    ops_->paged_attention(ap, pk, q_.data(), b.row_seq, b.positions, T, attn_.data());
+  }
   ops_->matmul(false, true, T, C, HD, 1.f, attn_.data(), HD, P + o.o, HD, 1.f, x, C);
   ops_->rmsnorm_forward(x, P + o.post_norm, T, C, eps, xn_.data(), rstd_.data());
   ops_->matmul(false, true, T, I, C, 1.f, xn_.data(), C, P + o.gate, C, 0.f, gate_.data(), I);

@@ -1,7 +1,8 @@
 // PagedDecoder: BatchForward on one device, the decoder stack of
 // worker/model/decoder.h (the same parameters, layout, norms, RoPE and
 // attention options) with its attention over a paged KV cache
-// (Ops::paged_kv_write, Ops::paged_attention). One scratch buffer per
+// (Ops::paged_kv_write, Ops::paged_attention; in full-attention layers
+// Ops::paged_sparse_attention when the batch asks for it). One scratch buffer per
 // activation, shared by every layer and grown by Reserve; Forward allocates
 // nothing. One thread at a time.
 #pragma once
@@ -32,6 +33,7 @@ class PagedDecoder final : public BatchForward {
   const model::LayerType& layer_type(int layer) const override { return decoder_.layer_type(layer); }
   kernels::DeviceMemory* memory() const override { return decoder_.memory(); }
   size_t scratch_bytes() const override;
+  bool supports_sparse() const override { return true; }
 
   const model::DecoderDims& dims() const { return decoder_.dims(); }
 

@@ -26,6 +26,9 @@ RolloutOptions OptionsFromSpec(const tandem::v1::JobSpec& spec, uint64_t seed, s
   o.max_batch_tokens = r.max_batch_tokens();
   o.max_seqs = r.max_seqs();
   o.share_prompts = !r.no_prompt_sharing();
+  if (const auto& s = r.sparse(); s.top_k_blocks() > 0) {
+    o.sparse = kernels::SparseDecodeParams{s.block_size(), s.top_k_blocks(), s.sink_blocks(), s.recent_blocks()};
+  }
   return o;
 }
 
