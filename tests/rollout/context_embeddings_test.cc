@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/backends.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/config.h"
@@ -97,7 +98,7 @@ TEST(ContextEmbeddingsTest, EmbeddingRowsEqualTheirTokens) {
         ASSERT_TRUE(got.ok()) << got.status();
         EXPECT_EQ(got->context_rows, static_cast<int64_t>(n));
         ExpectSame(got->sequences[0], want->sequences[0],
-                   "n=" + std::to_string(n) + (greedy ? " greedy" : " sampled") + " " + f.ops->name());
+                   absl::StrCat("n=", n, greedy ? " greedy" : " sampled", " ", f.ops->name()));
       }
     }
   }
@@ -132,9 +133,11 @@ TEST(ContextEmbeddingsTest, MixedBatchesAndPreemption) {
     auto got = eng.Generate(mixed, o, *f.pp);
     ASSERT_TRUE(got.ok()) << got.status();
     for (size_t s = 0; s < mixed.size(); ++s) {
-      ExpectSame(got->sequences[s], want->sequences[s], "sequence " + std::to_string(s));
+      ExpectSame(got->sequences[s], want->sequences[s], absl::StrCat("sequence ", s));
     }
-    if (kv_blocks > 0) EXPECT_GT(got->scheduler.preemptions, 0);
+    if (kv_blocks > 0) {
+      EXPECT_GT(got->scheduler.preemptions, 0);
+    }
   }
 }
 
