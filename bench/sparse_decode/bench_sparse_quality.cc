@@ -287,10 +287,11 @@ int main(int argc, char** argv) {
               f.task.c_str(), N("--min-len"), N("--max-len"));
   std::printf("sparse: blocks of %d, %d sink + %d recent + top %d (dense span %d positions); pages of %d\n",
               sp.block_size, sp.sink_blocks, sp.recent_blocks, sp.top_k_blocks, span, page);
-  std::printf("| context | positions measured | top-1 agreement | mean KL | max KL | answer positions | answer "
-              "top-1 agreement | answer mean KL | answer exact dense | answer exact sparse | prefill s dense | prefill s "
-              "sparse | decode step ms dense | decode step ms sparse |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| context | positions measured | top-1 agreement | mean KL | max KL | answer positions | answer "
+      "top-1 agreement | answer mean KL | answer exact dense | answer exact sparse | prefill s dense | prefill s "
+      "sparse | decode step ms dense | decode step ms sparse |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   const double m = std::max<int64_t>(measured, 1), a = std::max<int64_t>(ans, 1);
   std::printf("| %d | %lld | %.4f | %.2e | %.2e | %lld | %.4f | %.2e | %.4f | %.4f | %.2f | %.2f | %.3f | %.3f |\n",
               context, static_cast<long long>(measured), agree / m, kl_sum / m, kl_max, static_cast<long long>(ans),
