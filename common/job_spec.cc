@@ -378,9 +378,6 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
                                     spec.rollout().block_size(), " (a sparse block is whole KV cache blocks)"));
       }
       if (tp > 1) return Invalid(key, "needs rollout.tp_size 1 (tensor-parallel rollout attends densely)");
-      if (spec.cluster().device() == tandem::v1::DEVICE_KIND_CUDA) {
-        return Invalid(key, "needs cluster.device: cpu (the CUDA backend has no sparse attention kernel yet)");
-      }
     }
     if (tp > 1) {
       if (rollout_world % tp != 0) {

@@ -71,12 +71,13 @@ class CudaOps final : public Ops {
   void paged_kv_write(const PagedKv& kv, int kd, const float* k, const float* v, const int32_t* slots, int t) override;
   void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q, const int32_t* row_seq,
                        const int32_t* row_pos, int t, float* out) override;
-  // Not on CUDA yet: the sparse ops record an error naming the op.
+  // Not on CUDA yet: the contiguous sparse ops record an error naming the op.
   void key_block_summaries(const AttentionParams& p, int batch, const float* k_cache, int cache_capacity,
                            const int32_t* cache_len, int block_size, int first_block, float* summaries) override;
   void sparse_decode_attention(const AttentionParams& p, const SparseDecodeParams& s, const float* q, int batch,
                                const float* k_cache, const float* v_cache, int cache_capacity, const int32_t* cache_len,
                                const float* summaries, float* out) override;
+  // Paged sparse attention (sparse_decode_cuda.cu, paged_sparse_kernel.cuh).
   void paged_key_summaries(const AttentionParams& p, const PagedKv& kv, const int32_t* slots, int t,
                            float* summaries) override;
   void paged_sparse_attention(const AttentionParams& p, const SparseDecodeParams& s, const PagedKv& kv,

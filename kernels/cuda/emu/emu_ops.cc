@@ -16,6 +16,7 @@
 #include "kernels/cuda/lm_head_kernel.cuh"
 #include "kernels/cuda/optimizer_kernel.cuh"
 #include "kernels/cuda/paged_attention_kernel.cuh"
+#include "kernels/cuda/paged_sparse_kernel.cuh"
 #include "kernels/cuda/quantize_int8_kernel.cuh"
 #include "kernels/cuda/rmsnorm_kernel.cuh"
 #include "kernels/cuda/sample_filter_kernel.cuh"
@@ -265,12 +266,34 @@ class EmuOps final : public Ops {
                                const float*, int, const int32_t*, const float*, float*) override {
     Unsupported("sparse_decode_attention");
   }
-  void paged_key_summaries(const AttentionParams&, const PagedKv&, const int32_t*, int, float*) override {
-    Unsupported("paged_key_summaries");
+  // As CudaOps (sparse_decode_cuda.cu).
+  void paged_key_summaries(const AttentionParams& p, const PagedKv& kv, const int32_t* slots, int t,
+                           float* summaries) override {
+    if (t <= 0) return;
+    const int threads = p.head_dim >= 128 ? 128 : ((p.head_dim + 31) / 32) * 32;
+    tandem_emu::Launch(dim3(p.num_kv_heads), dim3(threads), 0, [&] {
+      if (kv.dtype == KvDtype::kBF16) {
+        cuda::PagedKeySummariesKernel<uint16_t>(kv.k, slots, t, kv.block_size, p.num_kv_heads, p.head_dim, summaries);
+      } else {
+        cuda::PagedKeySummariesKernel<float>(kv.k, slots, t, kv.block_size, p.num_kv_heads, p.head_dim, summaries);
+      }
+    });
   }
-  void paged_sparse_attention(const AttentionParams&, const SparseDecodeParams&, const PagedKv&, const float*,
-                              const float*, const int32_t*, const int32_t*, int, float*) override {
-    Unsupported("paged_sparse_attention");
+  void paged_sparse_attention(const AttentionParams& p, const SparseDecodeParams& s, const PagedKv& kv,
+                              const float* summaries, const float* q, const int32_t* row_seq, const int32_t* row_pos,
+                              int t, float* out) override {
+    if (t <= 0) return;
+    const cuda::PagedSparseArgs a = cuda::MakePagedSparseArgs(p, s, kv, summaries, q, row_seq, row_pos, out);
+    cuda::DispatchDecode(p.head_dim, [&]<int kMaxD>() {
+      tandem_emu::Launch(dim3(p.num_heads, t), dim3(cuda::kSparseThreads), cuda::PagedSparseSmemBytes(a.max_blocks),
+                         [&] {
+                           if (kv.dtype == KvDtype::kBF16) {
+                             cuda::PagedSparseKernel<kMaxD, uint16_t>(a);
+                           } else {
+                             cuda::PagedSparseKernel<kMaxD, float>(a);
+                           }
+                         });
+    });
   }
   void quantize_int8(const float* x, size_t n, float* wire, uint64_t seed) override {
     if (n == 0) return;
@@ -302,7 +325,7 @@ std::unique_ptr<Ops> MakeEmuOps() { return std::make_unique<EmuOps>(); }
 bool EmuSupports(const std::string& op) {
   return op == "attention" || op == "decode_attention" || op == "paged_attention" || op == "rmsnorm" ||
          op == "lm_head" || op == "sum_squares" || op == "adamw" || op == "sample_logits" || op == "sample_filtered" ||
-         op == "linear_attention" || op == "int8_blocks";
+         op == "linear_attention" || op == "int8_blocks" || op == "paged_sparse";
 }
 
 }  // namespace tandem::kernels
