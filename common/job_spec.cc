@@ -371,13 +371,11 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
                      "tensor-parallel slice, not the full weights that sequence-parallel steps need)");
     }
     if (const auto& sp = spec.rollout().sparse(); sp.top_k_blocks() > 0) {
-      const char* key = "rollout.sparse.top_k_blocks";
       if (sp.block_size() % spec.rollout().block_size() != 0) {
         return Invalid("rollout.sparse.block_size",
                        absl::StrCat(sp.block_size(), " is not a multiple of rollout.block_size = ",
                                     spec.rollout().block_size(), " (a sparse block is whole KV cache blocks)"));
       }
-      if (tp > 1) return Invalid(key, "needs rollout.tp_size 1 (tensor-parallel rollout attends densely)");
     }
     if (tp > 1) {
       if (rollout_world % tp != 0) {

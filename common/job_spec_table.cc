@@ -333,7 +333,7 @@ ConfigTable* MakeJobSpecTable() {
        .max = 1 << 20,
        .help = "top-k block-sparse attention in full-attention layers: each token attends exactly to the sink "
                "blocks, the recent blocks and the top_k_blocks other blocks of its sequence whose key max/min "
-               "bound its scores highest (HiP / Quest); 0 = off (dense); rollout.tp_size 1"},
+               "bound its scores highest (HiP / Quest); 0 = off (dense)"},
       {.path = "rollout.sparse.block_size",
        .def = "64",
        .min = 1,

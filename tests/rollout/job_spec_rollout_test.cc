@@ -99,8 +99,7 @@ TEST(JobSpecRolloutTest, OptionsFromTheSpec) {
   EXPECT_FALSE(o.sparse.has_value());
 }
 
-// rollout.sparse: off by default; its blocks are whole KV cache blocks;
-// tp_size 1 only.
+// rollout.sparse: off by default; its blocks are whole KV cache blocks.
 TEST(JobSpecRolloutTest, SparseAttention) {
   auto on = common::ParseJobSpecYaml(kJob, {"rollout.sparse.top_k_blocks=8"});
   ASSERT_TRUE(on.ok()) << on.status();
@@ -121,8 +120,6 @@ TEST(JobSpecRolloutTest, SparseAttention) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
       {{"rollout.sparse.top_k_blocks=8", "rollout.sparse.block_size=40"},
        "rollout.sparse.block_size: 40 is not a multiple of rollout.block_size = 16"},
-      {{"rollout.sparse.top_k_blocks=8", "cluster.workers=2", "rollout.tp_size=2"},
-       "rollout.sparse.top_k_blocks: needs rollout.tp_size 1"},
   };
   for (const auto& [sets, want] : bad) {
     const std::string err = ErrorOf(sets);

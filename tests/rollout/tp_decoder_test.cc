@@ -203,22 +203,32 @@ TEST(TpDecoderTest, APeerThatAbortsFailsTheForwardWithoutHanging) {
   }
 }
 
-// Tensor-parallel rollout attends densely: rollout.sparse is refused by
-// the engine, not silently ignored.
-TEST(TpDecoderTest, SparseAttentionIsRefused) {
-  const ModelConfig config = Config("llama");
-  auto ops = MakeOps(Kernels::kCpu);
-  auto dec = TpDecoder::Create(config, nullptr, ops.get(), nullptr);
-  ASSERT_TRUE(dec.ok()) << dec.status();
-  std::vector<float> params = RandomParams(config, 3);
-  model::FlatParamProvider pp((*dec)->slice_layout(), params.data(), nullptr);
-  RolloutEngine eng(std::move(*dec), ops.get());
-  RolloutOptions o = Small(true);
-  o.sparse = kernels::SparseDecodeParams{4, 2, 1, 1};
-  auto res = eng.Generate(Requests(1), o, pp);
-  ASSERT_FALSE(res.ok());
-  EXPECT_EQ(res.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(res.status().message().find("rollout.tp_size 1"), std::string::npos) << res.status();
+// Sparse attention under TP: each rank chooses the blocks of its own
+// heads, so TP=2 (unsplit and overlapped) generates TP=1's sparse tokens;
+// long enough for 1 chosen block of 4 out of up to 10. (Shift parallelism:
+// tp_shift_test.)
+TEST(TpDecoderTest, SparseAttentionEqualsTp1) {
+  for (const char* kind : {"llama", "qwen3"}) {
+    SCOPED_TRACE(kind);
+    const ModelConfig config = Config(kind);
+    const std::vector<float> params = RandomParams(config, 13);
+    RolloutOptions o = Small(true);
+    o.max_new_tokens = 30;
+    o.sparse = kernels::SparseDecodeParams{4, 1, 1, 1};
+    const RolloutResult tp1 = RunTp1(config, params, o, Kernels::kReference);
+    RolloutOptions dense = o;
+    dense.sparse.reset();
+    const RolloutResult tp1_dense = RunTp1(config, params, dense, Kernels::kReference);
+    EXPECT_NE(tp1.sequences[0].raw_logprobs, tp1_dense.sequences[0].raw_logprobs);  // sparse is on
+    for (bool overlap : {false, true}) {
+      SCOPED_TRACE(overlap ? "overlap" : "unsplit");
+      TpOptions tpo;
+      tpo.overlap = overlap;
+      const auto ranks = RunTp(2, config, params, o, Kernels::kReference, tpo);
+      ExpectSameTokens(tp1, ranks[0].result, kLogprobTol);
+      ExpectSameTokens(tp1, ranks[1].result, kLogprobTol);
+    }
+  }
 }
 
 }  // namespace

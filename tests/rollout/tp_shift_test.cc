@@ -223,5 +223,25 @@ TEST(TpShiftTest, APeerThatAbortsFailsASequenceParallelStepWithoutHanging) {
   EXPECT_NE(status[1].message().find("all_to_all"), std::string::npos) << status[1];
 }
 
+// Sparse attention in sequence-parallel steps: each rank attends over its
+// heads of every row, choosing blocks per head as at TP 1. Threshold 1:
+// every step sequence-parallel; 9: only the prompts' step.
+TEST(TpShiftTest, SparseAttentionEqualsTp1) {
+  const ModelConfig config = Config("llama");
+  const std::vector<float> params = RandomParams(config, 13);
+  RolloutOptions o = Wide(true);
+  o.max_new_tokens = 30;
+  o.sparse = kernels::SparseDecodeParams{4, 1, 1, 1};
+  const RolloutResult tp1 = RunTp1(config, params, o, Kernels::kReference);
+  for (int threshold : {1, kPrefillOnly}) {
+    SCOPED_TRACE(threshold);
+    const auto tp2 = RunShift(config, params, o, Kernels::kReference, Shift(threshold));
+    ExpectSameTokens(tp1, tp2[0].result, kLogprobTol);
+    ExpectSameTokens(tp1, tp2[1].result, kLogprobTol);
+    EXPECT_GT(tp2[0].stats.sp_steps, 0);
+    EXPECT_EQ(tp2[0].stats.tp_steps > 0, threshold > 1);
+  }
+}
+
 }  // namespace
 }  // namespace tandem::rollout

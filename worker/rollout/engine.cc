@@ -71,7 +71,7 @@ absl::Status RolloutEngine::Check(const std::vector<RolloutRequest>& requests, c
     }
     if (!forward_->supports_sparse()) {
       return absl::UnimplementedError(
-          "rollout.sparse: this forward (tensor-parallel rollout) attends densely; use rollout.tp_size 1");
+          "rollout.sparse: this rollout forward has no sparse attention; leave rollout.sparse.top_k_blocks at 0");
     }
   }
   if (requests.empty()) return absl::InvalidArgumentError("rollout: no requests");

@@ -114,6 +114,7 @@ class TpDecoder final : public BatchForward {
   const model::LayerType& layer_type(int layer) const override { return decoder_.layer_type(layer); }
   kernels::DeviceMemory* memory() const override { return decoder_.memory(); }
   size_t scratch_bytes() const override;
+  bool supports_sparse() const override { return true; }
 
   int tp_size() const { return group_ == nullptr ? 1 : group_->size(); }
   int tp_rank() const { return group_ == nullptr ? 0 : group_->rank(); }
