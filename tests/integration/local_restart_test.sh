@@ -8,8 +8,11 @@
 # With --no-restart the same kill fails the job with a clear message.
 source "$(dirname "$0")/lib.sh"
 JOB="$TI_DIR/../../configs/sft-arith-tiny.yaml"
-# ~8 s per run on 2 idle cores; a checkpoint (and peer copy) every 50 steps.
-ARGS=(--workers 2 --set train.steps=300 --set checkpoint.every=50 --set checkpoint.keep=2)
+# ~10 s per run on 2 idle cores; a checkpoint (and peer copy) every 50 steps.
+# The kills land up to ~100 steps after their target on a busy machine
+# (the /proc scan for the worker's pid), so each target leaves room before
+# the end.
+ARGS=(--workers 2 --set train.steps=400 --set checkpoint.every=50 --set checkpoint.keep=2)
 
 leftovers() { pgrep -f -- "$1/" || true; }
 show() { cat "$1" >&2 || ls -la "$WORK" >&2 || true; }
@@ -50,7 +53,7 @@ log "reference run: $(($(date +%s) - T0)) s, model $REF"
 for variant in peer disk; do
   extra=()
   [[ $variant == disk ]] && extra=(--set recovery.no_peer_copies=true)
-  at=$([[ $variant == peer ]] && echo 80 || echo 180)
+  at=$([[ $variant == peer ]] && echo 80 || echo 110)
   run_killing "kill-$variant" "$at" "${extra[@]}"
   RUN="$WORK/kill-$variant"
   OUT="$WORK/kill-$variant.out"
