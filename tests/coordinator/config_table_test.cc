@@ -184,10 +184,14 @@ TEST_P(ConfigRowTest, DefaultsAreTheTablesDefaults) {
     static_cast<tandem::v1::JobSpec*>(api.get())->mutable_model()->mutable_config();
   }
   ApplyDefaults(table, api.get());
-  if (!key.zero_is_value) EXPECT_EQ(ValueText(*api, key.path), parsed) << key.path;
+  if (!key.zero_is_value) {
+    EXPECT_EQ(ValueText(*api, key.path), parsed) << key.path;
+  }
   std::unique_ptr<Message> file(table.defaults->New());
   SetDefaults(table, file.get());
-  if (!absl::StartsWith(key.path, "model.")) EXPECT_EQ(ValueText(*file, key.path), parsed) << key.path;
+  if (!absl::StartsWith(key.path, "model.")) {
+    EXPECT_EQ(ValueText(*file, key.path), parsed) << key.path;
+  }
 }
 
 std::vector<Row> AllRows() {

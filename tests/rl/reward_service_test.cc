@@ -79,7 +79,7 @@ class Server {
 };
 
 std::vector<RewardRequestItem> Items() {
-  return {{"1+1=", "2", "2", {5, 2}}, {"2+2=", "5", "4", {8}}, {"3+3=", "6", "6", {}}};
+  return {{"1+1=", "2", "2", {5, 2}, {}, false}, {"2+2=", "5", "4", {8}, {}, false}, {"3+3=", "6", "6", {}, {}, false}};
 }
 
 std::unique_ptr<RewardClient> Client(const std::string& address, int timeout_ms = 2000) {

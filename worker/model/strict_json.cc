@@ -50,7 +50,8 @@ absl::StatusOr<json> ParseStrict(std::string_view text, absl::string_view what) 
   if (j.is_discarded()) {
     // Parse again with exceptions for nlohmann's message (line and column).
     try {
-      (void)json::parse(text.begin(), text.end());
+      const json again = json::parse(text.begin(), text.end());
+      (void)again;
     } catch (const typename json::exception& e) {
       return absl::InvalidArgumentError(absl::StrCat(what, " is not valid JSON: ", e.what()));
     }
