@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/attention_cuda.cuh"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/warp_softmax.cuh"
 
 namespace tandem::kernels::cuda {
 namespace {
@@ -58,52 +59,10 @@ __global__ void __launch_bounds__(kDecodeWarps* kWarp) DecodeKernel(const Decode
   const size_t base = static_cast<size_t>(b) * a.cache_capacity * kv_stride + static_cast<size_t>(hk) * d;
   float m = -INFINITY, l = 0.f;
   for (int j = lo + warp; j <= hi; j += kDecodeWarps) {
-    const float* kp = a.k_cache + base + static_cast<size_t>(j) * kv_stride;
-    const float* vp = a.v_cache + base + static_cast<size_t>(j) * kv_stride;
-    float s = 0.f;
-#pragma unroll
-    for (int e = 0; e < kE; ++e) {
-      const int col = lane + kWarp * e;
-      if (col < d) s = fmaf(qv[e], kp[col], s);
-    }
-    s = WarpSum(s) * a.scale;
-    const float m_new = fmaxf(m, s);
-    const float alpha = expf(m - m_new);
-    const float p = expf(s - m_new);
-    l = l * alpha + p;
-    m = m_new;
-#pragma unroll
-    for (int e = 0; e < kE; ++e) {
-      const int col = lane + kWarp * e;
-      acc[e] = acc[e] * alpha + (col < d ? p * vp[col] : 0.f);
-    }
+    const size_t row = base + static_cast<size_t>(j) * kv_stride;
+    WarpSoftmaxStep(qv, a.k_cache + row, a.v_cache + row, d, a.scale, lane, m, l, acc);
   }
-  if (lane == 0) {
-    part_m[warp] = m;
-    part_l[warp] = l;
-  }
-#pragma unroll
-  for (int e = 0; e < kE; ++e) part_acc[warp][lane + kWarp * e] = acc[e];
-  __syncthreads();
-
-  float mx = -INFINITY;
-#pragma unroll
-  for (int w = 0; w < kDecodeWarps; ++w) mx = fmaxf(mx, part_m[w]);
-  float total = 0.f;
-  float wgt[kDecodeWarps];
-#pragma unroll
-  for (int w = 0; w < kDecodeWarps; ++w) {
-    wgt[w] = part_m[w] == -INFINITY ? 0.f : expf(part_m[w] - mx);
-    total += part_l[w] * wgt[w];
-  }
-  const float inv = total > 0.f ? 1.f / total : 0.f;
-  float* op = a.out + qrow * d;
-  for (int col = threadIdx.x; col < d; col += blockDim.x) {
-    float o = 0.f;
-#pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) o += part_acc[w][col] * wgt[w];
-    op[col] = o * inv;
-  }
+  MergeWarps<kDecodeWarps, kMaxD>(m, l, acc, part_m, part_l, part_acc, d, a.out + qrow * d);
 }
 
 // Head-dim bound per launch, shared by the launcher and the CPU emulation

@@ -6,6 +6,7 @@
 #include "kernels/bf16.h"
 #include "kernels/cuda/attention_cuda.cuh"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/warp_softmax.cuh"
 
 namespace tandem::kernels::cuda {
 namespace {
@@ -28,9 +29,6 @@ struct PagedArgs {
   int window;
   float scale;
 };
-
-__device__ __forceinline__ float KvLoad(const float* p, size_t i) { return p[i]; }
-__device__ __forceinline__ float KvLoad(const uint16_t* p, size_t i) { return FloatFromBf16(p[i]); }
 
 // One block per (query head, row); its warps split the visible positions
 // round-robin with an online softmax each, merged in shared memory.
@@ -66,51 +64,10 @@ __global__ void __launch_bounds__(kPagedWarps* kWarp) PagedAttentionKernel(const
   float m = -INFINITY, l = 0.f;
   for (int j = lo + warp; j <= pos; j += kPagedWarps) {
     const size_t slot = static_cast<size_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
-    const size_t base = slot * kv_stride + static_cast<size_t>(hk) * d;
-    float s = 0.f;
-#pragma unroll
-    for (int e = 0; e < kE; ++e) {
-      const int col = lane + kWarp * e;
-      if (col < d) s = fmaf(qv[e], KvLoad(kc, base + col), s);
-    }
-    s = WarpSum(s) * a.scale;
-    const float m_new = fmaxf(m, s);
-    const float alpha = expf(m - m_new);
-    const float p = expf(s - m_new);
-    l = l * alpha + p;
-    m = m_new;
-#pragma unroll
-    for (int e = 0; e < kE; ++e) {
-      const int col = lane + kWarp * e;
-      acc[e] = acc[e] * alpha + (col < d ? p * KvLoad(vc, base + col) : 0.f);
-    }
+    const size_t row = slot * kv_stride + static_cast<size_t>(hk) * d;
+    WarpSoftmaxStep(qv, kc + row, vc + row, d, a.scale, lane, m, l, acc);
   }
-  if (lane == 0) {
-    part_m[warp] = m;
-    part_l[warp] = l;
-  }
-#pragma unroll
-  for (int e = 0; e < kE; ++e) part_acc[warp][lane + kWarp * e] = acc[e];
-  __syncthreads();
-
-  float mx = -INFINITY;
-#pragma unroll
-  for (int w = 0; w < kPagedWarps; ++w) mx = fmaxf(mx, part_m[w]);
-  float total = 0.f;
-  float wgt[kPagedWarps];
-#pragma unroll
-  for (int w = 0; w < kPagedWarps; ++w) {
-    wgt[w] = part_m[w] == -INFINITY ? 0.f : expf(part_m[w] - mx);
-    total += part_l[w] * wgt[w];
-  }
-  const float inv = total > 0.f ? 1.f / total : 0.f;
-  float* op = a.out + qrow * d;
-  for (int col = threadIdx.x; col < d; col += blockDim.x) {
-    float o = 0.f;
-#pragma unroll
-    for (int w = 0; w < kPagedWarps; ++w) o += part_acc[w][col] * wgt[w];
-    op[col] = o * inv;
-  }
+  MergeWarps<kPagedWarps, kMaxD>(m, l, acc, part_m, part_l, part_acc, d, a.out + qrow * d);
 }
 
 // One block per row; threads over the kd values of k and v.

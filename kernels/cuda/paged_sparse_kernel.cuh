@@ -197,51 +197,11 @@ __global__ void __launch_bounds__(kSparseThreads) PagedSparseKernel(const PagedS
     const int end = min(pos + 1, (i + 1) * a.block_size);
     for (int j = i * a.block_size + warp; j < end; j += kSparseWarps) {
       const size_t slot = static_cast<size_t>(table[j / a.page_size]) * a.page_size + j % a.page_size;
-      const size_t base = slot * kv_stride + static_cast<size_t>(hk) * d;
-      float s = 0.f;
-#pragma unroll
-      for (int e = 0; e < kE; ++e) {
-        const int col = lane + kWarp * e;
-        if (col < d) s = fmaf(qv[e], KvLoad(kc, base + col), s);
-      }
-      s = WarpSum(s) * a.scale;
-      const float m_new = fmaxf(mrun, s);
-      const float alpha = expf(mrun - m_new);
-      const float p = expf(s - m_new);
-      l = l * alpha + p;
-      mrun = m_new;
-#pragma unroll
-      for (int e = 0; e < kE; ++e) {
-        const int col = lane + kWarp * e;
-        acc[e] = acc[e] * alpha + (col < d ? p * KvLoad(vc, base + col) : 0.f);
-      }
+      const size_t row = slot * kv_stride + static_cast<size_t>(hk) * d;
+      WarpSoftmaxStep(qv, kc + row, vc + row, d, a.scale, lane, mrun, l, acc);
     }
   }
-  if (lane == 0) {
-    part_m[warp] = mrun;
-    part_l[warp] = l;
-  }
-#pragma unroll
-  for (int e = 0; e < kE; ++e) part_acc[warp][lane + kWarp * e] = acc[e];
-  __syncthreads();
-  float mx = -INFINITY;
-#pragma unroll
-  for (int w = 0; w < kSparseWarps; ++w) mx = fmaxf(mx, part_m[w]);
-  float total = 0.f;
-  float wgt[kSparseWarps];
-#pragma unroll
-  for (int w = 0; w < kSparseWarps; ++w) {
-    wgt[w] = part_m[w] == -INFINITY ? 0.f : expf(part_m[w] - mx);
-    total += part_l[w] * wgt[w];
-  }
-  const float inv = total > 0.f ? 1.f / total : 0.f;
-  float* op = a.out + qrow * d;
-  for (int col = tid; col < d; col += blockDim.x) {
-    float o = 0.f;
-#pragma unroll
-    for (int w = 0; w < kSparseWarps; ++w) o += part_acc[w][col] * wgt[w];
-    op[col] = o * inv;
-  }
+  MergeWarps<kSparseWarps, kMaxD>(mrun, l, acc, part_m, part_l, part_acc, d, a.out + qrow * d);
 }
 
 }  // namespace
