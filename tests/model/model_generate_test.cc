@@ -293,10 +293,11 @@ TEST(GenerateTest, StopsAtStopIdsAndValidates) {
   EXPECT_FALSE(Generate(gen, {{1}}, bad, pp).ok());
 }
 
-// Layers with per-layer decode state are refused with the layer named.
-TEST(GenerateTest, LinearAndSinkLayersAreRefused) {
+// Attention-sink layers are refused with the layer named (linear layers
+// run: tests/rollout/linear_engine_test.cc).
+TEST(GenerateTest, SinkLayersAreRefused) {
   auto ops = kernels::MakeReferenceOps();
-  for (const char* type : {"linear", "sink:2+window:4"}) {
+  for (const char* type : {"sink:2+window:4"}) {
     json j = {{"vocab_size", 29},
               {"hidden_size", 32},
               {"intermediate_size", 40},

@@ -281,6 +281,9 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
   (*m->mutable_extra())["rollout_tokens_per_s"] = sums[1] > 0 ? sums[0] / (sums[1] / ctx.world) : 0;
   (*m->mutable_extra())["kv_cache_bytes"] = static_cast<double>(gen->kv_pool_bytes);
   (*m->mutable_extra())["kv_cache_peak_bytes"] = static_cast<double>(gen->kv_peak_bytes);
+  if (gen->state_bytes > 0) {
+    (*m->mutable_extra())["rollout_state_bytes"] = static_cast<double>(gen->state_bytes);
+  }
   (*m->mutable_extra())["rollout_prefill_tokens_saved"] = static_cast<double>(gen->scheduler.prompt_tokens_saved);
   (*m->mutable_extra())["rollout_preemptions"] = static_cast<double>(gen->scheduler.preemptions);
   (*m->mutable_extra())["response_length_mean"] = sums[4] > 0 ? sums[2] / sums[4] : 0;

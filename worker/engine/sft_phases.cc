@@ -451,11 +451,11 @@ absl::Status Evaluate(JobContext& ctx, int64_t step, ReportPhaseRequest* report)
     report->add_log_lines("eval skipped: nothing to score against (a built-in task, or data.eval with reward.type)");
     return absl::OkStatus();
   }
-  // Greedy generation keeps a KV cache per layer: linear and sink layers
-  // (worker/model/layer_types.h) are not decoded by it.
+  // The rollout engine does not decode attention-sink layers
+  // (worker/model/layer_types.h).
   for (int l = 0; l < ctx.config.num_hidden_layers; ++l) {
     const model::LayerType t = model::LayerTypeOf(ctx.config, l);
-    if (t.kind == model::LayerKind::kLinear || t.kind == model::LayerKind::kSinkWindow) {
+    if (t.kind == model::LayerKind::kSinkWindow) {
       report->add_log_lines(absl::StrCat("eval skipped: greedy generation does not decode layer ", l, " ('",
                                          model::LayerTypeName(t), "')"));
       return absl::OkStatus();

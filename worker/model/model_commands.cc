@@ -430,6 +430,7 @@ int GenerateCommand(const std::vector<std::string>& args) {
     j["decode_tokens_per_second"] = tps;
     j["kv_cache_bytes"] = res->kv_pool_bytes;
     j["kv_peak_bytes"] = res->kv_peak_bytes;
+    j["state_bytes"] = res->state_bytes;
     std::cout << j.dump() << "\n";
   } else {
     for (size_t i = 0; i < res->sequences.size(); ++i) {

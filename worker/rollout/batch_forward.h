@@ -39,6 +39,16 @@ struct ForwardBatch {
   // Top-k block-sparse attention in full-attention layers (nullptr: dense):
   // the KV pool then holds key summaries (forwards with supports_sparse()).
   const kernels::SparseDecodeParams* sparse = nullptr;
+  // Layers with a recurrent state (linear attention): the rows are
+  // num_chunks runs of consecutive positions of one sequence each, run i at
+  // rows [chunk_rows[i], chunk_rows[i + 1]) (device, num_chunks + 1). Run i
+  // continues the state in slot chunk_slot[i] of the KvPool and leaves its
+  // last state there; a run whose first position chunk_start[i] is 0 starts
+  // from zeros. chunk_slot and chunk_start are HOST memory.
+  int num_chunks = 0;
+  const int32_t* chunk_rows = nullptr;
+  const int32_t* chunk_slot = nullptr;
+  const int32_t* chunk_start = nullptr;
 };
 
 class BatchForward {
@@ -66,13 +76,16 @@ class BatchForward {
   // the model's context length in positions.
   virtual int hidden() const = 0;
   virtual int max_positions() const = 0;
-  // Layer `layer`'s attention type (the engine refuses the kinds a paged KV
-  // cache does not hold).
+  // Layer `layer`'s attention type (the engine refuses the kinds this
+  // forward does not run).
   virtual const model::LayerType& layer_type(int layer) const = 0;
   virtual kernels::DeviceMemory* memory() const = 0;
   virtual size_t scratch_bytes() const = 0;
   // Whether Forward runs ForwardBatch::sparse.
   virtual bool supports_sparse() const { return false; }
+  // Floats of one sequence's recurrent state in a linear-attention layer
+  // (0: Forward does not run linear layers).
+  virtual size_t linear_state_floats() const { return 0; }
 };
 
 }  // namespace tandem::rollout

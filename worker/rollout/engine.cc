@@ -77,10 +77,15 @@ absl::Status RolloutEngine::Check(const std::vector<RolloutRequest>& requests, c
   if (requests.empty()) return absl::InvalidArgumentError("rollout: no requests");
   for (int l = 0; l < forward_->num_layers(); ++l) {
     const model::LayerType& t = forward_->layer_type(l);
-    if (t.kind == model::LayerKind::kLinear || t.kind == model::LayerKind::kSinkWindow) {
+    if (t.kind == model::LayerKind::kSinkWindow) {
       return absl::UnimplementedError(absl::StrCat("rollout: layer ", l, " is '", model::LayerTypeName(t),
-                                                   "'; the rollout engine's paged KV cache holds softmax attention "
-                                                   "with full or sliding-window layers only"));
+                                                   "'; the rollout engine runs full, sliding-window and linear "
+                                                   "layers, not attention sinks"));
+    }
+    if (t.kind == model::LayerKind::kLinear && forward_->linear_state_floats() == 0) {
+      return absl::UnimplementedError(absl::StrCat("rollout: layer ", l,
+                                                   " is 'linear', which this rollout forward does not run (a "
+                                                   "tensor-parallel forward needs rollout.tp_size 1 for it)"));
     }
   }
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -187,13 +192,35 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
 
   const int layers = forward_->num_layers(), kv_dim = forward_->kv_dim();
   const bool summaries = o.sparse.has_value();
-  const size_t block_bytes = KvPool::BlockBytes(layers, kv_dim, o.block_size, o.kv_dtype, summaries);
+  // Linear layers keep a recurrent state per running sequence, the others a
+  // KV cache.
+  std::vector<bool> has_kv(layers), has_state(layers);
+  int kv_layers = 0;
+  for (int l = 0; l < layers; ++l) {
+    has_state[l] = forward_->layer_type(l).kind == model::LayerKind::kLinear;
+    has_kv[l] = !has_state[l];
+    kv_layers += has_kv[l] ? 1 : 0;
+  }
+  const int S = std::min<int>(o.max_seqs, static_cast<int>(requests.size()));
+  const int state_slots = kv_layers < layers ? S : 0;
+  const size_t state_bytes = static_cast<size_t>(layers - kv_layers) * static_cast<size_t>(state_slots) *
+                             forward_->linear_state_floats() * sizeof(float);
+  const size_t block_bytes = KvPool::BlockBytes(kv_layers, kv_dim, o.block_size, o.kv_dtype, summaries);
   int64_t full = 0;  // blocks for every sequence at full length, unshared
   for (const auto& r : requests) {
     const int64_t n = static_cast<int64_t>(r.context.size() / static_cast<size_t>(hidden_));
     full += (n + static_cast<int64_t>(r.prompt.size()) + o.max_new_tokens + o.block_size - 1) / o.block_size;
   }
-  int64_t num_blocks = o.kv_cache_bytes > 0 ? static_cast<int64_t>(o.kv_cache_bytes / block_bytes) : full;
+  // The states come out of the budget first; blocks of a model without KV
+  // layers cost nothing (they only count positions).
+  if (o.kv_cache_bytes > 0 && state_bytes > o.kv_cache_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rollout.kv_cache_bytes ", o.kv_cache_bytes, " cannot hold the linear-attention states of ",
+                     state_slots, " running sequences (", state_bytes, " bytes); raise it or lower rollout.max_seqs"));
+  }
+  int64_t num_blocks = o.kv_cache_bytes > 0 && block_bytes > 0
+                           ? static_cast<int64_t>((o.kv_cache_bytes - state_bytes) / block_bytes)
+                           : full;
   num_blocks = std::min<int64_t>(num_blocks, std::min<int64_t>(full, INT32_MAX / o.block_size));
 
   SchedulerOptions so;
@@ -203,6 +230,7 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
   so.max_seqs = o.max_seqs;
   so.share_prompts = o.share_prompts;
   so.static_batch = o.static_batch;
+  so.state_slots = state_slots;
   Scheduler sched(so);
   int32_t next_row = 0;
   for (const auto& r : requests) {
@@ -211,13 +239,19 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
   }
   if (kv_.num_blocks() != so.num_blocks || kv_.dtype() != o.kv_dtype || kv_.block_size() != o.block_size ||
       kv_.has_summaries() != summaries) {
-    RETURN_IF_ERROR(kv_.Allocate(mem_, layers, kv_dim, o.block_size, so.num_blocks, o.kv_dtype, summaries));
+    RETURN_IF_ERROR(kv_.Allocate(mem_, layers, kv_dim, o.block_size, so.num_blocks, o.kv_dtype, summaries, has_kv));
+  }
+  if (kv_.state_slots() != state_slots) {
+    if (absl::Status st = kv_.AllocateStates(has_state, forward_->linear_state_floats(), state_slots); !st.ok()) {
+      Release();
+      return st;
+    }
   }
   const int R = o.max_batch_tokens;
-  const int S = std::min<int>(o.max_seqs, static_cast<int>(requests.size()));
   const int MB = sched.max_blocks_per_seq();
-  // [tokens | positions | row_seq | slots] (R each), out rows (S), tables (S x MB).
-  const size_t index_ints = 4 * static_cast<size_t>(R) + S + static_cast<size_t>(S) * MB;
+  // [tokens | positions | row_seq | slots] (R each), out rows (S), tables
+  // (S x MB), run row offsets (S + 1).
+  const size_t index_ints = 4 * static_cast<size_t>(R) + S + static_cast<size_t>(S) * MB + S + 1;
   RETURN_IF_ERROR(Ensure(R, S, sched.max_positions(), index_ints));
 
   std::vector<int32_t> stop = o.stop_ids;
@@ -249,17 +283,24 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
     // Host indices, one upload.
     const int rows = step.rows, n_out = static_cast<int>(step.samples.size());
     const int nseq = static_cast<int>(step.chunks.size());
-    idx_.assign(4 * static_cast<size_t>(rows) + n_out + static_cast<size_t>(nseq) * MB, 0);
+    idx_.assign(4 * static_cast<size_t>(rows) + n_out + static_cast<size_t>(nseq) * MB + nseq + 1, 0);
     int32_t* tok = idx_.data();
     int32_t* pos = tok + rows;
     int32_t* rseq = pos + rows;
     int32_t* slot = rseq + rows;
     int32_t* outr = slot + rows;
     int32_t* tables = outr + n_out;
+    int32_t* run_rows = tables + static_cast<size_t>(nseq) * MB;
     ctx_rows_.clear();
     ctx_src_.clear();
+    run_slot_.clear();
+    run_start_.clear();
     for (int k = 0; k < nseq; ++k) {
       const Scheduler::Chunk& c = step.chunks[k];
+      run_rows[k] = c.row;
+      run_rows[k + 1] = c.row + c.n;
+      run_slot_.push_back(sched.state_slot(c.seq));
+      run_start_.push_back(c.start);
       const auto toks = sched.tokens(c.seq);
       const BlockTable& tb = sched.table(c.seq);
       std::copy(tb.begin(), tb.end(), tables + static_cast<size_t>(k) * MB);
@@ -294,8 +335,18 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
     fb.context_src = ctx_src_.data();
     fb.context_table = context_d_.data();
     fb.sparse = o.sparse ? &*o.sparse : nullptr;
+    if (state_slots > 0) {
+      fb.num_chunks = nseq;
+      fb.chunk_rows = fb.block_tables + static_cast<size_t>(nseq) * MB;
+      fb.chunk_slot = run_slot_.data();
+      fb.chunk_start = run_start_.data();
+    }
     RETURN_IF_ERROR(forward_->Forward(params, kv_, fb));
     sched.Commit(step);
+    // A follower starts from its leader's state at the prompt's end.
+    for (const auto& [follower, leader] : step.forks) {
+      if (state_slots > 0) kv_.CopyState(sched.state_slot(leader), sched.state_slot(follower));
+    }
 
     // Sampling: stream of each sequence, token index = tokens generated.
     for (int i = 0; i < n_out; ++i) {
@@ -355,7 +406,8 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
   res.scheduler = sched.stats();
   res.num_blocks = so.num_blocks;
   res.kv_pool_bytes = kv_.bytes();
-  res.kv_peak_bytes = static_cast<size_t>(sched.blocks().peak_used_blocks()) * block_bytes;
+  res.kv_peak_bytes = static_cast<size_t>(sched.blocks().peak_used_blocks()) * block_bytes + state_bytes;
+  res.state_bytes = state_bytes;
   res.seconds = Now() - t0;
   return res;
 }

@@ -17,8 +17,11 @@
 // max_seqs, max_batch_tokens or block_size; every sampled token comes with
 // its log-probs; the KV cache is allocated once per Generate, within the
 // budget, and freed by Release (nothing is kept between rollout phases).
-// Layers with per-layer decode state (linear attention, attention sinks)
-// are refused (Unimplemented); full and sliding-window layers run. With
+// Full and sliding-window layers read the paged KV cache; linear-attention
+// layers keep no KV, only one recurrent state per running sequence (its
+// slot in the KvPool, copied from the leader when a shared prompt forks; a
+// preempted sequence recomputes from position 0). Attention-sink layers are
+// refused (Unimplemented). With
 // options.sparse, full-attention layers attend top-k blocks
 // (Ops::paged_sparse_attention): tokens then follow that rule, and the
 // guarantees on batch composition, sharing and preemption still hold.
@@ -96,8 +99,9 @@ struct RolloutResult {
   int64_t context_rows = 0;  // context embedding positions prefilled
   int64_t generated_tokens = 0;
   SchedulerStats scheduler;
-  size_t kv_pool_bytes = 0;  // the cache allocated
-  size_t kv_peak_bytes = 0;  // blocks in use at the peak
+  size_t kv_pool_bytes = 0;  // the cache allocated (linear-attention states included)
+  size_t kv_peak_bytes = 0;  // blocks in use at the peak, plus the states
+  size_t state_bytes = 0;    // linear-attention states (one per running sequence)
   int num_blocks = 0;
   double seconds = 0;
   double prefill_seconds = 0;  // steps that ran prompt positions
@@ -142,6 +146,8 @@ class RolloutEngine {
   // context rows of one step (host).
   kernels::DeviceArray<float> context_d_;
   std::vector<int32_t> ctx_rows_, ctx_src_;
+  // Each run's recurrent-state slot and first position (host).
+  std::vector<int32_t> run_slot_, run_start_;
   std::vector<int32_t> idx_;
   std::vector<double> u_;
   std::vector<int32_t> pick_id_;

@@ -4,42 +4,65 @@
 
 namespace tandem::rollout {
 
-size_t KvPool::BlockBytes(int layers, int kv_dim, int block_size, kernels::KvDtype dtype, bool summaries) {
+size_t KvPool::BlockBytes(int kv_layers, int kv_dim, int block_size, kernels::KvDtype dtype, bool summaries) {
   const size_t elem = dtype == kernels::KvDtype::kBF16 ? 2 : 4;
   const size_t summary = summaries ? 2 * static_cast<size_t>(kv_dim) * sizeof(float) : 0;
-  return static_cast<size_t>(layers) * (2 * static_cast<size_t>(block_size) * kv_dim * elem + summary);
+  return static_cast<size_t>(kv_layers) * (2 * static_cast<size_t>(block_size) * kv_dim * elem + summary);
 }
 
 absl::Status KvPool::Allocate(kernels::DeviceMemory* mem, int layers, int kv_dim, int block_size, int num_blocks,
-                              kernels::KvDtype dtype, bool summaries) {
+                              kernels::KvDtype dtype, bool summaries, const std::vector<bool>& has_kv) {
   Release();
   mem_ = mem;
   dtype_ = dtype;
   kv_dim_ = kv_dim;
   block_size_ = block_size;
   const size_t n = static_cast<size_t>(num_blocks) * block_size * kv_dim;
+  auto kv_at = [&](int l) { return has_kv.empty() || has_kv[l]; };
+  int kv_layers = 0;
   bool ok = true;
-  if (dtype == kernels::KvDtype::kBF16) {
+  const bool bf16 = dtype == kernels::KvDtype::kBF16;
+  if (bf16) {
     kh_.resize(layers);
     vh_.resize(layers);
-    for (int l = 0; l < layers && ok; ++l) ok = kh_[l].Allocate(mem, n) && vh_[l].Allocate(mem, n);
   } else {
     kf_.resize(layers);
     vf_.resize(layers);
-    for (int l = 0; l < layers && ok; ++l) ok = kf_[l].Allocate(mem, n) && vf_[l].Allocate(mem, n);
   }
-  if (summaries) {
-    sum_.resize(layers);
-    for (int l = 0; l < layers && ok; ++l) ok = sum_[l].Allocate(mem, static_cast<size_t>(num_blocks) * 2 * kv_dim);
+  if (summaries) sum_.resize(layers);
+  for (int l = 0; l < layers && ok; ++l) {
+    if (!kv_at(l)) continue;
+    ++kv_layers;
+    ok = bf16 ? kh_[l].Allocate(mem, n) && vh_[l].Allocate(mem, n) : kf_[l].Allocate(mem, n) && vf_[l].Allocate(mem, n);
+    if (ok && summaries) ok = sum_[l].Allocate(mem, static_cast<size_t>(num_blocks) * 2 * kv_dim);
   }
   if (!ok) {
     Release();
     return absl::ResourceExhaustedError(
         absl::StrCat("rollout: cannot allocate a KV cache of ", num_blocks, " blocks (",
-                     BlockBytes(layers, kv_dim, block_size, dtype, summaries) * num_blocks, " bytes) in ", mem->name(),
-                     " memory; lower rollout.kv_cache_bytes or rollout.kv_cache_fraction"));
+                     BlockBytes(kv_layers, kv_dim, block_size, dtype, summaries) * num_blocks, " bytes) in ",
+                     mem->name(), " memory; lower rollout.kv_cache_bytes or rollout.kv_cache_fraction"));
   }
   num_blocks_ = num_blocks;
+  return absl::OkStatus();
+}
+
+absl::Status KvPool::AllocateStates(const std::vector<bool>& has_state, size_t state_floats, int slots) {
+  states_.clear();
+  state_floats_ = 0;
+  state_slots_ = 0;
+  if (slots <= 0) return absl::OkStatus();
+  states_.resize(has_state.size());
+  for (size_t l = 0; l < has_state.size(); ++l) {
+    if (has_state[l] && !states_[l].Allocate(mem_, state_floats * static_cast<size_t>(slots))) {
+      states_.clear();
+      return absl::ResourceExhaustedError(
+          absl::StrCat("rollout: cannot allocate ", slots, " linear-attention states of ", state_floats * sizeof(float),
+                       " bytes per layer in ", mem_->name(), " memory; lower rollout.max_seqs"));
+    }
+  }
+  state_floats_ = state_floats;
+  state_slots_ = slots;
   return absl::OkStatus();
 }
 
@@ -49,6 +72,9 @@ void KvPool::Release() {
   kh_.clear();
   vh_.clear();
   sum_.clear();
+  states_.clear();
+  state_floats_ = 0;
+  state_slots_ = 0;
   num_blocks_ = 0;
 }
 
@@ -59,7 +85,25 @@ size_t KvPool::bytes() const {
   for (const auto& a : kh_) n += a.bytes();
   for (const auto& a : vh_) n += a.bytes();
   for (const auto& a : sum_) n += a.bytes();
+  return n + state_bytes();
+}
+
+size_t KvPool::state_bytes() const {
+  size_t n = 0;
+  for (const auto& a : states_) n += a.bytes();
   return n;
+}
+
+float* KvPool::States(int l) const {
+  return static_cast<size_t>(l) < states_.size() && !states_[l].empty() ? const_cast<float*>(states_[l].data())
+                                                                        : nullptr;
+}
+
+void KvPool::CopyState(int src, int dst) {
+  const size_t bytes = state_floats_ * sizeof(float);
+  for (auto& s : states_) {
+    if (!s.empty()) mem_->CopyOnDevice(s.data() + dst * state_floats_, s.data() + src * state_floats_, bytes);
+  }
 }
 
 void* KvPool::K(int l) const {
@@ -92,11 +136,12 @@ void KvPool::CopyBlock(int32_t src, int32_t dst) {
   for (int l = 0; l < layers; ++l) {
     for (void* base : {K(l), V(l)}) {
       char* b = static_cast<char*>(base);
-      mem_->CopyOnDevice(b + dst * bytes, b + src * bytes, bytes);
+      if (b != nullptr) mem_->CopyOnDevice(b + dst * bytes, b + src * bytes, bytes);
     }
   }
   const size_t sum_floats = 2 * static_cast<size_t>(kv_dim_);
   for (auto& s : sum_) {
+    if (s.empty()) continue;
     mem_->CopyOnDevice(s.data() + dst * sum_floats, s.data() + src * sum_floats, sum_floats * sizeof(float));
   }
 }

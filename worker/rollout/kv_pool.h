@@ -1,10 +1,12 @@
 // KvPool: the device memory of a paged KV cache, one k and one v pool per
-// layer, each [num_blocks, block_size, Hkv, D] in fp32 or bf16
-// (kernels/ops.h, PagedKv), and for sparse attention the key summaries of
-// every block ([num_blocks, Hkv, 2, D] fp32 per layer,
-// Ops::paged_key_summaries). Allocated once per rollout from a byte budget
-// and freed with the pool: nothing stays between rollout phases. Move-only;
-// one thread at a time.
+// softmax-attention layer, each [num_blocks, block_size, Hkv, D] in fp32 or
+// bf16 (kernels/ops.h, PagedKv), and for sparse attention the key summaries
+// of every block ([num_blocks, Hkv, 2, D] fp32 per layer,
+// Ops::paged_key_summaries). Layers without a KV cache (linear attention)
+// hold instead one recurrent state per running sequence: `slots` states of
+// `state_floats` fp32 each ([H, Dk, Dv]) per such layer. Allocated once per
+// rollout from a byte budget and freed with the pool: nothing stays between
+// rollout phases. Move-only; one thread at a time.
 #pragma once
 
 #include <cstddef>
@@ -23,20 +25,29 @@ class KvPool {
   KvPool(KvPool&&) = default;
   KvPool& operator=(KvPool&&) = default;
 
-  // Bytes of one block over all layers (k and v, and its key summaries).
-  static size_t BlockBytes(int layers, int kv_dim, int block_size, kernels::KvDtype dtype, bool summaries = false);
+  // Bytes of one block over `kv_layers` layers with a KV cache (k and v,
+  // and its key summaries).
+  static size_t BlockBytes(int kv_layers, int kv_dim, int block_size, kernels::KvDtype dtype, bool summaries = false);
 
-  // Allocates num_blocks blocks per layer (with key summaries when asked).
-  // ResourceExhausted when the memory cannot hold them.
+  // Allocates num_blocks blocks per layer (with key summaries when asked);
+  // `has_kv[l]` false leaves layer l without a cache (empty = every layer
+  // has one). ResourceExhausted when the memory cannot hold them.
   absl::Status Allocate(kernels::DeviceMemory* mem, int layers, int kv_dim, int block_size, int num_blocks,
-                        kernels::KvDtype dtype, bool summaries = false);
+                        kernels::KvDtype dtype, bool summaries = false, const std::vector<bool>& has_kv = {});
+  // Allocates `slots` recurrent states of `state_floats` floats for every
+  // layer l with has_state[l] (replacing earlier ones; 0 slots frees them).
+  absl::Status AllocateStates(const std::vector<bool>& has_state, size_t state_floats, int slots);
   void Release();
 
   int num_blocks() const { return num_blocks_; }
   int block_size() const { return block_size_; }
   kernels::KvDtype dtype() const { return dtype_; }
   bool has_summaries() const { return !sum_.empty(); }
+  int state_slots() const { return state_slots_; }
+  size_t state_floats() const { return state_floats_; }
+  // Every byte held (KV blocks, summaries, states) and the states' part.
   size_t bytes() const;
+  size_t state_bytes() const;
 
   // Layer l's pools with the given (device) block tables.
   kernels::PagedKv Layer(int l, const int32_t* block_tables, int max_blocks) const;
@@ -45,6 +56,10 @@ class KvPool {
   // Copies block src to dst in every layer (copy-on-write), with its
   // summaries.
   void CopyBlock(int32_t src, int32_t dst);
+  // Layer l's states [slots, state_floats] (nullptr for a layer without).
+  float* States(int l) const;
+  // Copies state slot src to dst in every layer that has states.
+  void CopyState(int src, int dst);
 
  private:
   void* K(int l) const;
@@ -56,6 +71,9 @@ class KvPool {
   std::vector<kernels::DeviceArray<float>> kf_, vf_;
   std::vector<kernels::DeviceArray<uint16_t>> kh_, vh_;
   std::vector<kernels::DeviceArray<float>> sum_;
+  std::vector<kernels::DeviceArray<float>> states_;  // per layer; empty without
+  size_t state_floats_ = 0;
+  int state_slots_ = 0;
 };
 
 }  // namespace tandem::rollout

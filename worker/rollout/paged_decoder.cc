@@ -44,8 +44,11 @@ absl::Status PagedDecoder::Reserve(int rows, int outs, int positions) {
     rows_cap_ = rows;
   }
   if (outs > out_cap_) {
+    // A step has at most one run per running sequence, and at most `outs`
+    // sequences run.
+    const size_t state = decoder_.has_linear_layers() ? linear_state_floats() : 0;
     if (!hn_.Allocate(mem, static_cast<size_t>(outs) * d.C) ||
-        !logits_.Allocate(mem, static_cast<size_t>(outs) * d.V)) {
+        !logits_.Allocate(mem, static_cast<size_t>(outs) * d.V) || !state_.Allocate(mem, outs * state)) {
       Release();
       return absl::ResourceExhaustedError(absl::StrCat("rollout: cannot allocate logits for ", outs, " rows in ",
                                                        mem->name(), " memory; lower rollout.max_seqs"));
@@ -56,11 +59,21 @@ absl::Status PagedDecoder::Reserve(int rows, int outs, int positions) {
     Release();
     return st;
   }
+  if (absl::Status st = decoder_.EnsureLinearDecay(rows_cap_); !st.ok()) {
+    Release();
+    return st;
+  }
   return decoder_.MemoryStatus("rollout");
 }
 
+size_t PagedDecoder::linear_state_floats() const {
+  const model::DecoderDims& d = decoder_.dims();
+  return static_cast<size_t>(d.H) * d.D * d.D;
+}
+
 void PagedDecoder::Release() {
-  for (auto* a : {&x_, &xn_, &q_, &qraw_, &k_, &kraw_, &v_, &attn_, &rstd_, &gate_, &up_, &h_, &hn_, &logits_}) {
+  for (auto* a :
+       {&x_, &xn_, &q_, &qraw_, &k_, &kraw_, &v_, &attn_, &rstd_, &gate_, &up_, &h_, &hn_, &logits_, &state_}) {
     a->reset();
   }
   rows_cap_ = out_cap_ = 0;
@@ -69,7 +82,8 @@ void PagedDecoder::Release() {
 
 size_t PagedDecoder::scratch_bytes() const {
   size_t n = 0;
-  for (const auto* a : {&x_, &xn_, &q_, &qraw_, &k_, &kraw_, &v_, &attn_, &rstd_, &gate_, &up_, &h_, &hn_, &logits_}) {
+  for (const auto* a :
+       {&x_, &xn_, &q_, &qraw_, &k_, &kraw_, &v_, &attn_, &rstd_, &gate_, &up_, &h_, &hn_, &logits_, &state_}) {
     n += a->bytes();
   }
   return n + decoder_.rope_bytes();
@@ -77,7 +91,7 @@ size_t PagedDecoder::scratch_bytes() const {
 
 void PagedDecoder::Layer(const float* P, int l, KvPool& kv, const ForwardBatch& b) {
   const model::DecoderDims& d = decoder_.dims();
-  const int C = d.C, H = d.H, Hkv = d.Hkv, D = d.D, I = d.I, HD = d.HD, KD = d.KD;
+  const int C = d.C, H = d.H, Hkv = d.Hkv, D = d.D, HD = d.HD, KD = d.KD;
   const model::LayerOffsets& o = decoder_.layout().layer(l);
   const int T = b.rows;
   const float eps = static_cast<float>(decoder_.config().rms_norm_eps);
@@ -93,6 +107,12 @@ void PagedDecoder::Layer(const float* P, int l, KvPool& kv, const ForwardBatch& 
   }
   ops_->rope_apply(q_.data(), b.positions, T, H, D, decoder_.rope_cos(), decoder_.rope_sin(), false);
   ops_->rope_apply(k_.data(), b.positions, T, Hkv, D, decoder_.rope_cos(), decoder_.rope_sin(), false);
+  if (decoder_.layer_type(l).kind == model::LayerKind::kLinear) {
+    LinearAttention(l, kv, b);
+    ops_->matmul(false, true, T, C, HD, 1.f, attn_.data(), HD, P + o.o, HD, 1.f, x, C);
+    Mlp(P, o, T);
+    return;
+  }
   const kernels::PagedKv pk = kv.Layer(l, b.block_tables, b.max_blocks);
   ops_->paged_kv_write(pk, KD, k_.data(), v_.data(), b.slots, T);
   const kernels::AttentionParams ap = decoder_.Attention(l);
@@ -104,11 +124,43 @@ void PagedDecoder::Layer(const float* P, int l, KvPool& kv, const ForwardBatch& 
     ops_->paged_attention(ap, pk, q_.data(), b.row_seq, b.positions, T, attn_.data());
   }
   ops_->matmul(false, true, T, C, HD, 1.f, attn_.data(), HD, P + o.o, HD, 1.f, x, C);
+  Mlp(P, o, T);
+}
+
+void PagedDecoder::Mlp(const float* P, const model::LayerOffsets& o, int T) {
+  const model::DecoderDims& d = decoder_.dims();
+  const int C = d.C, I = d.I;
+  const float eps = static_cast<float>(decoder_.config().rms_norm_eps);
+  float* x = x_.data();
   ops_->rmsnorm_forward(x, P + o.post_norm, T, C, eps, xn_.data(), rstd_.data());
   ops_->matmul(false, true, T, I, C, 1.f, xn_.data(), C, P + o.gate, C, 0.f, gate_.data(), I);
   ops_->matmul(false, true, T, I, C, 1.f, xn_.data(), C, P + o.up, C, 0.f, up_.data(), I);
   ops_->swiglu_forward(gate_.data(), up_.data(), static_cast<size_t>(T) * I, h_.data());
   ops_->matmul(false, true, T, C, I, 1.f, h_.data(), I, P + o.down, I, 1.f, x, C);
+}
+
+void PagedDecoder::LinearAttention(int l, KvPool& kv, const ForwardBatch& b) {
+  TANDEM_CHECK(b.num_chunks > 0 && static_cast<size_t>(b.num_chunks) * kv.state_floats() <= state_.size());
+  kernels::DeviceMemory* mem = decoder_.memory();
+  const size_t n = kv.state_floats();
+  float* pool = kv.States(l);
+  TANDEM_CHECK(pool != nullptr && n == linear_state_floats());
+  // Gather each run's state (zeros for a run from position 0), one call over
+  // all runs with the states updated in place, then scatter them back.
+  for (int i = 0; i < b.num_chunks; ++i) {
+    float* s = state_.data() + i * n;
+    if (b.chunk_start[i] == 0) {
+      mem->SetZero(s, n * sizeof(float));
+    } else {
+      mem->CopyOnDevice(s, pool + static_cast<size_t>(b.chunk_slot[i]) * n, n * sizeof(float));
+    }
+  }
+  ops_->linear_attention_forward(decoder_.LinearAttention(), q_.data(), k_.data(), v_.data(),
+                                 decoder_.LinearDecay(b.rows), b.chunk_rows, b.num_chunks, b.rows, state_.data(),
+                                 attn_.data(), state_.data());
+  for (int i = 0; i < b.num_chunks; ++i) {
+    mem->CopyOnDevice(pool + static_cast<size_t>(b.chunk_slot[i]) * n, state_.data() + i * n, n * sizeof(float));
+  }
 }
 
 absl::Status PagedDecoder::Forward(model::ParamProvider& pp, KvPool& kv, const ForwardBatch& b) {

@@ -10,6 +10,26 @@ namespace tandem::rollout {
 
 Scheduler::Scheduler(const SchedulerOptions& options) : opt_(options), blocks_(options.num_blocks, options.block_size) {
   TANDEM_CHECK(opt_.max_batch_tokens > 0 && opt_.max_seqs > 0);
+  for (int i = opt_.state_slots - 1; i >= 0; --i) free_slots_.push_back(i);
+}
+
+void Scheduler::StartRunning(int s) {
+  Seq& q = seqs_[s];
+  q.state = State::kRunning;
+  running_.push_back(s);
+  if (opt_.state_slots > 0) {
+    // Running sequences never exceed min(max_seqs, sequences) <= state_slots.
+    TANDEM_CHECK(!free_slots_.empty());
+    q.slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
+}
+
+void Scheduler::StopRunning(int s) {
+  Seq& q = seqs_[s];
+  running_.erase(std::find(running_.begin(), running_.end(), s));
+  if (q.slot >= 0) free_slots_.push_back(q.slot);
+  q.slot = -1;
 }
 
 absl::StatusOr<int> Scheduler::Add(std::vector<int32_t> prompt, int group, int max_new_tokens) {
@@ -36,7 +56,10 @@ absl::StatusOr<int> Scheduler::Add(std::vector<int32_t> prompt, int group, int m
 
 int Scheduler::PromptDonor(int s) const {
   const Seq& q = seqs_[s];
-  if (!opt_.share_prompts || q.group < 0 || q.tokens.size() == static_cast<size_t>(q.prompt_len)) return -1;
+  if (!opt_.share_prompts || opt_.state_slots > 0 || q.group < 0 ||
+      q.tokens.size() == static_cast<size_t>(q.prompt_len)) {
+    return -1;
+  }
   for (int r : running_) {
     const Seq& d = seqs_[r];
     if (d.group == q.group && d.computed >= d.prompt_len) return r;
@@ -54,8 +77,8 @@ void Scheduler::Preempt(int s) {
   Seq& q = seqs_[s];
   blocks_.Free(q.table);
   q.computed = 0;
+  StopRunning(s);
   q.state = State::kWaiting;
-  running_.erase(std::find(running_.begin(), running_.end(), s));
   for (auto it = q.followers.rbegin(); it != q.followers.rend(); ++it) {
     seqs_[*it].state = State::kWaiting;
     waiting_.push_front(*it);
@@ -154,9 +177,8 @@ bool Scheduler::Schedule(Step* step) {
         break;
       }
       waiting_.pop_front();
-      q.state = State::kRunning;
       q.computed = q.prompt_len;
-      running_.push_back(s);
+      StartRunning(s);
       stats_.prompt_tokens_saved += q.prompt_len;
       TANDEM_CHECK(blocks_.Prepare(q.table, q.prompt_len, q.prompt_len + n, &step->copies));
       Plan(s, n, step);
@@ -166,8 +188,7 @@ bool Scheduler::Schedule(Step* step) {
     const int n = std::min(static_cast<int>(q.tokens.size()), budget);
     if (blocks_.BlocksFor(n) + watermark > blocks_.free_blocks()) break;
     waiting_.pop_front();
-    q.state = State::kRunning;
-    running_.push_back(s);
+    StartRunning(s);
     if (opt_.share_prompts && q.group >= 0 && q.tokens.size() == static_cast<size_t>(q.prompt_len)) {
       for (auto it = waiting_.begin(); it != waiting_.end() && Active() < opt_.max_seqs;) {
         Seq& f = seqs_[*it];
@@ -201,8 +222,7 @@ void Scheduler::Commit(const Step& step) {
     Seq& l = seqs_[leader];
     q.table = blocks_.Fork(l.table, blocks_.BlocksFor(l.prompt_len));
     q.computed = q.high_water = q.prompt_len;
-    q.state = State::kRunning;
-    running_.push_back(f);
+    StartRunning(f);
     stats_.prompt_tokens_saved += q.prompt_len;
     l.followers.erase(std::find(l.followers.begin(), l.followers.end(), f));
   }
@@ -214,8 +234,8 @@ void Scheduler::Finish(int s) {
   Seq& q = seqs_[s];
   TANDEM_CHECK(q.state == State::kRunning && q.followers.empty());
   blocks_.Free(q.table);
+  StopRunning(s);
   q.state = State::kFinished;
-  running_.erase(std::find(running_.begin(), running_.end(), s));
   ++finished_;
 }
 

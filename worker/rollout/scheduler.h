@@ -23,6 +23,14 @@
 // that comes back while a sibling of its group still holds the prompt's
 // blocks forks them again and recomputes only its generated tokens.
 //
+// Recurrent state (state_slots > 0, models with linear-attention layers):
+// every running sequence holds one of state_slots slots (state_slot), taken
+// when it starts running and given back when it finishes or is preempted;
+// a follower's slot receives its leader's state at the fork (Step::forks,
+// after the forward). A preempted sample recomputes from position 0: its
+// group's blocks hold the prompt's k/v but no sibling holds the state at
+// the prompt's end.
+//
 // Static batches (static_batch): new sequences are admitted only when none
 // runs, so a batch drains completely before the next starts (the baseline
 // of a static-batch generator, for benchmarks).
@@ -48,6 +56,7 @@ struct SchedulerOptions {
   int max_seqs = 256;          // running sequences (attached ones included)
   bool share_prompts = true;
   bool static_batch = false;  // admit only when nothing runs
+  int state_slots = 0;        // recurrent states (>= min(max_seqs, sequences added) when used)
 };
 
 struct SchedulerStats {
@@ -111,6 +120,8 @@ class Scheduler {
   int prompt_len(int seq) const { return seqs_[seq].prompt_len; }
   int generated(int seq) const { return static_cast<int>(seqs_[seq].tokens.size()) - seqs_[seq].prompt_len; }
   const BlockTable& table(int seq) const { return seqs_[seq].table; }
+  // The recurrent-state slot of a running sequence (-1 without slots).
+  int state_slot(int seq) const { return seqs_[seq].slot; }
   int max_blocks_per_seq() const { return max_blocks_; }
   int max_positions() const { return max_positions_; }
   const BlockManager& blocks() const { return blocks_; }
@@ -128,6 +139,7 @@ class Scheduler {
     State state = State::kWaiting;
     BlockTable table;
     std::vector<int> followers;  // attached sequences (leader only)
+    int slot = -1;               // recurrent-state slot while running
   };
 
   // Makes room for positions [from, to) of seq, preempting newer running
@@ -138,12 +150,17 @@ class Scheduler {
   // A running sequence of seq's group whose prompt k/v are cached, or -1.
   int PromptDonor(int seq) const;
   int Active() const;
+  // Marks seq running (with a state slot when slots are used) / takes it
+  // out of running_ (giving its slot back).
+  void StartRunning(int seq);
+  void StopRunning(int seq);
 
   SchedulerOptions opt_;
   BlockManager blocks_;
   std::vector<Seq> seqs_;
   std::vector<int> running_;  // admission order (newest last)
   std::deque<int> waiting_;
+  std::vector<int> free_slots_;
   int max_blocks_ = 0;
   int max_positions_ = 0;
   int finished_ = 0;
