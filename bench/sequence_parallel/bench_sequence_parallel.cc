@@ -8,7 +8,9 @@
 // one sequence of T tokens (default 8192), H = 8 heads, D = 32: a linear
 // layer (all_scan and the state-gradient send/recv) and a window:256 layer
 // (the K/V all-gathers and the dK/dV reduce-scatter; a full layer moves the
-// same bytes).
+// same bytes); and the linear layer's forward and backward time, the
+// slowest rank's mean of 3 calls after a warm-up (one compute thread per
+// rank).
 // Table 2 (unless --bytes-only): training tokens/s (forward + backward of
 // the log-probs of one T-token sequence; median of --iters steps, default 3,
 // after a warm-up step) and the model memory per rank (workspace:
@@ -96,10 +98,11 @@ void BytesTable(int T, int max_ranks) {
               H * D * D * 4, 2.0 * n * 4 / 1e6);
   std::printf(
       "| ranks | linear: all_scan + send/recv bytes per rank | window:256: allgather + reduce_scatter bytes per rank "
-      "|\n");
-  std::printf("|---|---|---|\n");
+      "| linear forward ms | linear backward ms |\n");
+  std::printf("|---|---|---|---|---|\n");
   for (int N = 1; N <= max_ranks; ++N) {
     std::vector<uint64_t> lin(N), soft(N);
+    std::vector<double> fwd_s(N), bwd_s(N);
     const std::vector<int32_t> cu{0, T};
     RunRanks(N, [&](Collective& c) {
       auto ops = kernels::MakeCpuOps(1);
@@ -115,13 +118,26 @@ void BytesTable(int T, int max_ranks) {
       std::vector<float> out(size_t(s.rows) * H * D), lse(size_t(s.rows) * H), dq(out.size()), dk(out.size()),
           dv(out.size());
       kernels::LinearAttentionParams lp{H, D, D, 0.f};
-      Check(model::LinearAttentionSliceForward(c, *ops, lp, s, local.data(), 1, q.data() + o, k.data() + o,
-                                               v.data() + o, decay.data() + size_t(s.offset) * H, out.data(),
-                                               kTimeout));
-      Check(model::LinearAttentionSliceBackward(c, *ops, lp, s, local.data(), 1, q.data() + o, k.data() + o,
-                                                v.data() + o, decay.data() + size_t(s.offset) * H, dout.data() + o,
-                                                dq.data(), dk.data(), dv.data(), kTimeout));
+      const float* g = decay.data() + size_t(s.offset) * H;
+      auto forward = [&] {
+        Check(model::LinearAttentionSliceForward(c, *ops, lp, s, local.data(), 1, q.data() + o, k.data() + o,
+                                                 v.data() + o, g, out.data(), kTimeout));
+      };
+      auto backward = [&] {
+        Check(model::LinearAttentionSliceBackward(c, *ops, lp, s, local.data(), 1, q.data() + o, k.data() + o,
+                                                  v.data() + o, g, dout.data() + o, dq.data(), dk.data(), dv.data(),
+                                                  kTimeout));
+      };
+      forward();
+      backward();
       lin[c.rank()] = Moved(c, {CollectiveKind::kAllScan, CollectiveKind::kSendRecv});
+      constexpr int kReps = 3;
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < kReps; ++i) forward();
+      fwd_s[c.rank()] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kReps;
+      t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < kReps; ++i) backward();
+      bwd_s[c.rank()] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kReps;
       c.ResetBytes();
       kernels::AttentionParams ap;
       ap.num_heads = H;
@@ -136,8 +152,10 @@ void BytesTable(int T, int max_ranks) {
                                               kTimeout));
       soft[c.rank()] = Moved(c, {CollectiveKind::kAllgather, CollectiveKind::kReduceScatter});
     });
-    std::printf("| %d | %llu | %llu |\n", N, (unsigned long long)*std::max_element(lin.begin(), lin.end()),
-                (unsigned long long)*std::max_element(soft.begin(), soft.end()));
+    std::printf(
+        "| %d | %llu | %llu | %.1f | %.1f |\n", N, (unsigned long long)*std::max_element(lin.begin(), lin.end()),
+        (unsigned long long)*std::max_element(soft.begin(), soft.end()),
+        1e3 * *std::max_element(fwd_s.begin(), fwd_s.end()), 1e3 * *std::max_element(bwd_s.begin(), bwd_s.end()));
   }
 }
 

@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <thread>
 #include <utility>
 
 #include "common/base/status_macros.h"
+#include "kernels/ref/linear_attention_ref_math.h"
 
 namespace tandem::model {
 
@@ -36,15 +39,73 @@ std::vector<float> ChunkDecay(const kernels::LinearAttentionParams& p, const flo
   return decay;
 }
 
-// The state entering this rank's chunk; `scratch_out` [t, H, Dv] is written.
-absl::Status EntryState(comm::Collective& group, kernels::Ops& ops, const kernels::LinearAttentionParams& p,
-                        const float* q, const float* k, const float* v, const float* log_decay, int t,
-                        float* scratch_out, std::vector<float>* state, comm::Timeout timeout) {
-  state->assign(size_t(p.num_heads) * p.key_dim * p.value_dim, 0.f);
-  const int32_t cu[2] = {0, t};
-  if (t > 0) {
-    ops.linear_attention_forward(p, q, k, v, log_decay, cu, 1, t, nullptr, scratch_out, state->data());
+// The state a piece of rows [r0, r1) leaves when it starts from zeros, one
+// GEMM per head instead of a forward: F = sum_t w_t k_t^T v_t with
+// w_t = exp(sum of the log decays of rows (t, r1)).
+void PieceFinalState(kernels::Ops& ops, const kernels::LinearAttentionParams& p, const float* k, const float* v,
+                     const float* log_decay, int r0, int r1, float* state) {
+  const int H = p.num_heads, Dk = p.key_dim, Dv = p.value_dim, n = r1 - r0;
+  const size_t per_head = size_t(Dk) * Dv;
+  if (n <= 0) {
+    std::fill(state, state + H * per_head, 0.f);
+    return;
   }
+  std::vector<float> ks(size_t(n) * Dk);
+  for (int h = 0; h < H; ++h) {
+    double after = 0;  // log decay of the rows after t
+    for (int t = r1 - 1; t >= r0; --t) {
+      const float w = static_cast<float>(std::exp(after));
+      const float* kr = k + (size_t(t) * H + h) * Dk;
+      float* dst = ks.data() + size_t(t - r0) * Dk;
+      for (int x = 0; x < Dk; ++x) dst[x] = w * kr[x];
+      if (log_decay != nullptr) after += log_decay[size_t(t) * H + h];
+    }
+    ops.matmul(true, false, Dk, Dv, n, 1.f, ks.data(), Dk, v + (size_t(r0) * H + h) * Dv, H * Dv, 0.f,
+               state + h * per_head, Dv);
+  }
+}
+
+// out[t] += scale * exp(sum of the log decays of rows [r0, t]) q_t E for the
+// rows [r0, r1) of a piece that entered with state E (the part of the
+// output the local forward from zeros left out; the recurrence is linear in
+// its initial state).
+void AddEntryContribution(kernels::Ops& ops, const kernels::LinearAttentionParams& p, const float* q,
+                          const float* log_decay, int r0, int r1, const float* entry, float* out) {
+  const int H = p.num_heads, Dk = p.key_dim, Dv = p.value_dim, n = r1 - r0;
+  if (n <= 0) return;
+  const double scale = kernels::ref::LinearAttentionScale(p);
+  std::vector<float> qs(size_t(n) * Dk);
+  for (int h = 0; h < H; ++h) {
+    double upto = 0;
+    for (int t = r0; t < r1; ++t) {
+      if (log_decay != nullptr) upto += log_decay[size_t(t) * H + h];
+      const float c = static_cast<float>(scale * std::exp(upto));
+      const float* qr = q + (size_t(t) * H + h) * Dk;
+      float* dst = qs.data() + size_t(t - r0) * Dk;
+      for (int x = 0; x < Dk; ++x) dst[x] = c * qr[x];
+    }
+    ops.matmul(false, false, n, Dv, Dk, 1.f, qs.data(), Dk, entry + h * size_t(Dk) * Dv, Dv, 1.f,
+               out + (size_t(r0) * H + h) * Dv, H * Dv);
+  }
+}
+
+// Runs `local` on this thread while the state scan runs on its own (the
+// ZeCO overlap: the intra-chunk work does not wait for the chain).
+absl::Status ScanWhile(comm::Collective& group, float* state, size_t n, const comm::ScanOp& op, comm::Timeout timeout,
+                       const std::function<void()>& local) {
+  absl::Status scanned;
+  std::thread scan([&] { scanned = group.all_scan(state, n, op, timeout); });
+  local();
+  scan.join();
+  return scanned;
+}
+
+// The state entering this rank's chunk (all of its rows one piece).
+absl::Status EntryState(comm::Collective& group, kernels::Ops& ops, const kernels::LinearAttentionParams& p,
+                        const float* k, const float* v, const float* log_decay, int t, std::vector<float>* state,
+                        comm::Timeout timeout) {
+  state->assign(size_t(p.num_heads) * p.key_dim * p.value_dim, 0.f);
+  PieceFinalState(ops, p, k, v, log_decay, 0, t, state->data());
   return group.all_scan(state->data(), state->size(), StateScan(ChunkDecay(p, log_decay, t)), timeout);
 }
 
@@ -56,12 +117,13 @@ absl::Status LinearAttentionSpForward(comm::Collective& group, kernels::Ops& ops
                                       const kernels::LinearAttentionParams& p, const float* q, const float* k,
                                       const float* v, const float* log_decay, int t, float* out,
                                       comm::Timeout timeout) {
-  std::vector<float> state;
-  RETURN_IF_ERROR(EntryState(group, ops, p, q, k, v, log_decay, t, out, &state, timeout));
-  if (t > 0) {
-    const int32_t cu[2] = {0, t};
-    ops.linear_attention_forward(p, q, k, v, log_decay, cu, 1, t, state.data(), out, nullptr);
-  }
+  std::vector<float> state(size_t(p.num_heads) * p.key_dim * p.value_dim);
+  PieceFinalState(ops, p, k, v, log_decay, 0, t, state.data());
+  const int32_t cu[2] = {0, t};
+  RETURN_IF_ERROR(ScanWhile(group, state.data(), state.size(), StateScan(ChunkDecay(p, log_decay, t)), timeout, [&] {
+    if (t > 0) ops.linear_attention_forward(p, q, k, v, log_decay, cu, 1, t, nullptr, out, nullptr);
+  }));
+  AddEntryContribution(ops, p, q, log_decay, 0, t, state.data(), out);
   return absl::OkStatus();
 }
 
@@ -70,9 +132,8 @@ absl::Status LinearAttentionSpBackward(comm::Collective& group, kernels::Ops& op
                                        const float* v, const float* log_decay, int t, const float* dout, float* dq,
                                        float* dk, float* dv, float* d_log_decay, comm::Timeout timeout) {
   const int32_t cu[2] = {0, t};
-  const size_t rows = size_t(t) * p.num_heads;
-  std::vector<float> scratch(rows * p.value_dim), entry;
-  RETURN_IF_ERROR(EntryState(group, ops, p, q, k, v, log_decay, t, scratch.data(), &entry, timeout));
+  std::vector<float> entry;
+  RETURN_IF_ERROR(EntryState(group, ops, p, k, v, log_decay, t, &entry, timeout));
   // The local part of the gradient w.r.t. the entry state (outputs of this
   // chunk only).
   std::vector<float> local(entry.size(), 0.f), grad(entry.size(), 0.f);
@@ -107,20 +168,19 @@ void SliceInitial(const SequenceSlice& s, int num_seqs, const std::vector<float>
   if (s.continues_in()) std::copy(entry.begin(), entry.end(), init->begin());
 }
 
-// The state entering this slice's first piece (scanned over the group) and
-// the decay this slice applies to the state it passes on.
-absl::Status SliceEntry(comm::Collective& group, kernels::Ops& ops, const kernels::LinearAttentionParams& p,
-                        const SequenceSlice& s, const int32_t* local_cu, int num_seqs, const float* q, const float* k,
-                        const float* v, const float* log_decay, float* scratch_out, std::vector<float>* entry,
-                        std::vector<float>* decay, comm::Timeout timeout) {
+// The state this slice folds into the scan (its last piece's, from zeros,
+// when that piece continues on the next rank) and the decay it applies to
+// the state it passes on (0 unless one piece runs through the slice).
+void SliceScanInput(kernels::Ops& ops, const kernels::LinearAttentionParams& p, const SequenceSlice& s,
+                    const int32_t* local_cu, int num_seqs, const float* k, const float* v, const float* log_decay,
+                    std::vector<float>* entry, std::vector<float>* decay) {
   const size_t S = size_t(p.num_heads) * p.key_dim * p.value_dim;
-  std::vector<float> finals(size_t(num_seqs) * S, 0.f);
-  ops.linear_attention_forward(p, q, k, v, log_decay, local_cu, num_seqs, s.rows, nullptr, scratch_out, finals.data());
   entry->assign(S, 0.f);
+  if (s.continues_out()) {
+    PieceFinalState(ops, p, k, v, log_decay, local_cu[num_seqs - 1], local_cu[num_seqs], entry->data());
+  }
   const bool through = s.continues_in() && s.continues_out() && num_seqs == 1;
-  if (s.continues_out()) std::copy(finals.end() - S, finals.end(), entry->begin());
   *decay = through ? ChunkDecay(p, log_decay, s.rows) : std::vector<float>(S, 0.f);
-  return group.all_scan(entry->data(), S, StateScan(*decay), timeout);
 }
 
 }  // namespace
@@ -129,10 +189,14 @@ absl::Status LinearAttentionSliceForward(comm::Collective& group, kernels::Ops& 
                                          const kernels::LinearAttentionParams& p, const SequenceSlice& s,
                                          const int32_t* local_cu, int num_seqs, const float* q, const float* k,
                                          const float* v, const float* log_decay, float* out, comm::Timeout timeout) {
-  std::vector<float> entry, decay, init;
-  RETURN_IF_ERROR(SliceEntry(group, ops, p, s, local_cu, num_seqs, q, k, v, log_decay, out, &entry, &decay, timeout));
-  SliceInitial(s, num_seqs, entry, &init);
-  ops.linear_attention_forward(p, q, k, v, log_decay, local_cu, num_seqs, s.rows, init.data(), out, nullptr);
+  std::vector<float> entry, decay;
+  SliceScanInput(ops, p, s, local_cu, num_seqs, k, v, log_decay, &entry, &decay);
+  // Every piece from zeros while the scan runs; then the first piece adds
+  // what its entry state contributes.
+  RETURN_IF_ERROR(ScanWhile(group, entry.data(), entry.size(), StateScan(decay), timeout, [&] {
+    ops.linear_attention_forward(p, q, k, v, log_decay, local_cu, num_seqs, s.rows, nullptr, out, nullptr);
+  }));
+  if (s.continues_in()) AddEntryContribution(ops, p, q, log_decay, local_cu[0], local_cu[1], entry.data(), out);
   return absl::OkStatus();
 }
 
@@ -142,9 +206,9 @@ absl::Status LinearAttentionSliceBackward(comm::Collective& group, kernels::Ops&
                                           const float* v, const float* log_decay, const float* dout, float* dq,
                                           float* dk, float* dv, comm::Timeout timeout) {
   const size_t S = size_t(p.num_heads) * p.key_dim * p.value_dim;
-  std::vector<float> scratch(size_t(s.rows) * p.num_heads * p.value_dim), entry, decay, init;
-  RETURN_IF_ERROR(
-      SliceEntry(group, ops, p, s, local_cu, num_seqs, q, k, v, log_decay, scratch.data(), &entry, &decay, timeout));
+  std::vector<float> entry, decay, init;
+  SliceScanInput(ops, p, s, local_cu, num_seqs, k, v, log_decay, &entry, &decay);
+  RETURN_IF_ERROR(group.all_scan(entry.data(), S, StateScan(decay), timeout));
   SliceInitial(s, num_seqs, entry, &init);
   // The local part of the gradient w.r.t. the entry state.
   std::vector<float> d_init(size_t(num_seqs) * S, 0.f), grad(S, 0.f);

@@ -1,11 +1,16 @@
 // Sequence-parallel linear attention (ZeCO): one long sequence split across
 // the ranks of a group in rank order, rank r holding tokens
 // [t_r, t_r + T_r). Each rank
-//   1. computes its chunk's state from a zero state (the local forward),
+//   1. computes the state its chunk leaves from a zero state, F_r (one GEMM
+//      per head over decay-weighted keys, not a forward),
 //   2. passes the running state along the ranks with all_scan, combining
 //      per element: S_in(r+1) = exp(sum of rank r's log decays, per head)
 //      S_in(r) + F_r (bytes per rank: one state, whatever the group size),
-//   3. recomputes its outputs from the state it received.
+//      on a thread of its own while this thread runs the local forward of
+//      its chunk from a zero state (the scan's chain overlaps that work),
+//   3. adds what the state it received contributes to its outputs:
+//      scale x exp(cumulative log decay of row t) q_t S_in (the recurrence is
+//      linear in its initial state; one GEMM per head).
 // The result equals a single-rank forward of the whole sequence within fp32
 // rounding (tests/comm/linear_attention_sp_test.cc). Host memory only (a CPU
 // Ops backend; the collective reads host floats). Not thread-safe beyond
