@@ -8,7 +8,10 @@
 //
 // Uneven reduce_scatter / allgather counts use grouped ncclReduce /
 // ncclBroadcast; send/recv ignore `tag` (NCCL matches in issue order).
-// all_scan is not provided by this backend.
+// all_scan is a chain of point-to-point steps, block by block: receive the
+// carry from rank - 1, fold this rank's values in on the host (ScanOp's
+// combine is host code; the states it carries are small), send the result
+// to rank + 1; bytes per rank do not grow with the group.
 //
 // Ordering: every call first selects the communicator's device (the calling
 // thread may be new, e.g. ZeRO's communication thread), records an event on
@@ -39,6 +42,8 @@
 
 namespace tandem::comm {
 namespace {
+
+constexpr size_t kScanBlock = 64 * 1024;  // floats per all_scan block (as Gloo's)
 
 // NCCL's and its CUDA calls' failures are the cluster's: the job recovers.
 absl::Status CudaError(std::string_view what, cudaError_t e) {
@@ -361,28 +366,12 @@ class NcclCollective final : public Collective {
 
   absl::Status send(const void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override {
     BusyScope busy(this);
-    RETURN_IF_ERROR(Check("send"));
-    if (peer < 0 || peer >= size() || peer == rank()) {
-      return absl::InvalidArgumentError("nccl: send failed: bad peer");
-    }
-    if (bytes == 0) return absl::OkStatus();
-    Region d{data, bytes, true, false};
-    RETURN_IF_ERROR(Begin("send", {&d}));
-    RETURN_IF_ERROR(NcclStatus("send", ncclSend(d.dev, bytes, ncclChar, peer, comm_.get(), stream_.get())));
-    return Finish("send", CollectiveKind::kSendRecv, bytes, 0, timeout, {});
+    return Send(data, bytes, peer, CollectiveKind::kSendRecv, timeout);
   }
 
   absl::Status recv(void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override {
     BusyScope busy(this);
-    RETURN_IF_ERROR(Check("recv"));
-    if (peer < 0 || peer >= size() || peer == rank()) {
-      return absl::InvalidArgumentError("nccl: recv failed: bad peer");
-    }
-    if (bytes == 0) return absl::OkStatus();
-    Region d{data, bytes, false, true};
-    RETURN_IF_ERROR(Begin("recv", {&d}));
-    RETURN_IF_ERROR(NcclStatus("recv", ncclRecv(d.dev, bytes, ncclChar, peer, comm_.get(), stream_.get())));
-    return Finish("recv", CollectiveKind::kSendRecv, 0, bytes, timeout, {&d});
+    return Recv(data, bytes, peer, CollectiveKind::kSendRecv, timeout);
   }
 
   // One NCCL group of a send and a receive per peer; this rank's own piece
@@ -439,10 +428,40 @@ class NcclCollective final : public Collective {
     return Finish("all_to_all", CollectiveKind::kAllToAll, sent, received, timeout, {&ro});
   }
 
-  absl::Status all_scan(float*, size_t, const ScanOp&, Timeout) override {
-    return absl::UnimplementedError(
-        "nccl: all_scan is not supported by this backend (use gloo on host "
-        "memory)");
+  absl::Status all_scan(float* data, size_t n, const ScanOp& op, Timeout timeout) override {
+    BusyScope busy(this);
+    RETURN_IF_ERROR(Check("all_scan"));
+    if (n == 0) return absl::OkStatus();
+    const bool host = IsHostPointer(data);
+    const int r = rank(), last = size() - 1;
+    const size_t block = std::min(n, kScanBlock);
+    std::vector<float> mine(block), carry(block), out(block);
+    for (size_t off = 0; off < n; off += block) {
+      const size_t count = std::min(block, n - off);
+      const size_t bytes = count * sizeof(float);
+      // A device copy on the legacy stream: after the compute that produced it.
+      if (host) {
+        std::memcpy(mine.data(), data + off, bytes);
+      } else if (cudaError_t e = cudaMemcpy(mine.data(), data + off, bytes, cudaMemcpyDeviceToHost); e != cudaSuccess) {
+        return Broken(CudaError("all_scan", e));
+      }
+      if (r == 0) {
+        std::fill(carry.begin(), carry.begin() + count, op.identity);
+      } else {
+        RETURN_IF_ERROR(Recv(carry.data(), bytes, r - 1, CollectiveKind::kAllScan, timeout));
+      }
+      if (r < last) {
+        op.combine(carry.data(), mine.data(), out.data(), off, count);
+        RETURN_IF_ERROR(Send(out.data(), bytes, r + 1, CollectiveKind::kAllScan, timeout));
+      }
+      if (host) {
+        std::memcpy(data + off, carry.data(), bytes);
+      } else if (cudaError_t e = cudaMemcpy(data + off, carry.data(), bytes, cudaMemcpyHostToDevice);
+                 e != cudaSuccess) {
+        return Broken(CudaError("all_scan", e));
+      }
+    }
+    return absl::OkStatus();
   }
 
   void Abort() override {
@@ -483,6 +502,31 @@ class NcclCollective final : public Collective {
   // A failure before or around the enqueue: the ranks may now disagree on
   // the call sequence, so the communicator is broken (and aborted, so peers
   // waiting on this rank fail instead of hanging).
+  // Point to point, counted under `kind` (the caller holds a BusyScope).
+  absl::Status Send(const void* data, size_t bytes, int peer, CollectiveKind kind, Timeout timeout) {
+    RETURN_IF_ERROR(Check("send"));
+    if (peer < 0 || peer >= size() || peer == rank()) {
+      return absl::InvalidArgumentError("nccl: send failed: bad peer");
+    }
+    if (bytes == 0) return absl::OkStatus();
+    Region d{data, bytes, true, false};
+    RETURN_IF_ERROR(Begin("send", {&d}));
+    RETURN_IF_ERROR(NcclStatus("send", ncclSend(d.dev, bytes, ncclChar, peer, comm_.get(), stream_.get())));
+    return Finish("send", kind, bytes, 0, timeout, {});
+  }
+
+  absl::Status Recv(void* data, size_t bytes, int peer, CollectiveKind kind, Timeout timeout) {
+    RETURN_IF_ERROR(Check("recv"));
+    if (peer < 0 || peer >= size() || peer == rank()) {
+      return absl::InvalidArgumentError("nccl: recv failed: bad peer");
+    }
+    if (bytes == 0) return absl::OkStatus();
+    Region d{data, bytes, false, true};
+    RETURN_IF_ERROR(Begin("recv", {&d}));
+    RETURN_IF_ERROR(NcclStatus("recv", ncclRecv(d.dev, bytes, ncclChar, peer, comm_.get(), stream_.get())));
+    return Finish("recv", kind, 0, bytes, timeout, {&d});
+  }
+
   absl::Status Broken(absl::Status s) {
     broken_ = true;
     AbortComm();
