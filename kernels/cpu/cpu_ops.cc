@@ -189,7 +189,8 @@ void SetCpuThreads(int num_threads) {
   if (num_threads <= 0) num_threads = omp_get_num_procs();
   g_cpu_threads.store(num_threads);
   omp_set_num_threads(num_threads);
-  openblas_set_num_threads(num_threads);
+  // The GEMM splits across the OpenMP threads itself (matmul_cpu.h).
+  openblas_set_num_threads(1);
 }
 
 int CpuThreads() {

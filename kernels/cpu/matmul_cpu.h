@@ -1,6 +1,13 @@
 // Fast CPU GEMM: row-major C = alpha op(A) op(B) + beta C through OpenBLAS
-// cblas_sgemm (its own pthreads, limited by SetCpuThreads). Never call it
-// from inside an OpenMP parallel region.
+// cblas_sgemm. OpenBLAS runs single-threaded (SetCpuThreads sets it to 1);
+// a product large enough to share is split into column (or, for narrow
+// ones, row) slices across the OpenMP threads, each slice one cblas_sgemm
+// on its thread. One thread pool for the whole CPU backend: OpenBLAS's own
+// worker threads used to spin (sched_yield) while OpenMP ran the rest of a
+// step, which cost the most at decode, where a step is many small calls,
+// and under OpenMP's default wait policy. Each output element's K-reduction
+// is the one a single call computes, whatever the split. Inside an OpenMP
+// parallel region it runs on the calling thread.
 #pragma once
 
 namespace tandem::kernels::cpu {
