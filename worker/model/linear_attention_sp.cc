@@ -89,6 +89,32 @@ void AddEntryContribution(kernels::Ops& ops, const kernels::LinearAttentionParam
   }
 }
 
+// The gradient G of the state a piece of rows [r0, r1) leaves reaches its
+// keys and values through F = ... + sum_t w_t k_t^T v_t (w_t as in
+// PieceFinalState): dk_t += w_t v_t G^T, dv_t += w_t k_t G (one GEMM each
+// per head; queries and outputs do not see F). The backward is linear in
+// G, so this equals running it again with G as the final state's gradient.
+void AddFinalStateGradient(kernels::Ops& ops, const kernels::LinearAttentionParams& p, const float* k, const float* v,
+                           const float* log_decay, int r0, int r1, const float* grad, float* dk, float* dv) {
+  const int H = p.num_heads, Dk = p.key_dim, Dv = p.value_dim, n = r1 - r0;
+  if (n <= 0) return;
+  std::vector<float> ks(size_t(n) * Dk), vs(size_t(n) * Dv);
+  for (int h = 0; h < H; ++h) {
+    double after = 0;
+    for (int t = r1 - 1; t >= r0; --t) {
+      const float w = static_cast<float>(std::exp(after));
+      const float* kr = k + (size_t(t) * H + h) * Dk;
+      const float* vr = v + (size_t(t) * H + h) * Dv;
+      for (int x = 0; x < Dk; ++x) ks[size_t(t - r0) * Dk + x] = w * kr[x];
+      for (int x = 0; x < Dv; ++x) vs[size_t(t - r0) * Dv + x] = w * vr[x];
+      if (log_decay != nullptr) after += log_decay[size_t(t) * H + h];
+    }
+    const float* g = grad + h * size_t(Dk) * Dv;
+    ops.matmul(false, true, n, Dk, Dv, 1.f, vs.data(), Dv, g, Dv, 1.f, dk + (size_t(r0) * H + h) * Dk, H * Dk);
+    ops.matmul(false, false, n, Dv, Dk, 1.f, ks.data(), Dk, g, Dv, 1.f, dv + (size_t(r0) * H + h) * Dv, H * Dv);
+  }
+}
+
 // Runs `local` on this thread while the state scan runs on its own (the
 // ZeCO overlap: the intra-chunk work does not wait for the chain).
 absl::Status ScanWhile(comm::Collective& group, float* state, size_t n, const comm::ScanOp& op, comm::Timeout timeout,
@@ -223,10 +249,9 @@ absl::Status LinearAttentionSliceBackward(comm::Collective& group, kernels::Ops&
     for (size_t i = 0; i < S; ++i) up[i] = d_init[i] + decay[i] * grad[i];
     RETURN_IF_ERROR(group.send(up.data(), bytes, r - 1, kStateGradTag, timeout));
   }
-  std::vector<float> d_final(size_t(num_seqs) * S, 0.f);
-  if (s.continues_out()) std::copy(grad.begin(), grad.end(), d_final.end() - S);
-  ops.linear_attention_backward(p, q, k, v, log_decay, local_cu, num_seqs, s.rows, init.data(), dout, d_final.data(),
-                                dq, dk, dv, nullptr, nullptr);
+  if (s.continues_out()) {
+    AddFinalStateGradient(ops, p, k, v, log_decay, local_cu[num_seqs - 1], local_cu[num_seqs], grad.data(), dk, dv);
+  }
   return absl::OkStatus();
 }
 

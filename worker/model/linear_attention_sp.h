@@ -57,7 +57,9 @@ absl::Status LinearAttentionSpBackward(comm::Collective& group, kernels::Ops& op
 // only the last can continue on the next rank (its state is what this rank
 // folds into the scan; a rank whose rows hold a sequence start passes its
 // last piece's state on with decay 0, so the chain restarts there). The
-// backward passes the state gradient back the same way. log_decay [t, H]
+// backward passes the state gradient back the same way: one chunked
+// backward with the entry state, then the received state gradient's part
+// of dk and dv as GEMMs (the backward is linear in it). log_decay [t, H]
 // may be nullptr; no log-decay gradient.
 absl::Status LinearAttentionSliceForward(comm::Collective& group, kernels::Ops& ops,
                                          const kernels::LinearAttentionParams& p, const SequenceSlice& s,
