@@ -436,6 +436,11 @@ TEST(MemoryEstimateTest, FollowsZeroStagesAndShapes) {
   EXPECT_EQ(rl.reference, 4 * p);
   EXPECT_EQ(rl.kv_cache, int64_t{4} * 2 * 16 * 512 * 8 * 8 * 128);  // 16 sequences per rank
   EXPECT_NE(rl.Describe().find("kv cache"), std::string::npos) << rl.Describe();
+  // Linear-attention layers: a state per sequence instead of KV.
+  ModelConfig hybrid = c;
+  hybrid.tandem_layer_types = {"linear", "full", "linear", "full", "linear", "full", "linear", "full"};
+  auto rh = EstimateJobMemory(spec, hybrid);
+  EXPECT_EQ(rh.kv_cache, int64_t{4} * 2 * 16 * 512 * 4 * 8 * 128 + int64_t{4} * 16 * 4 * 8 * 128 * 128);
   // Absurd shapes saturate instead of wrapping.
   spec.mutable_train()->set_micro_batch(1 << 30);
   spec.mutable_train()->set_seq_len(1 << 30);

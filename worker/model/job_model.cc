@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "worker/model/file_util.h"
+#include "worker/model/layer_types.h"
 #include "worker/model/param_layout.h"
 #include "worker/model/trainable.h"
 
@@ -196,7 +197,12 @@ MemoryEstimate EstimateJobMemory(const tandem::v1::JobSpec& spec, const ModelCon
   if (rl) {
     const int64_t sequences =
         (Mul({std::max(1, spec.rl().prompts_per_step()), std::max(1, spec.rl().group_size())}) + world - 1) / world;
-    m.kv_cache = Mul({4 * 2, sequences, seq, layers, c.KvHeads(), c.HeadDim()});
+    // Linear-attention layers hold a [heads, head_dim, head_dim] state per
+    // sequence instead of KV.
+    int64_t linear = 0;
+    for (int l = 0; l < c.num_hidden_layers; ++l) linear += LayerTypeOf(c, l).kind == LayerKind::kLinear ? 1 : 0;
+    m.kv_cache = Add(Mul({4 * 2, sequences, seq, layers - linear, c.KvHeads(), c.HeadDim()}),
+                     Mul({4, sequences, linear, heads, c.HeadDim(), c.HeadDim()}));
   }
   m.rope = Mul({4 * 2, RopeRowsFor(static_cast<int>(std::min<int64_t>(seq, 1 << 30))), c.HeadDim() / 2});
   for (int64_t part : {m.params, m.gradients, m.optimizer, m.reference, m.activations, m.logits, m.kv_cache, m.rope}) {
