@@ -12,6 +12,7 @@
 #include "kernels/backends.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/config.h"
+#include "worker/model/layer_types.h"
 #include "worker/model/model.h"
 #include "worker/model/param_layout.h"
 #include "worker/rollout/engine.h"
@@ -147,9 +148,22 @@ void CheckAgainstFullForward(kernels::Ops* ops, const std::string& kind, int blo
   std::printf("[generate %s %s] max |logprob(KV cache) - logprob(full forward)| = %.3g\n", ops->name(), kind.c_str(),
               max_diff);
   // With no budget the cache holds every sequence at full length, in
-  // blocks: ceil((prompt + 10) / block_size) each.
+  // blocks: ceil((prompt + 10) / block_size) each; when every layer has a
+  // sliding window (mistral here), at most the window and one step's rows:
+  // (window - 1 + max_batch_tokens) / block_size + 2.
+  bool windowed = c.num_hidden_layers > 0;
+  int window = 0;
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerType t = LayerTypeOf(c, l);
+    windowed = windowed && t.kind == LayerKind::kWindow;
+    window = std::max(window, t.window);
+  }
   size_t blocks = 0;
-  for (const auto& p : prompts) blocks += (p.size() + 10 + block_size - 1) / block_size;
+  for (const auto& p : prompts) {
+    size_t n = (p.size() + 10 + block_size - 1) / block_size;
+    if (windowed) n = std::min<size_t>(n, (window - 1 + so.max_batch_tokens) / block_size + 2);
+    blocks += n;
+  }
   const size_t expect_bytes =
       2ull * c.num_hidden_layers * blocks * block_size * c.KvHeads() * c.HeadDim() * sizeof(float);
   EXPECT_EQ(res->kv_pool_bytes, expect_bytes);

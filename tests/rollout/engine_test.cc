@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <span>
@@ -254,6 +255,51 @@ TEST(RolloutEngineTest, PreemptedSamplesReshareTheirGroupsPrompt) {
   ASSERT_TRUE(unshared.ok()) << unshared.status();
   EXPECT_EQ(unshared->scheduler.prompt_tokens_saved, 0);
   EXPECT_EQ(Tokens(*unshared), Tokens(*big));
+}
+
+// Mistral's window of 4 on every layer: a sequence gives back the blocks
+// behind its window, so a 51-position sequence runs in at most
+// (4 - 1 + 7) / 4 + 2 = 4 blocks of 4 (13 unwindowed), its greedy tokens
+// those of the full forward; a cache of 2 blocks (the least one row per
+// step needs) runs a whole sampled batch with preemptions and the same
+// tokens as the default cache.
+TEST(RolloutEngineTest, SlidingWindowLayersGiveBlocksBack) {
+  auto ops = kernels::MakeReferenceOps();
+  Fixture f("mistral", ops.get());
+  RolloutEngine eng(f.config, f.ops);
+  RolloutOptions o = Small();
+  o.max_new_tokens = 40;
+  const std::vector<RolloutRequest> one = {{{1, 3, 4, 7, 8, 11, 12, 17, 19, 21, 22}, 0, 0}};
+  auto r = eng.Generate(one, o, *f.pp);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const size_t block = KvPool::BlockBytes(3, 2 * 8, 4, kernels::KvDtype::kF32);
+  EXPECT_EQ(r->num_blocks, 4);
+  EXPECT_LE(r->kv_peak_bytes, 4 * block);
+  std::vector<int32_t> seq = one[0].prompt;
+  seq.insert(seq.end(), r->sequences[0].tokens.begin(), r->sequences[0].tokens.end() - 1);
+  std::vector<float> logits;
+  ASSERT_TRUE(FullForwardLogits(f, seq, &logits));
+  const int V = f.config.vocab_size;
+  for (size_t j = 0; j < r->sequences[0].tokens.size(); ++j) {
+    const float* row = logits.data() + (one[0].prompt.size() - 1 + j) * V;
+    EXPECT_EQ(r->sequences[0].tokens[j], std::max_element(row, row + V) - row) << "token " << j;
+  }
+  RolloutOptions sampled = Sampled();
+  sampled.max_new_tokens = 24;
+  const auto reqs = Requests(3);
+  auto big = eng.Generate(reqs, sampled, *f.pp);
+  ASSERT_TRUE(big.ok()) << big.status();
+  sampled.kv_cache_bytes = 2 * block;
+  auto tiny = eng.Generate(reqs, sampled, *f.pp);
+  ASSERT_TRUE(tiny.ok()) << tiny.status();
+  EXPECT_EQ(tiny->num_blocks, 2);
+  EXPECT_GT(tiny->scheduler.preemptions, 0);
+  EXPECT_EQ(Tokens(*tiny), Tokens(*big));
+  // One block cannot hold a window and the next row: refused by name.
+  sampled.kv_cache_bytes = block;
+  auto none = eng.Generate(reqs, sampled, *f.pp);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("rollout.kv_cache_bytes"), std::string::npos) << none.status();
 }
 
 TEST(RolloutEngineTest, StaticBatchModeHasTheSameTokens) {

@@ -138,7 +138,10 @@ TEST(LinearRolloutTest, GreedyMatchesFullForward) {
   auto ref = kernels::MakeReferenceOps();
   auto cpu = kernels::MakeCpuOps(0);
   for (kernels::Ops* ops : {ref.get(), cpu.get()}) {
-    for (const auto& types : {kHybrid, std::vector<std::string>{"linear", "linear"}}) {
+    // Hybrid with a full layer; linear only; linear + window (blocks behind
+    // the window are given back).
+    for (const auto& types : {kHybrid, std::vector<std::string>{"linear", "linear"},
+                              std::vector<std::string>{"linear", "window:4", "linear"}}) {
       SCOPED_TRACE(testing::Message() << ops->name() << " " << types.size() << " layers");
       Fixture f(types, ops);
       ExpectGreedyMatchesFullForward(f, Small());

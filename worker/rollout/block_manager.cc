@@ -55,13 +55,26 @@ bool BlockManager::Prepare(BlockTable& table, int from, int to, std::vector<Bloc
 BlockTable BlockManager::Fork(const BlockTable& table, int n_blocks) {
   TANDEM_CHECK(n_blocks <= static_cast<int>(table.size()));
   BlockTable out(table.begin(), table.begin() + n_blocks);
-  for (int32_t b : out) ++refs_[b];
+  for (int32_t b : out) {
+    if (b >= 0) ++refs_[b];
+  }
   return out;
 }
 
 void BlockManager::Free(BlockTable& table) {
-  for (int32_t b : table) Drop(b);
+  for (int32_t b : table) {
+    if (b >= 0) Drop(b);
+  }
   table.clear();
+}
+
+void BlockManager::ReleaseBefore(BlockTable& table, int n_blocks) {
+  n_blocks = std::min<int>(n_blocks, static_cast<int>(table.size()));
+  for (int i = 0; i < n_blocks; ++i) {
+    if (table[i] < 0) continue;
+    Drop(table[i]);
+    table[i] = -1;
+  }
 }
 
 }  // namespace tandem::rollout

@@ -6,7 +6,8 @@
 // Free blocks sit on a LIFO free list. Writing a position into a block that
 // another table also references copies it first (copy-on-write): Prepare
 // returns the copies the caller must apply to the device pools before the
-// write. Not thread-safe; one scheduler owns it.
+// write. An entry of -1 is a released block (ReleaseBefore). Not
+// thread-safe; one scheduler owns it.
 #pragma once
 
 #include <cstdint>
@@ -43,10 +44,14 @@ class BlockManager {
   // nothing changed) when the free list is too short.
   bool Prepare(BlockTable& table, int from, int to, std::vector<BlockCopy>* copies);
   // A new table sharing the first `n_blocks` blocks of `table` (references
-  // taken).
+  // taken; released entries stay released).
   BlockTable Fork(const BlockTable& table, int n_blocks);
   // Drops every reference of `table` and clears it.
   void Free(BlockTable& table);
+  // Drops the references of the first `n_blocks` entries and marks them
+  // released (-1): positions no attention reads any more (sliding windows).
+  // The table keeps its length, so later positions keep their blocks.
+  void ReleaseBefore(BlockTable& table, int n_blocks);
 
  private:
   int32_t Take();

@@ -20,8 +20,10 @@
 // Full and sliding-window layers read the paged KV cache; linear-attention
 // layers keep no KV, only one recurrent state per running sequence (its
 // slot in the KvPool, copied from the leader when a shared prompt forks; a
-// preempted sequence recomputes from position 0). Attention-sink layers are
-// refused (Unimplemented). With
+// preempted sequence recomputes from position 0). When every KV layer has a
+// sliding window, blocks behind the widest window are given back as
+// sequences grow (scheduler.h). Attention-sink layers are refused
+// (Unimplemented). With
 // options.sparse, full-attention layers attend top-k blocks
 // (Ops::paged_sparse_attention): tokens then follow that rule, and the
 // guarantees on batch composition, sharing and preemption still hold.

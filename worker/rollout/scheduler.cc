@@ -35,13 +35,17 @@ void Scheduler::StopRunning(int s) {
 absl::StatusOr<int> Scheduler::Add(std::vector<int32_t> prompt, int group, int max_new_tokens) {
   if (prompt.empty()) return absl::InvalidArgumentError("rollout: empty prompt");
   const int64_t positions = static_cast<int64_t>(prompt.size()) + std::max(max_new_tokens, 0);
-  const int64_t need = (positions + opt_.block_size - 1) / opt_.block_size;
+  const int64_t table_len = (positions + opt_.block_size - 1) / opt_.block_size;
+  int64_t need = table_len;
+  // With windows, one row per step needs the window's blocks and the row's
+  // (the table keeps its full length, released entries included).
+  if (opt_.window > 0) need = std::min<int64_t>(need, (opt_.window - 1) / opt_.block_size + 2);
   if (need > opt_.num_blocks) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rollout: a sequence of ", positions, " positions needs ", need, " KV cache blocks but the cache holds ",
         opt_.num_blocks, "; raise rollout.kv_cache_bytes or rollout.kv_cache_fraction (or lower rl.max_new_tokens)"));
   }
-  max_blocks_ = std::max<int>(max_blocks_, static_cast<int>(need));
+  max_blocks_ = std::max<int>(max_blocks_, static_cast<int>(table_len));
   max_positions_ = std::max<int>(max_positions_, static_cast<int>(positions));
   Seq s;
   s.prompt_len = static_cast<int>(prompt.size());
@@ -56,7 +60,7 @@ absl::StatusOr<int> Scheduler::Add(std::vector<int32_t> prompt, int group, int m
 
 int Scheduler::PromptDonor(int s) const {
   const Seq& q = seqs_[s];
-  if (!opt_.share_prompts || opt_.state_slots > 0 || q.group < 0 ||
+  if (!opt_.share_prompts || opt_.state_slots > 0 || opt_.window > 0 || q.group < 0 ||
       q.tokens.size() == static_cast<size_t>(q.prompt_len)) {
     return -1;
   }
@@ -185,8 +189,11 @@ bool Scheduler::Schedule(Step* step) {
       budget -= n;
       continue;
     }
-    const int n = std::min(static_cast<int>(q.tokens.size()), budget);
-    if (blocks_.BlocksFor(n) + watermark > blocks_.free_blocks()) break;
+    int n = std::min(static_cast<int>(q.tokens.size()), budget);
+    // With windows a sequence may outgrow the cache: its first chunk takes
+    // what is free.
+    if (opt_.window > 0) n = std::min(n, std::max(0, blocks_.free_blocks() - watermark) * opt_.block_size);
+    if (n <= 0 || blocks_.BlocksFor(n) + watermark > blocks_.free_blocks()) break;
     waiting_.pop_front();
     StartRunning(s);
     if (opt_.share_prompts && q.group >= 0 && q.tokens.size() == static_cast<size_t>(q.prompt_len)) {
@@ -216,6 +223,11 @@ void Scheduler::Commit(const Step& step) {
     Seq& q = seqs_[c.seq];
     q.computed = c.start + c.n;
     q.high_water = std::max(q.high_water, q.computed);
+    if (opt_.window > 0) {
+      // The next row (position `computed`) reads keys from computed - window + 1.
+      const int first_kept = q.computed - opt_.window + 1;
+      if (first_kept > 0) blocks_.ReleaseBefore(q.table, first_kept / opt_.block_size);
+    }
   }
   for (const auto& [f, leader] : step.forks) {
     Seq& q = seqs_[f];

@@ -31,6 +31,13 @@
 // group's blocks hold the prompt's k/v but no sibling holds the state at
 // the prompt's end.
 //
+// Sliding windows (window > 0: every KV layer attends at most `window`
+// positions back): after each step a sequence gives back the blocks that
+// lie wholly before its next position's window, so its cache stays bounded
+// (about window / block_size + 2 blocks) however long it grows. A
+// preempted sample then recomputes from position 0 as well (its siblings
+// may have given the prompt's blocks back).
+//
 // Static batches (static_batch): new sequences are admitted only when none
 // runs, so a batch drains completely before the next starts (the baseline
 // of a static-batch generator, for benchmarks).
@@ -57,6 +64,7 @@ struct SchedulerOptions {
   bool share_prompts = true;
   bool static_batch = false;  // admit only when nothing runs
   int state_slots = 0;        // recurrent states (>= min(max_seqs, sequences added) when used)
+  int window = 0;             // > 0: blocks before every KV layer's window are given back
 };
 
 struct SchedulerStats {
