@@ -3,8 +3,8 @@
 // a product large enough to share is split into column (or, for narrow
 // ones, row) slices across the OpenMP threads, each slice one cblas_sgemm
 // on its thread. One thread pool for the whole CPU backend: OpenBLAS's own
-// worker threads used to spin (sched_yield) while OpenMP ran the rest of a
-// step, which cost the most at decode, where a step is many small calls,
+// worker threads would spin (sched_yield) while OpenMP ran the rest of a
+// step, which costs the most at decode, where a step is many small calls,
 // and under OpenMP's default wait policy. Each output element's K-reduction
 // is the one a single call computes, whatever the split. Inside an OpenMP
 // parallel region it runs on the calling thread.
