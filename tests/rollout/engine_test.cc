@@ -9,12 +9,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <span>
 #include <string>
 
 #include "kernels/backends.h"
 #include "nlohmann/json.hpp"
+#include "tests/rollout/engine_test_util.h"
 #include "tests/rollout/tp_test_util.h"
 #include "worker/model/config.h"
 #include "worker/model/model.h"
@@ -27,90 +27,17 @@ using model::ModelConfig;
 // The shared test models (llama, qwen, qwen3, mistral): tests/rollout/tp_test_util.h.
 using tptest::Config;
 
-struct Fixture {
-  explicit Fixture(const std::string& kind, kernels::Ops* ops_in) : config(Config(kind)), ops(ops_in), m(config, ops) {
-    params.assign(m.layout().total_floats(), 0.f);
-    std::mt19937_64 rng(11 + kind.size());
-    std::normal_distribution<float> nd;
-    for (const auto& t : m.layout().tensors()) {
-      for (size_t i = 0; i < t.numel; ++i) {
-        const float v = nd(rng);
-        params[t.offset + i] = t.kind == model::TensorView::Kind::kNorm   ? 1.f + 0.1f * v
-                               : t.kind == model::TensorView::Kind::kBias ? 0.1f * v
-                                                                          : 0.3f * v;
-      }
-    }
-    pp = std::make_unique<model::FlatParamProvider>(m.layout(), params.data(), nullptr);
-  }
-  ModelConfig config;
-  kernels::Ops* ops;
-  model::Model m;
-  std::vector<float> params;
-  std::unique_ptr<model::FlatParamProvider> pp;
+// A test model of one kind with its random weights.
+struct Fixture : enginetest::ModelFixture {
+  Fixture(const std::string& kind, kernels::Ops* ops) : ModelFixture(Config(kind), ops, 11 + kind.size()) {}
 };
 
-// Groups of G samples of a few prompts (lengths 1..11).
-std::vector<RolloutRequest> Requests(int G) {
-  const std::vector<std::vector<int32_t>> prompts = {
-      {1, 5, 9, 13}, {1, 20}, {1, 3, 4, 7, 8, 11, 12, 17, 19, 21, 22}, {1}};
-  std::vector<RolloutRequest> r;
-  for (size_t p = 0; p < prompts.size(); ++p) {
-    for (int g = 0; g < G; ++g) r.push_back({prompts[p], static_cast<int>(p), p * G + g});
-  }
-  return r;
-}
+using enginetest::ExpectGreedyMatchesFullForward;
+using enginetest::FullForwardLogits;
+using enginetest::Tokens;
+using tptest::Requests;  // groups of G samples of 4 prompts (lengths 1..11)
 
-RolloutOptions Small() {
-  RolloutOptions o;
-  o.max_new_tokens = 10;
-  o.block_size = 4;
-  o.max_batch_tokens = 7;  // chunked prefill mixed with decode rows
-  o.sampling.greedy = true;
-  return o;
-}
-
-// The logits of every position of `seq`, recomputed by the training
-// model's full forward (the reference the engine's tokens are checked on).
-bool FullForwardLogits(Fixture& f, const std::vector<int32_t>& seq, std::vector<float>* logits) {
-  model::Batch b;
-  b.cu_seqlens = {0, static_cast<int32_t>(seq.size())};
-  for (size_t i = 0; i < seq.size(); ++i) {
-    b.tokens.push_back(seq[i]);
-    b.targets.push_back(0);
-    b.positions.push_back(static_cast<int32_t>(i));
-  }
-  logits->assign(seq.size() * static_cast<size_t>(f.config.vocab_size), 0.f);
-  return f.m.ForwardLogits(b, *f.pp, logits->data()).ok();
-}
-
-void ExpectGreedyMatchesFullForward(Fixture& f, const RolloutOptions& o) {
-  RolloutEngine eng(f.config, f.ops);
-  const auto reqs = Requests(2);
-  auto res = eng.Generate(reqs, o, *f.pp);
-  ASSERT_TRUE(res.ok()) << res.status();
-  const int V = f.config.vocab_size;
-  for (size_t s = 0; s < reqs.size(); ++s) {
-    const auto& g = res->sequences[s];
-    ASSERT_EQ(g.tokens.size(), 10u);
-    std::vector<int32_t> seq = reqs[s].prompt;
-    seq.insert(seq.end(), g.tokens.begin(), g.tokens.end() - 1);
-    std::vector<float> logits;
-    ASSERT_TRUE(FullForwardLogits(f, seq, &logits));
-    for (size_t j = 0; j < g.tokens.size(); ++j) {
-      const float* row = logits.data() + (reqs[s].prompt.size() - 1 + j) * V;
-      int arg = 0;
-      for (int v = 1; v < V; ++v) {
-        if (row[v] > row[arg]) arg = v;
-      }
-      double z = 0;
-      for (int v = 0; v < V; ++v) z += std::exp(row[v] - row[arg]);
-      const double lp = row[g.tokens[j]] - row[arg] - std::log(z);
-      EXPECT_EQ(g.tokens[j], arg) << "sequence " << s << " token " << j;
-      EXPECT_NEAR(g.raw_logprobs[j], lp, 1e-4) << "sequence " << s << " token " << j;
-    }
-  }
-  EXPECT_GT(res->scheduler.prompt_tokens_saved, 0);
-}
+RolloutOptions Small() { return tptest::Small(/*greedy=*/true); }
 
 TEST(RolloutEngineTest, GreedyMatchesFullForwardReference) {
   auto ops = kernels::MakeReferenceOps();
@@ -139,12 +66,6 @@ RolloutOptions Sampled() {
   o.sampling.min_p = 0.02f;
   o.sampling.seed = 42;
   return o;
-}
-
-std::vector<std::vector<int32_t>> Tokens(const RolloutResult& r) {
-  std::vector<std::vector<int32_t>> t;
-  for (const auto& s : r.sequences) t.push_back(s.tokens);
-  return t;
 }
 
 // The reference backend computes each row alone, so tokens compare exactly.
@@ -275,15 +196,7 @@ TEST(RolloutEngineTest, SlidingWindowLayersGiveBlocksBack) {
   const size_t block = KvPool::BlockBytes(3, 2 * 8, 4, kernels::KvDtype::kF32);
   EXPECT_EQ(r->num_blocks, 4);
   EXPECT_LE(r->kv_peak_bytes, 4 * block);
-  std::vector<int32_t> seq = one[0].prompt;
-  seq.insert(seq.end(), r->sequences[0].tokens.begin(), r->sequences[0].tokens.end() - 1);
-  std::vector<float> logits;
-  ASSERT_TRUE(FullForwardLogits(f, seq, &logits));
-  const int V = f.config.vocab_size;
-  for (size_t j = 0; j < r->sequences[0].tokens.size(); ++j) {
-    const float* row = logits.data() + (one[0].prompt.size() - 1 + j) * V;
-    EXPECT_EQ(r->sequences[0].tokens[j], std::max_element(row, row + V) - row) << "token " << j;
-  }
+  enginetest::ExpectGreedyTokensOfFullForward(f, one, *r);
   RolloutOptions sampled = Sampled();
   sampled.max_new_tokens = 24;
   const auto reqs = Requests(3);

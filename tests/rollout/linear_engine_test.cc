@@ -6,15 +6,14 @@
 // preempts; linear layers hold no KV blocks.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/backends.h"
 #include "nlohmann/json.hpp"
+#include "tests/rollout/engine_test_util.h"
+#include "tests/rollout/tp_test_util.h"
 #include "worker/model/config.h"
-#include "worker/model/model.h"
 #include "worker/rollout/engine.h"
 
 namespace tandem::rollout {
@@ -42,96 +41,20 @@ ModelConfig HybridConfig(const std::vector<std::string>& types) {
 
 const std::vector<std::string> kHybrid = {"linear", "full", "window:4"};
 
-struct Fixture {
-  Fixture(const std::vector<std::string>& types, kernels::Ops* ops_in)
-      : config(HybridConfig(types)), ops(ops_in), m(config, ops) {
-    params.assign(m.layout().total_floats(), 0.f);
-    std::mt19937_64 rng(23);
-    std::normal_distribution<float> nd;
-    for (const auto& t : m.layout().tensors()) {
-      for (size_t i = 0; i < t.numel; ++i) {
-        const float v = nd(rng);
-        params[t.offset + i] = t.kind == model::TensorView::Kind::kNorm ? 1.f + 0.1f * v : 0.3f * v;
-      }
-    }
-    pp = std::make_unique<model::FlatParamProvider>(m.layout(), params.data(), nullptr);
-  }
-  ModelConfig config;
-  kernels::Ops* ops;
-  model::Model m;
-  std::vector<float> params;
-  std::unique_ptr<model::FlatParamProvider> pp;
+struct Fixture : enginetest::ModelFixture {
+  Fixture(const std::vector<std::string>& types, kernels::Ops* ops) : ModelFixture(HybridConfig(types), ops, 23) {}
 };
 
-// Groups of G samples of four prompts (lengths 1..11).
-std::vector<RolloutRequest> Requests(int G) {
-  const std::vector<std::vector<int32_t>> prompts = {
-      {1, 5, 9, 13}, {1, 20}, {1, 3, 4, 7, 8, 11, 12, 17, 19, 21, 22}, {1}};
-  std::vector<RolloutRequest> r;
-  for (size_t p = 0; p < prompts.size(); ++p) {
-    for (int g = 0; g < G; ++g) r.push_back({prompts[p], static_cast<int>(p), p * G + g});
-  }
-  return r;
-}
+using enginetest::ExpectGreedyMatchesFullForward;
+using enginetest::Tokens;
+using tptest::Requests;  // groups of G samples of 4 prompts (lengths 1..11)
 
-RolloutOptions Small() {
-  RolloutOptions o;
-  o.max_new_tokens = 10;
-  o.block_size = 4;
-  o.max_batch_tokens = 7;  // prompts split into chunks, mixed with decode rows
-  o.sampling.greedy = true;
-  return o;
-}
+RolloutOptions Small() { return tptest::Small(/*greedy=*/true); }
 
 RolloutOptions Sampled() {
-  RolloutOptions o = Small();
-  o.sampling.greedy = false;
-  o.sampling.temperature = 0.9f;
+  RolloutOptions o = tptest::Small(/*greedy=*/false);
   o.sampling.top_k = 12;
-  o.sampling.seed = 7;
   return o;
-}
-
-std::vector<std::vector<int32_t>> Tokens(const RolloutResult& r) {
-  std::vector<std::vector<int32_t>> t;
-  for (const auto& s : r.sequences) t.push_back(s.tokens);
-  return t;
-}
-
-void ExpectGreedyMatchesFullForward(Fixture& f, const RolloutOptions& o) {
-  RolloutEngine eng(f.config, f.ops);
-  const auto reqs = Requests(2);
-  auto res = eng.Generate(reqs, o, *f.pp);
-  ASSERT_TRUE(res.ok()) << res.status();
-  const int V = f.config.vocab_size;
-  for (size_t s = 0; s < reqs.size(); ++s) {
-    const auto& g = res->sequences[s];
-    ASSERT_EQ(g.tokens.size(), 10u);
-    std::vector<int32_t> seq = reqs[s].prompt;
-    seq.insert(seq.end(), g.tokens.begin(), g.tokens.end() - 1);
-    model::Batch b;
-    b.cu_seqlens = {0, static_cast<int32_t>(seq.size())};
-    for (size_t i = 0; i < seq.size(); ++i) {
-      b.tokens.push_back(seq[i]);
-      b.targets.push_back(0);
-      b.positions.push_back(static_cast<int32_t>(i));
-    }
-    std::vector<float> logits(seq.size() * static_cast<size_t>(V));
-    ASSERT_TRUE(f.m.ForwardLogits(b, *f.pp, logits.data()).ok());
-    for (size_t j = 0; j < g.tokens.size(); ++j) {
-      const float* row = logits.data() + (reqs[s].prompt.size() - 1 + j) * V;
-      int arg = 0;
-      for (int v = 1; v < V; ++v) {
-        if (row[v] > row[arg]) arg = v;
-      }
-      double z = 0;
-      for (int v = 0; v < V; ++v) z += std::exp(row[v] - row[arg]);
-      EXPECT_EQ(g.tokens[j], arg) << "sequence " << s << " token " << j;
-      EXPECT_NEAR(g.raw_logprobs[j], row[g.tokens[j]] - row[arg] - std::log(z), 1e-4)
-          << "sequence " << s << " token " << j;
-    }
-  }
-  EXPECT_GT(res->scheduler.prompt_tokens_saved, 0);
 }
 
 TEST(LinearRolloutTest, GreedyMatchesFullForward) {

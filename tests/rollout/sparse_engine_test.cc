@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/backends.h"
+#include "tests/rollout/engine_test_util.h"
 #include "tests/rollout/tp_test_util.h"
 #include "worker/model/param_layout.h"
 #include "worker/rollout/engine.h"
@@ -43,11 +44,7 @@ RolloutOptions SparseOptions(bool greedy, int block = 4) {
   return o;
 }
 
-std::vector<std::vector<int32_t>> Tokens(const RolloutResult& r) {
-  std::vector<std::vector<int32_t>> t;
-  for (const auto& s : r.sequences) t.push_back(s.tokens);
-  return t;
-}
+using enginetest::Tokens;
 
 TEST(SparseEngineTest, AllBlocksChosenGenerateTheDenseTokens) {
   auto ops = kernels::MakeCpuOps(1);
