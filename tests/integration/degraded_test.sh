@@ -10,7 +10,14 @@
 # The tiny job runs hundreds of steps a second, and one tandemctl call takes
 # close to a second on a loaded machine: the test follows each job's events
 # as they happen (follow_job), acts on them, and checks their order once the
-# job is over, never where a job is at some later moment.
+# job is over, never where a job is at some later moment. The events reach
+# the follower through the coordinator, which a loaded machine can delay by
+# seconds (the rest of the job): where the test must act at a given step, it
+# reads the step from worker a's own log, written as the step starts. To grow
+# back, a new worker must register before the job ends, which a loaded
+# machine can delay past the job's last step: the test freezes the survivor
+# (SIGSTOP) while the new worker registers and thaws it (SIGCONT) after, well
+# inside its lease.
 source "$(dirname "$0")/lib.sh"
 require_program python3 python3  # compare_safetensors.py
 JOB="$TI_DIR/jobs/sft-tiny.yaml"
@@ -18,15 +25,34 @@ STEPS=${STEPS:-1200}
 # The killed worker is detected by the survivor's failed collective (well
 # under a second) or, when the kill falls between two steps, by its lease.
 # On a 2-core machine with several jobs beside the test a live worker's
-# heartbeat can be starved for over 2 s, which made the coordinator drop
-# live workers in the middle of the scenario; an 8 s lease does not.
-start_coordinator --lease-ms 8000 --heartbeat-ms 500
+# heartbeat can be starved for over 2 s, and the survivor is frozen for up to
+# 8 s below: a 15 s lease drops neither.
+start_coordinator --lease-ms 15000 --heartbeat-ms 500
 start_worker a
 start_worker b
 VICTIM=$LAST_WORKER
 wait_until 30 workers_idle_at_least 2 || fail "workers did not register"
 COMMON=(--workers 2 --set cluster.zero_stage=0 --set "train.steps=$STEPS" --set train.lr=3e-4 --set checkpoint.every=50
         --set checkpoint.keep=2 --set task.eval_size=8)
+
+# worker_step NAME JOB GEN: the newest training step worker NAME has started
+# for JOB in generation GEN (0 before any), from its log.
+worker_step() {
+  awk -v pat="job $2 gen $3 PHASE_SFT_STEP step " \
+    '{ i = index($0, pat); if (i) s = substr($0, i + length(pat)) + 0 } END { print s + 0 }' "$WORK/worker-$1.log"
+}
+worker_step_at_least() { (($(worker_step "$1" "$2" "$3") >= $4)); }
+
+# grow_back_with JOB NEW: freezes worker a (the job's only rank now), starts
+# worker NEW, waits until it is idle (at most 8 s) and thaws a: the job cannot
+# end before NEW is there to grow back to.
+grow_back_with() {
+  kill_member STOP a
+  start_worker "$2"
+  wait_workers IDLE 8 "$2" || log "worker $2 not idle after 8 s; thawing a anyway"
+  kill_member CONT a
+  log "worker $2 registered while worker a was frozen at step $(worker_step a "$1" 2)"
+}
 
 # check_order FILE WHAT ERE...: FILE (job_events lines) has an event matching
 # each ERE, each after the one before; sets EVENT_AT[i] to the line of the i-th.
@@ -51,17 +77,12 @@ ID=$(ctl submit "$JOB" "${COMMON[@]}" --set name=degraded --set recovery.degrade
   --set "output_dir=$WORK/deg")
 follow_job deg "$ID"
 WATCH=$FOLLOW_PID
-wait_until 60 step_at_least deg 120 || fail "job made no progress"
+wait_until 60 worker_step_at_least a "$ID" 1 120 || fail "job made no progress"
 kill_member KILL "$VICTIM"
-log "killed worker b at step $(followed_step deg)"
-wait_until 30 event_seen deg "degraded: generation" || fail "no degraded continuation"
-# The spare starts as soon as the survivor has finished a step on its own:
-# the job certainly runs degraded before it can grow back, and the spare,
-# which needs up to a second to register (hundreds of steps of this job),
-# starts early enough to join before the job ends.
-wait_until 30 stepped_after deg "recovered in" || fail "no step after the degraded setup"
-start_worker c
-log "spare started at step $(followed_step deg)"
+log "killed worker b at step $(worker_step a "$ID" 1)"
+# The spare starts once the survivor runs steps on its own.
+wait_until 40 worker_step_at_least a "$ID" 2 1 || fail "no degraded continuation: $(job_events deg | tail -3)"
+grow_back_with "$ID" c
 wait "$WATCH" || fail "degraded job did not succeed: $(job_events deg | tail -5)"
 job_in_state "$ID" SUCCEEDED || fail "job is $(job_state "$ID")"
 job_events deg >"$WORK/events-deg.txt"
@@ -88,14 +109,12 @@ EL=$(ctl submit "$JOB" "${COMMON[@]}" --set name=elastic --set cluster.zero_stag
   --set recovery.replacement_timeout_ms=1000 --set "output_dir=$WORK/el")
 follow_job el "$EL"
 WATCH=$FOLLOW_PID
-wait_until 60 step_at_least el 120 || fail "elastic job made no progress"
+wait_until 60 worker_step_at_least a "$EL" 1 120 || fail "elastic job made no progress"
 kill_member KILL "$VICTIM2"
-log "killed worker c at step $(followed_step el)"
-wait_until 30 event_seen el "elastic: 1 of 2 ranks" || fail "no elastic continuation"
-# As above: the new worker starts once the shrunk job has finished a step.
-wait_until 30 stepped_after el "recovered in" || fail "no step after the elastic setup"
-start_worker d
-log "new worker started at step $(followed_step el)"
+log "killed worker c at step $(worker_step a "$EL" 1)"
+# As above: the new worker starts once the shrunk job runs steps.
+wait_until 40 worker_step_at_least a "$EL" 2 1 || fail "no elastic continuation: $(job_events el | tail -3)"
+grow_back_with "$EL" d
 wait "$WATCH" || fail "elastic job did not succeed: $(job_events el | tail -5)"
 job_events el >"$WORK/events-el.txt"
 check_order "$WORK/events-el.txt" "elastic job" \
