@@ -264,6 +264,11 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
                      absl::StrCat(zf.select_interval(),
                                   " is not a multiple of train.zenflow.update_interval = ", zf.update_interval()));
     }
+    if (zf.update_interval() > 0 && zf.full_warm_up_steps() % zf.update_interval() != 0) {
+      return Invalid("train.zenflow.full_warm_up_steps",
+                     absl::StrCat(zf.full_warm_up_steps(),
+                                  " is not a multiple of train.zenflow.update_interval = ", zf.update_interval()));
+    }
   }
   if (cl.sequence_parallel() > 1) {
     const int sp = cl.sequence_parallel();

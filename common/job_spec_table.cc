@@ -215,6 +215,12 @@ ConfigTable* MakeJobSpecTable() {
        .min = 1,
        .max = 1 << 20,
        .help = "ZenFlow: steps between re-selections of the important rows; a multiple of update_interval"},
+      {.path = "train.zenflow.full_warm_up_steps",
+       .def = "0",
+       .min = 0,
+       .max = 1 << 30,
+       .help = "ZenFlow: the first steps run plain AdamW on every row (DeepSpeed's full_warm_up_rounds); the "
+               "first selection is at the step after them; a multiple of update_interval"},
       // zero: communication techniques of the ZeRO optimizer.
       {.path = "zero.grad_compression",
        .def = "none",

@@ -28,6 +28,7 @@ TEST(ZenFlowSpecTest, DefaultsAreOff) {
   EXPECT_EQ(spec->train().zenflow().topk_fraction(), 0);
   EXPECT_EQ(spec->train().zenflow().update_interval(), 4);
   EXPECT_EQ(spec->train().zenflow().select_interval(), 8);
+  EXPECT_EQ(spec->train().zenflow().full_warm_up_steps(), 0);
   auto on = ParseJobSpecYaml(std::string(kBase) +
                              "train: {zenflow: {topk_fraction: 0.1, update_interval: 2, select_interval: 6}}\n"
                              "cluster: {zero_stage: 2, workers: 2}\n");
@@ -46,6 +47,11 @@ TEST(ZenFlowSpecTest, BadValues) {
   ExpectError({"train.zenflow.select_interval=-2"}, "train.zenflow.select_interval", "1");
   ExpectError({"train.zenflow.topk_fraction=0.1", "train.zenflow.update_interval=4", "train.zenflow.select_interval=6"},
               "train.zenflow.select_interval", "not a multiple of train.zenflow.update_interval");
+  ExpectError({"train.zenflow.full_warm_up_steps=-4"}, "train.zenflow.full_warm_up_steps", "0");
+  ExpectError({"train.zenflow.full_warm_up_steps=1e12"}, "train.zenflow.full_warm_up_steps", "");
+  ExpectError({"train.zenflow.topk_fraction=0.1", "train.zenflow.full_warm_up_steps=6"},
+              "train.zenflow.full_warm_up_steps", "not a multiple of train.zenflow.update_interval");
+  EXPECT_EQ(ErrorOf({"train.zenflow.topk_fraction=0.1", "train.zenflow.full_warm_up_steps=100"}), "OK");
   const std::string unknown = ErrorOf({"train.zenflow.topk=0.1"});
   EXPECT_NE(unknown.find("unknown key"), std::string::npos) << unknown;
 }

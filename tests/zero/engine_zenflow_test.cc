@@ -59,10 +59,12 @@ RunResult RunSteps(EngineCluster& c, const std::string& dir, int first, int last
   return out;
 }
 
-RunResult RunTiny(int world, int stage, double topk, const std::string& device = "cpu") {
+RunResult RunTiny(int world, int stage, double topk, const std::string& device = "cpu", int warm_up = 0) {
   const std::string dir = MakeTempDir("zenflow");
   EngineCluster c(world, "job-zenflow", device);
-  c.SetupOk(ParseSpec(TinySftYaml(), Overrides(world, stage, topk, dir)));
+  std::vector<std::string> o = Overrides(world, stage, topk, dir);
+  o.push_back("train.zenflow.full_warm_up_steps=" + std::to_string(warm_up));
+  c.SetupOk(ParseSpec(TinySftYaml(), o));
   RunResult r = RunSteps(c, dir, 1, 12);
   fs::remove_all(dir);
   return r;
@@ -157,6 +159,46 @@ TEST(ZenFlowEngine, ResumeEqualsUninterrupted) {
       EXPECT_EQ(resumed.losses[s - 7], full.losses[s - 1]) << "N=" << world << " step " << s;
     }
     EXPECT_EQ(MaxAbsDiff(resumed.weights, full.weights), 0.0) << "N=" << world << " stage " << stage;
+    fs::remove_all(dir);
+  }
+}
+
+TEST(ZenFlowEngine, WarmUpStepsArePlainAdamW) {
+  // A warm-up as long as the run: every step is AdamW's, bit for bit; a
+  // warm-up of 4: AdamW's losses up to step 5 (step 5's loss is computed
+  // before its update), then the split.
+  const RunResult plain = RunTiny(2, 2, 0);
+  const RunResult whole = RunTiny(2, 2, 0.1, "cpu", 12);
+  EXPECT_EQ(MaxAbsDiff(plain.weights, whole.weights), 0.0);
+  EXPECT_EQ(whole.last.extra().at("zenflow_host_updates"), 0.0);
+  EXPECT_EQ(whole.last.extra().at("zenflow_important_fraction"), 1.0);
+  const RunResult four = RunTiny(2, 2, 0.1, "cpu", 4);
+  for (int s = 1; s <= 5; ++s) EXPECT_EQ(four.losses[s - 1], plain.losses[s - 1]) << "step " << s;
+  EXPECT_GT(MaxAbsDiff(plain.weights, four.weights), 0.0);
+  EXPECT_EQ(four.last.extra().at("zenflow_host_updates"), 2.0);  // handed over at 8 and 12 (the last step syncs)
+  EXPECT_LT(four.last.extra().at("zenflow_important_fraction"), 0.2);
+}
+
+TEST(ZenFlowEngine, ResumeInAndAfterTheWarmUpEqualsUninterrupted) {
+  for (int ckpt_step : {2, 6}) {
+    const std::string dir = MakeTempDir("zenflow-warm-resume");
+    std::vector<std::string> o = Overrides(2, 2, 0.25, dir);
+    o.push_back("train.zenflow.full_warm_up_steps=4");
+    RunResult full;
+    {
+      EngineCluster c(2, "job-zenflow");
+      c.SetupOk(ParseSpec(TinySftYaml(), o));
+      full = RunSteps(c, dir, 1, 12, ckpt_step);
+    }
+    fs::remove_all(dir + "/final");
+    EngineCluster again(2, "job-zenflow-resume");
+    auto rep = again.SetupOk(ParseSpec(TinySftYaml(), o), ckpt::FinalDir(dir + "/ckpt", ckpt_step));
+    EXPECT_EQ(rep.setup().restored_step(), ckpt_step);
+    const RunResult resumed = RunSteps(again, dir, ckpt_step + 1, 12);
+    for (int s = ckpt_step + 1; s <= 12; ++s) {
+      EXPECT_EQ(resumed.losses[s - ckpt_step - 1], full.losses[s - 1]) << "checkpoint " << ckpt_step << " step " << s;
+    }
+    EXPECT_EQ(MaxAbsDiff(resumed.weights, full.weights), 0.0) << "checkpoint " << ckpt_step;
     fs::remove_all(dir);
   }
 }

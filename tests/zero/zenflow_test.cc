@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/backends.h"
@@ -69,7 +71,14 @@ class Reference {
   }
 
   void Step(const std::vector<float>& g, float lr, int64_t t) {
-    const int64_t s = o_.update_interval;
+    const int64_t s = o_.update_interval, w = o_.full_warm_up_steps;
+    if (t <= w) {  // warm-up: plain AdamW everywhere
+      for (size_t e = 0; e < l_.size; ++e) {
+        if (Owned(e)) Adam(&p_[e], g[e], &m_[e], &v_[e], lr, t);
+      }
+      return;
+    }
+    const int64_t host_count = w + (t - w) / s;
     if (!selected_) {
       Select(g);
       for (size_t i = 0; i < rows_.size(); ++i) {
@@ -97,14 +106,14 @@ class Reference {
       if (!was[i] && important_[i]) {
         ForRow(i, [&](size_t e) {
           m_[e] = hm_[e], v_[e] = hv_[e];
-          Adam(&p_[e], acc_[e] * scale, &m_[e], &v_[e], lr, t / s);
+          Adam(&p_[e], acc_[e] * scale, &m_[e], &v_[e], lr, host_count);
           acc_[e] = 0;
         });
       } else if (was[i] && !important_[i]) {
         ForRow(i, [&](size_t e) { hp_[e] = p_[e], hm_[e] = m_[e], hv_[e] = v_[e]; });
       } else if (!was[i] && !important_[i]) {
         ForRow(i, [&](size_t e) {
-          Adam(&hp_[e], acc_[e] * scale, &hm_[e], &hv_[e], lr, t / s);
+          Adam(&hp_[e], acc_[e] * scale, &hm_[e], &hv_[e], lr, host_count);
           acc_[e] = 0;
         });
         pending_.push_back(i);
@@ -136,6 +145,13 @@ class Reference {
     long segment, matrix, row;
     size_t first, last;  // global elements, inclusive
   };
+
+  bool Owned(size_t e) const {
+    for (const ZenFlowSegment& s : l_.segments) {
+      if (e >= s.global && e < s.global + s.len) return true;
+    }
+    return false;
+  }
 
   template <typename F>
   void ForRow(size_t i, F f) {
@@ -280,12 +296,14 @@ std::vector<float> Gradient(const Layout& l, int64_t t, std::mt19937& rng) {
   return g;
 }
 
-void RunAgainstReference(bool split, int update_interval, int select_interval, kernels::Ops* ops, double tol) {
+void RunAgainstReference(bool split, int update_interval, int select_interval, kernels::Ops* ops, double tol,
+                         int warm_up = 0) {
   const Layout l = MakeLayout(split);
   ZenFlowOptions o;
   o.topk_fraction = 0.25;
   o.update_interval = update_interval;
   o.select_interval = select_interval;
+  o.full_warm_up_steps = warm_up;
   o.matrices = l.matrices;
   std::mt19937 rng(7);
   std::normal_distribution<float> n(0.f, 0.5f);
@@ -293,7 +311,7 @@ void RunAgainstReference(bool split, int update_interval, int select_interval, k
   for (float& x : p0) x = n(rng);
   Reference ref(l, o, p0);
   Product prod(l, o, p0, ops);
-  const int kSteps = 6 * select_interval + 3;  // ends between hand-overs
+  const int kSteps = warm_up + 6 * select_interval + 3;  // ends between hand-overs
   for (int64_t t = 1; t <= kSteps; ++t) {
     const float lr = 1e-2f * (1.0f - 0.5f * static_cast<float>(t) / kSteps);
     const std::vector<float> g = Gradient(l, t, rng);
@@ -306,7 +324,7 @@ void RunAgainstReference(bool split, int update_interval, int select_interval, k
     }
   }
   EXPECT_GT(ref.unimportant_rows(), 10u);
-  EXPECT_EQ(prod.stats().host_updates, kSteps / update_interval - 1);
+  EXPECT_EQ(prod.stats().host_updates, (kSteps - warm_up) / update_interval - 1);
   ref.Sync();
   prod.Sync();
   if (tol == 0) {
@@ -328,6 +346,32 @@ TEST(ZenFlowReference, EqualsThePlainAlgorithmBitForBit) {
       RunAgainstReference(split, s, n, ops.get(), 0);
     }
   }
+}
+
+TEST(ZenFlowReference, WarmUpIsPlainAdamWThenTheAlgorithm) {
+  // The warm-up steps update every row on the device; the first selection
+  // follows them, and the host count continues from the warm-up's count.
+  auto ops = kernels::MakeReferenceOps();
+  for (bool split : {false, true}) {
+    for (auto [s, n, w] : {std::tuple{4, 8, 4}, std::tuple{4, 8, 12}, std::tuple{1, 2, 3}, std::tuple{3, 12, 6}}) {
+      SCOPED_TRACE(testing::Message() << "split " << split << " S " << s << " N " << n << " W " << w);
+      RunAgainstReference(split, s, n, ops.get(), 0, w);
+    }
+  }
+}
+
+TEST(ZenFlowReference, WarmUpMustBeAMultipleOfTheUpdateInterval) {
+  ZenFlowOptions o;
+  o.topk_fraction = 0.1;
+  o.update_interval = 4;
+  o.select_interval = 8;
+  o.full_warm_up_steps = 6;
+  const Layout l = MakeLayout(false);
+  auto z = ZenFlow::Create(o, ZenFlowAdamW{}, l.segments, l.size);
+  ASSERT_FALSE(z.ok());
+  EXPECT_NE(z.status().message().find("full_warm_up_steps (6)"), std::string::npos) << z.status();
+  o.full_warm_up_steps = -4;
+  EXPECT_FALSE(ZenFlow::Create(o, ZenFlowAdamW{}, l.segments, l.size).ok());
 }
 
 TEST(ZenFlowReference, CpuOpsMatchWithinRounding) {

@@ -432,6 +432,7 @@ absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment
     zo.zenflow.topk_fraction = zf.topk_fraction();
     zo.zenflow.update_interval = zf.update_interval();
     zo.zenflow.select_interval = zf.select_interval();
+    zo.zenflow.full_warm_up_steps = zf.full_warm_up_steps();
     for (const model::TensorView& t : layout.tensors()) {
       if (t.kind != model::TensorView::Kind::kMatrix || t.shape.size() != 2) continue;
       zo.zenflow.matrices.push_back({t.offset, static_cast<size_t>(t.shape[0]), static_cast<size_t>(t.shape[1])});

@@ -32,6 +32,11 @@ absl::StatusOr<std::unique_ptr<ZenFlow>> ZenFlow::Create(const ZenFlowOptions& o
                                                    ") must be a positive multiple of update_interval (",
                                                    options.update_interval, ")"));
   }
+  if (options.full_warm_up_steps < 0 || options.full_warm_up_steps % options.update_interval != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("zenflow: full_warm_up_steps (", options.full_warm_up_steps,
+                                                   ") must be a non-negative multiple of update_interval (",
+                                                   options.update_interval, ")"));
+  }
   for (const ZenFlowSegment& s : segments) {
     if (s.opt + s.len > opt_size) {
       return absl::InvalidArgumentError("zenflow: a segment lies outside the optimizer state");
@@ -218,7 +223,7 @@ void ZenFlow::Reselect(const ZenFlowDevice& d, float lr, int64_t step) {
       for (size_t j = 0; j < r.len; ++j) g[j] *= scale;
       d.mem->CopyToDevice(d.g + r.grad, g, bytes);
       d.ops->adamw_step(d.p + r.param, d.g + r.grad, d.m + r.opt, d.v + r.opt, r.len, lr, a.beta1, a.beta2, a.eps,
-                        a.weight_decay, step / options_.update_interval);
+                        a.weight_decay, HostCount(step));
       std::fill(g, g + r.len, 0.f);
     } else if (was && !now) {
       MoveToHost(d, r);
@@ -238,6 +243,16 @@ absl::Status ZenFlow::Step(const ZenFlowDevice& d, float lr, int64_t step) {
   for (const ZenFlowSegment& s : segments_) {
     d.mem->CopyToHost(g_host_.data() + s.opt, d.g + s.grad, s.len * sizeof(float));
   }
+  const ZenFlowAdamW& a = adamw_;
+  if (!selected_ && step <= options_.full_warm_up_steps) {
+    // Warm-up: every row is important, the calls are plain AdamW's.
+    for (const DevRun& r : dev_runs_) {
+      d.ops->adamw_step(d.p + r.param, d.g + r.grad, d.m + r.opt, d.v + r.opt, r.len, lr, a.beta1, a.beta2, a.eps,
+                        a.weight_decay, step);
+    }
+    if (!d.mem->ok()) return absl::InternalError("zenflow: device memory: " + d.mem->last_error());
+    return absl::OkStatus();
+  }
   if (!selected_) {
     Select();
     for (size_t i = 0; i < rows_.size(); ++i) {
@@ -247,7 +262,6 @@ absl::Status ZenFlow::Step(const ZenFlowDevice& d, float lr, int64_t step) {
     selected_ = true;
     acc_steps_ = 0;
   }
-  const ZenFlowAdamW& a = adamw_;
   for (const DevRun& r : dev_runs_) {
     d.ops->adamw_step(d.p + r.param, d.g + r.grad, d.m + r.opt, d.v + r.opt, r.len, lr, a.beta1, a.beta2, a.eps,
                       a.weight_decay, step);
@@ -276,7 +290,7 @@ absl::Status ZenFlow::Step(const ZenFlowDevice& d, float lr, int64_t step) {
       job.beta2 = a.beta2;
       job.eps = a.eps;
       job.weight_decay = a.weight_decay;
-      job.step = step / interval;
+      job.step = HostCount(step);
       updater_.Submit(job);
       in_flight_ = true;
       cur_ ^= 1;
@@ -324,9 +338,14 @@ void ZenFlow::CopyState(float* acc, float* important) const {
   }
 }
 
-void ZenFlow::LoadState(const ZenFlowDevice& d, const float* acc, const float* important, bool selected, int64_t step) {
+int64_t ZenFlow::HostCount(int64_t step) const {
+  const int64_t w = options_.full_warm_up_steps;
+  return w + (step - w) / options_.update_interval;
+}
+
+void ZenFlow::LoadState(const ZenFlowDevice& d, const float* acc, const float* important, int64_t step) {
   Reset();
-  if (!selected) return;
+  if (step <= options_.full_warm_up_steps) return;  // no selection yet
   for (size_t i = 0; i < rows_.size(); ++i) {
     const Row& r = rows_[i];
     important_[i] = r.group < 0 || important[r.opt] != 0.f ? 1 : 0;

@@ -7,9 +7,11 @@
 // shard boundary is two rows, one per owner. Elements outside any matrix
 // (norms, biases, padding) are always important.
 //
-// Per step (Step, after the gradient is reduced and clipped):
+// Warm-up: steps 1..full_warm_up_steps W (a multiple of S; default 0) are
+// plain AdamW on every row, as DeepSpeed's full_warm_up_rounds.
+// Per step after it (Step, after the gradient is reduced and clipped):
 //   - the owned gradient is copied to the host;
-//   - on the first step, and at every step that is a multiple of
+//   - on the first step after the warm-up, and at every step that is a multiple of
 //     select_interval N (N is a multiple of update_interval S), each matrix
 //     piece's rows are ranked by the L2 norm of this step's gradient; the
 //     top ceil(topk_fraction x rows) are important (ties: lower row first);
@@ -22,7 +24,7 @@
 //     accumulator goes to the host thread (zenflow_host.h), which runs AdamW
 //     with the mean gradient (sum / S) on host copies of those rows'
 //     parameters and moments (bias correction of the host update count
-//     step / S) while the device trains on. Its result is applied S steps
+//     W + (step - W) / S) while the device trains on. Its result is applied S steps
 //     later, so the unimportant rows lag by one host interval.
 // Re-selection (at a multiple of N, after the wait above): a row's moments
 // and parameters move with it. A row that becomes important takes its host
@@ -65,9 +67,10 @@ struct ZenFlowMatrix {
 };
 
 struct ZenFlowOptions {
-  double topk_fraction = 0;  // 0 = off; (0, 1]
-  int update_interval = 4;   // S
-  int select_interval = 8;   // N, a multiple of S
+  double topk_fraction = 0;    // 0 = off; (0, 1]
+  int update_interval = 4;     // S
+  int select_interval = 8;     // N, a multiple of S
+  int full_warm_up_steps = 0;  // W, a multiple of S: steps 1..W are plain AdamW
   std::vector<ZenFlowMatrix> matrices;
 };
 
@@ -127,10 +130,10 @@ class ZenFlow {
   // State in optimizer coordinates (opt_size floats each): the accumulated
   // gradient and 1 / 0 per element for important / not. Call after Sync.
   void CopyState(float* acc, float* important) const;
-  // Restores it (selected: whether a selection was made); the host copies
-  // of parameters and moments are read from d.
-  // `step` is the optimizer step count the state belongs to.
-  void LoadState(const ZenFlowDevice& d, const float* acc, const float* important, bool selected, int64_t step);
+  // Restores it; the host copies of parameters and moments are read from d.
+  // `step` is the optimizer step count the state belongs to (a selection
+  // exists after step full_warm_up_steps).
+  void LoadState(const ZenFlowDevice& d, const float* acc, const float* important, int64_t step);
   const ZenFlowStats& stats() const { return stats_; }
 
  private:
@@ -156,6 +159,9 @@ class ZenFlow {
   void MoveToHost(const ZenFlowDevice& d, const Row& row);
   void FinishInFlight(const ZenFlowDevice& d, bool apply);
   void Reselect(const ZenFlowDevice& d, float lr, int64_t step);
+  // The bias-correction count of the host moments at step `step`: the
+  // warm-up's device updates, then one per host interval.
+  int64_t HostCount(int64_t step) const;
 
   ZenFlowOptions options_;
   ZenFlowAdamW adamw_;

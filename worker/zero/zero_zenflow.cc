@@ -95,7 +95,7 @@ void ZeroOptimizer::LoadZenFlowState(const float* acc_full, const float* importa
     std::copy_n(acc_full, n, a.data());
     std::copy_n(important_full, n, imp.data());
   }
-  zenflow_->LoadState(ZenFlowView(), a.data(), imp.data(), step_ > 0, step_);
+  zenflow_->LoadState(ZenFlowView(), a.data(), imp.data(), step_);
 }
 
 }  // namespace tandem::zero
