@@ -35,14 +35,6 @@ wait_until 30 workers_idle_at_least 2 || fail "workers did not register"
 COMMON=(--workers 2 --set cluster.zero_stage=0 --set "train.steps=$STEPS" --set train.lr=3e-4 --set checkpoint.every=50
         --set checkpoint.keep=2 --set task.eval_size=8)
 
-# worker_step NAME JOB GEN: the newest training step worker NAME has started
-# for JOB in generation GEN (0 before any), from its log.
-worker_step() {
-  awk -v pat="job $2 gen $3 PHASE_SFT_STEP step " \
-    '{ i = index($0, pat); if (i) s = substr($0, i + length(pat)) + 0 } END { print s + 0 }' "$WORK/worker-$1.log"
-}
-worker_step_at_least() { (($(worker_step "$1" "$2" "$3") >= $4)); }
-
 # grow_back_with JOB NEW: freezes worker a (the job's only rank now), starts
 # worker NEW, waits until it is idle (at most 8 s) and thaws a: the job cannot
 # end before NEW is there to grow back to.

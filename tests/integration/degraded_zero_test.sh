@@ -42,9 +42,9 @@ for stage in "${STAGES[@]}"; do
     --set "name=degraded-zero$stage" --set "output_dir=$WORK/z$stage")
   follow_job "z$stage" "$ID"
   WATCH=$FOLLOW_PID
-  wait_until 60 step_at_least "z$stage" 40 || fail "stage $stage: job made no progress"
+  wait_until 60 worker_step_at_least "$VICTIM" "$ID" 1 40 || fail "stage $stage: job made no progress"
   kill_member KILL "$VICTIM"
-  log "stage $stage: killed a worker at step $(followed_step "z$stage")"
+  log "stage $stage: killed a worker at step $(worker_step "$VICTIM" "$ID" 1)"
   wait "$WATCH" || fail "stage $stage: degraded job did not succeed: $(job_events "z$stage" | tail -5)"
   job_in_state "$ID" SUCCEEDED || fail "stage $stage: job is $(job_state "$ID")"
   job_events "z$stage" >"$WORK/events-z$stage.txt"

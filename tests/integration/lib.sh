@@ -156,6 +156,14 @@ followed_step() {
     "$WORK/events-$1.jsonl"
 }
 step_at_least() { (($(followed_step "$1") >= $2)); }
+# worker_step NAME JOB GEN: the newest training step worker NAME has started
+# for JOB in generation GEN (0 before any), from its own log (written as the
+# step starts; the event stream can lag it by seconds on a loaded machine).
+worker_step() {
+  awk -v pat="job $2 gen $3 PHASE_SFT_STEP step " \
+    '{ i = index($0, pat); if (i) s = substr($0, i + length(pat)) + 0 } END { print s + 0 }' "$WORK/worker-$1.log"
+}
+worker_step_at_least() { (($(worker_step "$1" "$2" "$3") >= $4)); }
 # event_lines: JSON events on stdin -> one "[kind] message" line each (the
 # escapes protobuf's JSON printer uses in messages undone).
 event_lines() {
