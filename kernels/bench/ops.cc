@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/backends.h"
@@ -151,6 +152,37 @@ int main(int argc, char** argv) {
                   }),
                   gemm);
     }
+  }
+
+  // Paged decode attention: one query row per sequence, pages of 16 rows
+  // in shuffled order, each sequence `len` positions long (config A's
+  // shape, then a 128-wide head). Bytes: the K and V rows read once.
+  for (auto [h, hkv, d] : {std::tuple{8, 2, 32}, std::tuple{32, 8, 128}}) {
+    const int seqs = 16, len = 256, bs = 16, per = len / bs, pages = seqs * per;
+    const int kd = hkv * d;
+    auto k = Filled(static_cast<size_t>(pages) * bs * kd, 1.f), v = Filled(k.size(), 1.f);
+    auto q = Filled(static_cast<size_t>(seqs) * h * d, 1.f);
+    std::vector<float> out(q.size());
+    std::vector<int32_t> table(static_cast<size_t>(pages)), row_seq(seqs), row_pos(seqs, len - 1);
+    for (int i = 0; i < pages; ++i) table[i] = static_cast<int32_t>((static_cast<int64_t>(i) * 37) % pages);
+    for (int s = 0; s < seqs; ++s) row_seq[s] = s;
+    AttentionParams p;
+    p.num_heads = h;
+    p.num_kv_heads = hkv;
+    p.head_dim = d;
+    PagedKv kv;
+    kv.k = k.data();
+    kv.v = v.data();
+    kv.block_size = bs;
+    kv.num_blocks = pages;
+    kv.block_tables = table.data();
+    kv.max_blocks = per;
+    const std::string shape =
+        " B=16 pos=256 H=" + std::to_string(h) + "/" + std::to_string(hkv) + " D=" + std::to_string(d);
+    ReportBytes("paged decode attention" + shape, TimeIt([&] {
+                  ops->paged_attention(p, kv, q.data(), row_seq.data(), row_pos.data(), seqs, out.data());
+                }),
+                2.0 * k.size() * 4);
   }
 
   {

@@ -37,6 +37,98 @@ const float* BlockRows(const void* pool, KvDtype dtype, int64_t slot, int n, int
   return buf;
 }
 
+// Four dot products of D floats at once: q against keys k0..k3; one
+// horizontal reduction for the four.
+template <int D>
+inline __m128 Dot4(const __m256* q, const float* k0, const float* k1, const float* k2, const float* k3) {
+  __m256 a0 = _mm256_mul_ps(q[0], _mm256_loadu_ps(k0)), a1 = _mm256_mul_ps(q[0], _mm256_loadu_ps(k1));
+  __m256 a2 = _mm256_mul_ps(q[0], _mm256_loadu_ps(k2)), a3 = _mm256_mul_ps(q[0], _mm256_loadu_ps(k3));
+  for (int c = 1; c < D / 8; ++c) {
+    a0 = _mm256_fmadd_ps(q[c], _mm256_loadu_ps(k0 + 8 * c), a0);
+    a1 = _mm256_fmadd_ps(q[c], _mm256_loadu_ps(k1 + 8 * c), a1);
+    a2 = _mm256_fmadd_ps(q[c], _mm256_loadu_ps(k2 + 8 * c), a2);
+    a3 = _mm256_fmadd_ps(q[c], _mm256_loadu_ps(k3 + 8 * c), a3);
+  }
+  const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
+template <int D>
+inline float Dot1(const __m256* q, const float* k) {
+  __m256 a = _mm256_mul_ps(q[0], _mm256_loadu_ps(k));
+  for (int c = 1; c < D / 8; ++c) a = _mm256_fmadd_ps(q[c], _mm256_loadu_ps(k + 8 * c), a);
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+
+// One task (row r, kv head hk) with the head width D fixed at compile time:
+// the query and the output accumulator of a query head live in registers,
+// four keys share one horizontal reduction. Same blocks, online softmax
+// and exp as the generic loop below.
+template <int D>
+void AttendFixedD(const AttentionParams& p, const PagedKv& kv, const float* q, const int32_t* table, int r, int hk,
+                  int pos, float scale, float* out) {
+  const int H = p.num_heads, Hkv = p.num_kv_heads, group = H / Hkv, bs = kv.block_size, KD = Hkv * D;
+  const int lo = p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
+  alignas(64) float acc[kMaxGroup][D];
+  alignas(64) float kbuf[kMaxBlock * D];
+  alignas(64) float vbuf[kMaxBlock * D];
+  alignas(32) float s[kMaxBlock + 4];
+  float m[kMaxGroup], l[kMaxGroup];
+  for (int g = 0; g < group; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.f;
+    std::fill(acc[g], acc[g] + D, 0.f);
+  }
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (int b = lo / bs; b <= pos / bs; ++b) {
+    const int j0 = std::max(lo, b * bs), j1 = std::min(pos, b * bs + bs - 1);
+    const int n = j1 - j0 + 1;
+    const int64_t slot = static_cast<int64_t>(table[b]) * bs + (j0 - b * bs);
+    int ks = 0, vs = 0;
+    const float* kb = BlockRows(kv.k, kv.dtype, slot, n, KD, hk * D, D, kbuf, &ks);
+    const float* vb = BlockRows(kv.v, kv.dtype, slot, n, KD, hk * D, D, vbuf, &vs);
+    for (int g = 0; g < group; ++g) {
+      const float* qg = q + (static_cast<int64_t>(r) * H + hk * group + g) * D;
+      __m256 qv[D / 8];
+      for (int c = 0; c < D / 8; ++c) qv[c] = _mm256_loadu_ps(qg + 8 * c);
+      int i = 0;
+      for (; i + 4 <= n; i += 4) {
+        const float* k0 = kb + static_cast<int64_t>(i) * ks;
+        const __m128 d4 = Dot4<D>(qv, k0, k0 + ks, k0 + 2 * ks, k0 + 3 * ks);
+        _mm_storeu_ps(s + i, _mm_mul_ps(d4, _mm256_castps256_ps128(vscale)));
+      }
+      for (; i < n; ++i) s[i] = Dot1<D>(qv, kb + static_cast<int64_t>(i) * ks) * scale;
+      float mx = m[g];
+      for (i = 0; i < n; ++i) mx = std::max(mx, s[i]);
+      const float alpha = ExpScalar(m[g] - mx);
+      const __m256 vmx = _mm256_set1_ps(mx);
+      for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(s + i, Exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), vmx)));
+      for (; i < n; ++i) s[i] = ExpScalar(s[i] - mx);
+      __m256 av[D / 8];
+      const __m256 valpha = _mm256_set1_ps(alpha);
+      for (int c = 0; c < D / 8; ++c) av[c] = _mm256_mul_ps(_mm256_load_ps(acc[g] + 8 * c), valpha);
+      float sum = l[g] * alpha;
+      for (i = 0; i < n; ++i) {
+        sum += s[i];
+        const __m256 pr = _mm256_set1_ps(s[i]);
+        const float* vr = vb + static_cast<int64_t>(i) * vs;
+        for (int c = 0; c < D / 8; ++c) av[c] = _mm256_fmadd_ps(pr, _mm256_loadu_ps(vr + 8 * c), av[c]);
+      }
+      for (int c = 0; c < D / 8; ++c) _mm256_store_ps(acc[g] + 8 * c, av[c]);
+      m[g] = mx;
+      l[g] = sum;
+    }
+  }
+  for (int g = 0; g < group; ++g) {
+    const float inv = l[g] > 0.f ? 1.f / l[g] : 0.f;
+    float* o = out + (static_cast<int64_t>(r) * H + hk * group + g) * D;
+    for (int e = 0; e < D; ++e) o[e] = acc[g][e] * inv;
+  }
+}
+
 }  // namespace
 
 void paged_kv_write(const PagedKv& kv, int kd, const float* k, const float* v, const int32_t* slots, int t) {
@@ -78,8 +170,20 @@ void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q
     const int r = static_cast<int>(task / Hkv);
     const int hk = static_cast<int>(task % Hkv);
     const int pos = row_pos[r];
-    const int lo = p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
     const int32_t* table = kv.block_tables + static_cast<int64_t>(row_seq[r]) * kv.max_blocks;
+    if (D == 32) {
+      AttendFixedD<32>(p, kv, q, table, r, hk, pos, scale, out);
+      continue;
+    }
+    if (D == 64) {
+      AttendFixedD<64>(p, kv, q, table, r, hk, pos, scale, out);
+      continue;
+    }
+    if (D == 128) {
+      AttendFixedD<128>(p, kv, q, table, r, hk, pos, scale, out);
+      continue;
+    }
+    const int lo = p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
     alignas(64) float acc[kMaxGroup][kMaxD];
     alignas(64) float kbuf[kMaxBlock * kMaxD];
     alignas(64) float vbuf[kMaxBlock * kMaxD];

@@ -2,7 +2,9 @@
 // kernels/ops.h). Attention runs one task per (row, kv head), all query
 // heads of the kv head together, block by block with an online softmax;
 // bf16 blocks are widened once per block into a stack buffer; the softmax
-// weights use the AVX2 exp of simd_math.h. Shapes past
+// weights use the AVX2 exp of simd_math.h. Head widths 32, 64 and 128 run a
+// compile-time-width path (query and output accumulator in registers, four
+// keys per horizontal reduction); other widths a generic loop. Shapes past
 // the stack buffers (head_dim > 256, more than 32 query heads per kv head,
 // blocks over 64 rows) go to the reference.
 #pragma once

@@ -441,7 +441,8 @@ void AddPaged(Table& t) {
   const std::vector<int32_t> a{5, 40, 77}, b{1, 16, 33, 130};
   const Case cases[] = {{a, 1, 16, 8, 2, 64, -1, false}, {a, 4, 16, 8, 2, 64, -1, true},
                         {a, 3, 8, 4, 1, 128, 20, false}, {b, 1, 16, 2, 2, 32, -1, true},
-                        {b, 1, 32, 4, 4, 48, 9, false},  {a, 5, 4, 2, 1, 256, -1, false}};
+                        {b, 1, 32, 4, 4, 48, 9, false},  {a, 5, 4, 2, 1, 256, -1, false},
+                        {b, 3, 32, 8, 2, 32, 7, false},  {a, 2, 64, 16, 2, 128, -1, true}};
   uint64_t seed = 1700;
   for (const Case& c : cases) {
     t.push_back({"paged_attention",
