@@ -240,9 +240,6 @@ void ZenFlow::Reselect(const ZenFlowDevice& d, float lr, int64_t step) {
 }
 
 absl::Status ZenFlow::Step(const ZenFlowDevice& d, float lr, int64_t step) {
-  for (const ZenFlowSegment& s : segments_) {
-    d.mem->CopyToHost(g_host_.data() + s.opt, d.g + s.grad, s.len * sizeof(float));
-  }
   const ZenFlowAdamW& a = adamw_;
   if (!selected_ && step <= options_.full_warm_up_steps) {
     // Warm-up: every row is important, the calls are plain AdamW's.
@@ -252,6 +249,9 @@ absl::Status ZenFlow::Step(const ZenFlowDevice& d, float lr, int64_t step) {
     }
     if (!d.mem->ok()) return absl::InternalError("zenflow: device memory: " + d.mem->last_error());
     return absl::OkStatus();
+  }
+  for (const ZenFlowSegment& s : segments_) {
+    d.mem->CopyToHost(g_host_.data() + s.opt, d.g + s.grad, s.len * sizeof(float));
   }
   if (!selected_) {
     Select();
