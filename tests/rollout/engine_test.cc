@@ -88,12 +88,15 @@ TEST(RolloutEngineTest, SameTokensForAnyBatchCompositionBudgetOrSharing) {
     auto r = eng.Generate(rev, base, *f.pp);
     ASSERT_TRUE(r.ok());
     for (size_t s = 0; s < reqs.size(); ++s) EXPECT_EQ(r->sequences[reqs.size() - 1 - s].tokens, want[s]);
-    // No prompt sharing; one running sequence; a large token budget.
-    for (int variant = 0; variant < 3; ++variant) {
+    // No prompt sharing; one running sequence; a large token budget; two
+    // running sequences (a group's third sample starts later, forking a
+    // running sibling's prompt and recomputing its last position).
+    for (int variant = 0; variant < 4; ++variant) {
       RolloutOptions o = base;
       if (variant == 0) o.share_prompts = false;
       if (variant == 1) o.max_seqs = 1;
       if (variant == 2) o.max_batch_tokens = 4096;
+      if (variant == 3) o.max_seqs = 2;
       auto v = eng.Generate(reqs, o, *f.pp);
       ASSERT_TRUE(v.ok());
       EXPECT_EQ(Tokens(*v), want) << "variant " << variant;
@@ -103,6 +106,42 @@ TEST(RolloutEngineTest, SameTokensForAnyBatchCompositionBudgetOrSharing) {
     }
     // Prompt sharing saved (G - 1) prefills of every prompt: 2 x (4+2+11+1).
     EXPECT_EQ(all->scheduler.prompt_tokens_saved, 2 * 18);
+  }
+}
+
+TEST(RolloutEngineTest, LateSamplesForkARunningSiblingsPromptWithSameTokens) {
+  // One group of 5 samples whose lengths differ (forced by a stop check),
+  // 2 running at once: the later samples join while a sibling still runs,
+  // fork its prompt blocks and recompute only the prompt's last position.
+  // Their tokens equal those of all samples at once and of no sharing.
+  auto ops = kernels::MakeReferenceOps();
+  ModelConfig config = Config("qwen");
+  config.eos_token_ids = {};  // the stop check alone ends the samples
+  enginetest::ModelFixture f(config, ops.get(), 15);
+  RolloutEngine eng(f.config, f.ops);
+  const std::vector<int32_t> prompt = {3, 9, 4, 1, 7, 2, 8};
+  const std::vector<int> lengths = {10, 1, 3, 2, 4};
+  std::vector<RolloutRequest> reqs;
+  for (int g = 0; g < 5; ++g) reqs.push_back({prompt, 0, static_cast<uint64_t>(g)});
+  for (bool greedy : {true, false}) {
+    auto run = [&](int max_seqs, bool share) {
+      RolloutOptions o = greedy ? Small() : Sampled();
+      o.max_seqs = max_seqs;
+      o.share_prompts = share;
+      std::vector<int> count(reqs.size(), 0);
+      o.stop_check = [&](size_t i, int32_t) { return ++count[i] >= lengths[i]; };
+      auto r = eng.Generate(reqs, o, *f.pp);
+      EXPECT_TRUE(r.ok()) << r.status();
+      return *r;
+    };
+    const RolloutResult all = run(8, true), late = run(2, true), unshared = run(2, false);
+    EXPECT_EQ(Tokens(late), Tokens(all)) << "greedy " << greedy;
+    EXPECT_EQ(Tokens(unshared), Tokens(all)) << "greedy " << greedy;
+    for (size_t s = 0; s < reqs.size(); ++s) EXPECT_EQ(late.sequences[s].tokens.size(), size_t(lengths[s]));
+    // One prefill of 7 rows, then one row for each of the 3 late samples.
+    EXPECT_EQ(late.scheduler.prefill_tokens, 7 + 3);
+    EXPECT_EQ(late.scheduler.prompt_tokens_saved, 7 + 3 * 6);
+    EXPECT_EQ(unshared.scheduler.prefill_tokens, 5 * 7);
   }
 }
 

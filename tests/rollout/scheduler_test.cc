@@ -121,5 +121,49 @@ TEST(SchedulerTest, SharedPromptIsPrefilledOnceAndCopiedOnWrite) {
   for (int s = 1; s < 4; ++s) EXPECT_NE(sch.table(s)[1], sch.table(0)[1]);
 }
 
+TEST(SchedulerTest, ALateSampleForksTheRunningSiblingsPrompt) {
+  // max_seqs 2: the group's first two samples prefill once; the other two
+  // wait. When sample 1 finishes, sample 2 forks sample 0's prompt blocks
+  // and recomputes only the prompt's last position (one row, its logits
+  // give the first token; the shared half-full block is copied first).
+  SchedulerOptions o;
+  o.num_blocks = 64;
+  o.block_size = 4;
+  o.max_batch_tokens = 64;
+  o.max_seqs = 2;
+  Scheduler sch(o);
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6};
+  for (int g = 0; g < 4; ++g) ASSERT_TRUE(sch.Add(prompt, /*group=*/0, 20).ok());
+  const std::vector<int> lengths = {12, 1, 3, 2};
+  Scheduler::Step step;
+  ASSERT_TRUE(sch.Schedule(&step));
+  EXPECT_EQ(step.rows, 6);
+  ASSERT_EQ(step.samples.size(), 2u);
+  sch.Commit(step);
+  for (const auto& s : step.samples) {
+    sch.Append(s.seq, 7);
+    if (sch.generated(s.seq) >= lengths[s.seq]) sch.Finish(s.seq);
+  }
+  // Sample 1 is done: sample 0 decodes, sample 2 joins with one row.
+  ASSERT_TRUE(sch.Schedule(&step));
+  EXPECT_EQ(step.rows, 2);
+  ASSERT_EQ(step.chunks.size(), 2u);
+  EXPECT_EQ(step.chunks[1].seq, 2);
+  EXPECT_EQ(step.chunks[1].start, 5);
+  EXPECT_EQ(step.chunks[1].n, 1);
+  EXPECT_EQ(sch.table(2)[0], sch.table(0)[0]);  // the full prompt block is shared
+  EXPECT_EQ(step.copies.size(), 1u);            // sample 2 copies the half-full one before writing 5
+  sch.Commit(step);
+  for (const auto& s : step.samples) {
+    sch.Append(s.seq, 7);
+    if (sch.generated(s.seq) >= lengths[s.seq]) sch.Finish(s.seq);
+  }
+  const Trace rest = Drive(sch, lengths);
+  EXPECT_FALSE(rest.steps_rows.empty());
+  // One prefill of 6 rows, then 1 row for each late sample.
+  EXPECT_EQ(sch.stats().prefill_tokens, 6 + 1 + 1);
+  EXPECT_EQ(sch.stats().prompt_tokens_saved, 6 + 5 + 5);
+}
+
 }  // namespace
 }  // namespace tandem::rollout

@@ -60,8 +60,7 @@ absl::StatusOr<int> Scheduler::Add(std::vector<int32_t> prompt, int group, int m
 
 int Scheduler::PromptDonor(int s) const {
   const Seq& q = seqs_[s];
-  if (!opt_.share_prompts || opt_.state_slots > 0 || opt_.window > 0 || q.group < 0 ||
-      q.tokens.size() == static_cast<size_t>(q.prompt_len)) {
+  if (!opt_.share_prompts || opt_.state_slots > 0 || opt_.window > 0 || q.group < 0 || q.prompt_len < 2) {
     return -1;
   }
   for (int r : running_) {
@@ -172,19 +171,22 @@ bool Scheduler::Schedule(Step* step) {
     Seq& q = seqs_[s];
     const int watermark = running_.empty() ? 0 : std::max(1, opt_.num_blocks / 100);
     if (const int donor = PromptDonor(s); donor >= 0) {
-      // Preempted with tokens generated: fork the prompt blocks a sibling
-      // still holds and recompute only the generated positions.
+      // A sibling still holds the prompt's blocks: fork them and recompute
+      // only the generated positions (a preempted sample) or, for a sample
+      // that has not started, the prompt's last position (its logits give
+      // the first token), as a prefix cache hit does.
       q.table = blocks_.Fork(seqs_[donor].table, blocks_.BlocksFor(q.prompt_len));
-      const int n = std::min(static_cast<int>(q.tokens.size()) - q.prompt_len, budget);
-      if (blocks_.BlocksNeeded(q.table, q.prompt_len, q.prompt_len + n) + watermark > blocks_.free_blocks()) {
+      const int from = static_cast<int>(q.tokens.size()) == q.prompt_len ? q.prompt_len - 1 : q.prompt_len;
+      const int n = std::min(static_cast<int>(q.tokens.size()) - from, budget);
+      if (blocks_.BlocksNeeded(q.table, from, from + n) + watermark > blocks_.free_blocks()) {
         blocks_.Free(q.table);
         break;
       }
       waiting_.pop_front();
-      q.computed = q.prompt_len;
+      q.computed = from;
       StartRunning(s);
-      stats_.prompt_tokens_saved += q.prompt_len;
-      TANDEM_CHECK(blocks_.Prepare(q.table, q.prompt_len, q.prompt_len + n, &step->copies));
+      stats_.prompt_tokens_saved += from;
+      TANDEM_CHECK(blocks_.Prepare(q.table, from, from + n, &step->copies));
       Plan(s, n, step);
       budget -= n;
       continue;

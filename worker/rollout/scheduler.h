@@ -19,9 +19,11 @@
 // generated attach to it; when its prompt is complete they fork its block
 // table (reference counts), skip their own prefill and sample their first
 // token from the same logits row. The first write into a partly filled
-// shared block copies it (copy-on-write; Step::copies). A preempted sample
-// that comes back while a sibling of its group still holds the prompt's
-// blocks forks them again and recomputes only its generated tokens.
+// shared block copies it (copy-on-write; Step::copies). A sample admitted
+// while a sibling of its group still holds the prompt's blocks (it waited
+// past max_seqs, or was preempted) forks them and recomputes only its
+// generated tokens, or, with none yet, the prompt's last position (whose
+// logits give its first token), as a prefix-cache hit does.
 //
 // Recurrent state (state_slots > 0, models with linear-attention layers):
 // every running sequence holds one of state_slots slots (state_slot), taken
