@@ -63,18 +63,21 @@ inline float Dot1(const __m256* q, const float* k) {
   return _mm_cvtss_f32(x);
 }
 
-// One task (row r, kv head hk) with the head width D fixed at compile time:
-// the query and the output accumulator of a query head live in registers,
-// four keys share one horizontal reduction. Same blocks, online softmax
-// and exp as the generic loop below.
-template <int D>
-void AttendFixedD(const AttentionParams& p, const PagedKv& kv, const float* q, const int32_t* table, int r, int hk,
-                  int pos, float scale, float* out) {
+// One task (row r, kv head hk): every query head of the kv head, block by
+// block with an online softmax. With the head width fixed at compile time
+// (kD = 32, 64, 128) a query head and its output accumulator live in
+// registers and four keys share one horizontal reduction; kD = 0 is the
+// generic loop over p.head_dim.
+template <int kD>
+void AttendTask(const AttentionParams& p, const PagedKv& kv, const float* q, const int32_t* table, int r, int hk,
+                int pos, float scale, float* out) {
+  constexpr int kWidth = kD > 0 ? kD : kMaxD;  // stack buffers
+  const int D = kD > 0 ? kD : p.head_dim;
   const int H = p.num_heads, Hkv = p.num_kv_heads, group = H / Hkv, bs = kv.block_size, KD = Hkv * D;
   const int lo = p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
-  alignas(64) float acc[kMaxGroup][D];
-  alignas(64) float kbuf[kMaxBlock * D];
-  alignas(64) float vbuf[kMaxBlock * D];
+  alignas(64) float acc[kMaxGroup][kWidth];
+  alignas(64) float kbuf[kMaxBlock * kWidth];
+  alignas(64) float vbuf[kMaxBlock * kWidth];
   alignas(32) float s[kMaxBlock + 4];
   float m[kMaxGroup], l[kMaxGroup];
   for (int g = 0; g < group; ++g) {
@@ -82,7 +85,6 @@ void AttendFixedD(const AttentionParams& p, const PagedKv& kv, const float* q, c
     l[g] = 0.f;
     std::fill(acc[g], acc[g] + D, 0.f);
   }
-  const __m256 vscale = _mm256_set1_ps(scale);
   for (int b = lo / bs; b <= pos / bs; ++b) {
     const int j0 = std::max(lo, b * bs), j1 = std::min(pos, b * bs + bs - 1);
     const int n = j1 - j0 + 1;
@@ -92,32 +94,55 @@ void AttendFixedD(const AttentionParams& p, const PagedKv& kv, const float* q, c
     const float* vb = BlockRows(kv.v, kv.dtype, slot, n, KD, hk * D, D, vbuf, &vs);
     for (int g = 0; g < group; ++g) {
       const float* qg = q + (static_cast<int64_t>(r) * H + hk * group + g) * D;
-      __m256 qv[D / 8];
-      for (int c = 0; c < D / 8; ++c) qv[c] = _mm256_loadu_ps(qg + 8 * c);
       int i = 0;
-      for (; i + 4 <= n; i += 4) {
-        const float* k0 = kb + static_cast<int64_t>(i) * ks;
-        const __m128 d4 = Dot4<D>(qv, k0, k0 + ks, k0 + 2 * ks, k0 + 3 * ks);
-        _mm_storeu_ps(s + i, _mm_mul_ps(d4, _mm256_castps256_ps128(vscale)));
+      if constexpr (kD > 0) {
+        __m256 qv[kD / 8];
+        for (int c = 0; c < kD / 8; ++c) qv[c] = _mm256_loadu_ps(qg + 8 * c);
+        const __m128 vscale = _mm_set1_ps(scale);
+        for (; i + 4 <= n; i += 4) {
+          const float* k0 = kb + static_cast<int64_t>(i) * ks;
+          _mm_storeu_ps(s + i, _mm_mul_ps(Dot4<kD>(qv, k0, k0 + ks, k0 + 2 * ks, k0 + 3 * ks), vscale));
+        }
+        for (; i < n; ++i) s[i] = Dot1<kD>(qv, kb + static_cast<int64_t>(i) * ks) * scale;
+      } else {
+        for (; i < n; ++i) {
+          const float* kr = kb + static_cast<int64_t>(i) * ks;
+          float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+          for (int e = 0; e < D; ++e) dot += qg[e] * kr[e];
+          s[i] = dot * scale;
+        }
       }
-      for (; i < n; ++i) s[i] = Dot1<D>(qv, kb + static_cast<int64_t>(i) * ks) * scale;
       float mx = m[g];
       for (i = 0; i < n; ++i) mx = std::max(mx, s[i]);
       const float alpha = ExpScalar(m[g] - mx);
       const __m256 vmx = _mm256_set1_ps(mx);
       for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(s + i, Exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), vmx)));
       for (; i < n; ++i) s[i] = ExpScalar(s[i] - mx);
-      __m256 av[D / 8];
-      const __m256 valpha = _mm256_set1_ps(alpha);
-      for (int c = 0; c < D / 8; ++c) av[c] = _mm256_mul_ps(_mm256_load_ps(acc[g] + 8 * c), valpha);
       float sum = l[g] * alpha;
-      for (i = 0; i < n; ++i) {
-        sum += s[i];
-        const __m256 pr = _mm256_set1_ps(s[i]);
-        const float* vr = vb + static_cast<int64_t>(i) * vs;
-        for (int c = 0; c < D / 8; ++c) av[c] = _mm256_fmadd_ps(pr, _mm256_loadu_ps(vr + 8 * c), av[c]);
+      float* a = acc[g];
+      if constexpr (kD > 0) {
+        __m256 av[kD / 8];
+        const __m256 valpha = _mm256_set1_ps(alpha);
+        for (int c = 0; c < kD / 8; ++c) av[c] = _mm256_mul_ps(_mm256_load_ps(a + 8 * c), valpha);
+        for (i = 0; i < n; ++i) {
+          sum += s[i];
+          const __m256 pr = _mm256_set1_ps(s[i]);
+          const float* vr = vb + static_cast<int64_t>(i) * vs;
+          for (int c = 0; c < kD / 8; ++c) av[c] = _mm256_fmadd_ps(pr, _mm256_loadu_ps(vr + 8 * c), av[c]);
+        }
+        for (int c = 0; c < kD / 8; ++c) _mm256_store_ps(a + 8 * c, av[c]);
+      } else {
+#pragma omp simd
+        for (int e = 0; e < D; ++e) a[e] *= alpha;
+        for (i = 0; i < n; ++i) {
+          const float pr = s[i];
+          sum += pr;
+          const float* vr = vb + static_cast<int64_t>(i) * vs;
+#pragma omp simd
+          for (int e = 0; e < D; ++e) a[e] += pr * vr[e];
+        }
       }
-      for (int c = 0; c < D / 8; ++c) _mm256_store_ps(acc[g] + 8 * c, av[c]);
       m[g] = mx;
       l[g] = sum;
     }
@@ -160,7 +185,6 @@ void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q
   if (D > kMaxD || group > kMaxGroup || bs > kMaxBlock) {
     return ref::paged_attention(p, kv, q, row_seq, row_pos, t, out);
   }
-  const int KD = Hkv * D;
   const float scale = p.scale != 0.f ? p.scale : 1.f / std::sqrt(static_cast<float>(D));
   const int64_t ntasks = static_cast<int64_t>(t) * Hkv;
   double work = 0;
@@ -169,76 +193,19 @@ void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q
   for (int64_t task = 0; task < ntasks; ++task) {
     const int r = static_cast<int>(task / Hkv);
     const int hk = static_cast<int>(task % Hkv);
-    const int pos = row_pos[r];
     const int32_t* table = kv.block_tables + static_cast<int64_t>(row_seq[r]) * kv.max_blocks;
-    if (D == 32) {
-      AttendFixedD<32>(p, kv, q, table, r, hk, pos, scale, out);
-      continue;
-    }
-    if (D == 64) {
-      AttendFixedD<64>(p, kv, q, table, r, hk, pos, scale, out);
-      continue;
-    }
-    if (D == 128) {
-      AttendFixedD<128>(p, kv, q, table, r, hk, pos, scale, out);
-      continue;
-    }
-    const int lo = p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
-    alignas(64) float acc[kMaxGroup][kMaxD];
-    alignas(64) float kbuf[kMaxBlock * kMaxD];
-    alignas(64) float vbuf[kMaxBlock * kMaxD];
-    float m[kMaxGroup], l[kMaxGroup], s[kMaxBlock];
-    const float* qh[kMaxGroup];
-    for (int g = 0; g < group; ++g) {
-      m[g] = -INFINITY;
-      l[g] = 0.f;
-      std::fill(acc[g], acc[g] + D, 0.f);
-      qh[g] = q + (static_cast<int64_t>(r) * H + hk * group + g) * D;
-    }
-    for (int b = lo / bs; b <= pos / bs; ++b) {
-      const int j0 = std::max(lo, b * bs), j1 = std::min(pos, b * bs + bs - 1);
-      const int n = j1 - j0 + 1;
-      const int64_t slot = static_cast<int64_t>(table[b]) * bs + (j0 - b * bs);
-      int ks = 0, vs = 0;
-      const float* kb = BlockRows(kv.k, kv.dtype, slot, n, KD, hk * D, D, kbuf, &ks);
-      const float* vb = BlockRows(kv.v, kv.dtype, slot, n, KD, hk * D, D, vbuf, &vs);
-      for (int g = 0; g < group; ++g) {
-        const float* qg = qh[g];
-        float mx = m[g];
-        for (int i = 0; i < n; ++i) {
-          const float* kr = kb + static_cast<int64_t>(i) * ks;
-          float dot = 0.f;
-#pragma omp simd reduction(+ : dot)
-          for (int e = 0; e < D; ++e) dot += qg[e] * kr[e];
-          s[i] = dot * scale;
-          mx = std::max(mx, s[i]);
-        }
-        const float alpha = ExpScalar(m[g] - mx);
-        float sum = l[g] * alpha;
-        float* a = acc[g];
-#pragma omp simd
-        for (int e = 0; e < D; ++e) a[e] *= alpha;
-        int i = 0;
-        const __m256 vmx = _mm256_set1_ps(mx);
-        for (; i + 8 <= n; i += 8) {
-          _mm256_storeu_ps(s + i, Exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), vmx)));
-        }
-        for (; i < n; ++i) s[i] = ExpScalar(s[i] - mx);
-        for (i = 0; i < n; ++i) {
-          const float pr = s[i];
-          sum += pr;
-          const float* vr = vb + static_cast<int64_t>(i) * vs;
-#pragma omp simd
-          for (int e = 0; e < D; ++e) a[e] += pr * vr[e];
-        }
-        m[g] = mx;
-        l[g] = sum;
-      }
-    }
-    for (int g = 0; g < group; ++g) {
-      const float inv = l[g] > 0.f ? 1.f / l[g] : 0.f;
-      float* o = out + (static_cast<int64_t>(r) * H + hk * group + g) * D;
-      for (int e = 0; e < D; ++e) o[e] = acc[g][e] * inv;
+    switch (D) {
+      case 32:
+        AttendTask<32>(p, kv, q, table, r, hk, row_pos[r], scale, out);
+        break;
+      case 64:
+        AttendTask<64>(p, kv, q, table, r, hk, row_pos[r], scale, out);
+        break;
+      case 128:
+        AttendTask<128>(p, kv, q, table, r, hk, row_pos[r], scale, out);
+        break;
+      default:
+        AttendTask<0>(p, kv, q, table, r, hk, row_pos[r], scale, out);
     }
   }
 }

@@ -17,6 +17,15 @@ struct Trace {
   int max_rows = 0;
 };
 
+// Appends the token 7 to the sampled sequence; finishes it once it has
+// lengths[seq] tokens (returns whether it did).
+bool AppendSample(Scheduler& sch, int seq, const std::vector<int>& lengths) {
+  sch.Append(seq, 7);
+  if (sch.generated(seq) < lengths[seq]) return false;
+  sch.Finish(seq);
+  return true;
+}
+
 // Runs the scheduler to the end; sequence s stops after lengths[s] tokens.
 Trace Drive(Scheduler& sch, const std::vector<int>& lengths) {
   Trace run;
@@ -27,11 +36,7 @@ Trace Drive(Scheduler& sch, const std::vector<int>& lengths) {
     run.max_rows = std::max(run.max_rows, step.rows);
     sch.Commit(step);
     for (const auto& s : step.samples) {
-      sch.Append(s.seq, 7);
-      if (sch.generated(s.seq) >= lengths[s.seq]) {
-        sch.Finish(s.seq);
-        run.finish_step[s.seq] = static_cast<int>(run.steps_rows.size());
-      }
+      if (AppendSample(sch, s.seq, lengths)) run.finish_step[s.seq] = static_cast<int>(run.steps_rows.size());
     }
   }
   return run;
@@ -140,10 +145,7 @@ TEST(SchedulerTest, ALateSampleForksTheRunningSiblingsPrompt) {
   EXPECT_EQ(step.rows, 6);
   ASSERT_EQ(step.samples.size(), 2u);
   sch.Commit(step);
-  for (const auto& s : step.samples) {
-    sch.Append(s.seq, 7);
-    if (sch.generated(s.seq) >= lengths[s.seq]) sch.Finish(s.seq);
-  }
+  for (const auto& s : step.samples) AppendSample(sch, s.seq, lengths);
   // Sample 1 is done: sample 0 decodes, sample 2 joins with one row.
   ASSERT_TRUE(sch.Schedule(&step));
   EXPECT_EQ(step.rows, 2);
@@ -154,10 +156,7 @@ TEST(SchedulerTest, ALateSampleForksTheRunningSiblingsPrompt) {
   EXPECT_EQ(sch.table(2)[0], sch.table(0)[0]);  // the full prompt block is shared
   EXPECT_EQ(step.copies.size(), 1u);            // sample 2 copies the half-full one before writing 5
   sch.Commit(step);
-  for (const auto& s : step.samples) {
-    sch.Append(s.seq, 7);
-    if (sch.generated(s.seq) >= lengths[s.seq]) sch.Finish(s.seq);
-  }
+  for (const auto& s : step.samples) AppendSample(sch, s.seq, lengths);
   const Trace rest = Drive(sch, lengths);
   EXPECT_FALSE(rest.steps_rows.empty());
   // One prefill of 6 rows, then 1 row for each late sample.
