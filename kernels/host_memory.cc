@@ -1,4 +1,7 @@
 // MakeHostMemory: DeviceMemory over plain host memory (CPU backends).
+#include <sys/mman.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -10,6 +13,10 @@ namespace tandem::kernels {
 namespace {
 
 constexpr size_t kAlign = 256;
+// Buffers of at least two huge pages are aligned to one and advised as huge
+// pages: a large activation or KV buffer is first touched in one step, and
+// each 4 KiB page fault costs the most in a virtual machine.
+constexpr size_t kHugePage = size_t{2} << 20;
 
 class HostMemory final : public DeviceMemory {
  public:
@@ -17,8 +24,14 @@ class HostMemory final : public DeviceMemory {
 
   void* Allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
-    const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-    void* p = std::aligned_alloc(kAlign, rounded);
+    const bool huge = bytes >= 2 * kHugePage;
+    const size_t align = huge ? kHugePage : kAlign;
+    void* p = nullptr;
+    if (bytes <= SIZE_MAX - align) {  // the rounding below cannot wrap
+      const size_t rounded = (bytes + align - 1) / align * align;
+      p = std::aligned_alloc(align, rounded);
+      if (huge && p != nullptr) madvise(p, rounded, MADV_HUGEPAGE);  // advice only: ignore failure
+    }
     if (p == nullptr) {
       ledger_.set_failure("host: out of memory allocating " + std::to_string(bytes) + " bytes");
       return nullptr;
