@@ -73,6 +73,8 @@ struct AttentionParams {
   bool causal = true;
   int window = -1;    // sliding window: key j visible from query i when
                       // i - window < j <= i; -1 = unlimited
+  int sinks = 0;      // attention sinks (causal, windowed): keys j < sinks
+                      // stay visible (j <= i) outside the window too
   float scale = 0.f;  // 0 = 1/sqrt(D)
 };
 
@@ -177,7 +179,8 @@ class Ops {
   // Attention of t query rows over a paged cache (decode steps and prefill
   // chunks alike): row r of q [t, H, D] belongs to sequence row_seq[r] at
   // position row_pos[r] and sees that sequence's positions j <= row_pos[r]
-  // (and > row_pos[r] - window when windowed); p.causal is implied. Every
+  // (and > row_pos[r] - window when windowed, or < p.sinks); p.causal is
+  // implied. Every
   // visible position must be written (the row's own k/v included).
   // out [t, H, D].
   virtual void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q, const int32_t* row_seq,

@@ -89,7 +89,7 @@ float* Scratch(std::vector<float>& buf, size_t floats) {
 }
 
 struct ForwardScratch {
-  std::vector<float> qt, st, ot, m, l, alpha, lo, hi;
+  std::vector<float> qt, st, ot, m, l, alpha, lo, hi, sink;
 };
 
 ForwardScratch& ThreadForwardScratch(int d) {
@@ -103,12 +103,13 @@ ForwardScratch& ThreadForwardScratch(int d) {
   Scratch(s.alpha, kBr);
   Scratch(s.lo, kBr);
   Scratch(s.hi, kBr);
+  Scratch(s.sink, kBr);
   return s;
 }
 
 // One forward query tile: up to kBr rows with their own query/output
-// pointers and visible key ranges [lo, hi) (indices into the kv rows that
-// start at kbase/vbase, row stride kv_stride).
+// pointers and visible keys [0, sink_hi) and [lo, hi) (indices into the kv
+// rows that start at kbase/vbase, row stride kv_stride).
 struct QueryTile {
   int rows = 0;
   const float* q[kBr];
@@ -116,7 +117,14 @@ struct QueryTile {
   float* lse[kBr];  // entries may be nullptr
   int lo[kBr];
   int hi[kBr];
+  int sink_hi[kBr];  // attention sinks below the window (0: none)
 };
+
+inline void SetKeys(QueryTile* t, int i, const ref::KeyRange& kr) {
+  t->lo[i] = kr.lo;
+  t->hi[i] = kr.hi;
+  t->sink_hi[i] = kr.sink_hi;
+}
 
 void ForwardTile(const QueryTile& t, int d, const float* kbase, const float* vbase, ptrdiff_t kv_stride, float c) {
   ForwardScratch& s = ThreadForwardScratch(d);
@@ -128,33 +136,39 @@ void ForwardTile(const QueryTile& t, int d, const float* kbase, const float* vba
   float* __restrict alpha = s.alpha.data();
   float* __restrict lof = s.lo.data();
   float* __restrict hif = s.hi.data();
+  float* __restrict sinkf = s.sink.data();
   const int rows = t.rows;
   const int lanes = (rows + 7) & ~7;
-  int jbegin = t.lo[0], jend = t.hi[0];
-  int max_lo = t.lo[0], min_hi = t.hi[0];
+  int min_lo = t.lo[0], jend = t.hi[0];
+  int max_lo = t.lo[0], min_hi = t.hi[0], max_sink = 0;
   for (int i = 0; i < kBr; ++i) {
     if (i < rows) {
       const float* qi = t.q[i];
       for (int x = 0; x < d; ++x) qt[x * kBr + i] = qi[x] * c;
       lof[i] = static_cast<float>(t.lo[i]);
       hif[i] = static_cast<float>(t.hi[i]);
-      jbegin = std::min(jbegin, t.lo[i]);
+      sinkf[i] = static_cast<float>(t.sink_hi[i]);
+      min_lo = std::min(min_lo, t.lo[i]);
       jend = std::max(jend, t.hi[i]);
       max_lo = std::max(max_lo, t.lo[i]);
       min_hi = std::min(min_hi, t.hi[i]);
+      max_sink = std::max(max_sink, t.sink_hi[i]);
     } else {
       // Padding lanes: never output; in full tiles they compute on zeros.
       for (int x = 0; x < d; ++x) qt[x * kBr + i] = 0.f;
       lof[i] = 0.f;
       hif[i] = 0.f;  // padding lanes see nothing
+      sinkf[i] = 0.f;
     }
     mrow[i] = -INFINITY;
     lrow[i] = 0.f;
   }
   std::memset(ot, 0, sizeof(float) * d * kBr);
   const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
+  const int jbegin = max_sink > 0 ? 0 : min_lo;
   for (int j0 = jbegin; j0 < jend; j0 += kBc) {
     const int cols = std::min(kBc, jend - j0);
+    if (j0 >= max_sink && j0 + cols <= min_lo) continue;  // between the sinks and every window
     // Every row sees every key of the tile: no masking needed.
     const bool full_tile = max_lo <= j0 && j0 + cols <= min_hi;
     // S^T[j][i] = K_j . QT[:, i]
@@ -162,6 +176,7 @@ void ForwardTile(const QueryTile& t, int d, const float* kbase, const float* vba
     for (int i0 = 0; i0 < lanes; i0 += 8) {
       const __m256 lo = _mm256_loadu_ps(lof + i0);
       const __m256 hi = _mm256_loadu_ps(hif + i0);
+      const __m256 sk = _mm256_loadu_ps(sinkf + i0);
       const __m256 m_old = _mm256_loadu_ps(mrow + i0);
       __m256 mx = neg_inf;
       if (full_tile) {
@@ -171,7 +186,9 @@ void ForwardTile(const QueryTile& t, int d, const float* kbase, const float* vba
       } else {
         for (int j = 0; j < cols; ++j) {
           const __m256 jf = _mm256_set1_ps(static_cast<float>(j0 + j));
-          const __m256 vis = _mm256_and_ps(_mm256_cmp_ps(jf, lo, _CMP_GE_OQ), _mm256_cmp_ps(jf, hi, _CMP_LT_OQ));
+          const __m256 vis =
+              _mm256_or_ps(_mm256_and_ps(_mm256_cmp_ps(jf, lo, _CMP_GE_OQ), _mm256_cmp_ps(jf, hi, _CMP_LT_OQ)),
+                           _mm256_cmp_ps(jf, sk, _CMP_LT_OQ));
           float* sp = st + j * kBr + i0;
           const __m256 sv = _mm256_blendv_ps(neg_inf, _mm256_loadu_ps(sp), vis);
           _mm256_storeu_ps(sp, sv);
@@ -249,6 +266,7 @@ inline ref::KeyRange VisibleQueries(const AttentionParams& p, int j0, int j1, in
     r.lo = windowed ? std::max(0, j0 - p.window + 1) : 0;
   }
   r.hi = windowed ? std::min(n, j1 - 1 + p.window) : n;
+  if (p.causal && windowed && j0 < p.sinks) r.hi = n;  // a sink key: every later query
   return r;
 }
 
@@ -258,7 +276,7 @@ inline float ScaleOf(const AttentionParams& p) { return static_cast<float>(ref::
 // Backward.
 
 struct BackwardScratch {
-  std::vector<float> kt, vt, dkt, dvt, s, ds, qt, dot, dqt, lse2, delta, lo, hi;
+  std::vector<float> kt, vt, dkt, dvt, s, ds, qt, dot, dqt, lse2, delta, lo, hi, sink;
 };
 
 BackwardScratch& ThreadBackwardScratch(int d) {
@@ -278,6 +296,7 @@ BackwardScratch& ThreadBackwardScratch(int d) {
   Scratch(s.delta, kBr);
   Scratch(s.lo, kBr);
   Scratch(s.hi, kBr);
+  Scratch(s.sink, kBr);
   return s;
 }
 
@@ -348,6 +367,7 @@ void BackwardKeyTile(const BackwardArgs& a, int start, int n, int hk, int j0, in
         // Visible lanes: kr.lo <= j0 + lane < kr.hi, lane < cols.
         const __m256 lo = _mm256_set1_ps(static_cast<float>(kr.lo - j0));
         const __m256 hi = _mm256_set1_ps(static_cast<float>(std::min(kr.hi - j0, cols)));
+        const __m256 sk = _mm256_set1_ps(static_cast<float>(std::min(kr.sink_hi - j0, cols)));
         const ptrdiff_t r = (row0 + i) * H + h;
         const __m256 l2 = _mm256_set1_ps(a.lse[r] * kLog2e);
         const __m256 di = _mm256_set1_ps(a.delta[r]);
@@ -359,7 +379,8 @@ void BackwardKeyTile(const BackwardArgs& a, int start, int n, int hk, int j0, in
           __m256 pv = Exp2x8(_mm256_fmsub_ps(_mm256_loadu_ps(srow + 8 * jv), cv, l2));
           if (!full_row) {
             const __m256 jf = _mm256_add_ps(jbase, _mm256_set1_ps(8.f * jv));
-            pv = _mm256_and_ps(pv, _mm256_and_ps(_mm256_cmp_ps(jf, lo, _CMP_GE_OQ), _mm256_cmp_ps(jf, hi, _CMP_LT_OQ)));
+            const __m256 window = _mm256_and_ps(_mm256_cmp_ps(jf, lo, _CMP_GE_OQ), _mm256_cmp_ps(jf, hi, _CMP_LT_OQ));
+            pv = _mm256_and_ps(pv, _mm256_or_ps(window, _mm256_cmp_ps(jf, sk, _CMP_LT_OQ)));
           }
           _mm256_storeu_ps(srow + 8 * jv, pv);
           const __m256 dpv = _mm256_loadu_ps(dsrow + 8 * jv);
@@ -403,8 +424,9 @@ void BackwardQueryTile(const BackwardArgs& a, int start, int n, int h, int i0, i
   float* __restrict dl = s.delta.data();
   float* __restrict lof = s.lo.data();
   float* __restrict hif = s.hi.data();
+  float* __restrict sinkf = s.sink.data();
   const ptrdiff_t row0 = static_cast<ptrdiff_t>(start) + i0;
-  int jbegin = n, jend = 0;
+  int min_lo = n, jend = 0, max_sink = 0;
   for (int i = 0; i < kBr; ++i) {
     if (i < rows) {
       const float* qi = a.q + (row0 + i) * qs + h * D;
@@ -419,11 +441,13 @@ void BackwardQueryTile(const BackwardArgs& a, int start, int n, int h, int i0, i
       const ref::KeyRange kr = ref::VisibleKeys(p, i0 + i, n);
       lof[i] = static_cast<float>(kr.lo);
       hif[i] = static_cast<float>(kr.hi);
-      jbegin = std::min(jbegin, kr.lo);
+      sinkf[i] = static_cast<float>(kr.sink_hi);
+      min_lo = std::min(min_lo, kr.lo);
       jend = std::max(jend, kr.hi);
+      max_sink = std::max(max_sink, kr.sink_hi);
     } else {
       for (int x = 0; x < D; ++x) qt[x * kBr + i] = dot[x * kBr + i] = 0.f;
-      l2[i] = dl[i] = lof[i] = hif[i] = 0.f;
+      l2[i] = dl[i] = lof[i] = hif[i] = sinkf[i] = 0.f;
     }
   }
   std::memset(dqt, 0, sizeof(float) * D * kBr);
@@ -432,15 +456,18 @@ void BackwardQueryTile(const BackwardArgs& a, int start, int n, int h, int i0, i
   const __m256 scv = _mm256_set1_ps(a.scale);
   const float* kseq = a.k + static_cast<ptrdiff_t>(start) * ks + hk * D;
   const float* vseq = a.v + static_cast<ptrdiff_t>(start) * ks + hk * D;
+  const int jbegin = max_sink > 0 ? 0 : min_lo;
   for (int j0 = jbegin; j0 < jend; j0 += kBc) {
     const int cols = std::min(kBc, jend - j0);
+    if (j0 >= max_sink && j0 + cols <= min_lo) continue;  // between the sinks and every window
     TileGemm(cols, lanes, D, kseq + j0 * ks, ks, 1, qt, kBr, st, kBr, false);
     TileGemm(cols, lanes, D, vseq + j0 * ks, ks, 1, dot, kBr, dst, kBr, false);
     for (int j = 0; j < cols; ++j) {
       const __m256 jf = _mm256_set1_ps(static_cast<float>(j0 + j));
       for (int i = 0; i < lanes; i += 8) {
-        const __m256 vis = _mm256_and_ps(_mm256_cmp_ps(jf, _mm256_loadu_ps(lof + i), _CMP_GE_OQ),
-                                         _mm256_cmp_ps(jf, _mm256_loadu_ps(hif + i), _CMP_LT_OQ));
+        const __m256 vis = _mm256_or_ps(_mm256_and_ps(_mm256_cmp_ps(jf, _mm256_loadu_ps(lof + i), _CMP_GE_OQ),
+                                                      _mm256_cmp_ps(jf, _mm256_loadu_ps(hif + i), _CMP_LT_OQ)),
+                                        _mm256_cmp_ps(jf, _mm256_loadu_ps(sinkf + i), _CMP_LT_OQ));
         __m256 pv = Exp2x8(_mm256_fmsub_ps(_mm256_loadu_ps(st + j * kBr + i), cv, _mm256_loadu_ps(l2 + i)));
         pv = _mm256_and_ps(pv, vis);
         const __m256 dpv = _mm256_loadu_ps(dst + j * kBr + i);
@@ -489,9 +516,7 @@ void attention_forward(const AttentionParams& p, const float* q, const float* k,
       qt.q[i] = q + row * qs + h * D;
       qt.o[i] = out + row * qs + h * D;
       qt.lse[i] = lse + row * H + h;
-      const ref::KeyRange kr = ref::VisibleKeys(p, i0 + i, n);
-      qt.lo[i] = kr.lo;
-      qt.hi[i] = kr.hi;
+      SetKeys(&qt, i, ref::VisibleKeys(p, i0 + i, n));
     }
     const ptrdiff_t kv0 = static_cast<ptrdiff_t>(start) * ks + (h / group) * D;
     ForwardTile(qt, D, k + kv0, v + kv0, ks, c);
@@ -621,9 +646,7 @@ void decode_attention(const AttentionParams& p, const float* q, int batch, int n
       qt.q[i] = q + row * D;
       qt.o[i] = out + row * D;
       qt.lse[i] = nullptr;
-      const ref::KeyRange kr = ref::VisibleKeys(causal, len - n_new + r, len);
-      qt.lo[i] = kr.lo;
-      qt.hi[i] = kr.hi;
+      SetKeys(&qt, i, ref::VisibleKeys(causal, len - n_new + r, len));
     }
     const ptrdiff_t kv0 = static_cast<ptrdiff_t>(b) * cache_capacity * ks + hk * D;
     ForwardTile(qt, D, k_cache + kv0, v_cache + kv0, ks, c);

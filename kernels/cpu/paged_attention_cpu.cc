@@ -85,66 +85,71 @@ void AttendTask(const AttentionParams& p, const PagedKv& kv, const float* q, con
     l[g] = 0.f;
     std::fill(acc[g], acc[g] + D, 0.f);
   }
-  for (int b = lo / bs; b <= pos / bs; ++b) {
-    const int j0 = std::max(lo, b * bs), j1 = std::min(pos, b * bs + bs - 1);
-    const int n = j1 - j0 + 1;
-    const int64_t slot = static_cast<int64_t>(table[b]) * bs + (j0 - b * bs);
-    int ks = 0, vs = 0;
-    const float* kb = BlockRows(kv.k, kv.dtype, slot, n, KD, hk * D, D, kbuf, &ks);
-    const float* vb = BlockRows(kv.v, kv.dtype, slot, n, KD, hk * D, D, vbuf, &vs);
-    for (int g = 0; g < group; ++g) {
-      const float* qg = q + (static_cast<int64_t>(r) * H + hk * group + g) * D;
-      int i = 0;
-      if constexpr (kD > 0) {
-        __m256 qv[kD / 8];
-        for (int c = 0; c < kD / 8; ++c) qv[c] = _mm256_loadu_ps(qg + 8 * c);
-        const __m128 vscale = _mm_set1_ps(scale);
-        for (; i + 4 <= n; i += 4) {
-          const float* k0 = kb + static_cast<int64_t>(i) * ks;
-          _mm_storeu_ps(s + i, _mm_mul_ps(Dot4<kD>(qv, k0, k0 + ks, k0 + 2 * ks, k0 + 3 * ks), vscale));
-        }
-        for (; i < n; ++i) s[i] = Dot1<kD>(qv, kb + static_cast<int64_t>(i) * ks) * scale;
-      } else {
-        for (; i < n; ++i) {
-          const float* kr = kb + static_cast<int64_t>(i) * ks;
-          float dot = 0.f;
+  // Attention sinks below the window: positions [0, sink_hi), then [lo, pos].
+  const int sink_hi = p.window > 0 ? std::min(p.sinks, lo) : 0;
+  for (int seg = sink_hi > 0 ? 0 : 1; seg < 2; ++seg) {
+    const int first = seg == 0 ? 0 : lo, last = seg == 0 ? sink_hi - 1 : pos;
+    for (int b = first / bs; b <= last / bs; ++b) {
+      const int j0 = std::max(first, b * bs), j1 = std::min(last, b * bs + bs - 1);
+      const int n = j1 - j0 + 1;
+      const int64_t slot = static_cast<int64_t>(table[b]) * bs + (j0 - b * bs);
+      int ks = 0, vs = 0;
+      const float* kb = BlockRows(kv.k, kv.dtype, slot, n, KD, hk * D, D, kbuf, &ks);
+      const float* vb = BlockRows(kv.v, kv.dtype, slot, n, KD, hk * D, D, vbuf, &vs);
+      for (int g = 0; g < group; ++g) {
+        const float* qg = q + (static_cast<int64_t>(r) * H + hk * group + g) * D;
+        int i = 0;
+        if constexpr (kD > 0) {
+          __m256 qv[kD / 8];
+          for (int c = 0; c < kD / 8; ++c) qv[c] = _mm256_loadu_ps(qg + 8 * c);
+          const __m128 vscale = _mm_set1_ps(scale);
+          for (; i + 4 <= n; i += 4) {
+            const float* k0 = kb + static_cast<int64_t>(i) * ks;
+            _mm_storeu_ps(s + i, _mm_mul_ps(Dot4<kD>(qv, k0, k0 + ks, k0 + 2 * ks, k0 + 3 * ks), vscale));
+          }
+          for (; i < n; ++i) s[i] = Dot1<kD>(qv, kb + static_cast<int64_t>(i) * ks) * scale;
+        } else {
+          for (; i < n; ++i) {
+            const float* kr = kb + static_cast<int64_t>(i) * ks;
+            float dot = 0.f;
 #pragma omp simd reduction(+ : dot)
-          for (int e = 0; e < D; ++e) dot += qg[e] * kr[e];
-          s[i] = dot * scale;
+            for (int e = 0; e < D; ++e) dot += qg[e] * kr[e];
+            s[i] = dot * scale;
+          }
         }
-      }
-      float mx = m[g];
-      for (i = 0; i < n; ++i) mx = std::max(mx, s[i]);
-      const float alpha = ExpScalar(m[g] - mx);
-      const __m256 vmx = _mm256_set1_ps(mx);
-      for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(s + i, Exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), vmx)));
-      for (; i < n; ++i) s[i] = ExpScalar(s[i] - mx);
-      float sum = l[g] * alpha;
-      float* a = acc[g];
-      if constexpr (kD > 0) {
-        __m256 av[kD / 8];
-        const __m256 valpha = _mm256_set1_ps(alpha);
-        for (int c = 0; c < kD / 8; ++c) av[c] = _mm256_mul_ps(_mm256_load_ps(a + 8 * c), valpha);
-        for (i = 0; i < n; ++i) {
-          sum += s[i];
-          const __m256 pr = _mm256_set1_ps(s[i]);
-          const float* vr = vb + static_cast<int64_t>(i) * vs;
-          for (int c = 0; c < kD / 8; ++c) av[c] = _mm256_fmadd_ps(pr, _mm256_loadu_ps(vr + 8 * c), av[c]);
-        }
-        for (int c = 0; c < kD / 8; ++c) _mm256_store_ps(a + 8 * c, av[c]);
-      } else {
+        float mx = m[g];
+        for (i = 0; i < n; ++i) mx = std::max(mx, s[i]);
+        const float alpha = ExpScalar(m[g] - mx);
+        const __m256 vmx = _mm256_set1_ps(mx);
+        for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(s + i, Exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), vmx)));
+        for (; i < n; ++i) s[i] = ExpScalar(s[i] - mx);
+        float sum = l[g] * alpha;
+        float* a = acc[g];
+        if constexpr (kD > 0) {
+          __m256 av[kD / 8];
+          const __m256 valpha = _mm256_set1_ps(alpha);
+          for (int c = 0; c < kD / 8; ++c) av[c] = _mm256_mul_ps(_mm256_load_ps(a + 8 * c), valpha);
+          for (i = 0; i < n; ++i) {
+            sum += s[i];
+            const __m256 pr = _mm256_set1_ps(s[i]);
+            const float* vr = vb + static_cast<int64_t>(i) * vs;
+            for (int c = 0; c < kD / 8; ++c) av[c] = _mm256_fmadd_ps(pr, _mm256_loadu_ps(vr + 8 * c), av[c]);
+          }
+          for (int c = 0; c < kD / 8; ++c) _mm256_store_ps(a + 8 * c, av[c]);
+        } else {
 #pragma omp simd
-        for (int e = 0; e < D; ++e) a[e] *= alpha;
-        for (i = 0; i < n; ++i) {
-          const float pr = s[i];
-          sum += pr;
-          const float* vr = vb + static_cast<int64_t>(i) * vs;
+          for (int e = 0; e < D; ++e) a[e] *= alpha;
+          for (i = 0; i < n; ++i) {
+            const float pr = s[i];
+            sum += pr;
+            const float* vr = vb + static_cast<int64_t>(i) * vs;
 #pragma omp simd
-          for (int e = 0; e < D; ++e) a[e] += pr * vr[e];
+            for (int e = 0; e < D; ++e) a[e] += pr * vr[e];
+          }
         }
+        m[g] = mx;
+        l[g] = sum;
       }
-      m[g] = mx;
-      l[g] = sum;
     }
   }
   for (int g = 0; g < group; ++g) {

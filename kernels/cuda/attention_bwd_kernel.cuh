@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kAttnThreads) AttnBwdKernel(const AttnBwdArgs 
     }
 
   int q_lo, q_hi;
-  QueryRange(kb, min(kb + kBc, len) - 1, len, a.causal, a.window, &q_lo, &q_hi);
+  QueryRange(kb, min(kb + kBc, len) - 1, len, a.causal, a.window, a.sinks, &q_lo, &q_hi);
   for (int g = 0; g < group; ++g) {
     const int h = hk * group + g;
     const size_t q_off = static_cast<size_t>(start) * q_stride + static_cast<size_t>(h) * d;
@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kAttnThreads) AttnBwdKernel(const AttnBwdArgs 
         for (int j = 0; j < kCj; ++j) {
           const int c = tx + 16 * j;
           const int kj = kb + c;
-          const bool vis = qi < len && kj < len && Visible(qi, kj, a.causal, a.window);
+          const bool vis = qi < len && kj < len && Visible(qi, kj, a.causal, a.window, a.sinks);
           const float p = vis ? expf(s[i][j] * a.scale - lse_s[r]) : 0.f;
           ps[r * kLp + c] = p;
           dss[r * kLp + c] = p * (dp[i][j] - delta_s[r]) * a.scale;

@@ -5,7 +5,8 @@
 // visible from query i (positions inside one sequence) when
 //   causal:     i - window < j <= i
 //   non-causal: i - window < j <  i + window   (symmetric window)
-// with window <= 0 meaning unlimited.
+// with window <= 0 meaning unlimited; causal with a window, keys j < sinks
+// are visible too.
 #pragma once
 
 #if !defined(TANDEM_CUDA_EMULATION)
@@ -33,6 +34,7 @@ struct AttnFwdArgs {
   int head_dim;
   bool causal;
   int window;
+  int sinks;  // attention sinks (causal, windowed): keys j < sinks stay visible
   float scale;
 };
 
@@ -53,34 +55,41 @@ struct AttnBwdArgs {
   int head_dim;
   bool causal;
   int window;
+  int sinks;  // attention sinks (causal, windowed): keys j < sinks stay visible
   float scale;
 };
 
-__device__ __forceinline__ bool Visible(int i, int j, bool causal, int window) {
+__device__ __forceinline__ bool Visible(int i, int j, bool causal, int window, int sinks) {
   if (causal && j > i) return false;
   if (window <= 0) return true;
+  if (causal && j < sinks) return true;
   return j > i - window && (causal || j < i + window);
 }
 
 // Keys [*lo, *hi) that queries qa..qb (inclusive) of a sequence of `len` can
 // see.
-__device__ __forceinline__ void KeyRange(int qa, int qb, int len, bool causal, int window, int* lo, int* hi) {
+// With sinks the range starts at 0 (the keys between the sinks and the
+// window are masked by Visible).
+__device__ __forceinline__ void KeyRange(int qa, int qb, int len, bool causal, int window, int sinks, int* lo,
+                                         int* hi) {
   if (causal) {
     *hi = min(qb + 1, len);
   } else {
     *hi = window > 0 ? min(len, qb + window) : len;
   }
-  *lo = window > 0 ? max(0, qa - window + 1) : 0;
+  *lo = window > 0 && !(causal && sinks > 0) ? max(0, qa - window + 1) : 0;
 }
 
 // Queries [*lo, *hi) that can see some key in ka..kb (inclusive).
-__device__ __forceinline__ void QueryRange(int ka, int kb, int len, bool causal, int window, int* lo, int* hi) {
+// A sink key (ka < sinks) is seen by every later query.
+__device__ __forceinline__ void QueryRange(int ka, int kb, int len, bool causal, int window, int sinks, int* lo,
+                                           int* hi) {
   if (causal) {
     *lo = ka;
   } else {
     *lo = window > 0 ? max(0, ka - window + 1) : 0;
   }
-  *hi = window > 0 ? min(len, kb + window) : len;
+  *hi = window > 0 && !(causal && ka < sinks) ? min(len, kb + window) : len;
 }
 
 // Maps a flat block index to (sequence, tile) where sequence s has

@@ -49,6 +49,7 @@ void CudaOps::attention_forward(const AttentionParams& p, const float* q, const 
                       p.head_dim,
                       p.causal,
                       p.window,
+                      p.sinks,
                       p.scale != 0.f ? p.scale : 1.f / sqrtf(static_cast<float>(p.head_dim))};
   cudaError_t err = cudaSuccess;
   const bool supported = cuda::DispatchAttnTiles(

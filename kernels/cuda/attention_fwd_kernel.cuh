@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kAttnThreads) AttnFwdKernel(const AttnFwdArgs 
   }
 
   int kv_lo, kv_hi;
-  KeyRange(q0, min(q0 + kBr, len) - 1, len, a.causal, a.window, &kv_lo, &kv_hi);
+  KeyRange(q0, min(q0 + kBr, len) - 1, len, a.causal, a.window, a.sinks, &kv_lo, &kv_hi);
   for (int kb = (kv_lo / kBc) * kBc; kb < kv_hi; kb += kBc) {
     __syncthreads();  // previous tile fully consumed (and Q written)
     for (int idx = tid; idx < kBc * d; idx += kAttnThreads) {
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kAttnThreads) AttnFwdKernel(const AttnFwdArgs 
 #pragma unroll
       for (int j = 0; j < kCj; ++j) {
         const int kj = kb + tx + 16 * j;
-        const bool vis = qi < len && kj < len && Visible(qi, kj, a.causal, a.window);
+        const bool vis = qi < len && kj < len && Visible(qi, kj, a.causal, a.window, a.sinks);
         s[i][j] = vis ? s[i][j] * a.scale : -INFINITY;
         rmax = fmaxf(rmax, s[i][j]);
       }

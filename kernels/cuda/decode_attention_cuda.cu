@@ -45,6 +45,7 @@ void CudaOps::decode_attention(const AttentionParams& p, const float* q, int bat
                      p.num_kv_heads,
                      p.head_dim,
                      p.window,
+                     p.sinks,
                      p.scale != 0.f ? p.scale : 1.f / sqrtf(static_cast<float>(p.head_dim))};
   cudaError_t err = cudaSuccess;
   const bool supported =

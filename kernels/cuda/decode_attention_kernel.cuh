@@ -24,6 +24,7 @@ struct DecodeArgs {
   int num_kv_heads;
   int head_dim;
   int window;
+  int sinks;  // attention sinks (causal, windowed): keys j < sinks stay visible
   float scale;
 };
 
@@ -55,10 +56,13 @@ __global__ void __launch_bounds__(kDecodeWarps* kWarp) DecodeKernel(const Decode
   const int pos = len - a.n_new + i;
   const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
   const int hi = min(pos, a.cache_capacity - 1);  // inclusive
+  // Positions [0, sink_hi) then [lo, hi], numbered 0.. without the gap.
+  const int sink_hi = a.window > 0 ? min(a.sinks, lo) : 0;
   const size_t kv_stride = static_cast<size_t>(a.num_kv_heads) * d;
   const size_t base = static_cast<size_t>(b) * a.cache_capacity * kv_stride + static_cast<size_t>(hk) * d;
   float m = -INFINITY, l = 0.f;
-  for (int j = lo + warp; j <= hi; j += kDecodeWarps) {
+  for (int x = warp; x <= sink_hi + hi - lo; x += kDecodeWarps) {
+    const int j = x < sink_hi ? x : lo + x - sink_hi;
     const size_t row = base + static_cast<size_t>(j) * kv_stride;
     WarpSoftmaxStep(qv, a.k_cache + row, a.v_cache + row, d, a.scale, lane, m, l, acc);
   }

@@ -42,6 +42,7 @@ void CudaOps::paged_attention(const AttentionParams& p, const PagedKv& kv, const
                           p.num_kv_heads,
                           p.head_dim,
                           p.window,
+                          p.sinks,
                           p.scale != 0.f ? p.scale : 1.f / sqrtf(static_cast<float>(p.head_dim))};
   const dim3 grid(p.num_heads, t);
   const bool supported = cuda::DispatchDecode(p.head_dim, [&]<int kMaxD>() {

@@ -27,6 +27,7 @@ struct PagedArgs {
   int num_kv_heads;
   int head_dim;
   int window;
+  int sinks;  // attention sinks (causal, windowed): keys j < sinks stay visible
   float scale;
 };
 
@@ -59,10 +60,13 @@ __global__ void __launch_bounds__(kPagedWarps* kWarp) PagedAttentionKernel(const
   }
   const int pos = a.row_pos[r];
   const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+  // Positions [0, sink_hi) then [lo, pos], numbered 0.. without the gap.
+  const int sink_hi = a.window > 0 ? min(a.sinks, lo) : 0;
   const int32_t* table = a.block_tables + static_cast<size_t>(a.row_seq[r]) * a.max_blocks;
   const size_t kv_stride = static_cast<size_t>(a.num_kv_heads) * d;
   float m = -INFINITY, l = 0.f;
-  for (int j = lo + warp; j <= pos; j += kPagedWarps) {
+  for (int x = warp; x <= sink_hi + pos - lo; x += kPagedWarps) {
+    const int j = x < sink_hi ? x : lo + x - sink_hi;
     const size_t slot = static_cast<size_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
     const size_t row = slot * kv_stride + static_cast<size_t>(hk) * d;
     WarpSoftmaxStep(qv, kc + row, vc + row, d, a.scale, lane, m, l, acc);

@@ -11,6 +11,8 @@
 //      causal:     max(0, i - window + 1) <= j <= i
 //      non-causal: max(0, i - window + 1) <= j <  min(n, i + window)
 //    where window <= 0 means unlimited (the non-causal window is symmetric).
+//    Attention sinks (causal with a window, sinks > 0): keys j < sinks are
+//    visible as well (still j <= i).
 //    Every row sees at least its own key, so no row is empty.
 //  * scale == 0 means 1/sqrt(D); lse = natural log of sum_j exp(scale q.k_j).
 //  * Decode is always causal: new token r of sequence b sits at position
@@ -26,11 +28,13 @@
 
 namespace tandem::kernels::ref {
 
-// Half-open range [lo, hi) of visible keys for query i of a sequence of
-// length n.
+// Visible keys of query i of a sequence of length n: [0, sink_hi) and
+// [lo, hi) (sink_hi <= lo; sink_hi = 0 without sinks). Walk them with
+// for (j = FirstKey(r); j < r.hi; j = NextKey(r, j)).
 struct KeyRange {
   int lo;
   int hi;
+  int sink_hi = 0;
 };
 
 inline KeyRange VisibleKeys(const AttentionParams& p, int i, int n) {
@@ -42,8 +46,12 @@ inline KeyRange VisibleKeys(const AttentionParams& p, int i, int n) {
   } else {
     r.hi = windowed ? std::min(n, i + p.window) : n;
   }
+  r.sink_hi = p.causal && windowed && p.sinks > 0 ? std::min(p.sinks, r.lo) : 0;
   return r;
 }
+
+inline int FirstKey(const KeyRange& r) { return r.sink_hi > 0 ? 0 : r.lo; }
+inline int NextKey(const KeyRange& r, int j) { return j + 1 == r.sink_hi ? r.lo : j + 1; }
 
 inline double AttentionScale(const AttentionParams& p) {
   return p.scale != 0.f ? static_cast<double>(p.scale) : 1.0 / std::sqrt(static_cast<double>(p.head_dim));
@@ -66,7 +74,7 @@ void AttentionForwardT(const AttentionParams& p, const T* q, const T* k, const T
         const T* qi = q + (static_cast<int64_t>(start + i) * H + h) * D;
         const KeyRange r = VisibleKeys(p, i, n);
         double m = -INFINITY;
-        for (int j = r.lo; j < r.hi; ++j) {
+        for (int j = FirstKey(r); j < r.hi; j = NextKey(r, j)) {
           const T* kj = k + (static_cast<int64_t>(start + j) * Hkv + hk) * D;
           double dot = 0;
           for (int d = 0; d < D; ++d) dot += double(qi[d]) * double(kj[d]);
@@ -75,7 +83,7 @@ void AttentionForwardT(const AttentionParams& p, const T* q, const T* k, const T
         }
         double l = 0;
         std::fill(acc.begin(), acc.end(), 0.0);
-        for (int j = r.lo; j < r.hi; ++j) {
+        for (int j = FirstKey(r); j < r.hi; j = NextKey(r, j)) {
           const double pj = std::exp(s[j] - m);
           l += pj;
           const T* vj = v + (static_cast<int64_t>(start + j) * Hkv + hk) * D;
@@ -118,7 +126,7 @@ void AttentionBackwardT(const AttentionParams& p, const T* q, const T* k, const 
         const double lse_i = double(lse[row]);
         std::fill(dq_acc.begin(), dq_acc.end(), 0.0);
         const KeyRange r = VisibleKeys(p, i, n);
-        for (int j = r.lo; j < r.hi; ++j) {
+        for (int j = FirstKey(r); j < r.hi; j = NextKey(r, j)) {
           const int64_t krow = static_cast<int64_t>(start + j) * Hkv + hk;
           const T* kj = k + krow * D;
           const T* vj = v + krow * D;
@@ -169,7 +177,7 @@ void DecodeAttentionT(const AttentionParams& p, const T* q, int batch, int n_new
         const int64_t row = (static_cast<int64_t>(b) * n_new + r) * H + h;
         const T* qi = q + row * D;
         double m = -INFINITY;
-        for (int j = kr.lo; j < kr.hi; ++j) {
+        for (int j = FirstKey(kr); j < kr.hi; j = NextKey(kr, j)) {
           const T* kj = kb + (static_cast<int64_t>(j) * Hkv + hk) * D;
           double dot = 0;
           for (int d = 0; d < D; ++d) dot += double(qi[d]) * double(kj[d]);
@@ -178,7 +186,7 @@ void DecodeAttentionT(const AttentionParams& p, const T* q, int batch, int n_new
         }
         double l = 0;
         std::fill(acc.begin(), acc.end(), 0.0);
-        for (int j = kr.lo; j < kr.hi; ++j) {
+        for (int j = FirstKey(kr); j < kr.hi; j = NextKey(kr, j)) {
           const double pj = std::exp(s[j] - m);
           l += pj;
           const T* vj = vb + (static_cast<int64_t>(j) * Hkv + hk) * D;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/bf16.h"
+#include "kernels/ref/attention_ref_math.h"
 
 namespace tandem::kernels::ref {
 
@@ -43,7 +44,9 @@ void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q
   for (int r = 0; r < t; ++r) {
     const int pos = row_pos[r];
     const int32_t* table = kv.block_tables + static_cast<int64_t>(row_seq[r]) * kv.max_blocks;
-    const int lo = p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
+    AttentionParams causal = p;
+    causal.causal = true;
+    const KeyRange kr = VisibleKeys(causal, pos, pos + 1);
     assert(pos / kv.block_size < kv.max_blocks);
     auto slot = [&](int j) {
       return static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
@@ -51,26 +54,26 @@ void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q
     for (int h = 0; h < H; ++h) {
       const int hk = h / (H / Hkv);
       const float* qr = q + (static_cast<int64_t>(r) * H + h) * D;
-      s.assign(pos - lo + 1, 0.0);
+      s.assign(pos + 1, 0.0);
       double mx = -INFINITY;
-      for (int j = lo; j <= pos; ++j) {
+      for (int j = FirstKey(kr); j <= pos; j = NextKey(kr, j)) {
         double acc = 0;
         for (int e = 0; e < D; ++e) {
           acc += static_cast<double>(qr[e]) * PagedLoad(kv.k, kv.dtype, slot(j), KD, hk * D + e);
         }
-        s[j - lo] = acc * scale;
-        mx = std::max(mx, s[j - lo]);
+        s[j] = acc * scale;
+        mx = std::max(mx, s[j]);
       }
       double z = 0;
-      for (double& x : s) {
-        x = std::exp(x - mx);
-        z += x;
+      for (int j = FirstKey(kr); j <= pos; j = NextKey(kr, j)) {
+        s[j] = std::exp(s[j] - mx);
+        z += s[j];
       }
       float* o = out + (static_cast<int64_t>(r) * H + h) * D;
       for (int e = 0; e < D; ++e) {
         double acc = 0;
-        for (int j = lo; j <= pos; ++j) {
-          acc += s[j - lo] * PagedLoad(kv.v, kv.dtype, slot(j), KD, hk * D + e);
+        for (int j = FirstKey(kr); j <= pos; j = NextKey(kr, j)) {
+          acc += s[j] * PagedLoad(kv.v, kv.dtype, slot(j), KD, hk * D + e);
         }
         o[e] = static_cast<float>(acc / z);
       }

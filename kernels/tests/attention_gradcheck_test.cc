@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -23,6 +24,7 @@ struct Case {
   bool causal;
   int window;
   float scale = 0.f;
+  int sinks = 0;
 };
 
 AttentionParams Params(const Case& c) {
@@ -33,13 +35,21 @@ AttentionParams Params(const Case& c) {
   p.causal = c.causal;
   p.window = c.window;
   p.scale = c.scale;
+  p.sinks = c.sinks;
   return p;
 }
 
 std::vector<Case> Cases() {
   return {
-      {{1}, 1, 1, 4, true, -1},     {{3, 5}, 4, 2, 4, true, -1},    {{6, 1, 4}, 4, 1, 3, true, 2},
-      {{5, 3}, 2, 2, 4, false, -1}, {{7}, 4, 2, 2, false, 3, 0.7f}, {{9}, 8, 1, 2, true, -1},
+      {{1}, 1, 1, 4, true, -1},
+      {{3, 5}, 4, 2, 4, true, -1},
+      {{6, 1, 4}, 4, 1, 3, true, 2},
+      {{5, 3}, 2, 2, 4, false, -1},
+      {{7}, 4, 2, 2, false, 3, 0.7f},
+      {{9}, 8, 1, 2, true, -1},
+      // Attention sinks: 2 sink keys beside a window of 2 (and of 1).
+      {{9, 4}, 4, 2, 3, true, 2, 0.f, 2},
+      {{7}, 2, 1, 4, true, 1, 0.f, 3},
   };
 }
 
@@ -59,7 +69,10 @@ void DenseForward(const AttentionParams& p, const std::vector<double>& q, const 
         double m = -INFINITY;
         for (int j = 0; j < n; ++j) {
           bool vis = p.causal ? j <= i : true;
-          if (p.window > 0) vis = vis && (i - j < p.window) && (j - i < p.window);
+          if (p.window > 0) {
+            const bool sink = p.causal && j < p.sinks;
+            vis = vis && (sink || ((i - j < p.window) && (j - i < p.window)));
+          }
           if (!vis) continue;
           double dot = 0;
           for (int x = 0; x < D; ++x) {
@@ -127,7 +140,7 @@ TEST(AttentionRefGradcheck, ForwardMatchesDenseAndBackwardMatchesFiniteDifferenc
       }
       EXPECT_LE(max_err, 1e-7 * std::max(1.0, max_ref))
           << name << " lengths " << c.lengths.size() << " H" << c.h << " Hkv" << c.hkv << " window " << c.window
-          << (c.causal ? " causal" : " full");
+          << " sinks " << c.sinks << (c.causal ? " causal" : " full");
     };
     check(q, dq, "dq");
     check(k, dk, "dk");
@@ -142,8 +155,9 @@ TEST(AttentionRefGradcheck, DecodeMatchesForwardInDouble) {
   p.num_heads = 4;
   p.num_kv_heads = 2;
   p.head_dim = 3;
-  for (int window : {-1, 2}) {
+  for (auto [window, sinks] : {std::pair{-1, 0}, std::pair{2, 0}, std::pair{2, 2}}) {
     p.window = window;
+    p.sinks = sinks;
     const int len = 6, n_new = 2, cap = 8, H = 4, Hkv = 2, D = 3;
     std::vector<double> q(size_t(len) * H * D), k(size_t(cap) * Hkv * D), v(k.size());
     for (auto* x : {&q, &k, &v})

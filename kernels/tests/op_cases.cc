@@ -301,6 +301,7 @@ void AddAttention(Table& t) {
     int window;
     float scale = 0.f;   // 0: 1/sqrt(D)
     float qk_std = 0.f;  // 0: uniform inputs
+    int sinks = 0;       // attention sinks (causal with a window; ignored otherwise)
   };
   const Case cases[] = {
       {{1}, 4, 4, 32, true, -1},
@@ -343,6 +344,15 @@ void AddAttention(Table& t) {
       {{300}, 16, 8, 64, true, -1, 0.f, 1.5f},
       {{5, 0, 64, 0}, 4, 1, 64, true, -1, 0.f, 1.5f},
       {{100, 100, 100, 100}, 4, 2, 32, false, 30, 0.f, 1.5f},
+      // Attention sinks: inside one tile, past a 64-row tile, beside a
+      // window of 1, in packed batches; ignored without a window or causality.
+      {{100, 29}, 8, 2, 64, true, 16, 0.f, 1.5f, 4},
+      {{200, 65}, 4, 1, 32, true, 33, 0.f, 1.5f, 70},
+      {{130}, 2, 2, 128, true, 1, 0.f, 0.f, 1},
+      {{5, 64, 1, 130}, 4, 2, 48, true, 7, 0.f, 1.5f, 3},
+      {{300}, 8, 8, 16, true, 40, 0.f, 1.5f, 150},
+      {{70}, 4, 2, 32, true, -1, 0.f, 1.5f, 8},
+      {{90}, 2, 2, 16, false, 7, 0.f, 0.f, 5},
   };
   uint64_t seed = 600;
   for (const Case& c : cases) {
@@ -354,6 +364,7 @@ void AddAttention(Table& t) {
     shape += Fmt(" H%d Hkv%d D%d %s w%d", c.h, c.hkv, c.d, c.causal ? "causal" : "full", c.window);
     if (c.scale != 0.f) shape += Fmt(" scale%.1f", c.scale);
     if (c.qk_std > 0.f) shape += Fmt(" normal%.1f", c.qk_std);
+    if (c.sinks > 0) shape += Fmt(" sinks%d", c.sinks);
     t.push_back({"attention", shape, [=](Ops& ops, DeviceMemory& mem, Ops& ref) {
                    std::vector<int32_t> cu{0};
                    for (int len : c.lens) cu.push_back(cu.back() + len);
@@ -364,6 +375,7 @@ void AddAttention(Table& t) {
                    p.head_dim = c.d;
                    p.causal = c.causal;
                    p.window = c.window;
+                   p.sinks = c.sinks;
                    p.scale = c.scale;
                    const size_t nq = size_t(tt) * c.h * c.d, nkv = size_t(tt) * c.hkv * c.d, nl = size_t(tt) * c.h;
                    const float vg_std = c.qk_std > 0.f ? 1.f : 0.f;
@@ -389,7 +401,7 @@ void AddAttention(Table& t) {
                    // Window 1: each query sees only itself, so dp - delta
                    // cancels and dq, dk are exact zeros; the cancelling
                    // terms are O(1).
-                   if (c.window == 1) o[2].cancel_scale = o[3].cancel_scale = 1.0;
+                   if (c.window == 1 && c.sinks == 0) o[2].cancel_scale = o[3].cancel_scale = 1.0;
                    return o;
                  }});
     seed += 4;
@@ -400,16 +412,18 @@ void AddDecode(Table& t) {
   struct Case {
     std::vector<int32_t> lens;
     int cap, h, hkv, d, n_new, window;
+    int sinks = 0;
   };
   const std::vector<int32_t> a{5, 100, 300}, b{5, 100, 150};
-  const Case cases[] = {{a, 320, 8, 2, 64, 1, -1}, {a, 320, 8, 2, 64, 4, -1},  {a, 320, 4, 1, 128, 1, 50},
-                        {a, 320, 8, 8, 32, 3, 20}, {a, 320, 2, 1, 256, 1, -1}, {b, 160, 4, 2, 64, 1, -1},
-                        {b, 160, 4, 2, 64, 3, -1}, {b, 160, 2, 1, 128, 1, 20}, {b, 160, 2, 2, 48, 2, 9}};
+  const Case cases[] = {{a, 320, 8, 2, 64, 1, -1},    {a, 320, 8, 2, 64, 4, -1},     {a, 320, 4, 1, 128, 1, 50},
+                        {a, 320, 8, 8, 32, 3, 20},    {a, 320, 2, 1, 256, 1, -1},    {b, 160, 4, 2, 64, 1, -1},
+                        {b, 160, 4, 2, 64, 3, -1},    {b, 160, 2, 1, 128, 1, 20},    {b, 160, 2, 2, 48, 2, 9},
+                        {a, 320, 8, 2, 64, 3, 20, 4}, {b, 160, 2, 1, 128, 1, 20, 30}};
   uint64_t seed = 700;
   for (const Case& c : cases) {
     t.push_back({"decode_attention",
-                 Fmt("lens%d,%d,%d cap%d new%d H%d Hkv%d D%d w%d", c.lens[0], c.lens[1], c.lens[2], c.cap, c.n_new, c.h,
-                     c.hkv, c.d, c.window),
+                 Fmt("lens%d,%d,%d cap%d new%d H%d Hkv%d D%d w%d s%d", c.lens[0], c.lens[1], c.lens[2], c.cap, c.n_new,
+                     c.h, c.hkv, c.d, c.window, c.sinks),
                  [=](Ops& ops, DeviceMemory& mem, Ops&) {
                    const int batch = int(c.lens.size());
                    AttentionParams p;
@@ -417,6 +431,7 @@ void AddDecode(Table& t) {
                    p.num_kv_heads = c.hkv;
                    p.head_dim = c.d;
                    p.window = c.window;
+                   p.sinks = c.sinks;
                    const size_t nq = size_t(batch) * c.n_new * c.h * c.d;
                    const size_t nc = size_t(batch) * c.cap * c.hkv * c.d;
                    auto q = RandomVec(nq, seed), kc = RandomVec(nc, seed + 1), vc = RandomVec(nc, seed + 2);
@@ -437,17 +452,19 @@ void AddPaged(Table& t) {
     std::vector<int32_t> lens;  // cached tokens per sequence, new ones included
     int n_new, bs, h, hkv, d, window;
     bool bf16;
+    int sinks = 0;
   };
   const std::vector<int32_t> a{5, 40, 77}, b{1, 16, 33, 130};
-  const Case cases[] = {{a, 1, 16, 8, 2, 64, -1, false}, {a, 4, 16, 8, 2, 64, -1, true},
-                        {a, 3, 8, 4, 1, 128, 20, false}, {b, 1, 16, 2, 2, 32, -1, true},
-                        {b, 1, 32, 4, 4, 48, 9, false},  {a, 5, 4, 2, 1, 256, -1, false},
-                        {b, 3, 32, 8, 2, 32, 7, false},  {a, 2, 64, 16, 2, 128, -1, true}};
+  const Case cases[] = {
+      {a, 1, 16, 8, 2, 64, -1, false},   {a, 4, 16, 8, 2, 64, -1, true},     {a, 3, 8, 4, 1, 128, 20, false},
+      {b, 1, 16, 2, 2, 32, -1, true},    {b, 1, 32, 4, 4, 48, 9, false},     {a, 5, 4, 2, 1, 256, -1, false},
+      {b, 3, 32, 8, 2, 32, 7, false},    {a, 2, 64, 16, 2, 128, -1, true},   {a, 3, 8, 4, 1, 128, 20, false, 5},
+      {b, 3, 32, 8, 2, 32, 7, true, 40}, {b, 1, 16, 2, 2, 32, 9, false, 16}, {b, 2, 4, 4, 2, 64, 3, false, 6}};
   uint64_t seed = 1700;
   for (const Case& c : cases) {
     t.push_back({"paged_attention",
-                 Fmt("lens%zu new%d bs%d H%d Hkv%d D%d w%d %s", c.lens.size(), c.n_new, c.bs, c.h, c.hkv, c.d, c.window,
-                     c.bf16 ? "bf16" : "fp32"),
+                 Fmt("lens%zu new%d bs%d H%d Hkv%d D%d w%d s%d %s", c.lens.size(), c.n_new, c.bs, c.h, c.hkv, c.d,
+                     c.window, c.sinks, c.bf16 ? "bf16" : "fp32"),
                  [=](Ops& ops, DeviceMemory& mem, Ops&) {
                    const int S = int(c.lens.size()), kd = c.hkv * c.d;
                    int max_blocks = 0;
@@ -481,6 +498,7 @@ void AddPaged(Table& t) {
                    p.num_kv_heads = c.hkv;
                    p.head_dim = c.d;
                    p.window = c.window;
+                   p.sinks = c.sinks;
                    const size_t np = size_t(nb) * c.bs * kd, nq = size_t(rows) * c.h * c.d;
                    auto kp = RandomVec(np, seed), vp = RandomVec(np, seed + 1);
                    auto kn = RandomVec(size_t(rows) * kd, seed + 2), vn = RandomVec(size_t(rows) * kd, seed + 3);
