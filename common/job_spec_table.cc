@@ -76,7 +76,7 @@ ConfigTable* MakeJobSpecTable() {
       {.path = "model.config.sliding_window", .help = ">= 1 when sliding_window_layers is set"},
       {.path = "model.config.tandem_layer_types",
        .max_len = 1024,
-       .help = "Tandem extension, one entry per layer: full, window:N, sink:S+window:N (decode only) or linear "
+       .help = "Tandem extension, one entry per layer: full, window:N, sink:S+window:N or linear "
                "(docs/parallelism.md); not with sliding_window_layers"},
       {.path = "model.config.tokenizer", .def = "char", .help = "`char` (built in) or \"\" (ids only)"},
       {.path = "model.config.bos_token_id", .help = "< vocab_size"},

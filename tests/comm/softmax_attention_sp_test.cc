@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 #include <vector>
 
 #include "kernels/backends.h"
@@ -56,16 +57,19 @@ double Rel(const std::vector<float>& got, const std::vector<float>& want) {
   return e / m;
 }
 
-class SoftmaxSpTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
+// (ranks, (window, attention sinks))
+class SoftmaxSpTest : public ::testing::TestWithParam<std::tuple<int, std::pair<int, int>>> {};
 
 TEST_P(SoftmaxSpTest, ForwardAndBackwardEqualSingleRank) {
-  const auto [n, window] = GetParam();
+  const auto [n, window_sinks] = GetParam();
+  const auto [window, sinks] = window_sinks;
   const int T = kCu.back(), H = 4, Hkv = 2, D = 16;
   kernels::AttentionParams p;
   p.num_heads = H;
   p.num_kv_heads = Hkv;
   p.head_dim = D;
   p.window = window;
+  p.sinks = sinks;
   const size_t nq = size_t(T) * H * D, nk = size_t(T) * Hkv * D;
   auto q = Values(0, nq, 1), k = Values(0, nk, 2), v = Values(0, nk, 3), dout = Values(0, nq, 4);
   auto ref = kernels::MakeReferenceOps();
@@ -93,12 +97,13 @@ TEST_P(SoftmaxSpTest, ForwardAndBackwardEqualSingleRank) {
   EXPECT_LT(Rel(gdq, dq), kTol);
   EXPECT_LT(Rel(gdk, dk), kTol);
   EXPECT_LT(Rel(gdv, dv), kTol);
-  std::printf("[softmax sp] ranks %d window %d: out %.1e lse %.1e dq %.1e dk %.1e dv %.1e\n", n, window, Rel(gout, out),
-              Rel(glse, lse), Rel(gdq, dq), Rel(gdk, dk), Rel(gdv, dv));
+  std::printf("[softmax sp] ranks %d window %d sinks %d: out %.1e lse %.1e dq %.1e dk %.1e dv %.1e\n", n, window, sinks,
+              Rel(gout, out), Rel(glse, lse), Rel(gdq, dq), Rel(gdk, dk), Rel(gdv, dv));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, SoftmaxSpTest,
-                         ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Values(-1, 9)));
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
+                                            ::testing::Values(std::pair{-1, 0}, std::pair{9, 0}, std::pair{9, 3})));
 
 TEST(SoftmaxSpTest, RefusesASliceOfAnotherGroup) {
   RunRanks(2, [&](comm::Collective& c) {

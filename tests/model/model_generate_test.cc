@@ -45,6 +45,8 @@ ModelConfig Config(const std::string& kind) {
                          {"low_freq_factor", 1.0},
                          {"high_freq_factor", 4.0},
                          {"original_max_position_embeddings", 8}};
+  } else if (kind == "sinks") {
+    j["tandem_layer_types"] = {"sink:2+window:3", "full", "sink:1+window:2"};
   } else if (kind == "qwen") {
     j["model_type"] = "qwen2";
     j["sliding_window"] = 5;
@@ -307,29 +309,14 @@ TEST(GenerateTest, StopsAtStopIdsAndValidates) {
   EXPECT_FALSE(Generate(gen, {{1}}, bad, pp).ok());
 }
 
-// Attention-sink layers are refused with the layer named (linear layers
-// run: tests/rollout/linear_engine_test.cc).
-TEST(GenerateTest, SinkLayersAreRefused) {
-  auto ops = kernels::MakeReferenceOps();
-  for (const char* type : {"sink:2+window:4"}) {
-    json j = {{"vocab_size", 29},
-              {"hidden_size", 32},
-              {"intermediate_size", 40},
-              {"num_hidden_layers", 2},
-              {"num_attention_heads", 4},
-              {"num_key_value_heads", 4},
-              {"max_position_embeddings", 64},
-              {"eos_token_id", 2},
-              {"tandem_layer_types", {"full", type}}};
-    auto c = ParseConfigJson(j.dump());
-    ASSERT_TRUE(c.ok()) << c.status();
-    Model model(*c, ops.get());
-    std::vector<float> p = RandomParams(model, 4);
-    FlatParamProvider pp(model.layout(), p.data(), nullptr);
-    RolloutEngine gen(*c, ops.get());
-    auto r = Generate(gen, {{1, 4}}, Greedy(3), pp);
-    ASSERT_EQ(r.status().code(), absl::StatusCode::kUnimplemented) << type;
-    EXPECT_NE(r.status().message().find("layer 1"), std::string::npos) << r.status();
+// Attention-sink layers: the paged cache gives each its sinks and window
+// (blocks of 1, 4 and 16 put the sinks in one or several blocks).
+TEST(GenerateTest, KvCacheMatchesFullForwardWithSinkLayers) {
+  auto ref = kernels::MakeReferenceOps();
+  auto cpu = kernels::MakeCpuOps(0);
+  for (int block_size : {1, 4, 16}) {
+    CheckAgainstFullForward(ref.get(), "sinks", block_size);
+    CheckAgainstFullForward(cpu.get(), "sinks", block_size);
   }
 }
 

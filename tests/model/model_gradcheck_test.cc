@@ -123,7 +123,8 @@ struct RefModel {
             std::vector<double> sc;
             double mx = -1e300;
             for (int j = b.cu_seqlens[s]; j <= i; ++j) {
-              if (window > 0 && i - j >= window) {
+              const bool sink = type.kind == LayerKind::kSinkWindow && j - b.cu_seqlens[s] < type.sinks;
+              if (window > 0 && i - j >= window && !sink) {
                 sc.push_back(-1e300);
                 continue;
               }
@@ -174,7 +175,7 @@ struct RefModel {
   }
 };
 
-enum class Variant { kQwen2, kLlama, kQwen3Untied, kQwen3Tied, kHybrid };
+enum class Variant { kQwen2, kLlama, kQwen3Untied, kQwen3Tied, kHybrid, kSinks };
 
 ModelConfig MakeConfig(Variant variant) {
   const bool qwen = variant == Variant::kQwen2;
@@ -201,6 +202,12 @@ ModelConfig MakeConfig(Variant variant) {
     j["tie_word_embeddings"] = false;
     j["num_key_value_heads"] = 4;
     j["tandem_layer_types"] = {"linear", "window:3"};
+  } else if (variant == Variant::kSinks) {
+    // Tandem layer types: 2 attention sinks beside a window of 2 (the
+    // 6- and 7-token sequences below mask the middle), then full.
+    j["model_type"] = "llama";
+    j["tie_word_embeddings"] = false;
+    j["tandem_layer_types"] = {"sink:2+window:2", "full"};
   } else {
     j["model_type"] = "llama";
     j["tie_word_embeddings"] = true;
@@ -309,8 +316,8 @@ void RunGradCheck(Variant variant) {
       if (std::fabs(num) > 1e-2) max_rel_big = std::max(max_rel_big, err / std::fabs(num));
     }
   }
-  const char* names[] = {"qwen2/untied/sliding", "llama/tied", "qwen3/untied/bias", "qwen3/tied/mqa",
-                         "llama/hybrid linear+window"};
+  const char* names[] = {"qwen2/untied/sliding",       "llama/tied",       "qwen3/untied/bias", "qwen3/tied/mqa",
+                         "llama/hybrid linear+window", "llama/sink+window"};
   std::printf(
       "[gradcheck %s] max |analytic - numeric| = %.3g (at %s), max |grad| = %.3g, "
       "relative to max = %.3g, max relative (|g| > 1e-2) = %.3g, forward max |dlogp| = %.3g\n",
@@ -347,31 +354,7 @@ TEST(GradCheckTest, LlamaTiedMqa) { RunGradCheck(Variant::kLlama); }
 TEST(GradCheckTest, Qwen3UntiedBiasQkNormHeadDim) { RunGradCheck(Variant::kQwen3Untied); }
 TEST(GradCheckTest, Qwen3TiedQkNormMqa) { RunGradCheck(Variant::kQwen3Tied); }
 TEST(GradCheckTest, HybridLinearAndWindowLayers) { RunGradCheck(Variant::kHybrid); }
-
-// Sink layers decode with a per-layer state only: training refuses them by
-// name instead of computing something else.
-TEST(ModelTest, RefusesSinkLayersInTraining) {
-  json j = {{"model_type", "llama"},
-            {"vocab_size", 11},
-            {"hidden_size", 16},
-            {"intermediate_size", 24},
-            {"num_hidden_layers", 2},
-            {"num_attention_heads", 4},
-            {"max_position_embeddings", 64},
-            {"tandem_layer_types", {"full", "sink:2+window:3"}}};
-  auto c = ParseConfigJson(j.dump());
-  ASSERT_TRUE(c.ok()) << c.status();
-  auto ops = kernels::MakeReferenceOps();
-  Model model(*c, ops.get(), 4);
-  std::vector<float> p(model.layout().total_floats(), 0.f);
-  FlatParamProvider pp(model.layout(), p.data(), nullptr);
-  Batch b;
-  b.AddSequence(std::vector<int32_t>{1, 2, 3});
-  std::vector<float> logp(3);
-  const absl::Status st = model.ForwardLogprobs(b, pp, logp.data());
-  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
-  EXPECT_NE(st.message().find("sink:2+window:3"), std::string::npos) << st;
-}
+TEST(GradCheckTest, AttentionSinkLayers) { RunGradCheck(Variant::kSinks); }
 
 TEST(ModelTest, RejectsBadBatches) {
   const ModelConfig c = MakeConfig(Variant::kLlama);

@@ -166,13 +166,16 @@ TEST(LinearRolloutTest, LinearLayersHoldStatesNotKvBlocks) {
   EXPECT_NE(low.status().message().find("rollout.max_seqs"), std::string::npos) << low.status();
 }
 
-TEST(LinearRolloutTest, SinkLayersAreRefusedByName) {
-  auto ops = kernels::MakeReferenceOps();
-  Fixture f({"linear", "sink:2+window:4"}, ops.get());
-  RolloutEngine eng(f.config, f.ops);
-  auto r = eng.Generate(Requests(1), Small(), *f.pp);
-  ASSERT_EQ(r.status().code(), absl::StatusCode::kUnimplemented) << r.status();
-  EXPECT_NE(r.status().message().find("layer 1"), std::string::npos) << r.status();
+// Attention-sink layers beside linear and full ones: the paged cache gives
+// them their sinks and window, the training forward the same rows.
+TEST(LinearRolloutTest, SinkLayersMatchFullForward) {
+  auto ref = kernels::MakeReferenceOps();
+  auto cpu = kernels::MakeCpuOps(0);
+  for (kernels::Ops* ops : {ref.get(), cpu.get()}) {
+    SCOPED_TRACE(ops->name());
+    Fixture f({"linear", "sink:2+window:4", "full"}, ops);
+    ExpectGreedyMatchesFullForward(f, Small());
+  }
 }
 
 }  // namespace

@@ -451,16 +451,6 @@ absl::Status Evaluate(JobContext& ctx, int64_t step, ReportPhaseRequest* report)
     report->add_log_lines("eval skipped: nothing to score against (a built-in task, or data.eval with reward.type)");
     return absl::OkStatus();
   }
-  // The rollout engine does not decode attention-sink layers
-  // (worker/model/layer_types.h).
-  for (int l = 0; l < ctx.config.num_hidden_layers; ++l) {
-    const model::LayerType t = model::LayerTypeOf(ctx.config, l);
-    if (t.kind == model::LayerKind::kSinkWindow) {
-      report->add_log_lines(absl::StrCat("eval skipped: greedy generation does not decode layer ", l, " ('",
-                                         model::LayerTypeName(t), "')"));
-      return absl::OkStatus();
-    }
-  }
   const auto& spec = ctx.spec();
   const int n = spec.task().eval_size();
   const auto examples = ctx.task->EvalExamples(DeriveSeed(spec.seed(), kSeedEval), n);

@@ -77,7 +77,9 @@ kernels::AttentionParams Decoder::Attention(int layer) const {
   p.head_dim = dims_.D;
   p.causal = true;
   p.window = config_.LayerWindow(layer);
-  if (layer_types_[layer].kind == LayerKind::kWindow) p.window = layer_types_[layer].window;
+  const LayerType& t = layer_types_[layer];
+  if (t.kind == LayerKind::kWindow || t.kind == LayerKind::kSinkWindow) p.window = t.window;
+  if (t.kind == LayerKind::kSinkWindow) p.sinks = t.sinks;
   return p;
 }
 

@@ -247,14 +247,6 @@ absl::Status Model::Prepare(const Batch& batch, ActivationCheckpointing mode) {
 absl::Status Model::CheckBatch(const Batch& b) const {
   const size_t T = b.tokens.size();
   if (T == 0) return absl::InvalidArgumentError("batch has no tokens");
-  for (int l = 0; l < d_.L; ++l) {
-    if (decoder_.layer_type(l).kind == LayerKind::kSinkWindow) {
-      return absl::UnimplementedError(
-          absl::StrCat("model: layer ", l, " is '", LayerTypeName(decoder_.layer_type(l)),
-                       "': attention sinks exist only in decode (worker/model/layer_state.h); "
-                       "the training attention kernels take full, window:N and linear layers"));
-    }
-  }
   if (sp_ == nullptr && b.slice.has_value()) {
     return absl::InvalidArgumentError(
         "batch is a sequence-parallel slice but the model has no sequence-parallel group");

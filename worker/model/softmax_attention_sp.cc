@@ -55,7 +55,9 @@ Padded PadRows(const kernels::AttentionParams& p, const SequenceSlice& s) {
   const std::vector<int32_t>& cu = s.global_cu;
   const int b = static_cast<int>(std::upper_bound(cu.begin(), cu.end(), s.offset) - cu.begin()) - 1;
   out.first = cu[b];
-  if (p.window > 0) out.first = std::max(out.first, s.offset - (p.window - 1));
+  // With attention sinks the sequence's first rows stay visible: pad from
+  // its start.
+  if (p.window > 0 && p.sinks <= 0) out.first = std::max(out.first, s.offset - (p.window - 1));
   out.pad = s.offset - out.first;
   out.cu.push_back(0);
   const int hi = s.offset + s.rows;

@@ -77,11 +77,6 @@ absl::Status RolloutEngine::Check(const std::vector<RolloutRequest>& requests, c
   if (requests.empty()) return absl::InvalidArgumentError("rollout: no requests");
   for (int l = 0; l < forward_->num_layers(); ++l) {
     const model::LayerType& t = forward_->layer_type(l);
-    if (t.kind == model::LayerKind::kSinkWindow) {
-      return absl::UnimplementedError(absl::StrCat("rollout: layer ", l, " is '", model::LayerTypeName(t),
-                                                   "'; the rollout engine runs full, sliding-window and linear "
-                                                   "layers, not attention sinks"));
-    }
     if (t.kind == model::LayerKind::kLinear && forward_->linear_state_floats() == 0) {
       return absl::UnimplementedError(absl::StrCat("rollout: layer ", l,
                                                    " is 'linear', which this rollout forward does not run (a "

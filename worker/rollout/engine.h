@@ -22,9 +22,9 @@
 // slot in the KvPool, copied from the leader when a shared prompt forks; a
 // preempted sequence recomputes from position 0). When every KV layer has a
 // sliding window, blocks behind the widest window are given back as
-// sequences grow (scheduler.h). Attention-sink layers are refused
-// (Unimplemented). With
-// options.sparse, full-attention layers attend top-k blocks
+// sequences grow (scheduler.h). Attention-sink layers (sink:S+window:N)
+// read their sinks and window from the cache and keep every block, as full
+// layers do. With options.sparse, full-attention layers attend top-k blocks
 // (Ops::paged_sparse_attention): tokens then follow that rule, and the
 // guarantees on batch composition, sharing and preemption still hold.
 //
