@@ -254,6 +254,42 @@ TEST(RolloutEngineTest, SlidingWindowLayersGiveBlocksBack) {
   EXPECT_NE(none.status().message().find("rollout.kv_cache_bytes"), std::string::npos) << none.status();
 }
 
+// Windows of 4 with up to 5 attention sinks on every layer: a sequence keeps
+// the 2 blocks of 4 that hold its sinks and gives back the rest behind its
+// window: 2 + (4 - 1 + 7) / 4 + 2 = 6 blocks for a 51-position sequence
+// (13 unwindowed), greedy tokens of the full forward; a cache of 4 blocks
+// (sinks, window and the next row) runs a sampled batch with preemptions
+// and the same tokens; 3 blocks are refused by name.
+TEST(RolloutEngineTest, SinkLayersKeepTheirSinkBlocksAndGiveTheRestBack) {
+  auto ops = kernels::MakeReferenceOps();
+  Fixture f("sinks", ops.get());
+  RolloutEngine eng(f.config, f.ops);
+  RolloutOptions o = Small();
+  o.max_new_tokens = 40;
+  const std::vector<RolloutRequest> one = {{{1, 3, 4, 7, 8, 11, 12, 17, 19, 21, 22}, 0, 0}};
+  auto r = eng.Generate(one, o, *f.pp);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const size_t block = KvPool::BlockBytes(3, 2 * 8, 4, kernels::KvDtype::kF32);
+  EXPECT_EQ(r->num_blocks, 6);
+  EXPECT_LE(r->kv_peak_bytes, 6 * block);
+  enginetest::ExpectGreedyTokensOfFullForward(f, one, *r);
+  RolloutOptions sampled = Sampled();
+  sampled.max_new_tokens = 24;
+  const auto reqs = Requests(3);
+  auto big = eng.Generate(reqs, sampled, *f.pp);
+  ASSERT_TRUE(big.ok()) << big.status();
+  sampled.kv_cache_bytes = 4 * block;
+  auto tiny = eng.Generate(reqs, sampled, *f.pp);
+  ASSERT_TRUE(tiny.ok()) << tiny.status();
+  EXPECT_EQ(tiny->num_blocks, 4);
+  EXPECT_GT(tiny->scheduler.preemptions, 0);
+  EXPECT_EQ(Tokens(*tiny), Tokens(*big));
+  sampled.kv_cache_bytes = 3 * block;
+  auto none = eng.Generate(reqs, sampled, *f.pp);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("rollout.kv_cache_bytes"), std::string::npos) << none.status();
+}
+
 TEST(RolloutEngineTest, StaticBatchModeHasTheSameTokens) {
   auto ops = kernels::MakeReferenceOps();
   Fixture f("qwen", ops.get());

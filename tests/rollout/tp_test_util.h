@@ -31,7 +31,8 @@ inline const bool kSigpipeIgnored = [] {
 using model::ModelConfig;
 
 // llama: tied; qwen: biases, a sliding layer, YaRN; qwen3: q/k norms;
-// mistral: a window on every layer. 4 heads, 2 kv heads, I = 40.
+// mistral: a window on every layer; sinks: windows of 4 on every layer, two
+// of them beside attention sinks (5 and 2). 4 heads, 2 kv heads, I = 40.
 inline ModelConfig Config(const std::string& kind, int intermediate = 40) {
   nlohmann::json j = {{"vocab_size", 29},
                       {"hidden_size", 32},
@@ -49,6 +50,8 @@ inline ModelConfig Config(const std::string& kind, int intermediate = 40) {
   } else if (kind == "mistral") {
     j["model_type"] = "mistral";
     j["sliding_window"] = 4;
+  } else if (kind == "sinks") {
+    j["tandem_layer_types"] = {"sink:5+window:4", "window:4", "sink:2+window:4"};
   } else if (kind == "qwen") {
     j["model_type"] = "qwen2";
     j["sliding_window"] = 5;

@@ -68,9 +68,9 @@ void BlockManager::Free(BlockTable& table) {
   table.clear();
 }
 
-void BlockManager::ReleaseBefore(BlockTable& table, int n_blocks) {
-  n_blocks = std::min<int>(n_blocks, static_cast<int>(table.size()));
-  for (int i = 0; i < n_blocks; ++i) {
+void BlockManager::ReleaseRange(BlockTable& table, int from, int to) {
+  to = std::min<int>(to, static_cast<int>(table.size()));
+  for (int i = std::max(from, 0); i < to; ++i) {
     if (table[i] < 0) continue;
     Drop(table[i]);
     table[i] = -1;

@@ -6,7 +6,7 @@
 // Free blocks sit on a LIFO free list. Writing a position into a block that
 // another table also references copies it first (copy-on-write): Prepare
 // returns the copies the caller must apply to the device pools before the
-// write. An entry of -1 is a released block (ReleaseBefore). Not
+// write. An entry of -1 is a released block (ReleaseRange). Not
 // thread-safe; one scheduler owns it.
 #pragma once
 
@@ -48,10 +48,11 @@ class BlockManager {
   BlockTable Fork(const BlockTable& table, int n_blocks);
   // Drops every reference of `table` and clears it.
   void Free(BlockTable& table);
-  // Drops the references of the first `n_blocks` entries and marks them
-  // released (-1): positions no attention reads any more (sliding windows).
-  // The table keeps its length, so later positions keep their blocks.
-  void ReleaseBefore(BlockTable& table, int n_blocks);
+  // Drops the references of entries [from, to) and marks them released
+  // (-1): positions no attention reads any more (sliding windows; the
+  // blocks of attention sinks, before `from`, stay). The table keeps its
+  // length, so later positions keep their blocks.
+  void ReleaseRange(BlockTable& table, int from, int to);
 
  private:
   int32_t Take();

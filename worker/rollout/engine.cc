@@ -199,14 +199,18 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
   const int S = std::min<int>(o.max_seqs, static_cast<int>(requests.size()));
   const int state_slots = kv_layers < layers ? S : 0;
   // When every KV layer has a sliding window (and there is one), blocks
-  // behind the widest window are given back as sequences grow.
-  int window = 0;
+  // behind the widest window are given back as sequences grow, except those
+  // of the most attention sinks of any layer.
+  int window = 0, sinks = 0;
   for (int l = 0; l < layers; ++l) {
     if (!has_kv[l]) continue;
     const model::LayerType& t = forward_->layer_type(l);
-    window = t.kind == model::LayerKind::kWindow && t.window > 0 && window >= 0 ? std::max(window, t.window) : -1;
+    const bool windowed = t.kind == model::LayerKind::kWindow || t.kind == model::LayerKind::kSinkWindow;
+    window = windowed && t.window > 0 && window >= 0 ? std::max(window, t.window) : -1;
+    if (t.kind == model::LayerKind::kSinkWindow) sinks = std::max(sinks, t.sinks);
   }
   window = std::max(window, 0);
+  const int sink_blocks = window > 0 ? (sinks + o.block_size - 1) / o.block_size : 0;
   const size_t state_bytes = static_cast<size_t>(layers - kv_layers) * static_cast<size_t>(state_slots) *
                              forward_->linear_state_floats() * sizeof(float);
   const size_t block_bytes = KvPool::BlockBytes(kv_layers, kv_dim, o.block_size, o.kv_dtype, summaries);
@@ -214,8 +218,11 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
   for (const auto& r : requests) {
     const int64_t n = static_cast<int64_t>(r.context.size() / static_cast<size_t>(hidden_));
     int64_t blocks = (n + static_cast<int64_t>(r.prompt.size()) + o.max_new_tokens + o.block_size - 1) / o.block_size;
-    // A windowed sequence holds at most its window and one step's rows.
-    if (window > 0) blocks = std::min<int64_t>(blocks, (window - 1 + o.max_batch_tokens) / o.block_size + 2);
+    // A windowed sequence holds at most its sinks, its window and one step's
+    // rows.
+    if (window > 0) {
+      blocks = std::min<int64_t>(blocks, sink_blocks + (window - 1 + o.max_batch_tokens) / o.block_size + 2);
+    }
     full += blocks;
   }
   // The states come out of the budget first; blocks of a model without KV
@@ -239,6 +246,7 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
   so.static_batch = o.static_batch;
   so.state_slots = state_slots;
   so.window = window;
+  so.sinks = sinks;
   Scheduler sched(so);
   int32_t next_row = 0;
   for (const auto& r : requests) {

@@ -23,8 +23,8 @@
 // preempted sequence recomputes from position 0). When every KV layer has a
 // sliding window, blocks behind the widest window are given back as
 // sequences grow (scheduler.h). Attention-sink layers (sink:S+window:N)
-// read their sinks and window from the cache and keep every block, as full
-// layers do. With options.sparse, full-attention layers attend top-k blocks
+// read their sinks and window from the cache; they count as windowed layers
+// there, and the blocks of the first S positions stay. With options.sparse, full-attention layers attend top-k blocks
 // (Ops::paged_sparse_attention): tokens then follow that rule, and the
 // guarantees on batch composition, sharing and preemption still hold.
 //

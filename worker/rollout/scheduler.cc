@@ -39,7 +39,7 @@ absl::StatusOr<int> Scheduler::Add(std::vector<int32_t> prompt, int group, int m
   int64_t need = table_len;
   // With windows, one row per step needs the window's blocks and the row's
   // (the table keeps its full length, released entries included).
-  if (opt_.window > 0) need = std::min<int64_t>(need, (opt_.window - 1) / opt_.block_size + 2);
+  if (opt_.window > 0) need = std::min<int64_t>(need, SinkBlocks() + (opt_.window - 1) / opt_.block_size + 2);
   if (need > opt_.num_blocks) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rollout: a sequence of ", positions, " positions needs ", need, " KV cache blocks but the cache holds ",
@@ -228,7 +228,7 @@ void Scheduler::Commit(const Step& step) {
     if (opt_.window > 0) {
       // The next row (position `computed`) reads keys from computed - window + 1.
       const int first_kept = q.computed - opt_.window + 1;
-      if (first_kept > 0) blocks_.ReleaseBefore(q.table, first_kept / opt_.block_size);
+      if (first_kept > 0) blocks_.ReleaseRange(q.table, SinkBlocks(), first_kept / opt_.block_size);
     }
   }
   for (const auto& [f, leader] : step.forks) {

@@ -36,7 +36,9 @@
 // Sliding windows (window > 0: every KV layer attends at most `window`
 // positions back): after each step a sequence gives back the blocks that
 // lie wholly before its next position's window, so its cache stays bounded
-// (about window / block_size + 2 blocks) however long it grows. A
+// (about window / block_size + 2 blocks) however long it grows; with
+// attention sinks (sinks > 0) the blocks of its first `sinks` positions
+// stay as well. A
 // preempted sample then recomputes from position 0 as well (its siblings
 // may have given the prompt's blocks back).
 //
@@ -67,6 +69,7 @@ struct SchedulerOptions {
   bool static_batch = false;  // admit only when nothing runs
   int state_slots = 0;        // recurrent states (>= min(max_seqs, sequences added) when used)
   int window = 0;             // > 0: blocks before every KV layer's window are given back
+  int sinks = 0;              // with window: the first `sinks` positions' blocks stay
 };
 
 struct SchedulerStats {
@@ -160,6 +163,9 @@ class Scheduler {
   // A running sequence of seq's group whose prompt k/v are cached, or -1.
   int PromptDonor(int seq) const;
   int Active() const;
+  // Blocks holding the attention sinks' positions (kept when windows give
+  // blocks back).
+  int SinkBlocks() const { return opt_.window > 0 ? (opt_.sinks + opt_.block_size - 1) / opt_.block_size : 0; }
   // Marks seq running (with a state slot when slots are used) / takes it
   // out of running_ (giving its slot back).
   void StartRunning(int seq);
