@@ -217,15 +217,14 @@ TEST(RolloutEngineTest, PreemptedSamplesReshareTheirGroupsPrompt) {
   EXPECT_EQ(Tokens(*unshared), Tokens(*big));
 }
 
-// Mistral's window of 4 on every layer: a sequence gives back the blocks
-// behind its window, so a 51-position sequence runs in at most
-// (4 - 1 + 7) / 4 + 2 = 4 blocks of 4 (13 unwindowed), its greedy tokens
-// those of the full forward; a cache of 2 blocks (the least one row per
-// step needs) runs a whole sampled batch with preemptions and the same
-// tokens as the default cache.
-TEST(RolloutEngineTest, SlidingWindowLayersGiveBlocksBack) {
+// A model whose every KV layer is windowed: a 51-position sequence runs in
+// `blocks` blocks of 4 (13 unwindowed) with the greedy tokens of the full
+// forward; a cache of `least` blocks (what one row per step needs) runs a
+// whole sampled batch with preemptions and the default cache's tokens; one
+// block fewer is refused by name.
+void ExpectWindowedCacheBounded(const std::string& kind, int blocks, int least) {
   auto ops = kernels::MakeReferenceOps();
-  Fixture f("mistral", ops.get());
+  Fixture f(kind, ops.get());
   RolloutEngine eng(f.config, f.ops);
   RolloutOptions o = Small();
   o.max_new_tokens = 40;
@@ -233,62 +232,33 @@ TEST(RolloutEngineTest, SlidingWindowLayersGiveBlocksBack) {
   auto r = eng.Generate(one, o, *f.pp);
   ASSERT_TRUE(r.ok()) << r.status();
   const size_t block = KvPool::BlockBytes(3, 2 * 8, 4, kernels::KvDtype::kF32);
-  EXPECT_EQ(r->num_blocks, 4);
-  EXPECT_LE(r->kv_peak_bytes, 4 * block);
+  EXPECT_EQ(r->num_blocks, blocks);
+  EXPECT_LE(r->kv_peak_bytes, blocks * block);
   enginetest::ExpectGreedyTokensOfFullForward(f, one, *r);
   RolloutOptions sampled = Sampled();
   sampled.max_new_tokens = 24;
   const auto reqs = Requests(3);
   auto big = eng.Generate(reqs, sampled, *f.pp);
   ASSERT_TRUE(big.ok()) << big.status();
-  sampled.kv_cache_bytes = 2 * block;
+  sampled.kv_cache_bytes = least * block;
   auto tiny = eng.Generate(reqs, sampled, *f.pp);
   ASSERT_TRUE(tiny.ok()) << tiny.status();
-  EXPECT_EQ(tiny->num_blocks, 2);
+  EXPECT_EQ(tiny->num_blocks, least);
   EXPECT_GT(tiny->scheduler.preemptions, 0);
   EXPECT_EQ(Tokens(*tiny), Tokens(*big));
-  // One block cannot hold a window and the next row: refused by name.
-  sampled.kv_cache_bytes = block;
+  sampled.kv_cache_bytes = (least - 1) * block;
   auto none = eng.Generate(reqs, sampled, *f.pp);
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("rollout.kv_cache_bytes"), std::string::npos) << none.status();
 }
 
-// Windows of 4 with up to 5 attention sinks on every layer: a sequence keeps
-// the 2 blocks of 4 that hold its sinks and gives back the rest behind its
-// window: 2 + (4 - 1 + 7) / 4 + 2 = 6 blocks for a 51-position sequence
-// (13 unwindowed), greedy tokens of the full forward; a cache of 4 blocks
-// (sinks, window and the next row) runs a sampled batch with preemptions
-// and the same tokens; 3 blocks are refused by name.
-TEST(RolloutEngineTest, SinkLayersKeepTheirSinkBlocksAndGiveTheRestBack) {
-  auto ops = kernels::MakeReferenceOps();
-  Fixture f("sinks", ops.get());
-  RolloutEngine eng(f.config, f.ops);
-  RolloutOptions o = Small();
-  o.max_new_tokens = 40;
-  const std::vector<RolloutRequest> one = {{{1, 3, 4, 7, 8, 11, 12, 17, 19, 21, 22}, 0, 0}};
-  auto r = eng.Generate(one, o, *f.pp);
-  ASSERT_TRUE(r.ok()) << r.status();
-  const size_t block = KvPool::BlockBytes(3, 2 * 8, 4, kernels::KvDtype::kF32);
-  EXPECT_EQ(r->num_blocks, 6);
-  EXPECT_LE(r->kv_peak_bytes, 6 * block);
-  enginetest::ExpectGreedyTokensOfFullForward(f, one, *r);
-  RolloutOptions sampled = Sampled();
-  sampled.max_new_tokens = 24;
-  const auto reqs = Requests(3);
-  auto big = eng.Generate(reqs, sampled, *f.pp);
-  ASSERT_TRUE(big.ok()) << big.status();
-  sampled.kv_cache_bytes = 4 * block;
-  auto tiny = eng.Generate(reqs, sampled, *f.pp);
-  ASSERT_TRUE(tiny.ok()) << tiny.status();
-  EXPECT_EQ(tiny->num_blocks, 4);
-  EXPECT_GT(tiny->scheduler.preemptions, 0);
-  EXPECT_EQ(Tokens(*tiny), Tokens(*big));
-  sampled.kv_cache_bytes = 3 * block;
-  auto none = eng.Generate(reqs, sampled, *f.pp);
-  ASSERT_FALSE(none.ok());
-  EXPECT_NE(none.status().message().find("rollout.kv_cache_bytes"), std::string::npos) << none.status();
-}
+// Mistral's window of 4 on every layer: (4 - 1 + 7) / 4 + 2 = 4 blocks; the
+// window and the next row need 2.
+TEST(RolloutEngineTest, SlidingWindowLayersGiveBlocksBack) { ExpectWindowedCacheBounded("mistral", 4, 2); }
+
+// Windows of 4 with up to 5 attention sinks: the 2 blocks that hold the
+// sinks stay as well, 2 + 4 = 6 blocks; the least cache is 2 + 2.
+TEST(RolloutEngineTest, SinkLayersKeepTheirSinkBlocksAndGiveTheRestBack) { ExpectWindowedCacheBounded("sinks", 6, 4); }
 
 TEST(RolloutEngineTest, StaticBatchModeHasTheSameTokens) {
   auto ops = kernels::MakeReferenceOps();
