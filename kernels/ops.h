@@ -180,8 +180,8 @@ class Ops {
   // chunks alike): row r of q [t, H, D] belongs to sequence row_seq[r] at
   // position row_pos[r] and sees that sequence's positions j <= row_pos[r]
   // (and > row_pos[r] - window when windowed, or < p.sinks); p.causal is
-  // implied. Every
-  // visible position must be written (the row's own k/v included).
+  // implied. Every visible position must be written (the row's own k/v
+  // included).
   // out [t, H, D].
   virtual void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q, const int32_t* row_seq,
                                const int32_t* row_pos, int t, float* out) = 0;
