@@ -61,7 +61,7 @@ std::vector<RankOut> RunTp(int tp, const ModelConfig& config, const std::vector<
 }
 
 TEST(TpDecoderTest, Tp2GreedyEqualsTp1Reference) {
-  for (const char* kind : {"llama", "qwen", "qwen3", "mistral"}) {
+  for (const char* kind : {"llama", "qwen", "qwen3", "mistral", "linear"}) {
     SCOPED_TRACE(kind);
     const ModelConfig config = Config(kind);
     const std::vector<float> params = RandomParams(config, 11);
@@ -113,15 +113,37 @@ TEST(TpDecoderTest, Tp2SamplingEqualsTp1ForTheSameSeeds) {
 }
 
 TEST(TpDecoderTest, Tp2GreedyEqualsTp1CpuKernels) {
-  const ModelConfig config = Config("qwen3");
-  const std::vector<float> params = RandomParams(config, 17);
-  const RolloutResult tp1 = RunTp1(config, params, Small(true), Kernels::kCpu);
-  for (bool overlap : {false, true}) {
+  for (const char* kind : {"qwen3", "linear"}) {
+    SCOPED_TRACE(kind);
+    const ModelConfig config = Config(kind);
+    const std::vector<float> params = RandomParams(config, 17);
+    const RolloutResult tp1 = RunTp1(config, params, Small(true), Kernels::kCpu);
+    for (bool overlap : {false, true}) {
+      TpOptions tpo;
+      tpo.overlap = overlap;
+      const auto ranks = RunTp(2, config, params, Small(true), Kernels::kCpu, tpo);
+      ExpectSameTokens(tp1, ranks[0].result, kLogprobTol);
+      ExpectSameTokens(ranks[0].result, ranks[1].result, 0.0);
+    }
+  }
+}
+
+// Linear layers split by heads: each rank keeps the recurrent state of its
+// heads only (half the states of TP=1), with the decay of the model's head
+// index; sampled tokens equal TP=1 for the same seeds, with the halves of
+// the overlapped path cutting prefill runs.
+TEST(TpDecoderTest, LinearLayersKeepTheirHeadsStatesAndSampleAsTp1) {
+  const ModelConfig config = Config("linear");
+  const std::vector<float> params = RandomParams(config, 23);
+  for (Kernels k : {Kernels::kReference, Kernels::kCpu}) {
+    const RolloutResult tp1 = RunTp1(config, params, Small(false), k);
     TpOptions tpo;
-    tpo.overlap = overlap;
-    const auto ranks = RunTp(2, config, params, Small(true), Kernels::kCpu, tpo);
+    tpo.overlap = true;
+    const auto ranks = RunTp(2, config, params, Small(false), k, tpo);
     ExpectSameTokens(tp1, ranks[0].result, kLogprobTol);
     ExpectSameTokens(ranks[0].result, ranks[1].result, 0.0);
+    ASSERT_GT(tp1.state_bytes, 0u);
+    EXPECT_EQ(ranks[0].result.state_bytes * 2, tp1.state_bytes);
   }
 }
 

@@ -86,7 +86,7 @@ void ExpectCounters(const TpStats& s) {
 }
 
 TEST(TpShiftTest, GreedyEqualsTp1AndTp2InEveryMode) {
-  for (const char* kind : {"llama", "qwen", "qwen3", "mistral"}) {
+  for (const char* kind : {"llama", "qwen", "qwen3", "mistral", "linear"}) {
     SCOPED_TRACE(kind);
     const ModelConfig config = Config(kind);
     const std::vector<float> params = RandomParams(config, 11);

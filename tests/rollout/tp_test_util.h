@@ -32,7 +32,9 @@ using model::ModelConfig;
 
 // llama: tied; qwen: biases, a sliding layer, YaRN; qwen3: q/k norms;
 // mistral: a window on every layer; sinks: windows of 4 on every layer, two
-// of them beside attention sinks (5 and 2). 4 heads, 2 kv heads, I = 40.
+// of them beside attention sinks (5 and 2); linear: linear attention
+// (whose decay depends on the head) beside a full and a window layer, 4 kv
+// heads. 4 heads, 2 kv heads (linear: 4), I = 40.
 inline ModelConfig Config(const std::string& kind, int intermediate = 40) {
   nlohmann::json j = {{"vocab_size", 29},
                       {"hidden_size", 32},
@@ -52,6 +54,9 @@ inline ModelConfig Config(const std::string& kind, int intermediate = 40) {
     j["sliding_window"] = 4;
   } else if (kind == "sinks") {
     j["tandem_layer_types"] = {"sink:5+window:4", "window:4", "sink:2+window:4"};
+  } else if (kind == "linear") {
+    j["num_key_value_heads"] = 4;
+    j["tandem_layer_types"] = {"linear", "full", "window:4"};
   } else if (kind == "qwen") {
     j["model_type"] = "qwen2";
     j["sliding_window"] = 5;

@@ -48,7 +48,7 @@ absl::Status Decoder::EnsureLinearDecay(int rows) {
   const int n = std::max(rows, 2 * linear_decay_rows_);
   std::vector<float> host(static_cast<size_t>(n) * dims_.H);
   for (size_t r = 0; r < host.size(); ++r) {
-    host[r] = static_cast<float>(LinearLogDecay(static_cast<int>(r % dims_.H)));
+    host[r] = static_cast<float>(LinearLogDecay(first_head_ + static_cast<int>(r % dims_.H)));
   }
   linear_decay_rows_ = 0;
   if (!linear_decay_.Allocate(mem_, host.size())) {

@@ -176,6 +176,10 @@ class Decoder {
   kernels::LinearAttentionParams LinearAttention() const;
   absl::Status EnsureLinearDecay(int rows);
   const float* LinearDecay(int rows) const;
+  // The model's index of this decoder's first head: a tensor-parallel
+  // slice runs heads [h, h + H) of the model, and a linear layer's decay
+  // depends on the model's head index. Set before EnsureLinearDecay.
+  void set_first_head(int h) { first_head_ = h; }
   // InternalError naming `who` when the device memory has failed.
   absl::Status MemoryStatus(const char* who) const;
 
@@ -221,6 +225,7 @@ class Decoder {
   // Log decay of linear layers [rows, H], grown by doubling.
   kernels::DeviceArray<float> linear_decay_;
   int linear_decay_rows_ = 0;
+  int first_head_ = 0;
 };
 
 }  // namespace tandem::model

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "kernels/memory.h"
 #include "kernels/ops.h"
+#include "worker/model/layer_types.h"
 #include "worker/model/param_provider.h"
 #include "worker/rollout/kv_pool.h"
 
@@ -44,9 +45,11 @@ struct ForwardBatch {
   // rows [chunk_rows[i], chunk_rows[i + 1]) (device, num_chunks + 1). Run i
   // continues the state in slot chunk_slot[i] of the KvPool and leaves its
   // last state there; a run whose first position chunk_start[i] is 0 starts
-  // from zeros. chunk_slot and chunk_start are HOST memory.
+  // from zeros. chunk_slot, chunk_start and chunk_rows_host (chunk_rows'
+  // values) are HOST memory.
   int num_chunks = 0;
   const int32_t* chunk_rows = nullptr;
+  const int32_t* chunk_rows_host = nullptr;
   const int32_t* chunk_slot = nullptr;
   const int32_t* chunk_start = nullptr;
 };

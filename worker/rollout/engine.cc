@@ -354,6 +354,7 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
     if (state_slots > 0) {
       fb.num_chunks = nseq;
       fb.chunk_rows = fb.block_tables + static_cast<size_t>(nseq) * MB;
+      fb.chunk_rows_host = run_rows;
       fb.chunk_slot = run_slot_.data();
       fb.chunk_start = run_start_.data();
     }

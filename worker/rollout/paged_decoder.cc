@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/check.h"
+#include "worker/rollout/linear_runs.h"
 
 namespace tandem::rollout {
 
@@ -141,26 +142,10 @@ void PagedDecoder::Mlp(const float* P, const model::LayerOffsets& o, int T) {
 
 void PagedDecoder::LinearAttention(int l, KvPool& kv, const ForwardBatch& b) {
   TANDEM_CHECK(b.num_chunks > 0 && static_cast<size_t>(b.num_chunks) * kv.state_floats() <= state_.size());
-  kernels::DeviceMemory* mem = decoder_.memory();
-  const size_t n = kv.state_floats();
-  float* pool = kv.States(l);
-  TANDEM_CHECK(pool != nullptr && n == linear_state_floats());
-  // Gather each run's state (zeros for a run from position 0), one call over
-  // all runs with the states updated in place, then scatter them back.
-  for (int i = 0; i < b.num_chunks; ++i) {
-    float* s = state_.data() + i * n;
-    if (b.chunk_start[i] == 0) {
-      mem->SetZero(s, n * sizeof(float));
-    } else {
-      mem->CopyOnDevice(s, pool + static_cast<size_t>(b.chunk_slot[i]) * n, n * sizeof(float));
-    }
-  }
-  ops_->linear_attention_forward(decoder_.LinearAttention(), q_.data(), k_.data(), v_.data(),
-                                 decoder_.LinearDecay(b.rows), b.chunk_rows, b.num_chunks, b.rows, state_.data(),
-                                 attn_.data(), state_.data());
-  for (int i = 0; i < b.num_chunks; ++i) {
-    mem->CopyOnDevice(pool + static_cast<size_t>(b.chunk_slot[i]) * n, state_.data() + i * n, n * sizeof(float));
-  }
+  TANDEM_CHECK(kv.state_floats() == linear_state_floats());
+  RunLinearAttention(ops_, decoder_.memory(), decoder_.LinearAttention(), q_.data(), k_.data(), v_.data(),
+                     decoder_.LinearDecay(b.rows), b.rows, RunsOf(b), kv.States(l), kv.state_floats(), state_.data(),
+                     attn_.data());
 }
 
 absl::Status PagedDecoder::Forward(model::ParamProvider& pp, KvPool& kv, const ForwardBatch& b) {

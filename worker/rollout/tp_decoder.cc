@@ -43,6 +43,13 @@ TpDecoder::TpDecoder(const model::ModelConfig& config, const model::ModelConfig&
   if (group_ != nullptr && group_->size() > 1 && options_.overlap) {
     async_ = std::make_unique<AsyncAllreduce>(group_);
   }
+  decoder_.set_first_head(tp_rank() * decoder_.dims().H);
+}
+
+size_t TpDecoder::linear_state_floats() const {
+  if (!decoder_.has_linear_layers()) return 0;
+  const model::DecoderDims& d = decoder_.dims();
+  return static_cast<size_t>(d.H) * d.D * d.D;
 }
 
 absl::Status TpDecoder::Reserve(int rows, int outs, int positions) {
@@ -89,8 +96,19 @@ absl::Status TpDecoder::Reserve(int rows, int outs, int positions) {
     shift_cap_ = rows;
   }
   if (outs > out_cap_) {
+    // A step has at most one run per running sequence, at most `outs`
+    // sequences run, and a half holds at most as many runs as the step.
+    const size_t runs = static_cast<size_t>(outs) + 1;
+    for (int h = 0; h < 2; ++h) {
+      half_rows_[h].reserve(runs);
+      half_slot_[h].reserve(runs);
+      half_start_[h].reserve(runs);
+    }
+    const bool linear = decoder_.has_linear_layers();
     if (!hn_.Allocate(mem, static_cast<size_t>(outs) * d.C) ||
-        !logits_.Allocate(mem, static_cast<size_t>(outs) * d.V)) {
+        !logits_.Allocate(mem, static_cast<size_t>(outs) * d.V) ||
+        !state_.Allocate(mem, static_cast<size_t>(outs) * linear_state_floats()) ||
+        !half_rows_d_.Allocate(mem, linear ? 2 * runs : 0)) {
       Release();
       return absl::ResourceExhaustedError(absl::StrCat("rollout: cannot allocate logits for ", outs, " rows in ",
                                                        mem->name(), " memory; lower rollout.max_seqs"));
@@ -101,25 +119,31 @@ absl::Status TpDecoder::Reserve(int rows, int outs, int positions) {
     Release();
     return st;
   }
+  if (absl::Status st = decoder_.EnsureLinearDecay(std::max(rows_cap_, shift_cap_)); !st.ok()) {
+    Release();
+    return st;
+  }
   return decoder_.MemoryStatus("rollout");
 }
 
 void TpDecoder::Release() {
   for (auto* a : {&x_, &xn_,   &q_,  &qraw_,   &k_,       &kraw_,    &v_,       &attn_,    &rstd_,  &gate_, &up_,
-                  &h_, &part_, &hn_, &logits_, &sp_send_, &sp_recv_, &sp_attn_, &sp_gate_, &sp_up_, &sp_h_}) {
+                  &h_, &part_, &hn_, &logits_, &sp_send_, &sp_recv_, &sp_attn_, &sp_gate_, &sp_up_, &sp_h_, &state_}) {
     a->reset();
   }
+  half_rows_d_.reset();
   rows_cap_ = out_cap_ = shift_cap_ = 0;
   decoder_.ReleaseRope();
 }
 
 size_t TpDecoder::scratch_bytes() const {
   size_t n = 0;
-  for (const auto* a : {&x_, &xn_,   &q_,  &qraw_,   &k_,       &kraw_,    &v_,       &attn_,    &rstd_,  &gate_, &up_,
-                        &h_, &part_, &hn_, &logits_, &sp_send_, &sp_recv_, &sp_attn_, &sp_gate_, &sp_up_, &sp_h_}) {
+  for (const auto* a :
+       {&x_, &xn_,   &q_,  &qraw_,   &k_,       &kraw_,    &v_,       &attn_,    &rstd_,  &gate_, &up_,
+        &h_, &part_, &hn_, &logits_, &sp_send_, &sp_recv_, &sp_attn_, &sp_gate_, &sp_up_, &sp_h_, &state_}) {
     n += a->bytes();
   }
-  return n + decoder_.rope_bytes();
+  return n + half_rows_d_.bytes() + decoder_.rope_bytes();
 }
 
 void TpDecoder::AttnPart(const float* P, int l, KvPool& kv, const ForwardBatch& b, int r0, int n) {
@@ -152,9 +176,15 @@ void TpDecoder::Attend(const float* q_norm, const float* k_norm, int l, KvPool& 
   const int32_t* pos = b.positions + r0;
   ops_->rope_apply(q, pos, n, H, D, decoder_.rope_cos(), decoder_.rope_sin(), false);
   ops_->rope_apply(k, pos, n, Hkv, D, decoder_.rope_cos(), decoder_.rope_sin(), false);
+  float* attn = attn_.data() + r * HD;
+  if (decoder_.layer_type(l).kind == model::LayerKind::kLinear) {
+    TANDEM_CHECK(kv.state_floats() == linear_state_floats());
+    RunLinearAttention(ops_, decoder_.memory(), decoder_.LinearAttention(), q, k, v, decoder_.LinearDecay(n), n,
+                       RunsFor(b, r0, n), kv.States(l), kv.state_floats(), state_.data(), attn);
+    return;
+  }
   const kernels::PagedKv pk = kv.Layer(l, b.block_tables, b.max_blocks);
   ops_->paged_kv_write(pk, KD, k, v, b.slots + r0, n);
-  float* attn = attn_.data() + r * HD;
   // This rank's heads; sparse blocks are chosen per query head, as at TP 1.
   const kernels::AttentionParams ap = decoder_.Attention(l);
   if (b.sparse != nullptr && decoder_.layer_type(l).kind == model::LayerKind::kFull && ap.window <= 0) {
@@ -164,6 +194,24 @@ void TpDecoder::Attend(const float* q_norm, const float* k_norm, int l, KvPool& 
   } else {
     ops_->paged_attention(ap, pk, q, b.row_seq + r0, pos, n, attn);
   }
+}
+
+LinearRuns TpDecoder::RunsFor(const ForwardBatch& b, int r0, int n) const {
+  if (r0 == 0 && n == b.rows) return RunsOf(b);
+  TANDEM_CHECK(half_r0_ >= 0 && (r0 == 0 || r0 == half_r0_));
+  const int h = r0 == 0 ? 0 : 1;
+  return {half_num_[h], half_rows_d_.data() + h * (half_rows_d_.size() / 2), half_slot_[h].data(),
+          half_start_[h].data()};
+}
+
+void TpDecoder::SplitRuns(const ForwardBatch& b, int m) {
+  half_r0_ = m;
+  half_num_[0] = SliceRuns(b, 0, m, &half_rows_[0], &half_slot_[0], &half_start_[0]);
+  half_num_[1] = SliceRuns(b, m, b.rows - m, &half_rows_[1], &half_slot_[1], &half_start_[1]);
+  const size_t stride = half_rows_d_.size() / 2;
+  TANDEM_CHECK(half_rows_[0].size() <= stride && half_rows_[1].size() <= stride);
+  half_rows_d_.Upload(half_rows_[0].data(), half_rows_[0].size());
+  half_rows_d_.Upload(half_rows_[1].data(), half_rows_[1].size(), stride);
 }
 
 void TpDecoder::MlpPart(const float* P, int l, int r0, int n) {
@@ -343,6 +391,7 @@ absl::Status TpDecoder::Forward(model::ParamProvider& pp, KvPool& kv, const Forw
   } else {
     const double busy0 = async_ != nullptr ? async_->busy_seconds() : 0;
     const bool overlap = async_ != nullptr && b.rows >= options_.overlap_min_rows;
+    if (overlap && decoder_.has_linear_layers()) SplitRuns(b, b.rows / 2);
     absl::Status st = overlap ? LayersOverlapped(pp, kv, b) : Layers(pp, kv, b);
     if (async_ != nullptr) stats_.allreduce_seconds += async_->busy_seconds() - busy0;
     RETURN_IF_ERROR(st);

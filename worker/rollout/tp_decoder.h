@@ -21,7 +21,9 @@
 // and each all-reduce is followed by the residual add and RMSNorm of its
 // rows. Rows are independent except that a row attends over the k/v of its
 // sequence's earlier rows, which the scheduler places before it, so A's
-// attention never needs B's rows. The result equals the unsplit path up to
+// attention never needs B's rows. In a linear-attention layer a run of a
+// sequence's rows cut by the split continues in B from the state A left in
+// its slot (linear_runs.h). The result equals the unsplit path up to
 // the matmul kernels' blocking over a different row count (bit for bit with
 // the reference kernels).
 //
@@ -56,6 +58,7 @@
 #include "worker/model/param_layout.h"
 #include "worker/rollout/async_allreduce.h"
 #include "worker/rollout/batch_forward.h"
+#include "worker/rollout/linear_runs.h"
 
 namespace tandem::rollout {
 
@@ -115,6 +118,8 @@ class TpDecoder final : public BatchForward {
   kernels::DeviceMemory* memory() const override { return decoder_.memory(); }
   size_t scratch_bytes() const override;
   bool supports_sparse() const override { return true; }
+  // This rank's heads' state: linear layers split by heads like softmax ones.
+  size_t linear_state_floats() const override;
 
   int tp_size() const { return group_ == nullptr ? 1 : group_->size(); }
   int tp_rank() const { return group_ == nullptr ? 0 : group_->rank(); }
@@ -142,6 +147,11 @@ class TpDecoder final : public BatchForward {
   // qraw_/kraw_ with q/k norms, else q_/k_; v_): the norms, RoPE, the KV
   // write and paged attention into attn_. q_norm/k_norm: nullptr without.
   void Attend(const float* q_norm, const float* k_norm, int l, KvPool& kv, const ForwardBatch& b, int r0, int n);
+  // The runs of rows [r0, r0 + n) for a linear layer: the batch's own for
+  // the whole batch, else a half's (SplitRuns).
+  LinearRuns RunsFor(const ForwardBatch& b, int r0, int n) const;
+  // The linear-layer runs of halves [0, m) and [m, rows), one upload.
+  void SplitRuns(const ForwardBatch& b, int m);
   void MlpPart(const float* P, int l, int r0, int n);
   void Finish(int r0, int n, const float* norm);
   // Sum all-reduce of part_ rows [r0, r0 + n): on this thread, or started
@@ -170,6 +180,13 @@ class TpDecoder final : public BatchForward {
   TpStats stats_;
   int rows_cap_ = 0, out_cap_ = 0;
   kernels::DeviceArray<float> x_, xn_, q_, qraw_, k_, kraw_, v_, attn_, rstd_, gate_, up_, h_, part_, hn_, logits_;
+  // Linear layers: the runs' states [outs, state floats], and each half's
+  // runs (row offsets on the device and the host, slots, starts).
+  kernels::DeviceArray<float> state_;
+  kernels::DeviceArray<int32_t> half_rows_d_;
+  std::vector<int32_t> half_rows_[2], half_slot_[2], half_start_[2];
+  int half_num_[2] = {0, 0};
+  int half_r0_ = -1;
   // Sequence-parallel steps: this rank's rows' q/k/v per destination, the
   // step's rows of this rank's heads as received, this rank's rows'
   // attention output of every head, and the full-width MLP activations.

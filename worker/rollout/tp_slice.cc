@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/check.h"
-#include "worker/model/layer_types.h"
 
 namespace tandem::rollout {
 namespace {
@@ -34,13 +33,6 @@ absl::StatusOr<model::ModelConfig> TpSliceConfig(const model::ModelConfig& confi
   if (heads % tp_size != 0) return indivisible("num_attention_heads", heads);
   if (kv_heads % tp_size != 0) return indivisible("num_key_value_heads", kv_heads);
   if (inter % tp_size != 0) return indivisible("intermediate_size", inter);
-  for (int l = 0; l < config.num_hidden_layers; ++l) {
-    if (tp_size > 1 && model::LayerTypeOf(config, l).kind == model::LayerKind::kLinear) {
-      return absl::InvalidArgumentError(absl::StrCat("rollout.tp_size ", tp_size, ": layer ", l,
-                                                     " is a linear-attention layer, which tensor-parallel rollout "
-                                                     "does not split; use rollout.tp_size 1"));
-    }
-  }
   model::ModelConfig s = config;
   s.head_dim = config.HeadDim();
   s.num_attention_heads = heads / tp_size;

@@ -25,8 +25,8 @@ namespace tandem::rollout {
 
 // The config of one rank's slice. InvalidArgument naming the size when
 // tp_size < 1, or the heads, the key/value heads or intermediate_size do
-// not divide by tp_size, or the model has linear-attention layers (their
-// decay depends on the global head index).
+// not divide by tp_size. Linear-attention layers split by heads like
+// softmax ones (TpDecoder gives the slice's decoder its first head).
 absl::StatusOr<model::ModelConfig> TpSliceConfig(const model::ModelConfig& config, int tp_size);
 
 // A run of `count` floats: full[src..) -> slice[dst..).
