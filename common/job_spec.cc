@@ -47,10 +47,23 @@ absl::Status ValidateModel(const JobSpec& spec) {
     return Invalid("model", has_config ? "set either config or from, not both"
                                        : "required: set model.config (inline) or model.from (HF model dir)");
   }
+  const int soft = spec.train().soft_prompt_tokens();
+  if (soft > 0 && spec.kind() != tandem::v1::JOB_KIND_SFT) {
+    return Invalid("train.soft_prompt_tokens",
+                   "prompt tuning runs in sft jobs; grpo rollouts run without a soft prompt");
+  }
   if (!has_config) return absl::OkStatus();
   // The model's own rules (model::Validate), the ones every worker applies.
   auto config = model::ModelConfigFromJob(m.config());
   RETURN_IF_ERROR(config.status());
+  if (soft > 0) {
+    config->tandem_soft_prompt_tokens = soft;
+    if (absl::Status st = model::Validate(*config); !st.ok()) {
+      return Invalid("train.soft_prompt_tokens",
+                     absl::StrCat(soft, " must be below model.config.max_position_embeddings (",
+                                  config->max_position_embeddings, ")"));
+    }
+  }
   if (spec.train().trainable_size() > 0) {
     // The patterns against the model's tensor names (with model.from the
     // worker checks them at SETUP).

@@ -188,6 +188,14 @@ ConfigTable* MakeJobSpecTable() {
        .non_empty = true,
        .help = "glob patterns (`*`, `?`, `[...]`) over the Hugging Face tensor names; only matching tensors get "
                "gradients and optimizer state, the others stay frozen; a pattern that matches nothing is an error"},
+      {.path = "train.soft_prompt_tokens",
+       .doc_default = "the model's own (none)",
+       .min = 0,
+       .max = 1 << 16,
+       .help = "prompt tuning (SFT jobs): a soft prompt of this many trainable embedding rows (tensor "
+               "`tandem.soft_prompt`, initialized from spread vocabulary embeddings) runs in front of every sequence; "
+               "with `train.trainable: [tandem.soft_prompt]` it trains alone. Saved with the model "
+               "(config.json `tandem_soft_prompt_tokens`); a model that has one must be given the same number"},
       {.path = "train.activation_checkpointing",
        .def = "none",
        .one_of = {"none", "selective", "layer"},

@@ -86,6 +86,35 @@ TEST_F(CommandsTest, InitThenGenerate) {
   EXPECT_LE(j["kv_peak_bytes"].get<double>(), j["kv_cache_bytes"].get<double>());
 }
 
+// A model with a soft prompt (config.json tandem_soft_prompt_tokens):
+// `model init` writes the tensor, and `generate` runs behind it.
+TEST_F(CommandsTest, GenerateBehindASoftPrompt) {
+  const std::string tiny = std::string(TANDEM_SOURCE_DIR) + "/configs/models/tiny.yaml";
+  ASSERT_EQ(ModelInitCommand({"--config", tiny, "--seed", "3", "--out", P("m")}), 0);
+  std::ifstream in(P("m/config.json"));
+  nlohmann::json c = nlohmann::json::parse(in);
+  c["tandem_soft_prompt_tokens"] = 3;
+  std::ofstream(P("soft.json")) << c.dump();
+  ASSERT_EQ(ModelInitCommand({"--config=" + P("soft.json"), "--seed=3", "--out=" + P("s")}), 0);
+  auto loaded = LoadModelDir(P("s"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->config.tandem_soft_prompt_tokens, 3);
+  int rc = -1;
+  const std::string args = " --prompt-ids 1,5,6 --max-new-tokens 6 --output json --threads 1";
+  std::string out = RunTool("generate --model " + P("s") + args, &rc);
+  ASSERT_EQ(rc, 0) << out;
+  auto soft = nlohmann::json::parse(out);
+  EXPECT_EQ(soft["soft_prompt_tokens"], 3);
+  EXPECT_EQ(soft["prompt_ids"].size(), 3u);
+  out = RunTool("generate --model " + P("m") + args, &rc);
+  ASSERT_EQ(rc, 0) << out;
+  auto plain = nlohmann::json::parse(out);
+  EXPECT_FALSE(plain.contains("soft_prompt_tokens"));
+  // The same base weights (the seed draws the soft prompt last), so only
+  // the soft prompt can change the log-probs.
+  EXPECT_NE(soft["samples"][0]["raw_logprobs"], plain["samples"][0]["raw_logprobs"]);
+}
+
 TEST_F(CommandsTest, ExitCodes) {
   const std::string tiny = std::string(TANDEM_SOURCE_DIR) + "/configs/models/tiny.yaml";
   EXPECT_EQ(ModelInitCommand({"--help"}), 0);

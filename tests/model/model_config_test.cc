@@ -540,6 +540,49 @@ TEST(LayoutTest, LlamaUntied) {
   EXPECT_EQ(l.unit_offset(3) + l.unit_size(3), l.total_floats());
 }
 
+// tandem_soft_prompt_tokens: the soft prompt follows the embeddings
+// unpadded (id V + i reads row i), is listed last, counts in the
+// parameters, survives config.json, and bad values are refused by name.
+TEST(LayoutTest, SoftPromptFollowsTheEmbeddings) {
+  json j = BaseJson();
+  j["vocab_size"] = 61;  // V * C not a multiple of the alignment
+  j["hidden_size"] = 40;
+  j["num_attention_heads"] = 4;
+  j["num_key_value_heads"] = 2;
+  j["tandem_soft_prompt_tokens"] = 5;
+  auto c = ParseConfigJson(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->tandem_soft_prompt_tokens, 5);
+  const ParamLayout l(*c);
+  const TensorView* soft = l.Find("tandem.soft_prompt");
+  const TensorView* embed = l.Find("model.embed_tokens.weight");
+  ASSERT_NE(soft, nullptr);
+  EXPECT_EQ(&l.tensors().back(), soft);
+  EXPECT_EQ(soft->shape, (std::vector<int64_t>{5, 40}));
+  EXPECT_EQ(soft->unit, 0);
+  EXPECT_EQ(soft->offset, embed->offset + 61u * 40u);
+  EXPECT_LE(soft->offset_in_unit + soft->numel, l.unit_size(0));
+  EXPECT_EQ(l.unit_size(0) % kAlignFloats, 0u);
+  size_t sum = 0;
+  for (const auto& t : l.tensors()) sum += t.numel;
+  EXPECT_EQ(static_cast<int64_t>(sum), ParameterCount(*c));
+  auto again = ParseConfigJson(ToConfigJson(*c));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->tandem_soft_prompt_tokens, 5);
+  // Without the key: no tensor, and the key is not written.
+  j.erase("tandem_soft_prompt_tokens");
+  auto plain = ParseConfigJson(j.dump());
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(ParamLayout(*plain).Find("tandem.soft_prompt"), nullptr);
+  EXPECT_EQ(ToConfigJson(*plain).find("tandem_soft_prompt_tokens"), std::string::npos);
+  for (const json& bad : {json(-1), json(2.5), json("4"), json(128), json(int64_t{1} << 40)}) {
+    j["tandem_soft_prompt_tokens"] = bad;
+    auto r = ParseConfigJson(j.dump());
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("tandem_soft_prompt_tokens"), std::string::npos) << r.status();
+  }
+}
+
 TEST(LayoutTest, Qwen2Tied) {
   json j = BaseJson();
   j["model_type"] = "qwen2";

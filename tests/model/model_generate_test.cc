@@ -15,6 +15,7 @@
 #include "worker/model/layer_types.h"
 #include "worker/model/model.h"
 #include "worker/model/param_layout.h"
+#include "worker/model/soft_prompt.h"
 #include "worker/rollout/engine.h"
 
 namespace tandem::model {
@@ -45,6 +46,8 @@ ModelConfig Config(const std::string& kind) {
                          {"low_freq_factor", 1.0},
                          {"high_freq_factor", 4.0},
                          {"original_max_position_embeddings", 8}};
+  } else if (kind == "soft") {
+    j["tandem_soft_prompt_tokens"] = 3;
   } else if (kind == "sinks") {
     j["tandem_layer_types"] = {"sink:2+window:3", "full", "sink:1+window:2"};
   } else if (kind == "qwen") {
@@ -108,7 +111,12 @@ void CheckAgainstFullForward(kernels::Ops* ops, const std::string& kind, int blo
   std::vector<float> p = RandomParams(model, 3 + kind.size());
   FlatParamProvider pp(model.layout(), p.data(), nullptr);
   RolloutEngine gen(c, ops);
-  const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9, 13}, {1, 20}, {1, 3, 4, 7, 8, 11, 12, 17, 19}};
+  std::vector<std::vector<int32_t>> prompts = {{1, 5, 9, 13}, {1, 20}, {1, 3, 4, 7, 8, 11, 12, 17, 19}};
+  // A soft prompt runs in front of every prompt (ids V, V + 1, ...).
+  for (auto& p : prompts) {
+    const std::vector<int32_t> soft = SoftPromptIds(c);
+    p.insert(p.begin(), soft.begin(), soft.end());
+  }
   RolloutOptions so = Greedy(10);
   so.block_size = block_size;
   so.max_batch_tokens = 5;  // chunked prefill beside decode rows
@@ -196,6 +204,29 @@ TEST(GenerateTest, KvCacheMatchesFullForwardQwen3MistralLlama3) {
     CheckAgainstFullForward(ref.get(), kind);
     CheckAgainstFullForward(cpu.get(), kind);
   }
+}
+
+// The soft prompt's rows (ids past the vocabulary) read tandem.soft_prompt
+// in the paged engine as in the training forward; a repetition penalty
+// skips them (they have no logit).
+TEST(GenerateTest, KvCacheMatchesFullForwardBehindASoftPrompt) {
+  auto ref = kernels::MakeReferenceOps();
+  auto cpu = kernels::MakeCpuOps(0);
+  CheckAgainstFullForward(ref.get(), "soft");
+  CheckAgainstFullForward(cpu.get(), "soft", 1);
+  const ModelConfig c = Config("soft");
+  Model model(c, ref.get());
+  std::vector<float> p = RandomParams(model, 9);
+  FlatParamProvider pp(model.layout(), p.data(), nullptr);
+  RolloutEngine gen(c, ref.get());
+  RolloutOptions o = Greedy(6);
+  o.sampling.repetition_penalty = 1.3f;
+  auto res = Generate(gen, {{29, 30, 31, 1, 5}}, o, pp);
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(res->sequences[0].tokens.size(), 6u);
+  auto past = Generate(gen, {{32, 1}}, o, pp);
+  ASSERT_FALSE(past.ok());
+  EXPECT_NE(past.status().message().find("token id 32 outside [0, 32)"), std::string::npos) << past.status();
 }
 
 TEST(GenerateTest, SamplingIndependentOfBatching) {

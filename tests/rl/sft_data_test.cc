@@ -37,6 +37,19 @@ TEST(PackSftTest, Layout) {
   EXPECT_EQ(masked, CountLossTokens(ex));
 }
 
+// A soft prompt's ids start every sequence, before the bos: no loss on
+// them and no target that is one of them.
+TEST(PackSftTest, SoftPromptPrefix) {
+  const std::vector<SftExample> ex = {{{10}, {20}}};
+  const std::vector<int32_t> soft = {99, 100};
+  const PackedBatch b = PackSft(ex, /*bos=*/1, /*eos=*/2, soft);
+  EXPECT_EQ(b.tokens, (std::vector<int32_t>{99, 100, 1, 10, 20, 2}));
+  EXPECT_EQ(b.targets, (std::vector<int32_t>{0, 1, 10, 20, 2, 0}));
+  EXPECT_EQ(b.positions, (std::vector<int32_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(b.loss_mask, (std::vector<float>{0, 0, 0, 1, 1, 0}));
+  EXPECT_EQ(b.cu_seqlens, (std::vector<int32_t>{0, 6}));
+}
+
 TEST(SftDatasetTest, AllJsonlForms) {
   const char* text =
       "{\"prompt\": \"1+1=\", \"completion\": \"2\"}\n"

@@ -18,6 +18,7 @@
 #include "worker/engine/speed_shares.h"
 #include "worker/model/job_model.h"
 #include "worker/model/safetensors.h"
+#include "worker/model/soft_prompt.h"
 #include "worker/model/sp_attention.h"
 #include "worker/model/trainable.h"
 #include "worker/rollout/tp_slice.h"
@@ -143,6 +144,37 @@ absl::Status SetupTpRollout(JobContext& ctx, const comm::CollectiveOptions& co, 
   return absl::OkStatus();
 }
 
+// Prompt tuning: train.soft_prompt_tokens gives the model a soft prompt
+// (a loaded model's weights re-laid with it), or names the one it has.
+absl::Status ApplySoftPrompt(const tandem::v1::JobSpec& spec, model::ModelConfig* config, std::vector<float>* full) {
+  const int want = spec.train().soft_prompt_tokens(), has = config->tandem_soft_prompt_tokens;
+  if (want > 0 && has > 0 && want != has) {
+    return absl::InvalidArgumentError(absl::StrCat("train.soft_prompt_tokens: ", want,
+                                                   ", but the model already has a soft prompt of ", has,
+                                                   " tokens (tandem_soft_prompt_tokens); give ", has, " or 0"));
+  }
+  if (std::max(want, has) > 0 && spec.kind() != tandem::v1::JOB_KIND_SFT) {
+    return absl::InvalidArgumentError(
+        "train.soft_prompt_tokens: the model has a soft prompt; prompt tuning runs in sft jobs, grpo rollouts run "
+        "without one");
+  }
+  if (want == 0 || has > 0) return absl::OkStatus();
+  if (full->empty()) {  // initialized later, soft prompt included
+    config->tandem_soft_prompt_tokens = want;
+    if (absl::Status st = model::Validate(*config); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("train.soft_prompt_tokens: ", st.message()));
+    }
+    return absl::OkStatus();
+  }
+  model::ModelConfig with;
+  auto params = model::AddSoftPrompt(*config, *full, want, &with);
+  if (!params.ok())
+    return absl::InvalidArgumentError(absl::StrCat("train.soft_prompt_tokens: ", params.status().message()));
+  *config = with;
+  *full = std::move(*params);
+  return absl::OkStatus();
+}
+
 absl::Status BuildData(JobContext& ctx) {
   const auto& spec = ctx.spec();
   const auto& task = spec.task();
@@ -154,6 +186,14 @@ absl::Status BuildData(JobContext& ctx) {
     tokens.eos = *ctx.tokenizer->eos();
   }
   tokens.seq_len = spec.train().seq_len() > 0 ? spec.train().seq_len() : ctx.config.max_position_embeddings;
+  // A soft prompt takes the first positions of every sequence.
+  tokens.seq_len -= static_cast<int>(ctx.soft_prompt.size());
+  if (tokens.seq_len < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("train.soft_prompt_tokens: a soft prompt of ",
+                                                   ctx.soft_prompt.size(), " tokens leaves no room in sequences of ",
+                                                   tokens.seq_len + ctx.soft_prompt.size(),
+                                                   " positions (train.seq_len or max_position_embeddings)"));
+  }
   const bool is_char = ctx.tokenizer && ctx.tokenizer->kind() == "char";
   const model::CharTokenizer char_tok = model::CharTokenizer::Default();
   const model::CharTokenizer* tok = is_char ? &char_tok : nullptr;
@@ -278,6 +318,8 @@ absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment
     ctx.config = *cfg;
     if (ctx.config.tokenizer == "char") ctx.tokenizer = text::MakeCharTokenizer();
   }
+  if (absl::Status st = ApplySoftPrompt(spec, &ctx.config, &full); !st.ok()) return st;
+  ctx.soft_prompt = model::SoftPromptIds(ctx.config);
   if (ctx.tokenizer && ctx.config.vocab_size < ctx.tokenizer->vocab_size()) {
     return absl::InvalidArgumentError("model: vocab_size " + std::to_string(ctx.config.vocab_size) +
                                       " is smaller than the " + std::string(ctx.tokenizer->kind()) + " tokenizer's " +
@@ -314,7 +356,13 @@ absl::Status SetupJob(const EngineOptions& options, const tandem::v1::Assignment
     ctx.model->InitParams(DeriveSeed(spec.seed(), kSeedInit), full.data());
   }
 
-  if (absl::Status st = BuildData(ctx); !st.ok()) return st;
+  if (absl::Status st = BuildData(ctx); !st.ok()) {
+    if (ctx.soft_prompt.empty() || st.message().find("seq_len") == absl::string_view::npos) return st;
+    return absl::Status(st.code(), absl::StrCat(st.message(),
+                                                " (what is left of train.seq_len or "
+                                                "max_position_embeddings after the soft prompt's ",
+                                                ctx.soft_prompt.size(), " tokens, train.soft_prompt_tokens)"));
+  }
 
   // Communicator: rendezvous through the coordinator's store, scoped by
   // (job, generation).

@@ -96,7 +96,7 @@ absl::StatusOr<double> ProbeExactFraction(JobContext& ctx, const std::vector<rl:
   for (const DataShare& share : MyShares(ctx, static_cast<int64_t>(global.size()))) {
     for (const rl::IndexRange& mb : rl::MicroBatches(share.range, micro)) {
       std::vector<rl::SftExample> ex(global.begin() + mb.begin, global.begin() + mb.end);
-      rl::PackedBatch packed = rl::PackSft(ex, ctx.dataset->tokens().bos, ctx.dataset->tokens().eos);
+      rl::PackedBatch packed = rl::PackSft(ex, ctx.dataset->tokens().bos, ctx.dataset->tokens().eos, ctx.soft_prompt);
       model::Batch batch = ToModelBatch(packed);
       logp.assign(batch.num_tokens(), 0.f);
       if (absl::Status st = ctx.model->ForwardLogprobs(batch, *ctx.zero, logp.data()); !st.ok()) return st;
@@ -183,7 +183,7 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
     for (const rl::IndexRange& mb : rl::MicroBatches(share.range, micro)) {
       const model::BackwardOptions bo = ShareBackward(ctx, share, data_step, pass++);
       std::vector<rl::SftExample> ex(global.begin() + mb.begin, global.begin() + mb.end);
-      rl::PackedBatch packed = rl::PackSft(ex, ctx.dataset->tokens().bos, ctx.dataset->tokens().eos);
+      rl::PackedBatch packed = rl::PackSft(ex, ctx.dataset->tokens().bos, ctx.dataset->tokens().eos, ctx.soft_prompt);
       model::Batch batch = ToModelBatch(packed);
       // Under sequence parallelism: this rank's rows [offset, offset + t).
       int offset = 0;
@@ -414,7 +414,7 @@ absl::Status EvaluateTextLoss(JobContext& ctx, int64_t step, ReportPhaseRequest*
   absl::Status st;
   for (const rl::IndexRange& mb : rl::MicroBatches(mine, micro)) {
     std::vector<rl::SftExample> ex(rows.begin() + mb.begin, rows.begin() + mb.end);
-    rl::PackedBatch packed = rl::PackSft(ex, ctx.dataset->tokens().bos, ctx.dataset->tokens().eos);
+    rl::PackedBatch packed = rl::PackSft(ex, ctx.dataset->tokens().bos, ctx.dataset->tokens().eos, ctx.soft_prompt);
     model::Batch batch = ToModelBatch(packed);
     logp.assign(batch.num_tokens(), 0.f);
     st = ctx.model->ForwardLogprobs(batch, ctx.zero->inference_view(), logp.data());
@@ -457,7 +457,8 @@ absl::Status Evaluate(JobContext& ctx, int64_t step, ReportPhaseRequest* report)
   const rl::IndexRange mine = MyRange(ctx, n);
   std::vector<std::vector<int32_t>> prompts;
   for (int64_t i = mine.begin; i < mine.end; ++i) {
-    std::vector<int32_t> p = {ctx.dataset->tokens().bos};
+    std::vector<int32_t> p = ctx.soft_prompt;
+    p.push_back(ctx.dataset->tokens().bos);
     auto enc = model::CharTokenizer::Default().Encode(examples[i].prompt);
     p.insert(p.end(), enc.begin(), enc.end());
     prompts.push_back(std::move(p));

@@ -132,6 +132,17 @@ absl::Status ParseTandemLayerTypes(const json& j, ModelConfig* c) {
   return absl::OkStatus();
 }
 
+// Tandem extension key tandem_soft_prompt_tokens; range checked in Validate.
+absl::Status ParseSoftPromptTokens(const json& j, ModelConfig* c) {
+  auto it = j.find("tandem_soft_prompt_tokens");
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > INT32_MAX) {
+    return absl::InvalidArgumentError("config key 'tandem_soft_prompt_tokens' must be a non-negative integer");
+  }
+  c->tandem_soft_prompt_tokens = static_cast<int>(it->get<int64_t>());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int ModelConfig::LayerWindow(int layer) const {
@@ -238,6 +249,7 @@ absl::StatusOr<ModelConfig> ParseConfigJson(std::string_view text) {
     }
   }
   RETURN_IF_ERROR(ParseTandemLayerTypes(j, &c));
+  RETURN_IF_ERROR(ParseSoftPromptTokens(j, &c));
   RETURN_IF_ERROR(GetString(j, "torch_dtype", &c.torch_dtype));
   RETURN_IF_ERROR(GetString(j, "tokenizer", &c.tokenizer));
   std::string act = "silu";
@@ -356,6 +368,11 @@ absl::Status Validate(const ModelConfig& c) {
   }
   if (c.max_window_layers < 0) return bad("max_window_layers", c.max_window_layers, "must be >= 0");
   RETURN_IF_ERROR(ValidateLayerTypes(c));
+  // The prompt leaves room for at least one token in the context.
+  if (c.tandem_soft_prompt_tokens < 0 || c.tandem_soft_prompt_tokens >= c.max_position_embeddings) {
+    return bad("tandem_soft_prompt_tokens", c.tandem_soft_prompt_tokens,
+               absl::StrCat("must be in [0, max_position_embeddings=", c.max_position_embeddings, ")"));
+  }
   auto check_id = [&](absl::string_view key, int id) -> absl::Status {
     if (id < -1 || id >= c.vocab_size) {
       return bad(key, id, absl::StrCat("must be in [0, vocab_size=", c.vocab_size, ")"));
@@ -384,7 +401,7 @@ int64_t ParameterCount(const ModelConfig& c) {
   int64_t layer = 2 * h + nh * d * h + 2 * nkv * d * h + h * nh * d + 3 * h * i;
   if (c.HasQkvBias()) layer += nh * d + 2 * nkv * d;
   if (c.HasQkNorm()) layer += 2 * d;
-  int64_t total = v * h + c.num_hidden_layers * layer + h;
+  int64_t total = v * h + c.num_hidden_layers * layer + h + int64_t{c.tandem_soft_prompt_tokens} * h;
   if (!c.tie_word_embeddings) total += v * h;
   return total;
 }
@@ -454,6 +471,7 @@ std::string ToConfigJson(const ModelConfig& c) {
   }
   if (!c.layer_types.empty()) j["layer_types"] = c.layer_types;
   if (!c.tandem_layer_types.empty()) j[std::string(kLayerTypesKey)] = c.tandem_layer_types;
+  if (c.tandem_soft_prompt_tokens > 0) j["tandem_soft_prompt_tokens"] = c.tandem_soft_prompt_tokens;
   j["torch_dtype"] = c.torch_dtype;
   if (!c.tokenizer.empty()) j["tokenizer"] = c.tokenizer;
   return j.dump(2) + "\n";

@@ -70,6 +70,12 @@ struct ModelConfig {
   bool use_sliding_window_set = false;  // key present in the input
   // Tandem extension: per-layer attention types (layer_types.h).
   std::vector<std::string> tandem_layer_types;
+  // Tandem extension: a soft prompt of this many trainable embedding rows
+  // (tensor tandem.soft_prompt [n, hidden_size], stored right after the
+  // token embeddings). Token id vocab_size + i reads row i, so a sequence
+  // that starts with ids vocab_size .. vocab_size + n - 1 runs behind the
+  // soft prompt (soft_prompt.h); the LM head still scores vocab_size ids.
+  int tandem_soft_prompt_tokens = 0;
   std::string torch_dtype = "float32";
   std::string tokenizer;  // "char" = built-in CharTokenizer; "" = none
 

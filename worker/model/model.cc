@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "worker/model/soft_prompt.h"
 
 namespace tandem::model {
 
@@ -279,10 +280,12 @@ absl::Status Model::CheckBatch(const Batch& b) const {
       return absl::InvalidArgumentError("batch: cu_seqlens must not decrease");
     }
   }
+  // Input ids past the vocabulary read a soft prompt's rows (soft_prompt.h).
+  const int32_t ids = d_.V + config().tandem_soft_prompt_tokens;
   for (size_t t = 0; t < T; ++t) {
-    if (b.tokens[t] < 0 || b.tokens[t] >= d_.V) {
+    if (b.tokens[t] < 0 || b.tokens[t] >= ids) {
       return absl::InvalidArgumentError(
-          absl::StrCat("batch: token id ", b.tokens[t], " at row ", t, " outside [0, ", d_.V, ")"));
+          absl::StrCat("batch: token id ", b.tokens[t], " at row ", t, " outside [0, ", ids, ")"));
     }
     if (b.targets[t] < 0 || b.targets[t] >= d_.V) {
       return absl::InvalidArgumentError(
@@ -407,6 +410,7 @@ void Model::InitParams(uint64_t seed, float* params) const {
         break;
     }
   }
+  InitSoftPrompt(layout(), params);
 }
 
 float SftLoss(std::span<const float> logp, std::span<const float> mask, float* dlogp) {

@@ -22,6 +22,7 @@
 #include "worker/model/model.h"
 #include "worker/model/param_layout.h"
 #include "worker/model/safetensors.h"
+#include "worker/model/soft_prompt.h"
 #include "worker/model/tokenizer.h"
 #include "worker/rollout/engine.h"
 #include "worker/text/text_tokenizer.h"
@@ -391,6 +392,10 @@ int GenerateCommand(const std::vector<std::string>& args) {
     context = std::move(*rows);
   }
   if (prompt.empty() && context.empty()) return usage("the prompt is empty");
+  // A model with a soft prompt (prompt tuning) runs behind it, as in training.
+  const std::vector<int32_t> soft = SoftPromptIds(cfg);
+  std::vector<int32_t> input = soft;
+  input.insert(input.end(), prompt.begin(), prompt.end());
   auto ops = kernels::MakeCpuOps(threads);
   ParamLayout layout(cfg);  // FlatParamProvider keeps a reference
   FlatParamProvider provider(layout, loaded->params.data(), nullptr);
@@ -399,7 +404,7 @@ int GenerateCommand(const std::vector<std::string>& args) {
   // context embeddings, which the engine never shares).
   std::vector<rollout::RolloutRequest> requests;
   for (int i = 0; i < samples; ++i) {
-    requests.push_back({prompt, 0, static_cast<uint64_t>(i)});
+    requests.push_back({input, 0, static_cast<uint64_t>(i)});
     requests.back().context = context;
   }
   auto res = engine.Generate(requests, so, provider);
@@ -412,6 +417,7 @@ int GenerateCommand(const std::vector<std::string>& args) {
   if (output == "json") {
     json j;
     j["prompt_ids"] = prompt;
+    if (!soft.empty()) j["soft_prompt_tokens"] = soft.size();
     if (has_context) j["context_rows"] = context.size() / static_cast<size_t>(cfg.hidden_size);
     json arr = json::array();
     for (const auto& g : res->sequences) {

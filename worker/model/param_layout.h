@@ -2,6 +2,7 @@
 // using the Hugging Face tensor names, grouped in units (see
 // param_provider.h):
 //   unit 0      model.embed_tokens.weight            (also the LM head if tied)
+//               tandem.soft_prompt (config tandem_soft_prompt_tokens > 0)
 //   unit 1+i    model.layers.{i}.input_layernorm.weight,
 //               self_attn.{q,k,v}_proj.weight (+ .bias when the config has
 //               q/k/v biases), self_attn.{q,k}_norm.weight (Qwen3),
@@ -10,7 +11,9 @@
 //   unit L+1    model.norm.weight (+ lm_head.weight when untied)
 // Every tensor starts at a multiple of kAlignFloats floats inside its unit and
 // every unit size is a multiple of kAlignFloats, so unit offsets are aligned
-// too; padding floats are zero and never used. Weights keep HF's [out, in]
+// too; padding floats are zero and never used. The one exception is the
+// soft prompt: it follows the embeddings without padding (token id
+// vocab_size + i is its row i) and comes last in tensors(). Weights keep HF's [out, in]
 // row-major shapes. FlatParamProvider serves units from two full flat
 // buffers (params and grads) for single-process use.
 #pragma once
@@ -18,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -27,6 +31,7 @@
 namespace tandem::model {
 
 inline constexpr size_t kAlignFloats = 16;  // 64 bytes
+inline constexpr std::string_view kSoftPromptTensor = "tandem.soft_prompt";
 
 struct TensorView {
   std::string name;            // HF name

@@ -320,11 +320,11 @@ int PackedBatch::max_seqlen() const {
   return m;
 }
 
-PackedBatch PackSft(std::span<const SftExample> examples, int32_t bos, int32_t eos) {
+PackedBatch PackSft(std::span<const SftExample> examples, int32_t bos, int32_t eos, std::span<const int32_t> prefix) {
   PackedBatch b;
   size_t total = 0;
   for (const SftExample& ex : examples) {
-    total += ex.prompt_ids.size() + ex.completion_ids.size() + 2;
+    total += prefix.size() + ex.prompt_ids.size() + ex.completion_ids.size() + 2;
   }
   b.tokens.reserve(total);
   b.targets.reserve(total);
@@ -335,7 +335,8 @@ PackedBatch PackSft(std::span<const SftExample> examples, int32_t bos, int32_t e
   for (const SftExample& ex : examples) {
     const size_t start = b.tokens.size();
     // Targets past `first_completion` are completion tokens or the eos.
-    const int32_t first_completion = static_cast<int32_t>(ex.prompt_ids.size()) + (bos >= 0 ? 1 : 0);
+    const int32_t first_completion = static_cast<int32_t>(prefix.size() + ex.prompt_ids.size()) + (bos >= 0 ? 1 : 0);
+    b.tokens.insert(b.tokens.end(), prefix.begin(), prefix.end());
     if (bos >= 0) b.tokens.push_back(bos);
     b.tokens.insert(b.tokens.end(), ex.prompt_ids.begin(), ex.prompt_ids.end());
     b.tokens.insert(b.tokens.end(), ex.completion_ids.begin(), ex.completion_ids.end());
@@ -344,9 +345,11 @@ PackedBatch PackSft(std::span<const SftExample> examples, int32_t bos, int32_t e
     for (int32_t j = 0; j < len; ++j) {
       b.positions.push_back(j);
       if (j + 1 < len) {
-        b.targets.push_back(b.tokens[start + j + 1]);
+        // Inside the prefix the next id is a soft prompt's, not a token.
+        b.targets.push_back(static_cast<size_t>(j + 1) < prefix.size() ? 0 : b.tokens[start + j + 1]);
         // Target j+1 is a completion token or the eos when j+1 >=
-        // first_completion (bos, when there is one, then the prompt).
+        // first_completion (the prefix, the bos when there is one, then
+        // the prompt come first).
         b.loss_mask.push_back(j + 1 >= first_completion ? 1.0f : 0.0f);
       } else {
         b.targets.push_back(0);

@@ -11,7 +11,7 @@
 // Lines longer than kMaxLineBytes are rejected without being read whole.
 // Errors name the file and line: "data.jsonl:7: ...".
 //
-// A packed sequence is [bos] prompt completion [eos] (no bos when bos < 0). targets[j] is the next
+// A packed sequence is [prefix] [bos] prompt completion [eos] (no bos when bos < 0). targets[j] is the next
 // token; loss_mask[j] = 1 where targets[j] is a completion token or the final
 // eos; the last position of each sequence has target 0 and mask 0.
 //
@@ -126,6 +126,9 @@ struct PackedBatch {
   int max_seqlen() const;
 };
 
-PackedBatch PackSft(std::span<const SftExample> examples, int32_t bos, int32_t eos);
+// `prefix` (a soft prompt's ids, model/soft_prompt.h) starts every
+// sequence, before the bos, with no loss on it.
+PackedBatch PackSft(std::span<const SftExample> examples, int32_t bos, int32_t eos,
+                    std::span<const int32_t> prefix = {});
 
 }  // namespace tandem::rl

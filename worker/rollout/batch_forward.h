@@ -75,6 +75,9 @@ class BatchForward {
   virtual int num_layers() const = 0;
   virtual int kv_dim() const = 0;
   virtual int vocab() const = 0;
+  // Token ids the embedding reads: the vocabulary and the rows of a soft
+  // prompt after it (model/soft_prompt.h).
+  virtual int input_vocab() const { return vocab(); }
   // The residual width (a context-embedding row has this many floats) and
   // the model's context length in positions.
   virtual int hidden() const = 0;

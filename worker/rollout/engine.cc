@@ -92,10 +92,11 @@ absl::Status RolloutEngine::Check(const std::vector<RolloutRequest>& requests, c
     if (p.size() + static_cast<size_t>(o.max_new_tokens) > (size_t{1} << 22)) {
       return absl::InvalidArgumentError(absl::StrCat("rollout: prompt ", i, " is too long"));
     }
+    const int ids = forward_->input_vocab();
     for (int32_t id : p) {
-      if (id < 0 || id >= vocab_) {
+      if (id < 0 || id >= ids) {
         return absl::InvalidArgumentError(
-            absl::StrCat("rollout: prompt ", i, " has token id ", id, " outside [0, ", vocab_, ")"));
+            absl::StrCat("rollout: prompt ", i, " has token id ", id, " outside [0, ", ids, ")"));
       }
     }
   }
@@ -384,7 +385,10 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
         seen_.assign(static_cast<size_t>(n_out) + 1, 0);
         for (int i = 0; i < n_out; ++i) {
           const auto toks = sched.tokens(step.samples[i].seq);
-          seen_.insert(seen_.end(), toks.begin(), toks.end());
+          // Soft-prompt ids (>= vocab_) have no logit to penalize.
+          for (int32_t t : toks) {
+            if (t < vocab_) seen_.push_back(t);
+          }
           seen_[i + 1] = static_cast<int32_t>(seen_.size() - (n_out + 1));
         }
         if (seen_.size() > seen_d_.size()) {

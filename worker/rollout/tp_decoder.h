@@ -112,6 +112,7 @@ class TpDecoder final : public BatchForward {
   int num_layers() const override { return decoder_.dims().L; }
   int kv_dim() const override { return decoder_.dims().KD; }
   int vocab() const override { return decoder_.dims().V; }
+  int input_vocab() const override { return decoder_.dims().V + decoder_.config().tandem_soft_prompt_tokens; }
   int hidden() const override { return decoder_.dims().C; }
   int max_positions() const override { return decoder_.config().max_position_embeddings; }
   const model::LayerType& layer_type(int layer) const override { return decoder_.layer_type(layer); }
