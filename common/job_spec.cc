@@ -48,10 +48,6 @@ absl::Status ValidateModel(const JobSpec& spec) {
                                        : "required: set model.config (inline) or model.from (HF model dir)");
   }
   const int soft = spec.train().soft_prompt_tokens();
-  if (soft > 0 && spec.kind() != tandem::v1::JOB_KIND_SFT) {
-    return Invalid("train.soft_prompt_tokens",
-                   "prompt tuning runs in sft jobs; grpo rollouts run without a soft prompt");
-  }
   if (!has_config) return absl::OkStatus();
   // The model's own rules (model::Validate), the ones every worker applies.
   auto config = model::ModelConfigFromJob(m.config());

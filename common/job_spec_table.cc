@@ -192,8 +192,8 @@ ConfigTable* MakeJobSpecTable() {
        .doc_default = "the model's own (none)",
        .min = 0,
        .max = 1 << 16,
-       .help = "prompt tuning (SFT jobs): a soft prompt of this many trainable embedding rows (tensor "
-               "`tandem.soft_prompt`, initialized from spread vocabulary embeddings) runs in front of every sequence; "
+       .help = "prompt tuning: a soft prompt of this many trainable embedding rows (tensor `tandem.soft_prompt`, "
+               "initialized from spread vocabulary embeddings) runs in front of every training sequence and prompt; "
                "with `train.trainable: [tandem.soft_prompt]` it trains alone. Saved with the model "
                "(config.json `tandem_soft_prompt_tokens`); a model that has one must be given the same number"},
       {.path = "train.activation_checkpointing",

@@ -9,16 +9,18 @@
 //  - the exported model runs again as model.from (its own soft prompt,
 //    the same number given or 0), a different number is refused, and a
 //    model without one gets its soft prompt re-laid from its embeddings;
-//  - grpo jobs refuse a soft prompt.
+//  - GRPO trains the soft prompt alone too, and its tensor-parallel
+//    rollouts equal tp_size 1.
 #include <string>
 
+#include <cmath>
 #include <cstring>
 
 #include "tests/engine/engine_test_util.h"
 #include "worker/ckpt/checkpoint.h"
 #include "worker/model/config.h"
-#include "worker/model/safetensors.h"
 #include "worker/model/param_layout.h"
+#include "worker/model/safetensors.h"
 
 namespace tandem::enginetest {
 namespace {
@@ -33,12 +35,10 @@ constexpr int kSoft = 4;
 const char kTrainSoft[] = "train.trainable=[tandem.soft_prompt]";
 
 JobSpec Spec(int world, int stage, const std::string& dir, const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> o = {"cluster.workers=" + std::to_string(world),
-                                "cluster.zero_stage=" + std::to_string(stage),
-                                "train.steps=" + std::to_string(2 * kK),
-                                "train.lr=0.05",
-                                "checkpoint.dir=" + dir + "/ckpt",
-                                "output_dir=" + dir + "/final"};
+  std::vector<std::string> o = {
+      "cluster.workers=" + std::to_string(world), "cluster.zero_stage=" + std::to_string(stage),
+      "train.steps=" + std::to_string(2 * kK),    "train.lr=0.05",
+      "checkpoint.dir=" + dir + "/ckpt",          "output_dir=" + dir + "/final"};
   o.insert(o.end(), extra.begin(), extra.end());
   return ParseSpec(TinySftYaml(), o);
 }
@@ -140,9 +140,6 @@ TEST(SoftPromptEngineTest, ModelDirsKeepOrGainASoftPrompt) {
   ASSERT_FALSE(other[0].status.ok());
   EXPECT_NE(other[0].status.message().find("already has a soft prompt of 3 tokens"), std::string::npos)
       << other[0].status;
-  auto grpo = cluster.Setup(from(tuned, TinyGrpoYaml(), {}));
-  ASSERT_FALSE(grpo[0].status.ok());
-  EXPECT_NE(grpo[0].status.message().find("train.soft_prompt_tokens"), std::string::npos) << grpo[0].status;
   // A model without one gains it: its rows start as vocabulary embeddings.
   cluster.SetupOk(from(base, TinySftYaml(), {"train.soft_prompt_tokens=2", kTrainSoft}));
   cluster.RunOk(PHASE_EXPORT, 0);
@@ -161,10 +158,66 @@ TEST(SoftPromptEngineTest, ModelDirsKeepOrGainASoftPrompt) {
   fs::remove_all(dir);
 }
 
-TEST(SoftPromptEngineTest, SpecRefusesGrpoAndASoftPromptThatFillsTheContext) {
-  auto grpo = common::ParseJobSpecYaml(TinyGrpoYaml(), {"train.soft_prompt_tokens=2"});
-  ASSERT_FALSE(grpo.ok());
-  EXPECT_NE(grpo.status().message().find("train.soft_prompt_tokens"), std::string::npos) << grpo.status();
+// GRPO behind a soft prompt (after a short SFT warm-up, so that rewards
+// vary): rollouts, log-probs and the update all run with the prompt in
+// front and the RL steps move it; the tensor-parallel rollout (the soft
+// prompt replicated in every slice) gives the same tokens, rewards and
+// losses as tp_size 1.
+TEST(SoftPromptEngineTest, GrpoMovesTheSoftPromptAndTpEqualsTp1) {
+  constexpr int kInit = 40;
+  const std::string dir = MakeTempDir("soft-grpo");
+  auto spec = [&](int tp) {
+    return ParseSpec(TinyGrpoYaml(), {"cluster.workers=2", "cluster.zero_stage=3", "train.soft_prompt_tokens=3",
+                                      "rollout.tp_size=" + std::to_string(tp),
+                                      "init.sft.steps=" + std::to_string(kInit), "output_dir=" + dir + "/final"});
+  };
+  std::vector<float> start;
+  std::vector<std::vector<double>> figures(2);
+  model::LoadedModel end;
+  for (int tp : {1, 2}) {
+    EngineCluster c(2, "job-soft-grpo-" + std::to_string(tp));
+    c.SetupOk(spec(tp));
+    for (int w = 1; w <= kInit; ++w) c.RunOk(PHASE_SFT_STEP, -w);
+    if (tp == 1) {
+      c.RunOk(PHASE_EXPORT, 0);
+      auto m = model::LoadModelDir(dir + "/final");
+      ASSERT_TRUE(m.ok()) << m.status();
+      start = m->params;
+    }
+    for (int s = 1; s <= 3; ++s) {
+      auto r = c.RunOk(tandem::v1::PHASE_ROLLOUT, s);
+      ASSERT_TRUE(r.metrics().extra().contains("rollout_tokens"));
+      figures[tp - 1].push_back(r.metrics().extra().at("rollout_tokens"));
+      figures[tp - 1].push_back(c.RunOk(tandem::v1::PHASE_SCORE, s).metrics().reward_mean());
+      c.RunOk(tandem::v1::PHASE_LOGPROBS, s);
+      figures[tp - 1].push_back(c.RunOk(tandem::v1::PHASE_UPDATE, s).metrics().loss());
+    }
+    if (tp == 1) {
+      c.RunOk(PHASE_EXPORT, 3);
+      auto m = model::LoadModelDir(dir + "/final");
+      ASSERT_TRUE(m.ok()) << m.status();
+      end = std::move(*m);
+    }
+  }
+  ASSERT_EQ(figures[0].size(), figures[1].size());
+  double rewards = 0;
+  for (size_t i = 0; i < figures[0].size(); ++i) {
+    EXPECT_NEAR(figures[0][i], figures[1][i], 1e-5 * (1 + std::fabs(figures[0][i]))) << "figure " << i;
+    if (i % 3 == 1) rewards += figures[0][i];
+  }
+  EXPECT_GT(rewards, 0) << "no reward to learn from";
+  // The RL steps moved the soft prompt (its gradient flows through the
+  // rollout's prompts into the update).
+  const model::ParamLayout layout(end.config);
+  const model::TensorView* soft = layout.Find("tandem.soft_prompt");
+  ASSERT_NE(soft, nullptr);
+  const size_t all = DiffOutside(start, end.params, 0, 0);
+  const size_t outside = DiffOutside(start, end.params, soft->offset, soft->offset + soft->numel);
+  EXPECT_GT(all - outside, 0u) << "the soft prompt did not move";
+  fs::remove_all(dir);
+}
+
+TEST(SoftPromptEngineTest, SpecRefusesASoftPromptThatFillsTheContext) {
   auto huge = common::ParseJobSpecYaml(TinySftYaml(), {"train.soft_prompt_tokens=60000"});
   ASSERT_FALSE(huge.ok());
   EXPECT_NE(huge.status().message().find("max_position_embeddings"), std::string::npos) << huge.status();

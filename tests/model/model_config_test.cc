@@ -541,7 +541,7 @@ TEST(LayoutTest, LlamaUntied) {
 }
 
 // tandem_soft_prompt_tokens: the soft prompt follows the embeddings
-// unpadded (id V + i reads row i), is listed last, counts in the
+// unpadded (id V + i reads row i), in offset order, counts in the
 // parameters, survives config.json, and bad values are refused by name.
 TEST(LayoutTest, SoftPromptFollowsTheEmbeddings) {
   json j = BaseJson();
@@ -557,7 +557,7 @@ TEST(LayoutTest, SoftPromptFollowsTheEmbeddings) {
   const TensorView* soft = l.Find("tandem.soft_prompt");
   const TensorView* embed = l.Find("model.embed_tokens.weight");
   ASSERT_NE(soft, nullptr);
-  EXPECT_EQ(&l.tensors().back(), soft);
+  EXPECT_EQ(&l.tensors()[1], soft);  // offset order
   EXPECT_EQ(soft->shape, (std::vector<int64_t>{5, 40}));
   EXPECT_EQ(soft->unit, 0);
   EXPECT_EQ(soft->offset, embed->offset + 61u * 40u);

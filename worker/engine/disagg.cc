@@ -53,7 +53,8 @@ absl::StatusOr<disagg::RolloutBatch> GenerateBatch(JobContext& ctx, DisaggState&
   for (int64_t p = gen_range.begin; p < gen_range.end; ++p) {
     rl::Example ex =
         ctx.task->Sample(DeriveSeed(spec.seed(), kSeedRlPrompts), static_cast<uint64_t>((step - 1) * P + p));
-    std::vector<int32_t> ids = {bos};
+    std::vector<int32_t> ids = ctx.soft_prompt;
+    ids.push_back(bos);
     auto enc = model::CharTokenizer::Default().Encode(ex.prompt);
     ids.insert(ids.end(), enc.begin(), enc.end());
     for (int g = 0; g < G; ++g) {

@@ -128,7 +128,7 @@ absl::Status ComputeLogprobs(JobContext& ctx, model::ParamProvider& params, std:
   }
   for (const auto& [b, e] : batches) {
     std::vector<double> zeros(e - b, 0.0);
-    auto rb = rl::BuildRlBatch(std::span(trajs).subspan(b, e - b), zeros);
+    auto rb = rl::BuildRlBatch(std::span(trajs).subspan(b, e - b), zeros, ctx.config.vocab_size);
     if (!rb.ok()) return rb.status();
     model::Batch batch = ToModelBatch(rb->packed);
     logp.assign(batch.num_tokens(), 0.f);
@@ -395,7 +395,7 @@ absl::Status Update(JobContext& ctx, int64_t step, ReportPhaseRequest* report) {
           }
           if (!ctx.rl.logp_ref.empty()) ref_ptr.push_back(&ctx.rl.logp_ref[t]);
         }
-        auto rb = rl::BuildRlBatch(sub, sub_adv);
+        auto rb = rl::BuildRlBatch(sub, sub_adv, ctx.config.vocab_size);
         if (!rb.ok()) return rb.status();
         model::Batch batch = ToModelBatch(rb->packed);
         logp_new.assign(batch.num_tokens(), 0.f);

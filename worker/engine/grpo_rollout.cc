@@ -173,6 +173,7 @@ absl::Status Rollout(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
       if (!enc.ok()) return enc.status();
       ids.insert(ids.end(), enc->begin(), enc->end());
     }
+    ids.insert(ids.begin(), ctx.soft_prompt.begin(), ctx.soft_prompt.end());
     for (int g = 0; g < G; ++g) {
       prompts.push_back(ids);
       seq_ids.push_back(static_cast<uint64_t>(p * G + g));

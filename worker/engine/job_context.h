@@ -95,7 +95,7 @@ struct JobContext {
   // generation_config.json, the tokenizer's eos) and rl.stop_token_ids.
   std::vector<int32_t> stop_ids;
   // The soft prompt's ids (model/soft_prompt.h) that start every SFT
-  // sequence and eval prompt; empty without one.
+  // sequence, rollout prompt and eval prompt; empty without one.
   std::vector<int32_t> soft_prompt;
 
   std::shared_ptr<const rl::Task> task;

@@ -153,11 +153,6 @@ absl::Status ApplySoftPrompt(const tandem::v1::JobSpec& spec, model::ModelConfig
                                                    ", but the model already has a soft prompt of ", has,
                                                    " tokens (tandem_soft_prompt_tokens); give ", has, " or 0"));
   }
-  if (std::max(want, has) > 0 && spec.kind() != tandem::v1::JOB_KIND_SFT) {
-    return absl::InvalidArgumentError(
-        "train.soft_prompt_tokens: the model has a soft prompt; prompt tuning runs in sft jobs, grpo rollouts run "
-        "without one");
-  }
   if (want == 0 || has > 0) return absl::OkStatus();
   if (full->empty()) {  // initialized later, soft prompt included
     config->tandem_soft_prompt_tokens = want;

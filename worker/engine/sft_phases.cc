@@ -339,7 +339,9 @@ absl::Status EvaluateTextData(JobContext& ctx, int64_t step, ReportPhaseRequest*
   const int k = spec.data().eval_samples();
   std::vector<rollout::RolloutRequest> prompts;
   for (int64_t i = mine.begin; i < mine.end; ++i) {
-    prompts.push_back({rows[i].prompt_ids, -1, static_cast<uint64_t>(i)});
+    std::vector<int32_t> ids = ctx.soft_prompt;
+    ids.insert(ids.end(), rows[i].prompt_ids.begin(), rows[i].prompt_ids.end());
+    prompts.push_back({std::move(ids), -1, static_cast<uint64_t>(i)});
   }
   double correct = 0, sampled_correct = 0, sampled = 0;
   if (!prompts.empty()) {

@@ -393,6 +393,9 @@ void Model::InitParams(uint64_t seed, float* params) const {
     return (static_cast<double>(rng() >> 11) + 1.0) * (1.0 / 9007199254740992.0);
   };
   for (const TensorView& t : layout().tensors()) {
+    // The soft prompt draws nothing (InitSoftPrompt copies embedding rows),
+    // so a seed gives the same base weights with and without it.
+    if (t.name == kSoftPromptTensor) continue;
     float* p = params + t.offset;
     switch (t.kind) {
       case TensorView::Kind::kNorm:

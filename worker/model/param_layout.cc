@@ -35,6 +35,19 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
   unit_sizes_.assign(num_units(), 0);
   using K = TensorView::Kind;
   embed_ = Add(0, "model.embed_tokens.weight", {v, h}, K::kMatrix);
+  if (c.tandem_soft_prompt_tokens > 0) {
+    // Right behind the embeddings, unpadded, so that token id V + i reads
+    // row i.
+    TensorView t;
+    t.name = std::string(kSoftPromptTensor);
+    t.shape = {c.tandem_soft_prompt_tokens, h};
+    t.unit = 0;
+    t.numel = static_cast<size_t>(c.tandem_soft_prompt_tokens) * static_cast<size_t>(h);
+    t.offset_in_unit = embed_ + static_cast<size_t>(v) * static_cast<size_t>(h);
+    unit_sizes_[0] = AlignUp(t.offset_in_unit + t.numel);
+    index_[t.name] = tensors_.size();
+    tensors_.push_back(std::move(t));
+  }
   layers_.resize(num_layers_);
   for (int i = 0; i < num_layers_; ++i) {
     const int u = layer_unit(i);
@@ -65,20 +78,6 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
   }
   norm_ = Add(final_unit(), "model.norm.weight", {h}, K::kNorm);
   lm_head_ = tied_ ? embed_ : Add(final_unit(), "lm_head.weight", {v, h}, K::kMatrix);
-  if (c.tandem_soft_prompt_tokens > 0) {
-    // Right behind the embeddings, unpadded, so that token id V + i reads
-    // row i; listed last, so that a seeded init draws every other tensor
-    // as without it.
-    TensorView t;
-    t.name = std::string(kSoftPromptTensor);
-    t.shape = {c.tandem_soft_prompt_tokens, h};
-    t.unit = 0;
-    t.numel = static_cast<size_t>(c.tandem_soft_prompt_tokens) * static_cast<size_t>(h);
-    t.offset_in_unit = embed_ + static_cast<size_t>(v) * static_cast<size_t>(h);
-    unit_sizes_[0] = AlignUp(t.offset_in_unit + t.numel);
-    index_[t.name] = tensors_.size();
-    tensors_.push_back(std::move(t));
-  }
   unit_offsets_.assign(num_units(), 0);
   size_t off = 0;
   for (int u = 0; u < num_units(); ++u) {

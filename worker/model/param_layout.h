@@ -13,7 +13,7 @@
 // every unit size is a multiple of kAlignFloats, so unit offsets are aligned
 // too; padding floats are zero and never used. The one exception is the
 // soft prompt: it follows the embeddings without padding (token id
-// vocab_size + i is its row i) and comes last in tensors(). Weights keep HF's [out, in]
+// vocab_size + i is its row i). tensors() is in offset order. Weights keep HF's [out, in]
 // row-major shapes. FlatParamProvider serves units from two full flat
 // buffers (params and grads) for single-process use.
 #pragma once

@@ -27,11 +27,11 @@ void InitSoftPrompt(const ParamLayout& layout, float* params) {
   }
 }
 
-absl::StatusOr<std::vector<float>> AddSoftPrompt(const ModelConfig& base, const std::vector<float>& params,
-                                                 int tokens, ModelConfig* with) {
+absl::StatusOr<std::vector<float>> AddSoftPrompt(const ModelConfig& base, const std::vector<float>& params, int tokens,
+                                                 ModelConfig* with) {
   if (base.tandem_soft_prompt_tokens != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("the model already has a soft prompt of ",
-                                                   base.tandem_soft_prompt_tokens, " tokens"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the model already has a soft prompt of ", base.tandem_soft_prompt_tokens, " tokens"));
   }
   ModelConfig c = base;
   c.tandem_soft_prompt_tokens = tokens;

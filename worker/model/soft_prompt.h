@@ -30,7 +30,7 @@ void InitSoftPrompt(const ParamLayout& layout, float* params);
 // rows: every tensor copied by name, the soft prompt from InitSoftPrompt.
 // `with` gets the new config. InvalidArgument when `base` already has a
 // soft prompt or the new config is invalid.
-absl::StatusOr<std::vector<float>> AddSoftPrompt(const ModelConfig& base, const std::vector<float>& params,
-                                                 int tokens, ModelConfig* with);
+absl::StatusOr<std::vector<float>> AddSoftPrompt(const ModelConfig& base, const std::vector<float>& params, int tokens,
+                                                 ModelConfig* with);
 
 }  // namespace tandem::model

@@ -8,7 +8,8 @@
 
 namespace tandem::rl {
 
-absl::StatusOr<RlBatch> BuildRlBatch(std::span<const Trajectory> trajectories, std::span<const double> advantages) {
+absl::StatusOr<RlBatch> BuildRlBatch(std::span<const Trajectory> trajectories, std::span<const double> advantages,
+                                     int32_t vocab_size) {
   if (advantages.size() != trajectories.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat(advantages.size(), " advantages for ", trajectories.size(), " trajectories"));
@@ -46,7 +47,8 @@ absl::StatusOr<RlBatch> BuildRlBatch(std::span<const Trajectory> trajectories, s
       p.positions.push_back(static_cast<int32_t>(j));
       // Target j+1 is completion token (j + 1 - prompt_len).
       const bool on = j + 1 < len && j + 1 >= prompt_len;
-      p.targets.push_back(j + 1 < len ? p.tokens[start + j + 1] : 0);
+      const int32_t next = j + 1 < len ? p.tokens[start + j + 1] : 0;
+      p.targets.push_back(next < vocab_size ? next : 0);
       p.loss_mask.push_back(on ? 1.0f : 0.0f);
       b.advantages.push_back(on ? adv : 0.0f);
       b.logp_sampled.push_back(on && have_logp ? t.logp_sampled[j + 1 - prompt_len] : 0.0f);

@@ -42,7 +42,10 @@ struct RlBatch {
 // Packs `trajectories` with one advantage per trajectory. Fails when sizes
 // disagree, a prompt is empty, or logp_sampled is neither empty nor one per
 // completion token.
-absl::StatusOr<RlBatch> BuildRlBatch(std::span<const Trajectory> trajectories, std::span<const double> advantages);
+// Ids from vocab_size on (a soft prompt's, model/soft_prompt.h, at the
+// start of a prompt) are inputs only: their positions get target 0.
+absl::StatusOr<RlBatch> BuildRlBatch(std::span<const Trajectory> trajectories, std::span<const double> advantages,
+                                     int32_t vocab_size = INT32_MAX);
 
 // Tokens with loss (completion tokens) over the trajectories: the global
 // normaliser for token aggregation, computable on every rank.
