@@ -62,7 +62,17 @@ __global__ void __launch_bounds__(kAttnThreads) AttnFwdKernel(const AttnFwdArgs 
 
   int kv_lo, kv_hi;
   KeyRange(q0, min(q0 + kBr, len) - 1, len, a.causal, a.window, a.sinks, &kv_lo, &kv_hi);
+  // With sinks, the key tiles between the sinks and the earliest window of
+  // the tile's queries hold no visible key: skip them (the whole block
+  // does, so the barriers stay matched), keeping the work bounded by the
+  // sinks and the window.
+  const bool gapped = a.causal && a.window > 0 && a.sinks > 0;
+  const int gap_end = gapped ? (max(0, q0 - a.window + 1) / kBc) * kBc : 0;
   for (int kb = (kv_lo / kBc) * kBc; kb < kv_hi; kb += kBc) {
+    if (kb >= a.sinks && kb < gap_end) {
+      kb = gap_end - kBc;
+      continue;
+    }
     __syncthreads();  // previous tile fully consumed (and Q written)
     for (int idx = tid; idx < kBc * d; idx += kAttnThreads) {
       const int r = idx / d;

@@ -345,8 +345,10 @@ void AddAttention(Table& t) {
       {{5, 0, 64, 0}, 4, 1, 64, true, -1, 0.f, 1.5f},
       {{100, 100, 100, 100}, 4, 2, 32, false, 30, 0.f, 1.5f},
       // Attention sinks: inside one tile, past a 64-row tile, beside a
-      // window of 1, in packed batches; ignored without a window or causality.
+      // window of 1, in packed batches, with key tiles between the sinks and
+      // the window that no query sees; ignored without a window or causality.
       {{100, 29}, 8, 2, 64, true, 16, 0.f, 1.5f, 4},
+      {{400}, 2, 1, 32, true, 20, 0.f, 1.5f, 5},
       {{200, 65}, 4, 1, 32, true, 33, 0.f, 1.5f, 70},
       {{130}, 2, 2, 128, true, 1, 0.f, 0.f, 1},
       {{5, 64, 1, 130}, 4, 2, 48, true, 7, 0.f, 1.5f, 3},
