@@ -47,11 +47,11 @@ absl::Status ValidateModel(const JobSpec& spec) {
     return Invalid("model", has_config ? "set either config or from, not both"
                                        : "required: set model.config (inline) or model.from (HF model dir)");
   }
-  const int soft = spec.train().soft_prompt_tokens();
   if (!has_config) return absl::OkStatus();
   // The model's own rules (model::Validate), the ones every worker applies.
   auto config = model::ModelConfigFromJob(m.config());
   RETURN_IF_ERROR(config.status());
+  const int soft = spec.train().soft_prompt_tokens();
   if (soft > 0) {
     config->tandem_soft_prompt_tokens = soft;
     if (absl::Status st = model::Validate(*config); !st.ok()) {

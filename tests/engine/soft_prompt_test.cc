@@ -217,6 +217,20 @@ TEST(SoftPromptEngineTest, GrpoMovesTheSoftPromptAndTpEqualsTp1) {
   fs::remove_all(dir);
 }
 
+// At SETUP: a soft prompt that leaves the task's examples no room in
+// train.seq_len (16 here) is refused naming both keys, and one that leaves
+// no room at all says so.
+TEST(SoftPromptEngineTest, SetupRefusesASoftPromptThatCrowdsOutTheExamples) {
+  EngineCluster cluster(1, "job-soft-crowded");
+  for (const auto& [soft, what] : {std::pair{10, "train.seq_len"}, std::pair{15, "leaves no room"}}) {
+    auto res = cluster.Setup(ParseSpec(TinySftYaml(), {"train.soft_prompt_tokens=" + std::to_string(soft)}));
+    ASSERT_FALSE(res[0].status.ok()) << soft;
+    const std::string msg(res[0].status.message());
+    EXPECT_NE(msg.find(what), std::string::npos) << msg;
+    EXPECT_NE(msg.find("train.soft_prompt_tokens"), std::string::npos) << msg;
+  }
+}
+
 TEST(SoftPromptEngineTest, SpecRefusesASoftPromptThatFillsTheContext) {
   auto huge = common::ParseJobSpecYaml(TinySftYaml(), {"train.soft_prompt_tokens=60000"});
   ASSERT_FALSE(huge.ok());
