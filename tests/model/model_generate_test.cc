@@ -158,24 +158,31 @@ void CheckAgainstFullForward(kernels::Ops* ops, const std::string& kind, int blo
   std::printf("[generate %s %s] max |logprob(KV cache) - logprob(full forward)| = %.3g\n", ops->name(), kind.c_str(),
               max_diff);
   // With no budget the cache holds every sequence at full length, in
-  // blocks: ceil((prompt + 10) / block_size) each; when every layer has a
-  // sliding window (mistral here), at most the window and one step's rows:
-  // (window - 1 + max_batch_tokens) / block_size + 2.
-  bool windowed = c.num_hidden_layers > 0;
-  int window = 0;
+  // blocks: ceil((prompt + 10) / block_size) each, per layer; windowed and
+  // sink layers (their own pool beside full layers) at most their sinks'
+  // blocks, the widest window and one step's rows:
+  // ceil(sinks / block_size) + (window - 1 + max_batch_tokens) / block_size + 2.
+  int window = 0, sinks = 0;
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerType t = LayerTypeOf(c, l);
-    windowed = windowed && t.kind == LayerKind::kWindow;
+    if (t.kind != LayerKind::kWindow && t.kind != LayerKind::kSinkWindow) continue;
     window = std::max(window, t.window);
+    sinks = std::max(sinks, t.sinks);
   }
-  size_t blocks = 0;
+  size_t full_blocks = 0, windowed_blocks = 0;
   for (const auto& p : prompts) {
-    size_t n = (p.size() + 10 + block_size - 1) / block_size;
-    if (windowed) n = std::min<size_t>(n, (window - 1 + so.max_batch_tokens) / block_size + 2);
-    blocks += n;
+    const size_t n = (p.size() + 10 + block_size - 1) / block_size;
+    full_blocks += n;
+    windowed_blocks += std::min<size_t>(
+        n, (sinks + block_size - 1) / block_size + (window - 1 + so.max_batch_tokens) / block_size + 2);
   }
-  const size_t expect_bytes =
-      2ull * c.num_hidden_layers * blocks * block_size * c.KvHeads() * c.HeadDim() * sizeof(float);
+  size_t layer_blocks = 0;
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerType t = LayerTypeOf(c, l);
+    const bool windowed = t.kind == LayerKind::kWindow || t.kind == LayerKind::kSinkWindow;
+    layer_blocks += windowed ? windowed_blocks : full_blocks;
+  }
+  const size_t expect_bytes = 2ull * layer_blocks * block_size * c.KvHeads() * c.HeadDim() * sizeof(float);
   EXPECT_EQ(res->kv_pool_bytes, expect_bytes);
   EXPECT_LE(res->kv_peak_bytes, res->kv_pool_bytes);
   gen.Release();

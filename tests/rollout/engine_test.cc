@@ -41,7 +41,7 @@ RolloutOptions Small() { return tptest::Small(/*greedy=*/true); }
 
 TEST(RolloutEngineTest, GreedyMatchesFullForwardReference) {
   auto ops = kernels::MakeReferenceOps();
-  for (const char* kind : {"llama", "qwen", "qwen3", "mistral"}) {
+  for (const char* kind : {"llama", "qwen", "qwen3", "mistral", "hybrid"}) {
     SCOPED_TRACE(kind);
     Fixture f(kind, ops.get());
     ExpectGreedyMatchesFullForward(f, Small());
@@ -50,7 +50,7 @@ TEST(RolloutEngineTest, GreedyMatchesFullForwardReference) {
 
 TEST(RolloutEngineTest, GreedyMatchesFullForwardCpu) {
   auto ops = kernels::MakeCpuOps(0);
-  for (const char* kind : {"llama", "qwen", "qwen3"}) {
+  for (const char* kind : {"llama", "qwen", "qwen3", "hybrid"}) {
     SCOPED_TRACE(kind);
     Fixture f(kind, ops.get());
     ExpectGreedyMatchesFullForward(f, Small());
@@ -115,7 +115,7 @@ TEST(RolloutEngineTest, LateSamplesForkARunningSiblingsPromptWithSameTokens) {
   // fork its prompt blocks and recompute only the prompt's last position.
   // Their tokens equal those of all samples at once and of no sharing.
   auto ops = kernels::MakeReferenceOps();
-  ModelConfig config = Config("qwen");
+  ModelConfig config = Config("llama");
   config.eos_token_ids = {};  // the stop check alone ends the samples
   enginetest::ModelFixture f(config, ops.get(), 15);
   RolloutEngine eng(f.config, f.ops);
@@ -259,6 +259,68 @@ TEST(RolloutEngineTest, SlidingWindowLayersGiveBlocksBack) { ExpectWindowedCache
 // Windows of 4 with up to 5 attention sinks: the 2 blocks that hold the
 // sinks stay as well, 2 + 4 = 6 blocks; the least cache is 2 + 2.
 TEST(RolloutEngineTest, SinkLayersKeepTheirSinkBlocksAndGiveTheRestBack) { ExpectWindowedCacheBounded("sinks", 6, 4); }
+
+// Windowed layers beside a full one keep their own block pool and give
+// its blocks back behind the window: a 51-position sequence holds 13 blocks
+// of 4 in the full layer's pool and at most 5 (its sink block, the window
+// and one step's rows) in the two windowed layers' pool, with the greedy
+// tokens of the full forward. A sampled batch with shared prompts (forked
+// and copied on write in both pools) gets the same tokens without sharing
+// and under the least budget (9 + 3 blocks: preemptions); a byte less is
+// refused by name.
+TEST(RolloutEngineTest, WindowedLayersBesideFullOnesGiveTheirBlocksBack) {
+  auto ops = kernels::MakeReferenceOps();
+  Fixture f("hybrid", ops.get());
+  RolloutEngine eng(f.config, f.ops);
+  RolloutOptions o = Small();
+  o.max_new_tokens = 40;
+  const std::vector<RolloutRequest> one = {{{1, 3, 4, 7, 8, 11, 12, 17, 19, 21, 22}, 0, 0}};
+  auto r = eng.Generate(one, o, *f.pp);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const size_t full_block = KvPool::BlockBytes(1, 2 * 8, 4, kernels::KvDtype::kF32);
+  const size_t windowed_block = KvPool::BlockBytes(2, 2 * 8, 4, kernels::KvDtype::kF32);
+  EXPECT_EQ(r->num_blocks, 13);
+  EXPECT_EQ(r->windowed_blocks, 1 + (4 - 1 + 7) / 4 + 2);
+  EXPECT_EQ(r->kv_pool_bytes, 13 * full_block + 5 * windowed_block);
+  EXPECT_LE(r->kv_peak_bytes, r->kv_pool_bytes);
+  // One pool for all three layers would hold 13 blocks of each.
+  EXPECT_LT(r->kv_pool_bytes, 13 * KvPool::BlockBytes(3, 2 * 8, 4, kernels::KvDtype::kF32));
+  enginetest::ExpectGreedyTokensOfFullForward(f, one, *r);
+
+  RolloutOptions sampled = Sampled();
+  sampled.max_new_tokens = 24;
+  const auto reqs = Requests(3);
+  auto big = eng.Generate(reqs, sampled, *f.pp);
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_GT(big->scheduler.cow_copies, 0);
+  EXPECT_GT(big->scheduler.prompt_tokens_saved, 0);
+  RolloutOptions unshared = sampled;
+  unshared.share_prompts = false;
+  auto alone = eng.Generate(reqs, unshared, *f.pp);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_EQ(Tokens(*alone), Tokens(*big));
+  // Two running at once: late samples of the 2- and 4-token prompts fork a
+  // running sibling's prompt (its window lies in the kept sink block).
+  RolloutOptions two = sampled;
+  two.max_seqs = 2;
+  auto late = eng.Generate(reqs, two, *f.pp);
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_GT(late->scheduler.prompt_tokens_saved, 0);
+  EXPECT_EQ(Tokens(*late), Tokens(*big));
+  // The longest sequence: 11 + 24 positions, 9 blocks; 3 windowed ones.
+  sampled.kv_cache_bytes = 9 * full_block + 3 * windowed_block;
+  auto tiny = eng.Generate(reqs, sampled, *f.pp);
+  ASSERT_TRUE(tiny.ok()) << tiny.status();
+  EXPECT_EQ(tiny->num_blocks, 9);
+  EXPECT_EQ(tiny->windowed_blocks, 3);
+  EXPECT_GT(tiny->scheduler.preemptions, 0);
+  EXPECT_LE(tiny->kv_peak_bytes, sampled.kv_cache_bytes);
+  EXPECT_EQ(Tokens(*tiny), Tokens(*big));
+  sampled.kv_cache_bytes -= 1;
+  auto none = eng.Generate(reqs, sampled, *f.pp);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("rollout.kv_cache_bytes"), std::string::npos) << none.status();
+}
 
 TEST(RolloutEngineTest, StaticBatchModeHasTheSameTokens) {
   auto ops = kernels::MakeReferenceOps();

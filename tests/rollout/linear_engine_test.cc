@@ -123,13 +123,15 @@ TEST(LinearRolloutTest, TinyBudgetPreemptsAndRecomputesWithSameTokens) {
     ASSERT_TRUE(big.ok()) << big.status();
     EXPECT_EQ(big->scheduler.preemptions, 0);
     RolloutOptions tiny = base;
-    // 7 blocks of 4 in the two KV layers (the longest sequence needs 6),
-    // after the states of the running sequences.
+    // 14 blocks of 4 of one layer, after the states of the running
+    // sequences: the full layer's pool gets the 6 the longest sequence
+    // needs, the window layer's 2, and the rest in proportion (3 and 2).
     const size_t state = static_cast<size_t>(reqs.size()) * 4 * 8 * 8 * sizeof(float);
-    tiny.kv_cache_bytes = state + 7 * KvPool::BlockBytes(2, 4 * 8, 4, kernels::KvDtype::kF32);
+    tiny.kv_cache_bytes = state + 14 * KvPool::BlockBytes(1, 4 * 8, 4, kernels::KvDtype::kF32);
     auto small = eng.Generate(reqs, tiny, *f.pp);
     ASSERT_TRUE(small.ok()) << small.status();
-    EXPECT_EQ(small->num_blocks, 7);
+    EXPECT_EQ(small->num_blocks, 9);
+    EXPECT_EQ(small->windowed_blocks, 4);
     EXPECT_EQ(small->state_bytes, state);
     EXPECT_GT(small->scheduler.preemptions, 0);
     EXPECT_GT(small->scheduler.recomputed_tokens, 0);
@@ -138,8 +140,9 @@ TEST(LinearRolloutTest, TinyBudgetPreemptsAndRecomputesWithSameTokens) {
   }
 }
 
-// Linear layers hold no KV blocks: a block costs the two softmax layers
-// only, and the states are one per running sequence.
+// Linear layers hold no KV blocks: a block costs the softmax layers only
+// (the full and the window layer, each in its pool), and the states are
+// one per running sequence.
 TEST(LinearRolloutTest, LinearLayersHoldStatesNotKvBlocks) {
   auto ops = kernels::MakeReferenceOps();
   Fixture f(kHybrid, ops.get());
@@ -150,7 +153,8 @@ TEST(LinearRolloutTest, LinearLayersHoldStatesNotKvBlocks) {
   ASSERT_TRUE(r.ok()) << r.status();
   const size_t state = 5 * 4 * 8 * 8 * sizeof(float);  // 5 slots, H x D x D
   EXPECT_EQ(r->state_bytes, state);
-  EXPECT_EQ(r->kv_pool_bytes, state + r->num_blocks * KvPool::BlockBytes(2, 4 * 8, 4, kernels::KvDtype::kF32));
+  EXPECT_EQ(r->kv_pool_bytes,
+            state + (r->num_blocks + r->windowed_blocks) * KvPool::BlockBytes(1, 4 * 8, 4, kernels::KvDtype::kF32));
   EXPECT_LE(r->scheduler.max_running, 5);
   // A model of linear layers only: no KV at all, states alone.
   Fixture g({"linear", "linear"}, ops.get());

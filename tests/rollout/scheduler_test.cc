@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <string>
 
 namespace tandem::rollout {
 namespace {
@@ -162,6 +164,110 @@ TEST(SchedulerTest, ALateSampleForksTheRunningSiblingsPrompt) {
   // One prefill of 6 rows, then 1 row for each late sample.
   EXPECT_EQ(sch.stats().prefill_tokens, 6 + 1 + 1);
   EXPECT_EQ(sch.stats().prompt_tokens_saved, 6 + 5 + 5);
+}
+
+// Two pools: the full layers' pool keeps every block of a sequence, the
+// windowed layers' pool gives back those behind the window (4 positions,
+// blocks of 4: at most 3 held per sequence), so two sequences of 9 + 40
+// positions run in 6 windowed blocks beside 24 full ones (the last token's
+// k/v is never computed).
+TEST(SchedulerTest, WindowedPoolGivesBlocksBackBesideAFullPool) {
+  SchedulerOptions o;
+  o.num_blocks = 64;
+  o.block_size = 4;
+  o.max_batch_tokens = 64;
+  o.windowed = {6, 4, 0};
+  Scheduler sch(o);
+  ASSERT_EQ(sch.num_pools(), 2);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(sch.Add({1, 2, 3, 4, 5, 6, 7, 8, 9}, -1, 40).ok());
+  const std::vector<int> lengths = {40, 40};
+  Scheduler::Step step;
+  for (int guard = 0; guard < 1000 && sch.Schedule(&step); ++guard) {
+    ASSERT_GT(step.rows, 0);
+    sch.Commit(step);
+    for (int s = 0; s < 2; ++s) {
+      const BlockTable& full = sch.table(s, 0);
+      const BlockTable& win = sch.table(s, 1);
+      EXPECT_EQ(full.size(), win.size());
+      EXPECT_EQ(std::count(full.begin(), full.end(), -1), 0);
+      EXPECT_LE(win.size() - std::count(win.begin(), win.end(), -1), 3u);
+    }
+    for (const auto& smp : step.samples) AppendSample(sch, smp.seq, lengths);
+  }
+  EXPECT_EQ(sch.generated(0), 40);
+  EXPECT_EQ(sch.generated(1), 40);
+  EXPECT_EQ(sch.blocks(0).peak_used_blocks(), 24);
+  EXPECT_LE(sch.blocks(1).peak_used_blocks(), 6);
+  EXPECT_EQ(sch.blocks(0).free_blocks(), 64);
+  EXPECT_EQ(sch.blocks(1).free_blocks(), 6);
+}
+
+// A shared prompt forks both tables; the first writes into its partly
+// filled last block copy it in each pool, and every copy names its pool.
+TEST(SchedulerTest, SharedPromptIsCopiedOnWriteInBothPools) {
+  SchedulerOptions o;
+  o.num_blocks = 32;
+  o.block_size = 4;
+  o.max_batch_tokens = 64;
+  o.windowed = {32, 8, 0};
+  Scheduler sch(o);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(sch.Add({1, 2, 3, 4, 5, 6}, 0, 4).ok());
+  Scheduler::Step step;
+  ASSERT_TRUE(sch.Schedule(&step));
+  EXPECT_EQ(step.rows, 6);  // the prompt once
+  EXPECT_EQ(step.forks.size(), 2u);
+  sch.Commit(step);
+  for (int s = 0; s < 3; ++s) sch.Append(s, 7);
+  for (int pool = 0; pool < 2; ++pool) {
+    EXPECT_EQ(sch.table(1, pool), sch.table(0, pool));
+    EXPECT_EQ(sch.blocks(pool).ref_count(sch.table(0, pool)[1]), 3);
+  }
+  ASSERT_TRUE(sch.Schedule(&step));
+  EXPECT_EQ(step.rows, 3);
+  int per_pool[2] = {0, 0};
+  for (const BlockCopy& c : step.copies) ++per_pool[c.pool];
+  EXPECT_EQ(per_pool[0], 2);  // the last writer owns the block
+  EXPECT_EQ(per_pool[1], 2);
+  for (int pool = 0; pool < 2; ++pool) {
+    EXPECT_EQ(sch.table(1, pool)[0], sch.table(0, pool)[0]);
+    EXPECT_NE(sch.table(1, pool)[1], sch.table(0, pool)[1]);
+  }
+}
+
+// A late sample forks a running sibling's prompt only while the sibling
+// still holds the window its first position reads: prompt of 9 (blocks
+// 0-2), window 4, 2 running at once. The third sample starts at position 8
+// and reads blocks 1 and 2: after one generated token the long sibling
+// holds them (fork, 8 positions saved); after four it gave block 1 back
+// (the prompt is computed again).
+TEST(SchedulerTest, LateSampleForksOnlyWhileTheSiblingHoldsItsWindow) {
+  for (const bool holds : {true, false}) {
+    SchedulerOptions o;
+    o.num_blocks = 64;
+    o.block_size = 4;
+    o.max_batch_tokens = 64;
+    o.max_seqs = 2;
+    o.windowed = {32, 4, 0};
+    Scheduler sch(o);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(sch.Add({1, 2, 3, 4, 5, 6, 7, 8, 9}, 0, 20).ok());
+    Drive(sch, {20, holds ? 1 : 4, 3});
+    EXPECT_EQ(sch.generated(2), 3);
+    EXPECT_EQ(sch.stats().prompt_tokens_saved, holds ? 9 + 8 : 9) << "holds " << holds;
+    EXPECT_EQ(sch.stats().prefill_tokens, holds ? 9 + 1 : 9 + 9) << "holds " << holds;
+  }
+}
+
+// A sequence must fit in each pool: one whose window does not fit the
+// windowed pool is refused, naming the windowed layers.
+TEST(SchedulerTest, RejectsASequenceLargerThanTheWindowedPool) {
+  SchedulerOptions o;
+  o.num_blocks = 64;
+  o.block_size = 4;
+  o.windowed = {2, 8, 0};  // a window of 8 needs (8 - 1) / 4 + 2 = 3
+  Scheduler sch(o);
+  auto r = sch.Add({1, 2, 3, 4, 5, 6, 7, 8, 9}, -1, 20);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("windowed layers"), std::string::npos) << r.status();
 }
 
 }  // namespace

@@ -32,7 +32,8 @@ using model::ModelConfig;
 
 // llama: tied; qwen: biases, a sliding layer, YaRN; qwen3: q/k norms;
 // mistral: a window on every layer; sinks: windows of 4 on every layer, two
-// of them beside attention sinks (5 and 2); linear: linear attention
+// of them beside attention sinks (5 and 2); hybrid: a full layer between a
+// window of 4 and a window of 4 with 2 sinks; linear: linear attention
 // (whose decay depends on the head) beside a full and a window layer, 4 kv
 // heads. 4 heads, 2 kv heads (linear: 4), I = 40.
 inline ModelConfig Config(const std::string& kind, int intermediate = 40) {
@@ -54,6 +55,8 @@ inline ModelConfig Config(const std::string& kind, int intermediate = 40) {
     j["sliding_window"] = 4;
   } else if (kind == "sinks") {
     j["tandem_layer_types"] = {"sink:5+window:4", "window:4", "sink:2+window:4"};
+  } else if (kind == "hybrid") {
+    j["tandem_layer_types"] = {"window:4", "full", "sink:2+window:4"};
   } else if (kind == "linear") {
     j["num_key_value_heads"] = 4;
     j["tandem_layer_types"] = {"linear", "full", "window:4"};

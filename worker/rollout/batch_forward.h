@@ -26,6 +26,10 @@ struct ForwardBatch {
   const int32_t* slots = nullptr;         // [rows] cache slot of each row's k/v
   const int32_t* block_tables = nullptr;  // [sequences, max_blocks]
   int max_blocks = 0;
+  // A KvPool with a windowed layers' pool (KvPool::pool(l) == 1): that
+  // pool's slots [rows] and block tables [sequences, max_blocks].
+  const int32_t* windowed_slots = nullptr;
+  const int32_t* windowed_block_tables = nullptr;
   // Rows whose logits are wanted (a row may repeat: samples of a shared
   // prompt read the same row).
   int num_out = 0;
@@ -52,6 +56,10 @@ struct ForwardBatch {
   const int32_t* chunk_rows_host = nullptr;
   const int32_t* chunk_slot = nullptr;
   const int32_t* chunk_start = nullptr;
+
+  // The slots and block tables of KV pool `pool` (KvPool::pool).
+  const int32_t* slots_of(int pool) const { return pool == 1 ? windowed_slots : slots; }
+  const int32_t* tables_of(int pool) const { return pool == 1 ? windowed_block_tables : block_tables; }
 };
 
 class BatchForward {

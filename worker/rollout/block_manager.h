@@ -20,6 +20,7 @@ using BlockTable = std::vector<int32_t>;
 struct BlockCopy {
   int32_t src;
   int32_t dst;
+  int pool = 0;  // which block pool (Scheduler, "Two pools")
 };
 
 class BlockManager {

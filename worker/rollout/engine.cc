@@ -187,88 +187,61 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
   };
 
   const int layers = forward_->num_layers(), kv_dim = forward_->kv_dim();
-  const bool summaries = o.sparse.has_value();
-  // Linear layers keep a recurrent state per running sequence, the others a
-  // KV cache.
-  std::vector<bool> has_kv(layers), has_state(layers);
-  int kv_layers = 0;
-  for (int l = 0; l < layers; ++l) {
-    has_state[l] = forward_->layer_type(l).kind == model::LayerKind::kLinear;
-    has_kv[l] = !has_state[l];
-    kv_layers += has_kv[l] ? 1 : 0;
-  }
-  const int S = std::min<int>(o.max_seqs, static_cast<int>(requests.size()));
-  const int state_slots = kv_layers < layers ? S : 0;
-  // When every KV layer has a sliding window (and there is one), blocks
-  // behind the widest window are given back as sequences grow, except those
-  // of the most attention sinks of any layer.
-  int window = 0, sinks = 0;
-  for (int l = 0; l < layers; ++l) {
-    if (!has_kv[l]) continue;
-    const model::LayerType& t = forward_->layer_type(l);
-    const bool windowed = t.kind == model::LayerKind::kWindow || t.kind == model::LayerKind::kSinkWindow;
-    window = windowed && t.window > 0 && window >= 0 ? std::max(window, t.window) : -1;
-    if (t.kind == model::LayerKind::kSinkWindow) sinks = std::max(sinks, t.sinks);
-  }
-  window = std::max(window, 0);
-  const int sink_blocks = window > 0 ? (sinks + o.block_size - 1) / o.block_size : 0;
-  const size_t state_bytes = static_cast<size_t>(layers - kv_layers) * static_cast<size_t>(state_slots) *
-                             forward_->linear_state_floats() * sizeof(float);
-  const size_t block_bytes = KvPool::BlockBytes(kv_layers, kv_dim, o.block_size, o.kv_dtype, summaries);
-  int64_t full = 0;  // blocks for every sequence at full length, unshared
+  KvPlanRequest want;
+  for (int l = 0; l < layers; ++l) want.layers.push_back(forward_->layer_type(l));
+  want.kv_dim = kv_dim;
+  want.linear_state_floats = forward_->linear_state_floats();
   for (const auto& r : requests) {
-    const int64_t n = static_cast<int64_t>(r.context.size() / static_cast<size_t>(hidden_));
-    int64_t blocks = (n + static_cast<int64_t>(r.prompt.size()) + o.max_new_tokens + o.block_size - 1) / o.block_size;
-    // A windowed sequence holds at most its sinks, its window and one step's
-    // rows.
-    if (window > 0) {
-      blocks = std::min<int64_t>(blocks, sink_blocks + (window - 1 + o.max_batch_tokens) / o.block_size + 2);
-    }
-    full += blocks;
+    want.positions.push_back(static_cast<int64_t>(r.context.size() / static_cast<size_t>(hidden_) + r.prompt.size()) +
+                             o.max_new_tokens);
   }
-  // The states come out of the budget first; blocks of a model without KV
-  // layers cost nothing (they only count positions).
-  if (o.kv_cache_bytes > 0 && state_bytes > o.kv_cache_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rollout.kv_cache_bytes ", o.kv_cache_bytes, " cannot hold the linear-attention states of ",
-                     state_slots, " running sequences (", state_bytes, " bytes); raise it or lower rollout.max_seqs"));
-  }
-  int64_t num_blocks = o.kv_cache_bytes > 0 && block_bytes > 0
-                           ? static_cast<int64_t>((o.kv_cache_bytes - state_bytes) / block_bytes)
-                           : full;
-  num_blocks = std::min<int64_t>(num_blocks, std::min<int64_t>(full, INT32_MAX / o.block_size));
+  want.kv_cache_bytes = o.kv_cache_bytes;
+  want.dtype = o.kv_dtype;
+  want.block_size = o.block_size;
+  want.max_batch_tokens = o.max_batch_tokens;
+  want.max_seqs = o.max_seqs;
+  want.summaries = o.sparse.has_value();
+  ASSIGN_OR_RETURN(const KvPlan plan, PlanKvCache(want));
+  const int state_slots = plan.state_slots;
+  const int S = std::min<int>(o.max_seqs, static_cast<int>(requests.size()));
 
   SchedulerOptions so;
-  so.num_blocks = static_cast<int>(num_blocks);
+  so.num_blocks = plan.num_blocks;
   so.block_size = o.block_size;
   so.max_batch_tokens = o.max_batch_tokens;
   so.max_seqs = o.max_seqs;
   so.share_prompts = o.share_prompts;
   so.static_batch = o.static_batch;
   so.state_slots = state_slots;
-  so.window = window;
-  so.sinks = sinks;
+  so.window = plan.window;
+  so.sinks = plan.sinks;
+  so.windowed = {plan.windowed_blocks, plan.windowed_window, plan.windowed_sinks};
   Scheduler sched(so);
   int32_t next_row = 0;
   for (const auto& r : requests) {
     ASSIGN_OR_RETURN(int id, sched.Add(sequence_of(r, &next_row), r.context.empty() ? r.group : -1, o.max_new_tokens));
     (void)id;
   }
-  if (kv_.num_blocks() != so.num_blocks || kv_.dtype() != o.kv_dtype || kv_.block_size() != o.block_size ||
-      kv_.has_summaries() != summaries) {
-    RETURN_IF_ERROR(kv_.Allocate(mem_, layers, kv_dim, o.block_size, so.num_blocks, o.kv_dtype, summaries, has_kv));
+  if (kv_.num_blocks() != so.num_blocks || kv_.windowed_blocks() != so.windowed.num_blocks ||
+      kv_.dtype() != o.kv_dtype || kv_.block_size() != o.block_size || kv_.has_summaries() != want.summaries ||
+      kv_.windowed_layers() != plan.windowed) {
+    RETURN_IF_ERROR(kv_.Allocate(mem_, layers, kv_dim, o.block_size, so.num_blocks, o.kv_dtype, want.summaries,
+                                 plan.has_kv, plan.windowed, so.windowed.num_blocks));
   }
   if (kv_.state_slots() != state_slots) {
-    if (absl::Status st = kv_.AllocateStates(has_state, forward_->linear_state_floats(), state_slots); !st.ok()) {
+    if (absl::Status st = kv_.AllocateStates(plan.has_state, forward_->linear_state_floats(), state_slots); !st.ok()) {
       Release();
       return st;
     }
   }
   const int R = o.max_batch_tokens;
   const int MB = sched.max_blocks_per_seq();
+  const int pools = sched.num_pools();
   // [tokens | positions | row_seq | slots] (R each), out rows (S), tables
-  // (S x MB), run row offsets (S + 1).
-  const size_t index_ints = 4 * static_cast<size_t>(R) + S + static_cast<size_t>(S) * MB + S + 1;
+  // (S x MB), run row offsets (S + 1); with two pools the windowed pool's
+  // slots (R) and tables (S x MB) after them.
+  const size_t index_ints = 4 * static_cast<size_t>(R) + S + static_cast<size_t>(S) * MB + S + 1 +
+                            (pools - 1) * (static_cast<size_t>(R) + static_cast<size_t>(S) * MB);
   RETURN_IF_ERROR(Ensure(R, S, sched.max_positions(), index_ints));
 
   std::vector<int32_t> stop = o.stop_ids;
@@ -296,11 +269,12 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
     const double step_start = Now();
     bool prefill = false;
     for (const Scheduler::Chunk& c : step.chunks) prefill |= c.start < sched.prompt_len(c.seq);
-    for (const BlockCopy& c : step.copies) kv_.CopyBlock(c.src, c.dst);
+    for (const BlockCopy& c : step.copies) kv_.CopyBlock(c.pool, c.src, c.dst);
     // Host indices, one upload.
     const int rows = step.rows, n_out = static_cast<int>(step.samples.size());
     const int nseq = static_cast<int>(step.chunks.size());
-    idx_.assign(4 * static_cast<size_t>(rows) + n_out + static_cast<size_t>(nseq) * MB + nseq + 1, 0);
+    const size_t pool1_ints = (pools - 1) * (static_cast<size_t>(rows) + static_cast<size_t>(nseq) * MB);
+    idx_.assign(4 * static_cast<size_t>(rows) + n_out + static_cast<size_t>(nseq) * MB + nseq + 1 + pool1_ints, 0);
     int32_t* tok = idx_.data();
     int32_t* pos = tok + rows;
     int32_t* rseq = pos + rows;
@@ -308,6 +282,8 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
     int32_t* outr = slot + rows;
     int32_t* tables = outr + n_out;
     int32_t* run_rows = tables + static_cast<size_t>(nseq) * MB;
+    int32_t* slot1 = run_rows + nseq + 1;
+    int32_t* tables1 = slot1 + rows;
     ctx_rows_.clear();
     ctx_src_.clear();
     run_slot_.clear();
@@ -321,6 +297,8 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
       const auto toks = sched.tokens(c.seq);
       const BlockTable& tb = sched.table(c.seq);
       std::copy(tb.begin(), tb.end(), tables + static_cast<size_t>(k) * MB);
+      const BlockTable& tb1 = sched.table(c.seq, pools - 1);
+      if (pools > 1) std::copy(tb1.begin(), tb1.end(), tables1 + static_cast<size_t>(k) * MB);
       for (int i = 0; i < c.n; ++i) {
         const int r = c.row + i, p = c.start + i;
         tok[r] = toks[p];
@@ -332,6 +310,7 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
         pos[r] = p;
         rseq[r] = k;
         slot[r] = tb[p / bs] * bs + p % bs;
+        if (pools > 1) slot1[r] = tb1[p / bs] * bs + p % bs;
       }
     }
     for (int i = 0; i < n_out; ++i) outr[i] = step.samples[i].row;
@@ -352,6 +331,11 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
     fb.context_src = ctx_src_.data();
     fb.context_table = context_d_.data();
     fb.sparse = o.sparse ? &*o.sparse : nullptr;
+    if (pools > 1) {
+      const int32_t* d1 = fb.block_tables + static_cast<size_t>(nseq) * MB + nseq + 1;
+      fb.windowed_slots = d1;
+      fb.windowed_block_tables = d1 + rows;
+    }
     if (state_slots > 0) {
       fb.num_chunks = nseq;
       fb.chunk_rows = fb.block_tables + static_cast<size_t>(nseq) * MB;
@@ -426,9 +410,13 @@ absl::StatusOr<RolloutResult> RolloutEngine::Generate(const std::vector<RolloutR
   for (const auto& g : res.sequences) res.generated_tokens += static_cast<int64_t>(g.tokens.size());
   res.scheduler = sched.stats();
   res.num_blocks = so.num_blocks;
+  res.windowed_blocks = so.windowed.num_blocks;
   res.kv_pool_bytes = kv_.bytes();
-  res.kv_peak_bytes = static_cast<size_t>(sched.blocks().peak_used_blocks()) * block_bytes + state_bytes;
-  res.state_bytes = state_bytes;
+  res.kv_peak_bytes = static_cast<size_t>(sched.blocks(0).peak_used_blocks()) * plan.block_bytes + plan.state_bytes;
+  if (pools > 1) {
+    res.kv_peak_bytes += static_cast<size_t>(sched.blocks(1).peak_used_blocks()) * plan.windowed_block_bytes;
+  }
+  res.state_bytes = plan.state_bytes;
   res.seconds = Now() - t0;
   return res;
 }

@@ -20,11 +20,13 @@
 // Full and sliding-window layers read the paged KV cache; linear-attention
 // layers keep no KV, only one recurrent state per running sequence (its
 // slot in the KvPool, copied from the leader when a shared prompt forks; a
-// preempted sequence recomputes from position 0). When every KV layer has a
-// sliding window, blocks behind the widest window are given back as
-// sequences grow (scheduler.h). Attention-sink layers (sink:S+window:N)
+// preempted sequence recomputes from position 0). Sliding-window layers
+// give back the blocks behind the widest window as sequences grow
+// (scheduler.h); beside full-attention layers they keep a block pool of
+// their own for it (kv_plan.h). Attention-sink layers (sink:S+window:N)
 // read their sinks and window from the cache; they count as windowed layers
-// there, and the blocks of the first S positions stay. With options.sparse, full-attention layers attend top-k blocks
+// there, and the blocks of the first S positions stay. With
+// options.sparse, full-attention layers attend top-k blocks
 // (Ops::paged_sparse_attention): tokens then follow that rule, and the
 // guarantees on batch composition, sharing and preemption still hold.
 //
@@ -43,6 +45,7 @@
 #include "kernels/ops.h"
 #include "worker/model/config.h"
 #include "worker/model/param_provider.h"
+#include "worker/rollout/kv_plan.h"
 #include "worker/rollout/kv_pool.h"
 #include "worker/rollout/paged_decoder.h"
 #include "worker/rollout/sampler.h"
@@ -102,9 +105,10 @@ struct RolloutResult {
   int64_t generated_tokens = 0;
   SchedulerStats scheduler;
   size_t kv_pool_bytes = 0;  // the cache allocated (linear-attention states included)
-  size_t kv_peak_bytes = 0;  // blocks in use at the peak, plus the states
+  size_t kv_peak_bytes = 0;  // blocks in use at the peak (of each pool), plus the states
   size_t state_bytes = 0;    // linear-attention states (one per running sequence)
-  int num_blocks = 0;
+  int num_blocks = 0;        // blocks of the (full layers') pool
+  int windowed_blocks = 0;   // blocks of the windowed layers' own pool (0: none)
   double seconds = 0;
   double prefill_seconds = 0;  // steps that ran prompt positions
   double decode_seconds = 0;   // steps of decode rows only

@@ -11,15 +11,15 @@ size_t KvPool::BlockBytes(int kv_layers, int kv_dim, int block_size, kernels::Kv
 }
 
 absl::Status KvPool::Allocate(kernels::DeviceMemory* mem, int layers, int kv_dim, int block_size, int num_blocks,
-                              kernels::KvDtype dtype, bool summaries, const std::vector<bool>& has_kv) {
+                              kernels::KvDtype dtype, bool summaries, const std::vector<bool>& has_kv,
+                              const std::vector<bool>& windowed, int windowed_blocks) {
   Release();
   mem_ = mem;
   dtype_ = dtype;
   kv_dim_ = kv_dim;
   block_size_ = block_size;
-  const size_t n = static_cast<size_t>(num_blocks) * block_size * kv_dim;
+  windowed_ = windowed;
   auto kv_at = [&](int l) { return has_kv.empty() || has_kv[l]; };
-  int kv_layers = 0;
   bool ok = true;
   const bool bf16 = dtype == kernels::KvDtype::kBF16;
   if (bf16) {
@@ -30,20 +30,24 @@ absl::Status KvPool::Allocate(kernels::DeviceMemory* mem, int layers, int kv_dim
     vf_.resize(layers);
   }
   if (summaries) sum_.resize(layers);
+  size_t want = 0;
   for (int l = 0; l < layers && ok; ++l) {
     if (!kv_at(l)) continue;
-    ++kv_layers;
+    const bool in_pool1 = pool(l) == 1;
+    const int blocks = in_pool1 ? windowed_blocks : num_blocks;
+    const size_t n = static_cast<size_t>(blocks) * block_size * kv_dim;
+    want += BlockBytes(1, kv_dim, block_size, dtype, summaries && !in_pool1) * blocks;
     ok = bf16 ? kh_[l].Allocate(mem, n) && vh_[l].Allocate(mem, n) : kf_[l].Allocate(mem, n) && vf_[l].Allocate(mem, n);
-    if (ok && summaries) ok = sum_[l].Allocate(mem, static_cast<size_t>(num_blocks) * 2 * kv_dim);
+    if (ok && summaries && !in_pool1) ok = sum_[l].Allocate(mem, static_cast<size_t>(blocks) * 2 * kv_dim);
   }
   if (!ok) {
     Release();
     return absl::ResourceExhaustedError(
-        absl::StrCat("rollout: cannot allocate a KV cache of ", num_blocks, " blocks (",
-                     BlockBytes(kv_layers, kv_dim, block_size, dtype, summaries) * num_blocks, " bytes) in ",
-                     mem->name(), " memory; lower rollout.kv_cache_bytes or rollout.kv_cache_fraction"));
+        absl::StrCat("rollout: cannot allocate a KV cache of ", want, " bytes in ", mem->name(),
+                     " memory; lower rollout.kv_cache_bytes or rollout.kv_cache_fraction"));
   }
   num_blocks_ = num_blocks;
+  windowed_blocks_ = windowed_blocks;
   return absl::OkStatus();
 }
 
@@ -76,6 +80,8 @@ void KvPool::Release() {
   state_floats_ = 0;
   state_slots_ = 0;
   num_blocks_ = 0;
+  windowed_blocks_ = 0;
+  windowed_.clear();
 }
 
 size_t KvPool::bytes() const {
@@ -115,7 +121,9 @@ void* KvPool::V(int l) const {
                                            : static_cast<void*>(const_cast<float*>(vf_[l].data()));
 }
 
-float* KvPool::Summaries(int l) const { return sum_.empty() ? nullptr : const_cast<float*>(sum_[l].data()); }
+float* KvPool::Summaries(int l) const {
+  return sum_.empty() || sum_[l].empty() ? nullptr : const_cast<float*>(sum_[l].data());
+}
 
 kernels::PagedKv KvPool::Layer(int l, const int32_t* block_tables, int max_blocks) const {
   kernels::PagedKv kv;
@@ -123,26 +131,26 @@ kernels::PagedKv KvPool::Layer(int l, const int32_t* block_tables, int max_block
   kv.v = V(l);
   kv.dtype = dtype_;
   kv.block_size = block_size_;
-  kv.num_blocks = num_blocks_;
+  kv.num_blocks = pool(l) == 1 ? windowed_blocks_ : num_blocks_;
   kv.block_tables = block_tables;
   kv.max_blocks = max_blocks;
   return kv;
 }
 
-void KvPool::CopyBlock(int32_t src, int32_t dst) {
+void KvPool::CopyBlock(int pool_id, int32_t src, int32_t dst) {
   const size_t elem = dtype_ == kernels::KvDtype::kBF16 ? 2 : 4;
   const size_t bytes = static_cast<size_t>(block_size_) * kv_dim_ * elem;
+  const size_t sum_floats = 2 * static_cast<size_t>(kv_dim_);
   const int layers = static_cast<int>(dtype_ == kernels::KvDtype::kBF16 ? kh_.size() : kf_.size());
   for (int l = 0; l < layers; ++l) {
+    if (pool(l) != pool_id) continue;
     for (void* base : {K(l), V(l)}) {
       char* b = static_cast<char*>(base);
       if (b != nullptr) mem_->CopyOnDevice(b + dst * bytes, b + src * bytes, bytes);
     }
-  }
-  const size_t sum_floats = 2 * static_cast<size_t>(kv_dim_);
-  for (auto& s : sum_) {
-    if (s.empty()) continue;
-    mem_->CopyOnDevice(s.data() + dst * sum_floats, s.data() + src * sum_floats, sum_floats * sizeof(float));
+    if (float* s = Summaries(l); s != nullptr) {
+      mem_->CopyOnDevice(s + dst * sum_floats, s + src * sum_floats, sum_floats * sizeof(float));
+    }
   }
 }
 

@@ -114,12 +114,13 @@ void PagedDecoder::Layer(const float* P, int l, KvPool& kv, const ForwardBatch& 
     Mlp(P, o, T);
     return;
   }
-  const kernels::PagedKv pk = kv.Layer(l, b.block_tables, b.max_blocks);
-  ops_->paged_kv_write(pk, KD, k_.data(), v_.data(), b.slots, T);
+  const int pool = kv.pool(l);
+  const kernels::PagedKv pk = kv.Layer(l, b.tables_of(pool), b.max_blocks);
+  ops_->paged_kv_write(pk, KD, k_.data(), v_.data(), b.slots_of(pool), T);
   const kernels::AttentionParams ap = decoder_.Attention(l);
   if (b.sparse != nullptr && decoder_.layer_type(l).kind == model::LayerKind::kFull && ap.window <= 0) {
     float* summaries = kv.Summaries(l);
-    ops_->paged_key_summaries(ap, pk, b.slots, T, summaries);
+    ops_->paged_key_summaries(ap, pk, b.slots_of(pool), T, summaries);
     ops_->paged_sparse_attention(ap, *b.sparse, pk, summaries, q_.data(), b.row_seq, b.positions, T, attn_.data());
   } else {
     ops_->paged_attention(ap, pk, q_.data(), b.row_seq, b.positions, T, attn_.data());

@@ -8,8 +8,14 @@
 
 namespace tandem::rollout {
 
-Scheduler::Scheduler(const SchedulerOptions& options) : opt_(options), blocks_(options.num_blocks, options.block_size) {
+Scheduler::Scheduler(const SchedulerOptions& options) : opt_(options) {
   TANDEM_CHECK(opt_.max_batch_tokens > 0 && opt_.max_seqs > 0);
+  pools_.push_back({BlockManager(opt_.num_blocks, opt_.block_size), opt_.window, opt_.sinks});
+  if (opt_.windowed.num_blocks > 0) {
+    TANDEM_CHECK(opt_.window == 0 && opt_.windowed.window > 0);
+    pools_.push_back(
+        {BlockManager(opt_.windowed.num_blocks, opt_.block_size), opt_.windowed.window, opt_.windowed.sinks});
+  }
   for (int i = opt_.state_slots - 1; i >= 0; --i) free_slots_.push_back(i);
 }
 
@@ -32,18 +38,55 @@ void Scheduler::StopRunning(int s) {
   q.slot = -1;
 }
 
+bool Scheduler::AnyWindow() const {
+  return std::any_of(pools_.begin(), pools_.end(), [](const Pool& p) { return p.window > 0; });
+}
+
+bool Scheduler::CanPrepare(const Seq& q, int from, int to) const {
+  for (size_t p = 0; p < pools_.size(); ++p) {
+    if (pools_[p].blocks.BlocksNeeded(q.tables[p], from, to) > pools_[p].blocks.free_blocks()) return false;
+  }
+  return true;
+}
+
+bool Scheduler::PrepareAll(Seq& q, int from, int to, std::vector<BlockCopy>* copies) {
+  if (!CanPrepare(q, from, to)) return false;
+  for (size_t p = 0; p < pools_.size(); ++p) {
+    const size_t before = copies->size();
+    TANDEM_CHECK(pools_[p].blocks.Prepare(q.tables[p], from, to, copies));
+    for (size_t i = before; i < copies->size(); ++i) (*copies)[i].pool = static_cast<int>(p);
+  }
+  return true;
+}
+
+void Scheduler::FreeAll(Seq& q) {
+  for (size_t p = 0; p < pools_.size(); ++p) pools_[p].blocks.Free(q.tables[p]);
+}
+
+void Scheduler::ForkAll(Seq& q, const Seq& from, int n) {
+  for (size_t p = 0; p < pools_.size(); ++p) {
+    q.tables[p] = pools_[p].blocks.Fork(from.tables[p], pools_[p].blocks.BlocksFor(n));
+  }
+}
+
 absl::StatusOr<int> Scheduler::Add(std::vector<int32_t> prompt, int group, int max_new_tokens) {
   if (prompt.empty()) return absl::InvalidArgumentError("rollout: empty prompt");
   const int64_t positions = static_cast<int64_t>(prompt.size()) + std::max(max_new_tokens, 0);
   const int64_t table_len = (positions + opt_.block_size - 1) / opt_.block_size;
-  int64_t need = table_len;
-  // With windows, one row per step needs the window's blocks and the row's
-  // (the table keeps its full length, released entries included).
-  if (opt_.window > 0) need = std::min<int64_t>(need, SinkBlocks() + (opt_.window - 1) / opt_.block_size + 2);
-  if (need > opt_.num_blocks) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rollout: a sequence of ", positions, " positions needs ", need, " KV cache blocks but the cache holds ",
-        opt_.num_blocks, "; raise rollout.kv_cache_bytes or rollout.kv_cache_fraction (or lower rl.max_new_tokens)"));
+  for (size_t p = 0; p < pools_.size(); ++p) {
+    const Pool& pool = pools_[p];
+    int64_t need = table_len;
+    // With windows, one row per step needs the window's blocks and the row's
+    // (the table keeps its full length, released entries included).
+    if (pool.window > 0) {
+      need = std::min<int64_t>(need, pool.SinkBlocks() + (pool.window - 1) / opt_.block_size + 2);
+    }
+    if (need > pool.blocks.num_blocks()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rollout: a sequence of ", positions, " positions needs ", need, " KV cache blocks",
+                       p > 0 ? " in the windowed layers" : "", " but the cache holds ", pool.blocks.num_blocks(),
+                       "; raise rollout.kv_cache_bytes or rollout.kv_cache_fraction (or lower rl.max_new_tokens)"));
+    }
   }
   max_blocks_ = std::max<int>(max_blocks_, static_cast<int>(table_len));
   max_positions_ = std::max<int>(max_positions_, static_cast<int>(positions));
@@ -60,12 +103,23 @@ absl::StatusOr<int> Scheduler::Add(std::vector<int32_t> prompt, int group, int m
 
 int Scheduler::PromptDonor(int s) const {
   const Seq& q = seqs_[s];
-  if (!opt_.share_prompts || opt_.state_slots > 0 || opt_.window > 0 || q.group < 0 || q.prompt_len < 2) {
-    return -1;
-  }
+  if (!opt_.share_prompts || opt_.state_slots > 0 || q.group < 0 || q.prompt_len < 2) return -1;
+  // The first position s computes after the fork; with windows, its keys
+  // from there back must still be in the donor's blocks.
+  const int from = static_cast<int>(q.tokens.size()) == q.prompt_len ? q.prompt_len - 1 : q.prompt_len;
   for (int r : running_) {
     const Seq& d = seqs_[r];
-    if (d.group == q.group && d.computed >= d.prompt_len) return r;
+    if (d.group != q.group || d.computed < d.prompt_len) continue;
+    bool holds = true;
+    for (size_t p = 0; p < pools_.size() && holds; ++p) {
+      const Pool& pool = pools_[p];
+      if (pool.window <= 0) continue;
+      const int end = pool.blocks.BlocksFor(q.prompt_len);
+      for (int b = std::max(0, from - pool.window + 1) / opt_.block_size; b < end && holds; ++b) {
+        holds = d.tables[p][b] >= 0;
+      }
+    }
+    if (holds) return r;
   }
   return -1;
 }
@@ -78,7 +132,7 @@ int Scheduler::Active() const {
 
 void Scheduler::Preempt(int s) {
   Seq& q = seqs_[s];
-  blocks_.Free(q.table);
+  FreeAll(q);
   q.computed = 0;
   StopRunning(s);
   q.state = State::kWaiting;
@@ -93,7 +147,7 @@ void Scheduler::Preempt(int s) {
 
 bool Scheduler::Reserve(int s, int from, int to, Step* step) {
   for (;;) {
-    if (blocks_.Prepare(seqs_[s].table, from, to, &step->copies)) return true;
+    if (PrepareAll(seqs_[s], from, to, &step->copies)) return true;
     // The newest running sequence not in this step's plan (and not s).
     int victim = -1;
     for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
@@ -147,12 +201,16 @@ bool Scheduler::Schedule(Step* step) {
         // back.
         int fits = 0;
         if (remaining > 1) {
-          const int first = q.computed / opt_.block_size;
-          const int cow = first < static_cast<int>(q.table.size()) && blocks_.ref_count(q.table[first]) > 1 ? 1 : 0;
-          fits = std::min(
-              n, (static_cast<int>(q.table.size()) + blocks_.free_blocks() - cow) * opt_.block_size - q.computed);
+          fits = n;
+          for (size_t p = 0; p < pools_.size(); ++p) {
+            const BlockManager& bm = pools_[p].blocks;
+            const BlockTable& t = q.tables[p];
+            const int first = q.computed / opt_.block_size;
+            const int cow = first < static_cast<int>(t.size()) && t[first] >= 0 && bm.ref_count(t[first]) > 1 ? 1 : 0;
+            fits = std::min(fits, (static_cast<int>(t.size()) + bm.free_blocks() - cow) * opt_.block_size - q.computed);
+          }
         }
-        if (fits > 0 && blocks_.Prepare(q.table, q.computed, q.computed + fits, &step->copies)) {
+        if (fits > 0 && PrepareAll(q, q.computed, q.computed + fits, &step->copies)) {
           n = fits;
         } else {
           Preempt(s);
@@ -169,24 +227,29 @@ bool Scheduler::Schedule(Step* step) {
   while (admit && !waiting_.empty() && budget > 0 && Active() < opt_.max_seqs) {
     const int s = waiting_.front();
     Seq& q = seqs_[s];
-    const int watermark = running_.empty() ? 0 : std::max(1, opt_.num_blocks / 100);
+    auto watermark = [&](const Pool& p) { return running_.empty() ? 0 : p.Watermark(); };
     if (const int donor = PromptDonor(s); donor >= 0) {
       // A sibling still holds the prompt's blocks: fork them and recompute
       // only the generated positions (a preempted sample) or, for a sample
       // that has not started, the prompt's last position (its logits give
       // the first token), as a prefix cache hit does.
-      q.table = blocks_.Fork(seqs_[donor].table, blocks_.BlocksFor(q.prompt_len));
+      ForkAll(q, seqs_[donor], q.prompt_len);
       const int from = static_cast<int>(q.tokens.size()) == q.prompt_len ? q.prompt_len - 1 : q.prompt_len;
       const int n = std::min(static_cast<int>(q.tokens.size()) - from, budget);
-      if (blocks_.BlocksNeeded(q.table, from, from + n) + watermark > blocks_.free_blocks()) {
-        blocks_.Free(q.table);
+      bool room = true;
+      for (size_t p = 0; p < pools_.size(); ++p) {
+        const BlockManager& bm = pools_[p].blocks;
+        room &= bm.BlocksNeeded(q.tables[p], from, from + n) + watermark(pools_[p]) <= bm.free_blocks();
+      }
+      if (!room) {
+        FreeAll(q);
         break;
       }
       waiting_.pop_front();
       q.computed = from;
       StartRunning(s);
       stats_.prompt_tokens_saved += from;
-      TANDEM_CHECK(blocks_.Prepare(q.table, from, from + n, &step->copies));
+      TANDEM_CHECK(PrepareAll(q, from, from + n, &step->copies));
       Plan(s, n, step);
       budget -= n;
       continue;
@@ -194,8 +257,12 @@ bool Scheduler::Schedule(Step* step) {
     int n = std::min(static_cast<int>(q.tokens.size()), budget);
     // With windows a sequence may outgrow the cache: its first chunk takes
     // what is free.
-    if (opt_.window > 0) n = std::min(n, std::max(0, blocks_.free_blocks() - watermark) * opt_.block_size);
-    if (n <= 0 || blocks_.BlocksFor(n) + watermark > blocks_.free_blocks()) break;
+    bool room = true;
+    for (const Pool& p : pools_) {
+      if (p.window > 0) n = std::min(n, std::max(0, p.blocks.free_blocks() - watermark(p)) * opt_.block_size);
+    }
+    for (const Pool& p : pools_) room &= p.blocks.BlocksFor(n) + watermark(p) <= p.blocks.free_blocks();
+    if (n <= 0 || !room) break;
     waiting_.pop_front();
     StartRunning(s);
     if (opt_.share_prompts && q.group >= 0 && q.tokens.size() == static_cast<size_t>(q.prompt_len)) {
@@ -210,7 +277,7 @@ bool Scheduler::Schedule(Step* step) {
         }
       }
     }
-    TANDEM_CHECK(blocks_.Prepare(q.table, 0, n, &step->copies));
+    TANDEM_CHECK(PrepareAll(q, 0, n, &step->copies));
     Plan(s, n, step);
     budget -= n;
   }
@@ -225,16 +292,18 @@ void Scheduler::Commit(const Step& step) {
     Seq& q = seqs_[c.seq];
     q.computed = c.start + c.n;
     q.high_water = std::max(q.high_water, q.computed);
-    if (opt_.window > 0) {
+    for (size_t p = 0; p < pools_.size(); ++p) {
+      Pool& pool = pools_[p];
+      if (pool.window <= 0) continue;
       // The next row (position `computed`) reads keys from computed - window + 1.
-      const int first_kept = q.computed - opt_.window + 1;
-      if (first_kept > 0) blocks_.ReleaseRange(q.table, SinkBlocks(), first_kept / opt_.block_size);
+      const int first_kept = q.computed - pool.window + 1;
+      if (first_kept > 0) pool.blocks.ReleaseRange(q.tables[p], pool.SinkBlocks(), first_kept / opt_.block_size);
     }
   }
   for (const auto& [f, leader] : step.forks) {
     Seq& q = seqs_[f];
     Seq& l = seqs_[leader];
-    q.table = blocks_.Fork(l.table, blocks_.BlocksFor(l.prompt_len));
+    ForkAll(q, l, l.prompt_len);
     q.computed = q.high_water = q.prompt_len;
     StartRunning(f);
     stats_.prompt_tokens_saved += q.prompt_len;
@@ -247,7 +316,7 @@ void Scheduler::Append(int s, int32_t token) { seqs_[s].tokens.push_back(token);
 void Scheduler::Finish(int s) {
   Seq& q = seqs_[s];
   TANDEM_CHECK(q.state == State::kRunning && q.followers.empty());
-  blocks_.Free(q.table);
+  FreeAll(q);
   StopRunning(s);
   q.state = State::kFinished;
   ++finished_;

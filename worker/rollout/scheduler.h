@@ -39,8 +39,18 @@
 // (about window / block_size + 2 blocks) however long it grows; with
 // attention sinks (sinks > 0) the blocks of its first `sinks` positions
 // stay as well. A
-// preempted sample then recomputes from position 0 as well (its siblings
-// may have given the prompt's blocks back).
+// sample admitted late forks a running sibling's prompt only while that
+// sibling still holds the blocks of the window its first position reads;
+// otherwise it recomputes from position 0.
+//
+// Two pools (windowed.num_blocks > 0: a model with full-attention layers
+// and windowed ones): every sequence holds one block table per pool, of the
+// same length. The first pool serves the full layers and keeps every block;
+// the second serves the windowed layers and gives blocks back behind
+// windowed.window (keeping windowed.sinks positions' blocks). A step's rows
+// take blocks in both pools at once; a sequence that cannot get them in
+// either preempts as above, and the copies of copy-on-write name their
+// pool.
 //
 // Static batches (static_batch): new sequences are admitted only when none
 // runs, so a batch drains completely before the next starts (the baseline
@@ -49,6 +59,8 @@
 // Not thread-safe; the engine's thread owns it.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <span>
@@ -60,16 +72,24 @@
 
 namespace tandem::rollout {
 
+// A second block pool (Scheduler, "Two pools").
+struct WindowedPoolOptions {
+  int num_blocks = 0;  // 0: one pool
+  int window = 0;
+  int sinks = 0;
+};
+
 struct SchedulerOptions {
   int num_blocks = 0;
   int block_size = 16;
   int max_batch_tokens = 512;  // rows per step
   int max_seqs = 256;          // running sequences (attached ones included)
   bool share_prompts = true;
-  bool static_batch = false;  // admit only when nothing runs
-  int state_slots = 0;        // recurrent states (>= min(max_seqs, sequences added) when used)
-  int window = 0;             // > 0: blocks before every KV layer's window are given back
-  int sinks = 0;              // with window: the first `sinks` positions' blocks stay
+  bool static_batch = false;     // admit only when nothing runs
+  int state_slots = 0;           // recurrent states (>= min(max_seqs, sequences added) when used)
+  int window = 0;                // > 0: blocks before every KV layer's window are given back
+  int sinks = 0;                 // with window: the first `sinks` positions' blocks stay
+  WindowedPoolOptions windowed;  // with num_blocks > 0, window above must be 0
 };
 
 struct SchedulerStats {
@@ -132,12 +152,13 @@ class Scheduler {
   std::span<const int32_t> tokens(int seq) const { return seqs_[seq].tokens; }
   int prompt_len(int seq) const { return seqs_[seq].prompt_len; }
   int generated(int seq) const { return static_cast<int>(seqs_[seq].tokens.size()) - seqs_[seq].prompt_len; }
-  const BlockTable& table(int seq) const { return seqs_[seq].table; }
+  const BlockTable& table(int seq, int pool = 0) const { return seqs_[seq].tables[pool]; }
   // The recurrent-state slot of a running sequence (-1 without slots).
   int state_slot(int seq) const { return seqs_[seq].slot; }
   int max_blocks_per_seq() const { return max_blocks_; }
   int max_positions() const { return max_positions_; }
-  const BlockManager& blocks() const { return blocks_; }
+  int num_pools() const { return static_cast<int>(pools_.size()); }
+  const BlockManager& blocks(int pool = 0) const { return pools_[pool].blocks; }
   const SchedulerStats& stats() const { return stats_; }
   int num_seqs() const { return static_cast<int>(seqs_.size()); }
 
@@ -150,9 +171,9 @@ class Scheduler {
     int computed = 0;    // positions whose k/v are cached
     int high_water = 0;  // positions ever computed (recompute accounting)
     State state = State::kWaiting;
-    BlockTable table;
-    std::vector<int> followers;  // attached sequences (leader only)
-    int slot = -1;               // recurrent-state slot while running
+    std::array<BlockTable, 2> tables;  // one per pool
+    std::vector<int> followers;        // attached sequences (leader only)
+    int slot = -1;                     // recurrent-state slot while running
   };
 
   // Makes room for positions [from, to) of seq, preempting newer running
@@ -160,19 +181,35 @@ class Scheduler {
   bool Reserve(int seq, int from, int to, Step* step);
   void Preempt(int seq);
   void Plan(int seq, int n, Step* step);
-  // A running sequence of seq's group whose prompt k/v are cached, or -1.
+  // A running sequence of seq's group whose prompt k/v are cached (with
+  // windows: the blocks seq's first position reads), or -1.
   int PromptDonor(int seq) const;
   int Active() const;
-  // Blocks holding the attention sinks' positions (kept when windows give
-  // blocks back).
-  int SinkBlocks() const { return opt_.window > 0 ? (opt_.sinks + opt_.block_size - 1) / opt_.block_size : 0; }
+  struct Pool {
+    BlockManager blocks;
+    int window;  // > 0: blocks behind it are given back
+    int sinks;   // with window: the first `sinks` positions' blocks stay
+    // Blocks holding the attention sinks' positions.
+    int SinkBlocks() const { return window > 0 ? (sinks + blocks.block_size() - 1) / blocks.block_size() : 0; }
+    // Free blocks kept back when admitting beside running sequences.
+    int Watermark() const { return std::max(1, blocks.num_blocks() / 100); }
+  };
+  bool AnyWindow() const;
+  // Whether every pool has the blocks positions [from, to) of seq need.
+  bool CanPrepare(const Seq& q, int from, int to) const;
+  // Prepares positions [from, to) of seq in every pool (copies name their
+  // pool); false, with nothing changed, when a pool is short.
+  bool PrepareAll(Seq& q, int from, int to, std::vector<BlockCopy>* copies);
+  void FreeAll(Seq& q);
+  // q's tables share the first blocks of `from`'s that cover n positions.
+  void ForkAll(Seq& q, const Seq& from, int n);
   // Marks seq running (with a state slot when slots are used) / takes it
   // out of running_ (giving its slot back).
   void StartRunning(int seq);
   void StopRunning(int seq);
 
   SchedulerOptions opt_;
-  BlockManager blocks_;
+  std::vector<Pool> pools_;  // 1 or 2
   std::vector<Seq> seqs_;
   std::vector<int> running_;  // admission order (newest last)
   std::deque<int> waiting_;

@@ -183,13 +183,14 @@ void TpDecoder::Attend(const float* q_norm, const float* k_norm, int l, KvPool& 
                        RunsFor(b, r0, n), kv.States(l), kv.state_floats(), state_.data(), attn);
     return;
   }
-  const kernels::PagedKv pk = kv.Layer(l, b.block_tables, b.max_blocks);
-  ops_->paged_kv_write(pk, KD, k, v, b.slots + r0, n);
+  const int pool = kv.pool(l);
+  const kernels::PagedKv pk = kv.Layer(l, b.tables_of(pool), b.max_blocks);
+  ops_->paged_kv_write(pk, KD, k, v, b.slots_of(pool) + r0, n);
   // This rank's heads; sparse blocks are chosen per query head, as at TP 1.
   const kernels::AttentionParams ap = decoder_.Attention(l);
   if (b.sparse != nullptr && decoder_.layer_type(l).kind == model::LayerKind::kFull && ap.window <= 0) {
     float* summaries = kv.Summaries(l);
-    ops_->paged_key_summaries(ap, pk, b.slots + r0, n, summaries);
+    ops_->paged_key_summaries(ap, pk, b.slots_of(pool) + r0, n, summaries);
     ops_->paged_sparse_attention(ap, *b.sparse, pk, summaries, q, b.row_seq + r0, pos, n, attn);
   } else {
     ops_->paged_attention(ap, pk, q, b.row_seq + r0, pos, n, attn);
