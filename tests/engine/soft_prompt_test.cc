@@ -132,7 +132,7 @@ TEST(SoftPromptEngineTest, ModelDirsKeepOrGainASoftPrompt) {
   };
   EngineCluster cluster(1, "job-soft-from");
   // The model's own soft prompt, with the key at 0 or at the same number.
-  for (const std::string& key : {"train.soft_prompt_tokens=0", "train.soft_prompt_tokens=3"}) {
+  for (const char* key : {"train.soft_prompt_tokens=0", "train.soft_prompt_tokens=3"}) {
     cluster.SetupOk(from(tuned, TinySftYaml(), {key}));
     EXPECT_GT(cluster.RunOk(PHASE_SFT_STEP, 1).metrics().loss(), 0);
   }
