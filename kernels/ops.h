@@ -76,6 +76,13 @@ struct AttentionParams {
   int sinks = 0;      // attention sinks (causal, windowed): keys j < sinks
                       // stay visible (j <= i) outside the window too
   float scale = 0.f;  // 0 = 1/sqrt(D)
+  // attention_forward/backward: rows [0, skip_query_rows) of the batch
+  // (inside its first sequence) are keys only, e.g. the earlier rows of a
+  // sequence-parallel rank's first sequence. Their queries are not read
+  // for anything visible: their out, lse and dq are unspecified, and they
+  // add nothing to dK/dV (as rows with a zero output gradient would, which
+  // the caller must give them). Kernels may skip whole tiles of them.
+  int skip_query_rows = 0;
 };
 
 // Storage of a paged KV cache.

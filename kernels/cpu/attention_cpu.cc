@@ -344,7 +344,10 @@ void BackwardKeyTile(const BackwardArgs& a, int start, int n, int hk, int j0, in
   }
   std::memset(dkt, 0, sizeof(float) * D * kBc);
   std::memset(dvt, 0, sizeof(float) * D * kBc);
-  const ref::KeyRange qr = VisibleQueries(p, j0, j0 + cols, n);
+  ref::KeyRange qr = VisibleQueries(p, j0, j0 + cols, n);
+  // Whole query tiles of key-only rows are skipped (the tiles keep their
+  // bounds, so the sums run in the same order).
+  if (start == 0 && p.skip_query_rows > qr.lo) qr.lo += (p.skip_query_rows - qr.lo) / kBr * kBr;
   const int jvecs = (cols + 7) / 8;
   // Scratch tiles are computed on whole 8-lane vectors (no masked
   // loads/stores, which are slow on AMD); the extra lanes are never output.
@@ -511,6 +514,7 @@ void attention_forward(const AttentionParams& p, const float* q, const float* k,
     const int i0 = tile * kBr;
     QueryTile qt;
     qt.rows = std::min(kBr, n - i0);
+    if (b == 0 && i0 + qt.rows <= p.skip_query_rows) continue;  // key-only rows
     for (int i = 0; i < qt.rows; ++i) {
       const ptrdiff_t row = static_cast<ptrdiff_t>(start) + i0 + i;
       qt.q[i] = q + row * qs + h * D;
@@ -612,7 +616,9 @@ void attention_backward(const AttentionParams& p, const float* q, const float* k
       const int start = cu_seqlens[b];
       const int n = cu_seqlens[b + 1] - start;
       const int i0 = tile * kBr;
-      BackwardQueryTile(a, start, n, static_cast<int>(task % H), i0, std::min(kBr, n - i0));
+      const int rows = std::min(kBr, n - i0);
+      if (b == 0 && i0 + rows <= p.skip_query_rows) continue;  // key-only rows
+      BackwardQueryTile(a, start, n, static_cast<int>(task % H), i0, rows);
     }
   }
 }

@@ -74,7 +74,8 @@ void CudaOps::attention_backward(const AttentionParams& p, const float* q, const
                       p.causal,
                       p.window,
                       p.sinks,
-                      p.scale != 0.f ? p.scale : 1.f / sqrtf(static_cast<float>(p.head_dim))};
+                      p.scale != 0.f ? p.scale : 1.f / sqrtf(static_cast<float>(p.head_dim)),
+                      p.skip_query_rows};
   cudaError_t err = cudaSuccess;
   cuda::DispatchAttnTiles(p.head_dim,
                           [&]<int kMaxD, int kBr, int kBc>() { err = cuda::LaunchBwd<kMaxD, kBr, kBc>(a, t); });

@@ -83,10 +83,12 @@ __global__ void __launch_bounds__(kAttnThreads) AttnBwdKernel(const AttnBwdArgs 
 
   int q_lo, q_hi;
   QueryRange(kb, min(kb + kBc, len) - 1, len, a.causal, a.window, a.sinks, &q_lo, &q_hi);
+  // Whole query tiles of key-only rows are skipped (uniform per block).
+  const int q_first = seq == 0 ? max((q_lo / kBr) * kBr, (a.skip_query_rows / kBr) * kBr) : (q_lo / kBr) * kBr;
   for (int g = 0; g < group; ++g) {
     const int h = hk * group + g;
     const size_t q_off = static_cast<size_t>(start) * q_stride + static_cast<size_t>(h) * d;
-    for (int qb = (q_lo / kBr) * kBr; qb < q_hi; qb += kBr) {
+    for (int qb = q_first; qb < q_hi; qb += kBr) {
       __syncthreads();  // previous tile's readers are done
       for (int idx = tid; idx < kBr * d; idx += kAttnThreads) {
         const int r = idx / d;

@@ -36,6 +36,7 @@ struct AttnFwdArgs {
   int window;
   int sinks;  // attention sinks (causal, windowed): keys j < sinks stay visible
   float scale;
+  int skip_query_rows;  // AttentionParams::skip_query_rows
 };
 
 struct AttnBwdArgs {
@@ -57,6 +58,7 @@ struct AttnBwdArgs {
   int window;
   int sinks;  // attention sinks (causal, windowed): keys j < sinks stay visible
   float scale;
+  int skip_query_rows;  // AttentionParams::skip_query_rows
 };
 
 __device__ __forceinline__ bool Visible(int i, int j, bool causal, int window, int sinks) {

@@ -32,6 +32,8 @@ __global__ void __launch_bounds__(kAttnThreads) AttnFwdKernel(const AttnFwdArgs 
   const int start = a.cu_seqlens[seq];
   const int len = a.cu_seqlens[seq + 1] - start;
   const int q0 = tile * kBr;
+  // A tile of key-only rows: the whole block leaves.
+  if (seq == 0 && min(q0 + kBr, len) <= a.skip_query_rows) return;
   const int h = blockIdx.y;
   const int hk = h / (a.num_heads / a.num_kv_heads);
   const int d = a.head_dim;

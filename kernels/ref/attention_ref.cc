@@ -11,6 +11,7 @@ void attention_forward(const AttentionParams& p, const float* q, const float* k,
                        const int32_t* cu_seqlens, int num_seqs, int t, float* out, float* lse) {
   assert(p.num_kv_heads > 0 && p.num_heads % p.num_kv_heads == 0);
   assert(cu_seqlens[0] == 0 && cu_seqlens[num_seqs] <= t);
+  assert(p.skip_query_rows == 0 || (num_seqs > 0 && p.skip_query_rows <= cu_seqlens[1]));
   AttentionForwardT<float>(p, q, k, v, cu_seqlens, num_seqs, out, lse);
 }
 
@@ -19,6 +20,7 @@ void attention_backward(const AttentionParams& p, const float* q, const float* k
                         float* dk, float* dv) {
   assert(p.num_kv_heads > 0 && p.num_heads % p.num_kv_heads == 0);
   assert(cu_seqlens[0] == 0 && cu_seqlens[num_seqs] <= t);
+  assert(p.skip_query_rows == 0 || (num_seqs > 0 && p.skip_query_rows <= cu_seqlens[1]));
   AttentionBackwardT<float>(p, q, k, v, out, dout, lse, cu_seqlens, num_seqs, t, dq, dk, dv);
 }
 

@@ -70,7 +70,7 @@ void AttentionForwardT(const AttentionParams& p, const T* q, const T* k, const T
     s.resize(n);
     for (int h = 0; h < H; ++h) {
       const int hk = h / group;
-      for (int i = 0; i < n; ++i) {
+      for (int i = b == 0 ? p.skip_query_rows : 0; i < n; ++i) {
         const T* qi = q + (static_cast<int64_t>(start + i) * H + h) * D;
         const KeyRange r = VisibleKeys(p, i, n);
         double m = -INFINITY;
@@ -116,7 +116,7 @@ void AttentionBackwardT(const AttentionParams& p, const T* q, const T* k, const 
     const int n = cu_seqlens[b + 1] - start;
     for (int h = 0; h < H; ++h) {
       const int hk = h / group;
-      for (int i = 0; i < n; ++i) {
+      for (int i = b == 0 ? p.skip_query_rows : 0; i < n; ++i) {
         const int64_t row = static_cast<int64_t>(start + i) * H + h;
         const T* qi = q + row * D;
         const T* oi = out + row * D;

@@ -302,6 +302,7 @@ void AddAttention(Table& t) {
     float scale = 0.f;   // 0: 1/sqrt(D)
     float qk_std = 0.f;  // 0: uniform inputs
     int sinks = 0;       // attention sinks (causal with a window; ignored otherwise)
+    int skip = 0;        // AttentionParams::skip_query_rows (key-only rows of sequence 0)
   };
   const Case cases[] = {
       {{1}, 4, 4, 32, true, -1},
@@ -355,6 +356,13 @@ void AddAttention(Table& t) {
       {{300}, 8, 8, 16, true, 40, 0.f, 1.5f, 150},
       {{70}, 4, 2, 32, true, -1, 0.f, 1.5f, 8},
       {{90}, 2, 2, 16, false, 7, 0.f, 0.f, 5},
+      // Key-only rows (sequence-parallel padding): whole 64-row tiles and a
+      // partial one skipped, beside a window, sinks and packed sequences,
+      // and a whole first sequence.
+      {{200, 65}, 4, 2, 64, true, -1, 0.f, 1.5f, 0, 130},
+      {{100}, 2, 1, 32, true, 16, 0.f, 1.5f, 0, 64},
+      {{300}, 8, 8, 16, true, 40, 0.f, 1.5f, 150, 200},
+      {{129, 1, 64}, 8, 4, 128, true, -1, 0.f, 0.f, 0, 129},
   };
   uint64_t seed = 600;
   for (const Case& c : cases) {
@@ -367,6 +375,7 @@ void AddAttention(Table& t) {
     if (c.scale != 0.f) shape += Fmt(" scale%.1f", c.scale);
     if (c.qk_std > 0.f) shape += Fmt(" normal%.1f", c.qk_std);
     if (c.sinks > 0) shape += Fmt(" sinks%d", c.sinks);
+    if (c.skip > 0) shape += Fmt(" skip%d", c.skip);
     t.push_back({"attention", shape, [=](Ops& ops, DeviceMemory& mem, Ops& ref) {
                    std::vector<int32_t> cu{0};
                    for (int len : c.lens) cu.push_back(cu.back() + len);
@@ -379,14 +388,22 @@ void AddAttention(Table& t) {
                    p.window = c.window;
                    p.sinks = c.sinks;
                    p.scale = c.scale;
+                   p.skip_query_rows = c.skip;
                    const size_t nq = size_t(tt) * c.h * c.d, nkv = size_t(tt) * c.hkv * c.d, nl = size_t(tt) * c.h;
                    const float vg_std = c.qk_std > 0.f ? 1.f : 0.f;
                    auto q = AttnInput(nq, seed, c.qk_std), k = AttnInput(nkv, seed + 1, c.qk_std),
                         v = AttnInput(nkv, seed + 2, vg_std), g = AttnInput(nq, seed + 3, vg_std);
+                   // Key-only rows come as sequence-parallel padding does:
+                   // zero queries, outputs, output gradients and lse.
+                   const size_t skip_q = size_t(c.skip) * c.h * c.d, skip_l = size_t(c.skip) * c.h;
+                   std::fill(q.begin(), q.begin() + skip_q, 0.f);
+                   std::fill(g.begin(), g.begin() + skip_q, 0.f);
                    // The backward pass reads the reference's out and lse.
                    std::vector<float> out_ref(nq), lse_ref(nl);
                    ref.attention_forward(p, q.data(), k.data(), v.data(), cu.data(), nseq, tt, out_ref.data(),
                                          lse_ref.data());
+                   std::fill(out_ref.begin(), out_ref.begin() + skip_q, 0.f);
+                   std::fill(lse_ref.begin(), lse_ref.begin() + skip_l, 0.f);
                    Tensors d(mem);
                    const float *dq_in = d.In(q), *dk_in = d.In(k), *dv_in = d.In(v);
                    const int32_t* dcu = d.In(cu);
@@ -400,6 +417,9 @@ void AddAttention(Table& t) {
                              {"dq", Bound::kReduction, d.Get(dq, nq)},
                              {"dk", Bound::kReduction, d.Get(dk, nkv)},
                              {"dv", Bound::kReduction, d.Get(dv, nkv)}};
+                   // Key-only rows' out, lse and dq are unspecified.
+                   for (int x : {0, 2}) std::fill(o[x].values.begin(), o[x].values.begin() + skip_q, 0.f);
+                   std::fill(o[1].values.begin(), o[1].values.begin() + skip_l, 0.f);
                    // Window 1: each query sees only itself, so dp - delta
                    // cancels and dq, dk are exact zeros; the cancelling
                    // terms are O(1).

@@ -94,7 +94,9 @@ absl::Status SoftmaxAttentionSpForward(comm::Collective& group, kernels::Ops& op
   Grow(sc.lse, static_cast<size_t>(rows) * p.num_heads);
   std::fill(sc.q.begin(), sc.q.begin() + pr.pad * hd, 0.f);
   std::copy(q, q + s.rows * hd, sc.q.begin() + pr.pad * hd);
-  ops.attention_forward(p, sc.q.data(), sc.k.data() + size_t(pr.first) * kd, sc.v.data() + size_t(pr.first) * kd,
+  kernels::AttentionParams padded = p;
+  padded.skip_query_rows = pr.pad;  // the kernel skips their query tiles
+  ops.attention_forward(padded, sc.q.data(), sc.k.data() + size_t(pr.first) * kd, sc.v.data() + size_t(pr.first) * kd,
                         pr.cu.data(), static_cast<int>(pr.cu.size()) - 1, rows, sc.out.data(), sc.lse.data());
   std::copy(sc.out.begin() + pr.pad * hd, sc.out.begin() + rows * hd, out);
   std::copy(sc.lse.begin() + static_cast<size_t>(pr.pad) * p.num_heads,
@@ -139,8 +141,10 @@ absl::Status SoftmaxAttentionSpBackward(comm::Collective& group, kernels::Ops& o
     std::copy(out, out + s.rows * hd, sc.out.begin() + pad_hd);
     std::copy(dout, dout + s.rows * hd, sc.dout.begin() + pad_hd);
     std::copy(lse, lse + s.rows * H, sc.lse.begin() + pr.pad * H);
-    ops.attention_backward(p, sc.q.data(), k_rows, v_rows, sc.out.data(), sc.dout.data(), sc.lse.data(), pr.cu.data(),
-                           ns, rows, sc.dq.data(), dk_rows, dv_rows);
+    kernels::AttentionParams padded = p;
+    padded.skip_query_rows = pr.pad;
+    ops.attention_backward(padded, sc.q.data(), k_rows, v_rows, sc.out.data(), sc.dout.data(), sc.lse.data(),
+                           pr.cu.data(), ns, rows, sc.dq.data(), dk_rows, dv_rows);
     std::copy(sc.dq.begin() + pad_hd, sc.dq.begin() + rows_hd, dq);
   }
   const std::vector<size_t> counts = Counts(s, kd);

@@ -16,9 +16,11 @@
 // kernels. Bytes per rank: about 2 (N-1)/N T Hkv D floats each way in the
 // forward, and the same again plus the reduce-scatter in the backward.
 // Host memory only; `scratch` is grown and reused across calls (nothing else
-// is allocated once it is large enough). The padding costs rank r the
-// attention of the rows before its own in its first sequence (nothing for
-// window layers beyond the window). Errors are the collective's.
+// is allocated once it is large enough). The padding rows are keys only
+// (AttentionParams::skip_query_rows): the kernels skip their whole query
+// tiles, so rank r computes about its own rows' attention and the padding
+// costs the K/V gather. Ranks are not balanced: the later a rank's rows,
+// the more keys they see. Errors are the collective's.
 #pragma once
 
 #include <vector>

@@ -54,8 +54,11 @@ class EmuOps final : public Ops {
   void attention_forward(const AttentionParams& p, const float* q, const float* k, const float* v, const int32_t* cu,
                          int nseq, int t, float* out, float* lse) override {
     if (t <= 0 || nseq <= 0) return;
-    const cuda::AttnFwdArgs a{q,          k,        v,        out,     lse,     cu, nseq, p.num_heads, p.num_kv_heads,
-                              p.head_dim, p.causal, p.window, p.sinks, Scale(p)};
+    const cuda::AttnFwdArgs a{q,          k,           v,
+                              out,        lse,         cu,
+                              nseq,       p.num_heads, p.num_kv_heads,
+                              p.head_dim, p.causal,    p.window,
+                              p.sinks,    Scale(p),    p.skip_query_rows};
     cuda::DispatchAttnTiles(p.head_dim, [&]<int kMaxD, int kBr, int kBc>() {
       tandem_emu::Launch(dim3(cuda::TileGridX(t, nseq, kBr), p.num_heads), dim3(cuda::kAttnThreads),
                          cuda::FwdSmemBytes<kMaxD, kBr, kBc>(), [&] { cuda::AttnFwdKernel<kMaxD, kBr, kBc>(a); });
@@ -73,9 +76,25 @@ class EmuOps final : public Ops {
     std::fill(dq, dq + rows * p.head_dim, 0.f);
     tandem_emu::Launch(dim3(cuda::GridFor(rows * cuda::kWarp, 256, 65535u * 4u)), dim3(256), 0,
                        [&] { cuda::AttnDeltaKernel(out, dout, rows, p.head_dim, delta.data()); });
-    const cuda::AttnBwdArgs a{q,        k,        v,       dout,    lse,         delta.data(),   dq,
-                              dk,       dv,       cu,      nseq,    p.num_heads, p.num_kv_heads, p.head_dim,
-                              p.causal, p.window, p.sinks, Scale(p)};
+    const cuda::AttnBwdArgs a{q,
+                              k,
+                              v,
+                              dout,
+                              lse,
+                              delta.data(),
+                              dq,
+                              dk,
+                              dv,
+                              cu,
+                              nseq,
+                              p.num_heads,
+                              p.num_kv_heads,
+                              p.head_dim,
+                              p.causal,
+                              p.window,
+                              p.sinks,
+                              Scale(p),
+                              p.skip_query_rows};
     cuda::DispatchAttnTiles(p.head_dim, [&]<int kMaxD, int kBr, int kBc>() {
       tandem_emu::Launch(dim3(cuda::TileGridX(t, nseq, kBc), p.num_kv_heads), dim3(cuda::kAttnThreads),
                          cuda::BwdSmemBytes<kMaxD, kBr, kBc>(), [&] { cuda::AttnBwdKernel<kMaxD, kBr, kBc>(a); });
