@@ -113,6 +113,7 @@ void BytesTable(int T, int max_ranks) {
       s.offset = b[c.rank()];
       s.rows = b[c.rank() + 1] - b[c.rank()];
       s.global_cu = cu;
+      s.bounds = b;
       const std::vector<int32_t> local{0, s.rows};
       const size_t o = size_t(s.offset) * H * D;
       std::vector<float> out(size_t(s.rows) * H * D), lse(size_t(s.rows) * H), dq(out.size()), dk(out.size()),
@@ -220,7 +221,7 @@ void ThroughputRows(const char* name, const char* layer_types, int T, int iters)
     model::Model m(config, ops.get());
     model::CollectiveSequenceAttention sp(&c, ops.get(), kTimeout);
     m.SetSequenceAttention(&sp);
-    auto local = model::SliceBatch(batch, c.rank(), 2);
+    auto local = model::SliceBatch(batch, c.rank(), 2, model::SliceCostOf(config));
     Check(local.status());
     std::vector<float> grads(params.size());
     for (int i = 0; i <= iters; ++i) {

@@ -5,10 +5,12 @@
 // every row and every parameter gradient (summed over the ranks) equal the
 // single-rank model's within a relative error of 5e-5 (max abs error / max
 // abs value, per tensor). Bad input: slices without a group or of another
-// rank, too few rows to split.
+// rank, too few rows to split. The split is the even one and the one
+// balanced by the model's estimated cost (BalancedSliceBounds).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 #include <vector>
 
 #include "common/base/check.h"
@@ -73,13 +75,17 @@ double Rel(const float* got, const float* want, size_t n) {
   return m > 0 ? e / m : e;
 }
 
-class ModelSpTest : public ::testing::TestWithParam<int> {};
+// (ranks, balanced): the even split and the split by the model's cost.
+class ModelSpTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(ModelSpTest, LogprobsAndGradientsEqualSingleRank) {
-  const int n = GetParam();
+  const auto [n, balanced] = GetParam();
   const ModelConfig config = HybridConfig();
+  const SliceCost cost = balanced ? SliceCostOf(config) : SliceCost{};
   const Batch batch = HybridBatch();
   const int T = batch.num_tokens();
+  // The model's cost moves the bounds (later rows see more keys).
+  if (balanced) EXPECT_NE(BalancedSliceBounds(batch.cu_seqlens, n, cost), SliceBounds(T, n));
   const std::vector<float> dlogp = Dlogp(T);
 
   auto ops = kernels::MakeCpuOps(1);
@@ -99,8 +105,9 @@ TEST_P(ModelSpTest, LogprobsAndGradientsEqualSingleRank) {
     Model m(config, rank_ops.get());
     CollectiveSequenceAttention sp(&c, rank_ops.get(), kT);
     m.SetSequenceAttention(&sp);
-    auto local = SliceBatch(batch, c.rank(), n);
+    auto local = SliceBatch(batch, c.rank(), n, cost);
     ASSERT_TRUE(local.ok()) << local.status();
+    EXPECT_EQ(local->slice->bounds, BalancedSliceBounds(batch.cu_seqlens, n, cost));
     const int off = local->slice->offset;
     FlatParamProvider pp(m.layout(), params.data(), sp_grads[c.rank()].data());
     const absl::Status f = m.ForwardLogprobs(*local, pp, sp_logp.data() + off);
@@ -120,11 +127,66 @@ TEST_P(ModelSpTest, LogprobsAndGradientsEqualSingleRank) {
     EXPECT_LT(e, kTol) << t.name;
     worst = std::max(worst, e);
   }
-  std::printf("[model sp] ranks %d, %d rows: logp rel err %.1e, worst parameter-gradient rel err %.1e\n", n, T, lp,
-              worst);
+  std::printf("[model sp] ranks %d (%s split), %d rows: logp rel err %.1e, worst parameter-gradient rel err %.1e\n", n,
+              balanced ? "balanced" : "even", T, lp, worst);
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, ModelSpTest, ::testing::Values(2, 3));
+INSTANTIATE_TEST_SUITE_P(Ranks, ModelSpTest, ::testing::Combine(::testing::Values(2, 3), ::testing::Bool()));
+
+// The cost-balanced bounds: without a per-key cost the even split; with
+// one, the ranks of a long causal sequence hold fewer rows the later they
+// are, and every rank's cost is within one row's of the mean; every rank
+// holds a row even when the cost is lopsided.
+TEST(SliceBoundsTest, BalanceTheEstimatedCost) {
+  const std::vector<int32_t> one{0, 4096};
+  EXPECT_EQ(BalancedSliceBounds(one, 3, SliceCost{}), SliceBounds(4096, 3));
+  SliceCost full;
+  full.per_row = 100;
+  full.per_key = 1;
+  full.softmax.assign(2, LayerType{});
+  for (const std::vector<int32_t>& cu : {one, std::vector<int32_t>{0, 3000, 3001, 3900, 4096}}) {
+    for (int n : {2, 3, 4}) {
+      const std::vector<int> b = BalancedSliceBounds(cu, n, full);
+      ASSERT_EQ(b.size(), size_t(n) + 1);
+      EXPECT_EQ(b.front(), 0);
+      EXPECT_EQ(b.back(), cu.back());
+      std::vector<double> cost(n, 0.0);
+      double total = 0, heaviest = 0;
+      for (size_t s = 0; s + 1 < cu.size(); ++s) {
+        for (int g = cu[s]; g < cu[s + 1]; ++g) {
+          const int r = static_cast<int>(std::upper_bound(b.begin(), b.end(), g) - b.begin()) - 1;
+          cost[r] += full.Row(g - cu[s]);
+          total += full.Row(g - cu[s]);
+          heaviest = std::max(heaviest, full.Row(g - cu[s]));
+        }
+      }
+      for (int r = 0; r < n; ++r) EXPECT_NEAR(cost[r], total / n, heaviest) << "rank " << r << " of " << n;
+      if (cu == one) {
+        for (int r = 0; r + 1 < n; ++r) EXPECT_GT(b[r + 1] - b[r], b[r + 2] - b[r + 1]);
+      }
+    }
+  }
+  // A window bounds a row's keys: a window layer alone splits nearly evenly
+  // past the window.
+  SliceCost window = full;
+  window.softmax.assign(2, LayerType{LayerKind::kWindow, 16, 0});
+  const std::vector<int> w = BalancedSliceBounds(one, 2, window);
+  EXPECT_NEAR(w[1], 2048, 16);
+  // As many rows as ranks: one each.
+  EXPECT_EQ(BalancedSliceBounds({0, 3}, 3, full), (std::vector<int>{0, 1, 2, 3}));
+}
+
+// A model's cost: the per-key part counts its softmax layers only.
+TEST(SliceBoundsTest, CostOfAModel) {
+  const ModelConfig config = HybridConfig();
+  const SliceCost c = SliceCostOf(config);
+  EXPECT_GT(c.per_row, 0);
+  EXPECT_GT(c.per_key, 0);
+  int softmax = 0;
+  for (int l = 0; l < config.num_hidden_layers; ++l) softmax += LayerTypeOf(config, l).softmax() ? 1 : 0;
+  EXPECT_EQ(static_cast<int>(c.softmax.size()), softmax);
+  EXPECT_LT(c.softmax.size(), static_cast<size_t>(config.num_hidden_layers));  // the linear layer
+}
 
 TEST(ModelSpTest, RefusesMismatchedBatches) {
   const ModelConfig config = HybridConfig();

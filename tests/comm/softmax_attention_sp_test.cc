@@ -35,6 +35,7 @@ SequenceSlice SliceOf(int rank, int size) {
   s.offset = b[rank];
   s.rows = b[rank + 1] - b[rank];
   s.global_cu = kCu;
+  s.bounds = b;
   return s;
 }
 

@@ -123,6 +123,9 @@ struct JobContext {
   int sp_rank = 0;
   std::unique_ptr<comm::Collective> sp_group;
   std::unique_ptr<model::SequenceAttention> sp_attention;
+  // How a micro-batch splits over the group: rows weighed by the model's
+  // estimated work (causal layers make later rows heavier).
+  model::SliceCost slice_cost;
   // Where the ranks run (assignment.topology; one node when the coordinator
   // sent none) and the bytes the communicators moved per tier since the
   // last step report.

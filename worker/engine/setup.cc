@@ -246,6 +246,7 @@ absl::Status SetupSequenceParallel(JobContext& ctx, const comm::CollectiveOption
   }
   ctx.sp_size = sp;
   ctx.sp_rank = ctx.rank % sp;
+  ctx.slice_cost = model::SliceCostOf(ctx.config);
   comm::CollectiveOptions o = co;
   o.prefix = absl::StrCat(co.prefix, "-sp", ctx.rank / sp);
   auto group = comm::MakeCollective("gloo", *ctx.store, ctx.sp_rank, sp, o);

@@ -188,7 +188,7 @@ absl::Status SftStep(JobContext& ctx, int64_t step, ReportPhaseRequest* report) 
       // Under sequence parallelism: this rank's rows [offset, offset + t).
       int offset = 0;
       if (ctx.sp_size > 1) {
-        auto slice = model::SliceBatch(batch, ctx.sp_rank, ctx.sp_size);
+        auto slice = model::SliceBatch(batch, ctx.sp_rank, ctx.sp_size, ctx.slice_cost);
         if (!slice.ok()) {
           return absl::InvalidArgumentError(absl::StrCat("cluster.sequence_parallel: micro-batch of ",
                                                          batch.num_tokens(), " tokens: ", slice.status().message()));

@@ -1,8 +1,12 @@
 // Sequence parallelism in the model: one packed batch split across the
 // ranks of a sequence-parallel group, rank r holding the contiguous rows
-// [bounds[r], bounds[r+1]) of it (SliceBounds: near-equal pieces in rank
-// order, so every sequence's rows run through the ranks in order and the
-// linear layers' running state passes rank to rank).
+// [bounds[r], bounds[r+1]) of it, in rank order, so every sequence's rows
+// run through the ranks in order and the linear layers' running state
+// passes rank to rank. The bounds give each rank an equal share of the
+// estimated work (SliceCost): a row's attention grows with the keys it
+// sees, so with causal layers the later rows of a long sequence weigh more
+// and their ranks hold fewer of them (causal load balancing within the
+// contiguous order).
 //
 // Everything that is per row (embedding, norms, projections, RoPE with each
 // row's own position, MLP, LM head) runs on the local rows unchanged; the
@@ -18,10 +22,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/ops.h"
+#include "worker/model/layer_types.h"
 
 namespace tandem::model {
 
 struct Batch;
+struct ModelConfig;
 
 // Where this rank's rows sit in the whole packed batch.
 struct SequenceSlice {
@@ -30,6 +36,7 @@ struct SequenceSlice {
   int offset = 0;                  // global row of local row 0
   int rows = 0;                    // local rows
   std::vector<int32_t> global_cu;  // cu_seqlens of the whole batch
+  std::vector<int> bounds;         // size + 1 row bounds of every rank
   int global_rows() const { return global_cu.empty() ? 0 : global_cu.back(); }
   // The local row 0 continues a sequence that began on an earlier rank; the
   // last local row's sequence continues on a later rank.
@@ -41,10 +48,30 @@ struct SequenceSlice {
 // size ranks take one more).
 std::vector<int> SliceBounds(int rows, int size);
 
+// The estimated work of one row in a forward and backward, in flops: a
+// fixed part (projections, MLP, LM head, linear attention) and, per
+// softmax layer, a part per key the row sees (QK^T and PV).
+struct SliceCost {
+  double per_row = 1.0;
+  double per_key = 0.0;            // per key and softmax layer
+  std::vector<LayerType> softmax;  // the softmax layers' types
+  // The row at position `pos` of its sequence.
+  double Row(int pos) const;
+};
+
+// A model's SliceCost from its dimensions and layer types.
+SliceCost SliceCostOf(const ModelConfig& config);
+
+// size + 1 row bounds over the packed batch `cu` (cu_seqlens) that give
+// every rank about the same cost, each at least one row; `cost` with
+// per_key 0 gives SliceBounds' even split.
+std::vector<int> BalancedSliceBounds(const std::vector<int32_t>& cu, int size, const SliceCost& cost);
+
 // Rank `rank`'s slice of `global` (tokens, targets, positions and the local
-// pieces of its sequences as cu_seqlens; `slice` set). InvalidArgument when
-// the batch has fewer rows than ranks or a bad rank/size.
-absl::StatusOr<Batch> SliceBatch(const Batch& global, int rank, int size);
+// pieces of its sequences as cu_seqlens; `slice` set, its bounds those of
+// BalancedSliceBounds). InvalidArgument when the batch has fewer rows than
+// ranks or a bad rank/size.
+absl::StatusOr<Batch> SliceBatch(const Batch& global, int rank, int size, const SliceCost& cost = {});
 
 // Attention of one layer over the rows of every rank of the group. Host
 // pointers of this rank's rows: q [t, H, D], k/v [t, Hkv, D], out [t, H, D],

@@ -9,9 +9,10 @@ namespace tandem::model {
 
 namespace {
 
-// Element counts per rank of a [rows, width] tensor split by SliceBounds.
+// Element counts per rank of a [rows, width] tensor split by the slice's
+// bounds.
 std::vector<size_t> Counts(const SequenceSlice& s, size_t width) {
-  const std::vector<int> bounds = SliceBounds(s.global_rows(), s.size);
+  const std::vector<int>& bounds = s.bounds;
   std::vector<size_t> counts(s.size);
   for (int r = 0; r < s.size; ++r) counts[r] = static_cast<size_t>(bounds[r + 1] - bounds[r]) * width;
   return counts;
@@ -22,9 +23,11 @@ absl::Status CheckSlice(const comm::Collective& group, const SequenceSlice& s) {
     return absl::InvalidArgumentError(absl::StrCat("sequence parallel: the slice is rank ", s.rank, " of ", s.size,
                                                    ", the group rank ", group.rank(), " of ", group.size()));
   }
-  const std::vector<int> bounds = SliceBounds(s.global_rows(), s.size);
-  if (s.offset != bounds[s.rank] || s.rows != bounds[s.rank + 1] - bounds[s.rank]) {
-    return absl::InvalidArgumentError("sequence parallel: the slice's rows are not SliceBounds' rows");
+  const std::vector<int>& bounds = s.bounds;
+  if (bounds.size() != static_cast<size_t>(s.size) + 1 || bounds.front() != 0 || bounds.back() != s.global_rows() ||
+      !std::is_sorted(bounds.begin(), bounds.end()) || s.offset != bounds[s.rank] ||
+      s.rows != bounds[s.rank + 1] - bounds[s.rank]) {
+    return absl::InvalidArgumentError("sequence parallel: the slice's rows are not its bounds' rows");
   }
   return absl::OkStatus();
 }
