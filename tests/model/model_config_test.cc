@@ -441,6 +441,13 @@ TEST(MemoryEstimateTest, FollowsZeroStagesAndShapes) {
   hybrid.tandem_layer_types = {"linear", "full", "linear", "full", "linear", "full", "linear", "full"};
   auto rh = EstimateJobMemory(spec, hybrid);
   EXPECT_EQ(rh.kv_cache, int64_t{4} * 2 * 16 * 512 * 4 * 8 * 128 + int64_t{4} * 16 * 4 * 8 * 128 * 128);
+  // Window layers: their window and one step's rows (64 + 128 of 512).
+  ModelConfig windowed = c;
+  windowed.tandem_layer_types = {"full", "window:64", "full", "window:64", "full", "window:64", "full", "window:64"};
+  spec.mutable_rollout()->set_max_batch_tokens(128);
+  auto rw = EstimateJobMemory(spec, windowed);
+  EXPECT_EQ(rw.kv_cache, int64_t{4} * 2 * 16 * (4 * 512 + 4 * (64 + 128)) * 8 * 128);
+  spec.mutable_rollout()->set_max_batch_tokens(0);
   // Absurd shapes saturate instead of wrapping.
   spec.mutable_train()->set_micro_batch(1 << 30);
   spec.mutable_train()->set_seq_len(1 << 30);

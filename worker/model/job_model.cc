@@ -198,10 +198,20 @@ MemoryEstimate EstimateJobMemory(const tandem::v1::JobSpec& spec, const ModelCon
     const int64_t sequences =
         (Mul({std::max(1, spec.rl().prompts_per_step()), std::max(1, spec.rl().group_size())}) + world - 1) / world;
     // Linear-attention layers hold a [heads, head_dim, head_dim] state per
-    // sequence instead of KV.
-    int64_t linear = 0;
-    for (int l = 0; l < c.num_hidden_layers; ++l) linear += LayerTypeOf(c, l).kind == LayerKind::kLinear ? 1 : 0;
-    m.kv_cache = Add(Mul({4 * 2, sequences, seq, layers - linear, c.KvHeads(), c.HeadDim()}),
+    // sequence instead of KV; window and sink layers at most their keys and
+    // one step's rows (the rollout engine gives the rest back).
+    const int64_t step_rows = spec.rollout().max_batch_tokens() > 0 ? spec.rollout().max_batch_tokens() : 2048;
+    int64_t linear = 0, kv_positions = 0;
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+      const LayerType t = LayerTypeOf(c, l);
+      if (t.kind == LayerKind::kLinear) {
+        ++linear;
+      } else {
+        const int bounded = t.BoundedKeys();
+        kv_positions = Add(kv_positions, bounded > 0 ? std::min<int64_t>(seq, bounded + step_rows) : seq);
+      }
+    }
+    m.kv_cache = Add(Mul({4 * 2, sequences, kv_positions, c.KvHeads(), c.HeadDim()}),
                      Mul({4, sequences, linear, heads, c.HeadDim(), c.HeadDim()}));
   }
   m.rope = Mul({4 * 2, RopeRowsFor(static_cast<int>(std::min<int64_t>(seq, 1 << 30))), c.HeadDim() / 2});
