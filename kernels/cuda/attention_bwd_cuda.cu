@@ -57,25 +57,7 @@ void CudaOps::attention_backward(const AttentionParams& p, const float* q, const
                                                                                       delta);
   if (!Check(cudaGetLastError(), "attention_backward delta")) return;
 
-  cuda::AttnBwdArgs a{q,
-                      k,
-                      v,
-                      dout,
-                      lse,
-                      delta,
-                      dq,
-                      dk,
-                      dv,
-                      cu_seqlens,
-                      num_seqs,
-                      p.num_heads,
-                      p.num_kv_heads,
-                      p.head_dim,
-                      p.causal,
-                      p.window,
-                      p.sinks,
-                      p.scale != 0.f ? p.scale : 1.f / sqrtf(static_cast<float>(p.head_dim)),
-                      p.skip_query_rows};
+  const cuda::AttnBwdArgs a = cuda::BwdArgsOf(p, q, k, v, dout, lse, delta, dq, dk, dv, cu_seqlens, num_seqs);
   cudaError_t err = cudaSuccess;
   cuda::DispatchAttnTiles(p.head_dim,
                           [&]<int kMaxD, int kBr, int kBc>() { err = cuda::LaunchBwd<kMaxD, kBr, kBc>(a, t); });

@@ -13,7 +13,10 @@
 #include <cuda_runtime.h>
 #endif
 
+#include <cmath>
 #include <cstdint>
+
+#include "kernels/ops.h"
 
 namespace tandem::kernels::cuda {
 
@@ -60,6 +63,43 @@ struct AttnBwdArgs {
   float scale;
   int skip_query_rows;  // AttentionParams::skip_query_rows
 };
+
+// The argument blocks of one call, from the op's parameters (the CUDA ops
+// and their CPU emulation build them here alike).
+inline float AttnScale(const AttentionParams& p) {
+  return p.scale != 0.f ? p.scale : 1.f / sqrtf(static_cast<float>(p.head_dim));
+}
+
+inline AttnFwdArgs FwdArgsOf(const AttentionParams& p, const float* q, const float* k, const float* v, float* out,
+                             float* lse, const int32_t* cu_seqlens, int num_seqs) {
+  return {
+      q,          k,        v,        out,     lse,          cu_seqlens,       num_seqs, p.num_heads, p.num_kv_heads,
+      p.head_dim, p.causal, p.window, p.sinks, AttnScale(p), p.skip_query_rows};
+}
+
+inline AttnBwdArgs BwdArgsOf(const AttentionParams& p, const float* q, const float* k, const float* v,
+                             const float* dout, const float* lse, const float* delta, float* dq, float* dk, float* dv,
+                             const int32_t* cu_seqlens, int num_seqs) {
+  return {q,
+          k,
+          v,
+          dout,
+          lse,
+          delta,
+          dq,
+          dk,
+          dv,
+          cu_seqlens,
+          num_seqs,
+          p.num_heads,
+          p.num_kv_heads,
+          p.head_dim,
+          p.causal,
+          p.window,
+          p.sinks,
+          AttnScale(p),
+          p.skip_query_rows};
+}
 
 __device__ __forceinline__ bool Visible(int i, int j, bool causal, int window, int sinks) {
   if (causal && j > i) return false;

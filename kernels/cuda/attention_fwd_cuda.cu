@@ -37,21 +37,7 @@ void CudaOps::attention_forward(const AttentionParams& p, const float* q, const 
     return Fail("attention_forward", "bad heads / head_dim");
   }
   if (p.num_heads > 65535) return Fail("attention_forward", "too many heads");
-  cuda::AttnFwdArgs a{q,
-                      k,
-                      v,
-                      out,
-                      lse,
-                      cu_seqlens,
-                      num_seqs,
-                      p.num_heads,
-                      p.num_kv_heads,
-                      p.head_dim,
-                      p.causal,
-                      p.window,
-                      p.sinks,
-                      p.scale != 0.f ? p.scale : 1.f / sqrtf(static_cast<float>(p.head_dim)),
-                      p.skip_query_rows};
+  const cuda::AttnFwdArgs a = cuda::FwdArgsOf(p, q, k, v, out, lse, cu_seqlens, num_seqs);
   cudaError_t err = cudaSuccess;
   const bool supported = cuda::DispatchAttnTiles(
       p.head_dim, [&]<int kMaxD, int kBr, int kBc>() { err = cuda::LaunchFwd<kMaxD, kBr, kBc>(a, t); });

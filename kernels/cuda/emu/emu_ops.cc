@@ -25,8 +25,6 @@
 namespace tandem::kernels {
 namespace {
 
-float Scale(const AttentionParams& p) { return p.scale != 0.f ? p.scale : 1.f / sqrtf(static_cast<float>(p.head_dim)); }
-
 cuda::LinAttnArgs LinArgs(const LinearAttentionParams& p, const float* q, const float* k, const float* v,
                           const float* g, const int32_t* cu, const float* initial) {
   cuda::LinAttnArgs a{};
@@ -54,11 +52,7 @@ class EmuOps final : public Ops {
   void attention_forward(const AttentionParams& p, const float* q, const float* k, const float* v, const int32_t* cu,
                          int nseq, int t, float* out, float* lse) override {
     if (t <= 0 || nseq <= 0) return;
-    const cuda::AttnFwdArgs a{q,          k,           v,
-                              out,        lse,         cu,
-                              nseq,       p.num_heads, p.num_kv_heads,
-                              p.head_dim, p.causal,    p.window,
-                              p.sinks,    Scale(p),    p.skip_query_rows};
+    const cuda::AttnFwdArgs a = cuda::FwdArgsOf(p, q, k, v, out, lse, cu, nseq);
     cuda::DispatchAttnTiles(p.head_dim, [&]<int kMaxD, int kBr, int kBc>() {
       tandem_emu::Launch(dim3(cuda::TileGridX(t, nseq, kBr), p.num_heads), dim3(cuda::kAttnThreads),
                          cuda::FwdSmemBytes<kMaxD, kBr, kBc>(), [&] { cuda::AttnFwdKernel<kMaxD, kBr, kBc>(a); });
@@ -76,25 +70,7 @@ class EmuOps final : public Ops {
     std::fill(dq, dq + rows * p.head_dim, 0.f);
     tandem_emu::Launch(dim3(cuda::GridFor(rows * cuda::kWarp, 256, 65535u * 4u)), dim3(256), 0,
                        [&] { cuda::AttnDeltaKernel(out, dout, rows, p.head_dim, delta.data()); });
-    const cuda::AttnBwdArgs a{q,
-                              k,
-                              v,
-                              dout,
-                              lse,
-                              delta.data(),
-                              dq,
-                              dk,
-                              dv,
-                              cu,
-                              nseq,
-                              p.num_heads,
-                              p.num_kv_heads,
-                              p.head_dim,
-                              p.causal,
-                              p.window,
-                              p.sinks,
-                              Scale(p),
-                              p.skip_query_rows};
+    const cuda::AttnBwdArgs a = cuda::BwdArgsOf(p, q, k, v, dout, lse, delta.data(), dq, dk, dv, cu, nseq);
     cuda::DispatchAttnTiles(p.head_dim, [&]<int kMaxD, int kBr, int kBc>() {
       tandem_emu::Launch(dim3(cuda::TileGridX(t, nseq, kBc), p.num_kv_heads), dim3(cuda::kAttnThreads),
                          cuda::BwdSmemBytes<kMaxD, kBr, kBc>(), [&] { cuda::AttnBwdKernel<kMaxD, kBr, kBc>(a); });
@@ -104,8 +80,9 @@ class EmuOps final : public Ops {
   void decode_attention(const AttentionParams& p, const float* q, int batch, int n_new, const float* k_cache,
                         const float* v_cache, int cap, const int32_t* cache_len, float* out) override {
     if (batch <= 0 || n_new <= 0) return;
-    const cuda::DecodeArgs a{q,           k_cache,        v_cache,    cache_len, out,     n_new,   cap,
-                             p.num_heads, p.num_kv_heads, p.head_dim, p.window,  p.sinks, Scale(p)};
+    const cuda::DecodeArgs a{q,        k_cache, v_cache,           cache_len,      out,
+                             n_new,    cap,     p.num_heads,       p.num_kv_heads, p.head_dim,
+                             p.window, p.sinks, cuda::AttnScale(p)};
     cuda::DispatchDecode(p.head_dim, [&]<int kMaxD>() {
       tandem_emu::Launch(dim3(p.num_heads, n_new, batch), dim3(cuda::kDecodeWarps * cuda::kWarp), 0,
                          [&] { cuda::DecodeKernel<kMaxD>(a); });
@@ -127,9 +104,21 @@ class EmuOps final : public Ops {
   void paged_attention(const AttentionParams& p, const PagedKv& kv, const float* q, const int32_t* row_seq,
                        const int32_t* row_pos, int t, float* out) override {
     if (t <= 0) return;
-    const cuda::PagedArgs a{q,        kv.k,          kv.v,          kv.block_tables, row_seq,        row_pos,
-                            out,      kv.block_size, kv.max_blocks, p.num_heads,     p.num_kv_heads, p.head_dim,
-                            p.window, p.sinks,       Scale(p)};
+    const cuda::PagedArgs a{q,
+                            kv.k,
+                            kv.v,
+                            kv.block_tables,
+                            row_seq,
+                            row_pos,
+                            out,
+                            kv.block_size,
+                            kv.max_blocks,
+                            p.num_heads,
+                            p.num_kv_heads,
+                            p.head_dim,
+                            p.window,
+                            p.sinks,
+                            cuda::AttnScale(p)};
     cuda::DispatchDecode(p.head_dim, [&]<int kMaxD>() {
       tandem_emu::Launch(dim3(p.num_heads, t), dim3(cuda::kPagedWarps * cuda::kWarp), 0, [&] {
         if (kv.dtype == KvDtype::kBF16) {
